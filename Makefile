@@ -1,0 +1,36 @@
+# nvtopy -- every command a developer or user needs. `make demo` and `make test` work on a fresh clone.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+ARGS   ?=
+
+.PHONY: install demo run test lint format bench bench-peers screenshots clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install                 ## the TUI on simulated GPUs (no driver needed)
+	$(BIN)/nvtopy --demo $(ARGS)
+
+run: install                  ## the TUI on this machine's real GPUs
+	$(BIN)/nvtopy $(ARGS)
+
+test: install lint            ## lint, then the whole test suite
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check nvtopy tests
+	$(BIN)/ruff format --check nvtopy tests
+
+format: install
+	$(BIN)/ruff check --fix nvtopy tests
+	$(BIN)/ruff format nvtopy tests
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache build dist .cache *.egg-info

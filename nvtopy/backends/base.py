@@ -1,0 +1,99 @@
+"""The one small interface every GPU backend implements.
+
+Why this shape: the poller decides *what* to read and *when* (static once,
+fast groups every tick, slow groups every few seconds); a backend only knows
+*how* to read a group. So cadence, caching and history live in one place and
+both backends -- NVML and simulated -- get them for free, and call counts can
+be compared between them.
+
+A backend is used from one thread at a time (the poller's, or the caller's for
+one-shot reads): implementations need no locks of their own.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..model import GpuStatic, HostInfo, HostProcess, RawGpuProcess, Reason
+
+__all__ = ["Backend", "ProcessReading", "Reading", "SignalOutcome"]
+
+
+@dataclass(slots=True)
+class Reading:
+    """Values of the requested field groups of one GPU, plus why any are missing."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+    unavailable: dict[str, Reason] = field(default_factory=dict)
+    lost: bool = False
+
+
+@dataclass(slots=True)
+class ProcessReading:
+    """NVML's process lists for one GPU, merged by pid (C, G or C+G)."""
+
+    processes: list[RawGpuProcess] = field(default_factory=list)
+    unavailable: Reason | None = None  # why the list itself could not be read
+    lost: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SignalOutcome:
+    """What happened when a signal was sent: ``ok`` plus a sentence for the user."""
+
+    ok: bool
+    message: str
+
+
+class Backend(abc.ABC):
+    """Reads GPUs. Implementations: :class:`NvmlBackend`, :class:`SimulatedBackend`."""
+
+    kind: str = "abstract"
+
+    @abc.abstractmethod
+    def host_info(self) -> HostInfo:
+        """Host-wide facts (hostname, driver and CUDA versions)."""
+
+    @abc.abstractmethod
+    def device_count(self) -> int:
+        """Number of GPUs, including ones that cannot be opened."""
+
+    @abc.abstractmethod
+    def read_static(self, index: int) -> GpuStatic:
+        """Fields that do not change while the driver is loaded."""
+
+    @abc.abstractmethod
+    def read_sample(self, index: int, groups: Collection[str]) -> Reading:
+        """Read the named field groups (keys of :data:`nvtopy.model.SAMPLE_GROUPS`)."""
+
+    @abc.abstractmethod
+    def read_processes(self, index: int) -> ProcessReading:
+        """The GPU's compute and graphics processes, with per-process utilisation."""
+
+    @abc.abstractmethod
+    def inspect_processes(self, pids: Collection[int]) -> dict[int, HostProcess | None]:
+        """Host facts per pid; ``None`` for a pid that no longer exists."""
+
+    @abc.abstractmethod
+    def send_signal(self, pid: int, create_time: float | None, signum: int) -> SignalOutcome:
+        """Signal ``pid`` only if it is still the process created at ``create_time``."""
+
+    def pids_are_foreign(self) -> bool:
+        """True when the GPU pids belong to another PID namespace (never joined nor signalled)."""
+        return False
+
+    def call_counts(self) -> dict[str, int]:
+        """Driver calls made so far, per function (for benchmarks and tests)."""
+        return {}
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release the driver. Idempotent."""
+
+    def __enter__(self) -> Backend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,770 @@
+"""The NVML backend: real GPUs through nvidia-ml-py (the ``pynvml`` module).
+
+What it does that the usual snippets do not (see ../shared/docs/nvml-notes.md):
+
+- ``nvmlInit`` once; ``nvmlShutdown`` once at close or exit.
+- Handles acquired once; after ``GpuIsLost`` / ``Unknown`` re-acquired by UUID
+  (indices may shift) with exponential backoff, while the other GPUs keep reporting.
+- ``NotSupported`` and ``FunctionNotFound`` are remembered per (GPU, call) and
+  never asked again: a passive board is not asked for its fan every second.
+- Every field fails on its own: a failing call leaves its fields ``None`` with a
+  reason; only ``GpuIsLost`` ends the reading of that GPU (nothing else can succeed).
+- Process lists fall back from ``_v3`` to ``_v2`` to the unversioned v1 call, and
+  use the 32-byte layout of drivers 535.43-535.85 whose ``_v3`` differs from the header.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import ctypes
+import socket
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import BackendUnavailableError
+from ..hostprocs import PsutilInspector, current_username, in_foreign_pid_namespace
+from ..model import (
+    COMPUTE_MODES,
+    SAMPLE_GROUPS,
+    STATIC_FIELDS,
+    GpuStatic,
+    HostInfo,
+    HostProcess,
+    ProcessType,
+    RawGpuProcess,
+    Reason,
+    cuda_version_string,
+    decode_throttle_reasons,
+    freeze,
+)
+from ..signals import send_signal_checked
+from .base import Backend, ProcessReading, Reading, SignalOutcome
+
+__all__ = ["NvmlBackend", "import_pynvml"]
+
+_UINT_MAX = 0xFFFFFFFF
+_LEGACY_V3_DRIVERS = ((535, 43), (535, 86))  # [from, to): _v3 used a 32-byte struct
+
+
+def import_pynvml() -> Any:
+    """Import the official bindings, or explain in one line why they are unusable."""
+    try:
+        import pynvml
+    except ImportError as exc:
+        raise BackendUnavailableError(
+            f"cannot import pynvml ({exc}): install nvidia-ml-py (not the PyPI package named 'pynvml')"
+        ) from None
+    if not hasattr(pynvml, "nvmlInit") or not hasattr(pynvml, "NVMLError"):
+        raise BackendUnavailableError(
+            "the installed 'pynvml' module is not NVIDIA's bindings: pip uninstall pynvml && pip install nvidia-ml-py"
+        )
+    return pynvml
+
+
+class _LostError(Exception):
+    """Internal: the GPU stopped answering (GpuIsLost); abandon this reading."""
+
+
+class _NoHandleError(Exception):
+    """Internal: no handle for this GPU right now, for ``reason``."""
+
+    def __init__(self, reason: Reason) -> None:
+        super().__init__(reason.value)
+        self.reason = reason
+
+
+@dataclass(slots=True)
+class _Gpu:
+    """Per-GPU driver state: the handle, and when to try again if it was lost."""
+
+    index: int
+    handle: Any = None
+    uuid: str | None = None
+    reason: Reason | None = None  # why there is no handle
+    retry_at: float = 0.0
+    backoff: float = 0.0
+
+
+class NvmlBackend(Backend):
+    """Reads real GPUs through NVML. Construct once; reuse for every sample."""
+
+    kind = "nvml"
+    BACKOFF_START = 1.0
+    BACKOFF_MAX = 60.0
+
+    def __init__(
+        self,
+        nvml: Any | None = None,
+        *,
+        inspector: PsutilInspector | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        foreign_pids: bool | None = None,
+    ) -> None:
+        self._nvml = nvml if nvml is not None else import_pynvml()
+        self._clock = clock
+        self._inspector = inspector or PsutilInspector()
+        self._counts: collections.Counter[str] = collections.Counter()
+        self._unsupported: set[tuple[int, str]] = set()
+        self._missing: set[str] = set()  # functions this driver lacks (FunctionNotFound)
+        self._proc_api = "v3"  # downgraded on FunctionNotFound: v3 -> v2 -> v1
+        self._closed = False
+        self._init()
+        self._foreign = in_foreign_pid_namespace() if foreign_pids is None else foreign_pids
+        try:
+            count = self._call_global("nvmlDeviceGetCount")
+        except self._nvml.NVMLError as exc:
+            self.close()
+            raise BackendUnavailableError(f"NVML cannot count GPUs: {exc}") from None
+        self._gpus = [_Gpu(i) for i in range(count)]
+        self._host = self._read_host()
+        if _LEGACY_V3_DRIVERS[0] <= _version_tuple(self._host.driver_version) < _LEGACY_V3_DRIVERS[1]:
+            self._proc_api = "v3-535"
+        atexit.register(self.close)
+
+    # ----------------------------------------------------------------- driver plumbing
+
+    def _init(self) -> None:
+        nvml = self._nvml
+        try:
+            self._counts["nvmlInit"] += 1
+            nvml.nvmlInit()
+        except nvml.NVMLError_LibraryNotFound:
+            raise BackendUnavailableError(
+                "NVIDIA driver library libnvidia-ml.so.1 not found: is the NVIDIA driver installed? "
+                "(nvtopy --demo shows simulated GPUs)"
+            ) from None
+        except nvml.NVMLError_DriverNotLoaded:
+            raise BackendUnavailableError(
+                "the NVIDIA driver is not loaded (no nvidia kernel module): check 'lsmod | grep nvidia' "
+                "(nvtopy --demo shows simulated GPUs)"
+            ) from None
+        except nvml.NVMLError_LibRmVersionMismatch:
+            raise BackendUnavailableError(
+                "NVIDIA driver/library version mismatch: the driver was updated without reloading "
+                "the kernel module; reboot or reload nvidia modules"
+            ) from None
+        except nvml.NVMLError_NoPermission:
+            raise BackendUnavailableError("no permission to open the NVIDIA driver (/dev/nvidia*)") from None
+        except nvml.NVMLError as exc:
+            raise BackendUnavailableError(f"cannot initialise NVML: {exc}") from None
+        except OSError as exc:  # a broken library file
+            raise BackendUnavailableError(f"cannot load the NVIDIA driver library: {exc}") from None
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._counts["nvmlShutdown"] += 1
+            self._nvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001 - best effort at exit; nothing useful to report
+            pass
+
+    def call_counts(self) -> dict[str, int]:
+        return dict(self._counts)
+
+    def _call_global(self, name: str, *args: Any) -> Any:
+        self._counts[name] += 1
+        return getattr(self._nvml, name)(*args)
+
+    def _handle(self, gpu: _Gpu) -> Any:
+        """The GPU's handle, acquiring it (by UUID when known) if needed; raises _NoHandleError."""
+        if gpu.handle is not None:
+            return gpu.handle
+        now = self._clock()
+        if now < gpu.retry_at and gpu.reason is not None:
+            raise _NoHandleError(gpu.reason)
+        nvml = self._nvml
+        try:
+            if gpu.uuid:
+                gpu.handle = self._call_global("nvmlDeviceGetHandleByUUID", gpu.uuid)
+            else:
+                gpu.handle = self._call_global("nvmlDeviceGetHandleByIndex", gpu.index)
+        except nvml.NVMLError as exc:
+            reason = self._reason(exc)
+            gpu.reason = Reason.LOST if reason in (Reason.LOST, Reason.UNKNOWN) else reason
+            gpu.backoff = min(self.BACKOFF_MAX, gpu.backoff * 2 or self.BACKOFF_START)
+            gpu.retry_at = now + gpu.backoff
+            raise _NoHandleError(gpu.reason) from None
+        gpu.reason = None
+        gpu.backoff = 0.0
+        return gpu.handle
+
+    def _drop_handle(self, gpu: _Gpu) -> None:
+        """Forget a handle that failed with GpuIsLost/Unknown: re-acquire by UUID next time."""
+        gpu.handle = None
+        gpu.reason = Reason.LOST
+        gpu.backoff = min(self.BACKOFF_MAX, gpu.backoff * 2 or self.BACKOFF_START)
+        gpu.retry_at = self._clock() + gpu.backoff
+
+    def _reason(self, exc: BaseException) -> Reason:
+        nvml = self._nvml
+        if isinstance(exc, (nvml.NVMLError_NotSupported, nvml.NVMLError_FunctionNotFound)):
+            return Reason.NOT_SUPPORTED
+        if isinstance(exc, nvml.NVMLError_NoPermission):
+            return Reason.NO_PERMISSION
+        if isinstance(exc, nvml.NVMLError_GpuIsLost):
+            return Reason.LOST
+        return Reason.UNKNOWN
+
+    def _query(self, gpu: _Gpu, key: str, name: str, *args: Any) -> tuple[Any, Reason | None]:
+        """Call ``name(handle, *args)``. Returns (value, None) or (None, reason); raises _LostError.
+
+        ``key`` identifies the (call, arguments) pair for remembering NotSupported.
+        """
+        if (gpu.index, key) in self._unsupported:
+            return None, Reason.NOT_SUPPORTED
+        handle = self._handle(gpu)
+        self._counts[name] += 1
+        try:
+            return getattr(self._nvml, name)(handle, *args), None
+        except self._nvml.NVMLError as exc:
+            return None, self._failed(gpu, key, name, exc)
+        except self._nvml.NVMLLibraryMismatchError:  # pynvml's wrapper for a missing versioned symbol
+            self._missing.add(name)
+            self._unsupported.add((gpu.index, key))
+            return None, Reason.NOT_SUPPORTED
+
+    def _failed(self, gpu: _Gpu, key: str, name: str, exc: BaseException) -> Reason:
+        """Classify a failed call, remember what must not be asked again; raises _LostError."""
+        reason = self._reason(exc)
+        if reason is Reason.NOT_SUPPORTED:
+            self._unsupported.add((gpu.index, key))
+            if isinstance(exc, self._nvml.NVMLError_FunctionNotFound):
+                self._missing.add(name)
+        elif reason is Reason.LOST:
+            self._drop_handle(gpu)
+            raise _LostError from None
+        elif isinstance(exc, self._nvml.NVMLError_Unknown):
+            self._drop_handle(gpu)  # a handle that says Unknown is re-acquired before its next use
+        return reason
+
+    # ----------------------------------------------------------------- host and static
+
+    def _read_host(self) -> HostInfo:
+        reasons: dict[str, Reason] = {}
+        values: dict[str, str | None] = {}
+        for field_name, call, convert in (
+            ("driver_version", "nvmlSystemGetDriverVersion", _text),
+            ("cuda_driver_version", "nvmlSystemGetCudaDriverVersion", lambda v: cuda_version_string(int(v))),
+            ("nvml_version", "nvmlSystemGetNVMLVersion", _text),
+        ):
+            try:
+                values[field_name] = convert(self._call_global(call))
+            except self._nvml.NVMLError as exc:
+                values[field_name] = None
+                reasons[field_name] = self._reason(exc)
+        return HostInfo(
+            hostname=socket.gethostname(),
+            backend=self.kind,
+            user=current_username(),
+            pid_namespace_foreign=self._foreign,
+            unavailable=freeze(reasons),
+            **values,
+        )
+
+    def host_info(self) -> HostInfo:
+        return self._host
+
+    def device_count(self) -> int:
+        return len(self._gpus)
+
+    def read_static(self, index: int) -> GpuStatic:
+        gpu = self._gpus[index]
+        values: dict[str, Any] = {}
+        reasons: dict[str, Reason] = {}
+        nvml = self._nvml
+
+        def put(
+            fields: str | tuple[str, ...], result: tuple[Any, Reason | None], convert: Callable[[Any], Any]
+        ) -> None:
+            names = (fields,) if isinstance(fields, str) else fields
+            value, reason = result
+            if reason is not None:
+                for name in names:
+                    reasons[name] = reason
+                return
+            converted = convert(value)
+            if isinstance(fields, str):
+                values[fields] = converted
+            else:
+                values.update(zip(fields, converted, strict=False))
+
+        try:
+            put("uuid", self._query(gpu, "uuid", "nvmlDeviceGetUUID"), _text)
+            gpu.uuid = values.get("uuid", gpu.uuid)
+            put("name", self._query(gpu, "name", "nvmlDeviceGetName"), _text)
+            pci = self._query(gpu, "pci_v3", "nvmlDeviceGetPciInfo_v3")
+            if pci[1] is Reason.NOT_SUPPORTED:
+                pci = self._query(gpu, "pci", "nvmlDeviceGetPciInfo")
+            put("bus_id", pci, lambda info: _text(info.busId))
+            put("serial", self._query(gpu, "serial", "nvmlDeviceGetSerial"), _text)
+            put("memory_total_bytes", self._query(gpu, "memory_v1", "nvmlDeviceGetMemoryInfo"), lambda m: int(m.total))
+            put(
+                "power_default_limit_w",
+                self._query(gpu, "power_default", "nvmlDeviceGetPowerManagementDefaultLimit"),
+                _milli,
+            )
+            put(
+                ("power_min_limit_w", "power_max_limit_w"),
+                self._query(gpu, "power_constraints", "nvmlDeviceGetPowerManagementLimitConstraints"),
+                lambda pair: (_milli(pair[0]), _milli(pair[1])),
+            )
+            put(
+                "temperature_slowdown_c",
+                self._query(
+                    gpu,
+                    "threshold_slowdown",
+                    "nvmlDeviceGetTemperatureThreshold",
+                    nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN,
+                ),
+                _positive_int,
+            )
+            put(
+                "temperature_shutdown_c",
+                self._query(
+                    gpu,
+                    "threshold_shutdown",
+                    "nvmlDeviceGetTemperatureThreshold",
+                    nvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN,
+                ),
+                _positive_int,
+            )
+            put(
+                "clock_sm_max_mhz",
+                self._query(gpu, "max_clock_sm", "nvmlDeviceGetMaxClockInfo", nvml.NVML_CLOCK_SM),
+                int,
+            )
+            put(
+                "clock_mem_max_mhz",
+                self._query(gpu, "max_clock_mem", "nvmlDeviceGetMaxClockInfo", nvml.NVML_CLOCK_MEM),
+                int,
+            )
+            put(
+                "compute_capability",
+                self._query(gpu, "compute_capability", "nvmlDeviceGetCudaComputeCapability"),
+                lambda cc: f"{cc[0]}.{cc[1]}",
+            )
+            put("mig_mode", self._query(gpu, "mig_mode", "nvmlDeviceGetMigMode"), lambda modes: bool(modes[0]))
+            put("fan_count", self._query(gpu, "fan_count", "nvmlDeviceGetNumFans"), int)
+            mig_devices = self._mig_devices(gpu) if values.get("mig_mode") else ()
+        except _NoHandleError as exc:
+            for name in STATIC_FIELDS:
+                if name not in values:
+                    reasons[name] = exc.reason
+            mig_devices = ()
+        except _LostError:
+            for name in STATIC_FIELDS:
+                if name not in values:
+                    reasons[name] = Reason.LOST
+            mig_devices = ()
+        for name in list(reasons):
+            if name in values:
+                del reasons[name]
+        return GpuStatic(index=index, mig_devices=tuple(mig_devices), unavailable=freeze(reasons), **values)
+
+    def _mig_devices(self, gpu: _Gpu) -> list[str]:
+        """UUIDs of the MIG instances on a MIG-enabled GPU (empty slots raise NotFound: skipped)."""
+        count, reason = self._query(gpu, "mig_count", "nvmlDeviceGetMaxMigDeviceCount")
+        if reason is not None or not count:
+            return []
+        uuids = []
+        handle = self._handle(gpu)
+        for slot in range(int(count)):
+            try:
+                self._counts["nvmlDeviceGetMigDeviceHandleByIndex"] += 1
+                mig = self._nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+                self._counts["nvmlDeviceGetUUID"] += 1
+                uuids.append(_text(self._nvml.nvmlDeviceGetUUID(mig)))
+            except self._nvml.NVMLError:
+                continue
+        return uuids
+
+    # ----------------------------------------------------------------- dynamic fields
+
+    def read_sample(self, index: int, groups: Collection[str]) -> Reading:
+        gpu = self._gpus[index]
+        reading = Reading()
+        readers = self._group_readers()
+        done: set[str] = set()
+        try:
+            for group in groups:
+                readers[group](gpu, reading)
+                done.add(group)
+        except (_LostError, _NoHandleError) as exc:
+            reason = exc.reason if isinstance(exc, _NoHandleError) else Reason.LOST
+            reading.lost = reason is Reason.LOST
+            for group in groups:
+                if group in done:
+                    continue
+                for name in SAMPLE_GROUPS[group]:
+                    reading.values.pop(name, None)
+                    reading.unavailable[name] = reason
+        return reading
+
+    def _group_readers(self) -> dict[str, Callable[[_Gpu, Reading], None]]:
+        return {
+            "memory": self._read_memory,
+            "utilization": self._read_utilization,
+            "codec": self._read_codec,
+            "temperature": self._read_temperature,
+            "fan": self._read_fan,
+            "power": self._read_power,
+            "power_limit": self._read_power_limit,
+            "energy": self._read_energy,
+            "pstate": self._read_pstate,
+            "clocks": self._read_clocks,
+            "ecc": self._read_ecc,
+            "throttle": self._read_throttle,
+            "pcie": self._read_pcie,
+            "modes": self._read_modes,
+        }
+
+    @staticmethod
+    def _store(
+        reading: Reading, name: str, result: tuple[Any, Reason | None], convert: Callable[[Any], Any] = int
+    ) -> None:
+        value, reason = result
+        if reason is not None:
+            reading.unavailable[name] = reason
+            return
+        try:
+            reading.values[name] = convert(value)
+        except (TypeError, ValueError):
+            reading.unavailable[name] = Reason.UNKNOWN
+
+    def _read_memory(self, gpu: _Gpu, reading: Reading) -> None:
+        # v2 separates driver-reserved memory from "used" (what nvidia-smi shows);
+        # drivers before R510 lack it (FunctionNotFound), then v1 counts reserved as used.
+        memory, reason = self._query(gpu, "memory_v2", "nvmlDeviceGetMemoryInfo", self._nvml.nvmlMemory_v2)
+        if reason is None:
+            reading.values["memory_used_bytes"] = int(memory.used)
+            reading.values["memory_free_bytes"] = int(memory.free)
+            reading.values["memory_reserved_bytes"] = int(memory.reserved)
+            return
+        if reason is not Reason.NOT_SUPPORTED:
+            for name in ("memory_used_bytes", "memory_free_bytes", "memory_reserved_bytes"):
+                reading.unavailable[name] = reason
+            return
+        memory, reason = self._query(gpu, "memory_v1", "nvmlDeviceGetMemoryInfo")
+        reading.unavailable["memory_reserved_bytes"] = Reason.NOT_SUPPORTED
+        if reason is not None:
+            reading.unavailable["memory_used_bytes"] = reading.unavailable["memory_free_bytes"] = reason
+            return
+        reading.values["memory_used_bytes"] = int(memory.used)
+        reading.values["memory_free_bytes"] = int(memory.free)
+
+    def _read_utilization(self, gpu: _Gpu, reading: Reading) -> None:
+        rates, reason = self._query(gpu, "utilization", "nvmlDeviceGetUtilizationRates")
+        self._store(reading, "utilization_gpu_percent", (getattr(rates, "gpu", None), reason))
+        self._store(reading, "utilization_memory_percent", (getattr(rates, "memory", None), reason))
+
+    def _read_codec(self, gpu: _Gpu, reading: Reading) -> None:
+        enc = self._query(gpu, "encoder", "nvmlDeviceGetEncoderUtilization")
+        self._store(reading, "encoder_percent", enc, lambda pair: int(pair[0]))
+        dec = self._query(gpu, "decoder", "nvmlDeviceGetDecoderUtilization")
+        self._store(reading, "decoder_percent", dec, lambda pair: int(pair[0]))
+
+    def _read_temperature(self, gpu: _Gpu, reading: Reading) -> None:
+        # TemperatureV is the current API; drivers before it raise FunctionNotFound once.
+        result = self._query(gpu, "temperature_v", "nvmlDeviceGetTemperatureV", self._nvml.NVML_TEMPERATURE_GPU)
+        if result[1] is Reason.NOT_SUPPORTED:
+            result = self._query(gpu, "temperature", "nvmlDeviceGetTemperature", self._nvml.NVML_TEMPERATURE_GPU)
+        self._store(reading, "temperature_c", result)
+
+    def _read_fan(self, gpu: _Gpu, reading: Reading) -> None:
+        self._store(reading, "fan_percent", self._query(gpu, "fan", "nvmlDeviceGetFanSpeed"))
+
+    def _read_power(self, gpu: _Gpu, reading: Reading) -> None:
+        self._store(reading, "power_draw_w", self._query(gpu, "power", "nvmlDeviceGetPowerUsage"), _milli)
+
+    def _read_power_limit(self, gpu: _Gpu, reading: Reading) -> None:
+        result = self._query(gpu, "power_limit", "nvmlDeviceGetEnforcedPowerLimit")
+        self._store(reading, "power_limit_w", result, _milli)
+
+    def _read_energy(self, gpu: _Gpu, reading: Reading) -> None:
+        self._store(reading, "energy_mj", self._query(gpu, "energy", "nvmlDeviceGetTotalEnergyConsumption"))
+
+    def _read_pstate(self, gpu: _Gpu, reading: Reading) -> None:
+        value, reason = self._query(gpu, "pstate", "nvmlDeviceGetPerformanceState")
+        if reason is None and not 0 <= int(value) <= 15:
+            value, reason = None, Reason.UNKNOWN  # 32 = NVML_PSTATE_UNKNOWN
+        self._store(reading, "pstate", (value, reason))
+
+    def _read_clocks(self, gpu: _Gpu, reading: Reading) -> None:
+        nvml = self._nvml
+        self._store(reading, "clock_sm_mhz", self._query(gpu, "clock_sm", "nvmlDeviceGetClockInfo", nvml.NVML_CLOCK_SM))
+        self._store(
+            reading, "clock_mem_mhz", self._query(gpu, "clock_mem", "nvmlDeviceGetClockInfo", nvml.NVML_CLOCK_MEM)
+        )
+
+    def _read_ecc(self, gpu: _Gpu, reading: Reading) -> None:
+        nvml = self._nvml
+        counters = {
+            "ecc_corrected_volatile": (nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, nvml.NVML_VOLATILE_ECC),
+            "ecc_uncorrected_volatile": (nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_VOLATILE_ECC),
+            "ecc_corrected_aggregate": (nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, nvml.NVML_AGGREGATE_ECC),
+            "ecc_uncorrected_aggregate": (nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_AGGREGATE_ECC),
+        }
+        modes, reason = self._query(gpu, "ecc_mode", "nvmlDeviceGetEccMode")
+        self._store(reading, "ecc_mode", (modes, reason), lambda pair: bool(pair[0]))
+        if reason is not None or not modes[0]:
+            # ECC off (or unknown): the counters are meaningless, not zero.
+            for name in counters:
+                reading.unavailable[name] = reason or Reason.NOT_SUPPORTED
+            return
+        for name, (error_type, counter_type) in counters.items():
+            self._store(reading, name, self._query(gpu, name, "nvmlDeviceGetTotalEccErrors", error_type, counter_type))
+
+    def _read_throttle(self, gpu: _Gpu, reading: Reading) -> None:
+        result = self._query(gpu, "clock_events", "nvmlDeviceGetCurrentClocksEventReasons")
+        if result[1] is Reason.NOT_SUPPORTED:
+            result = self._query(gpu, "throttle", "nvmlDeviceGetCurrentClocksThrottleReasons")
+        self._store(reading, "throttle_reasons", result, lambda mask: decode_throttle_reasons(int(mask)))
+
+    def _read_pcie(self, gpu: _Gpu, reading: Reading) -> None:
+        nvml = self._nvml
+        for name, counter in (
+            ("pcie_rx_bytes_per_s", nvml.NVML_PCIE_UTIL_RX_BYTES),
+            ("pcie_tx_bytes_per_s", nvml.NVML_PCIE_UTIL_TX_BYTES),
+        ):
+            result = self._query(gpu, name, "nvmlDeviceGetPcieThroughput", counter)
+            self._store(reading, name, result, lambda kib: int(kib) * 1024)
+
+    def _read_modes(self, gpu: _Gpu, reading: Reading) -> None:
+        self._store(reading, "persistence_mode", self._query(gpu, "persistence", "nvmlDeviceGetPersistenceMode"), bool)
+        self._store(
+            reading,
+            "compute_mode",
+            self._query(gpu, "compute_mode", "nvmlDeviceGetComputeMode"),
+            lambda mode: COMPUTE_MODES.get(int(mode), str(mode)),
+        )
+
+    # ----------------------------------------------------------------- processes
+
+    def read_processes(self, index: int) -> ProcessReading:
+        gpu = self._gpus[index]
+        reading = ProcessReading()
+        merged: dict[int, RawGpuProcess] = {}
+        try:
+            reasons = []
+            for kind, ptype in (("Compute", ProcessType.COMPUTE), ("Graphics", ProcessType.GRAPHICS)):
+                entries, reason = self._process_list(gpu, kind)
+                if reason is not None:
+                    reasons.append(reason)
+                    continue
+                for entry in entries:
+                    _merge_process(merged, entry, ptype)
+            if len(reasons) == 2:
+                reading.unavailable = reasons[0]
+                return reading
+            if merged:
+                utilization = self._process_utilization(gpu)
+                for pid, raw in list(merged.items()):
+                    merged[pid] = _with_utilization(raw, utilization)
+        except _NoHandleError as exc:
+            reading.unavailable = exc.reason
+            reading.lost = exc.reason is Reason.LOST
+            return reading
+        except _LostError:
+            reading.unavailable = Reason.LOST
+            reading.lost = True
+            return reading
+        reading.processes = list(merged.values())
+        return reading
+
+    def _process_list(self, gpu: _Gpu, kind: str) -> tuple[list[Any], Reason | None]:
+        """One NVML process list, walking down to older API versions the driver has."""
+        while True:
+            api = self._proc_api
+            if api in ("v3", "v2"):
+                name = f"nvmlDeviceGet{kind}RunningProcesses_{api}"
+                entries, reason = self._query(gpu, name, name)
+            else:
+                name = f"nvmlDeviceGet{kind}RunningProcesses" + ("" if api == "v1" else "_v3")
+                entries, reason = self._legacy_processes(gpu, name, api)
+            older = {"v3": "v2", "v3-535": "v2", "v2": "v1"}.get(api)
+            if reason is Reason.NOT_SUPPORTED and name in self._missing and older is not None:
+                self._proc_api = older  # the driver predates this symbol: every GPU uses the older one
+                continue
+            return (list(entries) if entries is not None else []), reason
+
+    def _legacy_processes(self, gpu: _Gpu, name: str, api: str) -> tuple[list[Any] | None, Reason | None]:
+        """v1 (16-byte entries) or the 535.43-535.85 ``_v3`` (32-byte entries), called through ctypes."""
+        key = f"{name}:{api}"
+        if (gpu.index, key) in self._unsupported:
+            return None, Reason.NOT_SUPPORTED
+        handle = self._handle(gpu)
+        struct = _ProcessInfoV1 if api == "v1" else _ProcessInfo535
+        nvml = self._nvml
+        self._counts[name] += 1
+        try:
+            function = nvml._nvmlGetFunctionPointer(name)
+            count = ctypes.c_uint(0)
+            ret = function(handle, ctypes.byref(count), None)
+            if ret == nvml.NVML_SUCCESS:
+                return [], None
+            if ret != nvml.NVML_ERROR_INSUFFICIENT_SIZE:
+                raise nvml.NVMLError(ret)
+            count.value = count.value * 2 + 5
+            array = (struct * count.value)()
+            ret = function(handle, ctypes.byref(count), array)
+            if ret != nvml.NVML_SUCCESS:
+                raise nvml.NVMLError(ret)
+        except nvml.NVMLError as exc:
+            return None, self._failed(gpu, key, name, exc)
+        return [_LegacyEntry.of(array[i]) for i in range(count.value)], None
+
+    def _process_utilization(self, gpu: _Gpu) -> dict[int, Any] | None:
+        """Latest per-process sample of the last second: ``{}`` = no samples (idle), ``None`` = unavailable."""
+        key = name = "nvmlDeviceGetProcessUtilization"
+        if (gpu.index, key) in self._unsupported:
+            return None
+        handle = self._handle(gpu)
+        nvml = self._nvml
+        since_us = int((time.time() - 1.0) * 1_000_000)  # NVML timestamps are Unix microseconds
+        self._counts[name] += 1
+        try:
+            samples = nvml.nvmlDeviceGetProcessUtilization(handle, since_us)
+        except nvml.NVMLError_NotFound:
+            return {}  # no sample newer than the timestamp
+        except nvml.NVMLError as exc:
+            if exc.value == nvml.NVML_SUCCESS:
+                return {}  # pynvml raises NVMLError(0) when the driver reports zero samples
+            self._failed(gpu, key, name, exc)
+            return None
+        latest: dict[int, Any] = {}
+        for sample in sorted(samples, key=lambda s: s.timeStamp):
+            if sample.smUtil > 100 or sample.memUtil > 100:
+                continue  # garbage values seen on some drivers
+            latest[sample.pid] = sample
+        return latest
+
+    # ----------------------------------------------------------------- host processes and signals
+
+    def pids_are_foreign(self) -> bool:
+        return self._foreign
+
+    def inspect_processes(self, pids: Collection[int]) -> dict[int, HostProcess | None]:
+        return self._inspector.inspect(pids)
+
+    def send_signal(self, pid: int, create_time: float | None, signum: int) -> SignalOutcome:
+        if self._foreign:
+            return SignalOutcome(False, f"pid {pid} belongs to another PID namespace (container); nothing sent")
+        return send_signal_checked(pid, create_time, signum)
+
+
+# --------------------------------------------------------------------- helpers
+
+
+def _version_tuple(version: str | None) -> tuple[int, ...]:
+    """``"535.54.03"`` -> (535, 54, 3); unparseable parts end the tuple."""
+    parts: list[int] = []
+    for part in (version or "").split("."):
+        if not part.isdigit():
+            break
+        parts.append(int(part))
+    return tuple(parts)
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _milli(value: Any) -> float:
+    return int(value) / 1000.0
+
+
+def _positive_int(value: Any) -> int:
+    number = int(value)
+    if number <= 0:
+        raise ValueError(number)
+    return number
+
+
+class _ProcessInfoV1(ctypes.Structure):
+    _fields_ = (("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong))
+
+
+class _ProcessInfo535(ctypes.Structure):
+    _fields_ = (
+        ("pid", ctypes.c_uint),
+        ("usedGpuMemory", ctypes.c_ulonglong),
+        ("gpuInstanceId", ctypes.c_uint),
+        ("computeInstanceId", ctypes.c_uint),
+        ("usedGpuCcProtectedMemory", ctypes.c_ulonglong),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _LegacyEntry:
+    pid: int
+    usedGpuMemory: int | None  # noqa: N815 - mirrors pynvml's attribute names
+    gpuInstanceId: int = _UINT_MAX  # noqa: N815
+    computeInstanceId: int = _UINT_MAX  # noqa: N815
+
+    @classmethod
+    def of(cls, raw: Any) -> _LegacyEntry:
+        memory = int(raw.usedGpuMemory)
+        return cls(
+            pid=int(raw.pid),
+            usedGpuMemory=None if memory == 0xFFFFFFFFFFFFFFFF else memory,
+            gpuInstanceId=int(getattr(raw, "gpuInstanceId", _UINT_MAX)),
+            computeInstanceId=int(getattr(raw, "computeInstanceId", _UINT_MAX)),
+        )
+
+
+def _instance_id(value: Any) -> int | None:
+    if value is None:
+        return None
+    value = int(value)
+    return None if value == _UINT_MAX else value
+
+
+def _merge_process(merged: dict[int, RawGpuProcess], entry: Any, ptype: ProcessType) -> None:
+    """Add one NVML list entry; a pid already seen on this GPU becomes C+G (memory: the larger)."""
+    pid = int(entry.pid)
+    memory = entry.usedGpuMemory
+    memory = None if memory is None else int(memory)
+    previous = merged.get(pid)
+    if previous is None:
+        merged[pid] = RawGpuProcess(
+            pid=pid,
+            type=ptype,
+            gpu_memory_bytes=memory,
+            gpu_instance_id=_instance_id(getattr(entry, "gpuInstanceId", None)),
+            compute_instance_id=_instance_id(getattr(entry, "computeInstanceId", None)),
+        )
+        return
+    memories = [m for m in (previous.gpu_memory_bytes, memory) if m is not None]
+    merged[pid] = RawGpuProcess(
+        pid=pid,
+        type=previous.type.merge(ptype),
+        gpu_memory_bytes=max(memories) if memories else None,
+        gpu_instance_id=previous.gpu_instance_id,
+        compute_instance_id=previous.compute_instance_id,
+    )
+
+
+def _with_utilization(raw: RawGpuProcess, utilization: dict[int, Any] | None) -> RawGpuProcess:
+    if utilization is None:
+        return raw  # not supported (e.g. MIG): leave None, not 0
+    sample = utilization.get(raw.pid)
+    if sample is None:
+        return RawGpuProcess(
+            raw.pid, raw.type, raw.gpu_memory_bytes, 0, 0, 0, 0, raw.gpu_instance_id, raw.compute_instance_id
+        )
+    return RawGpuProcess(
+        raw.pid,
+        raw.type,
+        raw.gpu_memory_bytes,
+        int(sample.smUtil),
+        int(sample.memUtil),
+        int(getattr(sample, "encUtil", 0)),
+        int(getattr(sample, "decUtil", 0)),
+        raw.gpu_instance_id,
+        raw.compute_instance_id,
+    )

@@ -1,0 +1,160 @@
+"""What the simulated backend simulates: GPU models and the workloads that run on them.
+
+Figures are the vendors' published specifications (memory, default power limit,
+boost clocks, thresholds close to what NVML reports on those boards), so the
+demo and the screenshots look like a real machine rather than round numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import UsageError
+
+__all__ = ["MODELS", "WORKLOADS", "GpuModel", "Workload", "find_model"]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuModel:
+    name: str
+    memory_mib: int
+    power_limit_w: float
+    power_min_w: float
+    power_max_w: float
+    slowdown_c: int
+    shutdown_c: int
+    sm_max_mhz: int
+    mem_max_mhz: int
+    compute_capability: str
+    fans: int  # 0: passively cooled (SXM): NVML says fan NotSupported
+    ecc: bool  # GeForce boards: ECC NotSupported
+    mig: bool
+    graphics: bool  # boards with a display engine also run graphics (G) processes
+    sm_idle_mhz: int = 345
+    mem_idle_mhz: int = 405
+
+
+MODELS: tuple[GpuModel, ...] = (
+    GpuModel("NVIDIA H100 80GB HBM3", 81559, 700, 200, 700, 87, 92, 1980, 2619, "9.0", 0, True, True, False),
+    GpuModel("NVIDIA H100 PCIe", 81559, 350, 200, 350, 85, 90, 1755, 1593, "9.0", 0, True, True, False),
+    GpuModel("NVIDIA H200", 143771, 700, 200, 700, 87, 92, 1980, 3201, "9.0", 0, True, True, False),
+    GpuModel("NVIDIA A100-SXM4-80GB", 81920, 400, 100, 400, 89, 92, 1410, 1593, "8.0", 0, True, True, False),
+    GpuModel("NVIDIA A100-SXM4-40GB", 40960, 400, 100, 400, 89, 92, 1410, 1215, "8.0", 0, True, True, False),
+    GpuModel("NVIDIA L4", 23034, 72, 40, 72, 88, 93, 2040, 6251, "8.9", 0, True, False, True),
+    GpuModel("NVIDIA GeForce RTX 4090", 24564, 450, 150, 600, 90, 95, 3105, 10501, "8.9", 1, False, False, True),
+    GpuModel("Tesla V100-SXM2-32GB", 32768, 300, 150, 300, 86, 90, 1530, 877, "7.0", 0, True, False, False),
+    GpuModel("Tesla T4", 15360, 70, 60, 70, 88, 96, 1590, 5001, "7.5", 0, True, False, True),
+)
+
+
+def find_model(name: str) -> GpuModel:
+    """The catalog model whose name contains ``name`` (case-insensitive); the first match wins."""
+    needle = name.strip().lower()
+    for model in MODELS:
+        if model.name.lower() == needle:
+            return model
+    for model in MODELS:
+        if needle and needle in model.name.lower():
+            return model
+    known = ", ".join(m.name for m in MODELS)
+    raise UsageError(f"--demo-model: unknown GPU model {name!r} (known: {known})")
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A kind of GPU job: its command line, how much of the GPU it takes, how long it lives."""
+
+    command: str
+    memory_fraction: tuple[float, float]  # of the GPU's memory, min..max
+    intensity: tuple[float, float]  # share of SM time it asks for, 0..1
+    lifetime_s: tuple[float, float]
+    kind: str = "C"  # C, G or C+G
+    cpu_percent: tuple[float, float] = (80.0, 105.0)
+    host_memory_gib: tuple[float, float] = (4.0, 24.0)
+    encoder: float = 0.0
+    decoder: float = 0.0
+
+
+WORKLOADS: tuple[Workload, ...] = (
+    Workload(
+        "python train.py --config configs/llama3-8b.yaml --micro-batch-size 4",
+        (0.55, 0.88),
+        (0.75, 0.98),
+        (600, 3600),
+        host_memory_gib=(18, 40),
+    ),
+    Workload(
+        "/opt/conda/bin/python -m torch.distributed.run --nproc_per_node=8 pretrain_gpt.py --tp 2",
+        (0.6, 0.9),
+        (0.8, 1.0),
+        (900, 3600),
+        cpu_percent=(95, 180),
+        host_memory_gib=(24, 64),
+    ),
+    Workload(
+        "vllm serve meta-llama/Llama-3.1-8B-Instruct --gpu-memory-utilization 0.9 --port 8000",
+        (0.85, 0.9),
+        (0.1, 0.7),
+        (900, 3600),
+        cpu_percent=(20, 60),
+    ),
+    Workload(
+        "python finetune_lora.py --model mistralai/Mistral-7B-v0.3 --lr 2e-4 --epochs 3",
+        (0.3, 0.6),
+        (0.6, 0.9),
+        (300, 1800),
+    ),
+    Workload(
+        "python -m ipykernel_launcher -f /run/user/1000/jupyter/runtime/kernel-7f3c.json",
+        (0.02, 0.2),
+        (0.0, 0.25),
+        (120, 1200),
+        cpu_percent=(0, 15),
+        host_memory_gib=(1, 6),
+    ),
+    Workload(
+        "python eval_harness.py --tasks mmlu,gsm8k,hellaswag --batch-size auto",
+        (0.2, 0.5),
+        (0.4, 0.8),
+        (120, 900),
+    ),
+    Workload(
+        "tritonserver --model-repository=/models --http-port 8000",
+        (0.15, 0.4),
+        (0.1, 0.5),
+        (900, 3600),
+        cpu_percent=(10, 40),
+    ),
+    Workload(
+        "ffmpeg -hwaccel cuda -i talk.mp4 -c:v h264_nvenc -preset p5 talk-720p.mp4",
+        (0.01, 0.03),
+        (0.05, 0.2),
+        (30, 240),
+        cpu_percent=(40, 90),
+        host_memory_gib=(0.2, 1),
+        encoder=0.55,
+        decoder=0.35,
+    ),
+)
+
+GRAPHICS_WORKLOADS: tuple[Workload, ...] = (
+    Workload(
+        "/usr/lib/xorg/Xorg vt1 -displayfd 3 -auth /run/user/1000/gdm/Xauthority",
+        (0.005, 0.01),
+        (0.0, 0.03),
+        (86400, 86400),
+        kind="G",
+        cpu_percent=(0.5, 3),
+        host_memory_gib=(0.1, 0.3),
+    ),
+    Workload(
+        "blender -b scene.blend -E CYCLES -a -- --cycles-device OPTIX",
+        (0.1, 0.3),
+        (0.5, 0.9),
+        (120, 900),
+        kind="C+G",
+        host_memory_gib=(2, 8),
+    ),
+)
+
+USERS: tuple[str, ...] = ("alice", "bob", "carol", "dmitri", "zhang")

@@ -1,0 +1,554 @@
+"""The simulated backend: deterministic GPUs for ``--demo``, tests, screenshots and benchmarks.
+
+Why a real backend and not a mock: it goes through the same interface, poller,
+join and views as NVML, so everything above the backend is exercised exactly
+as on hardware. Every value is a pure function of (seed, GPU, simulated time),
+so a frozen clock gives byte-identical output (SVG snapshot tests), and a
+running clock gives GPUs whose jobs start, ramp up, run and exit.
+
+It can also:
+
+- report real pids (``real_pids``) as GPU processes, so the psutil join and the
+  kill path run against real processes;
+- inject every fault the NVML backend handles (see :mod:`.sim_faults`), also
+  while running (``faults`` is mutable; :meth:`set_lost`, :meth:`simulate_pid_reuse`).
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import os
+import random
+import time
+import uuid as uuidlib
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+
+import psutil
+
+from ..hostprocs import PsutilInspector, current_username
+from ..model import (
+    SAMPLE_GROUPS,
+    STATIC_FIELDS,
+    GpuStatic,
+    HostInfo,
+    HostProcess,
+    ProcessType,
+    RawGpuProcess,
+    Reason,
+    freeze,
+)
+from ..signals import send_signal_checked, signal_name
+from .base import Backend, ProcessReading, Reading, SignalOutcome
+from .sim_catalog import GRAPHICS_WORKLOADS, USERS, WORKLOADS, GpuModel, Workload, find_model
+from .sim_faults import SimFaults
+
+__all__ = ["SimulatedBackend"]
+
+MIB = 1024 * 1024
+GIB = 1024 * MIB
+# Bus numbers of a DGX H100's eight GPUs; more GPUs continue the pattern.
+_BUS_NUMBERS = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
+_IDENTITY_FIELDS = ("uuid", "name", "bus_id", "serial")  # a lost GPU's driver still knows these
+
+
+@dataclass(slots=True)
+class _Job:
+    """One simulated GPU process: a workload instance on one GPU for a span of time."""
+
+    pid: int
+    gpu: int
+    workload: Workload
+    user: str
+    uid: int
+    start: float
+    end: float
+    memory_fraction: float
+    intensity: float
+    cpu_percent: float
+    rss: int
+    phase: float
+    vanished: bool = False  # NVML lists it, the host no longer has it
+    real: bool = False  # a real host process (psutil answers for it)
+
+    def alive(self, now: float) -> bool:
+        return self.start <= now < self.end
+
+    def ramp(self, now: float) -> float:
+        """Jobs load their weights first: memory and utilisation ramp up over ~20 s."""
+        return min(1.0, 0.15 + max(0.0, now - self.start) / 20.0)
+
+
+class SimulatedBackend(Backend):
+    """Simulated GPUs. Deterministic for a given ``seed`` and sequence of clock readings."""
+
+    kind = "simulated"
+
+    def __init__(
+        self,
+        gpus: int = 4,
+        model: str | GpuModel = "H100 80GB HBM3",
+        seed: int = 0,
+        *,
+        clock: Callable[[], float] = time.time,
+        faults: SimFaults | None = None,
+        real_pids: Sequence[int] = (),
+        processes_per_gpu: int = 3,
+        lifetime_scale: float = 1.0,
+        hostname: str = "demo-node",
+        viewer: str | None = None,
+        driver_version: str = "550.54.15",
+        cuda_driver_version: str = "12.4",
+    ) -> None:
+        if gpus < 0:
+            raise ValueError("gpus must be >= 0")
+        self.model = model if isinstance(model, GpuModel) else find_model(model)
+        self.seed = seed
+        self.faults = faults or SimFaults()
+        self._clock = clock
+        self._gpus = gpus
+        self._t0 = clock()
+        self._viewer = viewer or current_username() or "user"
+        self._viewer_uid = os.getuid() if viewer is None and hasattr(os, "getuid") else 1000
+        self._root = self._viewer_uid == 0 and viewer is None
+        self._slots = max(0, processes_per_gpu)
+        self._lifetime_scale = max(0.01, lifetime_scale)
+        self._hostname = hostname
+        self._driver = driver_version
+        self._cuda = cuda_driver_version
+        self._counts: collections.Counter[str] = collections.Counter()
+        self._schedules: dict[tuple[int, int], list[_Job]] = {}
+        self._killed: set[tuple[int, float]] = set()  # (pid, start) of jobs ended by a signal
+        self._replaced: dict[tuple[int, float], _Job] = {}  # jobs whose pid was reused (tests)
+        self._energy: dict[int, tuple[float, float]] = {}  # gpu -> (time, millijoules)
+        self._inspector = PsutilInspector(clock=clock)
+        self._real_jobs = [self._real_job(k, pid) for k, pid in enumerate(real_pids)] if gpus else []
+        self._real_pids = {job.pid for job in self._real_jobs}
+
+    # ----------------------------------------------------------------- identity
+
+    def host_info(self) -> HostInfo:
+        return HostInfo(
+            hostname=self._hostname,
+            driver_version=self._driver,
+            cuda_driver_version=self._cuda,
+            nvml_version=f"12.{self._driver}",
+            backend=self.kind,
+            user=self._viewer,
+            pid_namespace_foreign=self.faults.foreign,
+        )
+
+    def device_count(self) -> int:
+        return self._gpus
+
+    def call_counts(self) -> dict[str, int]:
+        return dict(self._counts)
+
+    def _uuid(self, index: int) -> str:
+        rng = random.Random(f"uuid/{self.seed}/{index}")
+        return "GPU-" + str(uuidlib.UUID(int=rng.getrandbits(128), version=4))
+
+    def _bus_id(self, index: int) -> str:
+        if index < len(_BUS_NUMBERS) and self._gpus <= len(_BUS_NUMBERS):
+            bus = _BUS_NUMBERS[index]
+        else:
+            bus = 0x10 + index * max(1, 0xE0 // max(self._gpus, 1))
+        domain = index // 256  # more than 256 GPUs need more domains
+        return f"{domain:08X}:{bus % 256:02X}:00.0"
+
+    def read_static(self, index: int) -> GpuStatic:
+        self._counts["static"] += 1
+        model = self.model
+        if index in self.faults.no_permission:
+            reasons = dict.fromkeys(STATIC_FIELDS, Reason.NO_PERMISSION)
+            return GpuStatic(index=index, unavailable=freeze(reasons))
+        values: dict[str, object] = {
+            "uuid": self._uuid(index),
+            "name": model.name,
+            "bus_id": self._bus_id(index),
+            "serial": f"{1650922000000 + self.seed * 1000 + index}",
+            "memory_total_bytes": model.memory_mib * MIB,
+            "power_default_limit_w": float(model.power_limit_w),
+            "power_min_limit_w": float(model.power_min_w),
+            "power_max_limit_w": float(model.power_max_w),
+            "temperature_slowdown_c": model.slowdown_c,
+            "temperature_shutdown_c": model.shutdown_c,
+            "clock_sm_max_mhz": model.sm_max_mhz,
+            "clock_mem_max_mhz": model.mem_max_mhz,
+            "compute_capability": model.compute_capability,
+            "mig_mode": False if model.mig else None,
+            "fan_count": model.fans if model.fans else None,
+        }
+        reasons: dict[str, Reason] = {}
+        if not model.mig:
+            reasons["mig_mode"] = Reason.NOT_SUPPORTED
+        if not model.fans:
+            reasons["fan_count"] = Reason.NOT_SUPPORTED
+        if self.faults.is_lost(index):
+            for name in list(values):
+                if name not in _IDENTITY_FIELDS:
+                    values.pop(name)
+                    reasons[name] = Reason.LOST
+        for name in reasons:
+            values.pop(name, None)
+        return GpuStatic(index=index, unavailable=freeze(reasons), **values)  # type: ignore[arg-type]
+
+    # ----------------------------------------------------------------- jobs
+
+    def _real_job(self, k: int, pid: int) -> _Job:
+        rng = random.Random(f"real/{self.seed}/{pid}")
+        try:
+            start = psutil.Process(pid).create_time()
+        except psutil.Error:
+            start = self._t0
+        return _Job(
+            pid=pid,
+            gpu=k % self._gpus,
+            workload=WORKLOADS[0],
+            user="",
+            uid=-1,
+            start=start,
+            end=math.inf,
+            memory_fraction=rng.uniform(0.05, 0.2),
+            intensity=rng.uniform(0.2, 0.5),
+            cpu_percent=0.0,
+            rss=0,
+            phase=rng.uniform(0, 2 * math.pi),
+            real=True,
+        )
+
+    def _new_job(self, gpu: int, slot: int, serial: int, start: float) -> _Job:
+        rng = random.Random(f"job/{self.seed}/{gpu}/{slot}/{serial}")
+        pool = WORKLOADS + (GRAPHICS_WORKLOADS if self.model.graphics else ())
+        workload = pool[0] if slot == 0 and serial == 0 else rng.choice(pool)
+        if self.model.graphics and slot == self._slots - 1 and serial == 0:
+            workload = GRAPHICS_WORKLOADS[0]  # a display server on boards that drive displays
+        users = (self._viewer, self._viewer, *USERS)
+        user = users[rng.randrange(len(users))]
+        uid = self._viewer_uid if user == self._viewer else 1001 + USERS.index(user)
+        low, high = workload.lifetime_s
+        lifetime = rng.uniform(low, high) * (3.0 if slot == 0 else 1.0) * self._lifetime_scale
+        pid = rng.randrange(2000, 99999)
+        while pid in self._real_pids:
+            pid += 1
+        return _Job(
+            pid=pid,
+            gpu=gpu,
+            workload=workload,
+            user=user,
+            uid=uid,
+            start=start,
+            end=start + lifetime,
+            memory_fraction=rng.uniform(*workload.memory_fraction) * (1.0 if slot == 0 else 0.35),
+            intensity=rng.uniform(*workload.intensity) * (1.0 if slot == 0 else 0.5),
+            cpu_percent=rng.uniform(*workload.cpu_percent),
+            rss=int(rng.uniform(*workload.host_memory_gib) * GIB),
+            phase=rng.uniform(0, 2 * math.pi),
+            vanished=self.faults.vanished and rng.random() < 0.3,
+        )
+
+    def _schedule(self, gpu: int, slot: int, now: float) -> list[_Job]:
+        """Jobs of one slot up to ``now`` (generated lazily; only recent ones kept)."""
+        jobs = self._schedules.get((gpu, slot))
+        if jobs is None:
+            rng = random.Random(f"slot/{self.seed}/{gpu}/{slot}")
+            first = self._new_job(gpu, slot, 0, self._t0)
+            age = rng.uniform(0.1, 0.8) * (first.end - first.start)  # already running for a while
+            first.start -= age
+            first.end -= age
+            if rng.random() < (0.2 if slot == 0 else 0.4):  # some slots start empty: idle GPUs exist
+                gap = rng.uniform(5, 60) * self._lifetime_scale
+                first.start, first.end = self._t0 + gap, self._t0 + gap + (first.end - first.start)
+            jobs = self._schedules[(gpu, slot)] = [first]
+        serial = len(jobs)
+        while jobs[-1].end <= now:
+            rng = random.Random(f"gap/{self.seed}/{gpu}/{slot}/{serial}")
+            gap = rng.uniform(3, 45) * self._lifetime_scale
+            jobs.append(self._new_job(gpu, slot, serial, jobs[-1].end + gap))
+            serial += 1
+        if len(jobs) > 4:
+            del jobs[:-4]
+        return jobs
+
+    def _jobs(self, gpu: int, now: float) -> list[_Job]:
+        """The jobs alive on ``gpu`` at ``now`` (signalled jobs have ended)."""
+        alive = []
+        for slot in range(self._slots):
+            for job in self._schedule(gpu, slot, now):
+                job = self._replaced.get((job.pid, job.start), job)
+                if job.alive(now) and (job.pid, job.start) not in self._killed:
+                    alive.append(job)
+        for job in self._real_jobs:
+            if job.gpu == gpu and (job.pid, job.start) not in self._killed and _real_running(job.pid):
+                alive.append(job)
+        return alive
+
+    def _find_job(self, pid: int, now: float) -> _Job | None:
+        for gpu in range(self._gpus):
+            for job in self._jobs(gpu, now):
+                if job.pid == pid:
+                    return job
+        return None
+
+    # ----------------------------------------------------------------- dynamic values
+
+    def _utilization(self, gpu: int, now: float, jobs: list[_Job]) -> float:
+        phi = 1.3 * gpu + 0.4 + self.seed
+        compute = [j for j in jobs if j.workload.kind != "G"]
+        if not compute:
+            return 1.0 + 1.0 * (1 + math.sin(now / 7.0 + phi)) if jobs else 0.0
+        demand = min(1.0, sum(j.intensity * j.ramp(now) for j in compute))
+        wobble = 7 * math.sin(2 * math.pi * now / 47 + phi) + 4 * math.sin(2 * math.pi * now / 11.3 + 1.7 * phi)
+        return max(0.0, min(100.0, 92 * demand + wobble))
+
+    def _memory(self, gpu: int, now: float, jobs: list[_Job]) -> dict[int, int]:
+        """Bytes per job pid; the sum never exceeds what the GPU has."""
+        total = self.model.memory_mib * MIB
+        usable = total - total // 150 - 256 * MIB
+        wanted = {
+            id(j): j.memory_fraction * total * j.ramp(now) * (1 + 0.02 * math.sin(now / 13 + j.phase)) for j in jobs
+        }
+        scale = min(1.0, usable / sum(wanted.values())) if wanted else 1.0
+        return {key: int(want * scale) // MIB * MIB for key, want in wanted.items()}
+
+    def read_sample(self, index: int, groups: Collection[str]) -> Reading:
+        reading = Reading()
+        for group in groups:
+            self._counts[group] += 1
+        if index in self.faults.no_permission or self.faults.is_lost(index):
+            reason = Reason.NO_PERMISSION if index in self.faults.no_permission else Reason.LOST
+            reading.lost = reason is Reason.LOST
+            for group in groups:
+                for name in SAMPLE_GROUPS[group]:
+                    reading.unavailable[name] = reason
+            return reading
+        now = self._clock()
+        model = self.model
+        jobs = self._jobs(index, now)
+        util = self._utilization(index, now, jobs)
+        phi = 1.3 * index + self.seed
+        total = model.memory_mib * MIB
+        hot = index in self.faults.hot
+        temperature = 31 + (model.slowdown_c - 43) * util / 100 + 2 * math.sin(now / 60 + phi)
+        if hot:
+            temperature = model.slowdown_c + 2 + math.sin(now / 9)
+        limit = float(model.power_limit_w)
+        power = limit * (0.09 + 0.82 * util / 100) * (1 + 0.015 * math.sin(now / 3.1 + phi))
+        values = reading.values
+        for group in groups:
+            if self.faults.is_unsupported(index, group):
+                for name in SAMPLE_GROUPS[group]:
+                    reading.unavailable[name] = Reason.NOT_SUPPORTED
+                continue
+            if group == "memory":
+                reserved = total // 150
+                used = sum(self._memory(index, now, jobs).values())
+                if not jobs:
+                    used = 0
+                values["memory_used_bytes"] = used
+                values["memory_reserved_bytes"] = reserved
+                values["memory_free_bytes"] = total - reserved - used
+            elif group == "utilization":
+                values["utilization_gpu_percent"] = round(util)
+                values["utilization_memory_percent"] = round(util * 0.55 + 5 * math.sin(now / 5 + phi)) if util else 0
+            elif group == "codec":
+                values["encoder_percent"] = round(100 * min(1.0, sum(j.workload.encoder for j in jobs)))
+                values["decoder_percent"] = round(100 * min(1.0, sum(j.workload.decoder for j in jobs)))
+            elif group == "temperature":
+                values["temperature_c"] = round(temperature)
+            elif group == "fan":
+                if model.fans:
+                    values["fan_percent"] = round(30 + 0.55 * util)
+                else:
+                    reading.unavailable["fan_percent"] = Reason.NOT_SUPPORTED
+            elif group == "power":
+                values["power_draw_w"] = round(min(power, limit), 2)
+            elif group == "power_limit":
+                values["power_limit_w"] = limit
+            elif group == "energy":
+                values["energy_mj"] = self._energy_at(index, now, power)
+            elif group == "pstate":
+                values["pstate"] = 0 if jobs else 8
+            elif group == "clocks":
+                values["clock_sm_mhz"] = model.sm_max_mhz if util >= 5 else model.sm_idle_mhz
+                if hot:
+                    values["clock_sm_mhz"] = int(model.sm_max_mhz * 0.6)
+                values["clock_mem_mhz"] = model.mem_max_mhz if jobs else model.mem_idle_mhz
+            elif group == "ecc":
+                if not model.ecc:
+                    for name in SAMPLE_GROUPS["ecc"]:
+                        reading.unavailable[name] = Reason.NOT_SUPPORTED
+                    continue
+                corrected = (self.seed + index * 7) % 3
+                uncorrected = 3 if index in self.faults.ecc_errors else 0
+                values.update(
+                    ecc_mode=True,
+                    ecc_corrected_volatile=corrected,
+                    ecc_uncorrected_volatile=uncorrected,
+                    ecc_corrected_aggregate=corrected + 12 * index,
+                    ecc_uncorrected_aggregate=uncorrected,
+                )
+            elif group == "throttle":
+                reasons: list[str] = []
+                if util < 5:
+                    reasons.append("gpu_idle")
+                if power >= 0.9 * limit:
+                    reasons.append("sw_power_cap")
+                if hot:
+                    reasons += ["sw_thermal_slowdown", "hw_thermal_slowdown"]
+                values["throttle_reasons"] = tuple(reasons)
+            elif group == "pcie":
+                values["pcie_rx_bytes_per_s"] = int((util * 1.9 + 3) * MIB * (1 + 0.2 * math.sin(now / 2 + phi)))
+                values["pcie_tx_bytes_per_s"] = int((util * 0.7 + 1) * MIB * (1 + 0.2 * math.cos(now / 2 + phi)))
+            elif group == "modes":
+                values["persistence_mode"] = model.ecc  # datacenter boards run persistence mode
+                values["compute_mode"] = "Default"
+        return reading
+
+    def _energy_at(self, gpu: int, now: float, power_w: float) -> int:
+        """Total energy in mJ: monotonic, the integral of the power readings (trapezoid)."""
+        previous = self._energy.get(gpu)
+        if previous is None:
+            uptime = 3 * 86400 + 3600 * gpu  # as if the driver loaded a few days ago
+            energy = power_w * 0.35 * uptime * 1000
+        else:
+            last_t, last_e = previous
+            energy = last_e + max(0.0, now - last_t) * power_w * 1000
+        self._energy[gpu] = (now, energy)
+        return int(energy)
+
+    # ----------------------------------------------------------------- processes
+
+    def read_processes(self, index: int) -> ProcessReading:
+        self._counts["processes"] += 1
+        faults = self.faults
+        if index in faults.no_permission:
+            return ProcessReading(unavailable=Reason.NO_PERMISSION)
+        if faults.is_lost(index):
+            return ProcessReading(unavailable=Reason.LOST, lost=True)
+        if faults.is_unsupported(index, "processes"):
+            return ProcessReading(unavailable=Reason.NOT_SUPPORTED)
+        now = self._clock()
+        jobs = self._jobs(index, now)
+        memory = self._memory(index, now, jobs)
+        util = self._utilization(index, now, jobs)
+        util_supported = not faults.is_unsupported(index, "process_utilization")
+        if jobs:
+            self._counts["process_utilization"] += 1
+        demand = sum(j.intensity * j.ramp(now) for j in jobs if j.workload.kind != "G") or 1.0
+        processes = []
+        for job in jobs:
+            sm = mem_util = enc = dec = None
+            if util_supported:
+                share = 0.0 if job.workload.kind == "G" else job.intensity * job.ramp(now) / demand
+                sm = round(util * share)
+                mem_util = round(util * share * 0.5)
+                enc = round(100 * job.workload.encoder)
+                dec = round(100 * job.workload.decoder)
+            processes.append(
+                RawGpuProcess(
+                    pid=job.pid,
+                    type=ProcessType(job.workload.kind),
+                    gpu_memory_bytes=None if faults.no_process_memory else memory[id(job)],
+                    sm_percent=sm,
+                    memory_percent=mem_util,
+                    encoder_percent=enc,
+                    decoder_percent=dec,
+                )
+            )
+        return ProcessReading(processes=processes)
+
+    def pids_are_foreign(self) -> bool:
+        return self.faults.foreign
+
+    def inspect_processes(self, pids: Collection[int]) -> dict[int, HostProcess | None]:
+        now = self._clock()
+        real = [pid for pid in pids if pid in self._real_pids]
+        result: dict[int, HostProcess | None] = dict(self._inspector.inspect(real)) if real else {}
+        wanted = {pid for pid in pids if pid not in self._real_pids}
+        if not wanted:
+            return result
+        by_pid: dict[int, _Job] = {}
+        for gpu in range(self._gpus):
+            for job in self._jobs(gpu, now):
+                if job.pid in wanted:
+                    by_pid.setdefault(job.pid, job)
+        for pid in wanted:
+            job = by_pid.get(pid)
+            if job is None or job.vanished:
+                result[pid] = None
+                continue
+            result[pid] = self._host_process(job, now)
+        return result
+
+    def _host_process(self, job: _Job, now: float) -> HostProcess:
+        denied = self.faults.access_denied and job.user != self._viewer
+        cpu = max(0.0, job.cpu_percent * job.ramp(now) * (1 + 0.1 * math.sin(now / 4 + job.phase)))
+        reasons = {"user": Reason.NO_PERMISSION, "command": Reason.NO_PERMISSION} if denied else {}
+        return HostProcess(
+            pid=job.pid,
+            user=None if denied else job.user,
+            uid=job.uid,
+            name=None if denied else job.workload.command.split()[0].rsplit("/", 1)[-1],
+            command=None if denied else job.workload.command,
+            cpu_percent=round(cpu, 1),
+            host_memory_bytes=int(job.rss * job.ramp(now)),
+            create_time=job.start,
+            unavailable=freeze(reasons),
+        )
+
+    # ----------------------------------------------------------------- acting on processes
+
+    def send_signal(self, pid: int, create_time: float | None, signum: int) -> SignalOutcome:
+        if self.faults.foreign:
+            return SignalOutcome(False, f"pid {pid} belongs to another PID namespace (container); nothing sent")
+        if pid in self._real_pids:
+            return send_signal_checked(pid, create_time, signum)
+        now = self._clock()
+        job = self._find_job(pid, now)
+        name = signal_name(signum)
+        if job is None or job.vanished:
+            return SignalOutcome(False, f"pid {pid} has already exited; nothing sent")
+        if create_time is None or abs(job.start - create_time) > 1e-3:
+            return SignalOutcome(
+                False,
+                f"pid {pid} now belongs to another process ({job.workload.command.split()[0]}); "
+                "the one you chose has exited; nothing sent",
+            )
+        if job.user != self._viewer and not self._root:
+            return SignalOutcome(False, f"not permitted to send {name} to pid {pid} (owned by {job.user})")
+        self._killed.add((job.pid, job.start))
+        return SignalOutcome(True, f"sent {name} to pid {pid} ({job.workload.command.split()[0]})")
+
+    # ----------------------------------------------------------------- fault controls
+
+    def set_lost(self, index: int, lost: bool = True) -> None:
+        """Make GPU ``index`` fall off the bus (or come back)."""
+        if lost:
+            self.faults.lost.add(index)
+        else:
+            self.faults.lost.discard(index)
+
+    def simulate_pid_reuse(self, pid: int) -> int | None:
+        """End the simulated process ``pid`` and start another one under the same pid (tests).
+
+        Returns the new process's create time, or None if no such simulated process.
+        """
+        now = self._clock()
+        job = self._find_job(pid, now)
+        if job is None or job.real:
+            return None
+        newer = _Job(**{slot: getattr(job, slot) for slot in _Job.__slots__})
+        newer.start = now if now > job.start else job.start + 1.0
+        newer.workload = WORKLOADS[4]
+        self._replaced[(job.pid, job.start)] = newer
+        return newer.start
+
+
+def _real_running(pid: int) -> bool:
+    """A real process whose pid we report: NVML stops listing it once it exits (zombie included)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

@@ -1,0 +1,210 @@
+"""Command line: ``nvtopy`` (TUI), ``--once`` / ``--json`` snapshots, and the shared GPU options.
+
+Why the lazy imports: ``nvtopy --once --json`` is run from scripts and cron jobs
+and must start fast, so neither Textual nor rich is imported unless the chosen
+mode draws with them. Every error the user can cause is one line on stderr and
+a non-zero exit (2 for bad arguments, 1 for an unusable machine), never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NoReturn
+
+from ._version import __version__
+from .errors import NvtopyError, UsageError
+
+if TYPE_CHECKING:
+    from .backends.base import Backend
+    from .poller import Collector
+
+__all__ = ["build_parser", "main", "open_backend", "resolve_selection"]
+
+MIN_INTERVAL = 0.1
+MAX_INTERVAL = 86400.0
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (argparse prints the whole usage first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _interval(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid interval {text!r}: give seconds, e.g. 0.5 or 2") from None
+    if not MIN_INTERVAL <= value <= MAX_INTERVAL:  # NaN fails this too
+        raise argparse.ArgumentTypeError(f"interval must be between {MIN_INTERVAL} and {MAX_INTERVAL:.0f} seconds")
+    return value
+
+
+def _gpu_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid GPU count {text!r}") from None
+    if not 0 <= value <= 256:
+        raise argparse.ArgumentTypeError("GPU count must be between 0 and 256")
+    return value
+
+
+def add_gpu_options(parser: argparse.ArgumentParser) -> None:
+    """Options every mode shares: which GPUs, which backend."""
+    group = parser.add_argument_group("GPU selection")
+    group.add_argument(
+        "--gpus",
+        metavar="LIST",
+        help="only these GPUs: comma-separated indices, PCI bus ids (3b:00.0) or UUIDs/unique prefixes",
+    )
+    group.add_argument(
+        "--only-visible",
+        action="store_true",
+        help="only the GPUs CUDA_VISIBLE_DEVICES exposes (CUDA's rules)",
+    )
+    demo = parser.add_argument_group("simulated GPUs (no NVIDIA driver needed)")
+    demo.add_argument("--demo", action="store_true", help="use simulated GPUs instead of NVML")
+    demo.add_argument("--demo-gpus", type=_gpu_count, metavar="N", help="number of simulated GPUs (default 4)")
+    demo.add_argument("--demo-model", metavar="NAME", help="simulated GPU model, e.g. 'A100-SXM4-80GB' or 'RTX 4090'")
+    demo.add_argument("--demo-seed", type=int, default=0, metavar="N", help="seed of the simulation (default 0)")
+    demo.add_argument(
+        "--demo-fault",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="inject a fault: lost@1, unsupported=fan+power@0, no-process-memory, access-denied, ...",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="nvtopy",
+        description="A top-like monitor for NVIDIA GPUs: interactive TUI, scriptable snapshots.",
+        epilog="Without --once, nvtopy starts the interactive monitor. Try 'nvtopy --demo' on any machine.",
+    )
+    parser.add_argument("--version", action="version", version=f"nvtopy {__version__}")
+    parser.add_argument("--once", action="store_true", help="print one snapshot and exit")
+    parser.add_argument("--json", action="store_true", help="with --once: print the snapshot as JSON")
+    parser.add_argument("--no-color", action="store_true", help="plain text, no escape codes")
+    parser.add_argument(
+        "--interval",
+        type=_interval,
+        default=1.0,
+        metavar="SECONDS",
+        help=f"refresh interval (default 1.0; {MIN_INTERVAL} to {MAX_INTERVAL:.0f})",
+    )
+    add_gpu_options(parser)
+    return parser
+
+
+def open_backend(args: argparse.Namespace) -> Backend:
+    """The backend the options ask for: simulated with --demo, NVML otherwise."""
+    if args.demo or args.demo_gpus is not None or args.demo_model or args.demo_fault:
+        from .backends.sim_faults import parse_fault_specs
+        from .backends.simulated import SimulatedBackend
+
+        return SimulatedBackend(
+            gpus=4 if args.demo_gpus is None else args.demo_gpus,
+            model=args.demo_model or "H100 80GB HBM3",
+            seed=args.demo_seed,
+            faults=parse_fault_specs(args.demo_fault),
+        )
+    from .backends.nvml import NvmlBackend
+
+    return NvmlBackend()
+
+
+def resolve_selection(args: argparse.Namespace, collector: Collector) -> list[int]:
+    """Apply --gpus and --only-visible to the GPUs the backend reports; both = intersection."""
+    from .selection import parse_cuda_visible_devices, resolve_gpu_list
+
+    statics = collector.statics()
+    indices = [g.index for g in statics]
+    if args.gpus is not None:
+        indices = resolve_gpu_list(args.gpus, statics)
+    if args.only_visible:
+        visible = parse_cuda_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), statics, os.environ)
+        for warning in visible.warnings:
+            print(f"nvtopy: warning: {warning}", file=sys.stderr)
+        allowed = visible.nvml_indices
+        indices = [i for i in indices if i in allowed] if args.gpus is not None else allowed
+    return indices
+
+
+def _run_once(args: argparse.Namespace, backend: Backend) -> int:
+    from .poller import Collector
+
+    collector = Collector(backend)
+    collector.select(resolve_selection(args, collector))
+    snapshot = collector.collect()
+    if args.json:
+        from .views.json_view import dumps
+
+        sys.stdout.write(dumps(snapshot) + "\n")
+    else:
+        from .views.text_view import make_console, render_snapshot
+
+        render_snapshot(snapshot, make_console(sys.stdout, color=not args.no_color))
+    return 0
+
+
+def _run_interactive(args: argparse.Namespace, backend: Backend) -> int:
+    from .poller import Collector
+    from .views.text_view import make_console, render_snapshot
+
+    # Until the TUI lands: a refreshing text view, like watch(1).
+    collector = Collector(backend)
+    collector.select(resolve_selection(args, collector))
+    console = make_console(sys.stdout, color=not args.no_color)
+    import time
+
+    while True:
+        console.clear()
+        render_snapshot(collector.collect(), console)
+        time.sleep(args.interval)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.json and not args.once:
+        parser.error("--json needs --once (or use 'nvtopy log --format jsonl')")
+    try:
+        backend = open_backend(args)
+        try:
+            if args.once:
+                return _run_once(args, backend)
+            return _run_interactive(args, backend)
+        finally:
+            backend.close()
+    except UsageError as exc:
+        print(f"nvtopy: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except NvtopyError as exc:
+        print(f"nvtopy: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a bug: still one line, the traceback on request
+        if os.environ.get("NVTOPY_DEBUG"):
+            raise
+        print(
+            f"nvtopy: internal error: {type(exc).__name__}: {exc} "
+            "(please report it; NVTOPY_DEBUG=1 shows the traceback)",
+            file=sys.stderr,
+        )
+        return 1
+    except BrokenPipeError:
+        # The reader (head, less) went away: not an error worth a traceback.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

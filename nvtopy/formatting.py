@@ -1,0 +1,72 @@
+"""Human-readable numbers, shared by every text view so that they agree with each other.
+
+Why one module: the TUI, ``--once`` and the logger must print the same value the
+same way ("N/A" for a missing value -- never 0 -- and binary units as nvidia-smi
+and nvitop use them).
+"""
+
+from __future__ import annotations
+
+__all__ = ["NA", "fmt_bytes", "fmt_duration", "fmt_mhz", "fmt_percent", "fmt_pstate", "fmt_watts", "short_name"]
+
+NA = "N/A"
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+def fmt_bytes(value: int | float | None, *, precision: int = 1) -> str:
+    """``85520809984`` -> ``"79.6GiB"``; MiB below 1 GiB, as nvidia-smi users expect."""
+    if value is None:
+        return NA
+    size = float(value)
+    for unit in _UNITS:
+        if abs(size) < 1024 or unit == _UNITS[-1]:
+            if unit in ("B", "KiB", "MiB"):
+                return f"{size:.0f}{unit}"
+            return f"{size:.{precision}f}{unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def fmt_percent(value: float | None, *, precision: int = 0) -> str:
+    return NA if value is None else f"{value:.{precision}f}%"
+
+
+def fmt_watts(value: float | None) -> str:
+    return NA if value is None else f"{value:.0f}W"
+
+
+def fmt_mhz(value: int | None) -> str:
+    return NA if value is None else f"{value}MHz"
+
+
+def fmt_pstate(value: int | None) -> str:
+    return NA if value is None else f"P{value}"
+
+
+def fmt_celsius(value: int | None) -> str:
+    return NA if value is None else f"{value}°C"
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """Running time like ps: ``"59:59"``, ``"1:02:03"``, ``"3d 04:05"``."""
+    if seconds is None:
+        return NA
+    total = int(seconds)
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours:02d}:{minutes:02d}"
+    if hours:
+        return f"{hours}:{minutes:02d}:{secs:02d}"
+    return f"{minutes}:{secs:02d}"
+
+
+def short_name(name: str | None) -> str:
+    """``"NVIDIA H100 80GB HBM3"`` -> ``"H100 80GB HBM3"``: the vendor prefix wastes columns."""
+    if not name:
+        return NA
+    for prefix in ("NVIDIA GeForce ", "NVIDIA ", "Tesla "):
+        if name.startswith(prefix):
+            return name[len(prefix) :]
+    return name

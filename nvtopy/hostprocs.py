@@ -1,0 +1,227 @@
+"""Host-side facts about GPU processes (user, command, CPU, RSS), read with psutil.
+
+Why a stateful inspector rather than ``psutil.Process(pid)`` per row:
+
+- CPU % needs two readings of a process's CPU time; we keep the previous one.
+- The command line, user and create time of a pid never change while it lives,
+  so they are read once per (pid, create time) and reused -- the hot path per
+  refresh is one ``/proc/<pid>/stat`` + ``statm`` read inside ``oneshot()``.
+- PIDs are reused: an entry is only trusted while the create time matches.
+
+It also answers whether NVML's pids can be resolved here at all: NVML reports
+host pids, so inside a container without ``--pid=host`` they belong to another
+PID namespace and must never be joined with (or signalled as) local processes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+
+import psutil
+
+from .model import HostProcess, Reason, freeze
+
+__all__ = ["PsutilInspector", "in_foreign_pid_namespace", "username_for_uid"]
+
+_USERNAMES: dict[int, str] = {}
+
+
+def username_for_uid(uid: int) -> str:
+    """The login name for ``uid`` (cached; the numeric uid when it has no passwd entry)."""
+    name = _USERNAMES.get(uid)
+    if name is None:
+        try:
+            import pwd
+
+            name = pwd.getpwuid(uid).pw_name
+        except (KeyError, ImportError):
+            name = str(uid)
+        _USERNAMES[uid] = name
+    return name
+
+
+def in_foreign_pid_namespace(status_path: str = "/proc/self/status") -> bool:
+    """True when this process lives in a nested PID namespace (NSpid lists more than one pid).
+
+    NVML always reports pids of the initial namespace. In a nested one those pids
+    are either invisible or, worse, collide with unrelated local processes.
+    Kernels without NSpid (< 4.1) or non-Linux systems are assumed to be the host.
+    """
+    try:
+        with open(status_path, encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("NSpid:"):
+                    return len(line.split()) > 2
+    except OSError:
+        pass
+    return False
+
+
+@dataclass(slots=True)
+class _Entry:
+    """Cached facts of one live process (valid while ``create_time`` matches)."""
+
+    process: psutil.Process
+    create_time: float
+    user: str | None
+    uid: int | None
+    name: str | None
+    command: str | None
+    reasons: dict[str, Reason] = field(default_factory=dict)
+    last_cpu: float | None = None  # user+system seconds at the previous reading
+    last_wall: float | None = None
+
+
+def _join_cmdline(cmdline: list[str]) -> str:
+    return " ".join(cmdline)
+
+
+class PsutilInspector:
+    """Resolve pids to :class:`HostProcess` with psutil, keeping per-process state between calls."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._entries: dict[int, _Entry] = {}
+
+    def _open(self, pid: int) -> _Entry | None:
+        """Read the static facts of a new pid; ``None`` when it no longer exists."""
+        try:
+            process = psutil.Process(pid)
+        except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
+            return None
+        except psutil.AccessDenied:
+            return None if not psutil.pid_exists(pid) else self._denied_entry(pid)
+        reasons: dict[str, Reason] = {}
+        user = uid = name = command = None
+        try:
+            with process.oneshot():
+                create_time = process.create_time()
+                try:
+                    uid = process.uids().real
+                    user = username_for_uid(uid)
+                except psutil.AccessDenied:
+                    reasons["user"] = Reason.NO_PERMISSION
+                try:
+                    name = process.name()
+                    cmdline = process.cmdline()
+                    command = _join_cmdline(cmdline) if cmdline else name
+                except psutil.ZombieProcess:
+                    command = name or None
+                    if command is None:
+                        reasons["command"] = Reason.NOT_AVAILABLE
+                except psutil.AccessDenied:
+                    reasons["command"] = Reason.NO_PERMISSION
+        except psutil.ZombieProcess:
+            # ZombieProcess is a NoSuchProcess: test it first. The pid exists but
+            # its /proc entries are mostly gone; keep the row, say it is a zombie.
+            try:
+                create_time = process.create_time()
+            except (psutil.Error, OSError):
+                create_time = 0.0
+            reasons["command"] = Reason.NOT_AVAILABLE
+        except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
+            return None
+        except psutil.AccessDenied:
+            return self._denied_entry(pid, process)
+        return _Entry(process, create_time, user, uid, name, command, reasons)
+
+    @staticmethod
+    def _denied_entry(pid: int, process: psutil.Process | None = None) -> _Entry | None:
+        reasons = dict.fromkeys(("user", "command"), Reason.NO_PERMISSION)
+        try:
+            process = process or psutil.Process(pid)
+            create_time = process.create_time()
+        except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
+            return None
+        except psutil.AccessDenied:
+            return None
+        return _Entry(process, create_time, None, None, None, None, reasons)
+
+    def inspect(self, pids: Collection[int]) -> dict[int, HostProcess | None]:
+        """Return host facts per pid; ``None`` for a pid that vanished (the caller drops its row).
+
+        Entries of pids no longer asked about are forgotten, so memory stays
+        bounded by the number of live GPU processes.
+        """
+        now = self._clock()
+        result: dict[int, HostProcess | None] = {}
+        wanted = set(pids)
+        for pid in list(self._entries):
+            if pid not in wanted:
+                del self._entries[pid]
+        for pid in wanted:
+            result[pid] = self._inspect_one(pid, now)
+        return result
+
+    def _inspect_one(self, pid: int, now: float) -> HostProcess | None:
+        entry = self._entries.get(pid)
+        if entry is not None and not entry.process.is_running():
+            # Gone, or the pid now belongs to a new process (is_running compares
+            # create times): forget the cached facts and look again.
+            del self._entries[pid]
+            entry = None
+        if entry is None:
+            entry = self._open(pid)
+            if entry is None:
+                return None
+            self._entries[pid] = entry
+        reasons = dict(entry.reasons)
+        cpu_percent: float | None = None
+        rss: int | None = None
+        times = None
+        status = "running"
+        try:
+            with entry.process.oneshot():
+                status = entry.process.status()
+                times = entry.process.cpu_times()
+                rss = entry.process.memory_info().rss
+        except psutil.ZombieProcess:
+            status = psutil.STATUS_ZOMBIE
+        except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
+            self._entries.pop(pid, None)
+            return None
+        except psutil.AccessDenied:
+            reasons["cpu_percent"] = reasons["host_memory_bytes"] = Reason.NO_PERMISSION
+        if times is not None:
+            busy = times.user + times.system
+            if entry.last_cpu is not None and entry.last_wall is not None and now > entry.last_wall:
+                cpu_percent = max(0.0, 100.0 * (busy - entry.last_cpu) / (now - entry.last_wall))
+            elif now > entry.create_time:
+                # First sight: the lifetime average, as ps(1) reports it.
+                cpu_percent = max(0.0, 100.0 * busy / (now - entry.create_time))
+            entry.last_cpu, entry.last_wall = busy, now
+        if status == psutil.STATUS_ZOMBIE:
+            status = "zombie"
+        for key, value in (("cpu_percent", cpu_percent), ("host_memory_bytes", rss)):
+            if value is None:
+                reasons.setdefault(key, Reason.NOT_AVAILABLE)
+        return HostProcess(
+            pid=pid,
+            user=entry.user,
+            uid=entry.uid,
+            name=entry.name,
+            command=entry.command,
+            cpu_percent=cpu_percent,
+            host_memory_bytes=rss,
+            create_time=entry.create_time,
+            status=status,
+            unavailable=freeze(reasons),
+        )
+
+    def process_object(self, pid: int, create_time: float | None) -> psutil.Process | None:
+        """The cached psutil handle of ``pid`` if it is still the process seen at ``create_time``."""
+        entry = self._entries.get(pid)
+        if entry is None or (create_time is not None and entry.create_time != create_time):
+            return None
+        return entry.process
+
+
+def current_username() -> str | None:
+    """The user nvtopy runs as (for highlighting their processes)."""
+    try:
+        return username_for_uid(os.getuid())
+    except AttributeError:  # non-POSIX
+        return None

@@ -1,0 +1,355 @@
+"""The data model every view reads: immutable, typed snapshots of GPUs and their processes.
+
+Why frozen dataclasses: a snapshot is built on the poller thread and read on the
+UI thread (and by exporters, loggers and the Python API) without locks. Nothing
+in it can change after it is published, so any reader may keep a reference.
+
+Why ``None`` plus a reason map instead of sentinel values: every NVML field can
+fail on its own (not supported on this board, no permission, GPU lost, ...).
+A missing value is ``None`` -- never 0, which would be a lie -- and
+``unavailable[field]`` says why, so views can print "N/A" and a tooltip, JSON
+can print ``null``, and one failing field never hides another.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+__all__ = [
+    "EMPTY_REASONS",
+    "GpuHistory",
+    "GpuProcess",
+    "GpuSample",
+    "GpuState",
+    "GpuStatic",
+    "HostInfo",
+    "HostProcess",
+    "ProcessType",
+    "RawGpuProcess",
+    "Reason",
+    "Snapshot",
+    "freeze",
+]
+
+
+class Reason(str, enum.Enum):
+    """Why a value is missing. The string values appear in JSON output."""
+
+    NOT_SUPPORTED = "not_supported"
+    NO_PERMISSION = "no_permission"
+    LOST = "lost"
+    UNKNOWN = "unknown"
+    NOT_AVAILABLE = "not_available"  # the driver answered "N/A" (e.g. per-process memory under MIG/WDDM)
+
+    def __str__(self) -> str:  # "not supported" reads better in a UI than the enum repr
+        return self.value.replace("_", " ")
+
+
+Reasons = Mapping[str, Reason]
+EMPTY_REASONS: Reasons = MappingProxyType({})
+
+
+def freeze(mapping: Mapping[str, Reason] | None) -> Reasons:
+    """Return a read-only view of ``mapping`` (shared empty view when there is nothing)."""
+    if not mapping:
+        return EMPTY_REASONS
+    return MappingProxyType(dict(mapping))
+
+
+class ProcessType(str, enum.Enum):
+    """Which NVML process list(s) a pid appeared in on one GPU."""
+
+    COMPUTE = "C"
+    GRAPHICS = "G"
+    BOTH = "C+G"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def merge(self, other: ProcessType) -> ProcessType:
+        """A pid that is in both lists of one GPU is one row of type C+G."""
+        return self if self is other else ProcessType.BOTH
+
+
+@dataclass(frozen=True, slots=True)
+class HostInfo:
+    """Per-host facts, read once per backend."""
+
+    hostname: str
+    driver_version: str | None
+    cuda_driver_version: str | None  # "12.4", from NVML's integer 12040
+    nvml_version: str | None = None
+    backend: str = "nvml"  # "nvml" or "simulated"
+    user: str | None = None  # the user nvtopy runs as: views highlight their processes
+    pid_namespace_foreign: bool = False  # NVML pids cannot be resolved here (container without --pid=host)
+    unavailable: Reasons = field(default_factory=lambda: EMPTY_REASONS)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuStatic:
+    """Fields that never change while the driver is loaded: read once, cached by the poller."""
+
+    index: int
+    uuid: str | None = None
+    name: str | None = None
+    bus_id: str | None = None  # NVML form: 00000000:3B:00.0
+    serial: str | None = None
+    memory_total_bytes: int | None = None
+    power_default_limit_w: float | None = None
+    power_min_limit_w: float | None = None
+    power_max_limit_w: float | None = None
+    temperature_slowdown_c: int | None = None
+    temperature_shutdown_c: int | None = None
+    clock_sm_max_mhz: int | None = None
+    clock_mem_max_mhz: int | None = None
+    compute_capability: str | None = None  # "9.0"
+    mig_mode: bool | None = None
+    mig_devices: tuple[str, ...] = ()  # UUIDs of MIG instances (MIG-...), for CUDA_VISIBLE_DEVICES
+    fan_count: int | None = None
+    unavailable: Reasons = field(default_factory=lambda: EMPTY_REASONS)
+
+    @property
+    def short_bus_id(self) -> str | None:
+        """``3B:00.0`` -- what users read and type; the full form stays in ``bus_id``."""
+        if self.bus_id is None:
+            return None
+        parts = self.bus_id.split(":")
+        return ":".join(parts[-2:]) if len(parts) >= 2 else self.bus_id
+
+
+STATIC_FIELDS: tuple[str, ...] = tuple(
+    name for name in GpuStatic.__dataclass_fields__ if name not in ("index", "mig_devices", "unavailable")
+)
+
+# Dynamic fields, grouped by the NVML calls that fill them. The poller reads
+# each group at its own cadence (fast every tick, slow every few seconds) and
+# keeps the last value of a group between reads.
+SAMPLE_GROUPS: dict[str, tuple[str, ...]] = {
+    "memory": ("memory_used_bytes", "memory_free_bytes", "memory_reserved_bytes"),
+    "utilization": ("utilization_gpu_percent", "utilization_memory_percent"),
+    "codec": ("encoder_percent", "decoder_percent"),
+    "temperature": ("temperature_c",),
+    "fan": ("fan_percent",),
+    "power": ("power_draw_w",),
+    "power_limit": ("power_limit_w",),
+    "energy": ("energy_mj",),
+    "pstate": ("pstate",),
+    "clocks": ("clock_sm_mhz", "clock_mem_mhz"),
+    "ecc": (
+        "ecc_mode",
+        "ecc_corrected_volatile",
+        "ecc_uncorrected_volatile",
+        "ecc_corrected_aggregate",
+        "ecc_uncorrected_aggregate",
+    ),
+    "throttle": ("throttle_reasons",),
+    "pcie": ("pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s"),
+    "modes": ("persistence_mode", "compute_mode"),
+}
+ALL_GROUPS: frozenset[str] = frozenset(SAMPLE_GROUPS)
+SAMPLE_FIELDS: tuple[str, ...] = tuple(f for fields in SAMPLE_GROUPS.values() for f in fields)
+GROUP_OF_FIELD: dict[str, str] = {f: g for g, fields in SAMPLE_GROUPS.items() for f in fields}
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """One reading of a GPU's dynamic fields. ``None`` = unavailable, see ``unavailable``."""
+
+    timestamp: float
+    lost: bool = False
+    memory_used_bytes: int | None = None
+    memory_free_bytes: int | None = None
+    memory_reserved_bytes: int | None = None
+    utilization_gpu_percent: int | None = None
+    utilization_memory_percent: int | None = None  # memory *bandwidth* busy, not capacity
+    encoder_percent: int | None = None
+    decoder_percent: int | None = None
+    temperature_c: int | None = None
+    fan_percent: int | None = None
+    power_draw_w: float | None = None
+    power_limit_w: float | None = None  # the enforced limit
+    energy_mj: int | None = None  # total energy since driver load, millijoules
+    pstate: int | None = None  # 0..15
+    clock_sm_mhz: int | None = None
+    clock_mem_mhz: int | None = None
+    ecc_mode: bool | None = None
+    ecc_corrected_volatile: int | None = None
+    ecc_uncorrected_volatile: int | None = None
+    ecc_corrected_aggregate: int | None = None
+    ecc_uncorrected_aggregate: int | None = None
+    throttle_reasons: tuple[str, ...] | None = None
+    pcie_rx_bytes_per_s: int | None = None
+    pcie_tx_bytes_per_s: int | None = None
+    persistence_mode: bool | None = None
+    compute_mode: str | None = None
+    unavailable: Reasons = field(default_factory=lambda: EMPTY_REASONS)
+
+    def why(self, name: str) -> Reason | None:
+        """The reason ``name`` is missing, or ``None`` when it has a value."""
+        return self.unavailable.get(name)
+
+
+@dataclass(frozen=True, slots=True)
+class RawGpuProcess:
+    """A process as NVML lists it on one GPU, before joining host information."""
+
+    pid: int
+    type: ProcessType
+    gpu_memory_bytes: int | None  # None = NVML reported "not available"; 0 is a real 0
+    sm_percent: int | None = None
+    memory_percent: int | None = None  # memory-bandwidth utilisation of this process
+    encoder_percent: int | None = None
+    decoder_percent: int | None = None
+    gpu_instance_id: int | None = None  # MIG
+    compute_instance_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HostProcess:
+    """What the host knows of a pid (psutil on the NVML path). ``None`` fields are unavailable."""
+
+    pid: int
+    user: str | None = None
+    uid: int | None = None
+    name: str | None = None
+    command: str | None = None
+    cpu_percent: float | None = None
+    host_memory_bytes: int | None = None  # RSS
+    create_time: float | None = None
+    status: str = "running"  # psutil status; "zombie" for an exited, unreaped process
+    unavailable: Reasons = field(default_factory=lambda: EMPTY_REASONS)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """One row of the process table: a pid on one GPU, joined with host information."""
+
+    gpu_index: int
+    gpu_uuid: str | None
+    pid: int
+    type: ProcessType
+    gpu_memory_bytes: int | None
+    sm_percent: int | None = None
+    memory_percent: int | None = None
+    encoder_percent: int | None = None
+    decoder_percent: int | None = None
+    user: str | None = None
+    uid: int | None = None
+    name: str | None = None
+    command: str | None = None
+    cpu_percent: float | None = None
+    host_memory_bytes: int | None = None
+    create_time: float | None = None
+    running_seconds: float | None = None
+    status: str = "running"
+    foreign: bool = False  # pid belongs to another PID namespace: no user/command, never killed
+    unavailable: Reasons = field(default_factory=lambda: EMPTY_REASONS)
+
+    @property
+    def key(self) -> tuple[int, int, float | None]:
+        """Stable identity across refreshes: GPU, pid and create time (pids are reused)."""
+        return (self.gpu_index, self.pid, self.create_time)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuHistory:
+    """Recent values per metric, oldest first, for sparklines. ``None`` entries are gaps."""
+
+    timestamps: tuple[float, ...] = ()
+    utilization_gpu_percent: tuple[int | None, ...] = ()
+    utilization_memory_percent: tuple[int | None, ...] = ()
+    memory_used_percent: tuple[float | None, ...] = ()
+    power_draw_w: tuple[float | None, ...] = ()
+    temperature_c: tuple[int | None, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GpuState:
+    """Everything a view needs about one GPU at one instant."""
+
+    static: GpuStatic
+    sample: GpuSample
+    processes: tuple[GpuProcess, ...] = ()
+    processes_unavailable: Reason | None = None  # why the process list itself is missing
+    history: GpuHistory = field(default_factory=GpuHistory)
+
+    @property
+    def index(self) -> int:
+        return self.static.index
+
+    @property
+    def lost(self) -> bool:
+        return self.sample.lost
+
+    @property
+    def memory_used_percent(self) -> float | None:
+        used, total = self.sample.memory_used_bytes, self.static.memory_total_bytes
+        if used is None or not total:
+            return None
+        return 100.0 * used / total
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """One published state of every selected GPU. Views render it; they never mutate it."""
+
+    timestamp: float  # Unix time the collection started
+    host: HostInfo
+    gpus: tuple[GpuState, ...]
+    sequence: int = 0  # increases by one per published snapshot
+    interval: float | None = None  # the poll interval in force when it was taken
+    collect_seconds: float | None = None  # how long the backend took to collect it
+
+    @property
+    def processes(self) -> tuple[GpuProcess, ...]:
+        """All process rows of all GPUs, in GPU order."""
+        return tuple(p for gpu in self.gpus for p in gpu.processes)
+
+    def gpu(self, index: int) -> GpuState | None:
+        for gpu in self.gpus:
+            if gpu.index == index:
+                return gpu
+        return None
+
+
+def sample_from_fields(timestamp: float, lost: bool, values: Mapping[str, Any], reasons: Reasons) -> GpuSample:
+    """Build a :class:`GpuSample` from a field dict (unknown keys are a programming error)."""
+    return GpuSample(timestamp=timestamp, lost=lost, unavailable=freeze(reasons), **values)
+
+
+# Clock-event ("throttle") reason bits, as NVML defines them, and the names
+# nvtopy reports. GPU idle is normal at rest; the rest explain lower clocks.
+THROTTLE_REASON_BITS: tuple[tuple[int, str], ...] = (
+    (0x001, "gpu_idle"),
+    (0x002, "applications_clocks_setting"),
+    (0x004, "sw_power_cap"),
+    (0x008, "hw_slowdown"),
+    (0x010, "sync_boost"),
+    (0x020, "sw_thermal_slowdown"),
+    (0x040, "hw_thermal_slowdown"),
+    (0x080, "hw_power_brake_slowdown"),
+    (0x100, "display_clock_setting"),
+)
+
+
+def decode_throttle_reasons(mask: int) -> tuple[str, ...]:
+    """Names of the bits set in an NVML clock-event mask (unknown bits are reported as hex)."""
+    names = [name for bit, name in THROTTLE_REASON_BITS if mask & bit]
+    known = 0
+    for bit, _ in THROTTLE_REASON_BITS:
+        known |= bit
+    if mask & ~known:
+        names.append(f"0x{mask & ~known:x}")
+    return tuple(names)
+
+
+COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
+
+
+def cuda_version_string(version: int) -> str:
+    """NVML's integer CUDA driver version (12040) as users write it ("12.4")."""
+    return f"{version // 1000}.{(version % 1000) // 10}"

@@ -1,0 +1,119 @@
+"""The JSON contract: what ``--once --json``, ``log --format jsonl`` and ``record`` write.
+
+Names documented in the README are a contract: fields may be added, never
+renamed. A missing value is ``null`` and ``unavailable`` says why.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+from .._version import __version__
+from ..model import GpuProcess, GpuState, Snapshot
+
+__all__ = ["SCHEMA_VERSION", "dumps", "gpu_to_dict", "iso_timestamp", "process_to_dict", "snapshot_to_dict"]
+
+SCHEMA_VERSION = 1
+
+
+def iso_timestamp(timestamp: float) -> str:
+    """ISO 8601 in local time with its UTC offset, millisecond precision."""
+    return dt.datetime.fromtimestamp(timestamp, tz=dt.timezone.utc).astimezone().isoformat(timespec="milliseconds")
+
+
+def process_to_dict(process: GpuProcess) -> dict[str, Any]:
+    return {
+        "pid": process.pid,
+        "type": process.type.value,
+        "gpu_memory_bytes": process.gpu_memory_bytes,
+        "sm_percent": process.sm_percent,
+        "memory_percent": process.memory_percent,
+        "encoder_percent": process.encoder_percent,
+        "decoder_percent": process.decoder_percent,
+        "user": process.user,
+        "command": process.command,
+        "name": process.name,
+        "cpu_percent": None if process.cpu_percent is None else round(process.cpu_percent, 1),
+        "host_memory_bytes": process.host_memory_bytes,
+        "running_seconds": None if process.running_seconds is None else round(process.running_seconds, 1),
+        "create_time": process.create_time,
+        "status": process.status,
+        "foreign": process.foreign,
+        "unavailable": {k: v.value for k, v in process.unavailable.items()},
+    }
+
+
+def gpu_to_dict(gpu: GpuState, *, processes: bool = True) -> dict[str, Any]:
+    static, sample = gpu.static, gpu.sample
+    reasons = {**static.unavailable, **sample.unavailable}
+    data: dict[str, Any] = {
+        "index": static.index,
+        "uuid": static.uuid,
+        "name": static.name,
+        "bus_id": static.bus_id,
+        "lost": sample.lost,
+        "memory_total_bytes": static.memory_total_bytes,
+        "memory_used_bytes": sample.memory_used_bytes,
+        "utilization_gpu_percent": sample.utilization_gpu_percent,
+        "utilization_memory_percent": sample.utilization_memory_percent,
+        "temperature_c": sample.temperature_c,
+        "temperature_slowdown_c": static.temperature_slowdown_c,
+        "fan_percent": sample.fan_percent,
+        "power_draw_w": sample.power_draw_w,
+        "power_limit_w": sample.power_limit_w,
+        "pstate": None if sample.pstate is None else f"P{sample.pstate}",
+        "ecc_mode": sample.ecc_mode,
+        "ecc_uncorrected_volatile": sample.ecc_uncorrected_volatile,
+        "clock_sm_mhz": sample.clock_sm_mhz,
+        "clock_mem_mhz": sample.clock_mem_mhz,
+        "throttle_reasons": None if sample.throttle_reasons is None else list(sample.throttle_reasons),
+        # Beyond the contract's minimum:
+        "serial": static.serial,
+        "memory_free_bytes": sample.memory_free_bytes,
+        "memory_reserved_bytes": sample.memory_reserved_bytes,
+        "encoder_percent": sample.encoder_percent,
+        "decoder_percent": sample.decoder_percent,
+        "temperature_shutdown_c": static.temperature_shutdown_c,
+        "power_default_limit_w": static.power_default_limit_w,
+        "power_min_limit_w": static.power_min_limit_w,
+        "power_max_limit_w": static.power_max_limit_w,
+        "energy_mj": sample.energy_mj,
+        "clock_sm_max_mhz": static.clock_sm_max_mhz,
+        "clock_mem_max_mhz": static.clock_mem_max_mhz,
+        "ecc_corrected_volatile": sample.ecc_corrected_volatile,
+        "ecc_corrected_aggregate": sample.ecc_corrected_aggregate,
+        "ecc_uncorrected_aggregate": sample.ecc_uncorrected_aggregate,
+        "pcie_rx_bytes_per_s": sample.pcie_rx_bytes_per_s,
+        "pcie_tx_bytes_per_s": sample.pcie_tx_bytes_per_s,
+        "persistence_mode": sample.persistence_mode,
+        "compute_mode": sample.compute_mode,
+        "compute_capability": static.compute_capability,
+        "mig_mode": static.mig_mode,
+        "mig_devices": list(static.mig_devices),
+        "unavailable": {k: v.value for k, v in reasons.items()},
+    }
+    if processes:
+        data["processes"] = [process_to_dict(p) for p in gpu.processes]
+        data["processes_unavailable"] = None if gpu.processes_unavailable is None else gpu.processes_unavailable.value
+    return data
+
+
+def snapshot_to_dict(snapshot: Snapshot, *, processes: bool = True) -> dict[str, Any]:
+    host = snapshot.host
+    return {
+        "timestamp": iso_timestamp(snapshot.timestamp),
+        "hostname": host.hostname,
+        "driver_version": host.driver_version,
+        "cuda_driver_version": host.cuda_driver_version,
+        "nvml_version": host.nvml_version,
+        "backend": host.backend,
+        "nvtopy_version": __version__,
+        "schema_version": SCHEMA_VERSION,
+        "gpus": [gpu_to_dict(gpu, processes=processes) for gpu in snapshot.gpus],
+    }
+
+
+def dumps(snapshot: Snapshot, *, indent: int | None = 2, processes: bool = True) -> str:
+    return json.dumps(snapshot_to_dict(snapshot, processes=processes), indent=indent, ensure_ascii=False)
