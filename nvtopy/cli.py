@@ -149,7 +149,7 @@ def _run_once(args: argparse.Namespace, backend: Backend) -> int:
     else:
         from .views.text_view import make_console, render_snapshot
 
-        render_snapshot(snapshot, make_console(sys.stdout, color=not args.no_color))
+        render_snapshot(snapshot, make_console(sys.stdout, color=not args.no_color), gpu_count=backend.device_count())
     return 0
 
 

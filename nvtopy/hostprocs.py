@@ -65,7 +65,7 @@ class _Entry:
     """Cached facts of one live process (valid while ``create_time`` matches)."""
 
     process: psutil.Process
-    create_time: float
+    create_time: float | None  # None: /proc/<pid> cannot be read (hidepid=1)
     user: str | None
     uid: int | None
     name: str | None
@@ -133,11 +133,16 @@ class PsutilInspector:
         reasons = dict.fromkeys(("user", "command"), Reason.NO_PERMISSION)
         try:
             process = process or psutil.Process(pid)
-            create_time = process.create_time()
+        except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError, psutil.AccessDenied):
+            return None
+        try:
+            create_time: float | None = process.create_time()
         except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
             return None
         except psutil.AccessDenied:
-            return None
+            # The pid exists but /proc/<pid> is unreadable (procfs mounted with
+            # hidepid=1): keep the GPU row, with no start time to check against.
+            create_time = None
         return _Entry(process, create_time, None, None, None, None, reasons)
 
     def inspect(self, pids: Collection[int]) -> dict[int, HostProcess | None]:
@@ -189,7 +194,7 @@ class PsutilInspector:
             busy = times.user + times.system
             if entry.last_cpu is not None and entry.last_wall is not None and now > entry.last_wall:
                 cpu_percent = max(0.0, 100.0 * (busy - entry.last_cpu) / (now - entry.last_wall))
-            elif now > entry.create_time:
+            elif entry.create_time is not None and now > entry.create_time:
                 # First sight: the lifetime average, as ps(1) reports it.
                 cpu_percent = max(0.0, 100.0 * busy / (now - entry.create_time))
             entry.last_cpu, entry.last_wall = busy, now

@@ -102,9 +102,9 @@ class Collector:
         self, groups: Collection[str] = ALL_GROUPS, *, processes: bool = True, interval: float | None = None
     ) -> Snapshot:
         """Read ``groups`` of every selected GPU (others keep their last values) and join processes."""
-        started_wall = time.time()
-        started = time.perf_counter()
         backend = self.backend
+        started_wall = backend.now()
+        started = time.perf_counter()
         readings: list[tuple[_GpuMemo, Reading, ProcessReading | None]] = []
         for index in self.indices:
             memo = self._memo(index)
@@ -119,7 +119,7 @@ class Collector:
 
         host = self._join_host(readings) if processes else {}
         gpus = []
-        now = time.time()
+        now = backend.now()
         for memo, reading, proc_reading in readings:
             sample = self._merge(memo, reading, started_wall)
             rows: tuple[GpuProcess, ...] = ()

@@ -103,7 +103,7 @@ def resolve_gpu_list(spec: str, gpus: Sequence[GpuStatic]) -> list[int]:
             matches = [gpu] if gpu else []
         elif entry.lower().startswith("mig-"):
             raise SelectionError(f"--gpus: {entry!r} is a MIG device; name its parent GPU instead ({_describe(gpus)})")
-        elif _UUID_BODY_RE.match(entry.removeprefix("GPU-").removeprefix("gpu-")):
+        elif _UUID_BODY_RE.match(entry[4:] if entry.lower().startswith("gpu-") else entry):
             matches = _match_uuid(entry, gpus)
         else:
             matches = []

@@ -13,6 +13,7 @@ one-shot reads): implementations need no locks of their own.
 from __future__ import annotations
 
 import abc
+import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,6 +81,10 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def send_signal(self, pid: int, create_time: float | None, signum: int) -> SignalOutcome:
         """Signal ``pid`` only if it is still the process created at ``create_time``."""
+
+    def now(self) -> float:
+        """The Unix time of this backend's readings (simulated time for the simulation)."""
+        return time.time()
 
     def pids_are_foreign(self) -> bool:
         """True when the GPU pids belong to another PID namespace (never joined nor signalled)."""

@@ -194,7 +194,7 @@ class NvmlBackend(Backend):
         return gpu.handle
 
     def _drop_handle(self, gpu: _Gpu) -> None:
-        """Forget a handle that failed with GpuIsLost/Unknown: re-acquire by UUID next time."""
+        """Forget a handle that failed with GpuIsLost: re-acquire it by UUID after the backoff."""
         gpu.handle = None
         gpu.reason = Reason.LOST
         gpu.backoff = min(self.BACKOFF_MAX, gpu.backoff * 2 or self.BACKOFF_START)
@@ -239,7 +239,9 @@ class NvmlBackend(Backend):
             self._drop_handle(gpu)
             raise _LostError from None
         elif isinstance(exc, self._nvml.NVMLError_Unknown):
-            self._drop_handle(gpu)  # a handle that says Unknown is re-acquired before its next use
+            # A handle that says Unknown is re-acquired (by UUID) before its next use -- at once,
+            # without the lost-GPU backoff, so the GPU's other fields are still read.
+            gpu.handle = None
         return reason
 
     # ----------------------------------------------------------------- host and static
@@ -287,7 +289,14 @@ class NvmlBackend(Backend):
                 for name in names:
                     reasons[name] = reason
                 return
-            converted = convert(value)
+            try:
+                converted = convert(value)
+            except (TypeError, ValueError):
+                # e.g. a temperature threshold of 0: the board has no such value. Not UNKNOWN, which
+                # would make the collector re-read the static fields on every tick.
+                for name in names:
+                    reasons[name] = Reason.NOT_SUPPORTED
+                return
             if isinstance(fields, str):
                 values[fields] = converted
             else:

@@ -145,6 +145,9 @@ class SimulatedBackend(Backend):
     def call_counts(self) -> dict[str, int]:
         return dict(self._counts)
 
+    def now(self) -> float:
+        return self._clock()
+
     def _uuid(self, index: int) -> str:
         rng = random.Random(f"uuid/{self.seed}/{index}")
         return "GPU-" + str(uuidlib.UUID(int=rng.getrandbits(128), version=4))

@@ -153,7 +153,8 @@ def _process_table(snapshot: Snapshot) -> Table:
     return table
 
 
-def render_snapshot(snapshot: Snapshot, console: Console) -> None:
+def render_snapshot(snapshot: Snapshot, console: Console, *, gpu_count: int | None = None) -> None:
+    """Print ``snapshot``; ``gpu_count`` (GPUs on the machine) tells "none found" from "none selected"."""
     host = snapshot.host
     header = Text()
     header.append(host.hostname, style="bold")
@@ -163,7 +164,7 @@ def render_snapshot(snapshot: Snapshot, console: Console) -> None:
         header.append(f"  [{host.backend}]", style="magenta")
     console.print(header)
     if not snapshot.gpus:
-        console.print("No GPUs selected.")
+        console.print("No NVIDIA GPU found." if gpu_count == 0 else "No GPUs selected.")
         return
     console.print(_gpu_table(snapshot))
     unavailable = [g for g in snapshot.gpus if g.processes_unavailable is not None]

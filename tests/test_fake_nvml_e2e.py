@@ -1,0 +1,134 @@
+"""End to end on the real nvidia-ml-py path, with ../shared/fake-nvml standing in for the driver.
+
+Skipped cleanly where ../shared is absent (a user's clone) or no C compiler exists.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import FAKE_NVML_SRC
+from .test_cli import check_contract
+
+pytestmark = pytest.mark.skipif(
+    not (FAKE_NVML_SRC / "fake_nvml.c").exists() or shutil.which("make") is None or shutil.which("cc") is None,
+    reason="../shared/fake-nvml (or a C compiler) is not available",
+)
+
+
+@pytest.fixture(scope="session")
+def fake_lib(tmp_path_factory) -> str:
+    build = tmp_path_factory.mktemp("fake-nvml")
+    result = subprocess.run(
+        ["make", "-s", "-C", str(FAKE_NVML_SRC), f"BUILD={build}"], capture_output=True, text=True, timeout=300
+    )
+    if result.returncode != 0:
+        pytest.skip(f"cannot build fake-nvml: {result.stderr.strip()[:200]}")
+    return str(build)
+
+
+@pytest.fixture
+def workers():
+    procs = [subprocess.Popen(["sleep", "120"]) for _ in range(4)]
+    yield [p.pid for p in procs]
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def nvtopy(fake_lib: str, *args: str, **knobs: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_NVML_") and k != "CUDA_VISIBLE_DEVICES"}
+    env.update(knobs)
+    env["LD_LIBRARY_PATH"] = fake_lib
+    return subprocess.run([sys.executable, "-m", "nvtopy", *args], capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_every_field_reported(fake_lib, workers):
+    result = nvtopy(fake_lib, "--once", "--json", FAKE_NVML_GPUS="4", FAKE_NVML_PIDS=",".join(map(str, workers)))
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    check_contract(data)
+    assert data["driver_version"] == "550.54.15" and data["cuda_driver_version"] == "12.4"
+    assert data["backend"] == "nvml" and len(data["gpus"]) == 4
+    for gpu in data["gpus"]:
+        missing = [k for k, v in gpu.items() if v is None and k not in ("processes_unavailable",)]
+        assert missing == [], f"GPU {gpu['index']}: null fields {missing} ({gpu['unavailable']})"
+        assert gpu["bus_id"].startswith("00000000:") and gpu["uuid"].startswith("GPU-")
+        assert gpu["memory_reserved_bytes"] > 0, "memory info v2 is used"
+    pids = sorted(p["pid"] for g in data["gpus"] for p in g["processes"])
+    assert pids == sorted(workers)
+    for proc in (p for g in data["gpus"] for p in g["processes"]):
+        assert proc["command"] == "sleep 120" and proc["user"] and proc["gpu_memory_bytes"] > 0
+        assert proc["sm_percent"] is not None
+
+
+def test_faults_degrade_field_by_field(fake_lib, workers):
+    result = nvtopy(
+        fake_lib,
+        "--once",
+        "--json",
+        FAKE_NVML_GPUS="3",
+        FAKE_NVML_PIDS=",".join(map(str, workers)),
+        FAKE_NVML_LOST="1",
+        FAKE_NVML_LOST_HANDLE="1",
+        FAKE_NVML_NOT_SUPPORTED="fan,power",
+        FAKE_NVML_NOT_SUPPORTED_GPUS="0",
+        FAKE_NVML_NO_PROCESS_MEMORY="1",
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    check_contract(data)
+    gpu0, gpu1, gpu2 = data["gpus"]
+    assert gpu0["fan_percent"] is None and gpu0["unavailable"]["fan_percent"] == "not_supported"
+    assert gpu0["power_draw_w"] is None and gpu0["temperature_c"] is not None
+    assert gpu1["lost"] is True and gpu1["unavailable"]["temperature_c"] == "lost"
+    assert gpu1["processes_unavailable"] == "lost"
+    assert gpu2["lost"] is False and gpu2["power_draw_w"] is not None and gpu2["fan_percent"] is not None
+    procs = gpu0["processes"] + gpu2["processes"]
+    assert procs and all(p["gpu_memory_bytes"] is None for p in procs)
+    text = nvtopy(fake_lib, "--once", FAKE_NVML_GPUS="3", FAKE_NVML_LOST="1", FAKE_NVML_LOST_HANDLE="1")
+    assert text.returncode == 0 and "LOST" in text.stdout
+
+
+def test_mig_gpu(fake_lib):
+    result = nvtopy(fake_lib, "--once", "--json", FAKE_NVML_GPUS="2", FAKE_NVML_MIG="0", FAKE_NVML_MIG_DEVICES="3")
+    assert result.returncode == 0, result.stderr
+    gpu0, gpu1 = json.loads(result.stdout)["gpus"]
+    assert gpu0["mig_mode"] is True and len(gpu0["mig_devices"]) == 3
+    assert all(m.startswith("MIG-") for m in gpu0["mig_devices"])
+    assert gpu0["utilization_gpu_percent"] is None, "utilisation is not supported under MIG"
+    assert gpu1["mig_mode"] is False and gpu1["utilization_gpu_percent"] is not None
+    visible = nvtopy(
+        fake_lib,
+        "--once",
+        "--json",
+        "--only-visible",
+        FAKE_NVML_GPUS="2",
+        FAKE_NVML_MIG="0",
+        CUDA_VISIBLE_DEVICES=gpu0["mig_devices"][1],
+    )
+    assert [g["index"] for g in json.loads(visible.stdout)["gpus"]] == [0]
+
+
+def test_driver_not_loaded_is_one_line(fake_lib):
+    result = nvtopy(fake_lib, "--once", FAKE_NVML_DRIVER_NOT_LOADED="1")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert "driver is not loaded" in result.stderr
+
+
+def test_zero_gpus(fake_lib):
+    result = nvtopy(fake_lib, "--once", FAKE_NVML_GPUS="0")
+    assert result.returncode == 0 and "No NVIDIA GPU found" in result.stdout
+
+
+def test_selection_by_bus_id_on_real_path(fake_lib):
+    result = nvtopy(fake_lib, "--once", "--json", "--gpus", "0000:2b:00.0", FAKE_NVML_GPUS="4")
+    assert result.returncode == 0, result.stderr
+    assert [g["bus_id"] for g in json.loads(result.stdout)["gpus"]] == ["00000000:2B:00.0"]

@@ -1,0 +1,235 @@
+"""The simulated backend: deterministic, plausible, moving, and able to inject every fault."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from nvtopy.backends.sim_faults import SimFaults, parse_fault_specs
+from nvtopy.errors import UsageError
+from nvtopy.model import ALL_GROUPS, Reason
+from nvtopy.poller import Collector
+from nvtopy.views.json_view import snapshot_to_dict
+
+
+def collect(backend):
+    return Collector(backend).collect()
+
+
+def test_same_seed_and_time_give_identical_snapshots(sim):
+    a = snapshot_to_dict(collect(sim(gpus=4, seed=7)))
+    b = snapshot_to_dict(collect(sim(gpus=4, seed=7)))
+    c = snapshot_to_dict(collect(sim(gpus=4, seed=8)))
+    for data in (a, b, c):
+        data.pop("timestamp")
+    assert a == b
+    assert a != c
+
+
+def test_values_are_plausible_over_an_hour(sim, clock):
+    backend = sim(gpus=8, seed=3, model="A100-SXM4-80GB")
+    collector = Collector(backend)
+    seen_process_sets = set()
+    for _ in range(120):
+        clock.advance(30)
+        snapshot = collector.collect()
+        for gpu in snapshot.gpus:
+            s, st = gpu.sample, gpu.static
+            assert 0 <= s.utilization_gpu_percent <= 100
+            assert 0 <= s.memory_used_bytes <= st.memory_total_bytes
+            assert s.memory_used_bytes + s.memory_free_bytes + s.memory_reserved_bytes == st.memory_total_bytes
+            assert 0 < s.power_draw_w <= s.power_limit_w
+            assert 20 <= s.temperature_c < st.temperature_slowdown_c
+            assert s.pstate in (0, 8)
+            total = sum(p.gpu_memory_bytes for p in gpu.processes)
+            assert total == s.memory_used_bytes
+            for proc in gpu.processes:
+                assert proc.user and proc.command and proc.create_time <= snapshot.timestamp
+                assert proc.running_seconds >= 0
+        seen_process_sets.add(frozenset(p.pid for p in snapshot.processes))
+    assert len(seen_process_sets) > 10, "processes must come and go"
+
+
+def test_energy_counter_is_monotonic(sim, clock):
+    backend = sim(gpus=2)
+    collector = Collector(backend)
+    last = [0, 0]
+    for _ in range(20):
+        clock.advance(1)
+        for gpu in collector.collect().gpus:
+            assert gpu.sample.energy_mj > last[gpu.index]
+            last[gpu.index] = gpu.sample.energy_mj
+
+
+def test_models(sim):
+    rtx = collect(sim(gpus=1, model="RTX 4090")).gpus[0]
+    assert rtx.static.name == "NVIDIA GeForce RTX 4090"
+    assert rtx.sample.fan_percent is not None, "a GeForce board has a fan"
+    assert rtx.sample.ecc_mode is None and rtx.sample.why("ecc_mode") is Reason.NOT_SUPPORTED
+    h100 = collect(sim(gpus=1)).gpus[0]
+    assert h100.sample.fan_percent is None and h100.sample.why("fan_percent") is Reason.NOT_SUPPORTED
+    with pytest.raises(UsageError, match="unknown GPU model"):
+        sim(model="Voodoo2")
+
+
+def test_fault_lost_gpu_others_keep_reporting(sim, clock):
+    backend = sim(gpus=3)
+    collector = Collector(backend)
+    before = collector.collect()
+    assert not before.gpus[1].lost
+    backend.set_lost(1)
+    clock.advance(1)
+    during = collector.collect()
+    assert during.gpus[1].lost
+    assert during.gpus[1].sample.utilization_gpu_percent is None
+    assert during.gpus[1].sample.why("utilization_gpu_percent") is Reason.LOST
+    assert during.gpus[1].processes == () and during.gpus[1].processes_unavailable is Reason.LOST
+    assert during.gpus[1].static.name == before.gpus[1].static.name, "static identity is kept"
+    for index in (0, 2):
+        assert not during.gpus[index].lost and during.gpus[index].sample.utilization_gpu_percent is not None
+    backend.set_lost(1, lost=False)
+    clock.advance(1)
+    after = collector.collect()
+    assert not after.gpus[1].lost and after.gpus[1].sample.temperature_c is not None
+
+
+def test_fault_lost_from_start_rereads_static_when_back(sim, clock):
+    backend = sim(gpus=2, faults=parse_fault_specs(["lost@1"]))
+    collector = Collector(backend)
+    first = collector.collect().gpus[1]
+    assert first.lost and first.static.memory_total_bytes is None
+    assert first.static.unavailable["memory_total_bytes"] is Reason.LOST
+    backend.set_lost(1, lost=False)
+    backend.faults.lost.clear()
+    clock.advance(1)
+    again = collector.collect().gpus[1]
+    assert not again.lost and again.static.memory_total_bytes is not None
+
+
+def test_fault_unsupported_groups_per_gpu(sim):
+    faults = parse_fault_specs(["unsupported=power+clocks@0", "unsupported=processes@1"])
+    snapshot = collect(sim(gpus=2, faults=faults))
+    gpu0, gpu1 = snapshot.gpus
+    assert gpu0.sample.power_draw_w is None and gpu0.sample.clock_sm_mhz is None
+    assert gpu0.sample.why("power_draw_w") is Reason.NOT_SUPPORTED
+    assert gpu0.sample.temperature_c is not None and gpu0.processes
+    assert gpu1.sample.power_draw_w is not None
+    assert gpu1.processes == () and gpu1.processes_unavailable is Reason.NOT_SUPPORTED
+
+
+def test_fault_no_permission_on_one_gpu(sim):
+    snapshot = collect(sim(gpus=2, faults=parse_fault_specs(["no-permission@0"])))
+    gpu0, gpu1 = snapshot.gpus
+    assert not gpu0.lost
+    assert gpu0.static.name is None and gpu0.static.unavailable["name"] is Reason.NO_PERMISSION
+    assert gpu0.sample.why("memory_used_bytes") is Reason.NO_PERMISSION
+    assert gpu1.sample.memory_used_bytes is not None
+
+
+def test_fault_process_faults(sim):
+    denied = collect(sim(gpus=4, seed=2, faults=parse_fault_specs(["access-denied"])))
+    others = [p for p in denied.processes if p.uid != 1000]
+    assert others, "the simulation has other users' processes"
+    for proc in others:
+        assert proc.user is None and proc.command is None
+        assert proc.unavailable["command"] is Reason.NO_PERMISSION
+    assert all(p.command for p in denied.processes if p.user == "alice")
+
+    nomem = collect(sim(gpus=2, faults=parse_fault_specs(["no-process-memory"])))
+    assert nomem.processes and all(p.gpu_memory_bytes is None for p in nomem.processes)
+    assert nomem.gpus[0].sample.memory_used_bytes is not None, "the GPU total is still known"
+
+    full = collect(sim(gpus=8, seed=5))
+    vanished = collect(sim(gpus=8, seed=5, faults=parse_fault_specs(["vanished"])))
+    assert len(vanished.processes) < len(full.processes), "vanished pids are dropped by the join"
+
+    foreign = collect(sim(gpus=2, faults=parse_fault_specs(["foreign"])))
+    assert foreign.processes and all(p.foreign and p.user is None for p in foreign.processes)
+
+
+def test_fault_ecc_and_hot(sim):
+    snapshot = collect(sim(gpus=2, faults=parse_fault_specs(["ecc@1", "hot@0"])))
+    hot, ecc = snapshot.gpus
+    assert hot.sample.temperature_c >= hot.static.temperature_slowdown_c
+    assert "hw_thermal_slowdown" in hot.sample.throttle_reasons
+    assert ecc.sample.ecc_uncorrected_volatile > 0
+    assert hot.sample.ecc_uncorrected_volatile == 0
+
+
+def test_fault_spec_parser():
+    faults = parse_fault_specs(["lost@1-2", "hot@0,3", "unsupported=fan", "foreign"])
+    assert faults.lost == {1, 2} and faults.hot == {0, 3} and faults.foreign
+    assert faults.is_unsupported(5, "fan") and not faults.is_unsupported(5, "power")
+    assert parse_fault_specs(["lost"]).is_lost(7)
+    assert SimFaults().is_lost(0) is False
+
+
+def test_signal_simulated_process(sim, clock):
+    backend = sim(gpus=1, seed=1)
+    collector = Collector(backend)
+    rows = collector.collect().processes
+    mine = next(p for p in rows if p.user == "alice")
+    stale = backend.send_signal(mine.pid, mine.create_time + 5, signal.SIGTERM)
+    assert not stale.ok and "another process" in stale.message
+    outcome = backend.send_signal(mine.pid, mine.create_time, signal.SIGTERM)
+    assert outcome.ok, outcome.message
+    clock.advance(1)
+    assert mine.pid not in {p.pid for p in collector.collect().processes}
+    again = backend.send_signal(mine.pid, mine.create_time, signal.SIGTERM)
+    assert not again.ok and "already exited" in again.message
+
+
+def test_signal_other_users_process_is_refused(sim):
+    backend = sim(gpus=4, seed=2)
+    other = next(p for p in collect(backend).processes if p.user != "alice")
+    outcome = backend.send_signal(other.pid, other.create_time, signal.SIGKILL)
+    assert not outcome.ok and "not permitted" in outcome.message and other.user in outcome.message
+
+
+def test_simulated_pid_reuse(sim, clock):
+    backend = sim(gpus=1, seed=1)
+    collector = Collector(backend)
+    proc = next(p for p in collector.collect().processes if p.user == "alice")
+    clock.advance(2)
+    new_create = backend.simulate_pid_reuse(proc.pid)
+    assert new_create is not None and new_create != proc.create_time
+    outcome = backend.send_signal(proc.pid, proc.create_time, signal.SIGKILL)
+    assert not outcome.ok and "another process" in outcome.message
+    row = next(p for p in collector.collect().processes if p.pid == proc.pid)
+    assert row.create_time == new_create
+
+
+@pytest.fixture
+def child():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    yield proc
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+
+
+def test_real_pids_are_joined_and_killable(sim, child):
+    import psutil
+
+    backend = sim(gpus=2, real_pids=[child.pid], processes_per_gpu=0, clock=time.time)
+    collector = Collector(backend)
+    rows = collector.collect().processes
+    assert [p.pid for p in rows] == [child.pid]
+    row = rows[0]
+    assert row.command.endswith("time.sleep(60)") and row.user == psutil.Process().username()
+    assert row.create_time == pytest.approx(psutil.Process(child.pid).create_time())
+    outcome = backend.send_signal(row.pid, row.create_time, signal.SIGTERM)
+    assert outcome.ok, outcome.message
+    child.wait(timeout=10)
+    assert collector.collect().processes == ()
+
+
+def test_call_counts_per_group(sim):
+    backend = sim(gpus=2)
+    Collector(backend).collect(ALL_GROUPS)
+    counts = backend.call_counts()
+    assert counts["memory"] == 2 and counts["processes"] == 2 and counts["static"] == 2
