@@ -98,6 +98,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help=f"refresh interval (default 1.0; {MIN_INTERVAL} to {MAX_INTERVAL:.0f})",
     )
+    tui = parser.add_argument_group("interactive monitor")
+    tui.add_argument("--readonly", action="store_true", help="never send signals (the kill keys are disabled)")
+    tui.add_argument(
+        "--view",
+        choices=("auto", "full", "compact"),
+        default="auto",
+        help="GPU panels: full, one compact line per GPU, or chosen by terminal size (default auto; key v)",
+    )
     add_gpu_options(parser)
     return parser
 
@@ -113,6 +121,7 @@ def open_backend(args: argparse.Namespace) -> Backend:
             model=args.demo_model or "H100 80GB HBM3",
             seed=args.demo_seed,
             faults=parse_fault_specs(args.demo_fault),
+            lifetime_scale=0.25,  # jobs come and go within minutes, so a demo shows it
         )
     from .backends.nvml import NvmlBackend
 
@@ -155,18 +164,13 @@ def _run_once(args: argparse.Namespace, backend: Backend) -> int:
 
 def _run_interactive(args: argparse.Namespace, backend: Backend) -> int:
     from .poller import Collector
-    from .views.text_view import make_console, render_snapshot
+    from .tui.app import NvtopyApp
 
-    # Until the TUI lands: a refreshing text view, like watch(1).
     collector = Collector(backend)
     collector.select(resolve_selection(args, collector))
-    console = make_console(sys.stdout, color=not args.no_color)
-    import time
-
-    while True:
-        console.clear()
-        render_snapshot(collector.collect(), console)
-        time.sleep(args.interval)
+    app = NvtopyApp(backend, interval=args.interval, collector=collector, readonly=args.readonly, layout=args.view)
+    app.run()
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

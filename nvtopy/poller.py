@@ -19,8 +19,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from .backends.base import Backend, ProcessReading, Reading
 from .model import (
@@ -242,6 +243,7 @@ def _row(
 
 
 SnapshotCallback = Callable[[Snapshot], None]
+T = TypeVar("T")
 
 
 class Poller:
@@ -268,6 +270,7 @@ class Poller:
         self._stopping = False
         self._paused = False
         self._thread: threading.Thread | None = None
+        self._requests: collections.deque[tuple[Callable[[], Any], Future[Any]]] = collections.deque()
         self.latest: Snapshot | None = None
         self.last_error: BaseException | None = None
         self.polls = 0
@@ -299,6 +302,28 @@ class Poller:
         """Collect now instead of at the end of the current wait (also while paused: one snapshot)."""
         self._refresh_once = True
         self._wake.set()
+
+    def submit(self, function: Callable[[], T]) -> Future[T]:
+        """Run ``function`` on the poller thread (which owns the backend) between two polls.
+
+        Why: a backend is used by one thread only; actions such as sending a
+        signal go through here instead of racing the poll. Without a running
+        thread the function runs at once on the caller's thread. A poll follows,
+        so the effect shows up in the next snapshot.
+        """
+        future: Future[T] = Future()
+        if not self.running:
+            _run_into(function, future)
+            return future
+        self._requests.append((function, future))
+        self._refresh_once = True
+        self._wake.set()
+        return future
+
+    def _drain_requests(self) -> None:
+        while self._requests:
+            function, future = self._requests.popleft()
+            _run_into(function, future)
 
     def subscribe(self, callback: SnapshotCallback) -> None:
         self._subscribers.append(callback)
@@ -349,6 +374,7 @@ class Poller:
     def _run(self) -> None:
         next_slow = 0.0
         while not self._stopping:
+            self._drain_requests()
             timeout: float | None = None
             if not self._paused or self._refresh_once:
                 self._refresh_once = False
@@ -366,3 +392,13 @@ class Poller:
                     timeout = max(0.0, self._interval - (time.monotonic() - started))
             self._wake.wait(timeout)
             self._wake.clear()
+        self._drain_requests()
+
+
+def _run_into(function: Callable[[], T], future: Future[T]) -> None:
+    if not future.set_running_or_notify_cancel():
+        return
+    try:
+        future.set_result(function())
+    except Exception as exc:  # noqa: BLE001 - handed to whoever waits on the future
+        future.set_exception(exc)

@@ -100,6 +100,7 @@ class SimulatedBackend(Backend):
         viewer: str | None = None,
         driver_version: str = "550.54.15",
         cuda_driver_version: str = "12.4",
+        workloads: Sequence[Workload] | None = None,
     ) -> None:
         if gpus < 0:
             raise ValueError("gpus must be >= 0")
@@ -117,6 +118,7 @@ class SimulatedBackend(Backend):
         self._hostname = hostname
         self._driver = driver_version
         self._cuda = cuda_driver_version
+        self._workloads = tuple(workloads) if workloads else None
         self._counts: collections.Counter[str] = collections.Counter()
         self._schedules: dict[tuple[int, int], list[_Job]] = {}
         self._killed: set[tuple[int, float]] = set()  # (pid, start) of jobs ended by a signal
@@ -223,10 +225,13 @@ class SimulatedBackend(Backend):
 
     def _new_job(self, gpu: int, slot: int, serial: int, start: float) -> _Job:
         rng = random.Random(f"job/{self.seed}/{gpu}/{slot}/{serial}")
-        pool = WORKLOADS + (GRAPHICS_WORKLOADS if self.model.graphics else ())
-        workload = pool[0] if slot == 0 and serial == 0 else rng.choice(pool)
-        if self.model.graphics and slot == self._slots - 1 and serial == 0:
-            workload = GRAPHICS_WORKLOADS[0]  # a display server on boards that drive displays
+        if self._workloads is not None:  # chosen by the caller: in order, one per slot
+            workload = self._workloads[(gpu * self._slots + slot + serial) % len(self._workloads)]
+        else:
+            pool = WORKLOADS + (GRAPHICS_WORKLOADS if self.model.graphics else ())
+            workload = pool[0] if slot == 0 and serial == 0 else rng.choice(pool)
+            if self.model.graphics and slot == self._slots - 1 and serial == 0:
+                workload = GRAPHICS_WORKLOADS[0]  # a display server on boards that drive displays
         users = (self._viewer, self._viewer, *USERS)
         user = users[rng.randrange(len(users))]
         uid = self._viewer_uid if user == self._viewer else 1001 + USERS.index(user)

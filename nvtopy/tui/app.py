@@ -1,0 +1,431 @@
+"""``nvtopy``: the interactive monitor.
+
+Data flow: the :class:`~nvtopy.poller.Poller` thread collects a snapshot and
+posts :class:`SnapshotReady` (thread-safe; a newer one replaces an unprocessed
+older one). The UI thread only filters, sorts and draws what it got. Signals
+are sent by the backend on the poller's thread (``Poller.submit``), after a
+confirmation that names the targets; the UI never calls NVML or psutil.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal as signals
+import time
+from collections.abc import Iterable, Sequence
+
+from rich.text import Text
+from textual import on
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import Footer, Input, Static
+
+from ..backends.base import Backend, SignalOutcome
+from ..formatting import NA
+from ..model import GpuProcess, Snapshot
+from ..poller import Collector, Poller
+from ..procview import COLUMNS, ProcessFilter, SortOrder, Tags, build_rows
+from .gpu_view import MODES, GpuView, plan_layout
+from .messages import SnapshotReady
+from .process_table import ProcessTable
+from .screens import ConfirmSignalScreen, GpuPickerScreen, HelpScreen
+
+__all__ = ["INTERVALS", "NvtopyApp"]
+
+INTERVALS = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0)
+SIGNALS = {"SIGTERM": signals.SIGTERM, "SIGKILL": signals.SIGKILL, "SIGINT": signals.SIGINT}
+
+
+class HeaderBar(Static):
+    """Host, driver, CUDA, refresh state, active filters and sort: one line."""
+
+    DEFAULT_CSS = """
+    HeaderBar { height: 1; background: $primary-background; color: $text; }
+    """
+
+
+class NvtopyApp(App[None]):
+    """The monitor. ``backend`` is already open; the app polls it on a background thread."""
+
+    TITLE = "nvtopy"
+    CSS = """
+    Screen { layout: vertical; }
+    #gpus { margin: 0 0 1 0; }
+    #filter { dock: bottom; height: 1; border: none; padding: 0 1; margin-bottom: 1; display: none; }
+    #filter.shown { display: block; }
+    """
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
+        Binding("question_mark,f1", "help", "Help"),
+        Binding("slash", "filter", "Filter", tooltip="Filter processes by pid, user or command text"),
+        Binding("g", "pick_gpus", "GPUs", tooltip="Choose the GPUs to show (panels and processes)"),
+        Binding("u", "toggle_mine", "Mine", tooltip="Only my processes (toggle)"),
+        Binding("t", "cycle_type", "Type", tooltip="Process type: all, compute (C), graphics (G)"),
+        Binding("escape", "clear_filters", "Clear filters", show=False, tooltip="Clear every filter"),
+        Binding("s,greater_than_sign", "sort(1)", "Sort", tooltip="Sort by the next column"),
+        Binding("S,less_than_sign", "sort(-1)", "Sort (previous column)", show=False),
+        Binding("r", "reverse", "Reverse", show=False, tooltip="Reverse the sort order"),
+        Binding(
+            "space", "tag", "Tag", show=False, tooltip="Tag or untag the selected process (signals go to all tagged)"
+        ),
+        Binding("U", "untag", "Untag all", show=False),
+        Binding(
+            "T", "signal('SIGTERM')", "Term", tooltip="Send SIGTERM to the selected or tagged processes (asks first)"
+        ),
+        Binding(
+            "K", "signal('SIGKILL')", "Kill", tooltip="Send SIGKILL to the selected or tagged processes (asks first)"
+        ),
+        Binding(
+            "I",
+            "signal('SIGINT')",
+            "Interrupt",
+            show=False,
+            tooltip="Send SIGINT to the selected or tagged processes (asks first)",
+        ),
+        Binding("v", "cycle_layout", "View", tooltip="GPU view: auto, full panels, compact lines"),
+        Binding("p", "toggle_pause", "Pause", tooltip="Pause or resume refreshing"),
+        Binding("plus,equals_sign", "interval(-1)", "Faster refresh", show=False),
+        Binding("minus", "interval(1)", "Slower refresh", show=False),
+    ]
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        interval: float = 1.0,
+        indices: Sequence[int] | None = None,
+        readonly: bool = False,
+        layout: str = "auto",
+        slow_interval: float = 5.0,
+        poll: bool = True,
+        collector: Collector | None = None,
+    ) -> None:
+        super().__init__()
+        self.backend = backend
+        self.poller = Poller(
+            backend, interval=interval, indices=indices, slow_interval=slow_interval, collector=collector
+        )
+        self.readonly = readonly
+        self.layout_mode = layout if layout in MODES else "auto"
+        self.snapshot: Snapshot | None = None
+        self.row_filter = ProcessFilter()
+        self.order = SortOrder()
+        self.tags = Tags()
+        self._poll = poll
+        self.snapshots_applied = 0
+        self.last_outcomes: list[SignalOutcome] = []
+        self.first_frame_at: float | None = None
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def compose(self) -> ComposeResult:
+        yield HeaderBar(Text(" nvtopy  starting...", style="bold"), id="header")
+        yield GpuView(id="gpus")
+        yield ProcessTable(id="processes")
+        yield Input(placeholder="filter: pid, user or command text (enter keeps it, esc clears)", id="filter")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(ProcessTable).focus()
+        self.poller.subscribe(self._from_poller)
+        if self._poll:
+            self.poller.start()
+
+    def _from_poller(self, snapshot: Snapshot) -> None:
+        """Runs on the poller thread: hand the snapshot to the UI thread."""
+        self.post_message(SnapshotReady(snapshot))
+
+    def on_unmount(self) -> None:
+        self.poller.stop(timeout=1.0)
+
+    def on_snapshot_ready(self, message: SnapshotReady) -> None:
+        self.snapshot = message.snapshot
+        self.snapshots_applied += 1
+        self.refresh_view()
+        if self.first_frame_at is None:
+            self.first_frame_at = time.perf_counter()
+
+    def on_resize(self) -> None:
+        self.refresh_view()
+
+    # ----------------------------------------------------------------- drawing
+
+    def visible_gpus(self) -> tuple:
+        if self.snapshot is None:
+            return ()
+        wanted = self.row_filter.gpus
+        return tuple(g for g in self.snapshot.gpus if wanted is None or g.index in wanted)
+
+    def refresh_view(self) -> None:
+        """Redraw everything from the current snapshot, filter and sort (cheap when little changed)."""
+        snapshot = self.snapshot
+        header = self.query_one(HeaderBar)
+        gpu_view = self.query_one(GpuView)
+        table = self.query_one(ProcessTable)
+        if snapshot is None:
+            return
+        gpus = self.visible_gpus()
+        if not snapshot.gpus:
+            gpu_view.message = "No NVIDIA GPU found" if self.poller.collector.indices == [] else "No GPUs selected"
+        else:
+            gpu_view.message = "No GPUs selected (g to choose)"
+        plan = plan_layout(len(gpus), self.size.width, self.size.height, self.layout_mode)
+        if gpu_view.styles.height is None or gpu_view.styles.height.value != plan.lines:
+            gpu_view.styles.height = plan.lines
+        gpu_view.show(gpus, plan)
+        everything = snapshot.processes
+        self.tags.prune(everything)
+        me = snapshot.host.user
+        rows = build_rows(everything, self.order, self.row_filter, me)
+        table.empty_message = (
+            "No process matches the filters (esc clears)" if self.row_filter.active else ("No GPU processes")
+        )
+        table.set_rows(rows, me=me, tags=frozenset(self.tags.keys), order=self.order)
+        header.update(self._header_text(snapshot, len(gpus), len(rows), len(everything)))
+
+    def _header_text(self, snapshot: Snapshot, shown_gpus: int, shown_rows: int, all_rows: int) -> Text:
+        host = snapshot.host
+        text = Text(" nvtopy ", style="bold reverse")
+        text.append(f" {host.hostname} ", style="bold")
+        if host.backend != "nvml":
+            text.append("[simulated] ", style="magenta")
+        text.append(f"│ driver {host.driver_version or NA} · CUDA {host.cuda_driver_version or NA} ")
+        text.append(f"│ GPUs {shown_gpus}/{len(snapshot.gpus)} ")
+        if self.poller.paused:
+            text.append("│ ⏸ PAUSED ", style="bold yellow")
+        else:
+            text.append(f"│ ⟳ {self.poller.interval:g}s ")
+        labels = self.row_filter.describe()
+        if labels:
+            text.append("│ filter: ", style="bold yellow")
+            text.append(" ".join(labels), style="yellow")
+            text.append(f" ({shown_rows}/{all_rows}) ", style="yellow")
+        if self.tags.keys:
+            text.append(f"│ {len(self.tags.keys)} tagged ", style="yellow")
+        if self.layout_mode != "auto":
+            text.append(f"│ view {self.layout_mode} ")
+        if self.readonly:
+            text.append("│ read-only ", style="cyan")
+        text.append(f"│ {time.strftime('%H:%M:%S', time.localtime(snapshot.timestamp))}")
+        text.truncate(max(1, self.size.width), overflow="ellipsis")
+        return text
+
+    # ----------------------------------------------------------------- filters and sort
+
+    def set_filter(self, **changes: object) -> None:
+        self.row_filter = self.row_filter.replace(**changes)
+        self.refresh_view()
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.add_class("shown")
+        box.focus()
+
+    @on(Input.Changed, "#filter")
+    def _filter_typed(self, event: Input.Changed) -> None:
+        self.set_filter(text=event.value.strip())
+
+    @on(Input.Submitted, "#filter")
+    def _filter_done(self, event: Input.Submitted) -> None:
+        if not event.value.strip():
+            event.input.remove_class("shown")
+        self.query_one(ProcessTable).focus()
+
+    def action_clear_filters(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.value = ""
+        box.remove_class("shown")
+        self.row_filter = ProcessFilter()
+        self.query_one(ProcessTable).focus()
+        self.refresh_view()
+
+    def action_toggle_mine(self) -> None:
+        self.set_filter(mine_only=not self.row_filter.mine_only)
+
+    def action_cycle_type(self) -> None:
+        following = {None: "C", "C": "G", "G": None}[self.row_filter.process_type]
+        self.set_filter(process_type=following)
+
+    def action_pick_gpus(self) -> None:
+        if self.snapshot is None:
+            return
+        statics = [g.static for g in self.snapshot.gpus]
+
+        def chosen(result: frozenset[int] | None) -> None:
+            self.set_filter(gpus=result)
+
+        self.push_screen(GpuPickerScreen(statics, self.row_filter.gpus), chosen)
+
+    def set_sort(self, order: SortOrder) -> None:
+        self.order = order
+        self.refresh_view()
+
+    def action_sort(self, step: int) -> None:
+        self.set_sort(self.order.cycle(step))
+
+    def action_reverse(self) -> None:
+        self.set_sort(self.order.flipped())
+
+    @on(ProcessTable.HeaderClicked)
+    def _header_clicked(self, event: ProcessTable.HeaderClicked) -> None:
+        self.set_sort(self.order.by(event.column))
+
+    # ----------------------------------------------------------------- view and refresh
+
+    def action_cycle_layout(self) -> None:
+        self.layout_mode = MODES[(MODES.index(self.layout_mode) + 1) % len(MODES)]
+        self.notify(f"GPU view: {self.layout_mode}", timeout=2)
+        self.refresh_view()
+
+    def action_toggle_pause(self) -> None:
+        if self.poller.paused:
+            self.poller.resume()
+        else:
+            self.poller.pause()
+        self.refresh_view()
+
+    def action_interval(self, step: int) -> None:
+        current = self.poller.interval
+        if step < 0:
+            smaller = [i for i in INTERVALS if i < current - 1e-9]
+            target = smaller[-1] if smaller else INTERVALS[0]
+        else:
+            bigger = [i for i in INTERVALS if i > current + 1e-9]
+            target = bigger[0] if bigger else INTERVALS[-1]
+        self.poller.set_interval(target)
+        self.notify(f"refresh every {target:g}s", timeout=2)
+        self.refresh_view()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self.help_sections()))
+
+    def help_sections(self) -> list[tuple[str, list[tuple[str, str]]]]:
+        def keys_of(binding: Binding) -> str:
+            names = binding.key.split(",")
+            return " ".join(self.get_key_display(Binding(name, "")) for name in names)
+
+        groups: dict[str, list[tuple[str, str]]] = {}
+        sections = {
+            "quit": "General",
+            "help": "General",
+            "filter": "Filtering",
+            "pick_gpus": "Filtering",
+            "toggle_mine": "Filtering",
+            "cycle_type": "Filtering",
+            "clear_filters": "Filtering",
+            "sort": "Sorting",
+            "reverse": "Sorting",
+            "tag": "Processes",
+            "untag": "Processes",
+            "signal": "Processes",
+            "cycle_layout": "View",
+            "toggle_pause": "View",
+            "interval": "View",
+        }
+        seen = set()
+        for binding in self.BINDINGS:
+            assert isinstance(binding, Binding)
+            if binding.key == "ctrl+c":
+                groups.setdefault("General", []).append(("ctrl+c", "Quit"))
+                continue
+            action = binding.action.split("(")[0]
+            if (binding.action, binding.description) in seen:
+                continue
+            seen.add((binding.action, binding.description))
+            description = binding.tooltip or binding.description
+            groups.setdefault(sections.get(action, "General"), []).append((keys_of(binding), description))
+        groups["Processes"] += [
+            ("↑ ↓ PgUp PgDn Home End", "Move the selection"),
+            ("click", "Select a row; click a column title to sort by it"),
+        ]
+        groups["General"].append(("ctrl+p", "Command palette (every action by name)"))
+        order = ("General", "Processes", "Sorting", "Filtering", "View")
+        return [(name, groups[name]) for name in order if name in groups]
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for column in COLUMNS:
+            yield SystemCommand(
+                f"Sort by {column.title}",
+                f"Sort the process table by {column.title}",
+                lambda key=column.key: self.set_sort(SortOrder(key, SortOrder().by(key).reverse)),
+            )
+        yield SystemCommand("Only my processes", "Toggle showing only your processes", self.action_toggle_mine)
+        yield SystemCommand("Choose GPUs", "Pick the GPUs to show", self.action_pick_gpus)
+        yield SystemCommand("Clear filters", "Show every process of every GPU", self.action_clear_filters)
+        yield SystemCommand("Pause or resume", "Stop or restart refreshing", self.action_toggle_pause)
+        for mode in MODES:
+            yield SystemCommand(f"GPU view: {mode}", f"Show GPUs as {mode} panels", lambda m=mode: self._set_layout(m))
+
+    def _set_layout(self, mode: str) -> None:
+        self.layout_mode = mode
+        self.refresh_view()
+
+    # ----------------------------------------------------------------- acting on processes
+
+    def action_tag(self) -> None:
+        table = self.query_one(ProcessTable)
+        process = table.selected
+        if process is None:
+            return
+        self.tags.toggle(process)
+        table.move_cursor(table.cursor + 1)
+        self.refresh_view()
+
+    def action_untag(self) -> None:
+        self.tags.keys.clear()
+        self.refresh_view()
+
+    def signal_targets(self) -> list[GpuProcess]:
+        """The tagged processes still shown, else the selected one; one entry per process."""
+        table = self.query_one(ProcessTable)
+        targets = [p for p in table.rows if p.key in self.tags.keys] or (
+            [table.selected] if table.selected is not None else []
+        )
+        unique: dict[tuple[int, float | None], GpuProcess] = {}
+        for process in targets:
+            unique.setdefault((process.pid, process.create_time), process)
+        return list(unique.values())
+
+    def action_signal(self, name: str) -> None:
+        if self.readonly:
+            self.notify("read-only mode (--readonly): sending signals is disabled", severity="warning")
+            return
+        targets = self.signal_targets()
+        if not targets:
+            self.notify("no process selected", severity="warning")
+            return
+        foreign = [p for p in targets if p.foreign]
+        if foreign:
+            self.notify(
+                f"pid {foreign[0].pid} belongs to another PID namespace (nvtopy runs in a container): "
+                "it cannot be signalled from here",
+                severity="error",
+            )
+            return
+
+        def answered(confirmed: bool | None) -> None:
+            if confirmed:
+                self.run_worker(self._send(targets, name), exclusive=False)
+
+        self.push_screen(ConfirmSignalScreen(targets, name), answered)
+
+    async def _send(self, targets: list[GpuProcess], name: str) -> None:
+        signum = SIGNALS[name]
+        futures = [
+            self.poller.submit(lambda p=p: self.backend.send_signal(p.pid, p.create_time, signum)) for p in targets
+        ]
+        outcomes: list[SignalOutcome] = []
+        for future in futures:
+            try:
+                outcomes.append(await asyncio.wrap_future(future))
+            except Exception as exc:  # noqa: BLE001 - reported to the user, never a crash
+                outcomes.append(SignalOutcome(False, f"could not send {name}: {exc}"))
+        self.last_outcomes = outcomes
+        for outcome in outcomes:
+            self.notify(outcome.message, severity="information" if outcome.ok else "error", timeout=6)
+        sent = {(p.gpu_index, p.pid, p.create_time) for p, o in zip(targets, outcomes, strict=True) if o.ok}
+        self.tags.keys -= sent
+        self.poller.refresh()

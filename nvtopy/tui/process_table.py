@@ -1,0 +1,296 @@
+"""The process table: a Line-API widget with a fixed header line and a row cursor.
+
+Why not ``DataTable``: it re-renders every visible cell whenever any cell
+changes (its render cache is keyed on a global update count), and ``sort()`` /
+``clear()`` move the cursor by position. Here each line has a signature (its
+formatted cells, whether it is selected or tagged); a refresh redraws only the
+lines whose signature changed, and the cursor follows its process by identity
+(GPU, pid, create time) wherever sorting or filtering moves it.
+
+All text is drawn with rich ``Text`` (never parsed as markup) after
+:func:`~nvtopy.textsafe.safe_text` has replaced control characters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.cells import cell_len, set_cell_size
+from rich.style import Style
+from rich.text import Text
+from textual import events
+from textual.binding import Binding
+from textual.geometry import Region, Size
+from textual.message import Message
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from ..model import GpuProcess
+from ..procview import COLUMNS, Column, SortOrder, format_cells, visible_columns
+
+__all__ = ["ProcessTable"]
+
+_STYLE_MINE = Style()
+_STYLE_OTHER = Style(dim=True)
+_STYLE_TAGGED = Style(color="yellow", bold=True)
+_STYLE_CURSOR = Style(reverse=True)
+_STYLE_CURSOR_UNFOCUSED = Style(bgcolor="grey23")
+_STYLE_HEADER = Style(bold=True, reverse=True)
+_STYLE_HEADER_SORTED = Style(bold=True, reverse=True, color="cyan")
+_STYLE_ZOMBIE = Style(color="red")
+
+
+@dataclass(frozen=True, slots=True)
+class _Placed:
+    column: Column
+    x: int
+    width: int
+
+
+def _fit(text: str, width: int, align: str) -> str:
+    """``text`` in exactly ``width`` cells (wide characters counted as two)."""
+    if text.isascii():
+        if len(text) > width:
+            return text[: width - 1] + "…" if width > 1 else text[:width]
+        return text.rjust(width) if align == "right" else text.ljust(width)
+    length = cell_len(text)
+    if length > width:
+        return set_cell_size(text, width - 1) + "…" if width > 1 else set_cell_size(text, width)
+    padding = " " * (width - length)
+    return padding + text if align == "right" else text + padding
+
+
+class ProcessTable(ScrollView, can_focus=True):
+    """Processes of the selected GPUs; the app gives it rows already filtered and sorted."""
+
+    DEFAULT_CSS = """
+    ProcessTable {
+        height: 1fr;
+        overflow-x: hidden;
+        scrollbar-size-vertical: 1;
+    }
+    """
+
+    BINDINGS = [
+        Binding("up", "move(-1)", "Up", show=False),
+        Binding("down", "move(1)", "Down", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),
+        Binding("home", "jump(0)", "First", show=False),
+        Binding("end", "jump(-1)", "Last", show=False),
+    ]
+
+    class HeaderClicked(Message):
+        """The user clicked a column title: sort by it."""
+
+        def __init__(self, column: str) -> None:
+            super().__init__()
+            self.column = column
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.rows: list[GpuProcess] = []
+        self._cells: list[tuple[str, ...]] = []
+        self.cursor = 0
+        self._cursor_key: tuple[int, int, float | None] | None = None
+        self._me: str | None = None
+        self._tags: frozenset[tuple[int, int, float | None]] = frozenset()
+        self._order = SortOrder()
+        self._placed: list[_Placed] = []
+        self._layout_width = -1
+        self._line_cache: dict[int, tuple[tuple[object, ...], Strip]] = {}
+        self._shown: list[tuple[object, ...]] = []  # signature of each row line as last drawn
+        self.empty_message = "No GPU processes"
+
+    # ----------------------------------------------------------------- data in
+
+    @property
+    def selected(self) -> GpuProcess | None:
+        return self.rows[self.cursor] if 0 <= self.cursor < len(self.rows) else None
+
+    def set_rows(
+        self,
+        rows: list[GpuProcess],
+        *,
+        me: str | None,
+        tags: frozenset[tuple[int, int, float | None]],
+        order: SortOrder,
+    ) -> None:
+        """Show ``rows``; the cursor stays on its process if it is still there."""
+        header_changed = order != self._order
+        self._order = order
+        self._me = me
+        self._tags = tags
+        self.rows = rows
+        self._cells = [format_cells(p) for p in rows]
+        if self._cursor_key is not None:
+            for index, process in enumerate(rows):
+                if process.key == self._cursor_key:
+                    self.cursor = index
+                    break
+        self.cursor = max(0, min(self.cursor, len(rows) - 1))
+        self._cursor_key = rows[self.cursor].key if rows else None
+        height = len(rows) + 1
+        if self.virtual_size.height != height:
+            self.virtual_size = Size(self.size.width, height)
+        if header_changed:
+            self.refresh(Region(0, 0, self.size.width, 1))
+        self._keep_cursor_visible()
+        self._refresh_changed_lines()
+
+    # ----------------------------------------------------------------- cursor
+
+    def _viewport_rows(self) -> int:
+        return max(1, self.size.height - 1)
+
+    def _keep_cursor_visible(self) -> None:
+        top = round(self.scroll_offset.y)
+        rows = self._viewport_rows()
+        if self.cursor < top:
+            self.scroll_to(y=self.cursor, animate=False, immediate=True)
+        elif self.cursor >= top + rows:
+            self.scroll_to(y=self.cursor - rows + 1, animate=False, immediate=True)
+
+    def move_cursor(self, index: int) -> None:
+        if not self.rows:
+            return
+        self.cursor = max(0, min(index, len(self.rows) - 1))
+        self._cursor_key = self.rows[self.cursor].key
+        self._keep_cursor_visible()
+        self._refresh_changed_lines()
+
+    def action_move(self, step: int) -> None:
+        self.move_cursor(self.cursor + step)
+
+    def action_page(self, step: int) -> None:
+        self.move_cursor(self.cursor + step * self._viewport_rows())
+
+    def action_jump(self, where: int) -> None:
+        self.move_cursor(len(self.rows) - 1 if where < 0 else 0)
+
+    def on_focus(self) -> None:
+        self._refresh_changed_lines()
+
+    def on_blur(self) -> None:
+        self._refresh_changed_lines()
+
+    def on_click(self, event: events.Click) -> None:
+        if event.y == 0:
+            for placed in self._placed:
+                if placed.x <= event.x < placed.x + placed.width + 1:
+                    self.post_message(self.HeaderClicked(placed.column.key))
+                    return
+            return
+        index = round(self.scroll_offset.y) + event.y - 1
+        if 0 <= index < len(self.rows):
+            self.move_cursor(index)
+
+    # ----------------------------------------------------------------- drawing
+
+    def _layout(self, width: int) -> list[_Placed]:
+        if width != self._layout_width:
+            self._layout_width = width
+            placed = []
+            x = 2  # a tag marker and a space come first
+            columns = visible_columns(width - x)
+            for column in columns:
+                cell = column.width if column.key != "command" else max(1, width - x)
+                placed.append(_Placed(column, x, cell))
+                x += cell + 1
+            self._placed = placed
+            self._line_cache.clear()
+        return self._placed
+
+    def _signature(self, index: int) -> tuple[object, ...]:
+        process = self.rows[index]
+        return (
+            self._cells[index],
+            index == self.cursor,
+            self.has_focus,
+            process.key in self._tags,
+            process.user == self._me and not process.foreign,
+        )
+
+    def _refresh_changed_lines(self) -> None:
+        """Refresh the visible lines whose content differs from what was last drawn."""
+        width = self.size.width
+        top = round(self.scroll_offset.y)
+        height = self._viewport_rows()
+        shown = self._shown
+        for y in range(height):
+            index = top + y
+            signature = self._signature(index) if index < len(self.rows) else ()
+            if y >= len(shown) or shown[y] != signature:
+                self.refresh(Region(0, y + 1, width, 1))
+        if not self.rows:
+            self.refresh(Region(0, 1, width, 1))
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        self._shown = []
+
+    def on_resize(self) -> None:
+        self._shown = []
+        self.refresh()
+
+    def _header_strip(self, width: int) -> Strip:
+        text = Text("  ", style=_STYLE_HEADER, end="")
+        for placed in self._layout(width):
+            title = placed.column.title
+            style = _STYLE_HEADER
+            if placed.column.key == self._order.column:
+                title += "▼" if self._order.reverse else "▲"
+                style = _STYLE_HEADER_SORTED
+            text.append(_fit(title, placed.width, placed.column.align), style=style)
+            text.append(" ", style=_STYLE_HEADER)
+        text.truncate(width, pad=True)
+        return Strip(list(text.render(self.app.console)), width)
+
+    def _row_strip(self, index: int, width: int, signature: tuple[object, ...]) -> Strip:
+        cells, selected, focused, tagged, mine = signature
+        process = self.rows[index]
+        parts = ["● " if tagged else "  "]
+        for placed in self._layout(width):
+            position = _COLUMN_INDEX[placed.column.key]
+            parts.append(_fit(cells[position], placed.width, placed.column.align))  # type: ignore[index]
+            parts.append(" ")
+        line = "".join(parts)
+        style = _STYLE_TAGGED if tagged else _STYLE_MINE if mine else _STYLE_OTHER
+        text = Text(line, style=style, end="")
+        if process.status == "zombie":
+            command = next((p for p in self._placed if p.column.key == "command"), None)
+            if command is not None:
+                text.stylize(_STYLE_ZOMBIE, command.x, command.x + command.width)
+        if selected:
+            text.stylize(_STYLE_CURSOR if focused else _STYLE_CURSOR_UNFOCUSED)
+        text.truncate(width, pad=True)
+        return Strip(list(text.render(self.app.console)), width)
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        if y == 0:
+            return self._header_strip(width)
+        index = round(self.scroll_offset.y) + y - 1
+        while len(self._shown) < y:
+            self._shown.append(())
+        if index >= len(self.rows):
+            self._shown[y - 1] = ()
+            if index == 0 and y == 1:
+                text = Text(f"  {self.empty_message}", style="dim", end="")
+                text.truncate(width, pad=True)
+                return Strip(list(text.render(self.app.console)), width)
+            return Strip.blank(width, self.rich_style)
+        signature = self._signature(index)
+        self._shown[y - 1] = signature
+        cached = self._line_cache.get(index)
+        if cached is not None and cached[0] == signature:
+            return cached[1]
+        strip = self._row_strip(index, width, signature)
+        self._line_cache[index] = (signature, strip)
+        if len(self._line_cache) > 4 * max(1, self.size.height):
+            self._line_cache.clear()
+            self._line_cache[index] = (signature, strip)
+        return strip
+
+
+_COLUMN_INDEX = {column.key: i for i, column in enumerate(COLUMNS)}
