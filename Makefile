@@ -25,12 +25,18 @@ test: install lint            ## lint, then the whole test suite
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: install
-	$(BIN)/ruff check nvtopy tests
-	$(BIN)/ruff format --check nvtopy tests
+	$(BIN)/ruff check nvtopy tests benchmarks screenshots
+	$(BIN)/ruff format --check nvtopy tests benchmarks screenshots
 
 format: install
-	$(BIN)/ruff check --fix nvtopy tests
-	$(BIN)/ruff format nvtopy tests
+	$(BIN)/ruff check --fix nvtopy tests benchmarks screenshots
+	$(BIN)/ruff format nvtopy tests benchmarks screenshots
+
+bench: install                ## the project's own benchmarks (simulated backend)
+	$(BIN)/python benchmarks/bench_tui.py $(ARGS)
+
+screenshots: install          ## regenerate screenshots/*.svg from the simulated backend
+	$(BIN)/python screenshots/make_screenshots.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache build dist .cache *.egg-info

@@ -73,6 +73,12 @@ def add_gpu_options(parser: argparse.ArgumentParser) -> None:
     demo.add_argument("--demo-model", metavar="NAME", help="simulated GPU model, e.g. 'A100-SXM4-80GB' or 'RTX 4090'")
     demo.add_argument("--demo-seed", type=int, default=0, metavar="N", help="seed of the simulation (default 0)")
     demo.add_argument(
+        "--demo-procs", type=_gpu_count, default=3, metavar="N", help="process slots per simulated GPU (default 3)"
+    )
+    demo.add_argument(
+        "--demo-steady", action="store_true", help="every process slot always busy (exact counts, for benchmarks)"
+    )
+    demo.add_argument(
         "--demo-fault",
         action="append",
         default=[],
@@ -112,7 +118,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def open_backend(args: argparse.Namespace) -> Backend:
     """The backend the options ask for: simulated with --demo, NVML otherwise."""
-    if args.demo or args.demo_gpus is not None or args.demo_model or args.demo_fault:
+    demo_options = (
+        args.demo_gpus is not None,
+        args.demo_model,
+        args.demo_fault,
+        args.demo_procs != 3,
+        args.demo_steady,
+    )
+    if args.demo or any(demo_options):
         from .backends.sim_faults import parse_fault_specs
         from .backends.simulated import SimulatedBackend
 
@@ -121,6 +134,8 @@ def open_backend(args: argparse.Namespace) -> Backend:
             model=args.demo_model or "H100 80GB HBM3",
             seed=args.demo_seed,
             faults=parse_fault_specs(args.demo_fault),
+            processes_per_gpu=args.demo_procs,
+            steady=args.demo_steady,
             lifetime_scale=0.25,  # jobs come and go within minutes, so a demo shows it
         )
     from .backends.nvml import NvmlBackend

@@ -23,7 +23,7 @@ _EIGHTHS = " ▏▎▍▌▋▊▉█"
 _THROTTLE_LABELS = {
     "sw_power_cap": "power cap",
     "hw_slowdown": "HW slowdown",
-    "hw_thermal_slowdown": "thermal (HW)",
+    "hw_thermal_slowdown": "HW thermal",
     "sw_thermal_slowdown": "thermal",
     "hw_power_brake_slowdown": "power brake",
     "sync_boost": "sync boost",
@@ -112,8 +112,11 @@ def _temperature(gpu: GpuState) -> Text:
 
 
 def _throttle(gpu: GpuState) -> Text:
-    reasons = gpu.sample.throttle_reasons or ()
-    labels = [_THROTTLE_LABELS.get(r, r) for r in reasons if r != "gpu_idle"]
+    reasons = set(gpu.sample.throttle_reasons or ()) - {"gpu_idle"}
+    if "hw_thermal_slowdown" in reasons:
+        reasons.discard("sw_thermal_slowdown")  # one thermal warning is enough; the HW one is the serious one
+    labels = [label for name, label in _THROTTLE_LABELS.items() if name in reasons]
+    labels += sorted(r for r in reasons if r not in _THROTTLE_LABELS)
     if not labels:
         return Text()
     return Text("⚠ " + ", ".join(labels), style="yellow")
@@ -227,7 +230,13 @@ def compact_line(gpu: GpuState, width: int) -> Text:
     tail.append(f"{util:3d}%" if util is not None else f"{NA:>4}", style="bold" if util is not None else "dim")
     tail.append(" ").append_text(_fit(temp, 5))
     tail.append(f" {draw:4.0f}W" if draw is not None else f" {NA:>5}", style="" if draw is not None else "dim")
-    tail.append(" " + (NA if sample.pstate is None else f"P{sample.pstate}"))
+    tail.append(" " + (NA if sample.pstate is None else f"P{sample.pstate:<2d}"))
+    warnings = Text()
+    if any(r != "gpu_idle" for r in (sample.throttle_reasons or ())):
+        warnings.append(" ⚠", style="yellow")
+    if sample.ecc_uncorrected_volatile:
+        warnings.append(" ECC!", style="bold white on red")
+    tail.append_text(warnings)
     extra = Text(f"  {short_name(static.name)} {static.short_bus_id or ''}", style="dim")
     mem_text = Text(f" {percent:3.0f}% " if percent is not None else f" {NA:>4} ")
     budget = width - line.cell_len - mem_text.cell_len - tail.cell_len
@@ -242,8 +251,4 @@ def compact_line(gpu: GpuState, width: int) -> Text:
     line.append_text(sparkline(gpu.history.utilization_gpu_percent, spark_width))
     line.append_text(tail)
     line.append_text(extra)
-    if any(r != "gpu_idle" for r in (sample.throttle_reasons or ())):
-        line.append(" ⚠", style="yellow")
-    if sample.ecc_uncorrected_volatile:
-        line.append(" ECC!", style="bold white on red")
     return _fit(line, width)

@@ -49,7 +49,7 @@ COLUMNS: tuple[Column, ...] = (
 )
 COLUMN_KEYS = tuple(c.key for c in COLUMNS)
 _BY_KEY = {c.key: c for c in COLUMNS}
-MIN_COMMAND_WIDTH = 24
+MIN_COMMAND_WIDTH = 20
 
 
 def visible_columns(width: int) -> tuple[Column, ...]:

@@ -24,3 +24,42 @@ def screen_text(app) -> str:
     console = Console(width=app.size.width, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
     console.print(app.screen._compositor.render_update(full=True))
     return console.export_text()
+
+
+async def started(pilot, app, snapshots: int = 1) -> None:
+    """Wait for the first ``snapshots`` snapshots to be applied (and drawn)."""
+    await wait_until(pilot, lambda: app.snapshots_applied >= snapshots, message=f"{snapshots} snapshot(s)")
+    await pilot.pause()
+
+
+async def more_snapshots(pilot, app, count: int = 1) -> None:
+    """Have the poller collect ``count`` more snapshots now (not at its next tick) and wait until they are applied."""
+    for _ in range(count):
+        target = app.snapshots_applied + 1
+        app.poller.refresh()
+        await wait_until(pilot, lambda target=target: app.snapshots_applied >= target, message="one more snapshot")
+    await pilot.pause()
+
+
+def widget_strips(widget) -> list:
+    """The strips ``widget`` draws now, one per line of its region (what reaches the terminal)."""
+    from textual.geometry import Region
+
+    return widget.render_lines(Region(0, 0, widget.size.width, widget.size.height))
+
+
+def widget_lines(widget) -> list[str]:
+    """The text of each line ``widget`` draws now."""
+    return [strip.text for strip in widget_strips(widget)]
+
+
+def header_line(app) -> str:
+    """The app's one-line header as plain text."""
+    return "".join(widget_lines(app.query_one("#header")))
+
+
+def assert_in_order(values: list, *, reverse: bool) -> None:
+    """``values`` sorted (ascending, or descending if ``reverse``), with None values last."""
+    present = [v for v in values if v is not None]
+    assert values == present + [None] * (len(values) - len(present)), f"None values not last: {values}"
+    assert present == sorted(present, reverse=reverse), f"not sorted (reverse={reverse}): {present}"

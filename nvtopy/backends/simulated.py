@@ -101,6 +101,7 @@ class SimulatedBackend(Backend):
         driver_version: str = "550.54.15",
         cuda_driver_version: str = "12.4",
         workloads: Sequence[Workload] | None = None,
+        steady: bool = False,
     ) -> None:
         if gpus < 0:
             raise ValueError("gpus must be >= 0")
@@ -119,6 +120,7 @@ class SimulatedBackend(Backend):
         self._driver = driver_version
         self._cuda = cuda_driver_version
         self._workloads = tuple(workloads) if workloads else None
+        self._steady = steady  # every slot always busy: exact process counts for benchmarks
         self._counts: collections.Counter[str] = collections.Counter()
         self._schedules: dict[tuple[int, int], list[_Job]] = {}
         self._killed: set[tuple[int, float]] = set()  # (pid, start) of jobs ended by a signal
@@ -248,13 +250,17 @@ class SimulatedBackend(Backend):
             uid=uid,
             start=start,
             end=start + lifetime,
-            memory_fraction=rng.uniform(*workload.memory_fraction) * (1.0 if slot == 0 else 0.35),
-            intensity=rng.uniform(*workload.intensity) * (1.0 if slot == 0 else 0.5),
+            memory_fraction=rng.uniform(*workload.memory_fraction) * (1.0 if slot == 0 else 0.25) * self._load(gpu),
+            intensity=rng.uniform(*workload.intensity) * (1.0 if slot == 0 else 0.5) * self._load(gpu),
             cpu_percent=rng.uniform(*workload.cpu_percent),
             rss=int(rng.uniform(*workload.host_memory_gib) * GIB),
             phase=rng.uniform(0, 2 * math.pi),
             vanished=self.faults.vanished and rng.random() < 0.3,
         )
+
+    def _load(self, gpu: int) -> float:
+        """How busy a GPU's jobs are (0.3..1): real nodes mix saturated and half-idle GPUs."""
+        return 0.3 + 0.7 * random.Random(f"load/{self.seed}/{gpu}").random() ** 0.5
 
     def _schedule(self, gpu: int, slot: int, now: float) -> list[_Job]:
         """Jobs of one slot up to ``now`` (generated lazily; only recent ones kept)."""
@@ -265,14 +271,14 @@ class SimulatedBackend(Backend):
             age = rng.uniform(0.1, 0.8) * (first.end - first.start)  # already running for a while
             first.start -= age
             first.end -= age
-            if rng.random() < (0.2 if slot == 0 else 0.4):  # some slots start empty: idle GPUs exist
+            if not self._steady and rng.random() < (0.2 if slot == 0 else 0.4):  # some start empty: idle GPUs
                 gap = rng.uniform(5, 60) * self._lifetime_scale
                 first.start, first.end = self._t0 + gap, self._t0 + gap + (first.end - first.start)
             jobs = self._schedules[(gpu, slot)] = [first]
         serial = len(jobs)
         while jobs[-1].end <= now:
             rng = random.Random(f"gap/{self.seed}/{gpu}/{slot}/{serial}")
-            gap = rng.uniform(3, 45) * self._lifetime_scale
+            gap = 0.0 if self._steady else rng.uniform(3, 45) * self._lifetime_scale
             jobs.append(self._new_job(gpu, slot, serial, jobs[-1].end + gap))
             serial += 1
         if len(jobs) > 4:

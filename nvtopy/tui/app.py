@@ -18,6 +18,7 @@ from rich.text import Text
 from textual import on
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
@@ -26,6 +27,7 @@ from ..formatting import NA
 from ..model import GpuProcess, Snapshot
 from ..poller import Collector, Poller
 from ..procview import COLUMNS, ProcessFilter, SortOrder, Tags, build_rows
+from ..textsafe import safe_text
 from .gpu_view import MODES, GpuView, plan_layout
 from .messages import SnapshotReady
 from .process_table import ProcessTable
@@ -161,9 +163,12 @@ class NvtopyApp(App[None]):
     def refresh_view(self) -> None:
         """Redraw everything from the current snapshot, filter and sort (cheap when little changed)."""
         snapshot = self.snapshot
-        header = self.query_one(HeaderBar)
-        gpu_view = self.query_one(GpuView)
-        table = self.query_one(ProcessTable)
+        try:
+            header = self.query_one(HeaderBar)
+            gpu_view = self.query_one(GpuView)
+            table = self.query_one(ProcessTable)
+        except NoMatches:  # quitting: a snapshot posted before the poller stopped arrives after the widgets went
+            return
         if snapshot is None:
             return
         gpus = self.visible_gpus()
@@ -186,13 +191,13 @@ class NvtopyApp(App[None]):
         header.update(self._header_text(snapshot, len(gpus), len(rows), len(everything)))
 
     def _header_text(self, snapshot: Snapshot, shown_gpus: int, shown_rows: int, all_rows: int) -> Text:
+        """Most important first: a narrow terminal cuts the end (driver versions, clock)."""
         host = snapshot.host
-        text = Text(" nvtopy ", style="bold reverse")
+        text = Text()
+        text.append(" nvtopy ", style="bold reverse")
         text.append(f" {host.hostname} ", style="bold")
         if host.backend != "nvml":
             text.append("[simulated] ", style="magenta")
-        text.append(f"│ driver {host.driver_version or NA} · CUDA {host.cuda_driver_version or NA} ")
-        text.append(f"│ GPUs {shown_gpus}/{len(snapshot.gpus)} ")
         if self.poller.paused:
             text.append("│ ⏸ PAUSED ", style="bold yellow")
         else:
@@ -204,10 +209,12 @@ class NvtopyApp(App[None]):
             text.append(f" ({shown_rows}/{all_rows}) ", style="yellow")
         if self.tags.keys:
             text.append(f"│ {len(self.tags.keys)} tagged ", style="yellow")
-        if self.layout_mode != "auto":
-            text.append(f"│ view {self.layout_mode} ")
         if self.readonly:
             text.append("│ read-only ", style="cyan")
+        if self.layout_mode != "auto":
+            text.append(f"│ view {self.layout_mode} ")
+        text.append(f"│ GPUs {shown_gpus}/{len(snapshot.gpus)} ")
+        text.append(f"│ driver {host.driver_version or NA} · CUDA {host.cuda_driver_version or NA} ")
         text.append(f"│ {time.strftime('%H:%M:%S', time.localtime(snapshot.timestamp))}")
         text.truncate(max(1, self.size.width), overflow="ellipsis")
         return text
@@ -288,12 +295,13 @@ class NvtopyApp(App[None]):
 
     def action_interval(self, step: int) -> None:
         current = self.poller.interval
+        # Outside the steps (--interval 0.1 or 60) a key never moves the other way: it stays.
         if step < 0:
             smaller = [i for i in INTERVALS if i < current - 1e-9]
-            target = smaller[-1] if smaller else INTERVALS[0]
+            target = smaller[-1] if smaller else min(current, INTERVALS[0])
         else:
             bigger = [i for i in INTERVALS if i > current + 1e-9]
-            target = bigger[0] if bigger else INTERVALS[-1]
+            target = bigger[0] if bigger else max(current, INTERVALS[-1])
         self.poller.set_interval(target)
         self.notify(f"refresh every {target:g}s", timeout=2)
         self.refresh_view()
@@ -425,7 +433,10 @@ class NvtopyApp(App[None]):
                 outcomes.append(SignalOutcome(False, f"could not send {name}: {exc}"))
         self.last_outcomes = outcomes
         for outcome in outcomes:
-            self.notify(outcome.message, severity="information" if outcome.ok else "error", timeout=6)
+            # The message names the process (its name comes from the process itself): never markup.
+            self.notify(
+                safe_text(outcome.message), severity="information" if outcome.ok else "error", timeout=6, markup=False
+            )
         sent = {(p.gpu_index, p.pid, p.create_time) for p, o in zip(targets, outcomes, strict=True) if o.ok}
         self.tags.keys -= sent
         self.poller.refresh()

@@ -134,11 +134,16 @@ class ProcessTable(ScrollView, can_focus=True):
         if self.virtual_size.height != height:
             self.virtual_size = Size(self.size.width, height)
         if header_changed:
-            self.refresh(Region(0, 0, self.size.width, 1))
+            self.refresh(Region(0, 0, self._width, 1))
         self._keep_cursor_visible()
         self._refresh_changed_lines()
 
     # ----------------------------------------------------------------- cursor
+
+    @property
+    def _width(self) -> int:
+        """Drawable width: the scrollbar takes the last column when it is shown."""
+        return max(1, self.scrollable_content_region.width)
 
     def _viewport_rows(self) -> int:
         return max(1, self.size.height - 1)
@@ -213,7 +218,7 @@ class ProcessTable(ScrollView, can_focus=True):
 
     def _refresh_changed_lines(self) -> None:
         """Refresh the visible lines whose content differs from what was last drawn."""
-        width = self.size.width
+        width = self._width
         top = round(self.scroll_offset.y)
         height = self._viewport_rows()
         shown = self._shown
@@ -267,7 +272,7 @@ class ProcessTable(ScrollView, can_focus=True):
         return Strip(list(text.render(self.app.console)), width)
 
     def render_line(self, y: int) -> Strip:
-        width = self.size.width
+        width = self._width
         if y == 0:
             return self._header_strip(width)
         index = round(self.scroll_offset.y) + y - 1

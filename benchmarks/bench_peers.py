@@ -1,0 +1,163 @@
+"""``make bench-peers``: nvtopy against nvitop and gpustat, in the same run, on the same fake driver.
+
+It uses ../shared/fake-nvml (a stand-in libnvidia-ml.so.1 that counts NVML calls)
+and its ``peer_overhead.py``: every monitor runs in a detached 200x50 tmux with
+8 simulated GPUs and 64 real ``sleep`` processes reported as GPU processes, at a
+1 s refresh; then the one-shot commands are timed. Peers come from a venv of
+their own (nvitop 1.7.2, gpustat 1.1.1). Absolute figures drift between
+machines, so the verdicts are ratios to nvitop measured in the same run.
+
+Skips (exit 0, with a message) where ../shared/fake-nvml is absent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CACHE = ROOT / ".cache"
+RESULTS = ROOT / "benchmarks" / "results"
+SOURCE = Path(os.environ.get("NVTOPY_FAKE_NVML_DIR", ROOT.parent / "shared" / "fake-nvml"))
+PEERS = {"nvitop": "1.7.2", "gpustat": "1.1.1"}
+
+# Targets of the performance issue, as ratios to nvitop measured in the same run.
+TARGETS = {
+    "steady_cpu": 1.0,  # aim: 0.5
+    "nvml_calls": 0.6,
+    "oneshot_wall": 0.75,
+}
+RSS_LIMIT_MIB = 60.0
+
+
+def run(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, check=True, text=True, **kwargs)  # type: ignore[call-overload]
+
+
+def prepare_fake() -> Path:
+    """A writable copy of fake-nvml, built (peer_overhead.py builds into its own directory)."""
+    copy = CACHE / "fake-nvml"
+    copy.mkdir(parents=True, exist_ok=True)
+    for item in SOURCE.iterdir():
+        if item.is_file() and item.name != ".gitignore":
+            target = copy / item.name
+            if not target.exists() or target.read_bytes() != item.read_bytes():
+                shutil.copy2(item, target)
+    run(["make", "-s", "-C", str(copy)], stdout=subprocess.DEVNULL)
+    return copy
+
+
+def prepare_peers() -> Path:
+    venv = CACHE / "peers-venv"
+    marker = venv / ".installed"
+    wanted = " ".join(f"{k}=={v}" for k, v in PEERS.items())
+    if not marker.exists() or marker.read_text() != wanted:
+        run([sys.executable, "-m", "venv", str(venv)])
+        run([str(venv / "bin" / "pip"), "install", "-q", *wanted.split()])
+        marker.write_text(wanted)
+    return venv
+
+
+def peer_overhead(fake: Path, venv: Path, *args: str) -> list[dict[str, object]]:
+    env = dict(os.environ, PEERS_VENV=str(venv))
+    out = run([sys.executable, str(fake / "peer_overhead.py"), "--json", *args], env=env, stdout=subprocess.PIPE)
+    return json.loads(out.stdout)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-r", "--repeat", type=int, default=3, help="interleaved repetitions (medians)")
+    parser.add_argument("-d", "--duration", type=float, default=20.0, help="seconds per monitor run")
+    parser.add_argument("--oneshot", type=int, default=10, help="runs per one-shot command")
+    args = parser.parse_args()
+    if not (SOURCE / "fake_nvml.c").exists():
+        print(f"bench-peers skipped: {SOURCE} not found (it ships beside the project's checkout, not in it)")
+        return 0
+    for tool in ("tmux", "make", "cc"):
+        if shutil.which(tool) is None:
+            print(f"bench-peers skipped: '{tool}' is not installed")
+            return 0
+    fake = prepare_fake()
+    venv = prepare_peers()
+    nvtopy = str(Path(sys.executable).with_name("nvtopy"))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    common = ["-g", "8", "-p", "64", "-s", "200x50"]
+    started = time.time()
+    monitors = peer_overhead(
+        fake,
+        venv,
+        *common,
+        "-d",
+        str(args.duration),
+        "-r",
+        str(args.repeat),
+        "-o",
+        str(RESULTS / "peers-monitor"),
+        "nvitop",
+        "gpustat",
+        *(["nvtop"] if shutil.which("nvtop") else []),
+        "--cmd",
+        f"nvtopy={nvtopy} --interval 1",
+    )
+    oneshots = peer_overhead(
+        fake,
+        venv,
+        *common,
+        "--oneshot",
+        str(args.oneshot),
+        "-o",
+        str(RESULTS / "peers-oneshot"),
+        "nvitop --once",
+        "gpustat",
+        f"{nvtopy} --once",
+        f"{nvtopy} --once --json",
+    )
+    by_tool = {r["tool"]: r for r in monitors}
+    by_cmd = {str(r["cmd"]).replace(nvtopy, "nvtopy"): r for r in oneshots}
+    nvitop, mine = by_tool["nvitop"], by_tool["nvtopy"]
+    print(f"# 8 GPUs x 64 processes, 1 s refresh, tmux 200x50, median of {args.repeat} interleaved runs")
+    print("| tool | steady CPU % | peak RSS MiB | NVML calls/s | one-shot wall s |")
+    print("|---|---:|---:|---:|---:|")
+    oneshot_of = {"nvitop": "nvitop --once", "gpustat": "gpustat", "nvtopy": "nvtopy --once"}
+    for name, result in by_tool.items():
+        shot = by_cmd.get(oneshot_of.get(name, ""), {})
+        wall = f"{shot['wall_median_s']:.3f}" if shot else "-"
+        cpu, rss, calls = result["cpu_pct_steady"], result["peak_rss_mib"], result["nvml_calls_per_s"]
+        print(f"| {name} | {cpu} | {rss} | {calls} | {wall} |")
+    json_shot = by_cmd.get("nvtopy --once --json")
+    if json_shot:
+        print(f"| nvtopy --once --json | | | | {json_shot['wall_median_s']:.3f} |")
+    ratios = {
+        "steady_cpu": float(mine["cpu_pct_steady"]) / max(float(nvitop["cpu_pct_steady"]), 1e-9),
+        "nvml_calls": float(mine["nvml_calls_per_s"] or 0) / max(float(nvitop["nvml_calls_per_s"] or 1), 1e-9),
+        "oneshot_wall": float(by_cmd["nvtopy --once"]["wall_median_s"])
+        / float(by_cmd["nvitop --once"]["wall_median_s"]),
+    }
+    print("\n# nvtopy / nvitop (same run) against the targets")
+    verdicts = {}
+    for key, ratio in ratios.items():
+        verdicts[key] = ratio <= TARGETS[key]
+        print(f"  {key:13s} {ratio:5.2f}x  (target <= {TARGETS[key]}x)  {'ok' if verdicts[key] else 'MISSED'}")
+    rss_ok = float(mine["peak_rss_mib"]) <= RSS_LIMIT_MIB
+    verdicts["peak_rss"] = rss_ok
+    print(f"  peak RSS      {mine['peak_rss_mib']} MiB (target <= {RSS_LIMIT_MIB:g})  {'ok' if rss_ok else 'MISSED'}")
+    summary = {
+        "when": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)),
+        "monitors": monitors,
+        "oneshots": oneshots,
+        "ratios_to_nvitop": ratios,
+        "verdicts": verdicts,
+    }
+    (RESULTS / "peers.json").write_text(json.dumps(summary, indent=2))
+    print(f"\n  details: {RESULTS / 'peers.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

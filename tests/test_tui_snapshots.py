@@ -1,0 +1,36 @@
+"""SVG snapshot tests: the layout at fixed terminal sizes on frozen simulated snapshots.
+
+The scenes are nvtopy.tui.scenes (the same ones ``make screenshots`` draws). A
+layout change fails here; when it is intended, accept it with
+``pytest tests/test_tui_snapshots.py --snapshot-update`` and look at the new SVGs.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from nvtopy.tui.scenes import SCENES, build
+
+
+@pytest.fixture(autouse=True)
+def utc():
+    """The header shows the snapshot's time of day: pin the time zone."""
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    yield
+    if old is None:
+        os.environ.pop("TZ", None)
+    else:
+        os.environ["TZ"] = old
+    time.tzset()
+
+
+@pytest.mark.parametrize("size", [(120, 40), (80, 24)], ids=["120x40", "80x24"])
+@pytest.mark.parametrize("name", ["main", "compact", "kill", "help", "filter", "faults", "workstation"])
+def test_scene(snap_compare, name, size):
+    app, prepare = build(SCENES[name])
+    assert snap_compare(app, terminal_size=size, run_before=prepare)
