@@ -35,6 +35,9 @@ format: install
 bench: install                ## the project's own benchmarks (simulated backend)
 	$(BIN)/python benchmarks/bench_tui.py $(ARGS)
 
+bench-peers: install          ## nvtopy vs nvitop and gpustat on ../shared/fake-nvml (skips without it)
+	$(BIN)/python benchmarks/bench_peers.py $(ARGS)
+
 screenshots: install          ## regenerate screenshots/*.svg from the simulated backend
 	$(BIN)/python screenshots/make_screenshots.py
 

@@ -169,6 +169,9 @@ async def refresh_costs(gpus: int, processes: int, samples: int) -> dict[str, fl
                 poll.append(t1 - t0)
                 ui.append(t2 - t1)
         rows = len(app.snapshot.processes) if app.snapshot else 0
+        for _ in range(200):  # nothing changes: let every sparkline window fill with the idle values
+            app.poller.poll_once(slow=False)
+            await pilot.pause()
         for _ in range(samples):  # the same instant again: nothing changed
             t1 = time.thread_time()
             app.poller.poll_once(slow=False)

@@ -19,7 +19,7 @@ from .errors import NvtopyError, UsageError
 
 if TYPE_CHECKING:
     from .backends.base import Backend
-    from .poller import Collector
+    from .collector import Collector
 
 __all__ = ["build_parser", "main", "open_backend", "resolve_selection"]
 
@@ -161,7 +161,7 @@ def resolve_selection(args: argparse.Namespace, collector: Collector) -> list[in
 
 
 def _run_once(args: argparse.Namespace, backend: Backend) -> int:
-    from .poller import Collector
+    from .collector import Collector
 
     collector = Collector(backend)
     collector.select(resolve_selection(args, collector))
@@ -178,7 +178,7 @@ def _run_once(args: argparse.Namespace, backend: Backend) -> int:
 
 
 def _run_interactive(args: argparse.Namespace, backend: Backend) -> int:
-    from .poller import Collector
+    from .collector import Collector
     from .tui.app import NvtopyApp
 
     collector = Collector(backend)

@@ -1,20 +1,20 @@
 """Drawing one GPU as text: the full panel and the compact one-line form.
 
-Pure functions from a :class:`~nvtopy.model.GpuState` to rich ``Text`` lines of
-an exact cell width, so the TUI can turn them into strips without layout work,
-and tests and screenshots can check them without a terminal. Colours follow the
-GPU's own limits (its slowdown temperature, its enforced power cap), not
-universal thresholds: 80 °C is fine on one board and throttling on another.
+Pure functions from a :class:`~nvtopy.model.GpuState` to :class:`~nvtopy.styled.Line`
+objects of an exact cell width: the TUI turns them into strips with no layout
+or markup work, and tests and screenshots can check them without a terminal.
+Colours follow the GPU's own limits (its slowdown temperature, its enforced
+power cap), not universal thresholds: 80 °C is fine on one board and
+throttling on another.
 """
 
 from __future__ import annotations
 
-from rich.text import Text
-
 from .formatting import NA, fmt_bytes, short_name
 from .model import GpuState
+from .styled import Line
 
-__all__ = ["PANEL_HEIGHT", "PANEL_MIN_WIDTH", "bar", "compact_line", "panel_lines", "sparkline"]
+__all__ = ["PANEL_HEIGHT", "PANEL_MIN_WIDTH", "bar", "compact_line", "panel_lines", "panel_title", "sparkline"]
 
 PANEL_HEIGHT = 6  # 4 lines of content inside a border
 PANEL_MIN_WIDTH = 52
@@ -30,10 +30,6 @@ _THROTTLE_LABELS = {
     "applications_clocks_setting": "app clocks",
     "display_clock_setting": "display clocks",
 }
-
-
-def _na(text: Text) -> Text:
-    return text.append(NA, style="dim")
 
 
 def load_style(fraction: float) -> str:
@@ -52,203 +48,209 @@ def temperature_style(celsius: int, slowdown: int | None) -> str:
     return "green"
 
 
-def bar(fraction: float | None, width: int, style: str) -> Text:
+def bar(fraction: float | None, width: int, style_name: str) -> Line:
     """A horizontal bar with eighth-cell precision; a dim track shows the empty part."""
+    line = Line()
     if width <= 0:
-        return Text()
+        return line
     if fraction is None:
-        return Text("·" * width, style="dim")
+        return line.add("·" * width, "dim")
     fraction = min(1.0, max(0.0, fraction))
     eighths = round(fraction * width * 8)
     full, part = divmod(eighths, 8)
     filled = "█" * full + (_EIGHTHS[part] if part and full < width else "")
-    text = Text(filled, style=style)
-    text.append("░" * (width - len(filled)), style="bright_black")
-    return text
+    line.add(filled, style_name)
+    return line.add("░" * (width - len(filled)), "bright_black")
 
 
-def sparkline(values: tuple[float | int | None, ...], width: int, style: str = "cyan") -> Text:
+def sparkline(values: tuple[float | int | None, ...], width: int, style_name: str = "cyan") -> Line:
     """The last ``width`` values on a fixed 0-100 scale (gaps for missing values), right-aligned."""
+    line = Line()
     if width <= 0:
-        return Text()
+        return line
     recent = values[-width:]
-    text = Text(" " * (width - len(recent)))
+    line.add(" " * (width - len(recent)))
+    run: list[str] = []
+    run_style = style_name
     for value in recent:
         if value is None:
-            text.append("·", style="dim")
+            char, char_style = "·", "dim"
         else:
             level = round(min(100.0, max(0.0, float(value))) / 100 * 8)
-            text.append(_SPARK[level] if level else "▁", style=style if level else "bright_black")
-    return text
+            char, char_style = (_SPARK[level], style_name) if level else ("▁", "bright_black")
+        if char_style != run_style and run:
+            line.add("".join(run), run_style)
+            run = []
+        run_style = char_style
+        run.append(char)
+    if run:
+        line.add("".join(run), run_style)
+    return line
 
 
-def _fit(text: Text, width: int) -> Text:
-    """Exactly ``width`` cells: pad, or cut with an ellipsis."""
-    text.truncate(width, overflow="ellipsis", pad=True)
-    return text
+def _na(line: Line) -> Line:
+    return line.add(NA, "dim")
 
 
-def _memory_label(gpu: GpuState) -> Text:
+def _memory_label(gpu: GpuState) -> Line:
     used, total = gpu.sample.memory_used_bytes, gpu.static.memory_total_bytes
-    label = Text()
+    label = Line()
     if used is None:
         _na(label)
     else:
-        label.append(fmt_bytes(used))
-    label.append(f"/{fmt_bytes(total)}")
+        label.add(fmt_bytes(used))
+    label.add(f"/{fmt_bytes(total)}")
     percent = gpu.memory_used_percent
-    label.append(f" {percent:3.0f}%" if percent is not None else "     ")
-    return label
+    return label.add(f" {percent:3.0f}%" if percent is not None else "     ")
 
 
-def _temperature(gpu: GpuState) -> Text:
+def _temperature(gpu: GpuState, *, with_limit: bool = True) -> Line:
     value, slowdown = gpu.sample.temperature_c, gpu.static.temperature_slowdown_c
     if value is None:
-        return _na(Text())
-    text = Text(f"{value}°C", style=temperature_style(value, slowdown))
-    if slowdown:
-        text.append(f"/{slowdown}", style="dim")
-    return text
+        return _na(Line())
+    line = Line(f"{value}°C", temperature_style(value, slowdown))
+    if slowdown and with_limit:
+        line.add(f"/{slowdown}", "dim")
+    return line
 
 
-def _throttle(gpu: GpuState) -> Text:
+def _throttle(gpu: GpuState) -> Line:
     reasons = set(gpu.sample.throttle_reasons or ()) - {"gpu_idle"}
     if "hw_thermal_slowdown" in reasons:
         reasons.discard("sw_thermal_slowdown")  # one thermal warning is enough; the HW one is the serious one
     labels = [label for name, label in _THROTTLE_LABELS.items() if name in reasons]
     labels += sorted(r for r in reasons if r not in _THROTTLE_LABELS)
-    if not labels:
-        return Text()
-    return Text("⚠ " + ", ".join(labels), style="yellow")
+    return Line("⚠ " + ", ".join(labels), "yellow") if labels else Line()
 
 
-def panel_title(gpu: GpuState) -> Text:
+def _ecc(gpu: GpuState) -> Line:
+    sample = gpu.sample
+    if sample.ecc_mode is None:
+        return _na(Line())
+    if not sample.ecc_mode:
+        return Line("off")
+    errors = sample.ecc_uncorrected_volatile
+    if errors is None:
+        return Line("on")
+    return Line(str(errors), "bold white on red" if errors else "")
+
+
+def panel_title(gpu: GpuState) -> Line:
     static = gpu.static
-    title = Text(f" {static.index} ", style="bold")
-    title.append(short_name(static.name) if static.name else NA, style="bold")
+    title = Line(f" {static.index} ", "bold")
+    title.add(short_name(static.name) if static.name else NA, "bold")
     if static.short_bus_id:
-        title.append(f" · {static.short_bus_id} ", style="dim")
+        title.add(f" · {static.short_bus_id} ", "dim")
     return title
 
 
-def panel_lines(gpu: GpuState, width: int) -> list[Text]:
+def panel_lines(gpu: GpuState, width: int) -> list[Line]:
     """The four content lines of a full panel, each exactly ``width`` cells."""
-    sample, _static = gpu.sample, gpu.static
+    sample = gpu.sample
     if gpu.lost:
-        lost = Text("GPU LOST", style="bold white on red")
-        lost.append("  fell off the bus or stopped answering (GpuIsLost)", style="red")
-        retry = Text("retrying in the background; the other GPUs keep updating", style="dim")
-        return [_fit(lost, width), _fit(retry, width), _fit(Text(), width), _fit(Text(), width)]
+        lost = Line("GPU LOST", "bold white on red")
+        lost.add("  fell off the bus or stopped answering (GpuIsLost)", "red")
+        retry = Line("retrying in the background; the other GPUs keep updating", "dim")
+        return [lost.fit(width), retry.fit(width), Line().fit(width), Line().fit(width)]
 
     # Line 1: memory.
     label = _memory_label(gpu)
-    mem = Text("MEM ", style="bold")
     percent = gpu.memory_used_percent
-    mem.append_text(bar(None if percent is None else percent / 100, width - 4 - label.cell_len - 1, ""))
-    if percent is not None:
-        mem.stylize(load_style(percent / 100), 4, 4 + width)
-    mem.append(" ").append_text(label)
+    mem = Line("MEM ", "bold")
+    fraction = None if percent is None else percent / 100
+    mem.extend(bar(fraction, width - 4 - label.cells - 1, load_style(fraction or 0)))
+    mem.add(" ").extend(label)
 
     # Line 2: utilisation sparkline on a fixed 0-100 scale, current value, bandwidth.
     util = sample.utilization_gpu_percent
-    tail = Text(" ")
+    tail = Line(" ")
     if util is None:
         _na(tail)
     else:
-        tail.append(f"{util:3d}%", style="bold")
-    tail.append("  BW ")
+        tail.add(f"{util:3d}%", "bold")
+    tail.add("  BW ")
     if sample.utilization_memory_percent is None:
         _na(tail)
     else:
-        tail.append(f"{sample.utilization_memory_percent:3d}%")
-    utl = Text("UTL ", style="bold")
-    utl.append_text(sparkline(gpu.history.utilization_gpu_percent, width - 4 - tail.cell_len))
-    utl.append_text(tail)
+        tail.add(f"{sample.utilization_memory_percent:3d}%")
+    utl = Line("UTL ", "bold")
+    utl.extend(sparkline(gpu.history.utilization_gpu_percent, width - 4 - tail.cells)).extend(tail)
 
     # Line 3: power against the enforced cap, temperature against slowdown, fan.
-    right = Text("  ")
-    right.append_text(_temperature(gpu))
-    right.append("  FAN ")
+    right = Line("  ").extend(_temperature(gpu)).add("  FAN ")
     if sample.fan_percent is None:
         _na(right)
     else:
-        right.append(f"{sample.fan_percent}%")
+        right.add(f"{sample.fan_percent}%")
     draw, cap = sample.power_draw_w, sample.power_limit_w
-    watts = Text(" ")
-    watts.append(NA if draw is None else f"{draw:.0f}", style="dim" if draw is None else "")
-    watts.append("/" + (NA if cap is None else f"{cap:.0f}") + "W")
-    pwr = Text("PWR ", style="bold")
-    fraction = draw / cap if draw is not None and cap else None
-    pwr.append_text(bar(fraction, max(4, width - 4 - watts.cell_len - right.cell_len), load_style(fraction or 0)))
-    pwr.append_text(watts).append_text(right)
+    watts = Line(" ")
+    if draw is None:
+        _na(watts)
+    else:
+        watts.add(f"{draw:.0f}")
+    watts.add("/" + (NA if cap is None else f"{cap:.0f}") + "W")
+    power_fraction = draw / cap if draw is not None and cap else None
+    pwr = Line("PWR ", "bold")
+    pwr.extend(bar(power_fraction, max(4, width - 4 - watts.cells - right.cells), load_style(power_fraction or 0)))
+    pwr.extend(watts).extend(right)
 
     # Line 4: P-state, clocks, ECC, codecs in use, throttle reasons.
-    info = Text()
-    info.append(NA if sample.pstate is None else f"P{sample.pstate}", style="bold")
-    info.append("  SM ")
-    info.append(
-        NA if sample.clock_sm_mhz is None else f"{sample.clock_sm_mhz}", style="" if sample.clock_sm_mhz else "dim"
-    )
-    info.append("  MEM ")
-    info.append(NA if sample.clock_mem_mhz is None else f"{sample.clock_mem_mhz}")
-    info.append(" MHz  ECC ")
-    info.append_text(_ecc(gpu))
+    info = Line(NA if sample.pstate is None else f"P{sample.pstate}", "bold")
+    info.add("  SM ")
+    if sample.clock_sm_mhz is None:
+        _na(info)
+    else:
+        info.add(str(sample.clock_sm_mhz))
+    info.add("  MEM ")
+    if sample.clock_mem_mhz is None:
+        _na(info)
+    else:
+        info.add(str(sample.clock_mem_mhz))
+    info.add(" MHz  ECC ").extend(_ecc(gpu))
     if sample.encoder_percent or sample.decoder_percent:
-        info.append(f"  ENC {sample.encoder_percent or 0}% DEC {sample.decoder_percent or 0}%")
+        info.add(f"  ENC {sample.encoder_percent or 0}% DEC {sample.decoder_percent or 0}%")
     throttle = _throttle(gpu)
-    if throttle:
-        info.append("  ").append_text(throttle)
-    return [_fit(mem, width), _fit(utl, width), _fit(pwr, width), _fit(info, width)]
+    if throttle.cells:
+        info.add("  ").extend(throttle)
+    return [mem.fit(width), utl.fit(width), pwr.fit(width), info.fit(width)]
 
 
-def _ecc(gpu: GpuState) -> Text:
-    sample = gpu.sample
-    if sample.ecc_mode is None:
-        return _na(Text())
-    if not sample.ecc_mode:
-        return Text("off")
-    errors = sample.ecc_uncorrected_volatile
-    if errors is None:
-        return Text("on")
-    return Text(str(errors), style="bold white on red" if errors else "")
-
-
-def compact_line(gpu: GpuState, width: int) -> Text:
+def compact_line(gpu: GpuState, width: int) -> Line:
     """One line per GPU: index, memory bar, utilisation sparkline, temperature, power, name."""
     sample, static = gpu.sample, gpu.static
-    line = Text(f"{static.index:>2} ", style="bold")
+    line = Line(f"{static.index:>2} ", "bold")
     if gpu.lost:
-        line.append("LOST", style="bold white on red")
-        line.append(f" {short_name(static.name)} {static.short_bus_id or ''} (GpuIsLost)", style="red")
-        return _fit(line, width)
+        line.add("LOST", "bold white on red")
+        line.add(f" {short_name(static.name)} {static.short_bus_id or ''} (GpuIsLost)", "red")
+        return line.fit(width)
     percent = gpu.memory_used_percent
     util = sample.utilization_gpu_percent
-    temp = _temperature(gpu)
-    temp.truncate(temp.plain.find("/") if "/" in temp.plain else temp.cell_len)
     draw = sample.power_draw_w
-    tail = Text(" ")
-    tail.append(f"{util:3d}%" if util is not None else f"{NA:>4}", style="bold" if util is not None else "dim")
-    tail.append(" ").append_text(_fit(temp, 5))
-    tail.append(f" {draw:4.0f}W" if draw is not None else f" {NA:>5}", style="" if draw is not None else "dim")
-    tail.append(" " + (NA if sample.pstate is None else f"P{sample.pstate:<2d}"))
-    warnings = Text()
-    if any(r != "gpu_idle" for r in (sample.throttle_reasons or ())):
-        warnings.append(" ⚠", style="yellow")
-    if sample.ecc_uncorrected_volatile:
-        warnings.append(" ECC!", style="bold white on red")
-    tail.append_text(warnings)
-    extra = Text(f"  {short_name(static.name)} {static.short_bus_id or ''}", style="dim")
-    mem_text = Text(f" {percent:3.0f}% " if percent is not None else f" {NA:>4} ")
-    budget = width - line.cell_len - mem_text.cell_len - tail.cell_len
-    if budget >= 24 + extra.cell_len:
-        budget -= extra.cell_len
+    tail = Line(" ")
+    if util is None:
+        tail.add(f"{NA:>4}", "dim")
     else:
-        extra = Text()
+        tail.add(f"{util:3d}%", "bold")
+    tail.add(" ").extend(_temperature(gpu, with_limit=False).fit(5))
+    if draw is None:
+        tail.add(f" {NA:>5}", "dim")
+    else:
+        tail.add(f" {draw:4.0f}W")
+    tail.add(" " + (NA if sample.pstate is None else f"P{sample.pstate:<2d}"))
+    if any(r != "gpu_idle" for r in (sample.throttle_reasons or ())):
+        tail.add(" ⚠", "yellow")
+    if sample.ecc_uncorrected_volatile:
+        tail.add(" ECC!", "bold white on red")
+    extra = Line(f"  {short_name(static.name)} {static.short_bus_id or ''}", "dim")
+    memory = Line(f" {percent:3.0f}% " if percent is not None else f" {NA:>4} ")
+    budget = width - line.cells - memory.cells - tail.cells
+    if budget >= 24 + extra.cells:
+        budget -= extra.cells
+    else:
+        extra = Line()
     mem_width = max(4, budget // 2)
     spark_width = max(4, budget - mem_width)
-    line.append_text(bar(None if percent is None else percent / 100, mem_width, load_style((percent or 0) / 100)))
-    line.append_text(mem_text)
-    line.append_text(sparkline(gpu.history.utilization_gpu_percent, spark_width))
-    line.append_text(tail)
-    line.append_text(extra)
-    return _fit(line, width)
+    fraction = None if percent is None else percent / 100
+    line.extend(bar(fraction, mem_width, load_style(fraction or 0))).extend(memory)
+    line.extend(sparkline(gpu.history.utilization_gpu_percent, spark_width)).extend(tail).extend(extra)
+    return line.fit(width)

@@ -1,9 +1,11 @@
-"""Turning a backend into snapshots: the collector (one read) and the poller (a thread of reads).
+"""The poller: a background thread that turns a backend into a stream of snapshots.
 
-Why here and not in the backends: static fields are cached, slow fields read on
-a slower cadence, history kept, and host processes joined in one place, the same
-for NVML and simulated GPUs. Views only ever see the immutable
-:class:`~nvtopy.model.Snapshot` this module publishes.
+Why here and not in the backends: each field group is read at its own cadence
+(what users watch every second, what changes slowly every few seconds, static
+fields once -- see :data:`CADENCE`), and a view polls only the groups it shows,
+the same for NVML and simulated GPUs. Views only ever see the immutable
+:class:`~nvtopy.model.Snapshot` this module publishes (built by
+:class:`~nvtopy.collector.Collector`).
 
 Threading: :class:`Poller` owns a daemon thread that does every backend call.
 Callers read ``poller.latest`` or subscribe a callback (called on the poller
@@ -18,229 +20,46 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from .backends.base import Backend, ProcessReading, Reading
-from .model import (
-    ALL_GROUPS,
-    SAMPLE_GROUPS,
-    GpuHistory,
-    GpuProcess,
-    GpuSample,
-    GpuState,
-    GpuStatic,
-    HostProcess,
-    RawGpuProcess,
-    Reason,
-    Snapshot,
-    freeze,
-    sample_from_fields,
-)
+from .backends.base import Backend
+from .collector import HISTORY_LENGTH, Collector
+from .model import ALL_GROUPS, Snapshot
 
-__all__ = ["FAST_GROUPS", "SLOW_GROUPS", "Collector", "Poller"]
+__all__ = ["CADENCE", "FAST_GROUPS", "SLOW_GROUPS", "Poller"]
 
 log = logging.getLogger(__name__)
 
-# Read every tick: what a user watches change second by second.
-FAST_GROUPS: frozenset[str] = frozenset(
-    {"memory", "utilization", "temperature", "power", "pstate", "clocks", "throttle"}
-)
-# Read every ``slow_interval``: values that change rarely or are costly to read.
+# Seconds between two reads of each field group; 0 = every tick. An interval
+# longer than a group's cadence reads it every tick. Chosen from how fast each
+# value moves and what a user watches: utilisation, memory and power change
+# second by second; temperature has thermal mass; clocks and P-state follow
+# load but are read with it; fan, limits, ECC and codecs change rarely; PCIe
+# throughput samples for 20 ms per call and persistence/compute mode almost never change.
+CADENCE: dict[str, float] = {
+    "memory": 0.0,
+    "utilization": 0.0,
+    "power": 0.0,
+    "processes": 0.0,
+    "temperature": 2.0,
+    "clocks": 2.0,
+    "pstate": 2.0,
+    "throttle": 2.0,
+    "process_utilization": 2.0,
+    "fan": 5.0,
+    "power_limit": 5.0,
+    "ecc": 5.0,
+    "codec": 5.0,
+    "energy": 5.0,
+    "pcie": 10.0,
+    "modes": 10.0,
+}
+FAST_GROUPS: frozenset[str] = frozenset(g for g in ALL_GROUPS if CADENCE[g] == 0.0)
 SLOW_GROUPS: frozenset[str] = ALL_GROUPS - FAST_GROUPS
 
 MIN_INTERVAL = 0.1
-HISTORY_LENGTH = 300
-
-
-@dataclass(slots=True)
-class _GpuMemo:
-    """What the collector remembers of one GPU between reads."""
-
-    static: GpuStatic
-    values: dict[str, Any] = field(default_factory=dict)
-    reasons: dict[str, Reason] = field(default_factory=dict)
-    history: collections.deque[tuple[Any, ...]] = field(default_factory=collections.deque)
-    never_read: set[str] = field(default_factory=lambda: set(ALL_GROUPS))
-
-
-class Collector:
-    """Reads snapshots from a backend: static fields once, the requested groups each call.
-
-    Not thread-safe by design: one thread (the poller's, or the caller's for
-    one-shot reads) owns a collector and its backend.
-    """
-
-    def __init__(self, backend: Backend, indices: Sequence[int] | None = None, history: int = HISTORY_LENGTH) -> None:
-        self.backend = backend
-        self.host = backend.host_info()
-        self._history_length = max(1, history)
-        self._memos: dict[int, _GpuMemo] = {}
-        self._statics: list[GpuStatic] | None = None
-        self._sequence = 0
-        self.indices: list[int] = list(indices) if indices is not None else list(range(backend.device_count()))
-
-    def statics(self) -> list[GpuStatic]:
-        """Static fields of every GPU of the backend (read once; used for GPU selection)."""
-        if self._statics is None:
-            self._statics = [self._memo(i).static for i in range(self.backend.device_count())]
-        return self._statics
-
-    def _memo(self, index: int) -> _GpuMemo:
-        memo = self._memos.get(index)
-        if memo is None:
-            memo = _GpuMemo(self.backend.read_static(index), history=collections.deque(maxlen=self._history_length))
-            self._memos[index] = memo
-        return memo
-
-    def select(self, indices: Iterable[int]) -> None:
-        """Poll only these GPUs from the next collection on."""
-        self.indices = list(indices)
-
-    def collect(
-        self, groups: Collection[str] = ALL_GROUPS, *, processes: bool = True, interval: float | None = None
-    ) -> Snapshot:
-        """Read ``groups`` of every selected GPU (others keep their last values) and join processes."""
-        backend = self.backend
-        started_wall = backend.now()
-        started = time.perf_counter()
-        readings: list[tuple[_GpuMemo, Reading, ProcessReading | None]] = []
-        for index in self.indices:
-            memo = self._memo(index)
-            wanted = set(groups) | memo.never_read
-            reading = backend.read_sample(index, wanted)
-            memo.never_read -= wanted
-            if not reading.lost and _static_incomplete(memo.static):
-                memo.static = backend.read_static(index)  # the GPU came back: its static fields can be read now
-                self._statics = None
-            proc_reading = backend.read_processes(index) if processes else None
-            readings.append((memo, reading, proc_reading))
-
-        host = self._join_host(readings) if processes else {}
-        gpus = []
-        now = backend.now()
-        for memo, reading, proc_reading in readings:
-            sample = self._merge(memo, reading, started_wall)
-            rows: tuple[GpuProcess, ...] = ()
-            rows_reason: Reason | None = None
-            if proc_reading is not None:
-                rows = self._rows(memo.static, proc_reading.processes, host, now)
-                rows_reason = proc_reading.unavailable
-            history = self._record(memo, sample)
-            gpus.append(GpuState(memo.static, sample, rows, rows_reason, history))
-        self._sequence += 1
-        return Snapshot(
-            timestamp=started_wall,
-            host=self.host,
-            gpus=tuple(gpus),
-            sequence=self._sequence,
-            interval=interval,
-            collect_seconds=time.perf_counter() - started,
-        )
-
-    def _join_host(self, readings: Iterable[tuple[_GpuMemo, Reading, ProcessReading | None]]) -> dict[int, Any]:
-        if self.backend.pids_are_foreign():
-            return {}
-        pids = {p.pid for _, _, pr in readings if pr is not None for p in pr.processes}
-        return self.backend.inspect_processes(pids) if pids else {}
-
-    def _rows(
-        self, static: GpuStatic, raws: list[RawGpuProcess], host: dict[int, HostProcess | None], now: float
-    ) -> tuple[GpuProcess, ...]:
-        foreign = self.backend.pids_are_foreign()
-        rows = []
-        for raw in raws:
-            reasons: dict[str, Reason] = {}
-            if raw.gpu_memory_bytes is None:
-                reasons["gpu_memory_bytes"] = Reason.NOT_AVAILABLE
-            if raw.sm_percent is None:
-                reasons["sm_percent"] = Reason.NOT_SUPPORTED
-            if foreign:
-                for name in ("user", "command", "cpu_percent", "host_memory_bytes", "running_seconds"):
-                    reasons[name] = Reason.NO_PERMISSION
-                rows.append(_row(static, raw, None, now, reasons, foreign=True))
-                continue
-            info = host.get(raw.pid)
-            if info is None:
-                continue  # the process exited between NVML's list and the host lookup
-            reasons.update(info.unavailable)
-            rows.append(_row(static, raw, info, now, reasons, foreign=False))
-        return tuple(rows)
-
-    @staticmethod
-    def _merge(memo: _GpuMemo, reading: Reading, timestamp: float) -> GpuSample:
-        """Fold a reading into the GPU's last known values (groups not read keep theirs)."""
-        values, reasons = memo.values, memo.reasons
-        for name, value in reading.values.items():
-            values[name] = value
-            reasons.pop(name, None)
-        for name, reason in reading.unavailable.items():
-            values.pop(name, None)
-            reasons[name] = reason
-        if reading.lost:
-            # Nothing read before the loss is current any more.
-            for group_fields in SAMPLE_GROUPS.values():
-                for name in group_fields:
-                    values.pop(name, None)
-                    reasons[name] = Reason.LOST
-        return sample_from_fields(timestamp, reading.lost, values, reasons)
-
-    def _record(self, memo: _GpuMemo, sample: GpuSample) -> GpuHistory:
-        used, total = sample.memory_used_bytes, memo.static.memory_total_bytes
-        memo.history.append(
-            (
-                sample.timestamp,
-                sample.utilization_gpu_percent,
-                sample.utilization_memory_percent,
-                100.0 * used / total if used is not None and total else None,
-                sample.power_draw_w,
-                sample.temperature_c,
-            )
-        )
-        columns = tuple(zip(*memo.history, strict=True))
-        return GpuHistory(*columns)  # type: ignore[arg-type]
-
-
-def _static_incomplete(static: GpuStatic) -> bool:
-    return any(reason in (Reason.LOST, Reason.UNKNOWN) for reason in static.unavailable.values())
-
-
-def _row(
-    static: GpuStatic,
-    raw: RawGpuProcess,
-    info: HostProcess | None,
-    now: float,
-    reasons: dict[str, Reason],
-    *,
-    foreign: bool,
-) -> GpuProcess:
-    create_time = info.create_time if info else None
-    running = max(0.0, now - create_time) if create_time else None
-    return GpuProcess(
-        gpu_index=static.index,
-        gpu_uuid=static.uuid,
-        pid=raw.pid,
-        type=raw.type,
-        gpu_memory_bytes=raw.gpu_memory_bytes,
-        sm_percent=raw.sm_percent,
-        memory_percent=raw.memory_percent,
-        encoder_percent=raw.encoder_percent,
-        decoder_percent=raw.decoder_percent,
-        user=info.user if info else None,
-        uid=info.uid if info else None,
-        name=info.name if info else None,
-        command=info.command if info else None,
-        cpu_percent=info.cpu_percent if info else None,
-        host_memory_bytes=info.host_memory_bytes if info else None,
-        create_time=create_time,
-        running_seconds=running,
-        status=info.status if info else "unknown",
-        foreign=foreign,
-        unavailable=freeze(reasons),
-    )
-
 
 SnapshotCallback = Callable[[Snapshot], None]
 T = TypeVar("T")
@@ -256,14 +75,18 @@ class Poller:
         interval: float = 1.0,
         indices: Sequence[int] | None = None,
         history: int = HISTORY_LENGTH,
-        slow_interval: float = 5.0,
+        groups: Collection[str] = ALL_GROUPS,
+        cadence: dict[str, float] | None = None,
         processes: bool = True,
         collector: Collector | None = None,
     ) -> None:
+        """``groups``: the field groups the view shows (others are never read after the first collect)."""
         self.collector = collector or Collector(backend, indices, history)
         self.backend = backend
         self._interval = max(MIN_INTERVAL, interval)
-        self._slow_interval = slow_interval
+        self._groups = frozenset(groups)
+        self._cadence = {**CADENCE, **(cadence or {})}
+        self._due: dict[str, float] = {}
         self._processes = processes
         self._subscribers: list[SnapshotCallback] = []
         self._wake = threading.Event()
@@ -356,11 +179,37 @@ class Poller:
 
     _refresh_once = False
 
-    def poll_once(self, *, slow: bool = True) -> Snapshot:
-        """Collect one snapshot on the calling thread and publish it (used by the thread and by tests)."""
-        groups = ALL_GROUPS if slow else FAST_GROUPS
+    def _due_groups(self, now: float) -> tuple[set[str], bool]:
+        """Groups whose cadence has elapsed (and whether process utilisation is due), then reschedule them.
+
+        Half an interval of slack keeps a 2 s cadence at every second tick of a
+        1 s interval despite jitter.
+        """
+        slack = self._interval / 2
+        due = {g for g in self._groups if now >= self._due.get(g, 0.0)}
+        utilization = now >= self._due.get("process_utilization", 0.0)
+        for group in due:
+            self._due[group] = now + self._cadence[group] - slack
+        if utilization:
+            self._due["process_utilization"] = now + self._cadence["process_utilization"] - slack
+        return due, utilization
+
+    def poll_once(self, *, slow: bool | None = None) -> Snapshot:
+        """Collect one snapshot on the calling thread and publish it.
+
+        ``slow=None`` reads the groups whose cadence is due (what the thread does),
+        ``True`` every group the view shows, ``False`` only the every-tick ones.
+        """
+        if slow is None:
+            groups, utilization = self._due_groups(time.monotonic())
+        elif slow:
+            groups, utilization = set(self._groups), True
+        else:
+            groups, utilization = set(self._groups & FAST_GROUPS), False
         started = time.perf_counter()
-        snapshot = self.collector.collect(groups, processes=self._processes, interval=self._interval)
+        snapshot = self.collector.collect(
+            groups, processes=self._processes, process_utilization=utilization, interval=self._interval
+        )
         self.poll_seconds += time.perf_counter() - started
         self.polls += 1
         self.latest = snapshot
@@ -372,22 +221,18 @@ class Poller:
         return snapshot
 
     def _run(self) -> None:
-        next_slow = 0.0
         while not self._stopping:
             self._drain_requests()
             timeout: float | None = None
             if not self._paused or self._refresh_once:
                 self._refresh_once = False
                 started = time.monotonic()
-                slow = started >= next_slow
                 try:
-                    self.poll_once(slow=slow)
+                    self.poll_once()
                     self.last_error = None
                 except Exception as exc:  # a backend bug must not kill the monitor silently
                     log.exception("poll failed")
                     self.last_error = exc
-                if slow:
-                    next_slow = started + self._slow_interval
                 if not self._paused:
                     timeout = max(0.0, self._interval - (time.monotonic() - started))
             self._wake.wait(timeout)

@@ -17,13 +17,17 @@ Memory info follows the driver: v1 ``used`` includes the driver-reserved memory,
 (``version=pynvml.nvmlMemory_v2``, C symbol ``nvmlDeviceGetMemoryInfo_v2``) reports it
 apart. Inject failures of v2 alone under the name ``"nvmlDeviceGetMemoryInfo_v2"``.
 
-The legacy process calls nvtopy makes through ctypes (``_nvmlGetFunctionPointer``: the
-unversioned v1 call and the 32-byte ``_v3`` of drivers 535.43-535.85) are emulated with the
-C calling convention: ``fn(handle, byref(count), array) -> return code``.
+The calls nvtopy makes through ctypes (``_nvmlGetFunctionPointer``: every process list --
+``_v3``, ``_v2``, the unversioned v1 and the 32-byte ``_v3`` of drivers 535.43-535.85 -- and
+``nvmlDeviceGetProcessUtilization``) are emulated with the C calling convention, returning
+NVML return codes. Failures a test arranges for a function name (:meth:`FakeNvml.fail`)
+apply to the C symbol of that name too; an ``NVMLLibraryMismatchError`` there means the
+driver lacks the symbol (``NVML_ERROR_FUNCTION_NOT_FOUND``).
 """
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import time
 import types
@@ -102,6 +106,7 @@ class FakeGpu:
     max_clock_mem: int = 1593
     compute_capability: tuple[int, int] = (8, 0)
     ecc_mode: tuple[int, int] = (1, 1)
+    ecc_supported: bool = True  # False: a GeForce board (ECC calls and fields NotSupported)
     # (error type, counter type) -> count; error type CORRECTED=0 / UNCORRECTED=1, VOLATILE=0 / AGGREGATE=1
     ecc_errors: dict[tuple[int, int], int] = field(default_factory=dict)
     clock_events: int = 0
@@ -173,6 +178,7 @@ class FakeNvml:
         self._failures: dict[str, list[_Failure]] = {}
         self._removed: set[str] = set()
         self._serials = itertools.count(1)
+        self.entry_sizes: dict[str, int] = {}  # bytes per entry of the last array passed to a C symbol
 
     # ------------------------------------------------------------------ test controls
 
@@ -438,7 +444,10 @@ class FakeNvml:
         return {pynvml.NVML_CLOCK_SM: gpu.clock_sm, pynvml.NVML_CLOCK_MEM: gpu.clock_mem}.get(clock_type, gpu.clock_sm)
 
     def nvmlDeviceGetEccMode(self, handle: FakeHandle) -> list[int]:
-        return list(self._device("nvmlDeviceGetEccMode", handle).ecc_mode)
+        gpu = self._device("nvmlDeviceGetEccMode", handle)
+        if not gpu.ecc_supported:
+            raise pynvml.NVMLError_NotSupported()
+        return list(gpu.ecc_mode)
 
     def nvmlDeviceGetTotalEccErrors(self, handle: FakeHandle, error_type: int, counter_type: int) -> int:
         gpu = self._device("nvmlDeviceGetTotalEccErrors", handle, error_type, counter_type)
@@ -528,17 +537,23 @@ class FakeNvml:
         self.calls[f"_nvmlGetFunctionPointer:{name}"] += 1
         if self.init_count <= 0:
             raise pynvml.NVMLError_Uninitialized()
-        if name in self._removed or name not in self._PROCESS_SYMBOLS:
+        if name in self._removed or (name not in self._PROCESS_SYMBOLS and name != "nvmlDeviceGetProcessUtilization"):
             raise pynvml.NVMLError_FunctionNotFound()
+        if name == "nvmlDeviceGetProcessUtilization":
+            return self._utilization_symbol(name)
         attribute = self._PROCESS_SYMBOLS[name]
 
         def symbol(handle: Any, count_ref: Any, array: Any) -> int:
             try:
-                gpu = self._device(f"{name}:ctypes", handle)
+                gpu = self._device(name, handle)
             except pynvml.NVMLError as exc:
                 return exc.value
+            except pynvml.NVMLLibraryMismatchError:
+                return pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
             procs: list[FakeProcess] = getattr(gpu, attribute)
             count = count_ref._obj  # the c_uint behind ctypes.byref(...)
+            if array is not None:
+                self.entry_sizes[name] = ctypes.sizeof(array._type_)
             if array is None or count.value < len(procs):
                 if not procs and array is None:
                     count.value = 0
@@ -557,3 +572,68 @@ class FakeNvml:
             return pynvml.NVML_SUCCESS
 
         return symbol
+
+    def _utilization_symbol(self, name: str) -> Callable[..., int]:
+        """``nvmlDeviceGetProcessUtilization(device, samples, &count, lastSeenTimeStamp)`` in C."""
+
+        def symbol(handle: Any, array: Any, count_ref: Any, since: Any) -> int:
+            timestamp = int(getattr(since, "value", since))
+            try:
+                gpu = self._device(name, handle, timestamp)
+            except pynvml.NVMLError as exc:
+                return exc.value
+            self.last_process_utilization_since = timestamp
+            now = now_us()
+            samples = [
+                (s, now if s.timestamp_us is None else s.timestamp_us)
+                for s in gpu.samples
+                if (now if s.timestamp_us is None else s.timestamp_us) >= timestamp
+            ]
+            count = count_ref._obj
+            if not samples:
+                count.value = 0
+                return pynvml.NVML_ERROR_NOT_FOUND
+            if array is None or count.value < len(samples):
+                count.value = len(samples)
+                return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+            for i, (sample, stamp) in enumerate(samples):
+                entry = array[i]
+                entry.pid, entry.timeStamp = sample.pid, stamp
+                entry.smUtil, entry.memUtil, entry.encUtil, entry.decUtil = (
+                    sample.sm,
+                    sample.mem,
+                    sample.enc,
+                    sample.dec,
+                )
+            count.value = len(samples)
+            return pynvml.NVML_SUCCESS
+
+        return symbol
+
+    # ------------------------------------------------------------------ field values (ECC)
+
+    _ECC_FIELDS = {
+        pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: (0, 0),
+        pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: (1, 0),
+        pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL: (0, 1),
+        pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL: (1, 1),
+    }
+
+    def nvmlDeviceGetFieldValues(self, handle: FakeHandle, field_ids: list[int]) -> Any:
+        """ECC fields, each entry with its own return code (the counters fail while ECC is off)."""
+        gpu = self._device("nvmlDeviceGetFieldValues", handle, field_ids)
+        values = (pynvml.c_nvmlFieldValue_t * len(field_ids))()
+        for entry, field_id in zip(values, field_ids, strict=True):
+            entry.fieldId = field_id
+            entry.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+            entry.nvmlReturn = pynvml.NVML_SUCCESS
+            if not gpu.ecc_supported:
+                entry.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+            elif field_id == pynvml.NVML_FI_DEV_ECC_CURRENT:
+                entry.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+                entry.value.uiVal = gpu.ecc_mode[0]
+            elif field_id in self._ECC_FIELDS and gpu.ecc_mode[0]:
+                entry.value.ullVal = gpu.ecc_errors[self._ECC_FIELDS[field_id]]
+            else:
+                entry.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+        return values

@@ -10,9 +10,9 @@ import pynvml
 import pytest
 
 from nvtopy.backends.nvml import NvmlBackend
+from nvtopy.collector import Collector
 from nvtopy.errors import BackendUnavailableError
 from nvtopy.model import ALL_GROUPS, SAMPLE_FIELDS, SAMPLE_GROUPS, STATIC_FIELDS, ProcessType, Reason
-from nvtopy.poller import Collector
 
 from .fake_pynvml import FakeGpu, FakeNvml, FakeProcess, FakeSample, now_us
 
@@ -387,11 +387,35 @@ def test_ecc_mode_off_leaves_counters_none(fake, make_backend):
     assert a100.values["ecc_corrected_volatile"] == 10 and a100.unavailable == {}
 
 
-def test_ecc_not_supported_geforce(fake, make_backend):
-    fake.fail("nvmlDeviceGetEccMode", pynvml.NVMLError_NotSupported, gpu=0)
-    reading = make_backend(fake).read_sample(0, ["ecc"])
+@pytest.mark.parametrize("field_values", [True, False], ids=["field-values", "individual-calls"])
+def test_ecc_not_supported_geforce(fake, make_backend, field_values):
+    fake.gpus[0].ecc_supported = False
+    if not field_values:
+        fake.remove("nvmlDeviceGetFieldValues")  # older driver: falls back to EccMode/TotalEccErrors
+    backend = make_backend(fake)
+    reading = backend.read_sample(0, ["ecc"])
     assert reading.values == {}
     assert reading.unavailable == dict.fromkeys(SAMPLE_GROUPS["ecc"], Reason.NOT_SUPPORTED)
+    assert backend.read_sample(1, ["ecc"]).values["ecc_mode"] is True, "the other GPU has ECC"
+
+
+def test_ecc_counters_come_from_one_field_values_call(fake, make_backend):
+    backend = make_backend(fake)
+    reading = backend.read_sample(0, ["ecc"])
+    gpu = fake.gpus[0]
+    assert reading.values == {
+        "ecc_mode": True,
+        "ecc_corrected_volatile": gpu.ecc_errors[(0, 0)],
+        "ecc_uncorrected_volatile": gpu.ecc_errors[(1, 0)],
+        "ecc_corrected_aggregate": gpu.ecc_errors[(0, 1)],
+        "ecc_uncorrected_aggregate": gpu.ecc_errors[(1, 1)],
+    }
+    assert fake.calls["nvmlDeviceGetFieldValues"] == 1
+    assert fake.calls["nvmlDeviceGetTotalEccErrors"] == 0 and fake.calls["nvmlDeviceGetEccMode"] == 0
+    gpu.ecc_mode = (0, 0)
+    off = backend.read_sample(0, ["ecc"])
+    assert off.values == {"ecc_mode": False}, "ECC off: counters are unavailable, not zero"
+    assert off.unavailable["ecc_uncorrected_volatile"] is Reason.NOT_SUPPORTED
 
 
 def test_pstate_unknown_32_is_none(fake, make_backend):
@@ -696,8 +720,10 @@ def test_v3_process_call_missing_falls_back_to_v2_and_stays(fake, make_backend, 
         (os.getpid(), ProcessType.GRAPHICS, 20 * MIB)
     ]
     assert snapshot.gpus[0].processes_unavailable is None and snapshot.gpus[1].processes_unavailable is None
-    assert fake.calls["nvmlDeviceGetComputeRunningProcesses_v3"] == 1, "asked once, then v2 for every GPU"
-    assert fake.calls["nvmlDeviceGetGraphicsRunningProcesses_v3"] == 0
+    lookups = fake.calls["_nvmlGetFunctionPointer:nvmlDeviceGetComputeRunningProcesses_v3"]
+    assert lookups == 1, "asked once, then v2 for every GPU"
+    assert fake.calls["_nvmlGetFunctionPointer:nvmlDeviceGetGraphicsRunningProcesses_v3"] == 0
+    # one C call per list and GPU per collect: the buffer is passed in, no size query first
     assert fake.calls["nvmlDeviceGetComputeRunningProcesses_v2"] == 6
     assert fake.calls["nvmlDeviceGetGraphicsRunningProcesses_v2"] == 6
 
@@ -715,11 +741,11 @@ def test_v3_and_v2_missing_fall_back_to_v1_through_ctypes(fake, make_backend, sl
     assert rows[os.getpid()].type is ProcessType.BOTH and rows[os.getpid()].gpu_memory_bytes == 10 * MIB
     assert rows[sleeper.pid].gpu_memory_bytes is None, "NVML_VALUE_NOT_AVAILABLE -> None"
     assert snapshot.gpus[1].processes == () and snapshot.gpus[1].processes_unavailable is None
-    # one symbol lookup per list; two C calls (size, then fill) when the list is not empty
-    assert fake.calls["_nvmlGetFunctionPointer:nvmlDeviceGetComputeRunningProcesses"] == 4
-    assert fake.calls["nvmlDeviceGetComputeRunningProcesses:ctypes"] == 2 * 2 + 2 * 1
-    assert fake.calls["nvmlDeviceGetComputeRunningProcesses_v3"] == 1
-    assert fake.calls["nvmlDeviceGetComputeRunningProcesses_v2"] == 1
+    # one C call per list, GPU and collect (the buffer is passed in), 16-byte v1 entries
+    assert fake.calls["nvmlDeviceGetComputeRunningProcesses"] == 2 * 2
+    assert fake.entry_sizes["nvmlDeviceGetComputeRunningProcesses"] == 16
+    assert fake.calls["_nvmlGetFunctionPointer:nvmlDeviceGetComputeRunningProcesses_v3"] == 1
+    assert fake.calls["_nvmlGetFunctionPointer:nvmlDeviceGetComputeRunningProcesses_v2"] == 1
 
 
 def test_driver_535_early_uses_its_32_byte_v3_layout(make_backend):
@@ -735,8 +761,8 @@ def test_driver_535_early_uses_its_32_byte_v3_layout(make_backend):
     )
     (row,) = Collector(backend).collect().gpus[0].processes
     assert (row.pid, row.gpu_memory_bytes, row.user) == (os.getpid(), 77 * MIB, me())
-    assert fake.calls["nvmlDeviceGetComputeRunningProcesses_v3"] == 0, "pynvml's 24-byte struct is not used"
-    assert fake.calls["nvmlDeviceGetComputeRunningProcesses_v3:ctypes"] >= 1
+    assert fake.entry_sizes["nvmlDeviceGetComputeRunningProcesses_v3"] == 32, "not pynvml's 24-byte struct"
+    assert fake.calls["nvmlDeviceGetComputeRunningProcesses_v3"] >= 1
 
 
 # --------------------------------------------------------------------- no GPUs, no driver

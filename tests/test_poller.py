@@ -8,8 +8,9 @@ import time
 
 import pytest
 
-from nvtopy.model import Reason, Snapshot
-from nvtopy.poller import FAST_GROUPS, SLOW_GROUPS, Collector, Poller
+from nvtopy.collector import Collector
+from nvtopy.model import ALL_GROUPS, Reason, Snapshot
+from nvtopy.poller import CADENCE, FAST_GROUPS, SLOW_GROUPS, Poller
 
 
 def test_static_fields_are_read_once(sim, clock):
@@ -168,3 +169,27 @@ def test_subscriber_exception_does_not_stop_polling(sim):
         while poller.polls < 3 and time.monotonic() < deadline:
             time.sleep(0.01)
     assert poller.polls >= 3
+
+
+def test_groups_follow_their_cadence_and_views_poll_only_what_they_show(sim):
+    backend = sim(gpus=1, clock=time.time)
+    shown = ALL_GROUPS - {"pcie", "modes"}
+    cadence = {"temperature": 0.45, "ecc": 10.0}
+    poller = Poller(backend, interval=0.1, groups=shown, cadence=cadence)
+    with poller:
+        deadline = time.monotonic() + 5
+        while poller.polls < 20 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    counts = backend.call_counts()
+    polls = poller.polls
+    assert polls >= 20
+    assert counts["memory"] == polls, "every-tick groups are read every tick"
+    assert 2 <= counts["temperature"] <= polls // 3, f"temperature every ~0.45 s: {counts['temperature']}/{polls}"
+    assert counts["ecc"] == 1, "a 10 s cadence: read once in 2 s"
+    assert counts["pcie"] == 1 and counts["modes"] == 1, "not shown: read only by the first collect"
+    assert counts["process_utilization"] < counts["processes"], "per-process utilisation has its own cadence"
+
+
+def test_cadence_table_covers_every_group():
+    assert set(CADENCE) == set(ALL_GROUPS) | {"processes", "process_utilization"}
+    assert {g for g in ALL_GROUPS if CADENCE[g] == 0} == FAST_GROUPS

@@ -10,9 +10,9 @@ import time
 import pytest
 
 from nvtopy.backends.sim_faults import SimFaults, parse_fault_specs
+from nvtopy.collector import Collector
 from nvtopy.errors import UsageError
 from nvtopy.model import ALL_GROUPS, Reason
-from nvtopy.poller import Collector
 from nvtopy.views.json_view import snapshot_to_dict
 
 

@@ -15,34 +15,41 @@ from __future__ import annotations
 import abc
 import time
 from collections.abc import Collection
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..model import GpuStatic, HostInfo, HostProcess, RawGpuProcess, Reason
 
 __all__ = ["Backend", "ProcessReading", "Reading", "SignalOutcome"]
 
 
-@dataclass(slots=True)
 class Reading:
     """Values of the requested field groups of one GPU, plus why any are missing."""
 
-    values: dict[str, Any] = field(default_factory=dict)
-    unavailable: dict[str, Reason] = field(default_factory=dict)
-    lost: bool = False
+    __slots__ = ("lost", "unavailable", "values")
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+        self.unavailable: dict[str, Reason] = {}
+        self.lost = False
 
 
-@dataclass(slots=True)
 class ProcessReading:
     """NVML's process lists for one GPU, merged by pid (C, G or C+G)."""
 
-    processes: list[RawGpuProcess] = field(default_factory=list)
-    unavailable: Reason | None = None  # why the list itself could not be read
-    lost: bool = False
+    __slots__ = ("lost", "processes", "unavailable")
+
+    def __init__(
+        self,
+        processes: list[RawGpuProcess] | None = None,
+        unavailable: Reason | None = None,
+        lost: bool = False,
+    ) -> None:
+        self.processes: list[RawGpuProcess] = processes if processes is not None else []
+        self.unavailable = unavailable  # why the list itself could not be read
+        self.lost = lost
 
 
-@dataclass(frozen=True, slots=True)
-class SignalOutcome:
+class SignalOutcome(NamedTuple):
     """What happened when a signal was sent: ``ok`` plus a sentence for the user."""
 
     ok: bool
@@ -71,8 +78,12 @@ class Backend(abc.ABC):
         """Read the named field groups (keys of :data:`nvtopy.model.SAMPLE_GROUPS`)."""
 
     @abc.abstractmethod
-    def read_processes(self, index: int) -> ProcessReading:
-        """The GPU's compute and graphics processes, with per-process utilisation."""
+    def read_processes(self, index: int, utilization: bool = True) -> ProcessReading:
+        """The GPU's compute and graphics processes, with per-process utilisation.
+
+        ``utilization=False``: reuse the per-process utilisation of the last read
+        that had it (new pids get ``None``) instead of asking the driver again.
+        """
 
     @abc.abstractmethod
     def inspect_processes(self, pids: Collection[int]) -> dict[int, HostProcess | None]:

@@ -18,11 +18,10 @@ from __future__ import annotations
 import atexit
 import collections
 import ctypes
-import socket
+import os
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import BackendUnavailableError
 from ..hostprocs import PsutilInspector, current_username, in_foreign_pid_namespace
@@ -76,16 +75,21 @@ class _NoHandleError(Exception):
         self.reason = reason
 
 
-@dataclass(slots=True)
 class _Gpu:
-    """Per-GPU driver state: the handle, and when to try again if it was lost."""
+    """Per-GPU driver state: the handle, when to retry a lost one, and reusable call buffers."""
 
-    index: int
-    handle: Any = None
-    uuid: str | None = None
-    reason: Reason | None = None  # why there is no handle
-    retry_at: float = 0.0
-    backoff: float = 0.0
+    __slots__ = ("backoff", "capacity", "covered", "handle", "index", "reason", "retry_at", "utilization", "uuid")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.handle: Any = None
+        self.uuid: str | None = None
+        self.reason: Reason | None = None  # why there is no handle
+        self.retry_at = 0.0
+        self.backoff = 0.0
+        self.capacity = 32  # entries of the process and sample buffers; grows when the driver asks
+        self.utilization: dict[int, Any] | None = {}  # last per-process samples (None: unsupported)
+        self.covered: set[int] = set()  # the pids listed when they were read
 
 
 class NvmlBackend(Backend):
@@ -260,7 +264,7 @@ class NvmlBackend(Backend):
                 values[field_name] = None
                 reasons[field_name] = self._reason(exc)
         return HostInfo(
-            hostname=socket.gethostname(),
+            hostname=os.uname().nodename,
             backend=self.kind,
             user=current_username(),
             pid_namespace_foreign=self._foreign,
@@ -518,6 +522,8 @@ class NvmlBackend(Backend):
             "ecc_corrected_aggregate": (nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, nvml.NVML_AGGREGATE_ECC),
             "ecc_uncorrected_aggregate": (nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_AGGREGATE_ECC),
         }
+        if (gpu.index, "ecc_fields") not in self._unsupported and self._read_ecc_fields(gpu, reading, counters):
+            return
         modes, reason = self._query(gpu, "ecc_mode", "nvmlDeviceGetEccMode")
         self._store(reading, "ecc_mode", (modes, reason), lambda pair: bool(pair[0]))
         if reason is not None or not modes[0]:
@@ -527,6 +533,46 @@ class NvmlBackend(Backend):
             return
         for name, (error_type, counter_type) in counters.items():
             self._store(reading, name, self._query(gpu, name, "nvmlDeviceGetTotalEccErrors", error_type, counter_type))
+
+    def _read_ecc_fields(self, gpu: _Gpu, reading: Reading, counters: dict[str, tuple[int, int]]) -> bool:
+        """ECC mode and the four counters in one nvmlDeviceGetFieldValues call (five otherwise).
+
+        Returns False when the call is unavailable, so the caller falls back to the
+        individual calls. Each entry carries its own return code.
+        """
+        nvml = self._nvml
+        ids = {
+            "ecc_mode": nvml.NVML_FI_DEV_ECC_CURRENT,
+            "ecc_corrected_volatile": nvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL,
+            "ecc_uncorrected_volatile": nvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL,
+            "ecc_corrected_aggregate": nvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL,
+            "ecc_uncorrected_aggregate": nvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL,
+        }
+        values, reason = self._query(gpu, "ecc_fields", "nvmlDeviceGetFieldValues", list(ids.values()))
+        if reason is Reason.NOT_SUPPORTED:
+            return False
+        if reason is not None:
+            for name in ids:
+                reading.unavailable[name] = reason
+            return True
+        decoded: dict[str, int | None] = {}
+        for name, entry in zip(ids, values, strict=True):
+            if entry.nvmlReturn == nvml.NVML_SUCCESS:
+                decoded[name] = _field_value(entry, nvml)
+            else:
+                decoded[name] = None
+                reading.unavailable[name] = self._reason(nvml.NVMLError(entry.nvmlReturn))
+        mode = decoded.pop("ecc_mode")
+        if mode is None:
+            return True
+        reading.values["ecc_mode"] = bool(mode)
+        for name, value in decoded.items():
+            if not mode:
+                reading.unavailable[name] = Reason.NOT_SUPPORTED  # ECC off: no counters, not zero
+            elif value is not None:
+                reading.values[name] = value
+        assert set(decoded) == set(counters)
+        return True
 
     def _read_throttle(self, gpu: _Gpu, reading: Reading) -> None:
         result = self._query(gpu, "clock_events", "nvmlDeviceGetCurrentClocksEventReasons")
@@ -554,7 +600,7 @@ class NvmlBackend(Backend):
 
     # ----------------------------------------------------------------- processes
 
-    def read_processes(self, index: int) -> ProcessReading:
+    def read_processes(self, index: int, utilization: bool = True) -> ProcessReading:
         gpu = self._gpus[index]
         reading = ProcessReading()
         merged: dict[int, RawGpuProcess] = {}
@@ -571,9 +617,13 @@ class NvmlBackend(Backend):
                 reading.unavailable = reasons[0]
                 return reading
             if merged:
-                utilization = self._process_utilization(gpu)
+                if utilization:
+                    gpu.covered = set(merged)
+                    gpu.utilization = self._process_utilization(gpu, gpu.covered)
+                samples, covered = gpu.utilization, gpu.covered
                 for pid, raw in list(merged.items()):
-                    merged[pid] = _with_utilization(raw, utilization)
+                    # A pid that started since the last utilisation read has no figure yet: None, not 0.
+                    merged[pid] = _with_utilization(raw, samples if pid in covered else None)
         except _NoHandleError as exc:
             reading.unavailable = exc.reason
             reading.lost = exc.reason is Reason.LOST
@@ -589,66 +639,81 @@ class NvmlBackend(Backend):
         """One NVML process list, walking down to older API versions the driver has."""
         while True:
             api = self._proc_api
-            if api in ("v3", "v2"):
-                name = f"nvmlDeviceGet{kind}RunningProcesses_{api}"
-                entries, reason = self._query(gpu, name, name)
-            else:
-                name = f"nvmlDeviceGet{kind}RunningProcesses" + ("" if api == "v1" else "_v3")
-                entries, reason = self._legacy_processes(gpu, name, api)
+            name = f"nvmlDeviceGet{kind}RunningProcesses" + {"v3": "_v3", "v3-535": "_v3", "v2": "_v2", "v1": ""}[api]
+            entries, reason = self._direct_processes(gpu, name, api)
             older = {"v3": "v2", "v3-535": "v2", "v2": "v1"}.get(api)
             if reason is Reason.NOT_SUPPORTED and name in self._missing and older is not None:
                 self._proc_api = older  # the driver predates this symbol: every GPU uses the older one
                 continue
-            return (list(entries) if entries is not None else []), reason
+            return (entries if entries is not None else []), reason
 
-    def _legacy_processes(self, gpu: _Gpu, name: str, api: str) -> tuple[list[Any] | None, Reason | None]:
-        """v1 (16-byte entries) or the 535.43-535.85 ``_v3`` (32-byte entries), called through ctypes."""
+    def _call_direct(self, gpu: _Gpu, name: str, fill: Callable[[Any, int], tuple[int, Any]]) -> Any:
+        """Call a C symbol with a buffer of ``gpu.capacity`` entries: one call, not pynvml's two.
+
+        ``fill(function, capacity)`` makes the call and returns (return code, result).
+        On INSUFFICIENT_SIZE the buffer grows and the call is repeated. Raises NVMLError.
+        """
+        nvml = self._nvml
+        function = nvml._nvmlGetFunctionPointer(name)
+        while True:
+            self._counts[name] += 1
+            ret, result = fill(function, gpu.capacity)
+            if ret != nvml.NVML_ERROR_INSUFFICIENT_SIZE:
+                break
+            gpu.capacity = max(gpu.capacity * 2, int(result) * 2)
+        if ret != nvml.NVML_SUCCESS:
+            raise nvml.NVMLError(ret)
+        return result
+
+    def _direct_processes(self, gpu: _Gpu, name: str, api: str) -> tuple[list[Any] | None, Reason | None]:
         key = f"{name}:{api}"
         if (gpu.index, key) in self._unsupported:
             return None, Reason.NOT_SUPPORTED
         handle = self._handle(gpu)
-        struct = _ProcessInfoV1 if api == "v1" else _ProcessInfo535
-        nvml = self._nvml
-        self._counts[name] += 1
-        try:
-            function = nvml._nvmlGetFunctionPointer(name)
-            count = ctypes.c_uint(0)
-            ret = function(handle, ctypes.byref(count), None)
-            if ret == nvml.NVML_SUCCESS:
-                return [], None
-            if ret != nvml.NVML_ERROR_INSUFFICIENT_SIZE:
-                raise nvml.NVMLError(ret)
-            count.value = count.value * 2 + 5
-            array = (struct * count.value)()
-            ret = function(handle, ctypes.byref(count), array)
-            if ret != nvml.NVML_SUCCESS:
-                raise nvml.NVMLError(ret)
-        except nvml.NVMLError as exc:
-            return None, self._failed(gpu, key, name, exc)
-        return [_LegacyEntry.of(array[i]) for i in range(count.value)], None
+        struct = _ProcessInfoV1 if api == "v1" else _ProcessInfo535 if api == "v3-535" else _ProcessInfo
 
-    def _process_utilization(self, gpu: _Gpu) -> dict[int, Any] | None:
+        def fill(function: Any, capacity: int) -> tuple[int, Any]:
+            count = ctypes.c_uint(capacity)
+            array = (struct * capacity)()
+            ret = function(handle, ctypes.byref(count), array)
+            if ret == self._nvml.NVML_ERROR_INSUFFICIENT_SIZE:
+                return ret, count.value
+            return ret, [_ProcEntry.of(array[i]) for i in range(min(count.value, capacity))]
+
+        try:
+            return self._call_direct(gpu, name, fill), None
+        except self._nvml.NVMLError as exc:
+            return None, self._failed(gpu, key, name, exc)
+
+    def _process_utilization(self, gpu: _Gpu, pids: set[int]) -> dict[int, Any] | None:
         """Latest per-process sample of the last second: ``{}`` = no samples (idle), ``None`` = unavailable."""
         key = name = "nvmlDeviceGetProcessUtilization"
         if (gpu.index, key) in self._unsupported:
             return None
         handle = self._handle(gpu)
         nvml = self._nvml
-        since_us = int((time.time() - 1.0) * 1_000_000)  # NVML timestamps are Unix microseconds
-        self._counts[name] += 1
+        since = ctypes.c_ulonglong(int((time.time() - 1.0) * 1_000_000))  # NVML timestamps: Unix microseconds
+        struct = nvml.c_nvmlProcessUtilizationSample_t
+
+        def fill(function: Any, capacity: int) -> tuple[int, Any]:
+            count = ctypes.c_uint(capacity)
+            array = (struct * capacity)()
+            ret = function(handle, array, ctypes.byref(count), since)
+            if ret == nvml.NVML_ERROR_INSUFFICIENT_SIZE:
+                return ret, count.value
+            return ret, array[: min(count.value, capacity)]
+
         try:
-            samples = nvml.nvmlDeviceGetProcessUtilization(handle, since_us)
+            samples = self._call_direct(gpu, name, fill)
         except nvml.NVMLError_NotFound:
-            return {}  # no sample newer than the timestamp
+            return {}  # no sample newer than the timestamp: the processes were idle
         except nvml.NVMLError as exc:
-            if exc.value == nvml.NVML_SUCCESS:
-                return {}  # pynvml raises NVMLError(0) when the driver reports zero samples
             self._failed(gpu, key, name, exc)
             return None
         latest: dict[int, Any] = {}
         for sample in sorted(samples, key=lambda s: s.timeStamp):
-            if sample.smUtil > 100 or sample.memUtil > 100:
-                continue  # garbage values seen on some drivers
+            if sample.smUtil > 100 or sample.memUtil > 100 or sample.pid not in pids:
+                continue  # garbage values seen on some drivers; pids no longer listed
             latest[sample.pid] = sample
         return latest
 
@@ -667,6 +732,27 @@ class NvmlBackend(Backend):
 
 
 # --------------------------------------------------------------------- helpers
+
+
+def _field_value(entry: Any, nvml: Any) -> int | None:
+    """The integer in an nvmlFieldValue_t, whatever its declared type."""
+    kind = entry.valueType
+    value = entry.value
+    if kind == nvml.NVML_VALUE_TYPE_DOUBLE:
+        return int(value.dVal)
+    if kind == nvml.NVML_VALUE_TYPE_UNSIGNED_INT:
+        return int(value.uiVal)
+    if kind == nvml.NVML_VALUE_TYPE_UNSIGNED_LONG:
+        return int(value.ulVal)
+    if kind == nvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG:
+        return int(value.ullVal)
+    if kind == nvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG:
+        return int(value.sllVal)
+    if kind == nvml.NVML_VALUE_TYPE_SIGNED_INT:
+        return int(value.siVal)
+    if kind == nvml.NVML_VALUE_TYPE_UNSIGNED_SHORT:
+        return int(value.usVal)
+    return None
 
 
 def _version_tuple(version: str | None) -> tuple[int, ...]:
@@ -694,6 +780,17 @@ def _positive_int(value: Any) -> int:
     return number
 
 
+class _ProcessInfo(ctypes.Structure):
+    """nvmlProcessInfo_t of ``_v2`` and ``_v3`` (24 bytes)."""
+
+    _fields_ = (
+        ("pid", ctypes.c_uint),
+        ("usedGpuMemory", ctypes.c_ulonglong),
+        ("gpuInstanceId", ctypes.c_uint),
+        ("computeInstanceId", ctypes.c_uint),
+    )
+
+
 class _ProcessInfoV1(ctypes.Structure):
     _fields_ = (("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong))
 
@@ -708,21 +805,22 @@ class _ProcessInfo535(ctypes.Structure):
     )
 
 
-@dataclass(frozen=True, slots=True)
-class _LegacyEntry:
+class _ProcEntry(NamedTuple):
+    """One process-list entry, decoded from whichever C layout the driver uses."""
+
     pid: int
-    usedGpuMemory: int | None  # noqa: N815 - mirrors pynvml's attribute names
+    usedGpuMemory: int | None  # noqa: N815 - mirrors NVML's field names
     gpuInstanceId: int = _UINT_MAX  # noqa: N815
     computeInstanceId: int = _UINT_MAX  # noqa: N815
 
     @classmethod
-    def of(cls, raw: Any) -> _LegacyEntry:
+    def of(cls, raw: Any) -> _ProcEntry:
         memory = int(raw.usedGpuMemory)
         return cls(
-            pid=int(raw.pid),
-            usedGpuMemory=None if memory == 0xFFFFFFFFFFFFFFFF else memory,
-            gpuInstanceId=int(getattr(raw, "gpuInstanceId", _UINT_MAX)),
-            computeInstanceId=int(getattr(raw, "computeInstanceId", _UINT_MAX)),
+            int(raw.pid),
+            None if memory == 0xFFFFFFFFFFFFFFFF else memory,  # NVML_VALUE_NOT_AVAILABLE
+            int(getattr(raw, "gpuInstanceId", _UINT_MAX)),
+            int(getattr(raw, "computeInstanceId", _UINT_MAX)),
         )
 
 

@@ -434,7 +434,7 @@ class SimulatedBackend(Backend):
 
     # ----------------------------------------------------------------- processes
 
-    def read_processes(self, index: int) -> ProcessReading:
+    def read_processes(self, index: int, utilization: bool = True) -> ProcessReading:
         self._counts["processes"] += 1
         faults = self.faults
         if index in faults.no_permission:
@@ -448,7 +448,7 @@ class SimulatedBackend(Backend):
         memory = self._memory(index, now, jobs)
         util = self._utilization(index, now, jobs)
         util_supported = not faults.is_unsupported(index, "process_utilization")
-        if jobs:
+        if jobs and utilization:
             self._counts["process_utilization"] += 1
         demand = sum(j.intensity * j.ramp(now) for j in jobs if j.workload.kind != "G") or 1.0
         processes = []

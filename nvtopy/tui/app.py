@@ -23,9 +23,10 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
 from ..backends.base import Backend, SignalOutcome
+from ..collector import Collector
 from ..formatting import NA
-from ..model import GpuProcess, Snapshot
-from ..poller import Collector, Poller
+from ..model import ALL_GROUPS, GpuProcess, Snapshot
+from ..poller import Poller
 from ..procview import COLUMNS, ProcessFilter, SortOrder, Tags, build_rows
 from ..textsafe import safe_text
 from .gpu_view import MODES, GpuView, plan_layout
@@ -36,6 +37,9 @@ from .screens import ConfirmSignalScreen, GpuPickerScreen, HelpScreen
 __all__ = ["INTERVALS", "NvtopyApp"]
 
 INTERVALS = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0)
+# What the panels show. PCIe throughput, persistence/compute mode and energy are
+# not drawn, so the monitor never asks the driver for them.
+TUI_GROUPS = ALL_GROUPS - {"pcie", "modes", "energy"}
 SIGNALS = {"SIGTERM": signals.SIGTERM, "SIGKILL": signals.SIGKILL, "SIGINT": signals.SIGINT}
 
 
@@ -100,15 +104,12 @@ class NvtopyApp(App[None]):
         indices: Sequence[int] | None = None,
         readonly: bool = False,
         layout: str = "auto",
-        slow_interval: float = 5.0,
         poll: bool = True,
         collector: Collector | None = None,
     ) -> None:
         super().__init__()
         self.backend = backend
-        self.poller = Poller(
-            backend, interval=interval, indices=indices, slow_interval=slow_interval, collector=collector
-        )
+        self.poller = Poller(backend, interval=interval, indices=indices, groups=TUI_GROUPS, collector=collector)
         self.readonly = readonly
         self.layout_mode = layout if layout in MODES else "auto"
         self.snapshot: Snapshot | None = None
@@ -119,6 +120,7 @@ class NvtopyApp(App[None]):
         self.snapshots_applied = 0
         self.last_outcomes: list[SignalOutcome] = []
         self.first_frame_at: float | None = None
+        self._last_header: Text | None = None
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -188,7 +190,10 @@ class NvtopyApp(App[None]):
             "No process matches the filters (esc clears)" if self.row_filter.active else ("No GPU processes")
         )
         table.set_rows(rows, me=me, tags=frozenset(self.tags.keys), order=self.order)
-        header.update(self._header_text(snapshot, len(gpus), len(rows), len(everything)))
+        text = self._header_text(snapshot, len(gpus), len(rows), len(everything))
+        if text != self._last_header:  # rich Text compares text and spans
+            self._last_header = text
+            header.update(text, layout=False)  # one line, always: no layout pass
 
     def _header_text(self, snapshot: Snapshot, shown_gpus: int, shown_rows: int, all_rows: int) -> Text:
         """Most important first: a narrow terminal cuts the end (driver versions, clock)."""

@@ -11,16 +11,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from rich.console import Console
 from rich.segment import Segment
-from rich.style import Style
-from rich.text import Text
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
 from ..gpu_render import PANEL_HEIGHT, PANEL_MIN_WIDTH, compact_line, panel_lines, panel_title
-from ..model import GpuState
+from ..model import SAMPLE_FIELDS, GpuState
+from ..styled import Line, style
 
 __all__ = ["MODES", "GpuView", "LayoutPlan", "plan_layout"]
 
@@ -67,6 +65,7 @@ class GpuView(Widget):
         self._gpus: tuple[GpuState, ...] = ()
         self._plan = LayoutPlan("compact", 1, 1)
         self._lines: list[Strip] = []
+        self._panels: dict[int, tuple[tuple[object, ...], list[list[Segment]]]] = {}
         self.message = "waiting for the first sample..."
 
     @property
@@ -86,15 +85,12 @@ class GpuView(Widget):
         width = self.size.width
         if width <= 0:
             return
-        console = self.app.console
         if not self._gpus:
-            text = Text(self.message if self.message else "No GPUs to show", style="dim")
-            text.truncate(width, pad=True)
-            lines = [_strip(text, console)]
+            lines = [_strip(Line(self.message or "No GPUs to show", "dim").fit(width).segments(), width)]
         elif self._plan.kind == "full":
-            lines = self._full_lines(width, console)
+            lines = self._full_lines(width)
         else:
-            lines = self._compact_lines(width, console)
+            lines = self._compact_lines(width)
         old = self._lines
         self._lines = lines
         for y, strip in enumerate(lines):
@@ -103,39 +99,48 @@ class GpuView(Widget):
         if len(old) > len(lines):
             self.refresh()
 
-    def _full_lines(self, width: int, console: Console) -> list[Strip]:
+    def _full_lines(self, width: int) -> list[Strip]:
         cols = self._plan.columns
-        gap = 1
-        panel_width = (width - gap * (cols - 1)) // cols
+        panel_width = (width - (cols - 1)) // cols
         lines: list[Strip] = []
         for start in range(0, len(self._gpus), cols):
-            panels = [_panel(gpu, panel_width, console) for gpu in self._gpus[start : start + cols]]
+            panels = [self._cached_panel(gpu, panel_width) for gpu in self._gpus[start : start + cols]]
             for y in range(PANEL_HEIGHT):
-                parts: list[Strip] = []
+                segments: list[Segment] = []
                 for i, panel in enumerate(panels):
                     if i:
-                        parts.append(Strip.blank(gap))
-                    parts.append(panel[y])
-                lines.append(Strip.join(parts).adjust_cell_length(width))
+                        segments.append(_GAP)
+                    segments.extend(panel[y])
+                lines.append(_strip(segments, width))
         return lines
 
-    def _compact_lines(self, width: int, console: Console) -> list[Strip]:
+    def _compact_lines(self, width: int) -> list[Strip]:
         cols = self._plan.columns
         gap = 2
         cell = (width - gap * (cols - 1)) // cols
         lines = []
         rows = math.ceil(len(self._gpus) / cols)
         for r in range(rows):
-            parts: list[Strip] = []
+            segments: list[Segment] = []
             for c in range(cols):
                 index = r * cols + c  # row by row, like the panel grid
                 if index >= len(self._gpus):
                     break
                 if c:
-                    parts.append(Strip.blank(gap))
-                parts.append(_strip(compact_line(self._gpus[index], cell), console))
-            lines.append(Strip.join(parts).adjust_cell_length(width))
+                    segments.append(Segment(" " * gap))
+                segments.extend(compact_line(self._gpus[index], cell).segments())
+            lines.append(_strip(segments, width))
         return lines
+
+    def _cached_panel(self, gpu: GpuState, width: int) -> list[list[Segment]]:
+        """The panel's rows, redrawn only when something it shows changed (an idle GPU costs nothing)."""
+        key = _signature(gpu, width)
+        cached = self._panels.get(gpu.index)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        rows = _panel(gpu, width)
+        self._panels[gpu.index] = (key, rows)
+        return rows
 
     def render_line(self, y: int) -> Strip:
         if y < len(self._lines):
@@ -143,26 +148,42 @@ class GpuView(Widget):
         return Strip.blank(self.size.width)
 
 
-def _strip(text: Text, console: Console) -> Strip:
-    return Strip(list(text.render(console)), text.cell_len)
+_GAP = Segment(" ")
 
 
-def _panel(gpu: GpuState, width: int, console: Console) -> list[Strip]:
-    """A bordered panel, ``PANEL_HEIGHT`` strips of exactly ``width`` cells."""
-    border = Style.parse("bold red" if gpu.lost else "bright_black")
-    inner = width - 4
+def _signature(gpu: GpuState, width: int) -> tuple[object, ...]:
+    """Everything a panel shows: values (not their timestamp), the visible history, identity, width."""
+    sample = gpu.sample
+    return (
+        width,
+        gpu.static,
+        sample.lost,
+        tuple(getattr(sample, name) for name in SAMPLE_FIELDS),
+        gpu.history.utilization_gpu_percent[-width:],
+    )
+
+
+def _strip(segments: list[Segment], width: int) -> Strip:
+    """One strip of exactly ``width`` cells (every piece is already measured: pad the rest)."""
+    used = sum(segment.cell_length for segment in segments)
+    if used < width:
+        segments.append(Segment(" " * (width - used)))
+    elif used > width:
+        return Strip(segments, used).crop(0, width)
+    return Strip(segments, width)
+
+
+def _panel(gpu: GpuState, width: int) -> list[list[Segment]]:
+    """A bordered panel: ``PANEL_HEIGHT`` rows of segments, each exactly ``width`` cells."""
+    border = style("bold red" if gpu.lost else "bright_black")
     title = panel_title(gpu)
     if gpu.lost:
-        title.stylize("red")
-    title.truncate(max(0, width - 4), overflow="ellipsis")
-    top = [
-        Segment("╭─", border),
-        *title.render(console),
-        Segment("─" * max(0, width - 3 - title.cell_len) + "╮", border),
-    ]
-    lines = [Strip(top).adjust_cell_length(width)]
-    for text in panel_lines(gpu, inner):
-        segments = [Segment("│ ", border), *text.render(console), Segment(" │", border)]
-        lines.append(Strip(segments).adjust_cell_length(width))
-    lines.append(Strip([Segment("╰" + "─" * (width - 2) + "╯", border)]))
-    return lines
+        title.restyle("red")
+    if title.cells > width - 4:
+        title.fit(max(0, width - 4))
+    rows = [[Segment("╭─", border), *title.segments(), Segment("─" * max(0, width - 3 - title.cells) + "╮", border)]]
+    left, right = Segment("│ ", border), Segment(" │", border)
+    for line in panel_lines(gpu, width - 4):
+        rows.append([left, *line.segments(), right])
+    rows.append([Segment("╰" + "─" * (width - 2) + "╯", border)])
+    return rows

@@ -81,9 +81,9 @@ def build(scene: Scene) -> tuple[NvtopyApp, Callable[[Pilot[None]], Awaitable[No
     app = NvtopyApp(backend, interval=1.0, poll=False, layout=scene.layout)
 
     async def prepare(pilot: Pilot[None]) -> None:
-        for i in range(scene.samples):
+        for _ in range(scene.samples):
             clock.now += 1.0
-            app.poller.poll_once(slow=i % 5 == 0)
+            app.poller.poll_once(slow=True)
         await pilot.pause()
         for key in scene.keys:
             await pilot.press(key)

@@ -1,0 +1,237 @@
+"""One read of a backend into an immutable snapshot: the collector.
+
+Why a class of its own (and no thread here): ``nvtopy --once``, the Python API
+and the poller thread all collect the same way -- static fields read once and
+cached, the requested field groups read and merged with the last values of the
+others, bounded history kept, host processes joined -- and a one-shot command
+should not pay for importing threads, futures or logging it does not use.
+
+Not thread-safe by design: one thread (the poller's, or the caller's for
+one-shot reads) owns a collector and its backend.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Collection, Iterable, Sequence
+from typing import Any
+
+from .backends.base import Backend, ProcessReading, Reading
+from .model import (
+    ALL_GROUPS,
+    SAMPLE_GROUPS,
+    GpuHistory,
+    GpuProcess,
+    GpuSample,
+    GpuState,
+    GpuStatic,
+    HostProcess,
+    RawGpuProcess,
+    Reason,
+    Snapshot,
+    freeze,
+    sample_from_fields,
+)
+
+__all__ = ["HISTORY_LENGTH", "Collector"]
+
+HISTORY_LENGTH = 300
+
+
+class _GpuMemo:
+    """What the collector remembers of one GPU between reads."""
+
+    __slots__ = ("history", "never_read", "reasons", "static", "values")
+
+    def __init__(self, static: GpuStatic, history: int) -> None:
+        self.static = static
+        self.values: dict[str, Any] = {}
+        self.reasons: dict[str, Reason] = {}
+        self.history: collections.deque[tuple[Any, ...]] = collections.deque(maxlen=history)
+        self.never_read: set[str] = set(ALL_GROUPS)
+
+
+class Collector:
+    """Reads snapshots from a backend: static fields once, the requested groups each call.
+
+    Not thread-safe by design: one thread (the poller's, or the caller's for
+    one-shot reads) owns a collector and its backend.
+    """
+
+    def __init__(self, backend: Backend, indices: Sequence[int] | None = None, history: int = HISTORY_LENGTH) -> None:
+        self.backend = backend
+        self.host = backend.host_info()
+        self._history_length = max(1, history)
+        self._memos: dict[int, _GpuMemo] = {}
+        self._statics: list[GpuStatic] | None = None
+        self._sequence = 0
+        self.indices: list[int] = list(indices) if indices is not None else list(range(backend.device_count()))
+
+    def statics(self) -> list[GpuStatic]:
+        """Static fields of every GPU of the backend (read once; used for GPU selection)."""
+        if self._statics is None:
+            self._statics = [self._memo(i).static for i in range(self.backend.device_count())]
+        return self._statics
+
+    def _memo(self, index: int) -> _GpuMemo:
+        memo = self._memos.get(index)
+        if memo is None:
+            memo = _GpuMemo(self.backend.read_static(index), self._history_length)
+            self._memos[index] = memo
+        return memo
+
+    def select(self, indices: Iterable[int]) -> None:
+        """Poll only these GPUs from the next collection on."""
+        self.indices = list(indices)
+
+    def collect(
+        self,
+        groups: Collection[str] = ALL_GROUPS,
+        *,
+        processes: bool = True,
+        process_utilization: bool = True,
+        interval: float | None = None,
+    ) -> Snapshot:
+        """Read ``groups`` of every selected GPU (others keep their last values) and join processes.
+
+        ``process_utilization=False`` reuses the per-process utilisation last read
+        (it costs an NVML call per GPU and changes less than the process list).
+        """
+        backend = self.backend
+        started_wall = backend.now()
+        started = time.perf_counter()
+        readings: list[tuple[_GpuMemo, Reading, ProcessReading | None]] = []
+        for index in self.indices:
+            memo = self._memo(index)
+            wanted = set(groups) | memo.never_read
+            reading = backend.read_sample(index, wanted)
+            memo.never_read -= wanted
+            if not reading.lost and _static_incomplete(memo.static):
+                memo.static = backend.read_static(index)  # the GPU came back: its static fields can be read now
+                self._statics = None
+            proc_reading = backend.read_processes(index, utilization=process_utilization) if processes else None
+            readings.append((memo, reading, proc_reading))
+
+        host = self._join_host(readings) if processes else {}
+        gpus = []
+        now = backend.now()
+        for memo, reading, proc_reading in readings:
+            sample = self._merge(memo, reading, started_wall)
+            rows: tuple[GpuProcess, ...] = ()
+            rows_reason: Reason | None = None
+            if proc_reading is not None:
+                rows = self._rows(memo.static, proc_reading.processes, host, now)
+                rows_reason = proc_reading.unavailable
+            history = self._record(memo, sample)
+            gpus.append(GpuState(memo.static, sample, rows, rows_reason, history))
+        self._sequence += 1
+        return Snapshot(
+            timestamp=started_wall,
+            host=self.host,
+            gpus=tuple(gpus),
+            sequence=self._sequence,
+            interval=interval,
+            collect_seconds=time.perf_counter() - started,
+        )
+
+    def _join_host(self, readings: Iterable[tuple[_GpuMemo, Reading, ProcessReading | None]]) -> dict[int, Any]:
+        if self.backend.pids_are_foreign():
+            return {}
+        pids = {p.pid for _, _, pr in readings if pr is not None for p in pr.processes}
+        return self.backend.inspect_processes(pids) if pids else {}
+
+    def _rows(
+        self, static: GpuStatic, raws: list[RawGpuProcess], host: dict[int, HostProcess | None], now: float
+    ) -> tuple[GpuProcess, ...]:
+        foreign = self.backend.pids_are_foreign()
+        rows = []
+        for raw in raws:
+            reasons: dict[str, Reason] = {}
+            if raw.gpu_memory_bytes is None:
+                reasons["gpu_memory_bytes"] = Reason.NOT_AVAILABLE
+            if raw.sm_percent is None:
+                reasons["sm_percent"] = Reason.NOT_SUPPORTED
+            if foreign:
+                for name in ("user", "command", "cpu_percent", "host_memory_bytes", "running_seconds"):
+                    reasons[name] = Reason.NO_PERMISSION
+                rows.append(_row(static, raw, None, now, reasons, foreign=True))
+                continue
+            info = host.get(raw.pid)
+            if info is None:
+                continue  # the process exited between NVML's list and the host lookup
+            reasons.update(info.unavailable)
+            rows.append(_row(static, raw, info, now, reasons, foreign=False))
+        return tuple(rows)
+
+    @staticmethod
+    def _merge(memo: _GpuMemo, reading: Reading, timestamp: float) -> GpuSample:
+        """Fold a reading into the GPU's last known values (groups not read keep theirs)."""
+        values, reasons = memo.values, memo.reasons
+        for name, value in reading.values.items():
+            values[name] = value
+            reasons.pop(name, None)
+        for name, reason in reading.unavailable.items():
+            values.pop(name, None)
+            reasons[name] = reason
+        if reading.lost:
+            # Nothing read before the loss is current any more.
+            for group_fields in SAMPLE_GROUPS.values():
+                for name in group_fields:
+                    values.pop(name, None)
+                    reasons[name] = Reason.LOST
+        return sample_from_fields(timestamp, reading.lost, values, reasons)
+
+    def _record(self, memo: _GpuMemo, sample: GpuSample) -> GpuHistory:
+        used, total = sample.memory_used_bytes, memo.static.memory_total_bytes
+        memo.history.append(
+            (
+                sample.timestamp,
+                sample.utilization_gpu_percent,
+                sample.utilization_memory_percent,
+                100.0 * used / total if used is not None and total else None,
+                sample.power_draw_w,
+                sample.temperature_c,
+            )
+        )
+        columns = tuple(zip(*memo.history, strict=True))
+        return GpuHistory(*columns)  # type: ignore[arg-type]
+
+
+def _static_incomplete(static: GpuStatic) -> bool:
+    return any(reason in (Reason.LOST, Reason.UNKNOWN) for reason in static.unavailable.values())
+
+
+def _row(
+    static: GpuStatic,
+    raw: RawGpuProcess,
+    info: HostProcess | None,
+    now: float,
+    reasons: dict[str, Reason],
+    *,
+    foreign: bool,
+) -> GpuProcess:
+    create_time = info.create_time if info else None
+    running = max(0.0, now - create_time) if create_time else None
+    return GpuProcess(
+        gpu_index=static.index,
+        gpu_uuid=static.uuid,
+        pid=raw.pid,
+        type=raw.type,
+        gpu_memory_bytes=raw.gpu_memory_bytes,
+        sm_percent=raw.sm_percent,
+        memory_percent=raw.memory_percent,
+        encoder_percent=raw.encoder_percent,
+        decoder_percent=raw.decoder_percent,
+        user=info.user if info else None,
+        uid=info.uid if info else None,
+        name=info.name if info else None,
+        command=info.command if info else None,
+        cpu_percent=info.cpu_percent if info else None,
+        host_memory_bytes=info.host_memory_bytes if info else None,
+        create_time=create_time,
+        running_seconds=running,
+        status=info.status if info else "unknown",
+        foreign=foreign,
+        unavailable=freeze(reasons),
+    )

@@ -1,0 +1,115 @@
+"""A styled line of fixed cells: the cheap way to draw text that changes every second.
+
+Why not rich ``Text``: the GPU panels are rebuilt every refresh, and ``Text``
+keeps spans that ``render()`` resolves, splits and combines for every line --
+most of the UI thread's time in a profile of the monitor (see
+benchmarks/README.md). A :class:`Line` is a list of (text, Style) pieces with
+pre-parsed styles; it becomes segments (for a Textual ``Strip``) or a rich
+``Text`` (for tests and the one-shot view) without any of that work.
+
+Text given to a line must already be safe for a terminal (ours, or passed
+through :func:`nvtopy.textsafe.safe_text`).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from rich.cells import cell_len, set_cell_size
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+
+__all__ = ["Line", "style"]
+
+
+@lru_cache(maxsize=256)
+def style(definition: str) -> Style | None:
+    """A parsed rich style, cached (``""`` is no style)."""
+    return Style.parse(definition) if definition else None
+
+
+def _cells(text: str) -> int:
+    return len(text) if text.isascii() else cell_len(text)
+
+
+class Line:
+    """Text pieces with styles, and their total width in terminal cells."""
+
+    __slots__ = ("cells", "parts")
+
+    def __init__(self, text: str = "", style_name: str = "") -> None:
+        self.parts: list[tuple[str, Style | None]] = []
+        self.cells = 0
+        if text:
+            self.add(text, style_name)
+
+    def add(self, text: str, style_name: str = "") -> Line:
+        if text:
+            self.parts.append((text, style(style_name)))
+            self.cells += _cells(text)
+        return self
+
+    def add_styled(self, text: str, parsed: Style | None) -> Line:
+        """Like :meth:`add` with an already parsed style (hot paths)."""
+        if text:
+            self.parts.append((text, parsed))
+            self.cells += _cells(text)
+        return self
+
+    def extend(self, other: Line) -> Line:
+        self.parts.extend(other.parts)
+        self.cells += other.cells
+        return self
+
+    def restyle(self, style_name: str) -> Line:
+        """Combine ``style_name`` over every piece (e.g. red for a lost GPU's title)."""
+        extra = style(style_name)
+        self.parts = [(text, extra if old is None else old + extra) for text, old in self.parts]
+        return self
+
+    def fit(self, width: int) -> Line:
+        """Exactly ``width`` cells: pad with spaces, or cut and end with an ellipsis."""
+        if self.cells <= width:
+            if self.cells < width:
+                self.parts.append((" " * (width - self.cells), None))
+                self.cells = width
+            return self
+        kept: list[tuple[str, Style | None]] = []
+        room = max(0, width - 1)
+        used = 0
+        last_style: Style | None = None
+        for text, piece_style in self.parts:
+            size = _cells(text)
+            if used + size <= room:
+                kept.append((text, piece_style))
+                used += size
+                last_style = piece_style
+                continue
+            head = set_cell_size(text, room - used) if room > used else ""
+            if head:
+                kept.append((head, piece_style))
+                used += _cells(head)
+            last_style = piece_style
+            break
+        if width >= 1:
+            kept.append(("…", last_style))
+            used += 1
+        self.parts, self.cells = kept, used
+        return self
+
+    @property
+    def plain(self) -> str:
+        return "".join(text for text, _ in self.parts)
+
+    def segments(self) -> list[Segment]:
+        return [Segment(text, piece_style) for text, piece_style in self.parts]
+
+    def to_text(self) -> Text:
+        text = Text(end="")
+        for piece, piece_style in self.parts:
+            text.append(piece, piece_style)
+        return text
+
+    def __repr__(self) -> str:
+        return f"Line({self.plain!r})"
