@@ -13,7 +13,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	@touch $(STAMP)
 
+# Bytecode, as a pip-installed copy has it: start-up time is a feature of nvtopy, and
+# an editable install under PYTHONDONTWRITEBYTECODE would recompile every module on every run.
 install: $(STAMP)
+	@$(BIN)/python -m compileall -q nvtopy
 
 demo: install                 ## the TUI on simulated GPUs (no driver needed)
 	$(BIN)/nvtopy --demo $(ARGS)

@@ -16,10 +16,13 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from ptyrun import PtyRun
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".cache"
@@ -32,6 +35,7 @@ TARGETS = {
     "steady_cpu": 1.0,  # aim: 0.5
     "nvml_calls": 0.6,
     "oneshot_wall": 0.75,
+    "first_frame": 1.0,
 }
 RSS_LIMIT_MIB = 60.0
 
@@ -70,6 +74,34 @@ def peer_overhead(fake: Path, venv: Path, *args: str) -> list[dict[str, object]]
     return json.loads(out.stdout)
 
 
+def first_frames(fake: Path, venv: Path, nvtopy: str, repeats: int) -> dict[str, float]:
+    """Seconds from start until a frame shows the GPU processes, interleaved runs, median."""
+    sleepers = [subprocess.Popen(["sleep", "600"]) for _ in range(64)]
+    env = {
+        "LD_LIBRARY_PATH": str(fake / "build"),
+        "FAKE_NVML_GPUS": "8",
+        "FAKE_NVML_PIDS": ",".join(str(p.pid) for p in sleepers),
+    }
+    commands = {
+        "nvitop": ([str(venv / "bin" / "nvitop")], [b"NVITOP", b"sleep 600"]),
+        "nvtopy": ([nvtopy, "--interval", "1"], [b"MEM", b"sleep 600"]),
+    }
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    try:
+        for _ in range(repeats):
+            for name, (argv, needles) in commands.items():
+                run_ = PtyRun(argv, env=env)
+                try:
+                    times[name].append(run_.wait_for(needles))
+                finally:
+                    run_.stop()
+    finally:
+        for sleeper in sleepers:
+            sleeper.kill()
+            sleeper.wait()
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-r", "--repeat", type=int, default=3, help="interleaved repetitions (medians)")
@@ -85,6 +117,9 @@ def main() -> int:
             return 0
     fake = prepare_fake()
     venv = prepare_peers()
+    # Peers' bytecode was compiled by pip; compile ours too (an editable checkout under
+    # PYTHONDONTWRITEBYTECODE would otherwise recompile every module on every start).
+    run([sys.executable, "-m", "compileall", "-q", str(ROOT / "nvtopy")])
     nvtopy = str(Path(sys.executable).with_name("nvtopy"))
     RESULTS.mkdir(parents=True, exist_ok=True)
     common = ["-g", "8", "-p", "64", "-s", "200x50"]
@@ -118,26 +153,29 @@ def main() -> int:
         f"{nvtopy} --once",
         f"{nvtopy} --once --json",
     )
+    frames = first_frames(fake, venv, nvtopy, 5)
     by_tool = {r["tool"]: r for r in monitors}
     by_cmd = {str(r["cmd"]).replace(nvtopy, "nvtopy"): r for r in oneshots}
     nvitop, mine = by_tool["nvitop"], by_tool["nvtopy"]
     print(f"# 8 GPUs x 64 processes, 1 s refresh, tmux 200x50, median of {args.repeat} interleaved runs")
-    print("| tool | steady CPU % | peak RSS MiB | NVML calls/s | one-shot wall s |")
-    print("|---|---:|---:|---:|---:|")
+    print("| tool | steady CPU % | peak RSS MiB | NVML calls/s | one-shot wall s | first frame s |")
+    print("|---|---:|---:|---:|---:|---:|")
     oneshot_of = {"nvitop": "nvitop --once", "gpustat": "gpustat", "nvtopy": "nvtopy --once"}
     for name, result in by_tool.items():
         shot = by_cmd.get(oneshot_of.get(name, ""), {})
         wall = f"{shot['wall_median_s']:.3f}" if shot else "-"
         cpu, rss, calls = result["cpu_pct_steady"], result["peak_rss_mib"], result["nvml_calls_per_s"]
-        print(f"| {name} | {cpu} | {rss} | {calls} | {wall} |")
+        frame = f"{frames[name]:.3f}" if name in frames else "-"
+        print(f"| {name} | {cpu} | {rss} | {calls} | {wall} | {frame} |")
     json_shot = by_cmd.get("nvtopy --once --json")
     if json_shot:
-        print(f"| nvtopy --once --json | | | | {json_shot['wall_median_s']:.3f} |")
+        print(f"| nvtopy --once --json | | | | {json_shot['wall_median_s']:.3f} | |")
     ratios = {
         "steady_cpu": float(mine["cpu_pct_steady"]) / max(float(nvitop["cpu_pct_steady"]), 1e-9),
         "nvml_calls": float(mine["nvml_calls_per_s"] or 0) / max(float(nvitop["nvml_calls_per_s"] or 1), 1e-9),
         "oneshot_wall": float(by_cmd["nvtopy --once"]["wall_median_s"])
         / float(by_cmd["nvitop --once"]["wall_median_s"]),
+        "first_frame": frames["nvtopy"] / frames["nvitop"],
     }
     print("\n# nvtopy / nvitop (same run) against the targets")
     verdicts = {}
@@ -151,6 +189,7 @@ def main() -> int:
         "when": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)),
         "monitors": monitors,
         "oneshots": oneshots,
+        "first_frames_s": frames,
         "ratios_to_nvitop": ratios,
         "verdicts": verdicts,
     }

@@ -145,10 +145,12 @@ def open_backend(args: argparse.Namespace) -> Backend:
 
 def resolve_selection(args: argparse.Namespace, collector: Collector) -> list[int]:
     """Apply --gpus and --only-visible to the GPUs the backend reports; both = intersection."""
-    from .selection import parse_cuda_visible_devices, resolve_gpu_list
-
     statics = collector.statics()
     indices = [g.index for g in statics]
+    if args.gpus is None and not args.only_visible:
+        return indices
+    from .selection import parse_cuda_visible_devices, resolve_gpu_list
+
     if args.gpus is not None:
         indices = resolve_gpu_list(args.gpus, statics)
     if args.only_visible:
@@ -171,9 +173,9 @@ def _run_once(args: argparse.Namespace, backend: Backend) -> int:
 
         sys.stdout.write(dumps(snapshot) + "\n")
     else:
-        from .views.text_view import make_console, render_snapshot
+        from .views.text_view import render_snapshot
 
-        render_snapshot(snapshot, make_console(sys.stdout, color=not args.no_color), gpu_count=backend.device_count())
+        render_snapshot(snapshot, sys.stdout, color=not args.no_color, gpu_count=backend.device_count())
     return 0
 
 

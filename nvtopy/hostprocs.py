@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from typing import Any
 
 import psutil
 
@@ -60,19 +60,41 @@ def in_foreign_pid_namespace(status_path: str = "/proc/self/status") -> bool:
     return False
 
 
-@dataclass(slots=True)
 class _Entry:
-    """Cached facts of one live process (valid while ``create_time`` matches)."""
+    """Cached facts of one live process (valid while its create time matches)."""
 
-    process: psutil.Process
-    create_time: float | None  # None: /proc/<pid> cannot be read (hidepid=1)
-    user: str | None
-    uid: int | None
-    name: str | None
-    command: str | None
-    reasons: dict[str, Reason] = field(default_factory=dict)
-    last_cpu: float | None = None  # user+system seconds at the previous reading
-    last_wall: float | None = None
+    __slots__ = (
+        "command",
+        "create_time",
+        "first",
+        "last_cpu",
+        "last_wall",
+        "name",
+        "process",
+        "reasons",
+        "uid",
+        "user",
+    )
+
+    def __init__(
+        self,
+        process: psutil.Process,
+        create_time: float | None,  # None: /proc/<pid> cannot be read (hidepid=1)
+        *,
+        user: str | None,
+        uid: int | None,
+        name: str | None,
+        command: str | None,
+        reasons: dict[str, Reason] | None = None,
+        first: tuple[str, Any, int] | None = None,
+    ) -> None:
+        self.process = process
+        self.create_time = create_time
+        self.user, self.uid, self.name, self.command = user, uid, name, command
+        self.reasons: dict[str, Reason] = reasons if reasons is not None else {}
+        self.first = first  # (status, cpu times, rss) read with the static facts, used once
+        self.last_cpu: float | None = None  # user+system seconds at the previous reading
+        self.last_wall: float | None = None
 
 
 def _join_cmdline(cmdline: list[str]) -> str:
@@ -96,6 +118,7 @@ class PsutilInspector:
             return None if not psutil.pid_exists(pid) else self._denied_entry(pid)
         reasons: dict[str, Reason] = {}
         user = uid = name = command = None
+        first = None
         try:
             with process.oneshot():
                 create_time = process.create_time()
@@ -114,6 +137,10 @@ class PsutilInspector:
                         reasons["command"] = Reason.NOT_AVAILABLE
                 except psutil.AccessDenied:
                     reasons["command"] = Reason.NO_PERMISSION
+                try:  # the dynamic facts too, from the same /proc reads: a new pid costs one pass
+                    first = (process.status(), process.cpu_times(), process.memory_info().rss)
+                except psutil.Error:
+                    first = None  # read again (and classified) by the regular path
         except psutil.ZombieProcess:
             # ZombieProcess is a NoSuchProcess: test it first. The pid exists but
             # its /proc entries are mostly gone; keep the row, say it is a zombie.
@@ -126,7 +153,9 @@ class PsutilInspector:
             return None
         except psutil.AccessDenied:
             return self._denied_entry(pid, process)
-        return _Entry(process, create_time, user, uid, name, command, reasons)
+        return _Entry(
+            process, create_time, user=user, uid=uid, name=name, command=command, reasons=reasons, first=first
+        )
 
     @staticmethod
     def _denied_entry(pid: int, process: psutil.Process | None = None) -> _Entry | None:
@@ -143,7 +172,7 @@ class PsutilInspector:
             # The pid exists but /proc/<pid> is unreadable (procfs mounted with
             # hidepid=1): keep the GPU row, with no start time to check against.
             create_time = None
-        return _Entry(process, create_time, None, None, None, None, reasons)
+        return _Entry(process, create_time, user=None, uid=None, name=None, command=None, reasons=reasons)
 
     def inspect(self, pids: Collection[int]) -> dict[int, HostProcess | None]:
         """Return host facts per pid; ``None`` for a pid that vanished (the caller drops its row).
@@ -179,10 +208,14 @@ class PsutilInspector:
         times = None
         status = "running"
         try:
-            with entry.process.oneshot():
-                status = entry.process.status()
-                times = entry.process.cpu_times()
-                rss = entry.process.memory_info().rss
+            if entry.first is not None:
+                status, times, rss = entry.first
+                entry.first = None
+            else:
+                with entry.process.oneshot():
+                    status = entry.process.status()
+                    times = entry.process.cpu_times()
+                    rss = entry.process.memory_info().rss
         except psutil.ZombieProcess:
             status = psutil.STATUS_ZOMBIE
         except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):

@@ -53,6 +53,21 @@ Reasons = Mapping[str, Reason]
 EMPTY_REASONS: Reasons = MappingProxyType({})
 
 
+class _Repr:
+    """One ``__repr__`` for every model class.
+
+    Why: ``@dataclass`` compiles a repr per class at import time, which made
+    ``import nvtopy.model`` the largest cost of ``nvtopy --once``; this one reads
+    the dataclass fields when called instead.
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__dataclass_fields__)  # type: ignore[attr-defined]
+        return f"{type(self).__name__}({fields})"
+
+
 def freeze(mapping: Mapping[str, Reason] | None) -> Reasons:
     """Return a read-only view of ``mapping`` (shared empty view when there is nothing)."""
     if not mapping:
@@ -75,8 +90,8 @@ class ProcessType(str, enum.Enum):
         return self if self is other else ProcessType.BOTH
 
 
-@dataclass(frozen=True, slots=True)
-class HostInfo:
+@dataclass(frozen=True, slots=True, repr=False)
+class HostInfo(_Repr):
     """Per-host facts, read once per backend."""
 
     hostname: str
@@ -89,8 +104,8 @@ class HostInfo:
     unavailable: Reasons = field(default_factory=lambda: EMPTY_REASONS)
 
 
-@dataclass(frozen=True, slots=True)
-class GpuStatic:
+@dataclass(frozen=True, slots=True, repr=False)
+class GpuStatic(_Repr):
     """Fields that never change while the driver is loaded: read once, cached by the poller."""
 
     index: int
@@ -155,8 +170,8 @@ SAMPLE_FIELDS: tuple[str, ...] = tuple(f for fields in SAMPLE_GROUPS.values() fo
 GROUP_OF_FIELD: dict[str, str] = {f: g for g, fields in SAMPLE_GROUPS.items() for f in fields}
 
 
-@dataclass(frozen=True, slots=True)
-class GpuSample:
+@dataclass(frozen=True, slots=True, repr=False)
+class GpuSample(_Repr):
     """One reading of a GPU's dynamic fields. ``None`` = unavailable, see ``unavailable``."""
 
     timestamp: float
@@ -193,8 +208,8 @@ class GpuSample:
         return self.unavailable.get(name)
 
 
-@dataclass(frozen=True, slots=True)
-class RawGpuProcess:
+@dataclass(frozen=True, slots=True, repr=False)
+class RawGpuProcess(_Repr):
     """A process as NVML lists it on one GPU, before joining host information."""
 
     pid: int
@@ -208,8 +223,8 @@ class RawGpuProcess:
     compute_instance_id: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class HostProcess:
+@dataclass(frozen=True, slots=True, repr=False)
+class HostProcess(_Repr):
     """What the host knows of a pid (psutil on the NVML path). ``None`` fields are unavailable."""
 
     pid: int
@@ -224,8 +239,8 @@ class HostProcess:
     unavailable: Reasons = field(default_factory=lambda: EMPTY_REASONS)
 
 
-@dataclass(frozen=True, slots=True)
-class GpuProcess:
+@dataclass(frozen=True, slots=True, repr=False)
+class GpuProcess(_Repr):
     """One row of the process table: a pid on one GPU, joined with host information."""
 
     gpu_index: int
@@ -255,8 +270,8 @@ class GpuProcess:
         return (self.gpu_index, self.pid, self.create_time)
 
 
-@dataclass(frozen=True, slots=True)
-class GpuHistory:
+@dataclass(frozen=True, slots=True, repr=False)
+class GpuHistory(_Repr):
     """Recent values per metric, oldest first, for sparklines. ``None`` entries are gaps."""
 
     timestamps: tuple[float, ...] = ()
@@ -267,8 +282,8 @@ class GpuHistory:
     temperature_c: tuple[int | None, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class GpuState:
+@dataclass(frozen=True, slots=True, repr=False)
+class GpuState(_Repr):
     """Everything a view needs about one GPU at one instant."""
 
     static: GpuStatic
@@ -293,8 +308,8 @@ class GpuState:
         return 100.0 * used / total
 
 
-@dataclass(frozen=True, slots=True)
-class Snapshot:
+@dataclass(frozen=True, slots=True, repr=False)
+class Snapshot(_Repr):
     """One published state of every selected GPU. Views render it; they never mutate it."""
 
     timestamp: float  # Unix time the collection started

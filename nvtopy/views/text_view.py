@@ -1,46 +1,113 @@
-"""``nvtopy --once``: a snapshot as two rich tables (GPUs, then their processes).
+"""``nvtopy --once``: a snapshot as two aligned tables (GPUs, then their processes).
 
-Plain text -- no escape codes at all -- when stdout is not a terminal or with
-``--no-color``, so the output can be grepped, diffed and pasted into issues.
-Untrusted text (commands, user names) is wrapped in ``Text`` and never parsed
-as markup.
+Why not rich: a one-shot command is measured in milliseconds, and importing
+rich and laying out its tables cost more than collecting the snapshot (see
+benchmarks/README.md). Columns here are measured once and padded with plain
+string operations; colour is a handful of ANSI codes, written only to a
+terminal and never with ``--no-color``, so piped output can be grepped, diffed
+and pasted into issues. Untrusted text (commands, user names) goes through
+:func:`~nvtopy.textsafe.safe_text`: it cannot move the cursor or restyle anything.
 """
 
 from __future__ import annotations
 
 import shutil
+import unicodedata
+from collections.abc import Sequence
 from typing import IO
-
-from rich import box
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from ..formatting import NA, fmt_bytes, fmt_celsius, fmt_duration, fmt_percent, fmt_pstate, short_name
 from ..model import GpuState, Snapshot
+from ..textsafe import safe_text
 from .json_view import iso_timestamp
 
-__all__ = ["make_console", "render_snapshot"]
+__all__ = ["render_snapshot"]
+
+RESET = "\x1b[0m"
+STYLES = {
+    "bold": "\x1b[1m",
+    "dim": "\x1b[2m",
+    "red": "\x1b[31m",
+    "bold red": "\x1b[1;31m",
+    "green": "\x1b[32m",
+    "yellow": "\x1b[33m",
+    "magenta": "\x1b[35m",
+    "alert": "\x1b[1;37;41m",
+}
+
+Cell = tuple[str, str]  # (text, style name or "")
 
 
-def make_console(file: IO[str], *, color: bool) -> Console:
-    """A console that writes styles only to a terminal, and only when colour is wanted."""
-    is_tty = file.isatty()
-    width = shutil.get_terminal_size((160, 40)).columns if is_tty else 160
-    if not color or not is_tty:
-        return Console(file=file, force_terminal=False, no_color=True, color_system=None, width=width, highlight=False)
-    return Console(file=file, width=width, highlight=False)
+def width_of(text: str) -> int:
+    """Terminal cells of ``text``: wide (East Asian) characters take two, combining marks none."""
+    if text.isascii():
+        return len(text)
+    cells = 0
+    for char in text:
+        if unicodedata.combining(char):
+            continue
+        cells += 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+    return cells
 
 
-def _temperature(gpu: GpuState) -> Text:
-    value = gpu.sample.temperature_c
+def _clip(text: str, width: int) -> str:
+    if width_of(text) <= width:
+        return text
+    out, used = [], 0
+    for char in text:
+        size = width_of(char)
+        if used + size > width - 1:
+            break
+        out.append(char)
+        used += size
+    return "".join(out) + "…"
+
+
+class _Table:
+    """Columns of cells, aligned; the last column may be clipped to the terminal width."""
+
+    def __init__(self, headers: Sequence[tuple[str, str]]) -> None:
+        self.headers = headers  # (title, "<" or ">")
+        self.rows: list[list[Cell]] = []
+
+    def add(self, *cells: Cell | str) -> None:
+        self.rows.append([cell if isinstance(cell, tuple) else (cell, "") for cell in cells])
+
+    def render(self, color: bool, max_width: int | None) -> list[str]:
+        widths = [width_of(title) for title, _ in self.headers]
+        for row in self.rows:
+            for i, (text, _) in enumerate(row):
+                widths[i] = max(widths[i], width_of(text))
+        if max_width is not None:
+            fixed = sum(widths[:-1]) + 2 * (len(widths) - 1)
+            widths[-1] = max(width_of(self.headers[-1][0]), min(widths[-1], max_width - fixed))
+        lines = [self._line([(t, "bold") for t, _ in self.headers], widths, color)]
+        lines.append("─" * (sum(widths) + 2 * (len(widths) - 1)))
+        lines.extend(self._line(row, widths, color) for row in self.rows)
+        return lines
+
+    def _line(self, cells: Sequence[Cell], widths: list[int], color: bool) -> str:
+        parts = []
+        last = len(cells) - 1
+        for i, ((text, style), (_, align)) in enumerate(zip(cells, self.headers, strict=True)):
+            text = _clip(text, widths[i])
+            pad = " " * (widths[i] - width_of(text))
+            if i == last and align == "<":
+                pad = ""  # no trailing spaces
+            body = pad + text if align == ">" else text + pad
+            if color and style:
+                body = f"{STYLES[style]}{body}{RESET}" if align == ">" else f"{STYLES[style]}{text}{RESET}{pad}"
+            parts.append(body)
+        return "  ".join(parts).rstrip()
+
+
+def _temperature(gpu: GpuState) -> Cell:
+    value, slowdown = gpu.sample.temperature_c, gpu.static.temperature_slowdown_c
     if value is None:
-        return Text(NA, style="dim")
-    slowdown = gpu.static.temperature_slowdown_c
-    style = ""
-    if slowdown:
-        style = "bold red" if value >= slowdown else "yellow" if value >= slowdown - 10 else "green"
-    return Text(fmt_celsius(value), style=style)
+        return (NA, "dim")
+    if slowdown is None:
+        return (fmt_celsius(value), "")
+    return (fmt_celsius(value), "alert" if value >= slowdown else "yellow" if value >= slowdown - 10 else "green")
 
 
 def _memory(gpu: GpuState) -> str:
@@ -48,56 +115,53 @@ def _memory(gpu: GpuState) -> str:
     if used is None:
         return NA if total is None else f"{NA}/{fmt_bytes(total)}"
     percent = gpu.memory_used_percent
-    suffix = f" ({percent:.0f}%)" if percent is not None else ""
-    return f"{fmt_bytes(used)}/{fmt_bytes(total)}{suffix}"
+    return f"{fmt_bytes(used)}/{fmt_bytes(total)}" + (f" ({percent:.0f}%)" if percent is not None else "")
 
 
 def _power(gpu: GpuState) -> str:
     draw, limit = gpu.sample.power_draw_w, gpu.sample.power_limit_w
     if draw is None and limit is None:
         return NA
-    left = NA if draw is None else f"{draw:.0f}"
-    right = NA if limit is None else f"{limit:.0f}"
-    return f"{left}/{right}W"
+    return f"{NA if draw is None else f'{draw:.0f}'}/{NA if limit is None else f'{limit:.0f}'}W"
 
 
-def _ecc(gpu: GpuState) -> Text:
+def _ecc(gpu: GpuState) -> Cell:
     sample = gpu.sample
     if sample.ecc_mode is None:
-        return Text(NA, style="dim")
+        return (NA, "dim")
     if not sample.ecc_mode:
-        return Text("Off")
+        return ("Off", "")
     errors = sample.ecc_uncorrected_volatile
     if errors is None:
-        return Text("On")
-    return Text(str(errors), style="bold red" if errors else "")
+        return ("On", "")
+    return (str(errors), "alert" if errors else "")
 
 
-def _gpu_table(snapshot: Snapshot) -> Table:
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-    for header, justify in (
-        ("GPU", "right"),
-        ("Name", "left"),
-        ("Bus", "left"),
-        ("Temp", "right"),
-        ("Fan", "right"),
-        ("Util", "right"),
-        ("Memory", "right"),
-        ("Power", "right"),
-        ("P", "left"),
-        ("ECC", "right"),
-        ("Throttle", "left"),
-    ):
-        table.add_column(header, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+def _gpu_table(snapshot: Snapshot) -> _Table:
+    table = _Table(
+        [
+            ("GPU", ">"),
+            ("Name", "<"),
+            ("Bus", "<"),
+            ("Temp", ">"),
+            ("Fan", ">"),
+            ("Util", ">"),
+            ("Memory", ">"),
+            ("Power", ">"),
+            ("P", "<"),
+            ("ECC", ">"),
+            ("Throttle", "<"),
+        ]
+    )
     for gpu in snapshot.gpus:
         static, sample = gpu.static, gpu.sample
-        name = Text(short_name(static.name))
+        name: Cell = (short_name(static.name), "")
         if gpu.lost:
-            name = Text(f"{short_name(static.name)} [LOST]", style="bold red")
+            name = (f"{short_name(static.name)} [LOST]", "bold red")
         elif static.unavailable.get("name") is not None:
-            name = Text(f"N/A ({static.unavailable['name']})", style="dim")
+            name = (f"N/A ({static.unavailable['name']})", "dim")
         throttle = sample.throttle_reasons
-        table.add_row(
+        table.add(
             str(static.index),
             name,
             static.short_bus_id or NA,
@@ -113,32 +177,32 @@ def _gpu_table(snapshot: Snapshot) -> Table:
     return table
 
 
-def _process_table(snapshot: Snapshot) -> Table:
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-    for header, justify in (
-        ("GPU", "right"),
-        ("PID", "right"),
-        ("Type", "left"),
-        ("User", "left"),
-        ("GPU Mem", "right"),
-        ("SM", "right"),
-        ("CPU", "right"),
-        ("Host Mem", "right"),
-        ("Time", "right"),
-        ("Command", "left"),
-    ):
-        table.add_column(header, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+def _process_table(snapshot: Snapshot) -> _Table:
+    table = _Table(
+        [
+            ("GPU", ">"),
+            ("PID", ">"),
+            ("Type", "<"),
+            ("User", "<"),
+            ("GPU Mem", ">"),
+            ("SM", ">"),
+            ("CPU", ">"),
+            ("Host Mem", ">"),
+            ("Time", ">"),
+            ("Command", "<"),
+        ]
+    )
     me = snapshot.host.user
     for gpu in snapshot.gpus:
         for proc in gpu.processes:
             if proc.foreign:
-                user, command = Text("?", style="dim"), Text("(other PID namespace)", style="dim")
+                user: Cell = ("?", "dim")
+                command: Cell = ("(pid of another PID namespace)", "dim")
             else:
-                user = Text(proc.user or NA, style="" if proc.user == me else "dim")
-                command = Text(proc.command or f"N/A ({proc.unavailable.get('command', 'unknown')})")
-                if proc.status == "zombie":
-                    command = Text(f"{proc.command or ''} <defunct>".strip())
-            table.add_row(
+                user = (safe_text(proc.user) if proc.user else NA, "" if proc.user == me else "dim")
+                text = safe_text(proc.command) if proc.command else f"N/A ({proc.unavailable.get('command', '?')})"
+                command = (f"{text} <defunct>", "red") if proc.status == "zombie" else (text, "")
+            table.add(
                 str(proc.gpu_index),
                 str(proc.pid),
                 proc.type.value,
@@ -153,24 +217,32 @@ def _process_table(snapshot: Snapshot) -> Table:
     return table
 
 
-def render_snapshot(snapshot: Snapshot, console: Console, *, gpu_count: int | None = None) -> None:
-    """Print ``snapshot``; ``gpu_count`` (GPUs on the machine) tells "none found" from "none selected"."""
+def render_snapshot(snapshot: Snapshot, out: IO[str], *, color: bool, gpu_count: int | None = None) -> None:
+    """Write ``snapshot``; ``gpu_count`` (GPUs on the machine) tells "none found" from "none selected".
+
+    Colour is used only when asked for and ``out`` is a terminal; the command
+    column is clipped to the terminal's width there, and left whole in a pipe.
+    """
+    tty = out.isatty()
+    color = color and tty
+    max_width = shutil.get_terminal_size((160, 40)).columns if tty else None
     host = snapshot.host
-    header = Text()
-    header.append(host.hostname, style="bold")
-    header.append(f"  driver {host.driver_version or NA}  CUDA {host.cuda_driver_version or NA}")
-    header.append(f"  {iso_timestamp(snapshot.timestamp)}")
+    header = f"{host.hostname}  driver {host.driver_version or NA}  CUDA {host.cuda_driver_version or NA}"
+    header += f"  {iso_timestamp(snapshot.timestamp)}"
+    lines = [f"{STYLES['bold']}{header}{RESET}" if color else header]
     if host.backend != "nvml":
-        header.append(f"  [{host.backend}]", style="magenta")
-    console.print(header)
+        lines[0] += f"  {STYLES['magenta']}[{host.backend}]{RESET}" if color else f"  [{host.backend}]"
     if not snapshot.gpus:
-        console.print("No NVIDIA GPU found." if gpu_count == 0 else "No GPUs selected.")
-        return
-    console.print(_gpu_table(snapshot))
-    unavailable = [g for g in snapshot.gpus if g.processes_unavailable is not None]
-    if any(g.processes for g in snapshot.gpus):
-        console.print(_process_table(snapshot))
+        lines.append("No NVIDIA GPU found." if gpu_count == 0 else "No GPUs selected.")
     else:
-        console.print("No GPU processes.")
-    for gpu in unavailable:
-        console.print(Text(f"GPU {gpu.index}: process list unavailable ({gpu.processes_unavailable})", style="dim"))
+        lines.extend(_gpu_table(snapshot).render(color, max_width))
+        lines.append("")
+        if any(g.processes for g in snapshot.gpus):
+            lines.extend(_process_table(snapshot).render(color, max_width))
+        else:
+            lines.append("No GPU processes.")
+        for gpu in snapshot.gpus:
+            if gpu.processes_unavailable is not None:
+                note = f"GPU {gpu.index}: process list unavailable ({gpu.processes_unavailable})"
+                lines.append(f"{STYLES['dim']}{note}{RESET}" if color else note)
+    out.write("\n".join(lines) + "\n")
