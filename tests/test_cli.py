@@ -246,12 +246,13 @@ def test_no_driver_is_one_line_exit_1(nvtopy_cmd):
     assert "libnvidia-ml.so.1 not found" in result.stderr and "--demo" in result.stderr
 
 
-def test_json_once_does_not_import_textual_or_rich():
+@pytest.mark.parametrize("mode", [["--json"], []], ids=["json", "text"])
+def test_once_does_not_import_textual_or_rich(mode):
     code = (
         "import sys, io, contextlib\n"
         "from nvtopy.cli import main\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
-        "    main(['--demo', '--once', '--json'])\n"
+        f"    main(['--demo', '--once', *{mode!r}])\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'rich'))\n"
         "print(','.join(bad))\n"
     )
