@@ -28,15 +28,16 @@ test: install lint            ## lint, then the whole test suite
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: install
-	$(BIN)/ruff check nvtopy tests benchmarks screenshots
-	$(BIN)/ruff format --check nvtopy tests benchmarks screenshots
+	$(BIN)/ruff check nvtopy tests benchmarks screenshots examples
+	$(BIN)/ruff format --check nvtopy tests benchmarks screenshots examples
 
 format: install
-	$(BIN)/ruff check --fix nvtopy tests benchmarks screenshots
-	$(BIN)/ruff format nvtopy tests benchmarks screenshots
+	$(BIN)/ruff check --fix nvtopy tests benchmarks screenshots examples
+	$(BIN)/ruff format nvtopy tests benchmarks screenshots examples
 
 bench: install                ## the project's own benchmarks (simulated backend)
 	$(BIN)/python benchmarks/bench_tui.py $(ARGS)
+	$(BIN)/python benchmarks/bench_sampler.py $(ARGS)
 
 bench-peers: install          ## nvtopy vs nvitop and gpustat on ../shared/fake-nvml (skips without it)
 	$(BIN)/python benchmarks/bench_peers.py $(ARGS)

@@ -91,12 +91,15 @@ class Collector:
         *,
         processes: bool = True,
         process_utilization: bool = True,
+        join: bool = True,
         interval: float | None = None,
     ) -> Snapshot:
         """Read ``groups`` of every selected GPU (others keep their last values) and join processes.
 
         ``process_utilization=False`` reuses the per-process utilisation last read
         (it costs an NVML call per GPU and changes less than the process list).
+        ``join=False`` lists processes as NVML reports them, without asking the host
+        who they are (no psutil work: the Python API only needs its own pid's memory).
         """
         backend = self.backend
         started_wall = backend.now()
@@ -113,7 +116,7 @@ class Collector:
             proc_reading = backend.read_processes(index, utilization=process_utilization) if processes else None
             readings.append((memo, reading, proc_reading))
 
-        host = self._join_host(readings) if processes else {}
+        host = self._join_host(readings) if processes and join else None
         gpus = []
         now = backend.now()
         for memo, reading, proc_reading in readings:
@@ -142,8 +145,9 @@ class Collector:
         return self.backend.inspect_processes(pids) if pids else {}
 
     def _rows(
-        self, static: GpuStatic, raws: list[RawGpuProcess], host: dict[int, HostProcess | None], now: float
+        self, static: GpuStatic, raws: list[RawGpuProcess], host: dict[int, HostProcess | None] | None, now: float
     ) -> tuple[GpuProcess, ...]:
+        """Join NVML's rows with the host's facts; ``host=None``: no join, every row kept as NVML gave it."""
         foreign = self.backend.pids_are_foreign()
         rows = []
         for raw in raws:
@@ -156,6 +160,9 @@ class Collector:
                 for name in ("user", "command", "cpu_percent", "host_memory_bytes", "running_seconds"):
                     reasons[name] = Reason.NO_PERMISSION
                 rows.append(_row(static, raw, None, now, reasons, foreign=True))
+                continue
+            if host is None:
+                rows.append(_row(static, raw, None, now, reasons, foreign=False))
                 continue
             info = host.get(raw.pid)
             if info is None:

@@ -78,6 +78,7 @@ class Poller:
         groups: Collection[str] = ALL_GROUPS,
         cadence: dict[str, float] | None = None,
         processes: bool = True,
+        join: bool = True,
         collector: Collector | None = None,
     ) -> None:
         """``groups``: the field groups the view shows (others are never read after the first collect)."""
@@ -88,6 +89,7 @@ class Poller:
         self._cadence = {**CADENCE, **(cadence or {})}
         self._due: dict[str, float] = {}
         self._processes = processes
+        self._join = join
         self._subscribers: list[SnapshotCallback] = []
         self._wake = threading.Event()
         self._stopping = False
@@ -208,7 +210,11 @@ class Poller:
             groups, utilization = set(self._groups & FAST_GROUPS), False
         started = time.perf_counter()
         snapshot = self.collector.collect(
-            groups, processes=self._processes, process_utilization=utilization, interval=self._interval
+            groups,
+            processes=self._processes,
+            process_utilization=utilization,
+            join=self._join,
+            interval=self._interval,
         )
         self.poll_seconds += time.perf_counter() - started
         self.polls += 1

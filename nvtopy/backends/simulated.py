@@ -126,6 +126,8 @@ class SimulatedBackend(Backend):
         self._killed: set[tuple[int, float]] = set()  # (pid, start) of jobs ended by a signal
         self._replaced: dict[tuple[int, float], _Job] = {}  # jobs whose pid was reused (tests)
         self._energy: dict[int, tuple[float, float]] = {}  # gpu -> (time, millijoules)
+        self._memory_override: dict[int, int] = {}  # real pid -> bytes it "uses" (tests, API demos)
+        self._jobs_cache: dict[int, tuple[float, list[_Job]]] = {}
         self._inspector = PsutilInspector(clock=clock)
         self._real_jobs = [self._real_job(k, pid) for k, pid in enumerate(real_pids)] if gpus else []
         self._real_pids = {job.pid for job in self._real_jobs}
@@ -286,17 +288,30 @@ class SimulatedBackend(Backend):
         return jobs
 
     def _jobs(self, gpu: int, now: float) -> list[_Job]:
-        """The jobs alive on ``gpu`` at ``now`` (signalled jobs have ended)."""
-        alive = []
-        for slot in range(self._slots):
-            for job in self._schedule(gpu, slot, now):
-                job = self._replaced.get((job.pid, job.start), job)
-                if job.alive(now) and (job.pid, job.start) not in self._killed:
-                    alive.append(job)
-        for job in self._real_jobs:
-            if job.gpu == gpu and (job.pid, job.start) not in self._killed and _real_running(job.pid):
-                alive.append(job)
-        return alive
+        """The jobs alive on ``gpu`` at ``now`` (signalled jobs have ended).
+
+        One collection asks several times within microseconds (sample, processes,
+        host facts): the simulated jobs are reused for 10 ms of simulated time,
+        which no job lifetime comes close to (a signal or a pid reuse clears
+        them). Real processes are checked every time.
+        """
+        cached = self._jobs_cache.get(gpu)
+        if cached is not None and 0.0 <= now - cached[0] < 0.01:
+            simulated = cached[1]
+        else:
+            simulated = []
+            for slot in range(self._slots):
+                for job in self._schedule(gpu, slot, now):
+                    job = self._replaced.get((job.pid, job.start), job)
+                    if job.alive(now) and (job.pid, job.start) not in self._killed:
+                        simulated.append(job)
+            self._jobs_cache[gpu] = (now, simulated)
+        real = [
+            job
+            for job in self._real_jobs
+            if job.gpu == gpu and (job.pid, job.start) not in self._killed and _real_running(job.pid)
+        ]
+        return simulated + real if real else simulated
 
     def _find_job(self, pid: int, now: float) -> _Job | None:
         for gpu in range(self._gpus):
@@ -320,11 +335,15 @@ class SimulatedBackend(Backend):
         """Bytes per job pid; the sum never exceeds what the GPU has."""
         total = self.model.memory_mib * MIB
         usable = total - total // 150 - 256 * MIB
+        fixed = {id(j): self._memory_override[j.pid] for j in jobs if j.pid in self._memory_override}
         wanted = {
-            id(j): j.memory_fraction * total * j.ramp(now) * (1 + 0.02 * math.sin(now / 13 + j.phase)) for j in jobs
+            id(j): j.memory_fraction * total * j.ramp(now) * (1 + 0.02 * math.sin(now / 13 + j.phase))
+            for j in jobs
+            if id(j) not in fixed
         }
-        scale = min(1.0, usable / sum(wanted.values())) if wanted else 1.0
-        return {key: int(want * scale) // MIB * MIB for key, want in wanted.items()}
+        room = max(0, usable - sum(fixed.values()))
+        scale = min(1.0, room / sum(wanted.values())) if wanted else 1.0
+        return {**{key: int(want * scale) // MIB * MIB for key, want in wanted.items()}, **fixed}
 
     def read_sample(self, index: int, groups: Collection[str]) -> Reading:
         reading = Reading()
@@ -533,6 +552,7 @@ class SimulatedBackend(Backend):
         if job.user != self._viewer and not self._root:
             return SignalOutcome(False, f"not permitted to send {name} to pid {pid} (owned by {job.user})")
         self._killed.add((job.pid, job.start))
+        self._jobs_cache.clear()
         return SignalOutcome(True, f"sent {name} to pid {pid} ({job.workload.command.split()[0]})")
 
     # ----------------------------------------------------------------- fault controls
@@ -543,6 +563,19 @@ class SimulatedBackend(Backend):
             self.faults.lost.add(index)
         else:
             self.faults.lost.discard(index)
+
+    def set_process_memory(self, pid: int, size: int | None) -> None:
+        """Make the real process ``pid`` use exactly ``size`` bytes of GPU memory (None: simulated again).
+
+        Lets tests and demos of the Python API change "this process's" memory
+        during a tracked call; the GPU's used memory follows.
+        """
+        if pid not in self._real_pids:
+            raise ValueError(f"pid {pid} is not one of the real pids this simulation reports")
+        if size is None:
+            self._memory_override.pop(pid, None)
+        else:
+            self._memory_override[pid] = int(size)
 
     def simulate_pid_reuse(self, pid: int) -> int | None:
         """End the simulated process ``pid`` and start another one under the same pid (tests).
@@ -557,6 +590,7 @@ class SimulatedBackend(Backend):
         newer.start = now if now > job.start else job.start + 1.0
         newer.workload = WORKLOADS[4]
         self._replaced[(job.pid, job.start)] = newer
+        self._jobs_cache.clear()
         return newer.start
 
 

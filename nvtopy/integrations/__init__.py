@@ -1,0 +1,1 @@
+"""Optional integrations (TensorBoard). Each imports its third-party package only when used."""

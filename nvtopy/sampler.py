@@ -1,0 +1,165 @@
+"""``nvtopy.Sampler``: GPU figures sampled in the background of a training loop.
+
+    with nvtopy.Sampler(interval=1.0) as sampler:
+        for step in range(steps):
+            train_step()
+        print(sampler.summary())
+
+Why it does not slow the loop: it is the TUI's poller -- one thread, one NVML
+initialisation for the process, static fields cached, each field group at its
+own cadence, no subprocesses -- with the groups a job cares about and without
+the psutil join (this process's own GPU memory comes from NVML's process list).
+The caller's thread only reads results. ``benchmarks/bench_sampler.py``
+measures the cost on a CPU-bound loop.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from .collector import Collector
+from .model import ALL_GROUPS, Snapshot
+from .poller import Poller
+
+__all__ = ["METRICS", "Sampler", "Stats"]
+
+# What a training job watches. PCIe throughput (20 ms per call) and modes are left out.
+SAMPLER_GROUPS = ALL_GROUPS - {"pcie", "modes"}
+METRICS = (
+    "utilization_gpu_percent",
+    "utilization_memory_percent",
+    "memory_used_bytes",
+    "memory_used_percent",
+    "process_memory_bytes",
+    "temperature_c",
+    "power_draw_w",
+    "clock_sm_mhz",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """min / mean / max of one metric over the samples that had a value."""
+
+    min: float
+    mean: float
+    max: float
+    samples: int
+
+
+def _value(snapshot_gpu: object, metric: str, pid: int) -> float | None:
+    if metric == "memory_used_percent":
+        return snapshot_gpu.memory_used_percent  # type: ignore[attr-defined]
+    if metric == "process_memory_bytes":
+        for proc in snapshot_gpu.processes:  # type: ignore[attr-defined]
+            if proc.pid == pid:
+                return proc.gpu_memory_bytes
+        return None
+    return getattr(snapshot_gpu.sample, metric)  # type: ignore[attr-defined]
+
+
+class Sampler:
+    """Samples the chosen GPUs every ``interval`` seconds on a background thread.
+
+    Args:
+        interval: seconds between samples.
+        gpus: NVML indices, PCI bus ids or UUID prefixes; default: all GPUs, or with
+            ``only_visible`` those CUDA_VISIBLE_DEVICES exposes.
+        only_visible: limit to the GPUs this job can see (CUDA's rules).
+        history: snapshots kept (oldest dropped first).
+        callbacks: called with each snapshot, on the sampler's thread.
+    """
+
+    def __init__(
+        self,
+        interval: float = 1.0,
+        gpus: str | Sequence[int | str] | None = None,
+        only_visible: bool = True,
+        history: int = 3600,
+        callbacks: Iterable[Callable[[Snapshot], None]] = (),
+    ) -> None:
+        self.interval = interval
+        self.gpus = gpus
+        self.only_visible = only_visible
+        self._history: collections.deque[Snapshot] = collections.deque(maxlen=max(1, history))
+        self._callbacks = list(callbacks)
+        self._poller: Poller | None = None
+        self._lock = threading.Lock()
+
+    def add_callback(self, callback: Callable[[Snapshot], None]) -> None:
+        self._callbacks.append(callback)
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def start(self) -> Sampler:
+        """Start sampling (again); a no-op while running."""
+        from .api import _select
+        from .runtime import shared_backend
+
+        with self._lock:
+            if self._poller is not None:
+                return self
+            backend = shared_backend()
+            collector = Collector(backend, history=1)  # the sampler keeps its own history of snapshots
+            collector.select(_select(collector, self.gpus, self.only_visible))
+            poller = Poller(backend, interval=self.interval, groups=SAMPLER_GROUPS, join=False, collector=collector)
+            poller.subscribe(self._received)
+            self._poller = poller.start()
+            return self
+
+    def stop(self) -> None:
+        """Stop sampling and wait for the thread to end; a no-op when stopped."""
+        with self._lock:
+            poller, self._poller = self._poller, None
+        if poller is not None:
+            poller.stop(timeout=5.0)
+
+    @property
+    def running(self) -> bool:
+        poller = self._poller
+        return poller is not None and poller.running
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        poller = self._poller
+        return None if poller is None else poller._thread
+
+    def __enter__(self) -> Sampler:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _received(self, snapshot: Snapshot) -> None:
+        self._history.append(snapshot)
+        for callback in self._callbacks:
+            callback(snapshot)
+
+    # ----------------------------------------------------------------- results
+
+    def latest(self) -> Snapshot | None:
+        return self._history[-1] if self._history else None
+
+    @property
+    def history(self) -> list[Snapshot]:
+        return list(self._history)
+
+    def summary(self) -> dict[int, dict[str, Stats]]:
+        """Per GPU index, per metric (:data:`METRICS`): min, mean and max over the kept samples."""
+        pid = os.getpid()
+        values: dict[int, dict[str, list[float]]] = {}
+        for snapshot in list(self._history):
+            for gpu in snapshot.gpus:
+                per_gpu = values.setdefault(gpu.index, {})
+                for metric in METRICS:
+                    value = _value(gpu, metric, pid)
+                    if value is not None:
+                        per_gpu.setdefault(metric, []).append(float(value))
+        return {
+            index: {m: Stats(min(v), sum(v) / len(v), max(v), len(v)) for m, v in metrics.items() if v}
+            for index, metrics in values.items()
+        }

@@ -1,0 +1,407 @@
+"""``nvtopy.track``: what a block of training code did to the GPUs it uses.
+
+    with nvtopy.track("epoch") as t:
+        train_one_epoch()
+    print(t.report.format())
+
+    @nvtopy.track()
+    def evaluate(): ...
+
+For each GPU this process uses: memory used at start, at end and at its peak
+during the call, mean utilisation, this process's own GPU memory as NVML sees
+it, and -- when the job's torch has initialised CUDA -- torch's allocated,
+reserved and peak-allocated memory, so the gap between what tensors use, what
+the caching allocator holds and what the driver counts is visible.
+
+How it stays cheap: the start and end readings are taken on the caller's
+thread (a handful of NVML calls, no psutil); in between, one shared thread
+samples every active track's GPUs (nested tracks share its samples) and exits
+when the last track ends. It is meant for spans (an epoch, an evaluation, a few
+steps); for a permanent per-step view use :class:`nvtopy.Sampler`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from .collector import Collector
+from .formatting import NA, fmt_bytes, short_name
+from .model import Snapshot
+from .torchmem import cuda_torch, torch_memory
+
+__all__ = ["GpuUsage", "TorchUsage", "TrackReport", "track"]
+
+log = logging.getLogger("nvtopy.track")
+F = TypeVar("F", bound=Callable[..., Any])
+_GROUPS = frozenset({"memory", "utilization"})
+
+
+@dataclass(frozen=True, slots=True)
+class TorchUsage:
+    """torch.cuda memory of one device during the call, in bytes."""
+
+    ordinal: int
+    allocated_start_bytes: int
+    allocated_end_bytes: int
+    allocated_peak_bytes: int  # exact when the call set a new max_memory_allocated, else the sampled peak
+    reserved_start_bytes: int
+    reserved_end_bytes: int
+    reserved_peak_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class GpuUsage:
+    """One GPU during the call. ``None`` = NVML did not report it."""
+
+    index: int
+    uuid: str | None
+    name: str | None
+    memory_total_bytes: int | None
+    memory_used_start_bytes: int | None
+    memory_used_end_bytes: int | None
+    memory_used_peak_bytes: int | None
+    utilization_mean_percent: float | None
+    process_memory_start_bytes: int | None  # this process, as NVML counts it (context and libraries included)
+    process_memory_end_bytes: int | None
+    process_memory_peak_bytes: int | None
+    samples: int  # background samples taken during the call (besides start and end)
+    torch: TorchUsage | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TrackReport:
+    """What :func:`track` measured; also available as a dict (:meth:`as_dict`) and a text (:meth:`format`)."""
+
+    name: str
+    started_at: float  # Unix time
+    wall_seconds: float
+    gpus: tuple[GpuUsage, ...]
+    error: str | None = None  # the exception that ended the call, if any (it still propagates)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def format(self) -> str:
+        head = f"nvtopy.track {self.name}: {self.wall_seconds:.3f} s"
+        if self.error:
+            head += f" (raised {self.error})"
+        if not self.gpus:
+            return head + ", no GPU in use"
+        lines = [head]
+        for gpu in self.gpus:
+            line = (
+                f"  GPU {gpu.index} {short_name(gpu.name)}: memory {fmt_bytes(gpu.memory_used_start_bytes)}"
+                f" -> {fmt_bytes(gpu.memory_used_end_bytes)} (peak {fmt_bytes(gpu.memory_used_peak_bytes)}"
+                f" of {fmt_bytes(gpu.memory_total_bytes)}), util "
+                + (NA if gpu.utilization_mean_percent is None else f"{gpu.utilization_mean_percent:.0f}%")
+            )
+            if gpu.process_memory_peak_bytes is not None:
+                line += (
+                    f"; this process {fmt_bytes(gpu.process_memory_start_bytes)}"
+                    f" -> {fmt_bytes(gpu.process_memory_end_bytes)} (peak {fmt_bytes(gpu.process_memory_peak_bytes)})"
+                )
+            if gpu.torch is not None:
+                t = gpu.torch
+                line += (
+                    f"; torch cuda:{t.ordinal} allocated {fmt_bytes(t.allocated_start_bytes)}"
+                    f" -> {fmt_bytes(t.allocated_end_bytes)} (peak {fmt_bytes(t.allocated_peak_bytes)}),"
+                    f" reserved {fmt_bytes(t.reserved_end_bytes)} (peak {fmt_bytes(t.reserved_peak_bytes)})"
+                )
+            lines.append(line)
+        return "\n".join(lines)
+
+
+def _max(*values: int | None) -> int | None:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
+class _Accumulator:
+    """The running peaks and sums of one active track (fed by the hub's thread)."""
+
+    def __init__(self, indices: Sequence[int], ordinals: dict[int, int], interval: float) -> None:
+        self.indices = tuple(indices)
+        self.ordinals = ordinals  # NVML index -> torch ordinal
+        self.interval = interval
+        self.lock = threading.Lock()
+        self.peak: dict[int, int] = {}
+        self.own_peak: dict[int, int] = {}
+        self.util_sum: dict[int, float] = dict.fromkeys(self.indices, 0.0)
+        self.util_count: dict[int, int] = dict.fromkeys(self.indices, 0)
+        self.samples = 0
+        self.torch_peak: dict[int, tuple[int, int]] = {}  # ordinal -> (allocated, reserved)
+
+    def observe(self, snapshot: Snapshot, torch_samples: dict[int, tuple[int, int]]) -> None:
+        me = os.getpid()
+        with self.lock:
+            self.samples += 1
+            for gpu in snapshot.gpus:
+                if gpu.index not in self.util_sum:
+                    continue
+                used = gpu.sample.memory_used_bytes
+                if used is not None:
+                    self.peak[gpu.index] = max(self.peak.get(gpu.index, used), used)
+                util = gpu.sample.utilization_gpu_percent
+                if util is not None:
+                    self.util_sum[gpu.index] += util
+                    self.util_count[gpu.index] += 1
+                for proc in gpu.processes:
+                    if proc.pid == me and proc.gpu_memory_bytes is not None:
+                        old = self.own_peak.get(gpu.index, proc.gpu_memory_bytes)
+                        self.own_peak[gpu.index] = max(old, proc.gpu_memory_bytes)
+            for ordinal, (allocated, reserved) in torch_samples.items():
+                if ordinal in self.ordinals.values():
+                    old_a, old_r = self.torch_peak.get(ordinal, (allocated, reserved))
+                    self.torch_peak[ordinal] = (max(old_a, allocated), max(old_r, reserved))
+
+
+class _Hub:
+    """One sampling thread for every active track; it exits when none is left."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._active: list[_Accumulator] = []
+        self._thread: threading.Thread | None = None
+        self._wake = threading.Event()
+
+    def add(self, accumulator: _Accumulator) -> None:
+        with self._lock:
+            self._active.append(accumulator)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="nvtopy-track", daemon=True)
+                self._thread.start()
+
+    def remove(self, accumulator: _Accumulator) -> None:
+        with self._lock:
+            if accumulator in self._active:
+                self._active.remove(accumulator)
+            if not self._active:
+                self._wake.set()
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        return self._thread
+
+    def _run(self) -> None:
+        from .runtime import shared_backend
+
+        collector = Collector(shared_backend(), indices=[], history=1)
+        while True:
+            with self._lock:
+                active = list(self._active)
+                if not active:
+                    self._thread = None
+                    self._wake.clear()
+                    return
+            indices = sorted({i for a in active for i in a.indices})
+            try:
+                collector.select(indices)
+                snapshot = collector.collect(_GROUPS, join=False, process_utilization=False)
+                torch_samples = _torch_samples({o for a in active for o in a.ordinals.values()})
+                for accumulator in active:
+                    accumulator.observe(snapshot, torch_samples)
+            except Exception:  # a failing driver must not kill the job being measured
+                log.debug("track sampling failed", exc_info=True)
+            self._wake.wait(min(a.interval for a in active))
+
+
+_hub = _Hub()
+
+
+def _torch_samples(ordinals: Iterable[int]) -> dict[int, tuple[int, int]]:
+    torch = cuda_torch()
+    if torch is None:
+        return {}
+    return {o: (int(torch.cuda.memory_allocated(o)), int(torch.cuda.memory_reserved(o))) for o in ordinals}
+
+
+def _collector() -> Collector:
+    from .api import _collector as shared
+
+    return shared(("track",))
+
+
+class track:  # noqa: N801 - used like a function: ``with nvtopy.track(...)`` / ``@nvtopy.track()``
+    """Measure a block (context manager) or every call of a function (decorator).
+
+    Args:
+        name: shown in the report; a decorated function's qualified name by default.
+        interval: seconds between background samples during the call (peaks, mean utilisation).
+        gpus: NVML indices to watch; default: the GPUs this process uses (:func:`nvtopy.job_gpus`).
+        logger: where the report goes (``logging.getLogger("nvtopy.track")`` by default, at ``level``).
+        callback: called with the :class:`TrackReport` instead of logging it.
+        level: the logging level of the report.
+
+    The report is ``t.report`` (context manager) or ``function.last_report`` (decorator).
+    An exception inside the block still produces a report (with ``error`` set) and propagates.
+    """
+
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        interval: float = 0.1,
+        gpus: Sequence[int] | None = None,
+        logger: logging.Logger | None = None,
+        callback: Callable[[TrackReport], None] | None = None,
+        level: int = logging.INFO,
+    ) -> None:
+        self.name = name
+        self.interval = max(0.01, interval)
+        self.gpus = list(gpus) if gpus is not None else None
+        self.logger = logger or log
+        self.callback = callback
+        self.level = level
+        self.report: TrackReport | None = None
+        self._start: dict[str, Any] = {}
+
+    # ----------------------------------------------------------------- context manager
+
+    def __enter__(self) -> track:
+        from .api import job_gpus
+
+        if self.gpus is not None:
+            indices, ordinals = list(self.gpus), {}
+        else:
+            job = job_gpus()
+            indices, ordinals = list(job.indices), dict(job.torch_ordinals)
+        start = self._read(indices, ordinals)
+        self._accumulator = _Accumulator(indices, ordinals, self.interval)
+        self._start = {"indices": indices, "ordinals": ordinals, "reading": start, "wall": time.time()}
+        self._t0 = time.perf_counter()
+        _hub.add(self._accumulator)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        elapsed = time.perf_counter() - self._t0
+        _hub.remove(self._accumulator)
+        try:
+            end = self._read(self._start["indices"], self._start["ordinals"])
+            self.report = self._build(elapsed, end, None if exc_type is None else exc_type.__name__)
+            self._emit(self.report)
+        except Exception:  # measuring must never break the measured code
+            self.logger.warning("nvtopy.track %s: could not read the GPUs at the end", self.name, exc_info=True)
+
+    # ----------------------------------------------------------------- decorator
+
+    def __call__(self, function: F) -> F:
+        options = {
+            "interval": self.interval,
+            "gpus": self.gpus,
+            "logger": self.logger,
+            "callback": self.callback,
+            "level": self.level,
+        }
+        name = self.name or function.__qualname__
+
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            tracker = track(name, **options)
+            try:
+                with tracker:
+                    return function(*args, **kwargs)
+            finally:
+                wrapper.last_report = tracker.report  # type: ignore[attr-defined]
+
+        wrapper.last_report = None  # type: ignore[attr-defined]
+        return wrapper  # type: ignore[return-value]
+
+    # ----------------------------------------------------------------- internals
+
+    @staticmethod
+    def _read(indices: list[int], ordinals: dict[int, int]) -> dict[str, Any]:
+        collector = _collector()
+        from .api import _collectors_lock
+
+        with _collectors_lock:
+            collector.select(indices)
+            snapshot = collector.collect(_GROUPS, join=False, process_utilization=False)
+        torch = cuda_torch()
+        memory = {o: torch_memory(torch, o) for o in ordinals.values()} if torch is not None else {}
+        return {"snapshot": snapshot, "torch": memory}
+
+    def _build(self, elapsed: float, end: dict[str, Any], error: str | None) -> TrackReport:
+        start = self._start["reading"]
+        acc = self._accumulator
+        me = os.getpid()
+        first = {g.index: g for g in start["snapshot"].gpus}
+        usages = []
+        for gpu in end["snapshot"].gpus:
+            before = first.get(gpu.index)
+            used_start = before.sample.memory_used_bytes if before else None
+            used_end = gpu.sample.memory_used_bytes
+            with acc.lock:
+                util_sum, util_count = acc.util_sum.get(gpu.index, 0.0), acc.util_count.get(gpu.index, 0)
+                peak, own_peak, samples = acc.peak.get(gpu.index), acc.own_peak.get(gpu.index), acc.samples
+            if gpu.sample.utilization_gpu_percent is not None:  # the end reading covers the call's last moments
+                util_sum += gpu.sample.utilization_gpu_percent
+                util_count += 1
+            own_start = _own(before, me)
+            own_end = _own(gpu, me)
+            usages.append(
+                GpuUsage(
+                    index=gpu.index,
+                    uuid=gpu.static.uuid,
+                    name=gpu.static.name,
+                    memory_total_bytes=gpu.static.memory_total_bytes,
+                    memory_used_start_bytes=used_start,
+                    memory_used_end_bytes=used_end,
+                    memory_used_peak_bytes=_max(used_start, used_end, peak),
+                    utilization_mean_percent=util_sum / util_count if util_count else None,
+                    process_memory_start_bytes=own_start,
+                    process_memory_end_bytes=own_end,
+                    process_memory_peak_bytes=_max(own_start, own_end, own_peak),
+                    samples=samples,
+                    torch=self._torch_usage(gpu.index, start["torch"], end["torch"]),
+                )
+            )
+        return TrackReport(
+            name=self.name or "block",
+            started_at=self._start["wall"],
+            wall_seconds=elapsed,
+            gpus=tuple(usages),
+            error=error,
+        )
+
+    def _torch_usage(self, index: int, start: dict[int, Any], end: dict[int, Any]) -> TorchUsage | None:
+        ordinal = self._start["ordinals"].get(index)
+        if ordinal is None or ordinal not in start or ordinal not in end:
+            return None
+        before, after = start[ordinal], end[ordinal]
+        with self._accumulator.lock:
+            sampled_alloc, sampled_reserved = self._accumulator.torch_peak.get(ordinal, (0, 0))
+        peak = max(before.allocated_bytes, after.allocated_bytes, sampled_alloc)
+        if after.peak_allocated_bytes > before.peak_allocated_bytes:
+            peak = max(peak, after.peak_allocated_bytes)  # the call set a new high-water mark: exact
+        return TorchUsage(
+            ordinal=ordinal,
+            allocated_start_bytes=before.allocated_bytes,
+            allocated_end_bytes=after.allocated_bytes,
+            allocated_peak_bytes=peak,
+            reserved_start_bytes=before.reserved_bytes,
+            reserved_end_bytes=after.reserved_bytes,
+            reserved_peak_bytes=max(before.reserved_bytes, after.reserved_bytes, sampled_reserved),
+        )
+
+    def _emit(self, report: TrackReport) -> None:
+        if self.callback is not None:
+            self.callback(report)
+        else:
+            self.logger.log(self.level, "%s", report.format())
+
+
+def _own(gpu: Any, pid: int) -> int | None:
+    if gpu is None:
+        return None
+    for proc in gpu.processes:
+        if proc.pid == pid:
+            return proc.gpu_memory_bytes
+    return None
