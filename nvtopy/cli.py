@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from ._version import __version__
@@ -34,7 +34,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _interval(text: str) -> float:
+def interval_type(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -87,11 +87,27 @@ def add_gpu_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+COMMANDS = {
+    "log": ("logger", "log samples as CSV or JSONL (like nvidia-smi --query-gpu --loop)"),
+    "record": ("logger", "record snapshots to a file, for 'nvtopy replay'"),
+    "replay": ("replay", "replay a recording in the monitor"),
+    "exporter": ("exporter", "serve Prometheus metrics under dcgm-exporter's names"),
+}
+
+
+def command_parser(command: str, description: str) -> argparse.ArgumentParser:
+    """The parser of ``nvtopy COMMAND``, with the same one-line errors."""
+    return _Parser(prog=f"nvtopy {command}", description=description)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    commands = "\n".join(f"  nvtopy {name:<9} {help_}" for name, (_, help_) in COMMANDS.items())
     parser = _Parser(
         prog="nvtopy",
         description="A top-like monitor for NVIDIA GPUs: interactive TUI, scriptable snapshots.",
-        epilog="Without --once, nvtopy starts the interactive monitor. Try 'nvtopy --demo' on any machine.",
+        epilog=f"commands (nvtopy COMMAND --help):\n{commands}\n\n"
+        "Without --once, nvtopy starts the interactive monitor. Try 'nvtopy --demo' on any machine.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"nvtopy {__version__}")
     parser.add_argument("--once", action="store_true", help="print one snapshot and exit")
@@ -99,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-color", action="store_true", help="plain text, no escape codes")
     parser.add_argument(
         "--interval",
-        type=_interval,
+        type=interval_type,
         default=1.0,
         metavar="SECONDS",
         help=f"refresh interval (default 1.0; {MIN_INTERVAL} to {MAX_INTERVAL:.0f})",
@@ -191,11 +207,19 @@ def _run_interactive(args: argparse.Namespace, backend: Backend) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in COMMANDS:
+        from importlib import import_module
+
+        module = import_module(f".{COMMANDS[argv[0]][0]}", __package__)
+        args = module.build_parser(argv[0]).parse_args(argv[1:])
+        return guarded(lambda: module.run(argv[0], args))
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.json and not args.once:
         parser.error("--json needs --once (or use 'nvtopy log --format jsonl')")
-    try:
+
+    def run() -> int:
         backend = open_backend(args)
         try:
             if args.once:
@@ -203,6 +227,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_interactive(args, backend)
         finally:
             backend.close()
+
+    return guarded(run)
+
+
+def guarded(function: Callable[[], int]) -> int:
+    """Run a command; every error the user can cause becomes one line and an exit code."""
+    try:
+        return function()
     except UsageError as exc:
         print(f"nvtopy: error: {exc}", file=sys.stderr)
         return exc.exit_code
