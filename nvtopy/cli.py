@@ -123,6 +123,11 @@ def build_parser() -> argparse.ArgumentParser:
     tui = parser.add_argument_group("interactive monitor")
     tui.add_argument("--readonly", action="store_true", help="never send signals (the kill keys are disabled)")
     tui.add_argument(
+        "--remote",
+        metavar="URL[,URL...]",
+        help="show other hosts' GPUs, read from their exporters (nvtopy exporter or dcgm-exporter), e.g. node2:9400",
+    )
+    tui.add_argument(
         "--view",
         choices=("auto", "full", "compact"),
         default="auto",
@@ -206,6 +211,32 @@ def _run_interactive(args: argparse.Namespace, backend: Backend) -> int:
     return 0
 
 
+def _run_remote(args: argparse.Namespace) -> int:
+    from .remote import RemoteHosts
+
+    if args.gpus or args.only_visible or args.demo or args.demo_gpus is not None:
+        raise UsageError("--remote shows whole hosts: it cannot be combined with --gpus, --only-visible or --demo")
+    urls = [u for u in args.remote.split(",") if u.strip()]
+    if not urls:
+        raise UsageError("--remote: give at least one URL")
+    source = RemoteHosts(urls, interval=max(args.interval, 1.0))
+    if args.once:
+        snapshot = source.poll_once()
+        if args.json:
+            from .views.json_view import dumps
+
+            sys.stdout.write(dumps(snapshot) + "\n")
+        else:
+            from .views.text_view import render_snapshot
+
+            render_snapshot(snapshot, sys.stdout, color=not args.no_color)
+        return 0
+    from .tui.app import NvtopyApp
+
+    NvtopyApp(None, source=source, layout=args.view).run()
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in COMMANDS:
@@ -220,6 +251,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--json needs --once (or use 'nvtopy log --format jsonl')")
 
     def run() -> int:
+        if args.remote:
+            return _run_remote(args)
         backend = open_backend(args)
         try:
             if args.once:

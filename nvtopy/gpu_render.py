@@ -138,6 +138,10 @@ def _ecc(gpu: GpuState) -> Line:
 def panel_title(gpu: GpuState) -> Line:
     static = gpu.static
     title = Line(f" {static.index} ", "bold")
+    if static.host is not None:  # a remote host's GPU: its host and own index
+        title.add(f"{static.host}" + ("" if static.host_index is None else f"/{static.host_index}") + " ", "magenta")
+        if gpu.note:
+            return title
     title.add(short_name(static.name) if static.name else NA, "bold")
     if static.short_bus_id:
         title.add(f" · {static.short_bus_id} ", "dim")
@@ -147,6 +151,9 @@ def panel_title(gpu: GpuState) -> Line:
 def panel_lines(gpu: GpuState, width: int) -> list[Line]:
     """The four content lines of a full panel, each exactly ``width`` cells."""
     sample = gpu.sample
+    if gpu.note:
+        lines = [Line(gpu.note, "bold red"), Line("retrying at every refresh", "dim")]
+        return [line.fit(width) for line in lines] + [Line().fit(width), Line().fit(width)]
     if gpu.lost:
         lost = Line("GPU LOST", "bold white on red")
         lost.add("  fell off the bus or stopped answering (GpuIsLost)", "red")
@@ -219,6 +226,10 @@ def compact_line(gpu: GpuState, width: int) -> Line:
     """One line per GPU: index, memory bar, utilisation sparkline, temperature, power, name."""
     sample, static = gpu.sample, gpu.static
     line = Line(f"{static.index:>2} ", "bold")
+    if static.host is not None:
+        line.add(static.host + ("" if static.host_index is None else f"/{static.host_index}") + " ", "magenta")
+    if gpu.note:
+        return line.add(gpu.note, "bold red").fit(width)
     if gpu.lost:
         line.add("LOST", "bold white on red")
         line.add(f" {short_name(static.name)} {static.short_bus_id or ''} (GpuIsLost)", "red")

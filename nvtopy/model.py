@@ -125,6 +125,8 @@ class GpuStatic(_Repr):
     mig_mode: bool | None = None
     mig_devices: tuple[str, ...] = ()  # UUIDs of MIG instances (MIG-...), for CUDA_VISIBLE_DEVICES
     fan_count: int | None = None
+    host: str | None = None  # set when the GPU belongs to another host (nvtopy --remote)
+    host_index: int | None = None  # its index on that host
     unavailable: Reasons = field(default_factory=lambda: EMPTY_REASONS)
 
     @property
@@ -137,7 +139,9 @@ class GpuStatic(_Repr):
 
 
 STATIC_FIELDS: tuple[str, ...] = tuple(
-    name for name in GpuStatic.__dataclass_fields__ if name not in ("index", "mig_devices", "unavailable")
+    name
+    for name in GpuStatic.__dataclass_fields__
+    if name not in ("index", "mig_devices", "unavailable", "host", "host_index")
 )
 
 # Dynamic fields, grouped by the NVML calls that fill them. The poller reads
@@ -291,6 +295,7 @@ class GpuState(_Repr):
     processes: tuple[GpuProcess, ...] = ()
     processes_unavailable: Reason | None = None  # why the process list itself is missing
     history: GpuHistory = field(default_factory=GpuHistory)
+    note: str | None = None  # a sentence shown instead of values (e.g. "host unreachable: ...")
 
     @property
     def index(self) -> int:

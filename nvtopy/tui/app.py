@@ -13,6 +13,7 @@ import asyncio
 import signal as signals
 import time
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from rich.text import Text
 from textual import on
@@ -92,13 +93,15 @@ class NvtopyApp(App[None]):
         ),
         Binding("v", "cycle_layout", "View", tooltip="GPU view: auto, full panels, compact lines"),
         Binding("p", "toggle_pause", "Pause", tooltip="Pause or resume refreshing"),
-        Binding("plus,equals_sign", "interval(-1)", "Faster refresh", show=False),
-        Binding("minus", "interval(1)", "Slower refresh", show=False),
+        Binding("plus,equals_sign", "interval(-1)", "Faster refresh", show=False, tooltip="Faster (replay: speed up)"),
+        Binding("minus", "interval(1)", "Slower refresh", show=False, tooltip="Slower (replay: slow down)"),
+        Binding("full_stop", "step(1)", "Step", show=False, tooltip="Refresh now (replay: next snapshot)"),
+        Binding("comma", "step(-1)", "Step back", show=False, tooltip="Replay: previous snapshot"),
     ]
 
     def __init__(
         self,
-        backend: Backend,
+        backend: Backend | None,
         *,
         interval: float = 1.0,
         indices: Sequence[int] | None = None,
@@ -106,10 +109,18 @@ class NvtopyApp(App[None]):
         layout: str = "auto",
         poll: bool = True,
         collector: Collector | None = None,
+        source: Any | None = None,
     ) -> None:
+        """``source``: a snapshot source used instead of polling ``backend`` (a replay, remote hosts)."""
         super().__init__()
         self.backend = backend
-        self.poller = Poller(backend, interval=interval, indices=indices, groups=TUI_GROUPS, collector=collector)
+        self.poller: Any
+        if source is not None:
+            self.poller = source
+            readonly = True  # nothing local to act on
+        else:
+            assert backend is not None
+            self.poller = Poller(backend, interval=interval, indices=indices, groups=TUI_GROUPS, collector=collector)
         self.readonly = readonly
         self.layout_mode = layout if layout in MODES else "auto"
         self.snapshot: Snapshot | None = None
@@ -136,6 +147,15 @@ class NvtopyApp(App[None]):
         self.poller.subscribe(self._from_poller)
         if self._poll:
             self.poller.start()
+        recording = getattr(self.poller, "recording", None)
+        if recording is not None and recording.stopped:
+            self.notify(
+                f"{recording.path}: replaying the {len(recording.snapshots)} valid snapshots; "
+                f"reading stopped at {recording.stopped}",
+                severity="warning",
+                timeout=15,
+                markup=False,
+            )
 
     def _from_poller(self, snapshot: Snapshot) -> None:
         """Runs on the poller thread: hand the snapshot to the UI thread."""
@@ -202,8 +222,11 @@ class NvtopyApp(App[None]):
         text.append(" nvtopy ", style="bold reverse")
         text.append(f" {host.hostname} ", style="bold")
         if host.backend != "nvml":
-            text.append("[simulated] ", style="magenta")
-        if self.poller.paused:
+            text.append(f"[{host.backend}] ", style="magenta")
+        status = getattr(self.poller, "status", None)
+        if status is not None:  # a replay or remote hosts describe themselves
+            text.append(f"│ {status()} ", style="bold magenta")
+        elif self.poller.paused:
             text.append("│ ⏸ PAUSED ", style="bold yellow")
         else:
             text.append(f"│ ⟳ {self.poller.interval:g}s ")
@@ -298,7 +321,19 @@ class NvtopyApp(App[None]):
             self.poller.pause()
         self.refresh_view()
 
+    def action_step(self, count: int) -> None:
+        step = getattr(self.poller, "step", None)
+        if step is not None:
+            step(count)
+        elif count > 0:
+            self.poller.refresh()
+
     def action_interval(self, step: int) -> None:
+        if hasattr(self.poller, "faster"):  # replay: + and - change the speed
+            (self.poller.faster if step < 0 else self.poller.slower)()
+            self.notify(f"replay speed x{self.poller.speed:g}", timeout=2)
+            self.refresh_view()
+            return
         current = self.poller.interval
         # Outside the steps (--interval 0.1 or 60) a key never moves the other way: it stays.
         if step < 0:
@@ -336,6 +371,7 @@ class NvtopyApp(App[None]):
             "cycle_layout": "View",
             "toggle_pause": "View",
             "interval": "View",
+            "step": "View",
         }
         seen = set()
         for binding in self.BINDINGS:
@@ -404,7 +440,8 @@ class NvtopyApp(App[None]):
 
     def action_signal(self, name: str) -> None:
         if self.readonly:
-            self.notify("read-only mode (--readonly): sending signals is disabled", severity="warning")
+            why = "--readonly" if self.backend is not None else "a replay or remote view"
+            self.notify(f"read-only ({why}): sending signals is disabled", severity="warning")
             return
         targets = self.signal_targets()
         if not targets:

@@ -158,6 +158,7 @@ def _signature(gpu: GpuState, width: int) -> tuple[object, ...]:
         width,
         gpu.static,
         sample.lost,
+        gpu.note,
         tuple(getattr(sample, name) for name in SAMPLE_FIELDS),
         gpu.history.utilization_gpu_percent[-width:],
     )

@@ -111,6 +111,8 @@ def snapshot_to_dict(snapshot: Snapshot, *, processes: bool = True) -> dict[str,
         "backend": host.backend,
         "nvtopy_version": __version__,
         "schema_version": SCHEMA_VERSION,
+        "sequence": snapshot.sequence,
+        "interval_s": snapshot.interval,
         "gpus": [gpu_to_dict(gpu, processes=processes) for gpu in snapshot.gpus],
     }
 

@@ -155,8 +155,11 @@ def _gpu_table(snapshot: Snapshot) -> _Table:
     )
     for gpu in snapshot.gpus:
         static, sample = gpu.static, gpu.sample
-        name: Cell = (short_name(static.name), "")
-        if gpu.lost:
+        host = "" if static.host is None else f"{static.host}/{'' if static.host_index is None else static.host_index} "
+        name: Cell = (host + short_name(static.name), "")
+        if gpu.note:
+            name = (host + gpu.note, "bold red")
+        elif gpu.lost:
             name = (f"{short_name(static.name)} [LOST]", "bold red")
         elif static.unavailable.get("name") is not None:
             name = (f"N/A ({static.unavailable['name']})", "dim")

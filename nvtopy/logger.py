@@ -1,0 +1,263 @@
+"""``nvtopy log`` and ``nvtopy record``: samples to a file, one line at a time.
+
+``log --format csv`` writes one row per GPU per sample (or per process with
+``--processes``), the header once; ``--format jsonl`` one JSON object per
+snapshot, in the JSON contract's names (``--once --json``). ``record FILE``
+writes full snapshots, processes included, for ``nvtopy replay``.
+
+Why line by line, flushed: a logger runs for days and gets killed; a killed
+logger must lose at most the sample in progress and leave a file every reader
+can parse. Ctrl-C and SIGTERM finish the current sample and stop. Only the
+field groups the chosen fields need are asked of the driver.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import IO, Any
+
+from . import cli
+from .errors import UsageError
+from .model import ALL_GROUPS, GROUP_OF_FIELD, Snapshot
+from .views.json_view import gpu_to_dict, iso_timestamp, process_to_dict, snapshot_to_dict
+
+__all__ = ["GPU_FIELDS", "PROCESS_FIELDS", "build_parser", "run"]
+
+TOP_FIELDS = ("timestamp", "hostname", "driver_version", "cuda_driver_version")
+DEFAULT_GPU_FIELDS = (
+    "timestamp",
+    "index",
+    "name",
+    "bus_id",
+    "utilization_gpu_percent",
+    "utilization_memory_percent",
+    "memory_used_bytes",
+    "memory_total_bytes",
+    "temperature_c",
+    "power_draw_w",
+    "power_limit_w",
+    "clock_sm_mhz",
+    "clock_mem_mhz",
+    "pstate",
+    "fan_percent",
+    "ecc_uncorrected_volatile",
+    "throttle_reasons",
+)
+DEFAULT_PROCESS_FIELDS = (
+    "timestamp",
+    "gpu_index",
+    "pid",
+    "type",
+    "user",
+    "gpu_memory_bytes",
+    "sm_percent",
+    "cpu_percent",
+    "host_memory_bytes",
+    "running_seconds",
+    "command",
+)
+
+
+def _gpu_keys() -> tuple[str, ...]:
+    """The scalar keys of a GPU object of the JSON contract, in its order."""
+    from .model import GpuSample, GpuState, GpuStatic
+
+    sample = gpu_to_dict(GpuState(GpuStatic(0), GpuSample(0.0)), processes=False)
+    return tuple(k for k in sample if k not in ("unavailable", "processes_unavailable"))
+
+
+def _process_keys() -> tuple[str, ...]:
+    from .model import GpuProcess, ProcessType
+
+    keys = process_to_dict(GpuProcess(0, None, 0, ProcessType.COMPUTE, None))
+    return ("gpu_index", "gpu_uuid", *(k for k in keys if k != "unavailable"))
+
+
+# Every scalar of the JSON contract's GPU (or process) object; lists are joined with ';' in CSV.
+GPU_FIELDS = TOP_FIELDS + _gpu_keys()
+PROCESS_FIELDS = ("timestamp", "hostname", *_process_keys())
+
+
+def _parse_fields(values: list[str] | None, valid: tuple[str, ...], default: tuple[str, ...]) -> list[str]:
+    if not values:
+        return list(default)
+    fields = [f.strip() for value in values for f in value.split(",") if f.strip()]
+    unknown = [f for f in fields if f not in valid]
+    if unknown:
+        raise UsageError(f"--fields: unknown field {unknown[0]!r}; valid fields: {', '.join(valid)}")
+    return fields
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ";".join(str(v) for v in value)
+    if isinstance(value, float):
+        return f"{value:g}" if abs(value) < 1e15 else f"{value:.0f}"
+    return str(value)
+
+
+class _CsvWriter:
+    def __init__(self, out: IO[str], fields: list[str], processes: bool, header: bool) -> None:
+        self.out, self.fields, self.processes = out, fields, processes
+        self.buffer = io.StringIO()
+        self.writer = csv.writer(self.buffer, lineterminator="\n")
+        if header:
+            self.writer.writerow(fields)
+
+    def rows(self, snapshot: Snapshot) -> Iterator[dict[str, Any]]:
+        top = {
+            "timestamp": iso_timestamp(snapshot.timestamp),
+            "hostname": snapshot.host.hostname,
+            "driver_version": snapshot.host.driver_version,
+            "cuda_driver_version": snapshot.host.cuda_driver_version,
+        }
+        for gpu in snapshot.gpus:
+            if not self.processes:
+                yield {**top, **gpu_to_dict(gpu, processes=False)}
+                continue
+            for proc in gpu.processes:
+                yield {**top, "gpu_index": gpu.index, "gpu_uuid": gpu.static.uuid, **process_to_dict(proc)}
+
+    def write(self, snapshot: Snapshot) -> None:
+        for row in self.rows(snapshot):
+            self.writer.writerow([_cell(row.get(f)) for f in self.fields])
+        self.out.write(self.buffer.getvalue())  # one write per sample: a sample is all or nothing
+        self.buffer.seek(0)
+        self.buffer.truncate()
+        self.out.flush()
+
+
+class _JsonlWriter:
+    def __init__(self, out: IO[str], fields: list[str] | None, processes: bool) -> None:
+        self.out, self.fields, self.processes = out, fields, processes
+
+    def write(self, snapshot: Snapshot) -> None:
+        data = snapshot_to_dict(snapshot, processes=self.processes)
+        if self.fields is not None:
+            keep = set(self.fields) | {"index"}
+            data = {k: v for k, v in data.items() if k in TOP_FIELDS or k not in GPU_FIELDS}
+            data["gpus"] = [
+                {k: v for k, v in gpu.items() if k in keep or k in ("processes", "unavailable")} for gpu in data["gpus"]
+            ]
+        self.out.write(json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n")
+        self.out.flush()
+
+
+def build_parser(command: str) -> argparse.ArgumentParser:
+    if command == "record":
+        parser = cli.command_parser(command, "Record snapshots (processes included) to FILE, for 'nvtopy replay'.")
+        parser.add_argument("file", metavar="FILE", help="the recording (JSON lines; appended to if it exists)")
+    else:
+        parser = cli.command_parser(
+            command, "Log one row per GPU (or process) per sample as CSV, or one JSON object per snapshot."
+        )
+        parser.add_argument("--format", choices=("csv", "jsonl"), default="csv", help="csv (default) or jsonl")
+        parser.add_argument("--output", "-o", metavar="FILE", help="append to FILE instead of writing to stdout")
+        parser.add_argument(
+            "--fields",
+            action="append",
+            metavar="LIST",
+            help="comma-separated fields (JSON contract names); '--fields ?' lists them",
+        )
+        parser.add_argument("--processes", action="store_true", help="CSV: one row per process; JSONL: include them")
+    parser.add_argument(
+        "--interval", type=cli.interval_type, default=1.0, metavar="SECONDS", help="seconds between samples (default 1)"
+    )
+    parser.add_argument("--count", type=int, metavar="N", help="stop after N samples (default: until Ctrl-C)")
+    cli.add_gpu_options(parser)
+    return parser
+
+
+@contextmanager
+def _stop_on_signals() -> Iterator[threading.Event]:
+    """SIGINT and SIGTERM set an event instead of raising: the sample in progress completes."""
+    stop = threading.Event()
+    handlers = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+
+def _open_output(path: str | None) -> tuple[IO[str], bool]:
+    """(stream, is_new): appended to when it exists, so a restarted logger continues its file."""
+    if path is None:
+        return sys.stdout, True
+    try:
+        stream = open(path, "a", encoding="utf-8", newline="")  # noqa: SIM115 - closed by the caller
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+    return stream, stream.tell() == 0
+
+
+def run(command: str, args: argparse.Namespace) -> int:
+    from .collector import Collector
+    from .poller import Poller
+
+    if args.count is not None and args.count < 1:
+        raise UsageError("--count must be at least 1")
+    recording = command == "record"
+    processes = recording or args.processes
+    writer_fields: list[str] | None
+    if recording:
+        fmt, writer_fields, groups = "jsonl", None, ALL_GROUPS
+    else:
+        fmt = args.format
+        if args.fields == ["?"]:
+            valid = PROCESS_FIELDS if (fmt == "csv" and processes) else GPU_FIELDS
+            print("\n".join(valid))
+            return 0
+        if fmt == "csv":
+            valid, default = (PROCESS_FIELDS, DEFAULT_PROCESS_FIELDS) if processes else (GPU_FIELDS, DEFAULT_GPU_FIELDS)
+            writer_fields = _parse_fields(args.fields, valid, default)
+        else:
+            writer_fields = _parse_fields(args.fields, GPU_FIELDS, GPU_FIELDS) if args.fields else None
+        # Ask the driver only for what is written: the groups behind the chosen GPU fields.
+        if fmt == "csv" and processes:
+            groups = frozenset()
+        elif writer_fields is None:
+            groups = ALL_GROUPS
+        else:
+            groups = frozenset(GROUP_OF_FIELD[f] for f in writer_fields if f in GROUP_OF_FIELD)
+    backend = cli.open_backend(args)
+    out, is_new = _open_output(args.file if recording else args.output)
+    try:
+        collector = Collector(backend, history=1)
+        collector.select(cli.resolve_selection(args, collector))
+        poller = Poller(backend, interval=args.interval, groups=groups, processes=processes, collector=collector)
+        write: Callable[[Snapshot], None]
+        if fmt == "csv":
+            assert writer_fields is not None
+            write = _CsvWriter(out, writer_fields, processes, header=is_new).write
+        else:
+            write = _JsonlWriter(out, writer_fields, processes).write
+        written = 0
+        with _stop_on_signals() as stop:
+            while not stop.is_set():
+                started = time.monotonic()
+                write(poller.poll_once())
+                written += 1
+                if args.count is not None and written >= args.count:
+                    break
+                stop.wait(max(0.0, args.interval - (time.monotonic() - started)))
+        if recording:
+            print(f"nvtopy record: {written} snapshots written to {args.file}", file=sys.stderr)
+        return 0
+    finally:
+        if out is not sys.stdout:
+            out.close()
+        backend.close()
