@@ -34,7 +34,7 @@ from .textsafe import safe_text
 
 __all__ = ["SnapshotCollector", "build_parser", "parse_listen", "run", "serve"]
 
-PROCESS_LABELS = ("gpu", "UUID", "pid", "user", "command", "Hostname")
+PROCESS_LABELS = ("gpu", "UUID", "pid", "type", "user", "command", "Hostname")
 COMMAND_LABEL_MAX = 120
 # The exporter publishes everything but the modes (no dcgm name for them).
 EXPORTER_GROUPS = ALL_GROUPS - {"modes"}
@@ -70,6 +70,16 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _label_text(text: str | None) -> str:
+    """Untrusted text (argv, user names) as a label value: no control characters, always encodable.
+
+    A non-UTF-8 argv reaches Python as lone surrogates (surrogateescape); left
+    as they are, the UTF-8 encoding of the whole exposition fails and every
+    scrape answers 500. They become visible ``\\udcXX`` escapes instead.
+    """
+    return safe_text(text or "").encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 class SnapshotCollector:
@@ -126,6 +136,7 @@ class SnapshotCollector:
             "memory_utilization_percent": ("The process's share of memory bandwidth (%).", "memory_percent"),
             "cpu_percent": ("CPU use of the process (% of one core).", "cpu_percent"),
             "host_memory_bytes": ("Resident host memory of the process (bytes).", "host_memory_bytes"),
+            "start_time_seconds": ("Start time of the process since the Unix epoch (seconds).", "create_time"),
         }
         made = {
             key: GaugeMetricFamily(f"nvtopy_process_{key}", help_, labels=list(PROCESS_LABELS))
@@ -134,10 +145,19 @@ class SnapshotCollector:
         hostname = snapshot.host.hostname
         for gpu in snapshot.gpus:
             for proc in gpu.processes:
-                command = safe_text(proc.command or "")
+                command = _label_text(proc.command)
                 if len(command) > COMMAND_LABEL_MAX:
                     command = command[: COMMAND_LABEL_MAX - 1] + "…"
-                values = [str(gpu.index), gpu.static.uuid or "", str(proc.pid), proc.user or "", command, hostname]
+                user = _label_text(proc.user)
+                values = [
+                    str(gpu.index),
+                    gpu.static.uuid or "",
+                    str(proc.pid),
+                    proc.type.value,
+                    user,
+                    command,
+                    hostname,
+                ]
                 for key, (_, attribute) in families.items():
                     value = getattr(proc, attribute)
                     if value is not None:
@@ -180,7 +200,11 @@ def run(command: str, args: argparse.Namespace) -> int:
     backend = cli.open_backend(args)
     poller = None
     server = None
+    # SIGTERM stops cleanly from the start: once the port answers, a stop must not kill the process.
+    stop = threading.Event()
+    previous: Any = None
     try:
+        previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
         collector = Collector(backend, history=1)
         collector.select(cli.resolve_selection(args, collector))
         poller = Poller(backend, interval=args.interval, groups=EXPORTER_GROUPS, collector=collector)
@@ -195,17 +219,15 @@ def run(command: str, args: argparse.Namespace) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-        stop = threading.Event()
-        previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
         try:
             while not stop.wait(0.5):
                 pass
         except KeyboardInterrupt:
             pass
-        finally:
-            signal.signal(signal.SIGTERM, previous)
         return 0
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         if server is not None:
             server.shutdown()
             server.server_close()

@@ -30,7 +30,7 @@ from .errors import UsageError
 from .model import ALL_GROUPS, GROUP_OF_FIELD, Snapshot
 from .views.json_view import gpu_to_dict, iso_timestamp, process_to_dict, snapshot_to_dict
 
-__all__ = ["GPU_FIELDS", "PROCESS_FIELDS", "build_parser", "run"]
+__all__ = ["GPU_FIELDS", "PROCESS_FIELDS", "build_parser", "groups_for", "run"]
 
 TOP_FIELDS = ("timestamp", "hostname", "driver_version", "cuda_driver_version")
 DEFAULT_GPU_FIELDS = (
@@ -85,6 +85,15 @@ def _process_keys() -> tuple[str, ...]:
 # Every scalar of the JSON contract's GPU (or process) object; lists are joined with ';' in CSV.
 GPU_FIELDS = TOP_FIELDS + _gpu_keys()
 PROCESS_FIELDS = ("timestamp", "hostname", *_process_keys())
+
+
+def groups_for(fmt: str, fields: list[str] | None, processes: bool) -> frozenset[str]:
+    """Ask the driver only for what is written: the field groups behind the chosen GPU fields."""
+    if fmt == "csv" and processes:
+        return frozenset()  # process rows: no GPU field at all
+    if fields is None:
+        return ALL_GROUPS
+    return frozenset(GROUP_OF_FIELD[f] for f in fields if f in GROUP_OF_FIELD)
 
 
 def _parse_fields(values: list[str] | None, valid: tuple[str, ...], default: tuple[str, ...]) -> list[str]:
@@ -226,13 +235,7 @@ def run(command: str, args: argparse.Namespace) -> int:
             writer_fields = _parse_fields(args.fields, valid, default)
         else:
             writer_fields = _parse_fields(args.fields, GPU_FIELDS, GPU_FIELDS) if args.fields else None
-        # Ask the driver only for what is written: the groups behind the chosen GPU fields.
-        if fmt == "csv" and processes:
-            groups = frozenset()
-        elif writer_fields is None:
-            groups = ALL_GROUPS
-        else:
-            groups = frozenset(GROUP_OF_FIELD[f] for f in writer_fields if f in GROUP_OF_FIELD)
+        groups = groups_for(fmt, writer_fields, processes)
     backend = cli.open_backend(args)
     out, is_new = _open_output(args.file if recording else args.output)
     try:

@@ -96,7 +96,11 @@ def parse_exposition(text: str, url: str) -> HostScrape:
             if sample.name.startswith("nvtopy_process_") and "pid" in labels and labels["pid"].isdigit():
                 row = processes.setdefault(
                     (index, int(labels["pid"])),
-                    {"user": labels.get("user") or None, "command": labels.get("command") or None},
+                    {
+                        "user": labels.get("user") or None,
+                        "command": labels.get("command") or None,
+                        "type": labels.get("type") or "C",
+                    },
                 )
                 row[sample.name.removeprefix("nvtopy_process_")] = sample.value
                 continue
@@ -110,7 +114,10 @@ def parse_exposition(text: str, url: str) -> HostScrape:
             if sample.name == "nvtopy_gpu_lost":
                 lost[index] = sample.value >= 1
                 continue
-            known = BY_NAME.get(sample.name)
+            name = sample.name
+            if name not in BY_NAME and name.endswith("_total"):
+                name = name[:-6]  # prometheus-client's parser renames dcgm's counters (energy, ECC) to *_total
+            known = BY_NAME.get(name)
             if known is None:
                 continue
             value = known.from_metric(sample.value)
@@ -261,7 +268,7 @@ class RemoteHosts:
                         gpu_index=index,
                         gpu_uuid=static.uuid,
                         pid=int(row["pid"]),
-                        type=ProcessType.COMPUTE,
+                        type=ProcessType(row["type"]) if row["type"] in ("C", "G", "C+G") else ProcessType.COMPUTE,
                         gpu_memory_bytes=_int(row.get("gpu_memory_bytes")),
                         sm_percent=_int(row.get("sm_utilization_percent")),
                         memory_percent=_int(row.get("memory_utilization_percent")),
@@ -269,6 +276,10 @@ class RemoteHosts:
                         command=row.get("command"),
                         cpu_percent=row.get("cpu_percent"),
                         host_memory_bytes=_int(row.get("host_memory_bytes")),
+                        create_time=row.get("start_time_seconds"),
+                        running_seconds=None
+                        if row.get("start_time_seconds") is None
+                        else max(0.0, now - row["start_time_seconds"]),
                     )
                     for row in scrape.processes.get(remote_static.index, [])
                 )

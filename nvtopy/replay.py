@@ -23,7 +23,7 @@ from typing import Any
 
 from . import cli
 from .backends.base import SignalOutcome
-from .errors import NvtopyError
+from .errors import NvtopyError, UsageError
 from .model import (
     GpuHistory,
     GpuProcess,
@@ -297,7 +297,7 @@ def build_parser(command: str) -> argparse.ArgumentParser:
 
 def run(command: str, args: argparse.Namespace) -> int:
     if not 0 < args.speed <= 1000:
-        raise NvtopyError("--speed must be between 0 and 1000")
+        raise UsageError("--speed must be more than 0 and at most 1000")
     recording = load_recording(args.file)
     from .tui.app import NvtopyApp
 
