@@ -31,6 +31,8 @@ from .model import (
     Reason,
     Snapshot,
     freeze,
+    history_of,
+    history_row,
     sample_from_fields,
 )
 
@@ -191,18 +193,8 @@ class Collector:
 
     def _record(self, memo: _GpuMemo, sample: GpuSample) -> GpuHistory:
         used, total = sample.memory_used_bytes, memo.static.memory_total_bytes
-        memo.history.append(
-            (
-                sample.timestamp,
-                sample.utilization_gpu_percent,
-                sample.utilization_memory_percent,
-                100.0 * used / total if used is not None and total else None,
-                sample.power_draw_w,
-                sample.temperature_c,
-            )
-        )
-        columns = tuple(zip(*memo.history, strict=True))
-        return GpuHistory(*columns)  # type: ignore[arg-type]
+        memo.history.append(history_row(sample, 100.0 * used / total if used is not None and total else None))
+        return history_of(memo.history)
 
 
 def _static_incomplete(static: GpuStatic) -> bool:

@@ -14,7 +14,7 @@ can print ``null``, and one failing field never hides another.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -284,6 +284,23 @@ class GpuHistory(_Repr):
     memory_used_percent: tuple[float | None, ...] = ()
     power_draw_w: tuple[float | None, ...] = ()
     temperature_c: tuple[int | None, ...] = ()
+
+
+def history_row(sample: GpuSample, memory_used_percent: float | None) -> tuple[Any, ...]:
+    """One point of a GPU's history (in :class:`GpuHistory`'s field order)."""
+    return (
+        sample.timestamp,
+        sample.utilization_gpu_percent,
+        sample.utilization_memory_percent,
+        memory_used_percent,
+        sample.power_draw_w,
+        sample.temperature_c,
+    )
+
+
+def history_of(rows: Iterable[tuple[Any, ...]]) -> GpuHistory:
+    """A :class:`GpuHistory` from rows made by :func:`history_row`, oldest first."""
+    return GpuHistory(*tuple(zip(*rows, strict=True)))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True, repr=False)

@@ -7,18 +7,16 @@ the same for NVML and simulated GPUs. Views only ever see the immutable
 :class:`~nvtopy.model.Snapshot` this module publishes (built by
 :class:`~nvtopy.collector.Collector`).
 
-Threading: :class:`Poller` owns a daemon thread that does every backend call.
-Callers read ``poller.latest`` or subscribe a callback (called on the poller
-thread -- a UI must hand the snapshot over to its own thread, e.g. with Textual's
-thread-safe ``post_message``). ``stop()`` returns at once: the thread waits on an
-event, never on ``time.sleep``.
+Threading: :class:`Poller` owns a daemon thread that does every backend call
+(the lifecycle is :class:`~nvtopy.source.SnapshotSource`'s). Callers read
+``poller.latest`` or subscribe a callback (called on the poller thread -- a UI
+must hand the snapshot over to its own thread, e.g. with Textual's thread-safe
+``post_message``).
 """
 
 from __future__ import annotations
 
 import collections
-import logging
-import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future
@@ -27,10 +25,9 @@ from typing import Any, TypeVar
 from .backends.base import Backend
 from .collector import HISTORY_LENGTH, Collector
 from .model import ALL_GROUPS, Snapshot
+from .source import SnapshotSource
 
 __all__ = ["CADENCE", "FAST_GROUPS", "SLOW_GROUPS", "Poller"]
-
-log = logging.getLogger(__name__)
 
 # Seconds between two reads of each field group; 0 = every tick. An interval
 # longer than a group's cadence reads it every tick. Chosen from how fast each
@@ -61,12 +58,13 @@ SLOW_GROUPS: frozenset[str] = ALL_GROUPS - FAST_GROUPS
 
 MIN_INTERVAL = 0.1
 
-SnapshotCallback = Callable[[Snapshot], None]
 T = TypeVar("T")
 
 
-class Poller:
-    """Collects snapshots on a background thread at an adjustable interval."""
+class Poller(SnapshotSource):
+    """Collects snapshots of a backend on a background thread at an adjustable interval."""
+
+    thread_name = "nvtopy-poller"
 
     def __init__(
         self,
@@ -82,51 +80,21 @@ class Poller:
         collector: Collector | None = None,
     ) -> None:
         """``groups``: the field groups the view shows (others are never read after the first collect)."""
+        super().__init__(max(MIN_INTERVAL, interval))
         self.collector = collector or Collector(backend, indices, history)
         self.backend = backend
-        self._interval = max(MIN_INTERVAL, interval)
         self._groups = frozenset(groups)
         self._cadence = {**CADENCE, **(cadence or {})}
         self._due: dict[str, float] = {}
         self._processes = processes
         self._join = join
-        self._subscribers: list[SnapshotCallback] = []
-        self._wake = threading.Event()
-        self._stopping = False
-        self._paused = False
-        self._thread: threading.Thread | None = None
         self._requests: collections.deque[tuple[Callable[[], Any], Future[Any]]] = collections.deque()
-        self.latest: Snapshot | None = None
         self.last_error: BaseException | None = None
         self.polls = 0
         self.poll_seconds = 0.0  # total time spent collecting (for benchmarks)
 
-    # ----------------------------------------------------------------- control
-
-    @property
-    def interval(self) -> float:
-        return self._interval
-
     def set_interval(self, seconds: float) -> None:
-        """Change the interval; takes effect at once (the current wait is cut short)."""
-        self._interval = max(MIN_INTERVAL, seconds)
-        self._wake.set()
-
-    @property
-    def paused(self) -> bool:
-        return self._paused
-
-    def pause(self) -> None:
-        self._paused = True
-
-    def resume(self) -> None:
-        self._paused = False
-        self._wake.set()
-
-    def refresh(self) -> None:
-        """Collect now instead of at the end of the current wait (also while paused: one snapshot)."""
-        self._refresh_once = True
-        self._wake.set()
+        super().set_interval(max(MIN_INTERVAL, seconds))
 
     def submit(self, function: Callable[[], T]) -> Future[T]:
         """Run ``function`` on the poller thread (which owns the backend) between two polls.
@@ -149,37 +117,6 @@ class Poller:
         while self._requests:
             function, future = self._requests.popleft()
             _run_into(function, future)
-
-    def subscribe(self, callback: SnapshotCallback) -> None:
-        self._subscribers.append(callback)
-
-    def start(self) -> Poller:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="nvtopy-poller", daemon=True)
-            self._thread.start()
-        return self
-
-    def stop(self, timeout: float | None = 2.0) -> None:
-        """Stop the thread; returns as soon as any backend call in progress ends."""
-        self._stopping = True
-        self._wake.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
-
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def __enter__(self) -> Poller:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    # ----------------------------------------------------------------- the thread
-
-    _refresh_once = False
 
     def _due_groups(self, now: float) -> tuple[set[str], bool]:
         """Groups whose cadence has elapsed (and whether process utilisation is due), then reschedule them.
@@ -218,31 +155,11 @@ class Poller:
         )
         self.poll_seconds += time.perf_counter() - started
         self.polls += 1
-        self.latest = snapshot
-        for callback in list(self._subscribers):
-            try:
-                callback(snapshot)
-            except Exception:
-                log.exception("snapshot subscriber failed")
+        self._publish(snapshot)
         return snapshot
 
     def _run(self) -> None:
-        while not self._stopping:
-            self._drain_requests()
-            timeout: float | None = None
-            if not self._paused or self._refresh_once:
-                self._refresh_once = False
-                started = time.monotonic()
-                try:
-                    self.poll_once()
-                    self.last_error = None
-                except Exception as exc:  # a backend bug must not kill the monitor silently
-                    log.exception("poll failed")
-                    self.last_error = exc
-                if not self._paused:
-                    timeout = max(0.0, self._interval - (time.monotonic() - started))
-            self._wake.wait(timeout)
-            self._wake.clear()
+        self._run_periodic(self.poll_once, before=self._drain_requests)
         self._drain_requests()
 
 

@@ -14,7 +14,6 @@ dcgm-exporter's, so its dashboards work as they are.
 from __future__ import annotations
 
 import collections
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -29,7 +28,6 @@ from .backends.base import SignalOutcome
 from .dcgm import BY_NAME
 from .errors import UsageError
 from .model import (
-    GpuHistory,
     GpuProcess,
     GpuSample,
     GpuState,
@@ -39,7 +37,10 @@ from .model import (
     Reason,
     Snapshot,
     freeze,
+    history_of,
+    history_row,
 )
+from .source import SnapshotSource
 
 __all__ = ["HostScrape", "RemoteHosts", "metrics_url", "parse_exposition"]
 
@@ -157,73 +158,24 @@ def _fetch(url: str, timeout: float) -> HostScrape:
         return HostScrape(url, host, error=f"{_where(url)}: not Prometheus metrics ({exc})")
 
 
-class RemoteHosts:
+class RemoteHosts(SnapshotSource):
     """A snapshot source for the monitor: every host's GPUs, scraped in parallel each interval."""
 
+    thread_name = "nvtopy-remote"
+
     def __init__(self, urls: Sequence[str], interval: float = 2.0, timeout: float = 2.0) -> None:
+        super().__init__(interval)
         self.urls = [metrics_url(u) for u in urls]
-        self._interval = interval
         self.timeout = min(timeout, max(0.2, interval))
-        self.latest: Snapshot | None = None
         self.collector = type("_Indices", (), {"indices": []})()
-        self._subscribers: list[Callable[[Snapshot], None]] = []
-        self._paused = False
-        self._stopping = False
-        self._refresh_once = False
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
         self._history: dict[tuple[str, int], collections.deque[tuple[Any, ...]]] = {}
         self._sequence = 0
         self._last: list[HostScrape] = []
-
-    # ----------------------------------------------------------------- the source surface the app uses
-
-    @property
-    def interval(self) -> float:
-        return self._interval
-
-    def set_interval(self, seconds: float) -> None:
-        self._interval = seconds
-        self._wake.set()
-
-    @property
-    def paused(self) -> bool:
-        return self._paused
-
-    def pause(self) -> None:
-        self._paused = True
-
-    def resume(self) -> None:
-        self._paused = False
-        self._wake.set()
-
-    def refresh(self) -> None:
-        self._refresh_once = True
-        self._wake.set()
-
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def subscribe(self, callback: Callable[[Snapshot], None]) -> None:
-        self._subscribers.append(callback)
 
     def submit(self, function: Callable[[], Any]) -> Future[SignalOutcome]:
         future: Future[SignalOutcome] = Future()
         future.set_result(SignalOutcome(False, "processes of remote hosts cannot be signalled from here"))
         return future
-
-    def start(self) -> RemoteHosts:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="nvtopy-remote", daemon=True)
-            self._thread.start()
-        return self
-
-    def stop(self, timeout: float | None = 2.0) -> None:
-        self._stopping = True
-        self._wake.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
 
     def status(self) -> str:
         up = sum(1 for s in self._last if s.error is None)
@@ -237,9 +189,7 @@ class RemoteHosts:
             scrapes = list(pool.map(lambda url: _fetch(url, self.timeout), self.urls))
         self._last = scrapes
         snapshot = self._snapshot(scrapes)
-        self.latest = snapshot
-        for callback in list(self._subscribers):
-            callback(snapshot)
+        self._publish(snapshot)
         return snapshot
 
     def _snapshot(self, scrapes: list[HostScrape]) -> Snapshot:
@@ -286,17 +236,8 @@ class RemoteHosts:
                 key = (scrape.url, remote_static.index)
                 rows = self._history.setdefault(key, collections.deque(maxlen=HISTORY))
                 state = GpuState(static, sample, processes)
-                rows.append(
-                    (
-                        now,
-                        sample.utilization_gpu_percent,
-                        sample.utilization_memory_percent,
-                        state.memory_used_percent,
-                        sample.power_draw_w,
-                        sample.temperature_c,
-                    )
-                )
-                history = GpuHistory(*tuple(zip(*rows, strict=True)))  # type: ignore[arg-type]
+                rows.append(history_row(sample, state.memory_used_percent))
+                history = history_of(rows)
                 gpus.append(GpuState(static, sample, processes, history=history))
         self._sequence += 1
         names = [s.hostname for s in scrapes]
@@ -310,16 +251,7 @@ class RemoteHosts:
         return Snapshot(timestamp=now, host=host, gpus=tuple(gpus), sequence=self._sequence, interval=self._interval)
 
     def _run(self) -> None:
-        while not self._stopping:
-            started = time.monotonic()
-            timeout: float | None = None
-            if not self._paused or self._refresh_once:
-                self._refresh_once = False
-                self.poll_once()
-                if not self._paused:
-                    timeout = max(0.0, self._interval - (time.monotonic() - started))
-            self._wake.wait(timeout)
-            self._wake.clear()
+        self._run_periodic(self.poll_once)
 
 
 def _where(url: str) -> str:

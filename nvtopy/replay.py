@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -25,7 +24,6 @@ from . import cli
 from .backends.base import SignalOutcome
 from .errors import NvtopyError, UsageError
 from .model import (
-    GpuHistory,
     GpuProcess,
     GpuSample,
     GpuState,
@@ -35,7 +33,10 @@ from .model import (
     Reason,
     Snapshot,
     freeze,
+    history_of,
+    history_row,
 )
+from .source import SnapshotSource
 
 __all__ = ["Recording", "ReplayPlayer", "build_parser", "load_recording", "run", "snapshot_from_dict"]
 
@@ -106,17 +107,8 @@ def snapshot_from_dict(data: dict[str, Any], history: dict[int, collections.dequ
         processes = tuple(_process(p, static) for p in item.get("processes") or ())
         state = GpuState(static, sample, processes, None if unavailable is None else Reason(unavailable))
         rows = history.setdefault(index, collections.deque(maxlen=HISTORY))
-        rows.append(
-            (
-                timestamp,
-                sample.utilization_gpu_percent,
-                sample.utilization_memory_percent,
-                state.memory_used_percent,
-                sample.power_draw_w,
-                sample.temperature_c,
-            )
-        )
-        history_value = GpuHistory(*tuple(zip(*rows, strict=True)))  # type: ignore[arg-type]
+        rows.append(history_row(sample, state.memory_used_percent))
+        history_value = history_of(rows)
         gpus.append(GpuState(static, sample, processes, state.processes_unavailable, history_value))
     return Snapshot(
         timestamp=timestamp,
@@ -170,64 +162,35 @@ class _NoCollector:
     indices: list[int] = []
 
 
-class ReplayPlayer:
+class ReplayPlayer(SnapshotSource):
     """A snapshot source for the monitor that plays a recording at its recorded pace.
 
-    It offers what the app uses of a :class:`~nvtopy.poller.Poller` (subscribe,
-    start/stop, pause/resume, refresh, submit, interval) plus stepping and speed.
+    Besides what every source offers (subscribe, pause/resume, refresh) it steps
+    back and forth and changes speed; ``submit`` refuses: there is nothing to signal.
     """
 
     SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 64.0)
+    thread_name = "nvtopy-replay"
 
     def __init__(self, recording: Recording, speed: float = 1.0) -> None:
+        super().__init__(interval=speed)
         self.recording = recording
         self.snapshots = recording.snapshots
         self.position = 0
-        self.speed = speed
         self.collector = _NoCollector()
-        self.latest: Snapshot | None = None
-        self._subscribers: list[Callable[[Snapshot], None]] = []
-        self._paused = False
-        self._stopping = False
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    # the Poller-like surface the app uses
+    @property
+    def speed(self) -> float:
+        return self._interval
+
     @property
     def interval(self) -> float:
-        return self.speed
-
-    @property
-    def paused(self) -> bool:
-        return self._paused
-
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def subscribe(self, callback: Callable[[Snapshot], None]) -> None:
-        self._subscribers.append(callback)
-
-    def start(self) -> ReplayPlayer:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="nvtopy-replay", daemon=True)
-            self._thread.start()
-        return self
-
-    def stop(self, timeout: float | None = 2.0) -> None:
-        self._stopping = True
-        self._wake.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
-
-    def pause(self) -> None:
-        self._paused = True
+        return self._interval
 
     def resume(self) -> None:
         if self.position >= len(self.snapshots) - 1:
             self.position = -1  # at the end: play again from the start
-        self._paused = False
-        self._wake.set()
+        super().resume()
 
     def refresh(self) -> None:
         self.step(1)
@@ -240,39 +203,32 @@ class ReplayPlayer:
         future.set_result(SignalOutcome(False, "this is a replay: there is no process to signal"))
         return future
 
-    # replay controls
     def step(self, count: int) -> None:
         """Pause and show the snapshot ``count`` records away (negative: back)."""
         self._paused = True
         self.position = max(0, min(len(self.snapshots) - 1, self.position + count))
-        self._publish()
+        self._publish(self.snapshots[self.position])
 
     def faster(self) -> None:
         bigger = [s for s in self.SPEEDS if s > self.speed]
-        self.speed = bigger[0] if bigger else self.speed
+        self._interval = bigger[0] if bigger else self.speed
         self._wake.set()
 
     def slower(self) -> None:
         smaller = [s for s in self.SPEEDS if s < self.speed]
-        self.speed = smaller[-1] if smaller else self.speed
+        self._interval = smaller[-1] if smaller else self.speed
         self._wake.set()
 
     def status(self) -> str:
         state = "⏸" if self._paused else "▶"
         return f"REPLAY {state} x{self.speed:g} {self.position + 1}/{len(self.snapshots)}"
 
-    def _publish(self) -> None:
-        snapshot = self.snapshots[self.position]
-        self.latest = snapshot
-        for callback in list(self._subscribers):
-            callback(snapshot)
-
     def _run(self) -> None:
-        self._publish()
+        self._publish(self.snapshots[self.position])
+        last = len(self.snapshots) - 1
         while not self._stopping:
-            if self._paused or self.position >= len(self.snapshots) - 1:
-                if self.position >= len(self.snapshots) - 1:
-                    self._paused = True
+            if self._paused or self.position >= last:
+                self._paused = self._paused or self.position >= last
                 self._wake.wait()
                 self._wake.clear()
                 continue
@@ -282,7 +238,7 @@ class ReplayPlayer:
                 continue  # paused, stepped or re-timed: decide again
             if not self._paused and not self._stopping:
                 self.position += 1
-                self._publish()
+                self._publish(self.snapshots[self.position])
 
 
 def build_parser(command: str) -> argparse.ArgumentParser:

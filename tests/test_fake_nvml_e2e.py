@@ -132,3 +132,50 @@ def test_selection_by_bus_id_on_real_path(fake_lib):
     result = nvtopy(fake_lib, "--once", "--json", "--gpus", "0000:2b:00.0", FAKE_NVML_GPUS="4")
     assert result.returncode == 0, result.stderr
     assert [g["bus_id"] for g in json.loads(result.stdout)["gpus"]] == ["00000000:2B:00.0"]
+
+
+def test_log_and_exporter_on_the_real_nvml_path(fake_lib, workers, tmp_path):
+    import socket
+    import time
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    knobs = {"FAKE_NVML_GPUS": "2", "FAKE_NVML_PIDS": ",".join(map(str, workers))}
+    log = nvtopy(fake_lib, "log", "--count", "2", "--interval", "0.1", "--format", "jsonl", "--processes", **knobs)
+    assert log.returncode == 0, log.stderr
+    for line in log.stdout.splitlines():
+        check_contract(json.loads(line))
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_NVML_")}
+    env.update(knobs, LD_LIBRARY_PATH=fake_lib)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nvtopy", "exporter", "--listen", f"127.0.0.1:{port}"],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        text = ""
+        while time.monotonic() < deadline:
+            try:
+                text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+                if "DCGM_FI_DEV_GPU_UTIL{" in text:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.1)
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        util = families["DCGM_FI_DEV_GPU_UTIL"].samples
+        assert sorted(s.labels["gpu"] for s in util) == ["0", "1"]
+        assert util[0].labels["pci_bus_id"].startswith("00000000:") and util[0].labels["UUID"].startswith("GPU-")
+        assert util[0].labels["DCGM_FI_DRIVER_VERSION"] == "550.54.15"
+        pids = {int(s.labels["pid"]) for s in families["nvtopy_process_gpu_memory_bytes"].samples}
+        assert pids == set(workers)
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0
