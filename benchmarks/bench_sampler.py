@@ -3,9 +3,9 @@
 The loop is pure Python arithmetic (the worst case: it needs the GIL the sampler
 thread also takes). Two measures:
 
-- A/B: short trials alternate "no sampler" and "1 s sampler on 8 simulated GPUs";
-  on a shared machine noise only ever adds time to a CPU-bound loop, so the
-  minimum of each kind is compared (medians are printed too);
+- A/B: trials alternate "no sampler" and "1 s sampler on 8 simulated GPUs";
+  each pair of adjacent trials gives a ratio (adjacent trials share the
+  machine's slow drifts), and the median ratio is the slowdown;
 - the sampler thread's own CPU time (its per-thread CPU clock) per second of
   loop: under the GIL that is the most it can take from the loop.
 
@@ -34,12 +34,12 @@ def cpu_bound(iterations: int) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=15)
-    parser.add_argument("--seconds", type=float, default=4.0, help="length of one trial of the loop")
+    parser.add_argument("--trials", type=int, default=31)
+    parser.add_argument("--seconds", type=float, default=2.0, help="length of one trial of the loop")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
-    trials = 5 if args.quick else args.trials
-    seconds = 2.0 if args.quick else args.seconds
+    trials = 7 if args.quick else args.trials
+    seconds = 1.0 if args.quick else args.seconds
 
     import nvtopy
 
@@ -56,14 +56,20 @@ def main() -> int:
             with_sampler.append(cpu_bound(iterations))
             thread_cpu += time.clock_gettime(clock) - cpu_before
         samples += len(sampler.history)
-    best, best_sampled = min(without), min(with_sampler)
-    slowdown = 100 * (best_sampled - best) / best
+    best = min(without)
+    ratios = [b / a for a, b in zip(without, with_sampler, strict=True)]
+    slowdown = 100 * (statistics.median(ratios) - 1)
     share = 100 * thread_cpu / sum(with_sampler)
     spread = 100 * (max(without) - best) / best
     print(f"sampler cost on a CPU-bound loop ({trials} alternating trials of ~{best:.1f} s, 8 simulated GPUs, 1 s)")
-    print(f"  without sampler  min {best:.4f} s   median {statistics.median(without):.4f} s")
-    print(f"  with sampler     min {best_sampled:.4f} s   median {statistics.median(with_sampler):.4f} s")
-    print(f"  slowdown (min vs min)       {slowdown:+.2f} %   (noise: trials without a sampler spread {spread:.1f} %)")
+    print(f"  without sampler  median {statistics.median(without):.4f} s")
+    print(f"  with sampler     median {statistics.median(with_sampler):.4f} s")
+    quartiles = statistics.quantiles(ratios, n=4)
+    print(
+        f"  slowdown (median of paired ratios)  {slowdown:+.2f} %   "
+        f"(quartiles {100 * (quartiles[0] - 1):+.1f} % .. {100 * (quartiles[2] - 1):+.1f} %; "
+        f"trials without a sampler spread {spread:.0f} %)"
+    )
     each = 1000 * thread_cpu / max(samples, 1)
     print(f"  sampler thread CPU / loop   {share:.3f} %   ({samples} samples, {each:.2f} ms each)")
     RESULTS.mkdir(exist_ok=True)
@@ -72,7 +78,7 @@ def main() -> int:
             {
                 "without_s": without,
                 "with_s": with_sampler,
-                "slowdown_min_percent": slowdown,
+                "slowdown_median_paired_percent": slowdown,
                 "sampler_thread_cpu_percent": share,
                 "samples": samples,
             },
