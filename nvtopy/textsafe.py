@@ -1,25 +1,93 @@
-"""Untrusted text (command lines, user names) made safe to draw in a terminal.
+"""Text from outside nvtopy, made safe for where it goes: a terminal, or a file.
 
-Why: a process can put anything in its argv -- escape sequences that restyle or
-move the cursor, newlines that break a table row, NULs. Rich ``Text`` already
-keeps ``[bold]``-style markup literal; this removes the control characters that
-would still reach the terminal, replacing each with a visible stand-in.
+Why: a process can put anything in its argv (escape sequences that retitle the
+terminal, newlines that break a row, bytes that are not UTF-8), and so can a
+driver string, a recording or a remote exporter's label. Python hands us such
+text as ``str``, undecodable bytes as lone surrogates (``surrogateescape``).
+Nothing is cleaned where it comes in: the model keeps the text exactly, and
+each output applies one rule, in one function, where it writes.
+
+The policy (README, "Text from outside"):
+
+- **Terminal** (TUI, ``--once`` text, error messages): :func:`safe_text`.
+  Control characters (C0, DEL, C1), bidi overrides and undecodable bytes are
+  shown as visible escapes (``\\e``, ``\\n``, ``\\x9b``, ``\\u202e``, ``\\xff``).
+  Meant for eyes, not for machines.
+- **Files and the wire** (JSON, JSONL, CSV, Prometheus labels):
+  :func:`escape_text`. The result is always valid UTF-8 with no control
+  characters; each control character and each undecodable byte is written as
+  ``\\xNN`` (the bytes of its UTF-8 encoding, or the raw byte), and a literal
+  backslash is doubled only where it would otherwise read as an escape (before
+  another backslash or before ``xNN``). Ordinary text, backslashes included,
+  passes unchanged. :func:`unescape_text` reverses it exactly:
+  ``unescape_text(escape_text(s)) == s`` for every ``s``.
 """
 
 from __future__ import annotations
 
-__all__ = ["safe_text"]
+import re
+
+__all__ = ["escape_text", "safe_text", "unescape_bytes", "unescape_text"]
 
 # C0 controls, DEL and C1 controls -> visible escapes; tab and newline get short forms.
-_TABLE = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
+_TABLE: dict[int, str] = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
 _TABLE.update({0x09: " ", 0x0A: "\\n", 0x0D: "\\r", 0x1B: "\\e"})
 _TABLE.update({code: f"\\u{code:04x}" for code in (0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))})
+# Undecodable bytes (surrogateescape'd to U+DC80..U+DCFF) -> the byte; any other lone surrogate -> its code.
+_TABLE.update({code: f"\\x{code - 0xDC00:02x}" for code in range(0xDC80, 0xDD00)})
+_TABLE.update({code: f"\\u{code:04x}" for code in (*range(0xD800, 0xDC80), *range(0xDD00, 0xE000))})
 
 
 def safe_text(text: str | None) -> str:
-    """``text`` with every terminal control character (and bidi override) replaced by a visible escape."""
+    """``text`` for a terminal: every control character, bidi override and undecodable byte made visible."""
     if not text:
         return text or ""
     if text.isprintable():
         return text
     return text.translate(_TABLE)
+
+
+# What escape_text must write as \xNN: C0, DEL, C1 and every surrogate (undecodable bytes and
+# lone surrogates, which UTF-8 cannot encode). A backslash is doubled before "\" or "xNN" and
+# before a character that is itself escaped (whose escape starts with a backslash).
+_ESCAPED = "\x00-\x1f\x7f-\x9f\ud800-\udfff"
+_NEEDS_WORK = re.compile(rf"[{_ESCAPED}]|\\(?=[\\{_ESCAPED}]|x[0-9a-fA-F]{{2}})")
+_UNESCAPE = re.compile(r"\\\\|\\x([0-9a-fA-F]{2})")
+
+
+def _escape_one(match: re.Match[str]) -> str:
+    char = match.group()
+    if char == "\\":
+        return "\\\\"
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:  # an undecodable byte, as surrogateescape carries it
+        return f"\\x{code - 0xDC00:02x}"
+    return "".join(f"\\x{b:02x}" for b in char.encode("utf-8", "surrogatepass"))
+
+
+def escape_text(text: str | None) -> str | None:
+    """``text`` for a file or the wire: valid UTF-8, no control characters, reversible (module docstring)."""
+    if text is None:
+        return None
+    if (text.isprintable() and "\\" not in text) or not _NEEDS_WORK.search(text):
+        return text
+    return _NEEDS_WORK.sub(_escape_one, text)
+
+
+def unescape_bytes(text: str) -> bytes:
+    """The exact bytes :func:`escape_text` was given (as UTF-8, undecodable bytes as they were)."""
+    out = bytearray()
+    position = 0
+    for match in _UNESCAPE.finditer(text):
+        out += text[position : match.start()].encode("utf-8", "surrogatepass")
+        out += b"\\" if match.group(1) is None else bytes((int(match.group(1), 16),))
+        position = match.end()
+    out += text[position:].encode("utf-8", "surrogatepass")
+    return bytes(out)
+
+
+def unescape_text(text: str | None) -> str | None:
+    """Reverse :func:`escape_text`: the original string, undecodable bytes as lone surrogates again."""
+    if text is None or "\\" not in text:
+        return text
+    return unescape_bytes(text).decode("utf-8", "surrogateescape")
