@@ -72,6 +72,7 @@ class _Entry:
         "name",
         "process",
         "reasons",
+        "retry_command",
         "uid",
         "user",
     )
@@ -95,6 +96,13 @@ class _Entry:
         self.first = first  # (status, cpu times, rss) read with the static facts, used once
         self.last_cpu: float | None = None  # user+system seconds at the previous reading
         self.last_wall: float | None = None
+        # An empty argv is read in the instant between a process's exec and the kernel setting up
+        # its arguments (a pid seen as it starts): read the command again instead of caching that.
+        self.retry_command = False
+
+
+# How long after its start a process with an empty argv is read again (kernel threads keep theirs empty).
+_EXEC_WINDOW_S = 10.0
 
 
 def _join_cmdline(cmdline: list[str]) -> str:
@@ -119,6 +127,7 @@ class PsutilInspector:
         reasons: dict[str, Reason] = {}
         user = uid = name = command = None
         first = None
+        retry = False
         try:
             with process.oneshot():
                 create_time = process.create_time()
@@ -131,6 +140,7 @@ class PsutilInspector:
                     name = process.name()
                     cmdline = process.cmdline()
                     command = _join_cmdline(cmdline) if cmdline else name
+                    retry = not cmdline
                 except psutil.ZombieProcess:
                     command = name or None
                     if command is None:
@@ -153,9 +163,11 @@ class PsutilInspector:
             return None
         except psutil.AccessDenied:
             return self._denied_entry(pid, process)
-        return _Entry(
+        entry = _Entry(
             process, create_time, user=user, uid=uid, name=name, command=command, reasons=reasons, first=first
         )
+        entry.retry_command = retry
+        return entry
 
     @staticmethod
     def _denied_entry(pid: int, process: psutil.Process | None = None) -> _Entry | None:
@@ -190,6 +202,19 @@ class PsutilInspector:
             result[pid] = self._inspect_one(pid, now)
         return result
 
+    @staticmethod
+    def _reread_command(entry: _Entry, now: float) -> None:
+        """The argv of a process first seen with none (see ``_Entry.retry_command``)."""
+        if entry.create_time is None or now - entry.create_time > _EXEC_WINDOW_S:
+            entry.retry_command = False
+            return
+        try:
+            cmdline = entry.process.cmdline()
+        except psutil.Error:
+            return
+        if cmdline:
+            entry.command, entry.retry_command = _join_cmdline(cmdline), False
+
     def _inspect_one(self, pid: int, now: float) -> HostProcess | None:
         entry = self._entries.get(pid)
         if entry is not None and not entry.process.is_running():
@@ -202,6 +227,8 @@ class PsutilInspector:
             if entry is None:
                 return None
             self._entries[pid] = entry
+        elif entry.retry_command:
+            self._reread_command(entry, now)
         reasons = dict(entry.reasons)
         cpu_percent: float | None = None
         rss: int | None = None

@@ -444,3 +444,23 @@ def test_username_for_uid_unknown_uid_is_numeric():
         assert username_for_uid(uid) == str(uid)
     finally:
         hostprocs._USERNAMES.pop(uid, None)
+
+
+def test_a_process_seen_during_its_exec_gets_its_command_on_the_next_look(monkeypatch, spawn):
+    """An empty argv (read between exec and the kernel setting up the arguments) is not cached."""
+    child = spawn()
+    original = psutil.Process.cmdline
+    calls = {"n": 0}
+
+    def cmdline(self):
+        if self.pid == child.pid and calls["n"] == 0:
+            calls["n"] += 1
+            return []  # what /proc/<pid>/cmdline reads in that instant
+        return original(self)
+
+    _patch(monkeypatch, "cmdline", cmdline)
+    inspector = PsutilInspector()
+    first = inspector.inspect([child.pid])[child.pid]
+    assert first.command == first.name  # the best there is at that moment
+    again = inspector.inspect([child.pid])[child.pid]
+    assert again.command == f"{sys.executable} -c {SLEEP_CODE}"
