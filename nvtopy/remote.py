@@ -6,6 +6,26 @@ names, without per-process series); the monitor scrapes each one's
 parser and shows every host's GPUs, titled with the host's name. A host that
 does not answer is marked unreachable and asked again at the next refresh.
 
+One host never stops the others. Each host is fetched and parsed on its own
+daemon thread, and whatever goes wrong there (refused, not HTTP at all, HTTP
+but not metrics, a value no GPU has, an exception of any kind) marks that host
+only, with one short line saying why. A poll has one deadline for all hosts,
+``timeout`` seconds: a body is read in chunks against that deadline (a peer
+sending one byte at a time cannot stretch it, as urllib's per-read timeout
+would let it), and the poll itself waits on the threads no longer than that,
+so a fetch stuck where no timeout reaches (name resolution) is marked "no
+answer" and left behind. A host whose last fetch is still running is not
+asked again until it ends, and stopping the monitor never waits for a fetch:
+the threads are daemons (a ThreadPoolExecutor's are joined at exit) and their
+sockets are shut down.
+
+What a host says is bounded too: values outside their range (see
+:mod:`nvtopy.dcgm`) read as N/A, at most :data:`MAX_GPUS_PER_HOST` GPUs (with
+an index up to :data:`MAX_GPU_INDEX`) and :data:`MAX_PROCESSES_PER_HOST`
+processes are shown, with a note saying so, and labels are cut to
+:data:`MAX_LABEL` characters. Credentials in a URL (``http://user:pw@host``)
+are sent as HTTP basic auth and never shown: hosts are named ``host:port``.
+
 This is for a handful of machines watched from one terminal. For a fleet, point
 a Prometheus server at the exporters and use Grafana: the names are
 dcgm-exporter's, so its dashboards work as they are.
@@ -13,13 +33,18 @@ dcgm-exporter's, so its dashboards work as they are.
 
 from __future__ import annotations
 
+import base64
 import collections
+import contextlib
+import http.client
+import socket
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,29 +66,99 @@ from .model import (
     history_row,
 )
 from .source import SnapshotSource
+from .textsafe import safe_text, unescape_text
 
-__all__ = ["HostScrape", "RemoteHosts", "metrics_url", "parse_exposition"]
+__all__ = [
+    "MAX_GPUS_PER_HOST",
+    "MAX_GPU_INDEX",
+    "MAX_PROCESSES_PER_HOST",
+    "HostScrape",
+    "RemoteHosts",
+    "metrics_url",
+    "parse_exposition",
+]
 
 HISTORY = 300
 MAX_BYTES = 16 * 1024 * 1024
+MAX_GPUS_PER_HOST = 64  # an HGX board has 8 or 16: more is a broken or hostile exporter
+MAX_GPU_INDEX = 1023  # a ``gpu`` label above this is no GPU (it is counted as reported, never shown)
+MAX_PROCESSES_PER_HOST = 4096
+MAX_LABEL = 256  # characters kept of a label (host and model names, UUIDs, user names)
+MAX_COMMAND = 4096  # of a command line
+MAX_PID = 2**32 - 1  # pids are 32-bit (Linux's own limit is 2**22); 0 is no process
+GRACE = 0.2  # how long past its deadline a poll waits for a fetch to report its own reason
+CHUNK = 64 * 1024
+
+# Per-process values, as nvtopy's exporter names them: (lowest, highest, whole number). Outside
+# the range, or not finite, a value is None (N/A), like the GPU fields of nvtopy.dcgm.
+PROCESS_VALUES: dict[str, tuple[float, float, bool]] = {
+    "gpu_memory_bytes": (0, 2**64 - 1, True),
+    "sm_utilization_percent": (0, 100, True),
+    "memory_utilization_percent": (0, 100, True),
+    "cpu_percent": (0, 100 * 4096, False),  # psutil: 100 per CPU used
+    "host_memory_bytes": (0, 2**64 - 1, True),
+    "start_time_seconds": (1, 2**33, False),  # a Unix time, after 1970 and before the year 2242
+}
+
+
+def _split_netloc(text: str) -> tuple[str, str, str]:
+    """``scheme://``, the netloc without credentials, and the rest (a path, a query)."""
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        scheme, rest = "", text
+    end = min([i for i in (rest.find(c) for c in "/?#") if i >= 0], default=len(rest))
+    return (scheme + sep, rest[:end].rpartition("@")[2], rest[end:])
+
+
+def _without_credentials(text: str) -> str:
+    """A URL as it may be shown: ``user:password@`` removed."""
+    return "".join(_split_netloc(text))
 
 
 def metrics_url(text: str) -> str:
-    """``host:9400`` -> ``http://host:9400/metrics``; a scheme or path given is kept."""
+    """``host:9400`` -> ``http://host:9400/metrics``; a scheme or path given is kept (credentials too)."""
     text = text.strip()
     if not text:
         raise UsageError("--remote: empty URL")
     if "://" not in text:
         text = "http://" + text
+    shown = _without_credentials(text)
     parts = urllib.parse.urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"--remote {text!r}: give http://HOST:PORT or HOST:PORT")
     try:
+        hostname = parts.hostname
         parts.port  # noqa: B018 - raises on a bad port
     except ValueError:
-        raise UsageError(f"--remote {text!r}: bad port") from None
+        raise UsageError(f"--remote {shown!r}: bad port or address") from None
+    if parts.scheme not in ("http", "https") or not hostname:
+        raise UsageError(f"--remote {shown!r}: give http://HOST:PORT or HOST:PORT")
     path = parts.path if parts.path not in ("", "/") else "/metrics"
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+
+
+@dataclass(frozen=True)
+class _Target:
+    """One host to scrape: the URL without credentials, how it is shown, and its basic-auth header."""
+
+    url: str
+    label: str  # host:port, never the credentials: what titles and errors show
+    authorization: str | None = None
+
+    @classmethod
+    def of(cls, text: str) -> _Target:
+        url = metrics_url(text)
+        parts = urllib.parse.urlsplit(url)
+        scheme, netloc, rest = _split_netloc(url)
+        authorization = None
+        if parts.username is not None:  # urllib does not send these by itself
+            user = urllib.parse.unquote(parts.username)
+            password = urllib.parse.unquote(parts.password or "")
+            token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+            authorization = f"Basic {token}"
+        return cls(url=scheme + netloc + rest, label=netloc, authorization=authorization)
+
+    @property
+    def hostname(self) -> str:
+        return urllib.parse.urlsplit(self.url).hostname or self.label
 
 
 @dataclass
@@ -76,10 +171,39 @@ class HostScrape:
     gpus: list[tuple[GpuStatic, dict[str, Any], bool]] = field(default_factory=list)  # static, sample values, lost
     processes: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # gpu index -> process values
     error: str | None = None
+    note: str | None = None  # what was left out (GPUs, processes beyond the caps), shown beside the GPUs
+
+
+def _label(labels: dict[str, str], name: str, limit: int = MAX_LABEL) -> str | None:
+    """A label's text (nvtopy's exporter escapes it: undone), at most ``limit`` characters; None if empty."""
+    value = labels.get(name)
+    if not value:
+        return None
+    value = unescape_text(value[: limit * 4]) or ""  # an escape is at most 4 characters
+    return value[:limit] or None
+
+
+def _whole(text: str | None, highest: int) -> int | None:
+    """A label holding a whole number from 0 to ``highest``, else None (a 5,000-digit one too)."""
+    if not text or len(text) > len(str(highest)) or not (text.isascii() and text.isdigit()):
+        return None
+    value = int(text)
+    return value if value <= highest else None
+
+
+def _process_value(name: str, value: float) -> float | int | None:
+    low, high, whole = PROCESS_VALUES[name]
+    if not low <= value <= high:  # NaN and the infinities fail this too
+        return None
+    return round(value) if whole else float(value)
 
 
 def parse_exposition(text: str, url: str) -> HostScrape:
-    """GPUs and processes out of a Prometheus text exposition with dcgm-exporter's names."""
+    """GPUs and processes out of a Prometheus text exposition with dcgm-exporter's names.
+
+    Raises ValueError (or another exception of the parser) for text that is not
+    an exposition; values and counts that no GPU has are cut as the module says.
+    """
     from prometheus_client.parser import text_string_to_metric_families
 
     host = urllib.parse.urlsplit(url).hostname or url
@@ -87,31 +211,49 @@ def parse_exposition(text: str, url: str) -> HostScrape:
     values: dict[int, dict[str, Any]] = collections.defaultdict(dict)
     lost: dict[int, bool] = {}
     processes: dict[tuple[int, int], dict[str, Any]] = {}
+    reported: set[str] = set()  # every gpu label seen, shown or not
+    left_out: set[tuple[int, int]] = set()  # processes beyond MAX_PROCESSES_PER_HOST
     driver = None
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             labels = sample.labels
-            if "gpu" not in labels or not labels["gpu"].isdigit():
+            gpu = labels.get("gpu", "")
+            if not (gpu.isascii() and gpu.isdigit()):
                 continue
-            index = int(labels["gpu"])
-            if sample.name.startswith("nvtopy_process_") and "pid" in labels and labels["pid"].isdigit():
-                row = processes.setdefault(
-                    (index, int(labels["pid"])),
-                    {
-                        "user": labels.get("user") or None,
-                        "command": labels.get("command") or None,
-                        "type": labels.get("type") or "C",
-                    },
-                )
-                row[sample.name.removeprefix("nvtopy_process_")] = sample.value
+            is_process = sample.name.startswith("nvtopy_process_")
+            if not is_process and len(reported) <= 100_000:
+                reported.add(gpu.lstrip("0") or "0")
+            index = _whole(gpu, MAX_GPU_INDEX)
+            if index is None:
                 continue
-            static = statics.setdefault(index, {})
-            if labels.get("Hostname"):
-                host = labels["Hostname"]
-            driver = labels.get("DCGM_FI_DRIVER_VERSION") or driver
-            static.setdefault("uuid", labels.get("UUID") or None)
-            static.setdefault("bus_id", labels.get("pci_bus_id") or None)
-            static.setdefault("name", labels.get("modelName") or None)
+            if is_process:
+                metric = sample.name.removeprefix("nvtopy_process_")
+                pid = _whole(labels.get("pid"), MAX_PID)
+                if not pid or metric not in PROCESS_VALUES:
+                    continue
+                row = processes.get((index, pid))
+                if row is None:
+                    if len(processes) >= MAX_PROCESSES_PER_HOST:
+                        if len(left_out) < 1_000_000:
+                            left_out.add((index, pid))
+                        continue
+                    kind = labels.get("type") or "C"
+                    row = processes[(index, pid)] = {
+                        "user": _label(labels, "user"),
+                        "command": _label(labels, "command", MAX_COMMAND),
+                        "type": kind if kind in ("C", "G", "C+G") else "C",
+                    }
+                row[metric] = _process_value(metric, sample.value)
+                continue
+            static = statics.get(index)
+            if static is None:
+                static = statics[index] = {
+                    "uuid": _label(labels, "UUID"),
+                    "bus_id": _label(labels, "pci_bus_id"),
+                    "name": _label(labels, "modelName"),
+                }
+            host = _label(labels, "Hostname") or host
+            driver = _label(labels, "DCGM_FI_DRIVER_VERSION") or driver
             if sample.name == "nvtopy_gpu_lost":
                 lost[index] = sample.value >= 1
                 continue
@@ -121,7 +263,7 @@ def parse_exposition(text: str, url: str) -> HostScrape:
             known = BY_NAME.get(name)
             if known is None:
                 continue
-            value = known.from_metric(sample.value)
+            value = known.from_metric(sample.value)  # None: not finite, or out of the field's range
             if known.attribute.startswith("static."):
                 static[known.attribute[7:]] = value
             else:
@@ -130,32 +272,241 @@ def parse_exposition(text: str, url: str) -> HostScrape:
     for gpu_values in values.values():
         if any(k.startswith("ecc_") for k in gpu_values):
             gpu_values["ecc_mode"] = True  # dcgm has no ECC-mode metric: counters are exported only when it is on
-    for index in sorted(statics):
+    shown = sorted(statics)[:MAX_GPUS_PER_HOST]
+    for index in shown:
         static = GpuStatic(index=index, **statics[index])
         scrape.gpus.append((static, dict(values.get(index, {})), lost.get(index, False)))
-    for (index, _pid), row in sorted(processes.items()):
-        scrape.processes.setdefault(index, []).append({"pid": _pid, **row})
+    for (index, pid), row in sorted(processes.items()):
+        if index in statics:  # a process of a GPU without GPU series has nowhere to be shown
+            scrape.processes.setdefault(index, []).append({"pid": pid, **row})
+    notes = []
+    if len(reported) > len(shown):
+        count = (
+            f"{len(reported)} GPU{'s' if len(reported) > 1 else ''}" if len(reported) <= 100_000 else "over 100000 GPUs"
+        )
+        notes.append(f"host reported {count}; showing the first {len(shown)}")
+    if left_out:
+        notes.append(f"host reported {len(processes) + len(left_out)} processes; showing {len(processes)}")
+    scrape.note = "; ".join(notes) or None
     return scrape
 
 
-def _fetch(url: str, timeout: float) -> HostScrape:
-    request = urllib.request.Request(url, headers={"User-Agent": f"nvtopy/{__version__}"})
-    host = urllib.parse.urlsplit(url).hostname or url
+# ----------------------------------------------------------------- fetching, with one deadline
+
+
+class _TooSlowError(Exception):
+    """The body did not arrive by the deadline."""
+
+
+class _TooLargeError(Exception):
+    """The body is larger than any exporter's."""
+
+
+class _Job:
+    """One fetch of one host, on its own daemon thread; ``abort()`` shuts its sockets from any thread."""
+
+    def __init__(self, target: _Target, deadline: float, timeout: float, changed: threading.Event) -> None:
+        self.target = target
+        self.deadline = deadline
+        self.timeout = timeout
+        self.done = threading.Event()
+        self.result: HostScrape | None = None
+        self._changed = changed
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._aborted = False
+
+    def start(self) -> _Job:
+        try:
+            threading.Thread(target=self._run, name="nvtopy-remote-fetch", daemon=True).start()
+        except RuntimeError:  # no thread to be had (a process at its limit): this host waits for the next poll
+            self.result = _failed(self.target, f"{self.target.label}: not asked (no thread available)")
+            self.done.set()
+        return self
+
+    def _run(self) -> None:
+        try:
+            self.result = _fetch(self.target, self.deadline, self)
+        except Exception as exc:  # noqa: BLE001 - whatever it is, it is this host's, said in one line
+            self.result = _failed(self.target, f"{self.target.label}: could not be read ({type(exc).__name__})")
+        finally:
+            self.done.set()
+            self._changed.set()
+            with self._lock:
+                self._sockets.clear()
+
+    def track(self, sock: socket.socket) -> None:
+        """Called by the connection once connected; after an abort the socket is shut at once."""
+        with self._lock:
+            self._sockets.append(sock)
+            aborted = self._aborted
+        if aborted:
+            _shut(sock)
+
+    def abort(self) -> None:
+        with self._lock:
+            self._aborted = True
+            sockets = list(self._sockets)
+        for sock in sockets:
+            _shut(sock)
+
+    def set_timeout(self, seconds: float) -> None:
+        """Shrink the socket's timeout to what is left of the deadline."""
+        with self._lock:
+            sockets = list(self._sockets[-1:])
+        for sock in sockets:
+            with contextlib.suppress(OSError):  # already closed: the read says so
+                sock.settimeout(max(0.001, seconds))
+
+
+def _shut(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):  # not connected, or closed already
+        sock.shutdown(socket.SHUT_RDWR)  # wakes a recv blocked in another thread
+
+
+class _HTTPConnection(http.client.HTTPConnection):
+    def __init__(self, *args: Any, job: _Job, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._job = job
+
+    def connect(self) -> None:
+        super().connect()
+        self._job.track(self.sock)
+
+
+class _HTTPSConnection(http.client.HTTPSConnection):
+    def __init__(self, *args: Any, job: _Job, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._job = job
+
+    def connect(self) -> None:
+        super().connect()
+        self._job.track(self.sock)
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, job: _Job) -> None:
+        super().__init__()
+        self._job = job
+
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_connection(_HTTPConnection, self._job), req)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, job: _Job) -> None:
+        super().__init__()
+        self._job = job
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_connection(_HTTPSConnection, self._job), req, context=self._context)
+
+
+def _connection(cls: type[http.client.HTTPConnection], job: _Job) -> Callable[..., http.client.HTTPConnection]:
+    def make(*args: Any, **kwargs: Any) -> http.client.HTTPConnection:
+        return cls(*args, job=job, **kwargs)  # type: ignore[call-arg]
+
+    return make
+
+
+def _failed(target: _Target, error: str) -> HostScrape:
+    return HostScrape(target.url, target.hostname, error=error)
+
+
+def _excerpt(what: BaseException | str, limit: int = 48, *, peer: bool = False) -> str:
+    """What an exception says, at most ``limit`` characters, safe for a terminal (escapes never cut in half).
+
+    ``peer``: the text quotes the peer's bytes, shown in ASCII (``\\xNN`` as repr() would):
+    http.client decodes a status line as Latin-1, so each such character is one byte.
+    """
+    text = str(what) or type(what).__name__
+    out: list[str] = []
+    size = 0
+    for char in text[: limit + 1]:
+        piece = safe_text(char)
+        if peer:
+            piece = piece.encode("ascii", "backslashreplace").decode("ascii")
+        if size + len(piece) > limit:
+            out.append("...")
+            break
+        out.append(piece)
+        size += len(piece)
+    return "".join(out)
+
+
+def _read_body(response: http.client.HTTPResponse, job: _Job) -> bytes:
+    """The whole body by the job's deadline: chunk by chunk, the socket's timeout shrunk to the time left."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        left = job.deadline - time.monotonic()
+        if left <= 0:
+            raise _TooSlowError
+        job.set_timeout(left)
+        try:
+            chunk = response.read1(CHUNK)
+        except TimeoutError:
+            raise _TooSlowError from None
+        if not chunk:
+            if response.length:  # the peer closed before the Content-Length it announced
+                raise http.client.IncompleteRead(b"", response.length)
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > MAX_BYTES:
+            raise _TooLargeError
+        chunks.append(chunk)
+
+
+def _reason(target: _Target, exc: BaseException, timeout: float) -> str:
+    """One short line: why ``target`` could not be read."""
+    where = target.label
+    if isinstance(exc, urllib.error.URLError) and isinstance(exc.reason, BaseException):
+        exc = exc.reason  # urllib wraps what went wrong while sending
+    if isinstance(exc, TimeoutError):
+        return f"{where}: no answer within {timeout:g} s"
+    if isinstance(exc, (http.client.RemoteDisconnected, ConnectionResetError, ConnectionAbortedError, BrokenPipeError)):
+        return f"{where}: closed the connection without answering"
+    if isinstance(exc, http.client.IncompleteRead):
+        return f"{where}: answer cut short"
+    if isinstance(exc, http.client.HTTPException):
+        return f"{where}: not an HTTP answer ({type(exc).__name__}: {_excerpt(exc, peer=True)})"
+    if isinstance(exc, OSError):  # refused, no route, unknown name, a TLS failure
+        text = _excerpt(exc.strerror if isinstance(exc.strerror, str) else exc, 80)
+        return f"{where} unreachable: {text.lower()}"
+    if isinstance(exc, urllib.error.URLError):
+        return f"{where} unreachable: {_excerpt(exc.reason if isinstance(exc.reason, str) else exc)}"
+    return f"{where}: could not be read ({type(exc).__name__})"
+
+
+def _fetch(target: _Target, deadline: float, job: _Job) -> HostScrape:
+    """Scrape and parse one host by ``deadline``; every failure is this host's error, never an exception."""
+    timeout = job.timeout
+    request = urllib.request.Request(target.url, headers={"User-Agent": f"nvtopy/{__version__}"})
+    if target.authorization:
+        request.add_unredirected_header("Authorization", target.authorization)  # not sent on to a redirect
+    opener = urllib.request.build_opener(_HTTPHandler(job), _HTTPSHandler(job))
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return _failed(target, f"{target.label}: no answer within {timeout:g} s")
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            body = response.read(MAX_BYTES + 1)
+        with opener.open(request, timeout=left) as response:
+            body = _read_body(response, job)
     except urllib.error.HTTPError as exc:
-        return HostScrape(url, host, error=f"{_where(url)} answered HTTP {exc.code}")
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        text = getattr(reason, "strerror", None) or str(reason)
-        return HostScrape(url, host, error=f"{_where(url)} unreachable: {text.lower()}")
-    if len(body) > MAX_BYTES:
-        return HostScrape(url, host, error=f"{_where(url)}: answer too large to be an exporter's")
+        exc.close()
+        return _failed(target, f"{target.label} answered HTTP {exc.code}")
+    except _TooSlowError:
+        return _failed(target, f"{target.label}: answer not complete within {timeout:g} s")
+    except _TooLargeError:
+        return _failed(target, f"{target.label}: answer too large to be an exporter's")
+    except Exception as exc:  # noqa: BLE001 - http.client's own (BadStatusLine...) are not OSError
+        return _failed(target, _reason(target, exc, timeout))
     try:
-        return parse_exposition(body.decode("utf-8", errors="replace"), url)
-    except ValueError as exc:
-        return HostScrape(url, host, error=f"{_where(url)}: not Prometheus metrics ({exc})")
+        scrape = parse_exposition(body.decode("utf-8", errors="replace"), target.url)
+    except Exception as exc:  # noqa: BLE001 - the parser's ValueError, or whatever hostile text makes it raise
+        return _failed(target, f"{target.label}: not Prometheus metrics ({_excerpt(exc, peer=True)})")
+    if not scrape.gpus:  # nothing to show: the host is marked as one that could not be read
+        return _failed(target, f"{target.label}: {scrape.note or 'no GPU metrics in the answer (is it an exporter?)'}")
+    return scrape
 
 
 class RemoteHosts(SnapshotSource):
@@ -165,12 +516,15 @@ class RemoteHosts(SnapshotSource):
 
     def __init__(self, urls: Sequence[str], interval: float = 2.0, timeout: float = 2.0) -> None:
         super().__init__(interval)
-        self.urls = [metrics_url(u) for u in urls]
+        self.targets = [_Target.of(u) for u in urls]
+        self.urls = [t.url for t in self.targets]  # without credentials
         self.timeout = min(timeout, max(0.2, interval))
         self.collector = type("_Indices", (), {"indices": []})()
         self._history: dict[tuple[str, int], collections.deque[tuple[Any, ...]]] = {}
         self._sequence = 0
         self._last: list[HostScrape] = []
+        self._jobs: dict[int, _Job] = {}  # target position -> its latest fetch
+        self._changed = threading.Event()  # a fetch ended, or stop() was called
 
     def submit(self, function: Callable[[], Any]) -> Future[SignalOutcome]:
         future: Future[SignalOutcome] = Future()
@@ -182,63 +536,61 @@ class RemoteHosts(SnapshotSource):
         state = "⏸ " if self._paused else ""
         return f"{state}REMOTE {up}/{len(self.urls)} hosts ⟳ {self._interval:g}s"
 
+    def stop(self, timeout: float | None = 2.0) -> None:
+        """Stop at once: a poll in progress returns without waiting for its fetches, which are cut off."""
+        self._stopping = True
+        self._changed.set()
+        for job in list(self._jobs.values()):
+            job.abort()
+        super().stop(timeout)
+
     # ----------------------------------------------------------------- scraping
 
     def poll_once(self) -> Snapshot:
-        with ThreadPoolExecutor(max_workers=min(16, len(self.urls))) as pool:
-            scrapes = list(pool.map(lambda url: _fetch(url, self.timeout), self.urls))
+        """Scrape every host, each on its own thread, and return (and publish) the snapshot by the deadline."""
+        deadline = time.monotonic() + self.timeout
+        jobs: list[_Job] = []
+        for position, target in enumerate(self.targets):
+            job = self._jobs.get(position)
+            if job is None or job.done.is_set():  # never a second fetch while one is stuck (DNS, a handshake)
+                job = self._jobs[position] = _Job(target, deadline, self.timeout, self._changed).start()
+            jobs.append(job)
+        end = deadline + GRACE
+        while not self._stopping:
+            self._changed.clear()
+            if all(job.done.is_set() for job in jobs):
+                break
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            self._changed.wait(left)
+        scrapes = []
+        for job in jobs:
+            if job.done.is_set() and job.result is not None:
+                scrapes.append(job.result)
+            else:
+                job.abort()  # its thread ends as soon as the socket says so; a DNS lookup ends by itself
+                scrapes.append(_failed(job.target, f"{job.target.label}: no answer within {self.timeout:g} s"))
         self._last = scrapes
         snapshot = self._snapshot(scrapes)
-        self._publish(snapshot)
+        if not self._stopping:
+            self._publish(snapshot)
         return snapshot
 
     def _snapshot(self, scrapes: list[HostScrape]) -> Snapshot:
         now = time.time()
         gpus: list[GpuState] = []
         for scrape in scrapes:
-            if scrape.error is not None:
-                static = GpuStatic(index=len(gpus), host=scrape.hostname)
-                note = scrape.error
-                gpus.append(GpuState(static, GpuSample(now, lost=True), note=note))
-                continue
-            for remote_static, values, lost in scrape.gpus:
-                index = len(gpus)
-                static = GpuStatic(
-                    index=index,
-                    host=scrape.hostname,
-                    host_index=remote_static.index,
-                    **{k: getattr(remote_static, k) for k in ("uuid", "name", "bus_id")},
-                    memory_total_bytes=remote_static.memory_total_bytes,
-                    temperature_slowdown_c=remote_static.temperature_slowdown_c,
-                )
-                reasons = {k: Reason.NOT_AVAILABLE for k in ("fan_percent", "power_draw_w") if k not in values}
-                sample = GpuSample(now, lost=lost, unavailable=freeze(reasons), **values)
-                processes = tuple(
-                    GpuProcess(
-                        gpu_index=index,
-                        gpu_uuid=static.uuid,
-                        pid=int(row["pid"]),
-                        type=ProcessType(row["type"]) if row["type"] in ("C", "G", "C+G") else ProcessType.COMPUTE,
-                        gpu_memory_bytes=_int(row.get("gpu_memory_bytes")),
-                        sm_percent=_int(row.get("sm_utilization_percent")),
-                        memory_percent=_int(row.get("memory_utilization_percent")),
-                        user=row.get("user"),
-                        command=row.get("command"),
-                        cpu_percent=row.get("cpu_percent"),
-                        host_memory_bytes=_int(row.get("host_memory_bytes")),
-                        create_time=row.get("start_time_seconds"),
-                        running_seconds=None
-                        if row.get("start_time_seconds") is None
-                        else max(0.0, now - row["start_time_seconds"]),
-                    )
-                    for row in scrape.processes.get(remote_static.index, [])
-                )
-                key = (scrape.url, remote_static.index)
-                rows = self._history.setdefault(key, collections.deque(maxlen=HISTORY))
-                state = GpuState(static, sample, processes)
-                rows.append(history_row(sample, state.memory_used_percent))
-                history = history_of(rows)
-                gpus.append(GpuState(static, sample, processes, history=history))
+            if scrape.error is None:
+                try:
+                    host_gpus = self._host_gpus(scrape, len(gpus), now)
+                except Exception as exc:  # noqa: BLE001 - a value the model refuses: this host's, in one line
+                    scrape.error = f"{scrape.hostname}: could not be shown ({type(exc).__name__})"
+                else:
+                    gpus.extend(host_gpus)
+                    continue
+            static = GpuStatic(index=len(gpus), host=scrape.hostname)
+            gpus.append(GpuState(static, GpuSample(now, lost=True), note=scrape.error))
         self._sequence += 1
         names = [s.hostname for s in scrapes]
         drivers = {s.driver_version for s in scrapes if s.driver_version}
@@ -250,13 +602,54 @@ class RemoteHosts(SnapshotSource):
         )
         return Snapshot(timestamp=now, host=host, gpus=tuple(gpus), sequence=self._sequence, interval=self._interval)
 
+    def _host_gpus(self, scrape: HostScrape, first: int, now: float) -> list[GpuState]:
+        """One host's GPUs, numbered from ``first``, then a line saying what was left out (if anything)."""
+        gpus: list[GpuState] = []
+        for remote_static, values, lost in scrape.gpus:
+            index = first + len(gpus)
+            static = GpuStatic(
+                index=index,
+                host=scrape.hostname,
+                host_index=remote_static.index,
+                **{k: getattr(remote_static, k) for k in ("uuid", "name", "bus_id")},
+                memory_total_bytes=remote_static.memory_total_bytes,
+                temperature_slowdown_c=remote_static.temperature_slowdown_c,
+            )
+            reasons = {k: Reason.NOT_AVAILABLE for k in ("fan_percent", "power_draw_w") if k not in values}
+            reasons.update({k: Reason.UNKNOWN for k, v in values.items() if v is None})  # out of range
+            sample = GpuSample(now, lost=lost, unavailable=freeze(reasons), **values)
+            processes = tuple(
+                _process(row, index, static.uuid, now) for row in scrape.processes.get(remote_static.index, [])
+            )
+            key = (scrape.url, remote_static.index)
+            rows = self._history.setdefault(key, collections.deque(maxlen=HISTORY))
+            state = GpuState(static, sample, processes)
+            rows.append(history_row(sample, state.memory_used_percent))
+            gpus.append(GpuState(static, sample, processes, history=history_of(rows)))
+        if scrape.note:
+            static = GpuStatic(index=first + len(gpus), host=scrape.hostname)
+            gpus.append(GpuState(static, GpuSample(now), note=scrape.note))
+        return gpus
+
     def _run(self) -> None:
         self._run_periodic(self.poll_once)
 
 
-def _where(url: str) -> str:
-    return urllib.parse.urlsplit(url).netloc or url
-
-
-def _int(value: Any) -> int | None:
-    return None if value is None else round(value)
+def _process(row: dict[str, Any], index: int, uuid: str | None, now: float) -> GpuProcess:
+    """A process row of a remote GPU; its values were range-checked when parsed (None where not)."""
+    started = row.get("start_time_seconds")
+    return GpuProcess(
+        gpu_index=index,
+        gpu_uuid=uuid,
+        pid=row["pid"],
+        type=ProcessType(row["type"]),
+        gpu_memory_bytes=row.get("gpu_memory_bytes"),
+        sm_percent=row.get("sm_utilization_percent"),
+        memory_percent=row.get("memory_utilization_percent"),
+        user=row.get("user"),
+        command=row.get("command"),
+        cpu_percent=row.get("cpu_percent"),
+        host_memory_bytes=row.get("host_memory_bytes"),
+        create_time=started,
+        running_seconds=None if started is None else max(0.0, now - started),
+    )

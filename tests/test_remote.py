@@ -17,7 +17,7 @@ from nvtopy.poller import Poller
 from nvtopy.remote import RemoteHosts, metrics_url, parse_exposition
 from nvtopy.tui.app import NvtopyApp
 
-from .tui_helpers import wait_until
+from .tui_helpers import started
 
 MIB = 1 << 20
 
@@ -118,7 +118,7 @@ def free_port() -> int:
 def two_hosts(sim):
     servers = []
     ports = []
-    for name, model in (("node-a", "H100"), ("node-b", "RTX 4090")):
+    for name, model in (("node-a", "H100 80GB HBM3"), ("node-b", "RTX 4090")):
         poller = exporter_poller(sim, gpus=2, seed=1, hostname=name, model=model)
         server, _ = serve(poller, "127.0.0.1", 0)
         servers.append(server)
@@ -182,10 +182,12 @@ def test_a_non_exporter_answer_is_an_error_not_a_crash(tmp_path):
 
 
 async def test_remote_hosts_in_the_monitor(two_hosts):
-    source = RemoteHosts([f"127.0.0.1:{p}" for p in two_hosts] + ["127.0.0.1:9"], interval=1.0, timeout=0.5)
+    # A long interval: the one snapshot checked here is the first (a second, slower one under load could differ).
+    source = RemoteHosts([f"127.0.0.1:{p}" for p in two_hosts] + ["127.0.0.1:9"], interval=60.0, timeout=10.0)
     app = NvtopyApp(None, source=source)
     async with app.run_test(size=(160, 50)) as pilot:
-        await wait_until(pilot, lambda: app.snapshot is not None and len(app.snapshot.gpus) == 5)
+        await started(pilot, app)  # applied *and* laid out: the panels' height changes with the first snapshot
+        assert len(app.snapshot.gpus) == 5
         text = html.unescape(app.export_screenshot()).replace("\xa0", " ")
         for fragment in ("node-a/0", "node-b/1", "unreachable", "REMOTE 2/3"):
             assert fragment in text
