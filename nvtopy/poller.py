@@ -12,11 +12,20 @@ Threading: :class:`Poller` owns a daemon thread that does every backend call
 ``poller.latest`` or subscribe a callback (called on the poller thread -- a UI
 must hand the snapshot over to its own thread, e.g. with Textual's thread-safe
 ``post_message``).
+
+A slow or stuck driver: given an ``opener`` instead of a backend, the thread
+also opens the backend and reads what the GPU selection needs before its first
+poll, so a UI draws (and quits) at once while ``nvmlInit`` takes its time;
+:attr:`Poller.busy_since` says how long the driver has kept it waiting. Such a
+poller owns its backend: its thread closes it when it stops, after the call in
+progress returned -- never another thread while this one is inside the driver.
+Nobody waits for that: a process that exits first leaves the driver to clean up.
 """
 
 from __future__ import annotations
 
 import collections
+import logging
 import time
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future
@@ -60,6 +69,8 @@ MIN_INTERVAL = 0.1
 
 T = TypeVar("T")
 
+log = logging.getLogger(__name__)
+
 
 class Poller(SnapshotSource):
     """Collects snapshots of a backend on a background thread at an adjustable interval."""
@@ -78,11 +89,35 @@ class Poller(SnapshotSource):
         processes: bool = True,
         join: bool = True,
         collector: Collector | None = None,
+        opener: Callable[[], Backend] | None = None,
+        select: Callable[[Collector], Sequence[int]] | None = None,
     ) -> None:
-        """``groups``: the field groups the view shows (others are never read after the first collect)."""
+        """``groups``: the field groups the view shows (others are never read after the first collect).
+
+        ``opener`` (with ``backend=None``): opens the backend on the poller's thread
+        before the first poll; ``select`` then picks the GPUs to poll from the
+        collector's :meth:`~nvtopy.collector.Collector.statics`. An error of either
+        ends the thread: it is in :attr:`open_error` and goes to the callbacks of
+        :meth:`subscribe_failure`. The poller owns (and closes) a backend it opened.
+        """
         super().__init__(max(MIN_INTERVAL, interval))
-        self.collector = collector or Collector(backend, indices, history)
-        self.backend = backend
+        if opener is None:
+            if backend is None:
+                raise ValueError("Poller needs a backend or an opener")
+            collector = collector or Collector(backend, indices, history)
+            if select is not None:
+                collector.select(select(collector))
+        # None until the opener has run (a poller given a backend has both at once).
+        self.collector: Collector | None = collector
+        self.backend: Backend | None = backend
+        self._opener = opener
+        self._select = select
+        self._indices = indices
+        self._history = history
+        self._failure_callbacks: list[Callable[[BaseException], None]] = []
+        self.open_error: BaseException | None = None
+        # time.monotonic() when the backend call in progress began (opening or a poll); None when idle.
+        self.busy_since: float | None = None
         self._groups = frozenset(groups)
         self._cadence = {**CADENCE, **(cadence or {})}
         self._due: dict[str, float] = {}
@@ -95,6 +130,15 @@ class Poller(SnapshotSource):
 
     def set_interval(self, seconds: float) -> None:
         super().set_interval(max(MIN_INTERVAL, seconds))
+
+    @property
+    def opened(self) -> bool:
+        """True once the backend is open and the GPUs selected (at once when given a backend)."""
+        return self.collector is not None
+
+    def subscribe_failure(self, callback: Callable[[BaseException], None]) -> None:
+        """``callback(error)`` runs on the poller thread if opening the backend or selecting GPUs fails."""
+        self._failure_callbacks.append(callback)
 
     def submit(self, function: Callable[[], T]) -> Future[T]:
         """Run ``function`` on the poller thread (which owns the backend) between two polls.
@@ -145,22 +189,74 @@ class Poller(SnapshotSource):
             groups, utilization = set(self._groups), True
         else:
             groups, utilization = set(self._groups & FAST_GROUPS), False
+        collector = self.collector
+        if collector is None:
+            raise RuntimeError("the backend is not open yet")
         started = time.perf_counter()
-        snapshot = self.collector.collect(
-            groups,
-            processes=self._processes,
-            process_utilization=utilization,
-            join=self._join,
-            interval=self._interval,
-        )
+        self.busy_since = time.monotonic()
+        try:
+            snapshot = collector.collect(
+                groups,
+                processes=self._processes,
+                process_utilization=utilization,
+                join=self._join,
+                interval=self._interval,
+            )
+        finally:
+            self.busy_since = None
         self.poll_seconds += time.perf_counter() - started
         self.polls += 1
         self._publish(snapshot)
         return snapshot
 
     def _run(self) -> None:
-        self._run_periodic(self.poll_once, before=self._drain_requests)
-        self._drain_requests()
+        try:
+            if self._opener is not None and not self._open():
+                return
+            self._run_periodic(self.poll_once, before=self._drain_requests)
+            self._drain_requests()
+        finally:
+            if self._opener is not None:
+                self._close_backend()
+
+    def _open(self) -> bool:
+        """Open the backend and select the GPUs (on this thread); False if that failed or the poller stopped."""
+        assert self._opener is not None
+        self.busy_since = time.monotonic()
+        try:
+            self.backend = self._opener()
+            if self._stopping:
+                return False
+            collector = Collector(self.backend, self._indices, self._history)
+            if self._select is not None:
+                collector.select(self._select(collector))
+        except BaseException as exc:  # noqa: BLE001 - handed to the failure callbacks, whatever it is
+            self.open_error = exc
+            self._fail_requests(exc)
+            for callback in list(self._failure_callbacks):
+                try:
+                    callback(exc)
+                except Exception:
+                    log.exception("failure subscriber failed")
+            return False
+        finally:
+            self.busy_since = None
+        self.collector = collector
+        return not self._stopping
+
+    def _fail_requests(self, error: BaseException) -> None:
+        while self._requests:
+            _, future = self._requests.popleft()
+            if future.set_running_or_notify_cancel():
+                future.set_exception(error)
+
+    def _close_backend(self) -> None:
+        if self.backend is None:
+            return
+        try:
+            self.backend.close()  # idempotent
+        except Exception:
+            log.exception("closing the backend failed")
 
 
 def _run_into(function: Callable[[], T], future: Future[T]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -9,6 +10,7 @@ import time
 
 import pytest
 
+from nvtopy.backends.sim_catalog import MODELS, find_model
 from nvtopy.backends.sim_faults import SimFaults, parse_fault_specs
 from nvtopy.collector import Collector
 from nvtopy.errors import UsageError
@@ -168,6 +170,96 @@ def test_fault_spec_parser():
     assert SimFaults().is_lost(0) is False
 
 
+def test_fault_spec_for_every_gpu_covers_them_all():
+    """hot/ecc/no-permission without @GPUS reach every simulated GPU, also beyond the 64th."""
+    faults = parse_fault_specs(["hot", "ecc", "no-permission"], gpus=100)
+    assert faults.hot == faults.ecc_errors == faults.no_permission == set(range(100))
+
+
+@pytest.mark.parametrize(
+    ("spec", "gpus", "fragment"),
+    [
+        ("lost@99", 4, "no GPU 99 (the simulation has 4 GPUs: 0-3)"),
+        ("hot@1-5", 4, "no GPU 5"),
+        ("ecc@0", 0, "the simulation has no GPUs"),
+        ("unsupported=fan@2", 2, "no GPU 2"),
+        ("slow=1@7", 3, "no GPU 7"),
+        ("lost@300", None, "out of range (0-255)"),
+        ("lost@0-99999999999", None, "out of range"),  # not a list of 10^11 GPUs
+        ("lost@3-1", 4, "empty GPU range"),
+        ("lost@1,,2", 4, "bad GPU list"),
+        ("lost@", 4, "name the GPUs after '@'"),
+        ("foreign@1", 4, "applies to every GPU"),
+        ("access-denied@0", 4, "applies to every GPU"),
+        ("ecc=5", 4, "takes no '=' argument"),
+        ("lost=1", 4, "takes no '=' argument"),
+        ("slow", 4, "give the seconds"),
+        ("slow=0", 4, "give the seconds"),
+        ("slow=-1", 4, "give the seconds"),
+        ("slow=nan", 4, "give the seconds"),
+        ("slow=inf", 4, "give the seconds"),
+        ("slow=fast", 4, "give the seconds"),
+    ],
+)
+def test_fault_spec_errors_are_never_silent(spec, gpus, fragment):
+    with pytest.raises(UsageError, match=re.escape(fragment)):
+        parse_fault_specs([spec], gpus)
+
+
+def test_fault_spec_slow():
+    faults = parse_fault_specs(["slow=0.5@1", "slow=2@all"], gpus=4)
+    assert faults.latency(1) == 2.0 and faults.latency(None) == 2.0
+    faults = parse_fault_specs(["slow=0.5@1"], gpus=4)
+    assert faults.latency(1) == 0.5 and faults.latency(0) == 0.0
+    assert faults.latency(None) == 0.0, "a call bound to no GPU is slow only with slow on every GPU"
+    assert parse_fault_specs(["lost@ALL"], gpus=2).lost_all
+
+
+def test_slow_fault_makes_every_read_slow(sim):
+    """slow=S: opening the backend and each read take S seconds of real time; only on the GPUs named."""
+    seconds = 0.05
+    started = time.perf_counter()
+    backend = sim(gpus=2, faults=parse_fault_specs([f"slow={seconds}"], 2))
+    assert time.perf_counter() - started >= seconds, "opening it (nvmlInit) is slow too"
+    for read in (
+        lambda: backend.read_static(0),
+        lambda: backend.read_sample(1, {"memory"}),
+        lambda: backend.read_processes(0),
+        lambda: backend.inspect_processes({1}),
+    ):
+        started = time.perf_counter()
+        read()
+        assert time.perf_counter() - started >= seconds
+    one = sim(gpus=2, faults=parse_fault_specs([f"slow={seconds}@1"], 2))
+    started = time.perf_counter()
+    one.read_sample(0, {"memory"})
+    one.read_processes(0)
+    assert time.perf_counter() - started < seconds, "GPU 0 answers at once"
+
+
+@pytest.mark.parametrize("name", ["A100", "H100", "NVIDIA", "GB"])
+def test_an_ambiguous_model_name_is_an_error_naming_the_candidates(name):
+    with pytest.raises(UsageError, match="matches several models") as caught:
+        find_model(name)
+    matching = [m.name for m in MODELS if name.lower() in m.name.lower()]
+    assert len(matching) > 1 and all(m in str(caught.value) for m in matching)
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [("nvidia h100 80gb hbm3", "NVIDIA H100 80GB HBM3"), ("rtx  4090", "NVIDIA GeForce RTX 4090"), ("T4", "Tesla T4")],
+)
+def test_a_model_is_found_by_its_name_or_a_unique_part(name, expected):
+    assert find_model(name).name == expected
+
+
+@pytest.mark.parametrize("name", ["", "  ", "Voodoo2", "A100 40GB"])
+def test_an_unknown_model_lists_the_known_ones(name):
+    with pytest.raises(UsageError, match="unknown GPU model") as caught:
+        find_model(name)
+    assert all(m.name in str(caught.value) for m in MODELS)
+
+
 def test_signal_simulated_process(sim, clock):
     backend = sim(gpus=1, seed=1)
     collector = Collector(backend)
@@ -206,6 +298,11 @@ def test_simulated_pid_reuse(sim, clock):
 @pytest.fixture
 def child():
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    import psutil
+
+    deadline = time.monotonic() + 10  # Popen returns while the kernel may still be setting up argv
+    while not psutil.Process(proc.pid).cmdline() and time.monotonic() < deadline:
+        time.sleep(0.01)
     yield proc
     if proc.poll() is None:
         proc.kill()

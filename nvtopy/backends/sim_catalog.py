@@ -48,14 +48,23 @@ MODELS: tuple[GpuModel, ...] = (
 
 
 def find_model(name: str) -> GpuModel:
-    """The catalog model whose name contains ``name`` (case-insensitive); the first match wins."""
-    needle = name.strip().lower()
+    """The catalog model named ``name``: its full name, or a part of exactly one name (case-insensitive).
+
+    A part that several names contain ("A100", "H100") is an error naming them:
+    picking the first one would silently show another board than asked for.
+    """
+    needle = " ".join(name.split()).lower()
     for model in MODELS:
         if model.name.lower() == needle:
             return model
-    for model in MODELS:
-        if needle and needle in model.name.lower():
-            return model
+    matches = [model for model in MODELS if needle and needle in model.name.lower()]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise UsageError(
+            f"--demo-model: {name!r} matches several models ({', '.join(m.name for m in matches)}): "
+            "give more of the name"
+        )
     known = ", ".join(m.name for m in MODELS)
     raise UsageError(f"--demo-model: unknown GPU model {name!r} (known: {known})")
 

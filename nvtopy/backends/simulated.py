@@ -11,7 +11,9 @@ It can also:
 - report real pids (``real_pids``) as GPU processes, so the psutil join and the
   kill path run against real processes;
 - inject every fault the NVML backend handles (see :mod:`.sim_faults`), also
-  while running (``faults`` is mutable; :meth:`set_lost`, :meth:`simulate_pid_reuse`).
+  while running (``faults`` is mutable; :meth:`set_lost`, :meth:`simulate_pid_reuse`),
+  including a slow driver (``slow=SECONDS``): opening the backend and every read
+  then take that long in real time, as NVML calls into a driver in a bad state do.
 """
 
 from __future__ import annotations
@@ -131,6 +133,13 @@ class SimulatedBackend(Backend):
         self._inspector = PsutilInspector(clock=clock)
         self._real_jobs = [self._real_job(k, pid) for k, pid in enumerate(real_pids)] if gpus else []
         self._real_pids = {job.pid for job in self._real_jobs}
+        self._driver_call()  # opening the backend: nvmlInit
+
+    def _driver_call(self, index: int | None = None) -> None:
+        """What a driver call costs with the ``slow`` fault: real seconds (the UI must not wait for them)."""
+        seconds = self.faults.latency(index)
+        if seconds > 0:
+            time.sleep(seconds)
 
     # ----------------------------------------------------------------- identity
 
@@ -167,6 +176,7 @@ class SimulatedBackend(Backend):
         return f"{domain:08X}:{bus % 256:02X}:00.0"
 
     def read_static(self, index: int) -> GpuStatic:
+        self._driver_call(index)
         self._counts["static"] += 1
         model = self.model
         if index in self.faults.no_permission:
@@ -346,6 +356,7 @@ class SimulatedBackend(Backend):
         return {**{key: int(want * scale) // MIB * MIB for key, want in wanted.items()}, **fixed}
 
     def read_sample(self, index: int, groups: Collection[str]) -> Reading:
+        self._driver_call(index)
         reading = Reading()
         for group in groups:
             self._counts[group] += 1
@@ -454,6 +465,7 @@ class SimulatedBackend(Backend):
     # ----------------------------------------------------------------- processes
 
     def read_processes(self, index: int, utilization: bool = True) -> ProcessReading:
+        self._driver_call(index)
         self._counts["processes"] += 1
         faults = self.faults
         if index in faults.no_permission:
@@ -496,6 +508,7 @@ class SimulatedBackend(Backend):
         return self.faults.foreign
 
     def inspect_processes(self, pids: Collection[int]) -> dict[int, HostProcess | None]:
+        self._driver_call()
         now = self._clock()
         real = [pid for pid in pids if pid in self._real_pids]
         result: dict[int, HostProcess | None] = dict(self._inspector.inspect(real)) if real else {}

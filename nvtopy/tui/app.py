@@ -5,6 +5,13 @@ posts :class:`SnapshotReady` (thread-safe; a newer one replaces an unprocessed
 older one). The UI thread only filters, sorts and draws what it got. Signals
 are sent by the backend on the poller's thread (``Poller.submit``), after a
 confirmation that names the targets; the UI never calls NVML or psutil.
+
+A slow or stuck driver never holds the UI: the CLI hands the app an ``opener``
+and the poller's thread opens the backend (``nvmlInit`` and the reads the GPU
+selection needs) while the app draws and says how long the driver has kept it
+waiting; an error there ends the app with :attr:`NvtopyApp.open_error` for the
+CLI to report. Quitting joins the poller thread for :data:`QUIT_WAIT` at most:
+a thread inside a driver call is left to the process's exit (it is a daemon).
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import signal as signals
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from rich.text import Text
@@ -31,7 +38,7 @@ from ..poller import Poller
 from ..procview import COLUMNS, ProcessFilter, SortOrder, Tags, build_rows
 from ..textsafe import safe_text
 from .gpu_view import MODES, GpuView, plan_layout
-from .messages import SnapshotReady
+from .messages import BackendFailed, SnapshotReady
 from .process_table import ProcessTable
 from .screens import ConfirmSignalScreen, GpuPickerScreen, HelpScreen
 
@@ -42,6 +49,10 @@ INTERVALS = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0)
 # not drawn, so the monitor never asks the driver for them.
 TUI_GROUPS = ALL_GROUPS - {"pcie", "modes", "energy"}
 SIGNALS = {"SIGTERM": signals.SIGTERM, "SIGKILL": signals.SIGKILL, "SIGINT": signals.SIGINT}
+# At quit, the longest wait for an idle poller thread to end; one inside a driver call is not waited for.
+QUIT_WAIT = 0.1
+# A poll (or opening the backend) taking longer than this is shown in the header, with its duration.
+STALL_AFTER = 2.0
 
 
 class HeaderBar(Static):
@@ -110,17 +121,38 @@ class NvtopyApp(App[None]):
         poll: bool = True,
         collector: Collector | None = None,
         source: Any | None = None,
+        opener: Callable[[], Backend] | None = None,
+        select: Callable[[Collector], Sequence[int]] | None = None,
+        waiting_for: str | None = None,
     ) -> None:
-        """``source``: a snapshot source used instead of polling ``backend`` (a replay, remote hosts)."""
+        """``source``: a snapshot source used instead of polling ``backend`` (a replay, remote hosts).
+
+        ``opener`` (with ``backend=None``): opens the backend on the poller's thread,
+        ``select`` then picks the GPUs (see :class:`~nvtopy.poller.Poller`);
+        ``waiting_for`` names what a slow start waits for ("the NVIDIA driver").
+        """
         super().__init__()
-        self.backend = backend
+        self._backend = backend
         self.poller: Any
         if source is not None:
             self.poller = source
             readonly = True  # nothing local to act on
         else:
-            assert backend is not None
-            self.poller = Poller(backend, interval=interval, indices=indices, groups=TUI_GROUPS, collector=collector)
+            assert backend is not None or opener is not None
+            self.poller = Poller(
+                backend,
+                interval=interval,
+                indices=indices,
+                groups=TUI_GROUPS,
+                collector=collector,
+                opener=opener,
+                select=select,
+            )
+        if waiting_for is None:
+            simulated = backend is not None and backend.kind == "simulated"
+            waiting_for = "the simulated driver" if simulated else "the NVIDIA driver"
+        self.waiting_for = waiting_for
+        self.open_error: BaseException | None = None
         self.readonly = readonly
         self.layout_mode = layout if layout in MODES else "auto"
         self.snapshot: Snapshot | None = None
@@ -132,6 +164,15 @@ class NvtopyApp(App[None]):
         self.last_outcomes: list[SignalOutcome] = []
         self.first_frame_at: float | None = None
         self._last_header: Text | None = None
+        self._header_counts: tuple[int, int, int] | None = None
+        self._stall_shown = False
+
+    @property
+    def backend(self) -> Backend | None:
+        """The local backend: None for a replay or remote view, and until the poller has opened it."""
+        if self._backend is None and isinstance(self.poller, Poller):
+            return self.poller.backend
+        return self._backend
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -145,13 +186,18 @@ class NvtopyApp(App[None]):
     def on_mount(self) -> None:
         self.query_one(ProcessTable).focus()
         self.poller.subscribe(self._from_poller)
+        if isinstance(self.poller, Poller):
+            self.poller.subscribe_failure(self._failed_in_poller)
+            self.set_interval(0.5, self._show_waiting)
         if self._poll:
             self.poller.start()
         recording = getattr(self.poller, "recording", None)
         if recording is not None and recording.stopped:
             self.notify(
-                f"{recording.path}: replaying the {len(recording.snapshots)} valid snapshots; "
-                f"reading stopped at {recording.stopped}",
+                safe_text(
+                    f"{recording.path}: replaying the {len(recording.snapshots)} valid snapshots; "
+                    f"reading stopped at {recording.stopped}"
+                ),
                 severity="warning",
                 timeout=15,
                 markup=False,
@@ -161,8 +207,43 @@ class NvtopyApp(App[None]):
         """Runs on the poller thread: hand the snapshot to the UI thread."""
         self.post_message(SnapshotReady(snapshot))
 
+    def _failed_in_poller(self, error: BaseException) -> None:
+        """Runs on the poller thread: opening the backend failed; the app ends (the CLI reports ``error``)."""
+        self.post_message(BackendFailed(error))
+
+    def on_backend_failed(self, message: BackendFailed) -> None:
+        self.open_error = message.error
+        self.exit()
+
     def on_unmount(self) -> None:
-        self.poller.stop(timeout=1.0)
+        # Never wait for a driver call in progress: the thread is a daemon and owns the backend.
+        busy = self._waited() is not None
+        self.poller.stop(timeout=0.0 if busy else QUIT_WAIT)
+
+    def _waited(self) -> float | None:
+        """Seconds the backend call in progress (opening, or a poll) has taken so far; None when idle."""
+        since = getattr(self.poller, "busy_since", None)
+        return None if since is None else max(0.0, time.monotonic() - since)
+
+    def _show_waiting(self) -> None:
+        """Twice a second: say so when the driver keeps the monitor waiting (before the first sample, or stuck)."""
+        waited = self._waited()
+        if self.snapshot is not None:
+            stalled = waited is not None and waited >= STALL_AFTER
+            if stalled or self._stall_shown:
+                self._update_header()
+            return
+        if waited is None or waited < 1.0:
+            return
+        try:
+            header = self.query_one(HeaderBar)
+            gpu_view = self.query_one(GpuView)
+        except NoMatches:
+            return
+        waiting = f"waiting for {self.waiting_for}: {int(waited)} s"
+        header.update(Text.assemble((" nvtopy ", "bold reverse"), (f"  {waiting}", "bold yellow")), layout=False)
+        gpu_view.message = f"{waiting} (q quits at any time)"
+        gpu_view.show((), gpu_view.plan)
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
         self.snapshot = message.snapshot
@@ -195,7 +276,10 @@ class NvtopyApp(App[None]):
             return
         gpus = self.visible_gpus()
         if not snapshot.gpus:
-            gpu_view.message = "No NVIDIA GPU found" if self.poller.collector.indices == [] else "No GPUs selected"
+            collector = getattr(self.poller, "collector", None)
+            gpu_view.message = (
+                "No NVIDIA GPU found" if collector is not None and collector.indices == [] else "No GPUs selected"
+            )
         else:
             gpu_view.message = "No GPUs selected (g to choose)"
         plan = plan_layout(len(gpus), self.size.width, self.size.height, self.layout_mode)
@@ -206,11 +290,33 @@ class NvtopyApp(App[None]):
         self.tags.prune(everything)
         me = snapshot.host.user
         rows = build_rows(everything, self.order, self.row_filter, me)
+        hints = [f"GPU {g.index}: {safe_text(g.processes_hint)}" for g in gpus if g.processes_hint]
         table.empty_message = (
-            "No process matches the filters (esc clears)" if self.row_filter.active else ("No GPU processes")
+            "No process matches the filters (esc clears)"
+            if self.row_filter.active
+            else "No GPU processes" + (" · " + " · ".join(hints) if hints else "")
         )
         table.set_rows(rows, me=me, tags=frozenset(self.tags.keys), order=self.order)
-        text = self._header_text(snapshot, len(gpus), len(rows), len(everything))
+        self._header_counts = (len(gpus), len(rows), len(everything))
+        self._update_header(header)
+
+    def _update_header(self, header: HeaderBar | None = None) -> None:
+        """The header line, led by how long the driver has kept the poll waiting when it is stuck."""
+        snapshot, counts = self.snapshot, self._header_counts
+        if snapshot is None or counts is None:
+            return
+        if header is None:
+            try:
+                header = self.query_one(HeaderBar)
+            except NoMatches:
+                return
+        text = self._header_text(snapshot, *counts)
+        waited = self._waited()
+        self._stall_shown = waited is not None and waited >= STALL_AFTER
+        if waited is not None and self._stall_shown:
+            notice = Text(f" waiting for {self.waiting_for}: {int(waited)} s ", style="bold black on yellow")
+            text = Text.assemble(notice, text)
+            text.truncate(max(1, self.size.width), overflow="ellipsis")
         if text != self._last_header:  # rich Text compares text and spans
             self._last_header = text
             header.update(text, layout=False)  # one line, always: no layout pass
@@ -220,12 +326,13 @@ class NvtopyApp(App[None]):
         host = snapshot.host
         text = Text()
         text.append(" nvtopy ", style="bold reverse")
-        text.append(f" {host.hostname} ", style="bold")
+        # Host, backend, status and driver strings come from outside (driver, recording, peers): safe_text.
+        text.append(f" {safe_text(host.hostname)} ", style="bold")
         if host.backend != "nvml":
-            text.append(f"[{host.backend}] ", style="magenta")
+            text.append(f"[{safe_text(host.backend)}] ", style="magenta")
         status = getattr(self.poller, "status", None)
         if status is not None:  # a replay or remote hosts describe themselves
-            text.append(f"│ {status()} ", style="bold magenta")
+            text.append(f"│ {safe_text(status())} ", style="bold magenta")
         elif self.poller.paused:
             text.append("│ ⏸ PAUSED ", style="bold yellow")
         else:
@@ -242,7 +349,7 @@ class NvtopyApp(App[None]):
         if self.layout_mode != "auto":
             text.append(f"│ view {self.layout_mode} ")
         text.append(f"│ GPUs {shown_gpus}/{len(snapshot.gpus)} ")
-        text.append(f"│ driver {host.driver_version or NA} · CUDA {host.cuda_driver_version or NA} ")
+        text.append(safe_text(f"│ driver {host.driver_version or NA} · CUDA {host.cuda_driver_version or NA} "))
         text.append(f"│ {time.strftime('%H:%M:%S', time.localtime(snapshot.timestamp))}")
         text.truncate(max(1, self.size.width), overflow="ellipsis")
         return text
@@ -440,7 +547,7 @@ class NvtopyApp(App[None]):
 
     def action_signal(self, name: str) -> None:
         if self.readonly:
-            why = "--readonly" if self.backend is not None else "a replay or remote view"
+            why = "--readonly" if isinstance(self.poller, Poller) else "a replay or remote view"
             self.notify(f"read-only ({why}): sending signals is disabled", severity="warning")
             return
         targets = self.signal_targets()

@@ -16,3 +16,11 @@ class SnapshotReady(Message):
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, SnapshotReady)
+
+
+class BackendFailed(Message):
+    """Opening the backend or selecting the GPUs failed on the poller thread: the app ends with ``error``."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__()
+        self.error = error
