@@ -36,7 +36,7 @@ from .model import (
     sample_from_fields,
 )
 
-__all__ = ["HISTORY_LENGTH", "Collector"]
+__all__ = ["HINT_MIN_BYTES", "HISTORY_LENGTH", "Collector", "processes_hint"]
 
 HISTORY_LENGTH = 300
 
@@ -129,7 +129,8 @@ class Collector:
                 rows = self._rows(memo.static, proc_reading.processes, host, now)
                 rows_reason = proc_reading.unavailable
             history = self._record(memo, sample)
-            gpus.append(GpuState(memo.static, sample, rows, rows_reason, history))
+            hint = None if proc_reading is None else processes_hint(sample, rows, rows_reason)
+            gpus.append(GpuState(memo.static, sample, rows, rows_reason, history, processes_hint=hint))
         self._sequence += 1
         return Snapshot(
             timestamp=started_wall,
@@ -195,6 +196,23 @@ class Collector:
         used, total = sample.memory_used_bytes, memo.static.memory_total_bytes
         memo.history.append(history_row(sample, 100.0 * used / total if used is not None and total else None))
         return history_of(memo.history)
+
+
+HINT_MIN_BYTES = 2 << 30  # less can be the driver's own (memory info v1 counts its reservation as used)
+
+
+def processes_hint(sample: GpuSample, rows: Sequence[GpuProcess], reason: Reason | None) -> str | None:
+    """A sentence for a GPU whose memory is in use while no process shows: where they may be.
+
+    Not when the list itself is unavailable (``processes_unavailable`` says why).
+    """
+    used = sample.memory_used_bytes
+    if rows or reason is not None or sample.lost or used is None or used < HINT_MIN_BYTES:
+        return None
+    return (
+        f"{used / 2**30:.1f} GiB in use but no process is visible: processes of other containers "
+        "or VMs, MPS clients the driver does not list, or no permission to see them"
+    )
 
 
 def _static_incomplete(static: GpuStatic) -> bool:

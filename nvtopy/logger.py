@@ -14,9 +14,9 @@ field groups the chosen fields need are asked of the driver.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import io
-import json
 import signal
 import sys
 import threading
@@ -26,9 +26,10 @@ from contextlib import contextmanager
 from typing import IO, Any
 
 from . import cli
-from .errors import UsageError
+from .errors import NvtopyError, UsageError
 from .model import ALL_GROUPS, GROUP_OF_FIELD, Snapshot
-from .views.json_view import gpu_to_dict, iso_timestamp, process_to_dict, snapshot_to_dict
+from .textsafe import escape_text
+from .views.json_view import encode, gpu_to_dict, iso_timestamp, process_to_dict, snapshot_to_dict
 
 __all__ = ["GPU_FIELDS", "PROCESS_FIELDS", "build_parser", "groups_for", "run"]
 
@@ -100,19 +101,34 @@ def _parse_fields(values: list[str] | None, valid: tuple[str, ...], default: tup
     if not values:
         return list(default)
     fields = [f.strip() for value in values for f in value.split(",") if f.strip()]
+    if not fields:  # --fields '' or ',,': a log of empty lines is no log
+        raise UsageError("--fields: no field given; '--fields ?' lists them")
     unknown = [f for f in fields if f not in valid]
     if unknown:
-        raise UsageError(f"--fields: unknown field {unknown[0]!r}; valid fields: {', '.join(valid)}")
+        shown = unknown[0] if len(unknown[0]) <= 60 else unknown[0][:59] + "…"
+        raise UsageError(f"--fields: unknown field {shown!r}; valid fields: {', '.join(valid)}")
     return fields
 
 
+def _list_item(text: str) -> str:
+    """An escaped list item with ``;`` written as ``\\x3b``, so ``unescape_text`` of each part of the split is exact.
+
+    In escape_text's output a backslash right before ``;`` is always a literal one:
+    it is doubled, as escape_text doubles a backslash before an escape.
+    """
+    return text.replace("\\;", "\\\\;").replace(";", "\\x3b") if ";" in text else text
+
+
 def _cell(value: Any) -> str:
+    """One CSV cell. Strings (and list items) arrive escaped exactly once: the JSON
+    contract's builders and :meth:`_CsvWriter.rows` apply ``escape_text``, so a cell
+    is always valid UTF-8 with no control characters (no row broken in two)."""
     if value is None:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (list, tuple)):
-        return ";".join(str(v) for v in value)
+        return ";".join(_list_item(str(v)) for v in value)
     if isinstance(value, float):
         return f"{value:g}" if abs(value) < 1e15 else f"{value:.0f}"
     return str(value)
@@ -129,16 +145,17 @@ class _CsvWriter:
     def rows(self, snapshot: Snapshot) -> Iterator[dict[str, Any]]:
         top = {
             "timestamp": iso_timestamp(snapshot.timestamp),
-            "hostname": snapshot.host.hostname,
-            "driver_version": snapshot.host.driver_version,
-            "cuda_driver_version": snapshot.host.cuda_driver_version,
+            "hostname": escape_text(snapshot.host.hostname),
+            "driver_version": escape_text(snapshot.host.driver_version),
+            "cuda_driver_version": escape_text(snapshot.host.cuda_driver_version),
         }
         for gpu in snapshot.gpus:
             if not self.processes:
                 yield {**top, **gpu_to_dict(gpu, processes=False)}
                 continue
+            uuid = escape_text(gpu.static.uuid)
             for proc in gpu.processes:
-                yield {**top, "gpu_index": gpu.index, "gpu_uuid": gpu.static.uuid, **process_to_dict(proc)}
+                yield {**top, "gpu_index": gpu.index, "gpu_uuid": uuid, **process_to_dict(proc)}
 
     def write(self, snapshot: Snapshot) -> None:
         for row in self.rows(snapshot):
@@ -161,7 +178,7 @@ class _JsonlWriter:
             data["gpus"] = [
                 {k: v for k, v in gpu.items() if k in keep or k in ("processes", "unavailable")} for gpu in data["gpus"]
             ]
-        self.out.write(json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n")
+        self.out.write(encode(data) + "\n")  # the encoder of --once --json; strings escaped by the builders
         self.out.flush()
 
 
@@ -210,7 +227,10 @@ def _open_output(path: str | None) -> tuple[IO[str], bool]:
         stream = open(path, "a", encoding="utf-8", newline="")  # noqa: SIM115 - closed by the caller
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
-    return stream, stream.tell() == 0
+    try:
+        return stream, stream.tell() == 0
+    except OSError:  # a pipe or a terminal (/dev/stdout): not seekable, always a new stream
+        return stream, True
 
 
 def run(command: str, args: argparse.Namespace) -> int:
@@ -236,9 +256,12 @@ def run(command: str, args: argparse.Namespace) -> int:
         else:
             writer_fields = _parse_fields(args.fields, GPU_FIELDS, GPU_FIELDS) if args.fields else None
         groups = groups_for(fmt, writer_fields, processes)
+    path = args.file if recording else args.output
+    where = "standard output" if path is None else path
     backend = cli.open_backend(args)
-    out, is_new = _open_output(args.file if recording else args.output)
+    out: IO[str] | None = None
     try:
+        out, is_new = _open_output(path)
         collector = Collector(backend, history=1)
         collector.select(cli.resolve_selection(args, collector))
         poller = Poller(backend, interval=args.interval, groups=groups, processes=processes, collector=collector)
@@ -252,15 +275,39 @@ def run(command: str, args: argparse.Namespace) -> int:
         with _stop_on_signals() as stop:
             while not stop.is_set():
                 started = time.monotonic()
-                write(poller.poll_once())
+                snapshot = poller.poll_once()
+                try:
+                    write(snapshot)
+                except OSError as exc:
+                    raise _write_failed(out, where, exc) from None
                 written += 1
                 if args.count is not None and written >= args.count:
                     break
                 stop.wait(max(0.0, args.interval - (time.monotonic() - started)))
+        if out is not sys.stdout:
+            closing, out = out, None
+            try:
+                closing.close()
+            except OSError as exc:
+                raise _write_failed(closing, where, exc) from None
         if recording:
             print(f"nvtopy record: {written} snapshots written to {args.file}", file=sys.stderr)
         return 0
     finally:
-        if out is not sys.stdout:
-            out.close()
+        if out is not None and out is not sys.stdout:
+            with contextlib.suppress(OSError):  # already reported: the write that failed
+                out.close()
         backend.close()
+
+
+def _write_failed(out: IO[str], where: str, exc: OSError) -> BaseException:
+    """A failed write as one line (a full disk: "cannot write F: No space left on device").
+
+    A reader that went away (``| head``, a FIFO's reader) is no error: BrokenPipeError
+    goes on to :func:`nvtopy.cli.guarded`, which ends quietly.
+    """
+    if isinstance(exc, BrokenPipeError):
+        return exc
+    if out is sys.stdout:
+        cli._discard_stdout()  # what stays buffered must not fail again at exit
+    return NvtopyError(f"cannot write {where}: {exc.strerror or exc}")

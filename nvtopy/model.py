@@ -81,13 +81,18 @@ class ProcessType(str, enum.Enum):
     COMPUTE = "C"
     GRAPHICS = "G"
     BOTH = "C+G"
+    MPS = "M"  # a client of the MPS server (CUDA Multi-Process Service): a compute process
 
     def __str__(self) -> str:
         return self.value
 
     def merge(self, other: ProcessType) -> ProcessType:
-        """A pid that is in both lists of one GPU is one row of type C+G."""
-        return self if self is other else ProcessType.BOTH
+        """A pid that is in both lists of one GPU is one row of type C+G; an MPS client stays M."""
+        if self is other:
+            return self
+        if ProcessType.MPS in (self, other):
+            return ProcessType.MPS
+        return ProcessType.BOTH
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -313,6 +318,8 @@ class GpuState(_Repr):
     processes_unavailable: Reason | None = None  # why the process list itself is missing
     history: GpuHistory = field(default_factory=GpuHistory)
     note: str | None = None  # a sentence shown instead of values (e.g. "host unreachable: ...")
+    # A sentence about the process list, shown beside it (values stay): e.g. memory in use and no process visible.
+    processes_hint: str | None = None
 
     @property
     def index(self) -> int:

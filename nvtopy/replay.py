@@ -3,10 +3,20 @@
 A recording is the JSON lines ``nvtopy record`` (or ``nvtopy log --format jsonl
 --processes``) writes. Each line is turned back into the same immutable
 :class:`~nvtopy.model.Snapshot` the live monitor draws (history rebuilt from the
-lines before it), so what is replayed is exactly what was recorded.
+lines before it), so what is replayed is exactly what was recorded: every
+string is read back with :func:`~nvtopy.textsafe.unescape_text`, the reverse
+of the ``escape_text`` the writers apply.
+
+Why an index, not a list of snapshots: a recording may be gigabytes, and a
+parsed snapshot takes several times the memory of its line. One pass checks
+every line and keeps only where each valid one starts (and its time); a
+snapshot is parsed again when it is shown, a few are kept for stepping back
+and forth, and the charts' history is rebuilt from the lines before it.
 
 A file cut short (a logger killed mid-line) or damaged is read up to its first
 bad line; the monitor shows what is valid and says where and why it stopped.
+Whatever a line holds (JSON nested a million deep, a number of 5,000 digits,
+values of the wrong type, a line of gigabytes), it is damage, never a crash.
 """
 
 from __future__ import annotations
@@ -14,14 +24,20 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-from collections.abc import Callable
+import logging
+import math
+import operator
+import threading
+from array import array
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import IO, Any, overload
 
 from . import cli
 from .backends.base import SignalOutcome
+from .collector import processes_hint
 from .errors import NvtopyError, UsageError
 from .model import (
     GpuProcess,
@@ -37,13 +53,116 @@ from .model import (
     history_row,
 )
 from .source import SnapshotSource
+from .textsafe import safe_text, unescape_text
 
-__all__ = ["Recording", "ReplayPlayer", "build_parser", "load_recording", "run", "snapshot_from_dict"]
+__all__ = [
+    "RecordedSnapshots",
+    "Recording",
+    "ReplayPlayer",
+    "build_parser",
+    "load_recording",
+    "run",
+    "snapshot_from_dict",
+]
 
-HISTORY = 300
+log = logging.getLogger(__name__)
+
+HISTORY = 300  # points per chart, rebuilt from as many lines before the one shown
+CACHE = 32  # parsed snapshots kept: the one shown and its neighbours, so stepping back is instant
+MAX_LINE = 64 << 20  # bytes; a longer line is damage (a recording's lines are kilobytes)
+MAX_GPUS = 4096  # per line; more is damage, not a node
+_LIMIT = 2**64  # a figure beyond this (or not finite) is no reading: it is replayed as N/A
+
 _SAMPLE_KEYS = set(GpuSample.__dataclass_fields__) - {"timestamp", "lost", "unavailable", "pstate", "throttle_reasons"}
 _STATIC_KEYS = set(GpuStatic.__dataclass_fields__) - {"index", "unavailable", "mig_devices"}
 _PROCESS_KEYS = {"gpu_memory_bytes", "sm_percent", "memory_percent", "encoder_percent", "decoder_percent"}
+_PROCESS_MORE = ("user", "name", "command", "cpu_percent", "host_memory_bytes", "create_time", "running_seconds")
+_GPU_REASON_KEYS = set(GpuStatic.__dataclass_fields__) | set(GpuSample.__dataclass_fields__)
+_PROCESS_REASON_KEYS = set(GpuProcess.__dataclass_fields__)
+
+
+class _DamageError(Exception):
+    """Why a line is no snapshot: one short sentence, safe for a terminal."""
+
+
+# ----------------------------------------------------------------- values, checked
+
+
+def _excerpt(value: object, limit: int = 100) -> str:
+    """Outside text (a value, an exception's message) for a one-line message: visible, and short."""
+    text = safe_text(str(value))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _text(value: Any, name: str) -> str | None:
+    if value is None:
+        return None
+    if type(value) is not str:
+        raise TypeError(f"{name} is not text")
+    return unescape_text(value)
+
+
+def _number(value: Any, name: str) -> int | float | None:
+    """A figure as recorded; one that is not finite or beyond 2**64 is no reading (None: N/A)."""
+    if value is None:
+        return None
+    kind = type(value)
+    if kind is int:
+        return value if -_LIMIT < value < _LIMIT else None
+    if kind is float:
+        return value if math.isfinite(value) and -_LIMIT < value < _LIMIT else None
+    raise TypeError(f"{name} is not a number")
+
+
+def _flag(value: Any, name: str) -> bool | None:
+    if value is None or type(value) is bool:
+        return value
+    raise TypeError(f"{name} is not true or false")
+
+
+def _count(value: Any, name: str, limit: int) -> int:
+    if type(value) is not int or not 0 <= value < limit:
+        raise ValueError(f"{name} {_excerpt(value, 30)} is not a whole number from 0 to {limit - 1}")
+    return value
+
+
+def _texts(value: Any, name: str) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if type(value) is not list:
+        raise TypeError(f"{name} is not a list")
+    return tuple(_text(item, name) or "" for item in value)
+
+
+_CONVERT: dict[str, Callable[[Any, str], Any]] = {"int": _number, "float": _number, "str": _text, "bool": _flag}
+
+
+def _converters(cls: Any, names: Iterable[str]) -> tuple[tuple[str, Callable[[Any, str], Any]], ...]:
+    """(field, checker) from the model's own annotations: ``"int | None"`` is checked as a number."""
+    return tuple((name, _CONVERT[cls.__dataclass_fields__[name].type.split("|")[0].strip()]) for name in sorted(names))
+
+
+_STATIC_FIELDS = _converters(GpuStatic, _STATIC_KEYS)
+_SAMPLE_FIELDS = _converters(GpuSample, _SAMPLE_KEYS)
+_PROCESS_FIELDS = _converters(GpuProcess, (*_PROCESS_KEYS, *_PROCESS_MORE))
+
+
+def _fields(data: dict[str, Any], converters: tuple[tuple[str, Callable[[Any, str], Any]], ...]) -> dict[str, Any]:
+    return {name: convert(data.get(name), name) for name, convert in converters}
+
+
+def _pstate(value: Any) -> int | None:
+    """``"P2"`` (the JSON contract) or 2; 0 to 15, and NVML's 32 for unknown."""
+    if value is None:
+        return None
+    if type(value) is str:
+        digits = value.removeprefix("P")
+        if not (digits.isascii() and digits.isdigit() and len(digits) <= 2):
+            raise ValueError(f"pstate {_excerpt(value, 30)} is not P0 to P15")
+        value = int(digits)
+    if type(value) is not int:
+        raise TypeError("pstate is not P0 to P15")
+    return value if 0 <= value <= 32 else None
 
 
 def _reasons(data: dict[str, Any], allowed: set[str]) -> dict[str, Reason]:
@@ -51,111 +170,281 @@ def _reasons(data: dict[str, Any], allowed: set[str]) -> dict[str, Reason]:
 
 
 def _process(data: dict[str, Any], gpu: GpuStatic) -> GpuProcess:
+    status = _text(data.get("status", "running"), "status")
     return GpuProcess(
         gpu_index=gpu.index,
         gpu_uuid=gpu.uuid,
-        pid=int(data["pid"]),
+        pid=_count(data["pid"], "pid", 2**32),
         type=ProcessType(data["type"]),
-        **{k: data.get(k) for k in _PROCESS_KEYS},
-        user=data.get("user"),
-        name=data.get("name"),
-        command=data.get("command"),
-        cpu_percent=data.get("cpu_percent"),
-        host_memory_bytes=data.get("host_memory_bytes"),
-        create_time=data.get("create_time"),
-        running_seconds=data.get("running_seconds"),
-        status=data.get("status", "running"),
-        foreign=bool(data.get("foreign", False)),
-        unavailable=freeze(_reasons(data, set(GpuProcess.__dataclass_fields__))),
+        **_fields(data, _PROCESS_FIELDS),
+        status="running" if status is None else status,
+        foreign=bool(_flag(data.get("foreign", False), "foreign")),
+        unavailable=freeze(_reasons(data, _PROCESS_REASON_KEYS)),
     )
+
+
+def _timestamp(data: dict[str, Any]) -> float:
+    text = data["timestamp"]
+    if type(text) is not str:
+        raise TypeError("timestamp is not text")
+    timestamp = datetime.fromisoformat(text[:64]).timestamp()  # no ISO time is longer: the message stays short
+    if not math.isfinite(timestamp):
+        raise ValueError("timestamp is not a time")
+    return timestamp
+
+
+def _gpu(item: dict[str, Any], timestamp: float) -> tuple[GpuStatic, GpuSample]:
+    """The static and sampled fields of one GPU of a line (what its chart needs, processes aside)."""
+    reasons = _reasons(item, _GPU_REASON_KEYS)
+    static = GpuStatic(
+        index=_count(item["index"], "index", MAX_GPUS),
+        mig_devices=_texts(item.get("mig_devices"), "mig_devices") or (),
+        unavailable=freeze({k: v for k, v in reasons.items() if k in _STATIC_KEYS}),
+        **_fields(item, _STATIC_FIELDS),
+    )
+    sample = GpuSample(
+        timestamp=timestamp,
+        lost=bool(_flag(item.get("lost", False), "lost")),
+        pstate=_pstate(item.get("pstate")),
+        throttle_reasons=_texts(item.get("throttle_reasons"), "throttle_reasons"),
+        unavailable=freeze({k: v for k, v in reasons.items() if k in GpuSample.__dataclass_fields__}),
+        **_fields(item, _SAMPLE_FIELDS),
+    )
+    return static, sample
+
+
+def _gpu_items(data: dict[str, Any]) -> list[Any]:
+    items = data["gpus"]
+    if type(items) is not list:
+        raise TypeError("gpus is not a list")
+    if len(items) > MAX_GPUS:
+        raise ValueError(f"more than {MAX_GPUS} GPUs")
+    return items
+
+
+def _take_history(rows: dict[int, collections.deque[tuple[Any, ...]]], static: GpuStatic, sample: GpuSample) -> None:
+    point = history_row(sample, GpuState(static, sample).memory_used_percent)
+    rows.setdefault(static.index, collections.deque(maxlen=HISTORY)).append(point)
 
 
 def snapshot_from_dict(data: dict[str, Any], history: dict[int, collections.deque[tuple[Any, ...]]]) -> Snapshot:
     """Rebuild a snapshot from one line of a recording; ``history`` carries the sparklines across lines.
 
-    Raises KeyError/ValueError/TypeError on a line that is not a snapshot.
+    Every value is checked against the model's type (text, number, true/false) and
+    every string unescaped (``unescape_text``). Raises KeyError, ValueError,
+    TypeError or AttributeError on a line that is not a snapshot.
     """
-    timestamp = datetime.fromisoformat(data["timestamp"]).timestamp()
+    timestamp = _timestamp(data)
+    hostname = _text(data["hostname"], "hostname")
+    if hostname is None:
+        raise TypeError("hostname is not text")
     host = HostInfo(
-        hostname=str(data["hostname"]),
-        driver_version=data.get("driver_version"),
-        cuda_driver_version=data.get("cuda_driver_version"),
-        nvml_version=data.get("nvml_version"),
-        backend=f"replay of {data.get('backend', 'nvml')}",
+        hostname=hostname,
+        driver_version=_text(data.get("driver_version"), "driver_version"),
+        cuda_driver_version=_text(data.get("cuda_driver_version"), "cuda_driver_version"),
+        nvml_version=_text(data.get("nvml_version"), "nvml_version"),
+        backend=f"replay of {_text(data.get('backend'), 'backend') or 'nvml'}",
     )
     gpus = []
-    for item in data["gpus"]:
-        index = int(item["index"])
-        reasons = _reasons(item, set(GpuStatic.__dataclass_fields__) | set(GpuSample.__dataclass_fields__))
-        static = GpuStatic(
-            index=index,
-            mig_devices=tuple(item.get("mig_devices") or ()),
-            unavailable=freeze({k: v for k, v in reasons.items() if k in _STATIC_KEYS}),
-            **{k: item.get(k) for k in _STATIC_KEYS},
-        )
-        pstate = item.get("pstate")
-        throttle = item.get("throttle_reasons")
-        sample = GpuSample(
-            timestamp=timestamp,
-            lost=bool(item.get("lost", False)),
-            pstate=None if pstate is None else int(str(pstate).lstrip("P")),
-            throttle_reasons=None if throttle is None else tuple(throttle),
-            unavailable=freeze({k: v for k, v in reasons.items() if k in GpuSample.__dataclass_fields__}),
-            **{k: item.get(k) for k in _SAMPLE_KEYS},
-        )
+    for item in _gpu_items(data):
+        static, sample = _gpu(item, timestamp)
         unavailable = item.get("processes_unavailable")
-        processes = tuple(_process(p, static) for p in item.get("processes") or ())
-        state = GpuState(static, sample, processes, None if unavailable is None else Reason(unavailable))
-        rows = history.setdefault(index, collections.deque(maxlen=HISTORY))
-        rows.append(history_row(sample, state.memory_used_percent))
-        history_value = history_of(rows)
-        gpus.append(GpuState(static, sample, processes, state.processes_unavailable, history_value))
+        listed = item.get("processes") or ()
+        if type(listed) not in (list, tuple):
+            raise TypeError("processes is not a list")
+        processes = tuple(_process(p, static) for p in listed)
+        reason = None if unavailable is None else Reason(unavailable)
+        _take_history(history, static, sample)
+        gpus.append(
+            GpuState(
+                static,
+                sample,
+                processes,
+                reason,
+                history_of(history[static.index]),
+                # as the live monitor says it; a log without processes has no list to hint about
+                processes_hint=processes_hint(sample, processes, reason) if "processes" in item else None,
+            )
+        )
+    sequence = _number(data.get("sequence"), "sequence")
     return Snapshot(
         timestamp=timestamp,
         host=host,
         gpus=tuple(gpus),
-        sequence=int(data.get("sequence") or 0),
-        interval=data.get("interval_s"),
+        sequence=int(sequence or 0),
+        interval=_number(data.get("interval_s"), "interval_s"),
     )
+
+
+def _history_only(data: dict[str, Any], history: dict[int, collections.deque[tuple[Any, ...]]]) -> None:
+    """What a line adds to the charts, without building its processes (to rebuild history fast)."""
+    timestamp = _timestamp(data)
+    for item in _gpu_items(data):
+        _take_history(history, *_gpu(item, timestamp))
+
+
+# ----------------------------------------------------------------- lines
+
+
+def _json(raw: bytes) -> Any:
+    """One line as JSON; raises _DamageError saying why it is not."""
+    try:
+        return json.loads(raw.decode("utf-8", "replace"))
+    except json.JSONDecodeError as exc:
+        if not raw.endswith(b"\n"):
+            raise _DamageError("the file ends mid-record (cut short)") from None
+        raise _DamageError(f"not JSON ({exc.msg})") from None
+    except RecursionError:
+        raise _DamageError("not JSON that can be read (nested too deeply)") from None
+    except ValueError as exc:  # an integer longer than Python reads (int_max_str_digits)
+        raise _DamageError(f"not JSON that can be read ({_excerpt(exc, 60)})") from None
+
+
+def _parse(raw: bytes, history: dict[int, collections.deque[tuple[Any, ...]]]) -> Snapshot:
+    data = _json(raw)
+    try:
+        return snapshot_from_dict(data, history)
+    except (KeyError, ValueError, TypeError, AttributeError, ArithmeticError, RecursionError) as exc:
+        raise _DamageError(f"not an nvtopy snapshot ({type(exc).__name__}: {_excerpt(exc)})") from None
+
+
+class RecordedSnapshots(Sequence[Snapshot]):
+    """The valid snapshots of a recording, parsed from the file when asked for; a few are kept.
+
+    Indexing is what a tuple of every snapshot would give, charts included: the
+    history of snapshot ``i`` is rebuilt from the lines before it (at most
+    :data:`HISTORY`), or carried on from ``i - 1`` when played in order. The
+    last :data:`CACHE` snapshots asked for are kept, the same objects each time.
+    Safe to use from several threads.
+    """
+
+    def __init__(self, path: str, offsets: array[int], timestamps: array[float], cache: int = CACHE) -> None:
+        self.path = path
+        self._offsets = offsets
+        self._timestamps = timestamps
+        self._cache_size = max(1, cache)
+        self._cache: collections.OrderedDict[int, Snapshot] = collections.OrderedDict()
+        self._history: dict[int, collections.deque[tuple[Any, ...]]] = {}
+        self._at = -1  # the last line the history has taken in (-1: none, so line 0 follows)
+        self._lock = threading.Lock()
+        self.parsed = 0  # lines parsed on demand (history rebuilds included)
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    @overload
+    def __getitem__(self, index: int) -> Snapshot: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Snapshot]: ...
+
+    def __getitem__(self, index: int | slice) -> Snapshot | list[Snapshot]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        position = operator.index(index)
+        if position < 0:
+            position += len(self)
+        if not 0 <= position < len(self):
+            raise IndexError("recording index out of range")
+        with self._lock:
+            snapshot = self._cache.get(position)
+            if snapshot is not None:
+                self._cache.move_to_end(position)
+                return snapshot
+            snapshot = self._load(position)
+            self._keep(position, snapshot)
+            return snapshot
+
+    def timestamp(self, index: int) -> float:
+        """When snapshot ``index`` was taken, without parsing it."""
+        return self._timestamps[index]
+
+    @property
+    def cached(self) -> int:
+        """How many parsed snapshots are kept (at most :data:`CACHE`)."""
+        return len(self._cache)
+
+    def _load(self, position: int) -> Snapshot:
+        """Parse snapshot ``position``; going back, also the few before it (kept, so the next steps back are free)."""
+        first = position
+        try:
+            with open(self.path, "rb") as handle:
+                if position != self._at + 1:  # not the next one: the charts start again from the lines before
+                    if position < self._at:
+                        first = max(0, position - self._cache_size // 2)
+                    self._at = -2
+                    self._history = {}
+                    for before in range(max(0, first - HISTORY + 1), first):
+                        _history_only(self._data(handle, before), self._history)
+                for earlier in range(first, position):
+                    self._keep(earlier, snapshot_from_dict(self._data(handle, earlier), self._history))
+                snapshot = snapshot_from_dict(self._data(handle, position), self._history)
+        except (OSError, _DamageError, KeyError, ValueError, TypeError, AttributeError, ArithmeticError) as exc:
+            self._at = -2  # the history may be half built
+            raise NvtopyError(f"{self.path}: cannot read snapshot {position + 1} again ({_excerpt(exc)})") from None
+        self._at = position
+        return snapshot
+
+    def _keep(self, position: int, snapshot: Snapshot) -> None:
+        self._cache[position] = snapshot
+        self._cache.move_to_end(position)
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+
+    def _data(self, handle: IO[bytes], position: int) -> Any:
+        handle.seek(self._offsets[position])
+        self.parsed += 1
+        return _json(handle.readline(MAX_LINE + 1))
 
 
 @dataclass(frozen=True, slots=True)
 class Recording:
-    snapshots: tuple[Snapshot, ...]
+    snapshots: Sequence[Snapshot]  # a RecordedSnapshots: parsed when asked for
     stopped: str | None  # where and why reading stopped early, or None when the whole file was read
     path: str
 
 
-def load_recording(path: str) -> Recording:
-    """Every valid snapshot up to the first bad line (with a sentence saying where it stopped)."""
+def load_recording(path: str, *, cache: int = CACHE) -> Recording:
+    """Index every valid snapshot up to the first bad line (with a sentence saying where it stopped).
+
+    One pass over the file parses each line once, to check it, and keeps only
+    its offset and time: memory does not grow with the recording.
+    """
     try:
-        handle = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115 - closed below
+        handle = open(path, "rb")  # noqa: SIM115 - closed below
     except OSError as exc:
         raise NvtopyError(f"cannot read {path}: {exc.strerror or exc}") from None
-    snapshots: list[Snapshot] = []
-    history: dict[int, collections.deque[tuple[Any, ...]]] = {}
+    offsets: array[int] = array("q")
+    timestamps: array[float] = array("d")
     stopped = None
     with handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
+        number = offset = 0
+        while True:
+            try:
+                raw = handle.readline(MAX_LINE + 1)
+            except OSError as exc:
+                stopped = f"line {number + 1}: cannot be read ({exc.strerror or exc})"
+                break
+            if not raw:
+                break
+            number += 1
+            start, offset = offset, offset + len(raw)
+            if len(raw) > MAX_LINE:
+                stopped = f"line {number}: longer than {MAX_LINE >> 20} MiB, not a snapshot"
+                break
+            if not raw.strip():
                 continue
             try:
-                data = json.loads(line)
-            except json.JSONDecodeError as exc:
-                cut = not line.endswith("\n")
-                stopped = f"line {number}: " + (
-                    "the file ends mid-record (cut short)" if cut else f"not JSON ({exc.msg})"
-                )
+                snapshot = _parse(raw, {})
+            except _DamageError as exc:
+                stopped = f"line {number}: {exc}"
                 break
-            try:
-                snapshots.append(snapshot_from_dict(data, history))
-            except (KeyError, ValueError, TypeError, AttributeError) as exc:
-                stopped = f"line {number}: not an nvtopy snapshot ({type(exc).__name__}: {exc})"
-                break
-    if not snapshots:
+            offsets.append(start)
+            timestamps.append(snapshot.timestamp)
+    if not offsets:
         reason = f" ({stopped})" if stopped else ""
         raise NvtopyError(f"{path}: no snapshot to replay{reason}")
-    return Recording(tuple(snapshots), stopped, path)
+    return Recording(RecordedSnapshots(path, offsets, timestamps, cache), stopped, path)
 
 
 class _NoCollector:
@@ -207,7 +496,7 @@ class ReplayPlayer(SnapshotSource):
         """Pause and show the snapshot ``count`` records away (negative: back)."""
         self._paused = True
         self.position = max(0, min(len(self.snapshots) - 1, self.position + count))
-        self._publish(self.snapshots[self.position])
+        self._show(self.position)
 
     def faster(self) -> None:
         bigger = [s for s in self.SPEEDS if s > self.speed]
@@ -223,8 +512,21 @@ class ReplayPlayer(SnapshotSource):
         state = "⏸" if self._paused else "▶"
         return f"REPLAY {state} x{self.speed:g} {self.position + 1}/{len(self.snapshots)}"
 
+    def _time(self, position: int) -> float:
+        stamps = getattr(self.snapshots, "timestamp", None)  # a RecordedSnapshots knows without parsing
+        return stamps(position) if stamps is not None else self.snapshots[position].timestamp
+
+    def _show(self, position: int) -> None:
+        try:
+            snapshot = self.snapshots[position]
+        except NvtopyError as exc:  # the file changed under the replay: stay on what is shown
+            log.warning("%s", exc)
+            self._paused = True
+            return
+        self._publish(snapshot)
+
     def _run(self) -> None:
-        self._publish(self.snapshots[self.position])
+        self._show(self.position)
         last = len(self.snapshots) - 1
         while not self._stopping:
             if self._paused or self.position >= last:
@@ -232,13 +534,13 @@ class ReplayPlayer(SnapshotSource):
                 self._wake.wait()
                 self._wake.clear()
                 continue
-            gap = self.snapshots[self.position + 1].timestamp - self.snapshots[self.position].timestamp
+            gap = self._time(self.position + 1) - self._time(self.position)
             if self._wake.wait(min(5.0, max(0.02, gap / self.speed))):
                 self._wake.clear()
                 continue  # paused, stepped or re-timed: decide again
             if not self._paused and not self._stopping:
                 self.position += 1
-                self._publish(self.snapshots[self.position])
+                self._show(self.position)
 
 
 def build_parser(command: str) -> argparse.ArgumentParser:

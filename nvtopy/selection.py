@@ -32,6 +32,23 @@ _BUS_ID_RE = re.compile(
     re.IGNORECASE,
 )
 _UUID_BODY_RE = re.compile(r"^[0-9a-f-]+$", re.IGNORECASE)
+_DIGITS_RE = re.compile(r"^[0-9]+$")  # ASCII only: str.isdigit() also takes "²", which int() refuses
+# More digits than this (leading zeros aside) is no GPU index and no CUDA ordinal: out of range.
+_MAX_DIGITS = 9
+
+
+def _small_int(digits: str) -> int | None:
+    """The value of a string of ASCII digits, or ``None`` when it is too large to name a device.
+
+    Never ``int()`` of a long string: Python refuses more than 4,300 digits (ValueError).
+    """
+    significant = digits.lstrip("0") or "0"
+    return int(significant) if len(significant) <= _MAX_DIGITS else None
+
+
+def _shown(text: str, limit: int = 80) -> str:
+    """``text`` quoted for an error message, cut to ``limit`` characters (a 5,000-digit entry stays one short line)."""
+    return repr(text if len(text) <= limit else text[: limit - 1] + "…")
 
 
 def parse_bus_id(text: str) -> BusId | None:
@@ -93,25 +110,27 @@ def resolve_gpu_list(spec: str, gpus: Sequence[GpuStatic]) -> list[int]:
     for raw in entries:
         entry = raw.strip()
         if not entry:
-            raise SelectionError(f"--gpus: empty entry in {spec!r} ({_describe(gpus)})")
+            raise SelectionError(f"--gpus: empty entry in {_shown(spec)} ({_describe(gpus)})")
         matches: list[GpuStatic]
-        if entry.isdigit():
-            gpu = by_index.get(int(entry))
+        if _DIGITS_RE.match(entry):
+            gpu = by_index.get(_small_int(entry))  # 5,000 digits name no GPU: no int() of them
             matches = [gpu] if gpu else []
         elif (bus := parse_bus_id(entry)) is not None:
             gpu = by_bus.get(bus)
             matches = [gpu] if gpu else []
         elif entry.lower().startswith("mig-"):
-            raise SelectionError(f"--gpus: {entry!r} is a MIG device; name its parent GPU instead ({_describe(gpus)})")
+            raise SelectionError(
+                f"--gpus: {_shown(entry)} is a MIG device; name its parent GPU instead ({_describe(gpus)})"
+            )
         elif _UUID_BODY_RE.match(entry[4:] if entry.lower().startswith("gpu-") else entry):
             matches = _match_uuid(entry, gpus)
         else:
             matches = []
         if not matches:
-            raise SelectionError(f"--gpus: no GPU matches {entry!r} ({_describe(gpus)})")
+            raise SelectionError(f"--gpus: no GPU matches {_shown(entry)} ({_describe(gpus)})")
         if len(matches) > 1:
             which = ", ".join(str(g.index) for g in matches)
-            raise SelectionError(f"--gpus: {entry!r} matches GPUs {which}; give more of the UUID")
+            raise SelectionError(f"--gpus: {_shown(entry)} matches GPUs {which}; give more of the UUID")
         if matches[0].index not in chosen:
             chosen.append(matches[0].index)
     return chosen
@@ -146,14 +165,16 @@ class VisibleDevices:
 def _strtoul(token: str) -> int | None:
     """CUDA reads ordinals like ``strtol``: optional sign, leading digits, rest ignored.
 
-    ``"1abc"`` is 1, ``"+3"`` is 3, ``"-0"`` is 0; ``"-1"`` is negative and ``"abc"``
-    has no digits: both return ``None``, which ends the list.
+    ``"1abc"`` is 1, ``"+3"`` is 3, ``"-0"`` is 0; ``"-1"`` is negative, ``"abc"``
+    has no digits and a number too large for ``strtol`` (which then says ERANGE)
+    is out of range: all return ``None``, which ends the list. Digits are ASCII
+    only, as for ``strtol`` in the C locale.
     """
-    match = re.match(r"^([+-]?)(\d+)", token)
+    match = re.match(r"^([+-]?)([0-9]+)", token)
     if match is None:
         return None
-    value = int(match[2])
-    if match[1] == "-" and value != 0:
+    value = _small_int(match[2])
+    if value is None or (match[1] == "-" and value != 0):
         return None
     return value
 

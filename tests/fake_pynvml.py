@@ -17,7 +17,8 @@ Memory info follows the driver: v1 ``used`` includes the driver-reserved memory,
 (``version=pynvml.nvmlMemory_v2``, C symbol ``nvmlDeviceGetMemoryInfo_v2``) reports it
 apart. Inject failures of v2 alone under the name ``"nvmlDeviceGetMemoryInfo_v2"``.
 
-The calls nvtopy makes through ctypes (``_nvmlGetFunctionPointer``: every process list --
+The calls nvtopy makes through ctypes (``_nvmlGetFunctionPointer``: every process list,
+compute, graphics and MPS clients (``FakeGpu.mps_procs``) --
 ``_v3``, ``_v2``, the unversioned v1 and the 32-byte ``_v3`` of drivers 535.43-535.85 -- and
 ``nvmlDeviceGetProcessUtilization``) are emulated with the C calling convention, returning
 NVML return codes. Failures a test arranges for a function name (:meth:`FakeNvml.fail`)
@@ -118,6 +119,7 @@ class FakeGpu:
     mig_slots: list[str | None] = field(default_factory=list)  # None = empty slot (NotFound)
     compute_procs: list[FakeProcess] = field(default_factory=list)
     graphics_procs: list[FakeProcess] = field(default_factory=list)
+    mps_procs: list[FakeProcess] = field(default_factory=list)  # clients of an MPS server (MPSCompute list)
     samples: list[FakeSample] = field(default_factory=list)
     lost: bool = False  # every call for this GPU (handles included) raises GpuIsLost
 
@@ -501,6 +503,12 @@ class FakeNvml:
     def nvmlDeviceGetGraphicsRunningProcesses_v2(self, handle: FakeHandle) -> list[Any]:
         return self._entries(self._device("nvmlDeviceGetGraphicsRunningProcesses_v2", handle).graphics_procs)
 
+    def nvmlDeviceGetMPSComputeRunningProcesses_v3(self, handle: FakeHandle) -> list[Any]:
+        return self._entries(self._device("nvmlDeviceGetMPSComputeRunningProcesses_v3", handle).mps_procs)
+
+    def nvmlDeviceGetMPSComputeRunningProcesses_v2(self, handle: FakeHandle) -> list[Any]:
+        return self._entries(self._device("nvmlDeviceGetMPSComputeRunningProcesses_v2", handle).mps_procs)
+
     def nvmlDeviceGetProcessUtilization(self, handle: FakeHandle, timestamp: int) -> list[Any]:
         gpu = self._device("nvmlDeviceGetProcessUtilization", handle, timestamp)
         self.last_process_utilization_since = timestamp
@@ -530,6 +538,9 @@ class FakeNvml:
         "nvmlDeviceGetGraphicsRunningProcesses_v3": "graphics_procs",
         "nvmlDeviceGetComputeRunningProcesses_v2": "compute_procs",
         "nvmlDeviceGetGraphicsRunningProcesses_v2": "graphics_procs",
+        "nvmlDeviceGetMPSComputeRunningProcesses": "mps_procs",
+        "nvmlDeviceGetMPSComputeRunningProcesses_v2": "mps_procs",
+        "nvmlDeviceGetMPSComputeRunningProcesses_v3": "mps_procs",
     }
 
     def _nvmlGetFunctionPointer(self, name: str) -> Callable[..., int]:

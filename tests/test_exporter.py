@@ -34,6 +34,7 @@ from nvtopy.dcgm import FIELDS
 from nvtopy.errors import NvtopyError, UsageError
 from nvtopy.exporter import EXPORTER_GROUPS, parse_listen, serve
 from nvtopy.poller import Poller
+from nvtopy.textsafe import unescape_text
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1024 * 1024
@@ -452,9 +453,11 @@ def test_signalled_process_disappears_from_the_next_scrape(exporter, clock):
 HOSTILE_COMMAND = (
     "python -c \"print('hi')\" C:\\temp\\x.py --sep=\\n\nrm -rf ~\x1b[31mred\x1b[0m\x07bell\x00nul\ttab\r\x9bcsi\x7f"
 )
-# safe_text's escapes: control characters become visible text; quotes and backslashes stay as they are.
+# escape_text's escapes (the rule of files and the wire): each control character as \xNN of its UTF-8
+# bytes; quotes and backslashes that cannot be read as an escape stay as they are.
 HOSTILE_LABEL = (
-    "python -c \"print('hi')\" C:\\temp\\x.py --sep=\\n\\nrm -rf ~\\e[31mred\\e[0m\\x07bell\\x00nul tab\\r\\x9bcsi\\x7f"
+    "python -c \"print('hi')\" C:\\temp\\x.py --sep=\\n\\x0arm -rf ~\\x1b[31mred\\x1b[0m\\x07bell"
+    "\\x00nul\\x09tab\\x0d\\xc2\\x9bcsi\\x7f"
 )
 
 
@@ -470,6 +473,7 @@ def test_hostile_command_still_parses(exporter):
     samples = scrape.samples("nvtopy_process_gpu_memory_bytes")
     assert len(samples) == len(procs)  # no line broken in two, none lost
     assert {s.labels["command"] for s in samples} == {HOSTILE_LABEL}
+    assert unescape_text(HOSTILE_LABEL) == HOSTILE_COMMAND
     raw_controls = {c for c in scrape.text if unicodedata.category(c) == "Cc" and c != "\n"}
     assert raw_controls == set()
     # Every line is a comment, a sample, or empty: a newline in a label would start a garbage line.
@@ -482,7 +486,8 @@ def test_non_utf8_command_does_not_break_the_scrape(exporter):
     ex = exporter(steady=True, workloads=[_workload("python r\udcffsum\udce9.py")])
     scrape = ex.scrape()
     commands = {s.labels["command"] for s in scrape.samples("nvtopy_process_gpu_memory_bytes")}
-    assert commands == {"python r\\udcffsum\\udce9.py"}
+    assert commands == {"python r\\xffsum\\xe9.py"}  # the bytes, as escape_text writes them
+    assert unescape_text("python r\\xffsum\\xe9.py") == "python r\udcffsum\udce9.py"
     assert len(scrape.samples("DCGM_FI_DEV_GPU_UTIL")) == 4
 
 
@@ -760,3 +765,128 @@ def test_cli_every_interface_warns():
     warnings = [line for line in stderr.splitlines() if line.startswith("nvtopy: warning:")]
     assert len(warnings) == 1, stderr
     assert "0.0.0.0" in warnings[0] and "anyone" in warnings[0]
+
+
+# ---------------------------------------------------------------- connections that send nothing: bounded threads
+
+
+def _connections(port: int, count: int, payload: bytes = b"") -> list[socket.socket]:
+    """``count`` connections to the exporter; every other one sends ``payload`` (e.g. half a request)."""
+    made = []
+    deadline = time.monotonic() + 30
+    for i in range(count):
+        assert time.monotonic() < deadline, f"only {i} of {count} connections made in 30 s"
+        conn = socket.create_connection(("127.0.0.1", port), timeout=5)
+        if payload and i % 2:
+            conn.sendall(payload)
+        made.append(conn)
+    return made
+
+
+def _timed_scrape(ex: Exporter) -> float:
+    started = time.monotonic()
+    assert len(ex.scrape().samples("DCGM_FI_DEV_GPU_UTIL")) == 4
+    return time.monotonic() - started
+
+
+def test_half_open_connections_leave_no_threads_behind(exporter):
+    from nvtopy.exporter import WORKERS
+
+    ex = exporter()
+    workers = [t for t in threading.enumerate() if t.name.startswith("nvtopy-exporter-")]
+    assert len(workers) >= WORKERS
+    threads = threading.active_count()
+    conns = _connections(ex.port, 500, b"GET /metrics HTTP/1.1\r\nHost: exp")
+    try:
+        time.sleep(0.2)
+        assert threading.active_count() <= threads + 2, "no thread per connection"
+    finally:
+        for conn in conns:
+            conn.close()
+    time.sleep(0.2)
+    assert threading.active_count() <= threads + 2
+    assert _timed_scrape(ex) < 0.5
+
+
+def test_idle_connections_do_not_delay_a_scrape(exporter):
+    ex = exporter()
+    threads = threading.active_count()
+    conns = _connections(ex.port, 200)
+    try:
+        for _ in range(3):
+            assert _timed_scrape(ex) < 1.0
+        assert threading.active_count() <= threads + 2
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+def test_a_slow_client_is_closed_at_the_deadline(exporter, monkeypatch):
+    from nvtopy import exporter as exporter_module
+
+    monkeypatch.setattr(exporter_module, "REQUEST_DEADLINE", 1.0)
+    ex = exporter()
+    with socket.create_connection(("127.0.0.1", ex.port), timeout=5) as slow:
+        started = time.monotonic()
+        closed = False
+        for byte in b"GET /metrics HTTP/1.1\r\nHost: x":  # one byte every 0.1 s: never a whole request
+            try:
+                slow.sendall(bytes([byte]))
+            except OSError:
+                closed = True
+                break
+            time.sleep(0.1)
+        if not closed:
+            with contextlib.suppress(ConnectionResetError):
+                assert slow.recv(100) == b"", "closed without an answer"
+        assert 0.9 <= time.monotonic() - started < 3.5
+        assert _timed_scrape(ex) < 0.5
+
+
+def test_past_the_pending_limit_the_oldest_connection_is_closed(exporter, monkeypatch):
+    from nvtopy import exporter as exporter_module
+
+    monkeypatch.setattr(exporter_module, "MAX_PENDING", 10)
+    ex = exporter()
+    conns = _connections(ex.port, 30)
+    try:
+        assert _timed_scrape(ex) < 0.5
+        time.sleep(0.2)
+        closed = 0
+        for conn in conns:
+            conn.settimeout(0.05)
+            try:
+                closed += conn.recv(1) == b""
+            except TimeoutError:
+                pass
+            except ConnectionResetError:
+                closed += 1
+        assert 20 <= closed <= 21, "the 10 newest wait on (the scrape took one place)"
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+def test_a_failing_scrape_is_a_500_and_one_log_line_not_a_traceback(capfd, caplog):
+    """wsgiref prints the app's traceback to stderr; the exporter logs one line and keeps serving."""
+    import urllib.error
+    import urllib.request
+
+    class Broken:
+        @property
+        def latest(self):
+            raise RuntimeError("broken \x1b]0;title\x07 source")
+
+    server, _thread = serve(Broken(), "127.0.0.1", 0)
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        with pytest.raises(urllib.error.HTTPError) as failed:
+            urllib.request.urlopen(url, timeout=5)
+        assert failed.value.code == 500
+    finally:
+        server.shutdown()
+        server.server_close()
+    err = capfd.readouterr().err
+    assert "Traceback" not in err
+    messages = [r.getMessage() for r in caplog.records if "exporter request failed" in r.getMessage()]
+    assert messages and "\x1b" not in messages[0] and "RuntimeError" in messages[0]

@@ -181,3 +181,27 @@ def test_log_selection_flags_apply():
         "1",
         "3",
     ]
+
+
+@pytest.mark.parametrize("values", [[""], [",,"], [" , ", ""], [",", " \t "]])
+def test_empty_field_list_is_a_usage_error(values):
+    from nvtopy.errors import UsageError
+    from nvtopy.logger import DEFAULT_GPU_FIELDS, _parse_fields
+
+    with pytest.raises(UsageError, match="--fields: no field given") as info:
+        _parse_fields(values, GPU_FIELDS, DEFAULT_GPU_FIELDS)
+    assert "\n" not in str(info.value)
+
+
+def test_empty_parts_of_a_field_list_are_skipped():
+    from nvtopy.logger import DEFAULT_GPU_FIELDS, _parse_fields
+
+    assert _parse_fields(["", ",index,,uuid,"], GPU_FIELDS, DEFAULT_GPU_FIELDS) == ["index", "uuid"]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/stdout"), reason="no /dev/stdout here")
+def test_output_that_cannot_seek_is_a_new_stream():
+    """``--output /dev/stdout`` on a pipe: no position to ask, so a new stream (the header is written)."""
+    result = run("log", "--demo", "--count", "1", "--fields", "index", "--output", "/dev/stdout")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["index", "0", "1", "2", "3"]

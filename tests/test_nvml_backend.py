@@ -817,3 +817,79 @@ def test_host_version_failures_are_reasons(make_backend):
     assert host.driver_version == "550.54.15"
     assert host.nvml_version is None and host.cuda_driver_version is None
     assert host.unavailable == {"nvml_version": Reason.NOT_SUPPORTED, "cuda_driver_version": Reason.UNKNOWN}
+
+
+# --------------------------------------------------------------------- MPS clients
+
+
+def test_mps_clients_are_listed_as_type_m(fake, make_backend, sleeper):
+    """Under MPS the compute list shows the server only; its clients are in their own list."""
+    server, client = os.getpid(), sleeper.pid
+    fake.gpus[0].compute_procs = [FakeProcess(server, 300 * MIB)]
+    fake.gpus[0].mps_procs = [FakeProcess(client, 41 * GIB)]
+    fake.gpus[1].mps_procs = [FakeProcess(client, 7 * GIB), FakeProcess(server, 2 * GIB)]
+    fake.gpus[1].compute_procs = [FakeProcess(server, 1 * GIB)]
+    snapshot = Collector(make_backend(fake)).collect()
+    rows0 = {p.pid: p for p in snapshot.gpus[0].processes}
+    rows1 = {p.pid: p for p in snapshot.gpus[1].processes}
+    assert rows0[server].type is ProcessType.COMPUTE and rows0[client].type is ProcessType.MPS
+    assert str(rows0[client].type) == "M" and rows0[client].gpu_memory_bytes == 41 * GIB
+    assert rows0[client].command == "sleep 30" and rows0[client].user == me(), "joined with the host like the rest"
+    assert rows1[client].type is ProcessType.MPS and rows1[client].gpu_memory_bytes == 7 * GIB
+    assert rows1[server].type is ProcessType.MPS, "in the MPS list and the compute list: one row, an MPS client"
+    assert rows1[server].gpu_memory_bytes == 2 * GIB
+    assert snapshot.gpus[0].processes_hint is None
+    assert fake.calls["nvmlDeviceGetMPSComputeRunningProcesses_v3"] == 2, "one C call per GPU"
+
+
+@pytest.mark.parametrize("missing", [("_v3",), ("_v3", "_v2"), ("_v3", "_v2", "")])
+def test_mps_list_walks_down_its_own_versions(fake, make_backend, sleeper, missing):
+    for version in missing:
+        fake.remove(f"nvmlDeviceGetMPSComputeRunningProcesses{version}")
+    fake.gpus[0].compute_procs = [FakeProcess(os.getpid(), 10 * MIB)]
+    fake.gpus[0].mps_procs = [FakeProcess(sleeper.pid, 3 * GIB)]
+    collector = Collector(make_backend(fake))
+    for _ in range(3):
+        snapshot = collector.collect()
+    types = {p.pid: p.type for p in snapshot.gpus[0].processes}
+    if len(missing) == 3:  # a driver without any MPS call: the other lists as before
+        assert types == {os.getpid(): ProcessType.COMPUTE}
+    else:
+        assert types == {os.getpid(): ProcessType.COMPUTE, sleeper.pid: ProcessType.MPS}
+    assert snapshot.gpus[0].processes_unavailable is None and snapshot.gpus[1].processes_unavailable is None
+    for version in missing:
+        name = f"nvmlDeviceGetMPSComputeRunningProcesses{version}"
+        assert fake.calls[f"_nvmlGetFunctionPointer:{name}"] == 1, "a missing symbol is asked for once"
+    assert fake.calls["nvmlDeviceGetComputeRunningProcesses_v3"] == 6, "compute and graphics keep their v3"
+    assert fake.calls["_nvmlGetFunctionPointer:nvmlDeviceGetComputeRunningProcesses_v2"] == 0
+
+
+def test_mps_list_failing_on_one_gpu_hides_nothing_else(fake, make_backend, sleeper):
+    fake.fail("nvmlDeviceGetMPSComputeRunningProcesses_v3", pynvml.NVMLError_NotSupported, gpu=0)
+    fake.gpus[0].compute_procs = [FakeProcess(sleeper.pid, 10 * MIB)]
+    fake.gpus[1].mps_procs = [FakeProcess(sleeper.pid, 5 * GIB)]
+    collector = Collector(make_backend(fake))
+    for _ in range(2):
+        snapshot = collector.collect()
+    assert [(p.pid, p.type) for p in snapshot.gpus[0].processes] == [(sleeper.pid, ProcessType.COMPUTE)]
+    assert [(p.pid, p.type) for p in snapshot.gpus[1].processes] == [(sleeper.pid, ProcessType.MPS)]
+    assert snapshot.gpus[0].processes_unavailable is None
+    assert fake.gpu_count("nvmlDeviceGetMPSComputeRunningProcesses_v3", 0) == 1, "NotSupported is remembered"
+
+
+def test_memory_in_use_with_no_visible_process_gets_a_hint(fake, make_backend, sleeper):
+    fake.gpus[0].memory_used = 40 * GIB  # e.g. clients in another container
+    fake.gpus[1].memory_used = 40 * GIB
+    fake.gpus[1].mps_procs = [FakeProcess(sleeper.pid, 39 * GIB)]
+    snapshot = Collector(make_backend(fake)).collect()
+    hint = snapshot.gpus[0].processes_hint
+    assert hint is not None and hint.startswith("40.0 GiB in use but no process is visible")
+    assert "\n" not in hint
+    assert snapshot.gpus[1].processes_hint is None, "its MPS client is listed"
+    fake.gpus[0].memory_used = 1 * GIB  # the driver's own reservation, or little: no hint
+    assert Collector(make_backend(fake)).collect().gpus[0].processes_hint is None
+    fake.gpus[0].memory_used = 40 * GIB
+    fake.fail("nvmlDeviceGetComputeRunningProcesses_v3", pynvml.NVMLError_NoPermission, gpu=0)
+    fake.fail("nvmlDeviceGetGraphicsRunningProcesses_v3", pynvml.NVMLError_NoPermission, gpu=0)
+    state = Collector(make_backend(fake)).collect().gpus[0]
+    assert state.processes_unavailable is Reason.NO_PERMISSION and state.processes_hint is None, "the reason says it"

@@ -146,3 +146,221 @@ async def test_cut_recording_is_announced(recording, tmp_path):
         await wait_until(pilot, lambda: app.snapshot is not None)
         messages = [str(n.message) for n in app._notifications]
         assert any("reading stopped at line 6: the file ends mid-record" in m for m in messages)
+
+
+# ---------------------------------------------------------------- hostile lines: damage, never a crash
+
+
+def _with_line(recording, tmp_path, line: str, at: int = 3):
+    """The recording with ``line`` put in as line ``at + 1``, the rest after it."""
+    _path, lines = recording
+    bad = tmp_path / "hostile.jsonl"
+    bad.write_text("\n".join(lines[:at]) + "\n" + line + "\n" + "\n".join(lines[at:]) + "\n")
+    return bad
+
+
+def _changed(line: str, change) -> str:
+    data = json.loads(line)
+    change(data)
+    return json.dumps(data)
+
+
+def _set_process(key, value):
+    def change(data):
+        data["gpus"][0]["processes"][0][key] = value
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        # nested deeper than Python's recursion limit: RecursionError inside json
+        ('{"a":' * 100_000 + "1" + "}" * 100_000, "line 4: not JSON that can be read (nested too deeply)"),
+        ("[" * 10**6, "line 4: not JSON that can be read (nested too deeply)"),
+        ('{"timestamp": ' + "[" * 500 + "]" * 500 + "}", "line 4: not an nvtopy snapshot (TypeError"),
+        # a 10 MB line that is one JSON string
+        ('"' + "x" * 10_000_000 + '"', "line 4: not an nvtopy snapshot (TypeError"),
+        # more digits than Python's int() reads: ValueError inside json
+        ('{"timestamp": "2026-01-01T00:00:00+00:00", "sequence": ' + "7" * 5000 + "}", "line 4: not JSON"),
+    ],
+    ids=["objects-100000-deep", "brackets-1000000", "timestamp-500-deep", "string-10MB", "integer-5000-digits"],
+)
+def test_hostile_line_stops_reading_there(recording, tmp_path, damage, message):
+    loaded = load_recording(str(_with_line(recording, tmp_path, damage)))
+    assert len(loaded.snapshots) == 3
+    assert loaded.stopped.startswith(message), loaded.stopped
+    assert len(loaded.stopped) < 200 and "\n" not in loaded.stopped
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d["gpus"][0].update(temperature_c=int("9" * 4000)), None),  # readable, absurd: N/A
+        (lambda d: d["gpus"][0].update(temperature_c="hot"), "temperature_c is not a number"),
+        (lambda d: d["gpus"][0].update(name=["A", "100"]), "name is not text"),
+        (lambda d: d["gpus"][0].update(index=-1), "index -1 is not a whole number"),
+        (lambda d: d["gpus"][0].update(lost="yes"), "lost is not true or false"),
+        (lambda d: d["gpus"][0].update(pstate="P" + "1" * 5000), "pstate P111"),
+        (lambda d: d["gpus"][0].update(throttle_reasons=[["sw_power_cap"]]), "throttle_reasons is not text"),
+        (lambda d: d.update(gpus={"0": {}}), "gpus is not a list"),
+        (lambda d: d.update(hostname=None), "hostname is not text"),
+        (lambda d: d.update(timestamp="x" * 1_000_000), "Invalid isoformat string"),
+        (_set_process("pid", int("4" * 4000)), "pid 444"),
+        (_set_process("pid", 2.5), "pid 2.5 is not a whole number"),
+        (_set_process("type", "Z"), "'Z' is not a valid ProcessType"),
+        (_set_process("command", {"argv": ["x"]}), "command is not text"),
+    ],
+)
+def test_values_of_the_wrong_kind_are_damage(recording, tmp_path, change, message):
+    _path, lines = recording
+    loaded = load_recording(str(_with_line(recording, tmp_path, _changed(lines[3], change))))
+    if message is None:
+        assert loaded.stopped is None and len(loaded.snapshots) == 13
+        assert loaded.snapshots[3].gpus[0].sample.temperature_c is None, "absurd figures are N/A"
+        return
+    assert len(loaded.snapshots) == 3
+    assert loaded.stopped.startswith("line 4: not an nvtopy snapshot ("), loaded.stopped
+    assert message in loaded.stopped
+    assert len(loaded.stopped) < 200
+
+
+def test_not_finite_figures_are_replayed_as_unavailable(recording, tmp_path):
+    _path, lines = recording
+    text = lines[3].replace('"power_draw_w":', '"power_draw_w":NaN,"x":', 1)
+    text = text.replace('"temperature_c":', '"temperature_c":Infinity,"y":', 1)
+    text = text.replace('"energy_mj":', '"energy_mj":1e400,"z":', 1)
+    loaded = load_recording(str(_with_line(recording, tmp_path, text)))
+    assert loaded.stopped is None
+    sample = loaded.snapshots[3].gpus[0].sample
+    assert sample.power_draw_w is None and sample.temperature_c is None and sample.energy_mj is None
+
+
+async def test_hostile_line_is_announced_in_the_monitor(recording, tmp_path):
+    player = ReplayPlayer(load_recording(str(_with_line(recording, tmp_path, "[" * 200_000, at=5))), speed=64.0)
+    app = NvtopyApp(None, source=player)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: app.snapshot is not None)
+        messages = [str(n.message) for n in app._notifications]
+        assert any("reading stopped at line 6: not JSON that can be read (nested too deeply)" in m for m in messages)
+        await wait_until(pilot, lambda: player.position == 4 and player.paused)
+
+
+# ---------------------------------------------------------------- outside text, exactly as recorded
+
+HOSTILE = "\x1b]0;pwned\x07 \udcff\udcfe tab\there \\x41 back\\slash \u202e"
+
+
+@pytest.mark.parametrize(
+    ("change", "read"),
+    [
+        (lambda d, t: d.update(hostname=t), lambda s: s.host.hostname),
+        (lambda d, t: d.update(driver_version=t), lambda s: s.host.driver_version),
+        (lambda d, t: d.update(cuda_driver_version=t), lambda s: s.host.cuda_driver_version),
+        (lambda d, t: d.update(nvml_version=t), lambda s: s.host.nvml_version),
+        (lambda d, t: d.update(backend=t), lambda s: s.host.backend.removeprefix("replay of ")),
+        (lambda d, t: d["gpus"][0].update(name=t), lambda s: s.gpus[0].static.name),
+        (lambda d, t: d["gpus"][0].update(uuid=t), lambda s: s.gpus[0].static.uuid),
+        (lambda d, t: d["gpus"][0].update(serial=t), lambda s: s.gpus[0].static.serial),
+        (lambda d, t: d["gpus"][0].update(bus_id=t), lambda s: s.gpus[0].static.bus_id),
+        (lambda d, t: d["gpus"][0].update(compute_mode=t), lambda s: s.gpus[0].sample.compute_mode),
+        (lambda d, t: d["gpus"][0].update(mig_devices=[t, t]), lambda s: s.gpus[0].static.mig_devices[1]),
+        (lambda d, t: d["gpus"][0].update(throttle_reasons=[t]), lambda s: s.gpus[0].sample.throttle_reasons[0]),
+        (lambda d, t: d["gpus"][0]["processes"][0].update(command=t), lambda s: s.gpus[0].processes[0].command),
+        (lambda d, t: d["gpus"][0]["processes"][0].update(user=t), lambda s: s.gpus[0].processes[0].user),
+        (lambda d, t: d["gpus"][0]["processes"][0].update(name=t), lambda s: s.gpus[0].processes[0].name),
+        (lambda d, t: d["gpus"][0]["processes"][0].update(status=t), lambda s: s.gpus[0].processes[0].status),
+    ],
+)
+def test_every_string_is_unescaped_as_written(recording, tmp_path, change, read):
+    """The writers store outside text with escape_text; a replay shows exactly the original text."""
+    from nvtopy.textsafe import escape_text
+
+    _path, lines = recording
+    written = _changed(lines[3], lambda data: change(data, escape_text(HOSTILE)))
+    assert "\x1b" not in written and "\\udcff" not in written, "what the writers put in a file"
+    loaded = load_recording(str(_with_line(recording, tmp_path, written)))
+    assert loaded.stopped is None
+    assert read(loaded.snapshots[3]) == HOSTILE
+
+
+def test_a_round_trip_through_the_writer_gives_the_text_back(tmp_path, sim, clock):
+    """Record (the JSON view's escaping), replay (unescaping): the same text, and the same JSON again."""
+    import dataclasses
+
+    backend = sim(gpus=1, seed=2)
+    snapshot = Collector(backend).collect()
+    gpu = snapshot.gpus[0]
+    static = dataclasses.replace(gpu.static, name=HOSTILE)
+    processes = tuple(dataclasses.replace(p, command=HOSTILE, user="\udce9ve") for p in gpu.processes)
+    snapshot = dataclasses.replace(snapshot, gpus=(dataclasses.replace(gpu, static=static, processes=processes),))
+    path = tmp_path / "text.jsonl"
+    line = json.dumps(snapshot_to_dict(snapshot), ensure_ascii=False)
+    path.write_text(line + "\n", encoding="utf-8")
+    replayed = load_recording(str(path)).snapshots[0]
+    assert replayed.gpus[0].static.name == HOSTILE
+    assert {p.command for p in replayed.gpus[0].processes} == {HOSTILE}
+    assert {p.user for p in replayed.gpus[0].processes} == {"\udce9ve"}
+    assert comparable(snapshot_to_dict(replayed)) == comparable(json.loads(line))
+
+
+# ---------------------------------------------------------------- streaming: an index, not every snapshot
+
+
+def _long_recording(path, lines: list[str], count: int) -> None:
+    """``count`` lines: the fixture's, over and over, one second apart."""
+    base = [json.loads(line) for line in lines]
+    with open(path, "w", encoding="utf-8") as out:
+        for i in range(count):
+            data = base[i % len(base)]
+            data["timestamp"] = f"2026-11-24T{i // 3600:02d}:{i // 60 % 60:02d}:{i % 60:02d}+00:00"
+            data["sequence"] = i + 1
+            out.write(json.dumps(data, separators=(",", ":")) + "\n")
+
+
+def test_the_player_keeps_a_bounded_number_of_snapshots(recording, tmp_path):
+    import gc
+
+    from nvtopy.model import Snapshot
+    from nvtopy.replay import CACHE
+
+    _path, lines = recording
+    path = tmp_path / "long.jsonl"
+    _long_recording(path, lines, 5000)
+    loaded = load_recording(str(path))
+    assert len(loaded.snapshots) == 5000 and loaded.stopped is None
+    player = ReplayPlayer(loaded, speed=64.0)
+    player.step(0)  # the first line, as the player shows it when it starts
+    for step in range(4999):
+        player.step(1)
+        assert loaded.snapshots.cached <= CACHE
+        if step % 1000 == 999:
+            gc.collect()
+            alive = sum(1 for o in gc.get_objects() if type(o) is Snapshot)
+            assert alive <= CACHE + 2, f"{alive} snapshots alive at step {step}"
+    assert player.latest.sequence == 5000
+    assert loaded.snapshots.parsed == 5000, "played in order: each line parsed once, no history rebuilt"
+    assert list(player.latest.gpus[0].history.timestamps)[-1] == player.latest.timestamp
+    assert len(player.latest.gpus[0].history.timestamps) == 300
+
+
+def test_any_order_of_access_gives_what_playing_in_order_gives(recording, tmp_path, monkeypatch):
+    """Charts rebuilt from the lines before (a jump, a step back) equal the ones carried on in order."""
+    import random
+
+    from nvtopy import replay
+
+    monkeypatch.setattr(replay, "HISTORY", 20)
+    _path, lines = recording
+    path = tmp_path / "long.jsonl"
+    _long_recording(path, lines, 120)
+    in_order = [
+        snapshot_to_dict(s) | {"history": [g.history for g in s.gpus]} for s in load_recording(str(path)).snapshots
+    ]
+    snapshots = load_recording(str(path), cache=4).snapshots
+    order = random.Random(7).choices(range(120), k=200) + list(range(119, -1, -1))
+    for position in order:
+        snapshot = snapshots[position]
+        assert snapshot_to_dict(snapshot) | {"history": [g.history for g in snapshot.gpus]} == in_order[position]
+        assert snapshots.cached <= 4
+    assert len(in_order[119]["history"][0].timestamps) == 20

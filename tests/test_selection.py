@@ -435,3 +435,69 @@ def test_nvml_indices_of_two_mig_devices_on_one_gpu():
     assert len(result.devices) == 2
     assert {d.mig_uuid for d in result.devices} == {MIG2A, MIG2B}
     assert result.nvml_indices == [2]
+
+
+# --------------------------------------------------------------------------- absurd numbers
+
+HUGE = "9" * 5000  # more digits than Python's int() reads (4,300): ValueError, were it asked
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        HUGE,
+        "-" + HUGE,
+        "+" + HUGE,
+        "1," + HUGE,
+        "0" * 4000 + "4",  # index 4, and there are four GPUs
+        "1" + "0" * 20,
+        "²",  # str.isdigit() is true, int() refuses it
+        "0,\u0663",  # an Arabic-Indic three: int() reads it, nobody writes an index so
+    ],
+    ids=lambda v: f"{v[:10]!r}...({len(v)})",
+)
+def test_resolve_gpu_list_absurd_numbers_match_nothing_in_one_short_line(spec):
+    with pytest.raises(SelectionError, match="no GPU matches") as info:
+        resolve_gpu_list(spec, GPUS)
+    message = str(info.value)
+    assert "\n" not in message and len(message) < 400
+    _assert_lists_available(message)
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [("0" * 4999 + "3", [3]), ("0" * 5000, [0]), ("00002,1", [2, 1])],
+    ids=["4999-zeros-then-3", "5000-zeros", "00002,1"],
+)
+def test_resolve_gpu_list_leading_zeros_are_the_index(spec, expected):
+    assert resolve_gpu_list(spec, GPUS) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        # strtol would say ERANGE: out of range, which ends the list
+        (HUGE, []),
+        ("0," + HUGE, [0]),
+        ("3," + HUGE + ",1", [3]),
+        ("-" + HUGE, []),
+        ("+" + HUGE, []),
+        (HUGE + "abc", []),
+        ("1" + "0" * 18, []),
+        # leading zeros and signs are still the ordinal
+        ("0" * 5000 + "2", [2]),
+        ("-" + "0" * 5000, [0]),
+        ("2," + "0" * 4999 + "1", [2, 1]),
+        ("-0", [0]),
+        ("+1", [1]),
+        (" 1", [1]),
+        ("1 2", [1]),  # strtol stops at the space
+        # only ASCII digits, as strtol in the C locale
+        ("²", []),
+        ("1,²", [1]),
+        ("\u0661", []),
+    ],
+    ids=lambda v: f"{v[:10]!r}...({len(v)})" if isinstance(v, str) else str(v),
+)
+def test_cuda_visible_devices_absurd_numbers(value, expected):
+    assert _nvml(value) == expected

@@ -106,7 +106,9 @@ class NvmlBackend(Backend):
         inspector: PsutilInspector | None = None,
         clock: Callable[[], float] = time.monotonic,
         foreign_pids: bool | None = None,
+        close_at_exit: bool = True,
     ) -> None:
+        """``close_at_exit=False``: the owner closes it, or nobody (see :meth:`close`)."""
         self._nvml = nvml if nvml is not None else import_pynvml()
         self._clock = clock
         self._inspector = inspector or PsutilInspector()
@@ -126,7 +128,10 @@ class NvmlBackend(Backend):
         self._host = self._read_host()
         if _LEGACY_V3_DRIVERS[0] <= _version_tuple(self._host.driver_version) < _LEGACY_V3_DRIVERS[1]:
             self._proc_api = "v3-535"
-        atexit.register(self.close)
+        # The MPS client list walks down its own versions: a driver may lack one of its symbols only.
+        self._mps_api = self._proc_api
+        if close_at_exit:
+            atexit.register(self.close)
 
     # ----------------------------------------------------------------- driver plumbing
 
@@ -158,6 +163,13 @@ class NvmlBackend(Backend):
             raise BackendUnavailableError(f"cannot load the NVIDIA driver library: {exc}") from None
 
     def close(self) -> None:
+        """``nvmlShutdown``, once. Blocks as long as the driver does.
+
+        Never call it while another thread may be inside NVML. An owner that
+        cannot be sure of that at exit (the monitor's poller thread in a call to a
+        stuck driver) builds the backend with ``close_at_exit=False`` and skips
+        it: the driver cleans up after an exiting process.
+        """
         if self._closed:
             return
         self._closed = True
@@ -606,10 +618,11 @@ class NvmlBackend(Backend):
         merged: dict[int, RawGpuProcess] = {}
         try:
             reasons = []
-            for kind, ptype in (("Compute", ProcessType.COMPUTE), ("Graphics", ProcessType.GRAPHICS)):
+            for kind, ptype in _PROCESS_LISTS:
                 entries, reason = self._process_list(gpu, kind)
                 if reason is not None:
-                    reasons.append(reason)
+                    if ptype is not ProcessType.MPS:  # no MPS list (old driver, no MPS): no client to show
+                        reasons.append(reason)
                     continue
                 for entry in entries:
                     _merge_process(merged, entry, ptype)
@@ -636,14 +649,19 @@ class NvmlBackend(Backend):
         return reading
 
     def _process_list(self, gpu: _Gpu, kind: str) -> tuple[list[Any], Reason | None]:
-        """One NVML process list, walking down to older API versions the driver has."""
+        """One NVML process list, walking down to older API versions the driver has.
+
+        ``kind``: ``Compute`` and ``Graphics`` share one API version; ``MPSCompute``
+        (the clients of an MPS server, which the other two lists do not show) has its own.
+        """
+        attribute = "_mps_api" if kind == "MPSCompute" else "_proc_api"
         while True:
-            api = self._proc_api
+            api = getattr(self, attribute)
             name = f"nvmlDeviceGet{kind}RunningProcesses" + {"v3": "_v3", "v3-535": "_v3", "v2": "_v2", "v1": ""}[api]
             entries, reason = self._direct_processes(gpu, name, api)
             older = {"v3": "v2", "v3-535": "v2", "v2": "v1"}.get(api)
             if reason is Reason.NOT_SUPPORTED and name in self._missing and older is not None:
-                self._proc_api = older  # the driver predates this symbol: every GPU uses the older one
+                setattr(self, attribute, older)  # the driver predates this symbol: every GPU uses the older one
                 continue
             return (entries if entries is not None else []), reason
 
@@ -667,7 +685,7 @@ class NvmlBackend(Backend):
 
     def _direct_processes(self, gpu: _Gpu, name: str, api: str) -> tuple[list[Any] | None, Reason | None]:
         key = f"{name}:{api}"
-        if (gpu.index, key) in self._unsupported:
+        if (gpu.index, key) in self._unsupported or name in self._missing:  # a missing symbol: on every GPU
             return None, Reason.NOT_SUPPORTED
         handle = self._handle(gpu)
         struct = _ProcessInfoV1 if api == "v1" else _ProcessInfo535 if api == "v3-535" else _ProcessInfo
@@ -778,6 +796,14 @@ def _positive_int(value: Any) -> int:
     if number <= 0:
         raise ValueError(number)
     return number
+
+
+# The lists a GPU's processes are read from; a pid in several is one row (see ProcessType.merge).
+_PROCESS_LISTS = (
+    ("Compute", ProcessType.COMPUTE),
+    ("Graphics", ProcessType.GRAPHICS),
+    ("MPSCompute", ProcessType.MPS),
+)
 
 
 class _ProcessInfo(ctypes.Structure):
