@@ -17,6 +17,7 @@ from .collector import Collector
 from .formatting import NA, fmt_bytes, short_name
 from .jobgpus import JobGpus, find_job_gpus
 from .model import Snapshot
+from .textsafe import safe_text
 from .torchmem import cuda_torch, torch_memory
 
 __all__ = ["forget_collectors", "job_gpus", "print_usage", "snapshot", "usage_lines"]
@@ -94,7 +95,7 @@ def usage_lines() -> list[str]:
     lines = []
     for gpu in snap.gpus:
         static, sample = gpu.static, gpu.sample
-        head = f"GPU {static.index} ({short_name(static.name)}, {static.short_bus_id or NA})"
+        head = f"GPU {static.index} ({short_name(static.name)}, {safe_text(static.short_bus_id) or NA})"
         if gpu.lost:
             lines.append(f"{head}: LOST")
             continue

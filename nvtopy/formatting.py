@@ -7,6 +7,8 @@ and nvitop use them).
 
 from __future__ import annotations
 
+from .textsafe import safe_text
+
 __all__ = ["NA", "fmt_bytes", "fmt_duration", "fmt_mhz", "fmt_percent", "fmt_pstate", "fmt_watts", "short_name"]
 
 NA = "N/A"
@@ -63,10 +65,14 @@ def fmt_duration(seconds: float | None) -> str:
 
 
 def short_name(name: str | None) -> str:
-    """``"NVIDIA H100 80GB HBM3"`` -> ``"H100 80GB HBM3"``: the vendor prefix wastes columns."""
+    """``"NVIDIA H100 80GB HBM3"`` -> ``"H100 80GB HBM3"``: the vendor prefix wastes columns.
+
+    The name comes from the driver (or a recording, or a remote exporter's label)
+    and is only ever shown on a terminal: it is made safe here (``safe_text``).
+    """
     if not name:
         return NA
     for prefix in ("NVIDIA GeForce ", "NVIDIA ", "Tesla "):
         if name.startswith(prefix):
-            return name[len(prefix) :]
-    return name
+            return safe_text(name[len(prefix) :])
+    return safe_text(name)

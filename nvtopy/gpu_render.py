@@ -6,6 +6,10 @@ or markup work, and tests and screenshots can check them without a terminal.
 Colours follow the GPU's own limits (its slowdown temperature, its enforced
 power cap), not universal thresholds: 80 °C is fine on one board and
 throttling on another.
+
+Text from outside (GPU names, bus ids, remote host names, notes that quote a
+peer's error, throttle reasons read from a recording) goes through
+:func:`~nvtopy.textsafe.safe_text` here, before it becomes a :class:`Line`.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 from .formatting import NA, fmt_bytes, short_name
 from .model import GpuState
 from .styled import Line
+from .textsafe import safe_text
 
 __all__ = ["PANEL_HEIGHT", "PANEL_MIN_WIDTH", "bar", "compact_line", "panel_lines", "panel_title", "sparkline"]
 
@@ -119,7 +124,7 @@ def _throttle(gpu: GpuState) -> Line:
     if "hw_thermal_slowdown" in reasons:
         reasons.discard("sw_thermal_slowdown")  # one thermal warning is enough; the HW one is the serious one
     labels = [label for name, label in _THROTTLE_LABELS.items() if name in reasons]
-    labels += sorted(r for r in reasons if r not in _THROTTLE_LABELS)
+    labels += sorted(safe_text(r) for r in reasons if r not in _THROTTLE_LABELS)  # a recording's or a peer's
     return Line("⚠ " + ", ".join(labels), "yellow") if labels else Line()
 
 
@@ -135,16 +140,22 @@ def _ecc(gpu: GpuState) -> Line:
     return Line(str(errors), "bold white on red" if errors else "")
 
 
+def _host(gpu: GpuState) -> str:
+    """``host/index `` of a remote host's GPU (the host name is outside text)."""
+    static = gpu.static
+    return safe_text(static.host) + ("" if static.host_index is None else f"/{static.host_index}") + " "
+
+
 def panel_title(gpu: GpuState) -> Line:
     static = gpu.static
     title = Line(f" {static.index} ", "bold")
     if static.host is not None:  # a remote host's GPU: its host and own index
-        title.add(f"{static.host}" + ("" if static.host_index is None else f"/{static.host_index}") + " ", "magenta")
+        title.add(_host(gpu), "magenta")
         if gpu.note:
             return title
     title.add(short_name(static.name) if static.name else NA, "bold")
     if static.short_bus_id:
-        title.add(f" · {static.short_bus_id} ", "dim")
+        title.add(f" · {safe_text(static.short_bus_id)} ", "dim")
     return title
 
 
@@ -152,7 +163,9 @@ def panel_lines(gpu: GpuState, width: int) -> list[Line]:
     """The four content lines of a full panel, each exactly ``width`` cells."""
     sample = gpu.sample
     if gpu.note:
-        lines = [Line(gpu.note, "bold red"), Line("retrying at every refresh", "dim")]
+        # A host that could not be read is asked again; a note on a host that answered (capped) is not an error.
+        retry = Line("retrying at every refresh", "dim") if gpu.lost else Line()
+        lines = [Line(safe_text(gpu.note), "bold red" if gpu.lost else "yellow"), retry]
         return [line.fit(width) for line in lines] + [Line().fit(width), Line().fit(width)]
     if gpu.lost:
         lost = Line("GPU LOST", "bold white on red")
@@ -227,12 +240,13 @@ def compact_line(gpu: GpuState, width: int) -> Line:
     sample, static = gpu.sample, gpu.static
     line = Line(f"{static.index:>2} ", "bold")
     if static.host is not None:
-        line.add(static.host + ("" if static.host_index is None else f"/{static.host_index}") + " ", "magenta")
+        line.add(_host(gpu), "magenta")
     if gpu.note:
-        return line.add(gpu.note, "bold red").fit(width)
+        return line.add(safe_text(gpu.note), "bold red").fit(width)
+    bus = safe_text(static.short_bus_id)
     if gpu.lost:
         line.add("LOST", "bold white on red")
-        line.add(f" {short_name(static.name)} {static.short_bus_id or ''} (GpuIsLost)", "red")
+        line.add(f" {short_name(static.name)} {bus} (GpuIsLost)", "red")
         return line.fit(width)
     percent = gpu.memory_used_percent
     util = sample.utilization_gpu_percent
@@ -252,7 +266,7 @@ def compact_line(gpu: GpuState, width: int) -> Line:
         tail.add(" ⚠", "yellow")
     if sample.ecc_uncorrected_volatile:
         tail.add(" ECC!", "bold white on red")
-    extra = Line(f"  {short_name(static.name)} {static.short_bus_id or ''}", "dim")
+    extra = Line(f"  {short_name(static.name)} {bus}", "dim")
     memory = Line(f" {percent:3.0f}% " if percent is not None else f" {NA:>4} ")
     budget = width - line.cells - memory.cells - tail.cells
     if budget >= 24 + extra.cells:

@@ -91,6 +91,11 @@ class SortOrder:
         return _BY_KEY[self.column].title
 
 
+def _is_type(kind: ProcessType, wanted: str) -> bool:
+    """The type filter: C+G matches both C and G; MPS clients (M) are compute work, so C keeps them."""
+    return kind is ProcessType.BOTH or kind.value == wanted or (wanted == "C" and kind is ProcessType.MPS)
+
+
 @dataclass(frozen=True, slots=True)
 class ProcessFilter:
     """What the user narrowed the table to. The empty filter shows everything."""
@@ -111,7 +116,7 @@ class ProcessFilter:
         """Short labels for the header, e.g. ``['"train"', 'mine', 'type C', 'GPUs 0,2']``."""
         labels = []
         if self.text:
-            labels.append(f'"{self.text}"')
+            labels.append(f'"{safe_text(self.text)}"')  # typed or pasted: shown in the header
         if self.mine_only:
             labels.append("mine")
         if self.process_type:
@@ -125,7 +130,7 @@ class ProcessFilter:
             return False
         if self.mine_only and (me is None or process.user != me):
             return False
-        if self.process_type and process.type is not ProcessType.BOTH and process.type.value != self.process_type:
+        if self.process_type and not _is_type(process.type, self.process_type):
             return False
         if self.text:
             needle = self.text.lower()

@@ -15,12 +15,14 @@ The policy (README, "Text from outside"):
   Meant for eyes, not for machines.
 - **Files and the wire** (JSON, JSONL, CSV, Prometheus labels):
   :func:`escape_text`. The result is always valid UTF-8 with no control
-  characters; each control character and each undecodable byte is written as
+  characters or bidi controls; each of those and each undecodable byte is written as
   ``\\xNN`` (the bytes of its UTF-8 encoding, or the raw byte), and a literal
   backslash is doubled only where it would otherwise read as an escape (before
   another backslash or before ``xNN``). Ordinary text, backslashes included,
   passes unchanged. :func:`unescape_text` reverses it exactly:
-  ``unescape_text(escape_text(s)) == s`` for every ``s``.
+  ``unescape_text(escape_text(s)) == s`` for every ``s`` that is a decoding of
+  bytes (``b.decode("utf-8", "surrogateescape")``), which is all the OS,
+  psutil and the driver can hand us.
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ __all__ = ["escape_text", "safe_text", "unescape_bytes", "unescape_text"]
 # C0 controls, DEL and C1 controls -> visible escapes; tab and newline get short forms.
 _TABLE: dict[int, str] = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
 _TABLE.update({0x09: " ", 0x0A: "\\n", 0x0D: "\\r", 0x1B: "\\e"})
-_TABLE.update({code: f"\\u{code:04x}" for code in (0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))})
+# Bidi controls reorder what is shown ("Trojan source"); line/paragraph separators break a row.
+_BIDI = (0x200E, 0x200F, 0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+_TABLE.update({code: f"\\u{code:04x}" for code in _BIDI})
 # Undecodable bytes (surrogateescape'd to U+DC80..U+DCFF) -> the byte; any other lone surrogate -> its code.
 _TABLE.update({code: f"\\x{code - 0xDC00:02x}" for code in range(0xDC80, 0xDD00)})
 _TABLE.update({code: f"\\u{code:04x}" for code in (*range(0xD800, 0xDC80), *range(0xDD00, 0xE000))})
@@ -47,10 +51,10 @@ def safe_text(text: str | None) -> str:
     return text.translate(_TABLE)
 
 
-# What escape_text must write as \xNN: C0, DEL, C1 and every surrogate (undecodable bytes and
+# What escape_text must write as \xNN: C0, DEL, C1, bidi controls and every surrogate (undecodable bytes and
 # lone surrogates, which UTF-8 cannot encode). A backslash is doubled before "\" or "xNN" and
 # before a character that is itself escaped (whose escape starts with a backslash).
-_ESCAPED = "\x00-\x1f\x7f-\x9f\ud800-\udfff"
+_ESCAPED = "\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff"
 _NEEDS_WORK = re.compile(rf"[{_ESCAPED}]|\\(?=[\\{_ESCAPED}]|x[0-9a-fA-F]{{2}})")
 _UNESCAPE = re.compile(r"\\\\|\\x([0-9a-fA-F]{2})")
 

@@ -74,7 +74,7 @@ def check_contract(data: dict) -> None:
             for key, kind in PROCESS_FIELDS.items():
                 assert key in proc, f"process {proc.get('pid')}: missing {key}"
                 assert isinstance(proc[key], kind), f"process {proc['pid']} {key}: {proc[key]!r}"
-            assert proc["type"] in ("C", "G", "C+G")
+            assert proc["type"] in ("C", "G", "C+G", "M")
 
 
 def run(cmd: list[str], *args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -173,6 +173,19 @@ def test_no_color_has_no_escape_codes_even_on_a_tty(nvtopy_cmd):
         (["--demo", "--once", "--demo-fault", "meteor"], "unknown fault"),
         (["--demo", "--once", "--demo-fault", "unsupported=warp"], "name field groups"),
         (["--demo", "--once", "--demo-fault", "lost@x"], "bad GPU list"),
+        # Nothing the simulation cannot do is accepted silently (it used to pick another model, or inject nothing).
+        (["--demo", "--once", "--demo-model", "A100"], "matches several models"),
+        (["--demo", "--once", "--demo-model", ""], "unknown GPU model"),
+        (["--demo-model", "H1OO", "--once"], "unknown GPU model"),
+        (["--demo", "--once", "--demo-fault", "lost@99"], "no GPU 99 (the simulation has 4 GPUs: 0-3)"),
+        (["--demo", "--once", "--demo-gpus", "2", "--demo-fault", "hot@1-3"], "no GPU 3"),
+        (["--demo", "--once", "--demo-gpus", "0", "--demo-fault", "ecc@0"], "the simulation has no GPUs"),
+        (["--demo", "--once", "--demo-fault", "lost@2-1"], "empty GPU range"),
+        (["--demo", "--once", "--demo-fault", "foreign@1"], "applies to every GPU"),
+        (["--demo", "--once", "--demo-fault", "hot=1"], "takes no '=' argument"),
+        (["--demo", "--once", "--demo-fault", "slow=never"], "give the seconds"),
+        (["--demo", "--demo-fault", "lost@99"], "no GPU 99"),  # the monitor too, before it draws
+        (["log", "--demo", "--demo-fault", "unsupported=fan@4"], "no GPU 4"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(nvtopy_cmd, args, fragment):

@@ -57,7 +57,8 @@ def test_every_field_reported(fake_lib, workers):
     assert data["driver_version"] == "550.54.15" and data["cuda_driver_version"] == "12.4"
     assert data["backend"] == "nvml" and len(data["gpus"]) == 4
     for gpu in data["gpus"]:
-        missing = [k for k, v in gpu.items() if v is None and k not in ("processes_unavailable",)]
+        optional = ("processes_unavailable", "processes_hint", "host", "host_index", "note")  # null when not relevant
+        missing = [k for k, v in gpu.items() if v is None and k not in optional]
         assert missing == [], f"GPU {gpu['index']}: null fields {missing} ({gpu['unavailable']})"
         assert gpu["bus_id"].startswith("00000000:") and gpu["uuid"].startswith("GPU-")
         assert gpu["memory_reserved_bytes"] > 0, "memory info v2 is used"
@@ -179,3 +180,18 @@ def test_log_and_exporter_on_the_real_nvml_path(fake_lib, workers, tmp_path):
     finally:
         proc.terminate()
         assert proc.wait(timeout=10) == 0
+
+
+def test_mps_clients_are_listed(fake_lib, workers):
+    """FAKE_NVML_PROC_TYPE=mps: every process is in the MPS client list only, as under a real MPS server."""
+    pids = ",".join(map(str, workers))
+    result = nvtopy(fake_lib, "--once", "--json", FAKE_NVML_GPUS="2", FAKE_NVML_PIDS=pids, FAKE_NVML_PROC_TYPE="mps")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    rows = [p for g in data["gpus"] for p in g["processes"]]
+    assert sorted(p["pid"] for p in rows) == sorted(workers)
+    assert {p["type"] for p in rows} == {"M"}
+    assert all(p["gpu_memory_bytes"] > 0 and p["command"] == "sleep 120" for p in rows)
+    text = nvtopy(fake_lib, "--once", "--no-color", FAKE_NVML_GPUS="2", FAKE_NVML_PIDS=pids, FAKE_NVML_PROC_TYPE="mps")
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.count(" M ") == len(workers) and "No GPU processes" not in text.stdout

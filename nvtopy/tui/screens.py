@@ -138,7 +138,8 @@ class GpuPickerScreen(ModalScreen["frozenset[int] | None"]):
     def compose(self) -> ComposeResult:
         selections = []
         for gpu in self.gpus:
-            label = f"{gpu.index:>2}  {short_name(gpu.name):<18} {gpu.short_bus_id or NA:<8} {(gpu.uuid or NA)[:16]}"
+            bus, uuid = safe_text(gpu.short_bus_id) or NA, safe_text(gpu.uuid) or NA  # from the driver or a peer
+            label = f"{gpu.index:>2}  {short_name(gpu.name):<18} {bus:<8} {uuid[:16]}"
             selections.append(Selection(Content(label), gpu.index, self.shown is None or gpu.index in self.shown))
         with Vertical():
             yield Static(Text("Show which GPUs?", style="bold"))

@@ -2,6 +2,16 @@
 
 Names documented in the README are a contract: fields may be added, never
 renamed. A missing value is ``null`` and ``unavailable`` says why.
+
+Every string that can come from outside (commands, user and process names,
+GPU names, serials, UUIDs, host and driver strings, MIG devices, throttle
+reasons and modes, which a recording or a peer may supply) goes through
+:func:`~nvtopy.textsafe.escape_text` exactly once, here in the dict builders:
+the output is always valid UTF-8 with no control characters, and
+:func:`~nvtopy.textsafe.unescape_text` gives the exact text back. Strings that
+are ours (timestamps, ``P0``, ``C``, reasons) never contain a backslash, so a
+reader may unescape every string value. :func:`encode` is the one encoder of
+``--once --json``, ``log --format jsonl`` and ``record``.
 """
 
 from __future__ import annotations
@@ -12,10 +22,21 @@ from typing import Any
 
 from .._version import __version__
 from ..model import GpuProcess, GpuState, Snapshot
+from ..textsafe import escape_text as _esc
 
-__all__ = ["SCHEMA_VERSION", "dumps", "gpu_to_dict", "iso_timestamp", "process_to_dict", "snapshot_to_dict"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "dumps",
+    "encode",
+    "gpu_to_dict",
+    "iso_timestamp",
+    "process_to_dict",
+    "snapshot_to_dict",
+]
 
 SCHEMA_VERSION = 1
+# One encoder object for every line (json.dumps with arguments builds a new one per call).
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 def iso_timestamp(timestamp: float) -> str:
@@ -32,14 +53,14 @@ def process_to_dict(process: GpuProcess) -> dict[str, Any]:
         "memory_percent": process.memory_percent,
         "encoder_percent": process.encoder_percent,
         "decoder_percent": process.decoder_percent,
-        "user": process.user,
-        "command": process.command,
-        "name": process.name,
+        "user": _esc(process.user),
+        "command": _esc(process.command),
+        "name": _esc(process.name),
         "cpu_percent": None if process.cpu_percent is None else round(process.cpu_percent, 1),
         "host_memory_bytes": process.host_memory_bytes,
         "running_seconds": None if process.running_seconds is None else round(process.running_seconds, 1),
         "create_time": process.create_time,
-        "status": process.status,
+        "status": _esc(process.status),
         "foreign": process.foreign,
         "unavailable": {k: v.value for k, v in process.unavailable.items()},
     }
@@ -50,9 +71,9 @@ def gpu_to_dict(gpu: GpuState, *, processes: bool = True) -> dict[str, Any]:
     reasons = {**static.unavailable, **sample.unavailable}
     data: dict[str, Any] = {
         "index": static.index,
-        "uuid": static.uuid,
-        "name": static.name,
-        "bus_id": static.bus_id,
+        "uuid": _esc(static.uuid),
+        "name": _esc(static.name),
+        "bus_id": _esc(static.bus_id),
         "lost": sample.lost,
         "memory_total_bytes": static.memory_total_bytes,
         "memory_used_bytes": sample.memory_used_bytes,
@@ -68,9 +89,9 @@ def gpu_to_dict(gpu: GpuState, *, processes: bool = True) -> dict[str, Any]:
         "ecc_uncorrected_volatile": sample.ecc_uncorrected_volatile,
         "clock_sm_mhz": sample.clock_sm_mhz,
         "clock_mem_mhz": sample.clock_mem_mhz,
-        "throttle_reasons": None if sample.throttle_reasons is None else list(sample.throttle_reasons),
+        "throttle_reasons": None if sample.throttle_reasons is None else [_esc(r) for r in sample.throttle_reasons],
         # Beyond the contract's minimum:
-        "serial": static.serial,
+        "serial": _esc(static.serial),
         "memory_free_bytes": sample.memory_free_bytes,
         "memory_reserved_bytes": sample.memory_reserved_bytes,
         "encoder_percent": sample.encoder_percent,
@@ -88,15 +109,20 @@ def gpu_to_dict(gpu: GpuState, *, processes: bool = True) -> dict[str, Any]:
         "pcie_rx_bytes_per_s": sample.pcie_rx_bytes_per_s,
         "pcie_tx_bytes_per_s": sample.pcie_tx_bytes_per_s,
         "persistence_mode": sample.persistence_mode,
-        "compute_mode": sample.compute_mode,
-        "compute_capability": static.compute_capability,
+        "compute_mode": _esc(sample.compute_mode),
+        "compute_capability": _esc(static.compute_capability),
         "mig_mode": static.mig_mode,
-        "mig_devices": list(static.mig_devices),
+        "mig_devices": [_esc(m) for m in static.mig_devices],
+        # Another host's GPU (--remote): its host and index there; a sentence when it cannot be read.
+        "host": _esc(static.host),
+        "host_index": static.host_index,
+        "note": _esc(gpu.note),
         "unavailable": {k: v.value for k, v in reasons.items()},
     }
     if processes:
         data["processes"] = [process_to_dict(p) for p in gpu.processes]
         data["processes_unavailable"] = None if gpu.processes_unavailable is None else gpu.processes_unavailable.value
+        data["processes_hint"] = gpu.processes_hint
     return data
 
 
@@ -104,11 +130,11 @@ def snapshot_to_dict(snapshot: Snapshot, *, processes: bool = True) -> dict[str,
     host = snapshot.host
     return {
         "timestamp": iso_timestamp(snapshot.timestamp),
-        "hostname": host.hostname,
-        "driver_version": host.driver_version,
-        "cuda_driver_version": host.cuda_driver_version,
-        "nvml_version": host.nvml_version,
-        "backend": host.backend,
+        "hostname": _esc(host.hostname),
+        "driver_version": _esc(host.driver_version),
+        "cuda_driver_version": _esc(host.cuda_driver_version),
+        "nvml_version": _esc(host.nvml_version),
+        "backend": _esc(host.backend),
         "nvtopy_version": __version__,
         "schema_version": SCHEMA_VERSION,
         "sequence": snapshot.sequence,
@@ -117,5 +143,16 @@ def snapshot_to_dict(snapshot: Snapshot, *, processes: bool = True) -> dict[str,
     }
 
 
+def encode(data: Any, *, indent: int | None = None) -> str:
+    """``data`` (built by the functions above) as JSON text: compact on one line, or indented.
+
+    UTF-8 characters stay as they are (``ensure_ascii=False``): the builders have
+    escaped every outside string, so the text always encodes as UTF-8.
+    """
+    if indent is None:
+        return _COMPACT.encode(data)
+    return json.dumps(data, indent=indent, ensure_ascii=False)
+
+
 def dumps(snapshot: Snapshot, *, indent: int | None = 2, processes: bool = True) -> str:
-    return json.dumps(snapshot_to_dict(snapshot, processes=processes), indent=indent, ensure_ascii=False)
+    return encode(snapshot_to_dict(snapshot, processes=processes), indent=indent)

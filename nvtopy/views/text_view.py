@@ -5,8 +5,10 @@ rich and laying out its tables cost more than collecting the snapshot (see
 benchmarks/README.md). Columns here are measured once and padded with plain
 string operations; colour is a handful of ANSI codes, written only to a
 terminal and never with ``--no-color``, so piped output can be grepped, diffed
-and pasted into issues. Untrusted text (commands, user names) goes through
-:func:`~nvtopy.textsafe.safe_text`: it cannot move the cursor or restyle anything.
+and pasted into issues. Every cell and the header line go through
+:func:`~nvtopy.textsafe.safe_text` (commands, user names, GPU names, host names,
+driver versions, a remote host's error): outside text cannot move the cursor,
+retitle the terminal or restyle anything.
 """
 
 from __future__ import annotations
@@ -71,7 +73,10 @@ class _Table:
         self.rows: list[list[Cell]] = []
 
     def add(self, *cells: Cell | str) -> None:
-        self.rows.append([cell if isinstance(cell, tuple) else (cell, "") for cell in cells])
+        """A row; every cell's text is made safe for the terminal here, whatever it holds."""
+        self.rows.append(
+            [(safe_text(cell[0]), cell[1]) if isinstance(cell, tuple) else (safe_text(cell), "") for cell in cells]
+        )
 
     def render(self, color: bool, max_width: int | None) -> list[str]:
         widths = [width_of(title) for title, _ in self.headers]
@@ -202,8 +207,8 @@ def _process_table(snapshot: Snapshot) -> _Table:
                 user: Cell = ("?", "dim")
                 command: Cell = ("(pid of another PID namespace)", "dim")
             else:
-                user = (safe_text(proc.user) if proc.user else NA, "" if proc.user == me else "dim")
-                text = safe_text(proc.command) if proc.command else f"N/A ({proc.unavailable.get('command', '?')})"
+                user = (proc.user or NA, "" if proc.user == me else "dim")  # cells are made safe by _Table.add
+                text = proc.command or f"N/A ({proc.unavailable.get('command', '?')})"
                 command = (f"{text} <defunct>", "red") if proc.status == "zombie" else (text, "")
             table.add(
                 str(proc.gpu_index),
@@ -231,10 +236,11 @@ def render_snapshot(snapshot: Snapshot, out: IO[str], *, color: bool, gpu_count:
     max_width = shutil.get_terminal_size((160, 40)).columns if tty else None
     host = snapshot.host
     header = f"{host.hostname}  driver {host.driver_version or NA}  CUDA {host.cuda_driver_version or NA}"
-    header += f"  {iso_timestamp(snapshot.timestamp)}"
+    header = safe_text(header) + f"  {iso_timestamp(snapshot.timestamp)}"
     lines = [f"{STYLES['bold']}{header}{RESET}" if color else header]
     if host.backend != "nvml":
-        lines[0] += f"  {STYLES['magenta']}[{host.backend}]{RESET}" if color else f"  [{host.backend}]"
+        backend = safe_text(host.backend)
+        lines[0] += f"  {STYLES['magenta']}[{backend}]{RESET}" if color else f"  [{backend}]"
     if not snapshot.gpus:
         lines.append("No NVIDIA GPU found." if gpu_count == 0 else "No GPUs selected.")
     else:
@@ -245,7 +251,10 @@ def render_snapshot(snapshot: Snapshot, out: IO[str], *, color: bool, gpu_count:
         else:
             lines.append("No GPU processes.")
         for gpu in snapshot.gpus:
+            notes = []
             if gpu.processes_unavailable is not None:
-                note = f"GPU {gpu.index}: process list unavailable ({gpu.processes_unavailable})"
-                lines.append(f"{STYLES['dim']}{note}{RESET}" if color else note)
+                notes.append(f"GPU {gpu.index}: process list unavailable ({gpu.processes_unavailable})")
+            if gpu.processes_hint:
+                notes.append(f"GPU {gpu.index}: {safe_text(gpu.processes_hint)}")
+            lines.extend(f"{STYLES['dim']}{note}{RESET}" if color else note for note in notes)
     out.write("\n".join(lines) + "\n")
