@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 from ._version import __version__
 
 if TYPE_CHECKING:
-    from .api import job_gpus, print_usage, snapshot, usage_lines
-    from .runtime import configure
-    from .sampler import Sampler, Stats
-    from .tracking import GpuUsage, TorchUsage, TrackReport, track
+    from .api.sampler import Sampler, Stats
+    from .api.state import configure
+    from .api.tracking import GpuUsage, TorchUsage, TrackReport, track
+    from .api.usage import job_gpus, print_usage, snapshot, usage_lines
 
 __all__ = [
     "GpuUsage",
@@ -41,17 +41,17 @@ __all__ = [
 ]
 
 _LAZY = {
-    "snapshot": "api",
-    "print_usage": "api",
-    "usage_lines": "api",
-    "job_gpus": "api",
-    "configure": "runtime",
-    "Sampler": "sampler",
-    "Stats": "sampler",
-    "track": "tracking",
-    "TrackReport": "tracking",
-    "GpuUsage": "tracking",
-    "TorchUsage": "tracking",
+    "snapshot": "api.usage",
+    "print_usage": "api.usage",
+    "usage_lines": "api.usage",
+    "job_gpus": "api.usage",
+    "configure": "api.state",
+    "Sampler": "api.sampler",
+    "Stats": "api.sampler",
+    "track": "api.tracking",
+    "TrackReport": "api.tracking",
+    "GpuUsage": "api.tracking",
+    "TorchUsage": "api.tracking",
 }
 
 

@@ -12,10 +12,10 @@ import time
 import pytest
 
 import nvtopy
-from nvtopy import runtime
+from nvtopy.api import state as runtime
+from nvtopy.api.jobgpus import find_job_gpus, map_torch_devices
 from nvtopy.backends.base import Reading
 from nvtopy.backends.simulated import SimulatedBackend
-from nvtopy.jobgpus import find_job_gpus, map_torch_devices
 from nvtopy.model import GpuStatic
 
 from .fake_torch import FakeDevice, fake_torch
@@ -104,7 +104,7 @@ def test_torch_devices_map_by_uuid_not_position():
     statics = statics_with_mig()
     # CUDA_VISIBLE_DEVICES=2,0: torch's cuda:0 is NVML GPU 2, cuda:1 is NVML GPU 0.
     torch = fake_torch([FakeDevice(statics[2].uuid), FakeDevice(statics[0].uuid)])
-    devices = __import__("nvtopy.torchmem", fromlist=["x"]).torch_devices(torch)
+    devices = __import__("nvtopy.api.torchmem", fromlist=["x"]).torch_devices(torch)
     assert map_torch_devices(devices, statics) == {0: 2, 1: 0}
 
 
@@ -117,7 +117,7 @@ def test_torch_devices_map_mig_to_parent_and_bus_id_fallback():
             FakeDevice("GPU-99999999-9999-9999-9999-999999999999"),  # not an NVML GPU: left out
         ]
     )
-    devices = __import__("nvtopy.torchmem", fromlist=["x"]).torch_devices(torch)
+    devices = __import__("nvtopy.api.torchmem", fromlist=["x"]).torch_devices(torch)
     assert map_torch_devices(devices, statics) == {0: 2, 1: 1}
 
 

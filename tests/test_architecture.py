@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "nvtopy"
-FORBIDDEN_IN_TUI = {"pynvml", "psutil", "nvtopy.hostprocs", "nvtopy.signals", "nvtopy.backends.nvml"}
+FORBIDDEN_IN_TUI = {"pynvml", "psutil", "nvtopy.backends.host", "nvtopy.backends.signals", "nvtopy.backends.nvml"}
 
 
 def imported_modules(path: Path) -> set[str]:

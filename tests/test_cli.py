@@ -263,7 +263,7 @@ def test_no_driver_is_one_line_exit_1(nvtopy_cmd):
 def test_once_does_not_import_textual_or_rich(mode):
     code = (
         "import sys, io, contextlib\n"
-        "from nvtopy.cli import main\n"
+        "from nvtopy.commands.dispatch import main\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         f"    main(['--demo', '--once', *{mode!r}])\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'rich'))\n"

@@ -1,7 +1,7 @@
 """The Prometheus exporter: scraped over real HTTP, parsed, checked against the snapshot it renders.
 
 Expected values are computed here from the snapshot's own fields with dcgm-exporter's
-units (MiB, W, mJ, NVML's clock-event bits), not through :mod:`nvtopy.dcgm`, so a
+units (MiB, W, mJ, NVML's clock-event bits), not through :mod:`nvtopy.formats.dcgm`, so a
 wrong attribute or unit in the metric table fails these tests.
 """
 
@@ -29,11 +29,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nvtopy.backends.sim_catalog import Workload
 from nvtopy.backends.sim_faults import parse_fault_specs
-from nvtopy.collector import Collector
-from nvtopy.dcgm import FIELDS
+from nvtopy.commands.exporter import EXPORTER_GROUPS, parse_listen, serve
 from nvtopy.errors import NvtopyError, UsageError
-from nvtopy.exporter import EXPORTER_GROUPS, parse_listen, serve
-from nvtopy.poller import Poller
+from nvtopy.formats.dcgm import FIELDS
+from nvtopy.sources.collector import Collector
+from nvtopy.sources.poller import Poller
 from nvtopy.textsafe import unescape_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -790,7 +790,7 @@ def _timed_scrape(ex: Exporter) -> float:
 
 
 def test_half_open_connections_leave_no_threads_behind(exporter):
-    from nvtopy.exporter import WORKERS
+    from nvtopy.commands.exporter import WORKERS
 
     ex = exporter()
     workers = [t for t in threading.enumerate() if t.name.startswith("nvtopy-exporter-")]
@@ -822,7 +822,7 @@ def test_idle_connections_do_not_delay_a_scrape(exporter):
 
 
 def test_a_slow_client_is_closed_at_the_deadline(exporter, monkeypatch):
-    from nvtopy import exporter as exporter_module
+    from nvtopy.commands import exporter as exporter_module
 
     monkeypatch.setattr(exporter_module, "REQUEST_DEADLINE", 1.0)
     ex = exporter()
@@ -844,7 +844,7 @@ def test_a_slow_client_is_closed_at_the_deadline(exporter, monkeypatch):
 
 
 def test_past_the_pending_limit_the_oldest_connection_is_closed(exporter, monkeypatch):
-    from nvtopy import exporter as exporter_module
+    from nvtopy.commands import exporter as exporter_module
 
     monkeypatch.setattr(exporter_module, "MAX_PENDING", 10)
     ex = exporter()

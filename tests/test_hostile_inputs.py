@@ -211,7 +211,7 @@ def test_empty_field_list_is_a_usage_error(args):
 
 def test_the_compute_filter_keeps_mps_clients():
     from nvtopy.model import GpuProcess, ProcessType
-    from nvtopy.procview import ProcessFilter
+    from nvtopy.render.processes import ProcessFilter
 
     def proc(kind: ProcessType) -> GpuProcess:
         return GpuProcess(0, None, 10, kind, None)

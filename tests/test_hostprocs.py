@@ -12,8 +12,8 @@ from collections import namedtuple
 import psutil
 import pytest
 
-from nvtopy import hostprocs
-from nvtopy.hostprocs import PsutilInspector, in_foreign_pid_namespace, username_for_uid
+from nvtopy.backends import host as hostprocs
+from nvtopy.backends.host import PsutilInspector, in_foreign_pid_namespace, username_for_uid
 from nvtopy.model import HostProcess, Reason
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")

@@ -10,9 +10,9 @@ import pynvml
 import pytest
 
 from nvtopy.backends.nvml import NvmlBackend
-from nvtopy.collector import Collector
 from nvtopy.errors import BackendUnavailableError
 from nvtopy.model import ALL_GROUPS, SAMPLE_FIELDS, SAMPLE_GROUPS, STATIC_FIELDS, ProcessType, Reason
+from nvtopy.sources.collector import Collector
 
 from .fake_pynvml import FakeGpu, FakeNvml, FakeProcess, FakeSample, now_us
 

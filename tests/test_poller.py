@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from nvtopy.collector import Collector
 from nvtopy.model import ALL_GROUPS, Reason, Snapshot
-from nvtopy.poller import CADENCE, FAST_GROUPS, SLOW_GROUPS, Poller
+from nvtopy.sources.collector import Collector
+from nvtopy.sources.poller import CADENCE, FAST_GROUPS, SLOW_GROUPS, Poller
 
 
 def test_static_fields_are_read_once(sim, clock):

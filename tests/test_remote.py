@@ -10,11 +10,11 @@ import sys
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from nvtopy.collector import Collector
+from nvtopy.commands.exporter import SnapshotCollector, serve
 from nvtopy.errors import UsageError
-from nvtopy.exporter import SnapshotCollector, serve
-from nvtopy.poller import Poller
-from nvtopy.remote import RemoteHosts, metrics_url, parse_exposition
+from nvtopy.sources.collector import Collector
+from nvtopy.sources.poller import Poller
+from nvtopy.sources.remote import RemoteHosts, metrics_url, parse_exposition
 from nvtopy.tui.app import NvtopyApp
 
 from .tui_helpers import started

@@ -25,12 +25,12 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from nvtopy import remote
-from nvtopy.collector import Collector
-from nvtopy.dcgm import BY_NAME
-from nvtopy.exporter import serve
-from nvtopy.poller import Poller
-from nvtopy.remote import (
+from nvtopy.commands.exporter import serve
+from nvtopy.formats.dcgm import BY_NAME
+from nvtopy.sources import remote
+from nvtopy.sources.collector import Collector
+from nvtopy.sources.poller import Poller
+from nvtopy.sources.remote import (
     MAX_GPU_INDEX,
     MAX_GPUS_PER_HOST,
     MAX_LABEL,

@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-from nvtopy.collector import Collector
 from nvtopy.errors import NvtopyError
-from nvtopy.replay import ReplayPlayer, load_recording
+from nvtopy.formats.contract import snapshot_to_dict
+from nvtopy.sources.collector import Collector
+from nvtopy.sources.replay import ReplayPlayer, load_recording
 from nvtopy.tui.app import NvtopyApp
-from nvtopy.views.json_view import snapshot_to_dict
 
 from .tui_helpers import wait_until
 
@@ -322,7 +322,7 @@ def test_the_player_keeps_a_bounded_number_of_snapshots(recording, tmp_path):
     import gc
 
     from nvtopy.model import Snapshot
-    from nvtopy.replay import CACHE
+    from nvtopy.sources.replay import CACHE
 
     _path, lines = recording
     path = tmp_path / "long.jsonl"
@@ -348,7 +348,7 @@ def test_any_order_of_access_gives_what_playing_in_order_gives(recording, tmp_pa
     """Charts rebuilt from the lines before (a jump, a step back) equal the ones carried on in order."""
     import random
 
-    from nvtopy import replay
+    from nvtopy.sources import replay
 
     monkeypatch.setattr(replay, "HISTORY", 20)
     _path, lines = recording

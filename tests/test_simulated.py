@@ -12,10 +12,10 @@ import pytest
 
 from nvtopy.backends.sim_catalog import MODELS, find_model
 from nvtopy.backends.sim_faults import SimFaults, parse_fault_specs
-from nvtopy.collector import Collector
 from nvtopy.errors import UsageError
+from nvtopy.formats.contract import snapshot_to_dict
 from nvtopy.model import ALL_GROUPS, Reason
-from nvtopy.views.json_view import snapshot_to_dict
+from nvtopy.sources.collector import Collector
 
 
 def collect(backend):

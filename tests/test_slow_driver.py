@@ -254,7 +254,7 @@ def test_the_poller_owns_and_closes_a_backend_it_opened():
         def close(self) -> None:
             closed.set()
 
-    from nvtopy.poller import Poller
+    from nvtopy.sources.poller import Poller
 
     poller = Poller(None, opener=lambda: Closing(gpus=1, viewer="alice"), select=lambda c: [0], interval=0.1).start()
     deadline = time.monotonic() + 5

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import nvtopy
-from nvtopy import runtime
+from nvtopy.api import state as runtime
 from nvtopy.backends.sim_faults import parse_fault_specs
 from nvtopy.backends.simulated import SimulatedBackend
 from nvtopy.integrations.tensorboard import TensorBoardLogger

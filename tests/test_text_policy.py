@@ -24,16 +24,16 @@ from pathlib import Path
 import psutil
 import pytest
 
-from nvtopy import cli
 from nvtopy.backends.sim_catalog import GpuModel, Workload
 from nvtopy.backends.simulated import SimulatedBackend
-from nvtopy.collector import Collector
+from nvtopy.commands import dispatch as cli
 from nvtopy.errors import NvtopyError, UsageError
-from nvtopy.gpu_render import compact_line, panel_lines, panel_title
+from nvtopy.formats.contract import dumps
 from nvtopy.model import GpuProcess, GpuSample, GpuState, GpuStatic, HostInfo, ProcessType, Snapshot
+from nvtopy.render.gpu import compact_line, panel_lines, panel_title
+from nvtopy.render.text import render_snapshot
+from nvtopy.sources.collector import Collector
 from nvtopy.textsafe import escape_text, safe_text, unescape_text
-from nvtopy.views.json_view import dumps
-from nvtopy.views.text_view import render_snapshot
 
 from .conftest import FAKE_NVML_SRC
 from .tui_helpers import screen_text, started, widget_strips
@@ -108,7 +108,7 @@ def argv_text(pid: int) -> str:
 
 @pytest.fixture
 def hostile_cli(monkeypatch, child):
-    """``nvtopy.cli.main`` on hostile simulated GPUs that also list the real ``child``."""
+    """``nvtopy.commands.dispatch.main`` on hostile simulated GPUs that also list the real ``child``."""
     monkeypatch.setattr(cli, "open_backend", lambda args: hostile_backend([child.pid]))
     return child
 
@@ -246,7 +246,7 @@ def test_json_escapes_every_outside_string_once_and_reversibly():
 
 
 def test_csv_and_jsonl_writers_escape_once(tmp_path):
-    from nvtopy.logger import GPU_FIELDS, PROCESS_FIELDS, _CsvWriter, _JsonlWriter
+    from nvtopy.commands.log import GPU_FIELDS, PROCESS_FIELDS, _CsvWriter, _JsonlWriter
 
     snapshot = _hostile_snapshot()
     process = snapshot.gpus[0].processes[0]
@@ -364,7 +364,7 @@ def test_log_and_record_with_a_real_non_utf8_argv(hostile_cli, tmp_path, capsys)
 
 _DRIVER = (
     "import sys\n"
-    "from nvtopy import cli\n"
+    "from nvtopy.commands import dispatch as cli\n"
     "from tests.test_text_policy import hostile_backend\n"
     "pid = int(sys.argv[1])\n"
     "cli.open_backend = lambda args: hostile_backend([pid])\n"
@@ -445,7 +445,7 @@ def test_exporter_labels_are_utf8_and_unescape_back(child, clock):
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
-    from nvtopy.exporter import COMMAND_LABEL_MAX, SnapshotCollector
+    from nvtopy.commands.exporter import COMMAND_LABEL_MAX, SnapshotCollector
 
     expected = argv_text(child.pid)
     backend = hostile_backend([child.pid], clock=clock)

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs tor
 
 def test_real_torch_job_gpus_and_track():
     import nvtopy
-    from nvtopy import runtime
+    from nvtopy.api import state as runtime
 
     runtime.reset()  # NVML
     try:

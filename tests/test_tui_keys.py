@@ -15,7 +15,7 @@ from textual.command import CommandPalette
 from textual.widgets import Input, SelectionList
 
 from nvtopy.backends.sim_catalog import Workload
-from nvtopy.procview import ProcessFilter
+from nvtopy.render.processes import ProcessFilter
 from nvtopy.tui.app import NvtopyApp
 from nvtopy.tui.screens import GpuPickerScreen, HelpScreen
 

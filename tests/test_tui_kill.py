@@ -2,7 +2,7 @@
 
 Real kills run against child processes of this test (reported as GPU processes
 by the simulated backend with ``real_pids``), so the pidfd / create-time path
-of :mod:`nvtopy.signals` is exercised for real. Simulated processes cover the
+of :mod:`nvtopy.backends.signals` is exercised for real. Simulated processes cover the
 refusals that cannot be staged safely with real ones (pid reuse, other users).
 """
 

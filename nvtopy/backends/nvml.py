@@ -24,7 +24,6 @@ from collections.abc import Callable, Collection
 from typing import Any, NamedTuple
 
 from ..errors import BackendUnavailableError
-from ..hostprocs import PsutilInspector, current_username, in_foreign_pid_namespace
 from ..model import (
     COMPUTE_MODES,
     SAMPLE_GROUPS,
@@ -39,8 +38,9 @@ from ..model import (
     decode_throttle_reasons,
     freeze,
 )
-from ..signals import send_signal_checked
 from .base import Backend, ProcessReading, Reading, SignalOutcome
+from .host import PsutilInspector, current_username, in_foreign_pid_namespace
+from .signals import send_signal_checked
 
 __all__ = ["NvmlBackend", "import_pynvml"]
 

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 
 import psutil
 
-from ..hostprocs import PsutilInspector, current_username
 from ..model import (
     SAMPLE_GROUPS,
     STATIC_FIELDS,
@@ -41,8 +40,9 @@ from ..model import (
     Reason,
     freeze,
 )
-from ..signals import send_signal_checked, signal_name
 from .base import Backend, ProcessReading, Reading, SignalOutcome
+from .host import PsutilInspector, current_username
+from .signals import send_signal_checked, signal_name
 from .sim_catalog import GRAPHICS_WORKLOADS, USERS, WORKLOADS, GpuModel, Workload, find_model
 from .sim_faults import SimFaults
 

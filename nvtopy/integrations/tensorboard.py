@@ -25,8 +25,8 @@ import sys
 import threading
 from typing import Any
 
+from ..api.torchmem import cuda_torch, torch_memory
 from ..model import Snapshot
-from ..torchmem import cuda_torch, torch_memory
 
 __all__ = ["TensorBoardLogger", "make_writer"]
 
@@ -69,14 +69,14 @@ class TensorBoardLogger:
     def log(self, snapshot: Snapshot | None = None, step: int | None = None) -> int:
         """Write ``snapshot`` (default: a fresh one of this job's GPUs) at ``step``; returns scalars written."""
         if snapshot is None:
-            from ..api import job_gpus
-            from ..api import snapshot as take
+            from ..api.usage import job_gpus
+            from ..api.usage import snapshot as take
 
             snapshot = take(gpus=list(job_gpus().indices))
         torch = cuda_torch()
         ordinals: dict[int, int] = {}
         if torch is not None:
-            from ..api import job_gpus
+            from ..api.usage import job_gpus
 
             ordinals = dict(job_gpus().torch_ordinals)
         pid = os.getpid()

@@ -1,6 +1,6 @@
 """``nvtopy``: the interactive monitor.
 
-Data flow: the :class:`~nvtopy.poller.Poller` thread collects a snapshot and
+Data flow: the :class:`~nvtopy.sources.poller.Poller` thread collects a snapshot and
 posts :class:`SnapshotReady` (thread-safe; a newer one replaces an unprocessed
 older one). The UI thread only filters, sorts and draws what it got. Signals
 are sent by the backend on the poller's thread (``Poller.submit``), after a
@@ -31,11 +31,11 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
 from ..backends.base import Backend, SignalOutcome
-from ..collector import Collector
-from ..formatting import NA
 from ..model import ALL_GROUPS, GpuProcess, Snapshot
-from ..poller import Poller
-from ..procview import COLUMNS, ProcessFilter, SortOrder, Tags, build_rows
+from ..render.processes import COLUMNS, ProcessFilter, SortOrder, Tags, build_rows
+from ..render.units import NA
+from ..sources.collector import Collector
+from ..sources.poller import Poller
 from ..textsafe import safe_text
 from .gpu_view import MODES, GpuView, plan_layout
 from .messages import BackendFailed, SnapshotReady
@@ -128,7 +128,7 @@ class NvtopyApp(App[None]):
         """``source``: a snapshot source used instead of polling ``backend`` (a replay, remote hosts).
 
         ``opener`` (with ``backend=None``): opens the backend on the poller's thread,
-        ``select`` then picks the GPUs (see :class:`~nvtopy.poller.Poller`);
+        ``select`` then picks the GPUs (see :class:`~nvtopy.sources.poller.Poller`);
         ``waiting_for`` names what a slow start waits for ("the NVIDIA driver").
         """
         super().__init__()

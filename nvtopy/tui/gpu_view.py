@@ -16,9 +16,9 @@ from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
-from ..gpu_render import PANEL_HEIGHT, PANEL_MIN_WIDTH, compact_line, panel_lines, panel_title
 from ..model import SAMPLE_FIELDS, GpuState
-from ..styled import Line, style
+from ..render.gpu import PANEL_HEIGHT, PANEL_MIN_WIDTH, compact_line, panel_lines, panel_title
+from ..render.styled import Line, style
 
 __all__ = ["MODES", "GpuView", "LayoutPlan", "plan_layout"]
 

@@ -26,7 +26,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from ..model import GpuProcess
-from ..procview import COLUMNS, Column, SortOrder, format_cells, visible_columns
+from ..render.processes import COLUMNS, Column, SortOrder, format_cells, visible_columns
 
 __all__ = ["ProcessTable"]
 

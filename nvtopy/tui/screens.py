@@ -19,8 +19,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, SelectionList, Static
 from textual.widgets.selection_list import Selection
 
-from ..formatting import NA, fmt_bytes, short_name
 from ..model import GpuProcess, GpuStatic
+from ..render.units import NA, fmt_bytes, short_name
 from ..textsafe import safe_text
 
 __all__ = ["ConfirmSignalScreen", "GpuPickerScreen", "HelpScreen"]

@@ -1,6 +1,6 @@
 """Drawing one GPU as text: the full panel and the compact one-line form.
 
-Pure functions from a :class:`~nvtopy.model.GpuState` to :class:`~nvtopy.styled.Line`
+Pure functions from a :class:`~nvtopy.model.GpuState` to :class:`~nvtopy.render.styled.Line`
 objects of an exact cell width: the TUI turns them into strips with no layout
 or markup work, and tests and screenshots can check them without a terminal.
 Colours follow the GPU's own limits (its slowdown temperature, its enforced
@@ -14,10 +14,10 @@ peer's error, throttle reasons read from a recording) goes through
 
 from __future__ import annotations
 
-from .formatting import NA, fmt_bytes, short_name
-from .model import GpuState
+from ..model import GpuState
+from ..textsafe import safe_text
 from .styled import Line
-from .textsafe import safe_text
+from .units import NA, fmt_bytes, short_name
 
 __all__ = ["PANEL_HEIGHT", "PANEL_MIN_WIDTH", "bar", "compact_line", "panel_lines", "panel_title", "sparkline"]
 

@@ -1,6 +1,6 @@
 """The Python API's plain functions: a snapshot, this job's GPUs, a usage line per GPU.
 
-Everything goes through the process-wide backend (:mod:`nvtopy.runtime`): one
+Everything goes through the process-wide backend (:mod:`nvtopy.api.state`): one
 NVML initialisation, static fields read once, no subprocesses. Collectors are
 kept per selection so repeated calls reuse cached static fields.
 """
@@ -13,11 +13,11 @@ import threading
 from collections.abc import Sequence
 from typing import IO
 
-from .collector import Collector
-from .formatting import NA, fmt_bytes, short_name
+from ..model import Snapshot
+from ..render.units import NA, fmt_bytes, short_name
+from ..sources.collector import Collector
+from ..textsafe import safe_text
 from .jobgpus import JobGpus, find_job_gpus
-from .model import Snapshot
-from .textsafe import safe_text
 from .torchmem import cuda_torch, torch_memory
 
 __all__ = ["forget_collectors", "job_gpus", "print_usage", "snapshot", "usage_lines"]
@@ -32,7 +32,7 @@ def forget_collectors() -> None:
 
 
 def _collector(key: tuple[object, ...]) -> Collector:
-    from .runtime import shared_backend
+    from .state import shared_backend
 
     backend = shared_backend()
     with _collectors_lock:
@@ -46,12 +46,12 @@ def _select(collector: Collector, gpus: str | Sequence[int | str] | None, only_v
     statics = collector.statics()
     indices = [g.index for g in statics]
     if gpus is not None:
-        from .selection import resolve_gpu_list
+        from ..selection import resolve_gpu_list
 
         spec = gpus if isinstance(gpus, str) else ",".join(str(g) for g in gpus)
         indices = resolve_gpu_list(spec, statics)
     if only_visible:
-        from .selection import parse_cuda_visible_devices
+        from ..selection import parse_cuda_visible_devices
 
         visible = parse_cuda_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), statics, os.environ)
         indices = [i for i in indices if i in visible.nvml_indices]

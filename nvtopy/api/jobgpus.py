@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .model import GpuStatic
-from .selection import parse_bus_id, parse_cuda_visible_devices
+from ..model import GpuStatic
+from ..selection import parse_bus_id, parse_cuda_visible_devices
 from .torchmem import TorchDevice, cuda_torch, torch_devices
 
 __all__ = ["JobGpus", "find_job_gpus", "map_torch_devices"]

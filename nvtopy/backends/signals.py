@@ -15,7 +15,7 @@ import signal
 
 import psutil
 
-from .backends.base import SignalOutcome
+from .base import SignalOutcome
 
 __all__ = ["SIGNALS", "send_signal_checked", "signal_name"]
 

@@ -15,13 +15,13 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
-from ._version import __version__
-from .errors import NvtopyError, UsageError
+from .._version import __version__
+from ..errors import NvtopyError, UsageError
 
 if TYPE_CHECKING:
-    from .backends.base import Backend
-    from .collector import Collector
-    from .model import Snapshot
+    from ..backends.base import Backend
+    from ..model import Snapshot
+    from ..sources.collector import Collector
 
 __all__ = ["backend_opener", "build_parser", "main", "open_backend", "resolve_selection"]
 
@@ -90,8 +90,8 @@ def add_gpu_options(parser: argparse.ArgumentParser) -> None:
 
 
 COMMANDS = {
-    "log": ("logger", "log samples as CSV or JSONL (like nvidia-smi --query-gpu --loop)"),
-    "record": ("logger", "record snapshots to a file, for 'nvtopy replay'"),
+    "log": ("log", "log samples as CSV or JSONL (like nvidia-smi --query-gpu --loop)"),
+    "record": ("log", "record snapshots to a file, for 'nvtopy replay'"),
     "replay": ("replay", "replay a recording in the monitor"),
     "exporter": ("exporter", "serve Prometheus metrics under dcgm-exporter's names"),
 }
@@ -159,15 +159,15 @@ def backend_opener(args: argparse.Namespace, *, close_at_exit: bool = True) -> t
         args.demo_steady,
     )
     if args.demo or any(demo_options):
-        from .backends.sim_catalog import find_model
-        from .backends.sim_faults import parse_fault_specs
+        from ..backends.sim_catalog import find_model
+        from ..backends.sim_faults import parse_fault_specs
 
         gpus = 4 if args.demo_gpus is None else args.demo_gpus
         model = find_model(DEMO_MODEL if args.demo_model is None else args.demo_model)
         faults = parse_fault_specs(args.demo_fault, gpus)
 
         def open_simulated() -> Backend:
-            from .backends.simulated import SimulatedBackend
+            from ..backends.simulated import SimulatedBackend
 
             return SimulatedBackend(
                 gpus=gpus,
@@ -182,7 +182,7 @@ def backend_opener(args: argparse.Namespace, *, close_at_exit: bool = True) -> t
         return "the simulated driver", open_simulated
 
     def open_nvml() -> Backend:
-        from .backends.nvml import NvmlBackend
+        from ..backends.nvml import NvmlBackend
 
         return NvmlBackend(close_at_exit=close_at_exit)
 
@@ -205,7 +205,7 @@ def resolve_selection(
     indices = [g.index for g in statics]
     if args.gpus is None and not args.only_visible:
         return indices
-    from .selection import parse_cuda_visible_devices, resolve_gpu_list
+    from ..selection import parse_cuda_visible_devices, resolve_gpu_list
 
     if args.gpus is not None:
         indices = resolve_gpu_list(args.gpus, statics)
@@ -223,14 +223,14 @@ def resolve_selection(
 
 def warn_user(text: str) -> None:
     """One warning line on stderr; it may quote outside text (CUDA_VISIBLE_DEVICES), so made safe."""
-    from .textsafe import safe_text
+    from ..textsafe import safe_text
 
     print(f"nvtopy: warning: {safe_text(text)}", file=sys.stderr)
 
 
 def _write_json(snapshot: Snapshot) -> None:
     """The snapshot as JSON on stdout, always UTF-8 (RFC 8259), whatever the locale's encoding."""
-    from .views.json_view import dumps
+    from ..formats.contract import dumps
 
     text = dumps(snapshot) + "\n"
     buffer = getattr(sys.stdout, "buffer", None)
@@ -242,7 +242,7 @@ def _write_json(snapshot: Snapshot) -> None:
 
 
 def _run_once(args: argparse.Namespace, backend: Backend) -> int:
-    from .collector import Collector
+    from ..sources.collector import Collector
 
     collector = Collector(backend)
     collector.select(resolve_selection(args, collector))
@@ -250,7 +250,7 @@ def _run_once(args: argparse.Namespace, backend: Backend) -> int:
     if args.json:
         _write_json(snapshot)
     else:
-        from .views.text_view import render_snapshot
+        from ..render.text import render_snapshot
 
         render_snapshot(snapshot, sys.stdout, color=not args.no_color, gpu_count=backend.device_count())
     return 0
@@ -266,7 +266,7 @@ def _run_interactive(args: argparse.Namespace) -> int:
     here: its poller thread closes it if the driver lets it before the process exits.
     """
     waiting_for, opener = backend_opener(args, close_at_exit=False)  # usage errors: now, before drawing
-    from .tui.app import NvtopyApp
+    from ..tui.app import NvtopyApp
 
     warnings: list[str] = []
     app = NvtopyApp(
@@ -287,7 +287,7 @@ def _run_interactive(args: argparse.Namespace) -> int:
 
 
 def _run_remote(args: argparse.Namespace) -> int:
-    from .remote import RemoteHosts
+    from ..sources.remote import RemoteHosts
 
     if args.gpus or args.only_visible or args.demo or args.demo_gpus is not None:
         raise UsageError("--remote shows whole hosts: it cannot be combined with --gpus, --only-visible or --demo")
@@ -300,11 +300,11 @@ def _run_remote(args: argparse.Namespace) -> int:
         if args.json:
             _write_json(snapshot)
         else:
-            from .views.text_view import render_snapshot
+            from ..render.text import render_snapshot
 
             render_snapshot(snapshot, sys.stdout, color=not args.no_color)
         return 0
-    from .tui.app import NvtopyApp
+    from ..tui.app import NvtopyApp
 
     NvtopyApp(None, source=source, layout=args.view).run()
     return 0
@@ -349,7 +349,7 @@ def guarded(function: Callable[[], int]) -> int:
     """
     import contextlib
 
-    from .textsafe import safe_text
+    from ..textsafe import safe_text
 
     for stream in (sys.stdout, sys.stderr):
         if getattr(stream, "errors", None) in ("strict", "surrogateescape") and hasattr(stream, "reconfigure"):

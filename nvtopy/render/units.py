@@ -7,7 +7,7 @@ and nvitop use them).
 
 from __future__ import annotations
 
-from .textsafe import safe_text
+from ..textsafe import safe_text
 
 __all__ = ["NA", "fmt_bytes", "fmt_duration", "fmt_mhz", "fmt_percent", "fmt_pstate", "fmt_watts", "short_name"]
 

@@ -2,7 +2,7 @@
 
 Why one: snippets that call ``nvmlInit`` per sample re-attach to the driver
 every time (slow, and it resets volatile state). The API's functions,
-:class:`~nvtopy.sampler.Sampler` and :func:`~nvtopy.tracking.track` all use the
+:class:`~nvtopy.api.sampler.Sampler` and :func:`~nvtopy.api.tracking.track` all use the
 backend returned by :func:`shared_backend`, created on first use.
 
 Why a lock: backends are written for one thread at a time, and a training
@@ -24,9 +24,9 @@ import threading
 from collections.abc import Collection
 from typing import Any
 
-from .backends.base import Backend, ProcessReading, Reading, SignalOutcome
-from .errors import UsageError
-from .model import GpuStatic, HostInfo, HostProcess
+from ..backends.base import Backend, ProcessReading, Reading, SignalOutcome
+from ..errors import UsageError
+from ..model import GpuStatic, HostInfo, HostProcess
 
 __all__ = ["LockedBackend", "configure", "reset", "shared_backend"]
 
@@ -95,13 +95,13 @@ def _from_environment() -> Backend:
         )
     if choice != "nvml":
         raise UsageError(f"NVTOPY_BACKEND={choice!r}: use 'nvml' or 'simulated'")
-    from .backends.nvml import NvmlBackend
+    from ..backends.nvml import NvmlBackend
 
     return NvmlBackend()
 
 
 def _simulated(**kwargs: Any) -> Backend:
-    from .backends.simulated import SimulatedBackend
+    from ..backends.simulated import SimulatedBackend
 
     kwargs.setdefault("real_pids", [os.getpid()])  # this process is a GPU process of the simulation
     kwargs.setdefault("lifetime_scale", 0.25)
@@ -117,7 +117,7 @@ def configure(backend: Backend | str | None = None, **simulated: Any) -> Backend
     global _backend
     with _lock:
         if backend is None or backend == "nvml":
-            from .backends.nvml import NvmlBackend
+            from ..backends.nvml import NvmlBackend
 
             chosen: Backend = NvmlBackend()
         elif backend in ("simulated", "sim", "demo"):
@@ -147,6 +147,6 @@ def reset() -> None:
         if _backend is not None:
             _backend.close()
         _backend = None
-        from . import api
+        from . import usage as api
 
         api.forget_collectors()

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .model import THROTTLE_REASON_BITS, GpuState, HostInfo
+from ..model import THROTTLE_REASON_BITS, GpuState, HostInfo
 
 __all__ = ["FIELDS", "GPU_LABELS", "MIB", "DcgmField", "gpu_labels", "throttle_mask", "throttle_names"]
 
@@ -55,7 +55,7 @@ def throttle_mask(reasons: tuple[str, ...]) -> int:
 
 
 def throttle_names(mask: float) -> tuple[str, ...]:
-    from .model import decode_throttle_reasons
+    from ..model import decode_throttle_reasons
 
     return decode_throttle_reasons(int(mask))
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import psutil
 
-from .model import HostProcess, Reason, freeze
+from ..model import HostProcess, Reason, freeze
 
 __all__ = ["PsutilInspector", "in_foreign_pid_namespace", "username_for_uid"]
 

@@ -18,10 +18,10 @@ import unicodedata
 from collections.abc import Sequence
 from typing import IO
 
-from ..formatting import NA, fmt_bytes, fmt_celsius, fmt_duration, fmt_percent, fmt_pstate, short_name
+from ..formats.contract import iso_timestamp
 from ..model import GpuState, Snapshot
 from ..textsafe import safe_text
-from .json_view import iso_timestamp
+from .units import NA, fmt_bytes, fmt_celsius, fmt_duration, fmt_percent, fmt_pstate, short_name
 
 __all__ = ["render_snapshot"]
 

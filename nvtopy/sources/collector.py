@@ -17,8 +17,8 @@ import time
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
-from .backends.base import Backend, ProcessReading, Reading
-from .model import (
+from ..backends.base import Backend, ProcessReading, Reading
+from ..model import (
     ALL_GROUPS,
     SAMPLE_GROUPS,
     GpuHistory,

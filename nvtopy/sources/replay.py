@@ -21,7 +21,6 @@ values of the wrong type, a line of gigabytes), it is damage, never a crash.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import logging
@@ -35,11 +34,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import IO, Any, overload
 
-from . import cli
-from .backends.base import SignalOutcome
-from .collector import processes_hint
-from .errors import NvtopyError, UsageError
-from .model import (
+from ..backends.base import SignalOutcome
+from ..errors import NvtopyError
+from ..model import (
     GpuProcess,
     GpuSample,
     GpuState,
@@ -52,16 +49,15 @@ from .model import (
     history_of,
     history_row,
 )
-from .source import SnapshotSource
-from .textsafe import safe_text, unescape_text
+from ..textsafe import safe_text, unescape_text
+from .base import SnapshotSource
+from .collector import processes_hint
 
 __all__ = [
     "RecordedSnapshots",
     "Recording",
     "ReplayPlayer",
-    "build_parser",
     "load_recording",
-    "run",
     "snapshot_from_dict",
 ]
 
@@ -541,25 +537,3 @@ class ReplayPlayer(SnapshotSource):
             if not self._paused and not self._stopping:
                 self.position += 1
                 self._show(self.position)
-
-
-def build_parser(command: str) -> argparse.ArgumentParser:
-    parser = cli.command_parser(command, "Replay a recording (nvtopy record) in the monitor.")
-    parser.add_argument("file", metavar="FILE", help="a recording: JSON lines written by 'nvtopy record'")
-    parser.add_argument(
-        "--speed", type=float, default=1.0, metavar="X", help="playback speed (default 1; keys + and -)"
-    )
-    parser.add_argument("--view", choices=("auto", "full", "compact"), default="auto", help="GPU panels (key v)")
-    return parser
-
-
-def run(command: str, args: argparse.Namespace) -> int:
-    if not 0 < args.speed <= 1000:
-        raise UsageError("--speed must be more than 0 and at most 1000")
-    recording = load_recording(args.file)
-    from .tui.app import NvtopyApp
-
-    player = ReplayPlayer(recording, speed=args.speed)
-    app = NvtopyApp(None, source=player, readonly=True, layout=args.view)
-    app.run()
-    return 0

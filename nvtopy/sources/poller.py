@@ -5,10 +5,10 @@ Why here and not in the backends: each field group is read at its own cadence
 fields once -- see :data:`CADENCE`), and a view polls only the groups it shows,
 the same for NVML and simulated GPUs. Views only ever see the immutable
 :class:`~nvtopy.model.Snapshot` this module publishes (built by
-:class:`~nvtopy.collector.Collector`).
+:class:`~nvtopy.sources.collector.Collector`).
 
 Threading: :class:`Poller` owns a daemon thread that does every backend call
-(the lifecycle is :class:`~nvtopy.source.SnapshotSource`'s). Callers read
+(the lifecycle is :class:`~nvtopy.sources.base.SnapshotSource`'s). Callers read
 ``poller.latest`` or subscribe a callback (called on the poller thread -- a UI
 must hand the snapshot over to its own thread, e.g. with Textual's thread-safe
 ``post_message``).
@@ -31,10 +31,10 @@ from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from .backends.base import Backend
+from ..backends.base import Backend
+from ..model import ALL_GROUPS, Snapshot
+from .base import SnapshotSource
 from .collector import HISTORY_LENGTH, Collector
-from .model import ALL_GROUPS, Snapshot
-from .source import SnapshotSource
 
 __all__ = ["CADENCE", "FAST_GROUPS", "SLOW_GROUPS", "Poller"]
 
@@ -96,7 +96,7 @@ class Poller(SnapshotSource):
 
         ``opener`` (with ``backend=None``): opens the backend on the poller's thread
         before the first poll; ``select`` then picks the GPUs to poll from the
-        collector's :meth:`~nvtopy.collector.Collector.statics`. An error of either
+        collector's :meth:`~nvtopy.sources.collector.Collector.statics`. An error of either
         ends the thread: it is in :attr:`open_error` and goes to the callbacks of
         :meth:`subscribe_failure`. The poller owns (and closes) a backend it opened.
         """

@@ -21,9 +21,9 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from .collector import Collector
-from .model import ALL_GROUPS, Snapshot
-from .poller import Poller
+from ..model import ALL_GROUPS, Snapshot
+from ..sources.collector import Collector
+from ..sources.poller import Poller
 
 __all__ = ["METRICS", "Sampler", "Stats"]
 
@@ -97,8 +97,8 @@ class Sampler:
 
     def start(self) -> Sampler:
         """Start sampling (again); a no-op while running."""
-        from .api import _select
-        from .runtime import shared_backend
+        from .state import shared_backend
+        from .usage import _select
 
         with self._lock:
             if self._poller is not None:

@@ -4,7 +4,7 @@ Why from the snapshot: a scrape only renders what the poller thread last
 collected, so any number of scrapers (Prometheus, a second Prometheus, curl)
 never adds a single NVML call. The HTTP server is prometheus-client's own.
 
-Names and labels follow dcgm-exporter (see :mod:`nvtopy.dcgm`), so its Grafana
+Names and labels follow dcgm-exporter (see :mod:`nvtopy.formats.dcgm`), so its Grafana
 dashboards work unchanged. dcgm-exporter declares energy and ECC totals as
 counters; prometheus-client would rename a counter to ``*_total``, which no
 dashboard queries, so those keep dcgm's exact names and are typed gauge
@@ -32,11 +32,11 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from . import cli
-from .dcgm import FIELDS, GPU_LABELS, gpu_labels
-from .errors import NvtopyError, UsageError
-from .model import ALL_GROUPS, Snapshot
-from .textsafe import escape_text, safe_text
+from ..errors import NvtopyError, UsageError
+from ..formats.dcgm import FIELDS, GPU_LABELS, gpu_labels
+from ..model import ALL_GROUPS, Snapshot
+from ..textsafe import escape_text, safe_text
+from . import dispatch as cli
 
 __all__ = ["SnapshotCollector", "build_parser", "parse_listen", "run", "serve"]
 
@@ -109,7 +109,7 @@ class SnapshotCollector:
         info = GaugeMetricFamily(
             "nvtopy_exporter_info", "nvtopy exporter build and backend.", labels=["version", "backend"]
         )
-        from ._version import __version__
+        from .._version import __version__
 
         info.add_metric([__version__, "none" if snapshot is None else snapshot.host.backend], 1.0)
         yield info
@@ -481,8 +481,8 @@ def serve(source: Any, host: str, port: int) -> tuple[Any, threading.Thread]:
 
 
 def run(command: str, args: argparse.Namespace) -> int:
-    from .collector import Collector
-    from .poller import Poller
+    from ..sources.collector import Collector
+    from ..sources.poller import Poller
 
     host, port = parse_listen(args.listen)
     backend = cli.open_backend(args)

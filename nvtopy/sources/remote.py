@@ -20,7 +20,7 @@ the threads are daemons (a ThreadPoolExecutor's are joined at exit) and their
 sockets are shut down.
 
 What a host says is bounded too: values outside their range (see
-:mod:`nvtopy.dcgm`) read as N/A, at most :data:`MAX_GPUS_PER_HOST` GPUs (with
+:mod:`nvtopy.formats.dcgm`) read as N/A, at most :data:`MAX_GPUS_PER_HOST` GPUs (with
 an index up to :data:`MAX_GPU_INDEX`) and :data:`MAX_PROCESSES_PER_HOST`
 processes are shown, with a note saying so, and labels are cut to
 :data:`MAX_LABEL` characters. Credentials in a URL (``http://user:pw@host``)
@@ -48,11 +48,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._version import __version__
-from .backends.base import SignalOutcome
-from .dcgm import BY_NAME
-from .errors import UsageError
-from .model import (
+from .._version import __version__
+from ..backends.base import SignalOutcome
+from ..errors import UsageError
+from ..formats.dcgm import BY_NAME
+from ..model import (
     GpuProcess,
     GpuSample,
     GpuState,
@@ -65,8 +65,8 @@ from .model import (
     history_of,
     history_row,
 )
-from .source import SnapshotSource
-from .textsafe import safe_text, unescape_text
+from ..textsafe import safe_text, unescape_text
+from .base import SnapshotSource
 
 __all__ = [
     "MAX_GPUS_PER_HOST",
@@ -90,7 +90,7 @@ GRACE = 0.2  # how long past its deadline a poll waits for a fetch to report its
 CHUNK = 64 * 1024
 
 # Per-process values, as nvtopy's exporter names them: (lowest, highest, whole number). Outside
-# the range, or not finite, a value is None (N/A), like the GPU fields of nvtopy.dcgm.
+# the range, or not finite, a value is None (N/A), like the GPU fields of nvtopy.formats.dcgm.
 PROCESS_VALUES: dict[str, tuple[float, float, bool]] = {
     "gpu_memory_bytes": (0, 2**64 - 1, True),
     "sm_utilization_percent": (0, 100, True),

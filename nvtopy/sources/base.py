@@ -1,8 +1,8 @@
 """What the monitor and the exporter read snapshots from: a thread that publishes them.
 
-Three sources share this: the :class:`~nvtopy.poller.Poller` (a backend, live),
-:class:`~nvtopy.replay.ReplayPlayer` (a recording) and
-:class:`~nvtopy.remote.RemoteHosts` (other hosts' exporters). Each says how to
+Three sources share this: the :class:`~nvtopy.sources.poller.Poller` (a backend, live),
+:class:`~nvtopy.sources.replay.ReplayPlayer` (a recording) and
+:class:`~nvtopy.sources.remote.RemoteHosts` (other hosts' exporters). Each says how to
 make its next snapshot; the subscription, publication, pausing and the
 thread's lifecycle are here, once. ``stop()`` returns at once: the thread waits
 on an event, never on ``time.sleep``.
@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from .model import Snapshot
+from ..model import Snapshot
 
 __all__ = ["SnapshotSource"]
 

@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .formatting import NA, fmt_bytes, fmt_duration
-from .model import GpuProcess, ProcessType, Snapshot
-from .textsafe import safe_text
+from ..model import GpuProcess, ProcessType, Snapshot
+from ..textsafe import safe_text
+from .units import NA, fmt_bytes, fmt_duration
 
 __all__ = ["COLUMNS", "Column", "ProcessFilter", "SortOrder", "build_rows", "format_cells", "visible_columns"]
 

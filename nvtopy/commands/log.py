@@ -25,11 +25,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, Any
 
-from . import cli
-from .errors import NvtopyError, UsageError
-from .model import ALL_GROUPS, GROUP_OF_FIELD, Snapshot
-from .textsafe import escape_text
-from .views.json_view import encode, gpu_to_dict, iso_timestamp, process_to_dict, snapshot_to_dict
+from ..errors import NvtopyError, UsageError
+from ..formats.contract import encode, gpu_to_dict, iso_timestamp, process_to_dict, snapshot_to_dict
+from ..model import ALL_GROUPS, GROUP_OF_FIELD, Snapshot
+from ..textsafe import escape_text
+from . import dispatch as cli
 
 __all__ = ["GPU_FIELDS", "PROCESS_FIELDS", "build_parser", "groups_for", "run"]
 
@@ -70,14 +70,14 @@ DEFAULT_PROCESS_FIELDS = (
 
 def _gpu_keys() -> tuple[str, ...]:
     """The scalar keys of a GPU object of the JSON contract, in its order."""
-    from .model import GpuSample, GpuState, GpuStatic
+    from ..model import GpuSample, GpuState, GpuStatic
 
     sample = gpu_to_dict(GpuState(GpuStatic(0), GpuSample(0.0)), processes=False)
     return tuple(k for k in sample if k not in ("unavailable", "processes_unavailable"))
 
 
 def _process_keys() -> tuple[str, ...]:
-    from .model import GpuProcess, ProcessType
+    from ..model import GpuProcess, ProcessType
 
     keys = process_to_dict(GpuProcess(0, None, 0, ProcessType.COMPUTE, None))
     return ("gpu_index", "gpu_uuid", *(k for k in keys if k != "unavailable"))
@@ -234,8 +234,8 @@ def _open_output(path: str | None) -> tuple[IO[str], bool]:
 
 
 def run(command: str, args: argparse.Namespace) -> int:
-    from .collector import Collector
-    from .poller import Poller
+    from ..sources.collector import Collector
+    from ..sources.poller import Poller
 
     if args.count is not None and args.count < 1:
         raise UsageError("--count must be at least 1")
@@ -304,7 +304,7 @@ def _write_failed(out: IO[str], where: str, exc: OSError) -> BaseException:
     """A failed write as one line (a full disk: "cannot write F: No space left on device").
 
     A reader that went away (``| head``, a FIFO's reader) is no error: BrokenPipeError
-    goes on to :func:`nvtopy.cli.guarded`, which ends quietly.
+    goes on to :func:`nvtopy.commands.dispatch.guarded`, which ends quietly.
     """
     if isinstance(exc, BrokenPipeError):
         return exc

@@ -32,9 +32,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .collector import Collector
-from .formatting import NA, fmt_bytes, short_name
-from .model import Snapshot
+from ..model import Snapshot
+from ..render.units import NA, fmt_bytes, short_name
+from ..sources.collector import Collector
 from .torchmem import cuda_torch, torch_memory
 
 __all__ = ["GpuUsage", "TorchUsage", "TrackReport", "track"]
@@ -191,7 +191,7 @@ class _Hub:
         return self._thread
 
     def _run(self) -> None:
-        from .runtime import shared_backend
+        from .state import shared_backend
 
         collector = Collector(shared_backend(), indices=[], history=1)
         while True:
@@ -224,7 +224,7 @@ def _torch_samples(ordinals: Iterable[int]) -> dict[int, tuple[int, int]]:
 
 
 def _collector() -> Collector:
-    from .api import _collector as shared
+    from .usage import _collector as shared
 
     return shared(("track",))
 
@@ -266,7 +266,7 @@ class track:  # noqa: N801 - used like a function: ``with nvtopy.track(...)`` / 
     # ----------------------------------------------------------------- context manager
 
     def __enter__(self) -> track:
-        from .api import job_gpus
+        from .usage import job_gpus
 
         if self.gpus is not None:
             indices, ordinals = list(self.gpus), {}
@@ -319,7 +319,7 @@ class track:  # noqa: N801 - used like a function: ``with nvtopy.track(...)`` / 
     @staticmethod
     def _read(indices: list[int], ordinals: dict[int, int]) -> dict[str, Any]:
         collector = _collector()
-        from .api import _collectors_lock
+        from .usage import _collectors_lock
 
         with _collectors_lock:
             collector.select(indices)

@@ -1,1 +1,0 @@
-"""Non-interactive views of snapshots (JSON, text). The TUI lives in :mod:`nvtopy.tui`."""
