@@ -29,7 +29,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nvtopy.backends.sim_catalog import Workload
 from nvtopy.backends.sim_faults import parse_fault_specs
-from nvtopy.commands.exporter import EXPORTER_GROUPS, parse_listen, serve
+from nvtopy.commands.exporter import EXPORTER_GROUPS, parse_listen
+from nvtopy.commands.httpserver import serve
 from nvtopy.errors import NvtopyError, UsageError
 from nvtopy.formats.dcgm import FIELDS
 from nvtopy.sources.collector import Collector
@@ -790,7 +791,7 @@ def _timed_scrape(ex: Exporter) -> float:
 
 
 def test_half_open_connections_leave_no_threads_behind(exporter):
-    from nvtopy.commands.exporter import WORKERS
+    from nvtopy.commands.httpserver import WORKERS
 
     ex = exporter()
     workers = [t for t in threading.enumerate() if t.name.startswith("nvtopy-exporter-")]
@@ -822,7 +823,7 @@ def test_idle_connections_do_not_delay_a_scrape(exporter):
 
 
 def test_a_slow_client_is_closed_at_the_deadline(exporter, monkeypatch):
-    from nvtopy.commands import exporter as exporter_module
+    from nvtopy.commands import httpserver as exporter_module
 
     monkeypatch.setattr(exporter_module, "REQUEST_DEADLINE", 1.0)
     ex = exporter()
@@ -844,7 +845,7 @@ def test_a_slow_client_is_closed_at_the_deadline(exporter, monkeypatch):
 
 
 def test_past_the_pending_limit_the_oldest_connection_is_closed(exporter, monkeypatch):
-    from nvtopy.commands import exporter as exporter_module
+    from nvtopy.commands import httpserver as exporter_module
 
     monkeypatch.setattr(exporter_module, "MAX_PENDING", 10)
     ex = exporter()

@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from nvtopy.commands.log import GPU_FIELDS, PROCESS_FIELDS, groups_for
+from nvtopy.commands.log import groups_for
+from nvtopy.formats.writers import GPU_FIELDS, PROCESS_FIELDS
 from nvtopy.model import ALL_GROUPS
 
 from .test_cli import check_contract
@@ -185,8 +186,9 @@ def test_log_selection_flags_apply():
 
 @pytest.mark.parametrize("values", [[""], [",,"], [" , ", ""], [",", " \t "]])
 def test_empty_field_list_is_a_usage_error(values):
-    from nvtopy.commands.log import DEFAULT_GPU_FIELDS, _parse_fields
+    from nvtopy.commands.log import _parse_fields
     from nvtopy.errors import UsageError
+    from nvtopy.formats.writers import DEFAULT_GPU_FIELDS
 
     with pytest.raises(UsageError, match="--fields: no field given") as info:
         _parse_fields(values, GPU_FIELDS, DEFAULT_GPU_FIELDS)
@@ -194,7 +196,8 @@ def test_empty_field_list_is_a_usage_error(values):
 
 
 def test_empty_parts_of_a_field_list_are_skipped():
-    from nvtopy.commands.log import DEFAULT_GPU_FIELDS, _parse_fields
+    from nvtopy.commands.log import _parse_fields
+    from nvtopy.formats.writers import DEFAULT_GPU_FIELDS
 
     assert _parse_fields(["", ",index,,uuid,"], GPU_FIELDS, DEFAULT_GPU_FIELDS) == ["index", "uuid"]
 

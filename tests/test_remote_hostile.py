@@ -25,19 +25,19 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from nvtopy.commands.exporter import serve
+from nvtopy.commands.httpserver import serve
 from nvtopy.formats.dcgm import BY_NAME
-from nvtopy.sources import remote
-from nvtopy.sources.collector import Collector
-from nvtopy.sources.poller import Poller
-from nvtopy.sources.remote import (
+from nvtopy.formats.prometheus import (
     MAX_GPU_INDEX,
     MAX_GPUS_PER_HOST,
     MAX_LABEL,
     MAX_PROCESSES_PER_HOST,
-    RemoteHosts,
     parse_exposition,
 )
+from nvtopy.sources import remote
+from nvtopy.sources.collector import Collector
+from nvtopy.sources.poller import Poller
+from nvtopy.sources.remote import RemoteHosts
 from nvtopy.tui.app import NvtopyApp
 
 from .tui_helpers import started

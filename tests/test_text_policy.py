@@ -27,6 +27,7 @@ import pytest
 from nvtopy.backends.sim_catalog import GpuModel, Workload
 from nvtopy.backends.simulated import SimulatedBackend
 from nvtopy.commands import dispatch as cli
+from nvtopy.commands import options
 from nvtopy.errors import NvtopyError, UsageError
 from nvtopy.formats.contract import dumps
 from nvtopy.model import GpuProcess, GpuSample, GpuState, GpuStatic, HostInfo, ProcessType, Snapshot
@@ -109,7 +110,7 @@ def argv_text(pid: int) -> str:
 @pytest.fixture
 def hostile_cli(monkeypatch, child):
     """``nvtopy.commands.dispatch.main`` on hostile simulated GPUs that also list the real ``child``."""
-    monkeypatch.setattr(cli, "open_backend", lambda args: hostile_backend([child.pid]))
+    monkeypatch.setattr(options, "open_backend", lambda args: hostile_backend([child.pid]))
     return child
 
 
@@ -246,13 +247,13 @@ def test_json_escapes_every_outside_string_once_and_reversibly():
 
 
 def test_csv_and_jsonl_writers_escape_once(tmp_path):
-    from nvtopy.commands.log import GPU_FIELDS, PROCESS_FIELDS, _CsvWriter, _JsonlWriter
+    from nvtopy.formats.writers import GPU_FIELDS, PROCESS_FIELDS, CsvWriter, JsonlWriter
 
     snapshot = _hostile_snapshot()
     process = snapshot.gpus[0].processes[0]
     for fields, processes in ((list(PROCESS_FIELDS), True), (list(GPU_FIELDS), False)):
         out = io.StringIO()
-        _CsvWriter(out, fields, processes, header=True).write(snapshot)
+        CsvWriter(out, fields, processes, header=True).write(snapshot)
         assert_file_text(out.getvalue())
         rows = list(csv.DictReader(io.StringIO(out.getvalue())))
         assert len(out.getvalue().splitlines()) == len(rows) + 1, "no row broken in two"
@@ -268,7 +269,7 @@ def test_csv_and_jsonl_writers_escape_once(tmp_path):
             migs = row["mig_devices"].split(";")
             assert [unescape_text(m) for m in migs] == list(snapshot.gpus[0].static.mig_devices)
     out = io.StringIO()
-    _JsonlWriter(out, None, True).write(snapshot)
+    JsonlWriter(out, None, True).write(snapshot)
     assert out.getvalue().count("\n") == 1
     assert_file_text(out.getvalue())
     data = json.loads(out.getvalue())
@@ -364,10 +365,10 @@ def test_log_and_record_with_a_real_non_utf8_argv(hostile_cli, tmp_path, capsys)
 
 _DRIVER = (
     "import sys\n"
-    "from nvtopy.commands import dispatch as cli\n"
+    "from nvtopy.commands import dispatch as cli, options\n"
     "from tests.test_text_policy import hostile_backend\n"
     "pid = int(sys.argv[1])\n"
-    "cli.open_backend = lambda args: hostile_backend([pid])\n"
+    "options.open_backend = lambda args: hostile_backend([pid])\n"
     "sys.exit(cli.main(sys.argv[2:]))\n"
 )
 LOCALES = [
@@ -445,7 +446,7 @@ def test_exporter_labels_are_utf8_and_unescape_back(child, clock):
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
-    from nvtopy.commands.exporter import COMMAND_LABEL_MAX, SnapshotCollector
+    from nvtopy.formats.prometheus import COMMAND_LABEL_MAX, SnapshotCollector
 
     expected = argv_text(child.pid)
     backend = hostile_backend([child.pid], clock=clock)

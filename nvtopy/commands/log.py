@@ -15,77 +15,27 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
-import io
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import IO, Any
+from typing import IO
 
 from ..errors import NvtopyError, UsageError
-from ..formats.contract import encode, gpu_to_dict, iso_timestamp, process_to_dict, snapshot_to_dict
+from ..formats.writers import (
+    DEFAULT_GPU_FIELDS,
+    DEFAULT_PROCESS_FIELDS,
+    GPU_FIELDS,
+    PROCESS_FIELDS,
+    CsvWriter,
+    JsonlWriter,
+)
 from ..model import ALL_GROUPS, GROUP_OF_FIELD, Snapshot
-from ..textsafe import escape_text
-from . import dispatch as cli
+from . import options
 
-__all__ = ["GPU_FIELDS", "PROCESS_FIELDS", "build_parser", "groups_for", "run"]
-
-TOP_FIELDS = ("timestamp", "hostname", "driver_version", "cuda_driver_version")
-DEFAULT_GPU_FIELDS = (
-    "timestamp",
-    "index",
-    "name",
-    "bus_id",
-    "utilization_gpu_percent",
-    "utilization_memory_percent",
-    "memory_used_bytes",
-    "memory_total_bytes",
-    "temperature_c",
-    "power_draw_w",
-    "power_limit_w",
-    "clock_sm_mhz",
-    "clock_mem_mhz",
-    "pstate",
-    "fan_percent",
-    "ecc_uncorrected_volatile",
-    "throttle_reasons",
-)
-DEFAULT_PROCESS_FIELDS = (
-    "timestamp",
-    "gpu_index",
-    "pid",
-    "type",
-    "user",
-    "gpu_memory_bytes",
-    "sm_percent",
-    "cpu_percent",
-    "host_memory_bytes",
-    "running_seconds",
-    "command",
-)
-
-
-def _gpu_keys() -> tuple[str, ...]:
-    """The scalar keys of a GPU object of the JSON contract, in its order."""
-    from ..model import GpuSample, GpuState, GpuStatic
-
-    sample = gpu_to_dict(GpuState(GpuStatic(0), GpuSample(0.0)), processes=False)
-    return tuple(k for k in sample if k not in ("unavailable", "processes_unavailable"))
-
-
-def _process_keys() -> tuple[str, ...]:
-    from ..model import GpuProcess, ProcessType
-
-    keys = process_to_dict(GpuProcess(0, None, 0, ProcessType.COMPUTE, None))
-    return ("gpu_index", "gpu_uuid", *(k for k in keys if k != "unavailable"))
-
-
-# Every scalar of the JSON contract's GPU (or process) object; lists are joined with ';' in CSV.
-GPU_FIELDS = TOP_FIELDS + _gpu_keys()
-PROCESS_FIELDS = ("timestamp", "hostname", *_process_keys())
+__all__ = ["build_parser", "groups_for", "run"]
 
 
 def groups_for(fmt: str, fields: list[str] | None, processes: bool) -> frozenset[str]:
@@ -110,84 +60,12 @@ def _parse_fields(values: list[str] | None, valid: tuple[str, ...], default: tup
     return fields
 
 
-def _list_item(text: str) -> str:
-    """An escaped list item with ``;`` written as ``\\x3b``, so ``unescape_text`` of each part of the split is exact.
-
-    In escape_text's output a backslash right before ``;`` is always a literal one:
-    it is doubled, as escape_text doubles a backslash before an escape.
-    """
-    return text.replace("\\;", "\\\\;").replace(";", "\\x3b") if ";" in text else text
-
-
-def _cell(value: Any) -> str:
-    """One CSV cell. Strings (and list items) arrive escaped exactly once: the JSON
-    contract's builders and :meth:`_CsvWriter.rows` apply ``escape_text``, so a cell
-    is always valid UTF-8 with no control characters (no row broken in two)."""
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (list, tuple)):
-        return ";".join(_list_item(str(v)) for v in value)
-    if isinstance(value, float):
-        return f"{value:g}" if abs(value) < 1e15 else f"{value:.0f}"
-    return str(value)
-
-
-class _CsvWriter:
-    def __init__(self, out: IO[str], fields: list[str], processes: bool, header: bool) -> None:
-        self.out, self.fields, self.processes = out, fields, processes
-        self.buffer = io.StringIO()
-        self.writer = csv.writer(self.buffer, lineterminator="\n")
-        if header:
-            self.writer.writerow(fields)
-
-    def rows(self, snapshot: Snapshot) -> Iterator[dict[str, Any]]:
-        top = {
-            "timestamp": iso_timestamp(snapshot.timestamp),
-            "hostname": escape_text(snapshot.host.hostname),
-            "driver_version": escape_text(snapshot.host.driver_version),
-            "cuda_driver_version": escape_text(snapshot.host.cuda_driver_version),
-        }
-        for gpu in snapshot.gpus:
-            if not self.processes:
-                yield {**top, **gpu_to_dict(gpu, processes=False)}
-                continue
-            uuid = escape_text(gpu.static.uuid)
-            for proc in gpu.processes:
-                yield {**top, "gpu_index": gpu.index, "gpu_uuid": uuid, **process_to_dict(proc)}
-
-    def write(self, snapshot: Snapshot) -> None:
-        for row in self.rows(snapshot):
-            self.writer.writerow([_cell(row.get(f)) for f in self.fields])
-        self.out.write(self.buffer.getvalue())  # one write per sample: a sample is all or nothing
-        self.buffer.seek(0)
-        self.buffer.truncate()
-        self.out.flush()
-
-
-class _JsonlWriter:
-    def __init__(self, out: IO[str], fields: list[str] | None, processes: bool) -> None:
-        self.out, self.fields, self.processes = out, fields, processes
-
-    def write(self, snapshot: Snapshot) -> None:
-        data = snapshot_to_dict(snapshot, processes=self.processes)
-        if self.fields is not None:
-            keep = set(self.fields) | {"index"}
-            data = {k: v for k, v in data.items() if k in TOP_FIELDS or k not in GPU_FIELDS}
-            data["gpus"] = [
-                {k: v for k, v in gpu.items() if k in keep or k in ("processes", "unavailable")} for gpu in data["gpus"]
-            ]
-        self.out.write(encode(data) + "\n")  # the encoder of --once --json; strings escaped by the builders
-        self.out.flush()
-
-
 def build_parser(command: str) -> argparse.ArgumentParser:
     if command == "record":
-        parser = cli.command_parser(command, "Record snapshots (processes included) to FILE, for 'nvtopy replay'.")
+        parser = options.command_parser(command, "Record snapshots (processes included) to FILE, for 'nvtopy replay'.")
         parser.add_argument("file", metavar="FILE", help="the recording (JSON lines; appended to if it exists)")
     else:
-        parser = cli.command_parser(
+        parser = options.command_parser(
             command, "Log one row per GPU (or process) per sample as CSV, or one JSON object per snapshot."
         )
         parser.add_argument("--format", choices=("csv", "jsonl"), default="csv", help="csv (default) or jsonl")
@@ -200,10 +78,14 @@ def build_parser(command: str) -> argparse.ArgumentParser:
         )
         parser.add_argument("--processes", action="store_true", help="CSV: one row per process; JSONL: include them")
     parser.add_argument(
-        "--interval", type=cli.interval_type, default=1.0, metavar="SECONDS", help="seconds between samples (default 1)"
+        "--interval",
+        type=options.interval_type,
+        default=1.0,
+        metavar="SECONDS",
+        help="seconds between samples (default 1)",
     )
     parser.add_argument("--count", type=int, metavar="N", help="stop after N samples (default: until Ctrl-C)")
-    cli.add_gpu_options(parser)
+    options.add_gpu_options(parser)
     return parser
 
 
@@ -258,19 +140,19 @@ def run(command: str, args: argparse.Namespace) -> int:
         groups = groups_for(fmt, writer_fields, processes)
     path = args.file if recording else args.output
     where = "standard output" if path is None else path
-    backend = cli.open_backend(args)
+    backend = options.open_backend(args)
     out: IO[str] | None = None
     try:
         out, is_new = _open_output(path)
         collector = Collector(backend, history=1)
-        collector.select(cli.resolve_selection(args, collector))
+        collector.select(options.resolve_selection(args, collector))
         poller = Poller(backend, interval=args.interval, groups=groups, processes=processes, collector=collector)
         write: Callable[[Snapshot], None]
         if fmt == "csv":
             assert writer_fields is not None
-            write = _CsvWriter(out, writer_fields, processes, header=is_new).write
+            write = CsvWriter(out, writer_fields, processes, header=is_new).write
         else:
-            write = _JsonlWriter(out, writer_fields, processes).write
+            write = JsonlWriter(out, writer_fields, processes).write
         written = 0
         with _stop_on_signals() as stop:
             while not stop.is_set():
@@ -309,5 +191,5 @@ def _write_failed(out: IO[str], where: str, exc: OSError) -> BaseException:
     if isinstance(exc, BrokenPipeError):
         return exc
     if out is sys.stdout:
-        cli._discard_stdout()  # what stays buffered must not fail again at exit
+        options.discard_stdout()  # what stays buffered must not fail again at exit
     return NvtopyError(f"cannot write {where}: {exc.strerror or exc}")

@@ -10,13 +10,13 @@ import argparse
 
 from ..errors import UsageError
 from ..sources.replay import ReplayPlayer, load_recording
-from . import dispatch as cli
+from . import options
 
 __all__ = ["build_parser", "run"]
 
 
 def build_parser(command: str) -> argparse.ArgumentParser:
-    parser = cli.command_parser(command, "Replay a recording (nvtopy record) in the monitor.")
+    parser = options.command_parser(command, "Replay a recording (nvtopy record) in the monitor.")
     parser.add_argument("file", metavar="FILE", help="a recording: JSON lines written by 'nvtopy record'")
     parser.add_argument(
         "--speed", type=float, default=1.0, metavar="X", help="playback speed (default 1; keys + and -)"

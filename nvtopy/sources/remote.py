@@ -45,13 +45,13 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .._version import __version__
 from ..backends.base import SignalOutcome
 from ..errors import UsageError
-from ..formats.dcgm import BY_NAME
+from ..formats.prometheus import HostScrape, parse_exposition
 from ..model import (
     GpuProcess,
     GpuSample,
@@ -65,40 +65,15 @@ from ..model import (
     history_of,
     history_row,
 )
-from ..textsafe import safe_text, unescape_text
+from ..textsafe import safe_text
 from .base import SnapshotSource
 
-__all__ = [
-    "MAX_GPUS_PER_HOST",
-    "MAX_GPU_INDEX",
-    "MAX_PROCESSES_PER_HOST",
-    "HostScrape",
-    "RemoteHosts",
-    "metrics_url",
-    "parse_exposition",
-]
+__all__ = ["RemoteHosts", "metrics_url"]
 
 HISTORY = 300
 MAX_BYTES = 16 * 1024 * 1024
-MAX_GPUS_PER_HOST = 64  # an HGX board has 8 or 16: more is a broken or hostile exporter
-MAX_GPU_INDEX = 1023  # a ``gpu`` label above this is no GPU (it is counted as reported, never shown)
-MAX_PROCESSES_PER_HOST = 4096
-MAX_LABEL = 256  # characters kept of a label (host and model names, UUIDs, user names)
-MAX_COMMAND = 4096  # of a command line
-MAX_PID = 2**32 - 1  # pids are 32-bit (Linux's own limit is 2**22); 0 is no process
 GRACE = 0.2  # how long past its deadline a poll waits for a fetch to report its own reason
 CHUNK = 64 * 1024
-
-# Per-process values, as nvtopy's exporter names them: (lowest, highest, whole number). Outside
-# the range, or not finite, a value is None (N/A), like the GPU fields of nvtopy.formats.dcgm.
-PROCESS_VALUES: dict[str, tuple[float, float, bool]] = {
-    "gpu_memory_bytes": (0, 2**64 - 1, True),
-    "sm_utilization_percent": (0, 100, True),
-    "memory_utilization_percent": (0, 100, True),
-    "cpu_percent": (0, 100 * 4096, False),  # psutil: 100 per CPU used
-    "host_memory_bytes": (0, 2**64 - 1, True),
-    "start_time_seconds": (1, 2**33, False),  # a Unix time, after 1970 and before the year 2242
-}
 
 
 def _split_netloc(text: str) -> tuple[str, str, str]:
@@ -159,136 +134,6 @@ class _Target:
     @property
     def hostname(self) -> str:
         return urllib.parse.urlsplit(self.url).hostname or self.label
-
-
-@dataclass
-class HostScrape:
-    """One host's GPUs as its exporter last described them (or why it could not be read)."""
-
-    url: str
-    hostname: str
-    driver_version: str | None = None
-    gpus: list[tuple[GpuStatic, dict[str, Any], bool]] = field(default_factory=list)  # static, sample values, lost
-    processes: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # gpu index -> process values
-    error: str | None = None
-    note: str | None = None  # what was left out (GPUs, processes beyond the caps), shown beside the GPUs
-
-
-def _label(labels: dict[str, str], name: str, limit: int = MAX_LABEL) -> str | None:
-    """A label's text (nvtopy's exporter escapes it: undone), at most ``limit`` characters; None if empty."""
-    value = labels.get(name)
-    if not value:
-        return None
-    value = unescape_text(value[: limit * 4]) or ""  # an escape is at most 4 characters
-    return value[:limit] or None
-
-
-def _whole(text: str | None, highest: int) -> int | None:
-    """A label holding a whole number from 0 to ``highest``, else None (a 5,000-digit one too)."""
-    if not text or len(text) > len(str(highest)) or not (text.isascii() and text.isdigit()):
-        return None
-    value = int(text)
-    return value if value <= highest else None
-
-
-def _process_value(name: str, value: float) -> float | int | None:
-    low, high, whole = PROCESS_VALUES[name]
-    if not low <= value <= high:  # NaN and the infinities fail this too
-        return None
-    return round(value) if whole else float(value)
-
-
-def parse_exposition(text: str, url: str) -> HostScrape:
-    """GPUs and processes out of a Prometheus text exposition with dcgm-exporter's names.
-
-    Raises ValueError (or another exception of the parser) for text that is not
-    an exposition; values and counts that no GPU has are cut as the module says.
-    """
-    from prometheus_client.parser import text_string_to_metric_families
-
-    host = urllib.parse.urlsplit(url).hostname or url
-    statics: dict[int, dict[str, Any]] = {}
-    values: dict[int, dict[str, Any]] = collections.defaultdict(dict)
-    lost: dict[int, bool] = {}
-    processes: dict[tuple[int, int], dict[str, Any]] = {}
-    reported: set[str] = set()  # every gpu label seen, shown or not
-    left_out: set[tuple[int, int]] = set()  # processes beyond MAX_PROCESSES_PER_HOST
-    driver = None
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            labels = sample.labels
-            gpu = labels.get("gpu", "")
-            if not (gpu.isascii() and gpu.isdigit()):
-                continue
-            is_process = sample.name.startswith("nvtopy_process_")
-            if not is_process and len(reported) <= 100_000:
-                reported.add(gpu.lstrip("0") or "0")
-            index = _whole(gpu, MAX_GPU_INDEX)
-            if index is None:
-                continue
-            if is_process:
-                metric = sample.name.removeprefix("nvtopy_process_")
-                pid = _whole(labels.get("pid"), MAX_PID)
-                if not pid or metric not in PROCESS_VALUES:
-                    continue
-                row = processes.get((index, pid))
-                if row is None:
-                    if len(processes) >= MAX_PROCESSES_PER_HOST:
-                        if len(left_out) < 1_000_000:
-                            left_out.add((index, pid))
-                        continue
-                    kind = labels.get("type") or "C"
-                    row = processes[(index, pid)] = {
-                        "user": _label(labels, "user"),
-                        "command": _label(labels, "command", MAX_COMMAND),
-                        "type": kind if kind in ("C", "G", "C+G") else "C",
-                    }
-                row[metric] = _process_value(metric, sample.value)
-                continue
-            static = statics.get(index)
-            if static is None:
-                static = statics[index] = {
-                    "uuid": _label(labels, "UUID"),
-                    "bus_id": _label(labels, "pci_bus_id"),
-                    "name": _label(labels, "modelName"),
-                }
-            host = _label(labels, "Hostname") or host
-            driver = _label(labels, "DCGM_FI_DRIVER_VERSION") or driver
-            if sample.name == "nvtopy_gpu_lost":
-                lost[index] = sample.value >= 1
-                continue
-            name = sample.name
-            if name not in BY_NAME and name.endswith("_total"):
-                name = name[:-6]  # prometheus-client's parser renames dcgm's counters (energy, ECC) to *_total
-            known = BY_NAME.get(name)
-            if known is None:
-                continue
-            value = known.from_metric(sample.value)  # None: not finite, or out of the field's range
-            if known.attribute.startswith("static."):
-                static[known.attribute[7:]] = value
-            else:
-                values[index][known.attribute] = value
-    scrape = HostScrape(url=url, hostname=host, driver_version=driver)
-    for gpu_values in values.values():
-        if any(k.startswith("ecc_") for k in gpu_values):
-            gpu_values["ecc_mode"] = True  # dcgm has no ECC-mode metric: counters are exported only when it is on
-    shown = sorted(statics)[:MAX_GPUS_PER_HOST]
-    for index in shown:
-        static = GpuStatic(index=index, **statics[index])
-        scrape.gpus.append((static, dict(values.get(index, {})), lost.get(index, False)))
-    for (index, pid), row in sorted(processes.items()):
-        if index in statics:  # a process of a GPU without GPU series has nowhere to be shown
-            scrape.processes.setdefault(index, []).append({"pid": pid, **row})
-    notes = []
-    if len(reported) > len(shown):
-        count = (
-            f"{len(reported)} GPU{'s' if len(reported) > 1 else ''}" if len(reported) <= 100_000 else "over 100000 GPUs"
-        )
-        notes.append(f"host reported {count}; showing the first {len(shown)}")
-    if left_out:
-        notes.append(f"host reported {len(processes) + len(left_out)} processes; showing {len(processes)}")
-    scrape.note = "; ".join(notes) or None
-    return scrape
 
 
 # ----------------------------------------------------------------- fetching, with one deadline

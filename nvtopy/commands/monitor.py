@@ -1,0 +1,171 @@
+"""``nvtopy`` itself: the interactive monitor, ``--once`` / ``--json`` snapshots, ``--remote``.
+
+Why the lazy imports: ``nvtopy --once --json`` is run from scripts and cron jobs
+and must start fast, so neither Textual nor rich is imported unless the chosen
+mode draws with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from .._version import __version__
+from ..errors import UsageError
+from . import options
+from .options import (
+    COMMANDS,
+    MAX_INTERVAL,
+    MIN_INTERVAL,
+    Parser,
+    add_gpu_options,
+    backend_opener,
+    interval_type,
+    resolve_selection,
+    warn_user,
+)
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend
+    from ..model import Snapshot
+
+__all__ = ["build_parser", "check_args", "run"]
+
+
+def build_parser(command: str = "monitor") -> argparse.ArgumentParser:
+    commands = "\n".join(f"  nvtopy {name:<9} {help_}" for name, (_, help_) in COMMANDS.items())
+    parser = Parser(
+        prog="nvtopy",
+        description="A top-like monitor for NVIDIA GPUs: interactive TUI, scriptable snapshots.",
+        epilog=f"commands (nvtopy COMMAND --help):\n{commands}\n\n"
+        "Without --once, nvtopy starts the interactive monitor. Try 'nvtopy --demo' on any machine.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"nvtopy {__version__}")
+    parser.add_argument("--once", action="store_true", help="print one snapshot and exit")
+    parser.add_argument("--json", action="store_true", help="with --once: print the snapshot as JSON")
+    parser.add_argument("--no-color", action="store_true", help="plain text, no escape codes")
+    parser.add_argument(
+        "--interval",
+        type=interval_type,
+        default=1.0,
+        metavar="SECONDS",
+        help=f"refresh interval (default 1.0; {MIN_INTERVAL} to {MAX_INTERVAL:.0f})",
+    )
+    tui = parser.add_argument_group("interactive monitor")
+    tui.add_argument("--readonly", action="store_true", help="never send signals (the kill keys are disabled)")
+    tui.add_argument(
+        "--remote",
+        metavar="URL[,URL...]",
+        help="show other hosts' GPUs, read from their exporters (nvtopy exporter or dcgm-exporter), e.g. node2:9400",
+    )
+    tui.add_argument(
+        "--view",
+        choices=("auto", "full", "compact"),
+        default="auto",
+        help="GPU panels: full, one compact line per GPU, or chosen by terminal size (default auto; key v)",
+    )
+    add_gpu_options(parser)
+    return parser
+
+
+def _write_json(snapshot: Snapshot) -> None:
+    """The snapshot as JSON on stdout, always UTF-8 (RFC 8259), whatever the locale's encoding."""
+    from ..formats.contract import dumps
+
+    text = dumps(snapshot) + "\n"
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is None:  # a replaced stdout (tests, embedding): text is all it takes
+        sys.stdout.write(text)
+        return
+    sys.stdout.flush()
+    buffer.write(text.encode("utf-8"))
+
+
+def _run_once(args: argparse.Namespace, backend: Backend) -> int:
+    from ..sources.collector import Collector
+
+    collector = Collector(backend)
+    collector.select(resolve_selection(args, collector))
+    snapshot = collector.collect()
+    if args.json:
+        _write_json(snapshot)
+    else:
+        from ..render.text import render_snapshot
+
+        render_snapshot(snapshot, sys.stdout, color=not args.no_color, gpu_count=backend.device_count())
+    return 0
+
+
+def _run_interactive(args: argparse.Namespace) -> int:
+    """The monitor. It draws at once: the backend is opened and the GPUs selected on its poller thread.
+
+    An error found there (no driver, --gpus naming a GPU that is not there) ends
+    the app and is raised here, once the terminal is restored: the same one line
+    and exit code as when it is found before the app starts. Quitting never
+    waits for the driver (see :mod:`nvtopy.tui.app`), so the backend is not closed
+    here: its poller thread closes it if the driver lets it before the process exits.
+    """
+    waiting_for, opener = backend_opener(args, close_at_exit=False)  # usage errors: now, before drawing
+    from ..tui.app import NvtopyApp
+
+    warnings: list[str] = []
+    app = NvtopyApp(
+        None,
+        opener=opener,
+        select=lambda collector: resolve_selection(args, collector, warn=warnings.append),
+        waiting_for=waiting_for,
+        interval=args.interval,
+        readonly=args.readonly,
+        layout=args.view,
+    )
+    app.run()
+    for warning in warnings:
+        warn_user(warning)
+    if app.open_error is not None:
+        raise app.open_error
+    return 0
+
+
+def _run_remote(args: argparse.Namespace) -> int:
+    from ..sources.remote import RemoteHosts
+
+    if args.gpus or args.only_visible or args.demo or args.demo_gpus is not None:
+        raise UsageError("--remote shows whole hosts: it cannot be combined with --gpus, --only-visible or --demo")
+    urls = [u for u in args.remote.split(",") if u.strip()]
+    if not urls:  # '', ' ', ',': never a fall-through to the local GPUs
+        raise UsageError("--remote: give at least one URL, e.g. --remote node2:9400")
+    source = RemoteHosts(urls, interval=max(args.interval, 1.0))
+    if args.once:
+        snapshot = source.poll_once()
+        if args.json:
+            _write_json(snapshot)
+        else:
+            from ..render.text import render_snapshot
+
+            render_snapshot(snapshot, sys.stdout, color=not args.no_color)
+        return 0
+    from ..tui.app import NvtopyApp
+
+    NvtopyApp(None, source=source, layout=args.view).run()
+    return 0
+
+
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Combinations argparse cannot express: a usage error, one line."""
+    if args.json and not args.once:
+        parser.error("--json needs --once (or use 'nvtopy log --format jsonl')")
+
+
+def run(command: str, args: argparse.Namespace) -> int:
+    """The monitor, a snapshot, or other hosts' GPUs, as the options say."""
+    if args.remote is not None:  # also --remote '': an error there, not a fall-through to NVML
+        return _run_remote(args)
+    if not args.once:
+        return _run_interactive(args)
+    backend = options.open_backend(args)
+    try:
+        return _run_once(args, backend)
+    finally:
+        backend.close()
