@@ -3,10 +3,18 @@
 Shared by every view (TUI, ``--once``, logger, exporter, Python API) so that a
 GPU means the same thing everywhere. Everything here is pure: it works on the
 static identities the backend reported and never touches NVML itself.
+
+:func:`select_gpus` is the one place ``--gpus`` / ``gpus=`` and ``--only-visible`` /
+``only_visible=`` are applied. It never prints: it returns the warnings, and each
+front end reports them its way -- the CLI one line each on stderr
+(``nvtopy: warning: ...``, made terminal-safe), the Python API with
+:func:`warnings.warn` as a :class:`SelectionWarning` (shown once per call site by
+Python's default filter; silence or escalate it with :mod:`warnings` filters).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,12 +23,15 @@ from .errors import SelectionError
 from .model import GpuStatic
 
 __all__ = [
+    "Selection",
+    "SelectionWarning",
     "VisibleDevice",
     "VisibleDevices",
     "format_bus_id",
     "parse_bus_id",
     "parse_cuda_visible_devices",
     "resolve_gpu_list",
+    "select_gpus",
 ]
 
 BusId = tuple[int, int, int, int]  # (domain, bus, device, function)
@@ -264,3 +275,46 @@ def parse_cuda_visible_devices(
             "which CUDA may not use; set CUDA_DEVICE_ORDER=PCI_BUS_ID or use GPU UUIDs"
         )
     return VisibleDevices(tuple(devices), tuple(warnings))
+
+
+class SelectionWarning(UserWarning):
+    """A selection that works but may not mean what was meant (the Python API's category for selection warnings)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """The NVML indices a view shows, in order, and the warnings to report (see the module docstring)."""
+
+    indices: tuple[int, ...]
+    warnings: tuple[str, ...] = field(default=())
+
+
+def select_gpus(
+    statics: Sequence[GpuStatic],
+    gpus: str | Sequence[int | str] | None = None,
+    only_visible: bool = False,
+    environ: Mapping[str, str] | None = None,
+) -> Selection:
+    """Apply ``--gpus`` and ``--only-visible`` to the GPUs the backend reports; both = intersection.
+
+    ``gpus``: a ``--gpus`` string, or a list of indices, PCI bus ids and UUID
+    prefixes (:func:`resolve_gpu_list`; its order is kept). ``only_visible``: the
+    GPUs CUDA_VISIBLE_DEVICES exposes in ``environ`` (default :data:`os.environ`),
+    in CUDA order when ``gpus`` is not given. Neither: every GPU, in NVML order.
+    Raises :class:`~nvtopy.errors.SelectionError` for an entry of ``gpus`` that
+    names no GPU or several.
+    """
+    indices = [g.index for g in statics]
+    if gpus is None and not only_visible:
+        return Selection(tuple(indices))
+    if gpus is not None:
+        spec = gpus if isinstance(gpus, str) else ",".join(str(g) for g in gpus)
+        indices = resolve_gpu_list(spec, statics)
+    warnings: tuple[str, ...] = ()
+    if only_visible:
+        environ = os.environ if environ is None else environ
+        visible = parse_cuda_visible_devices(environ.get("CUDA_VISIBLE_DEVICES"), statics, environ)
+        warnings = visible.warnings
+        allowed = visible.nvml_indices
+        indices = [i for i in indices if i in allowed] if gpus is not None else allowed
+    return Selection(tuple(indices), warnings)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import subprocess
 import sys
 import threading
 import time
+import warnings
 
 import pytest
 
@@ -17,6 +19,7 @@ from nvtopy.api.jobgpus import find_job_gpus, map_torch_devices
 from nvtopy.backends.base import Reading
 from nvtopy.backends.simulated import SimulatedBackend
 from nvtopy.model import GpuStatic
+from nvtopy.selection import SelectionWarning
 
 from .fake_torch import FakeDevice, fake_torch
 
@@ -60,6 +63,46 @@ def test_snapshot_selects_like_the_cli(api_sim):
 def test_snapshot_only_visible(api_sim, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,0")
     assert sorted(g.index for g in nvtopy.snapshot(only_visible=True).gpus) == [0, 2]
+
+
+class MixedModels(SimulatedBackend):
+    """GPU 1 is another model: CUDA's default FASTEST_FIRST order may then differ from PCI order."""
+
+    def read_static(self, index: int) -> GpuStatic:
+        static = super().read_static(index)
+        return dataclasses.replace(static, name="NVIDIA GeForce RTX 4090") if index == 1 else static
+
+
+@pytest.fixture
+def mixed_api(monkeypatch):
+    runtime.configure(MixedModels(gpus=3, seed=3, real_pids=[os.getpid()], viewer="alice"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    yield
+    runtime.reset()
+
+
+def test_selection_warnings_are_python_warnings_at_the_caller(mixed_api):
+    with pytest.warns(SelectionWarning, match="CUDA_DEVICE_ORDER") as caught:
+        snap = nvtopy.snapshot(only_visible=True)
+    assert [g.index for g in snap.gpus] == [1, 0], "CUDA order, as the CLI's --only-visible"
+    assert [w.filename for w in caught] == [__file__]
+    with pytest.warns(SelectionWarning) as caught, nvtopy.Sampler(interval=0.05, only_visible=True):
+        pass
+    assert [w.filename for w in caught] == [__file__]
+    sampler = nvtopy.Sampler(interval=0.05, only_visible=True)
+    with pytest.warns(SelectionWarning) as caught:
+        sampler.start()
+    sampler.stop()
+    assert [w.filename for w in caught] == [__file__]
+
+
+def test_no_selection_warning_without_a_reason(mixed_api, monkeypatch):
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert [g.index for g in nvtopy.snapshot(only_visible=True).gpus] == [1, 0]
+        assert [g.index for g in nvtopy.snapshot(gpus=[2]).gpus] == [2]
 
 
 def test_job_gpus_from_nvml_process_lists(api_sim):

@@ -228,6 +228,30 @@ def test_only_visible_follows_cuda_rules(nvtopy_cmd, cvd, expected):
     assert [g["index"] for g in json.loads(result.stdout)["gpus"]] == expected
 
 
+def test_selection_warnings_are_one_line_each_on_stderr(monkeypatch, capsys):
+    """The CLI's warning policy: ``nvtopy: warning: ...`` on stderr, one line each, made terminal-safe."""
+    import dataclasses
+
+    from nvtopy.backends.simulated import SimulatedBackend
+    from nvtopy.commands import dispatch, options
+
+    class MixedModels(SimulatedBackend):
+        def read_static(self, index):
+            static = super().read_static(index)
+            return dataclasses.replace(static, name="NVIDIA GeForce RTX 4090") if index == 1 else static
+
+    monkeypatch.setattr(options, "open_backend", lambda args: MixedModels(gpus=3))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    assert dispatch.main(["--once", "--json", "--only-visible"]) == 0
+    captured = capsys.readouterr()
+    assert [g["index"] for g in json.loads(captured.out)["gpus"]] == [1, 0]
+    (line,) = captured.err.splitlines()
+    assert line.startswith("nvtopy: warning: CUDA_DEVICE_ORDER is FASTEST_FIRST") and "PCI_BUS_ID" in line
+    assert dispatch.main(["--once", "--json", "--gpus", "1,0"]) == 0
+    assert capsys.readouterr().err == ""  # --only-visible not asked for: CUDA_VISIBLE_DEVICES not read
+
+
 def test_zero_gpus(nvtopy_cmd):
     result = run(nvtopy_cmd, "--demo", "--demo-gpus", "0", "--once", "--json")
     assert result.returncode == 0

@@ -14,6 +14,7 @@ import pytest
 
 from nvtopy.backends import host as hostprocs
 from nvtopy.backends.host import PsutilInspector, in_foreign_pid_namespace, username_for_uid
+from nvtopy.backends.signals import send_signal_checked
 from nvtopy.model import HostProcess, Reason
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -145,7 +146,7 @@ def test_child_resolves_then_vanishes(spawn):
     assert 0.0 <= info.cpu_percent < 1000.0
     assert info.host_memory_bytes > 0
     assert info.status == psutil.STATUS_SLEEPING
-    assert inspector.process_object(child.pid, info.create_time) is not None
+    assert send_signal_checked(child.pid, info.create_time, 0).ok, "the reported create time passes the check"
 
     again = inspector.inspect([child.pid])[child.pid]
     assert isinstance(again.cpu_percent, float)
@@ -154,7 +155,7 @@ def test_child_resolves_then_vanishes(spawn):
     child.kill()
     child.wait(timeout=10)
     assert inspector.inspect([child.pid]) == {child.pid: None}
-    assert inspector.process_object(child.pid, None) is None  # forgotten, not kept as a stale entry
+    assert child.pid not in inspector._entries  # forgotten, not kept as a stale entry
 
 
 def test_pid_that_never_existed():
@@ -176,22 +177,21 @@ def test_pids_no_longer_asked_about_are_forgotten(spawn):
     child = spawn()
     inspector = PsutilInspector()
     first = inspector.inspect([os.getpid(), child.pid])
-    assert inspector.process_object(child.pid, first[child.pid].create_time) is not None
+    assert inspector._entries[child.pid].create_time == first[child.pid].create_time
     assert inspector.inspect([os.getpid()]).keys() == {os.getpid()}
-    assert inspector.process_object(child.pid, None) is None
-    assert inspector.process_object(os.getpid(), first[os.getpid()].create_time) is not None
+    assert child.pid not in inspector._entries
+    assert inspector._entries[os.getpid()].create_time == first[os.getpid()].create_time
 
 
-def test_process_object_checks_create_time(spawn):
+def test_reported_create_time_is_what_the_signal_check_compares(spawn):
+    """The create time the inspector reports identifies the process to the signal check (signal 0: none sent)."""
     child = spawn()
     inspector = PsutilInspector()
     info = inspector.inspect([child.pid])[child.pid]
-    handle = inspector.process_object(child.pid, info.create_time)
-    assert handle is not None
-    assert handle.pid == child.pid
-    assert inspector.process_object(child.pid, None) is handle
-    assert inspector.process_object(child.pid, info.create_time + 1.0) is None
-    assert inspector.process_object(_unused_pid(), None) is None
+    assert send_signal_checked(child.pid, info.create_time, 0).ok
+    assert not send_signal_checked(child.pid, None, 0).ok  # unknown: never sent unchecked
+    assert not send_signal_checked(child.pid, info.create_time + 1.0, 0).ok  # another process with this pid
+    assert not send_signal_checked(_unused_pid(), info.create_time, 0).ok
 
 
 def test_cpu_percent_first_sight_and_between_readings(spawn, monkeypatch):
@@ -270,7 +270,7 @@ def test_vanishing_while_opened_drops_the_row(spawn, monkeypatch, method, exc_fa
     result = inspector.inspect([child.pid, os.getpid()])
     assert result[child.pid] is None
     assert result[os.getpid()] is not None
-    assert inspector.process_object(child.pid, None) is None
+    assert child.pid not in inspector._entries
 
 
 @pytest.mark.parametrize(
@@ -284,7 +284,7 @@ def test_vanishing_between_readings_drops_the_row(spawn, monkeypatch, method, ex
     assert inspector.inspect([child.pid])[child.pid] is not None
     _fail_for(monkeypatch, method, child.pid, exc_factory)
     assert inspector.inspect([child.pid]) == {child.pid: None}
-    assert inspector.process_object(child.pid, None) is None
+    assert child.pid not in inspector._entries
 
 
 def test_constructor_no_such_process(monkeypatch):
@@ -356,7 +356,7 @@ def test_unreadable_proc_entry_keeps_row(spawn, monkeypatch):
         assert info.host_memory_bytes is None
         for name in ("user", "command", "cpu_percent", "host_memory_bytes"):
             assert info.unavailable[name] is Reason.NO_PERMISSION, name
-    assert inspector.process_object(child.pid, created) is None  # its identity cannot be checked
+    assert not send_signal_checked(child.pid, created, 0).ok  # its identity cannot be checked
 
 
 def test_access_denied_on_constructor_of_a_gone_pid(monkeypatch):

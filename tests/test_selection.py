@@ -13,6 +13,7 @@ from nvtopy.selection import (
     parse_bus_id,
     parse_cuda_visible_devices,
     resolve_gpu_list,
+    select_gpus,
 )
 
 # GPUs 0 and 1 share the UUID prefix "5e3f" (and "5e3f0"/"5e3f9" tell them apart).
@@ -501,3 +502,50 @@ def test_resolve_gpu_list_leading_zeros_are_the_index(spec, expected):
 )
 def test_cuda_visible_devices_absurd_numbers(value, expected):
     assert _nvml(value) == expected
+
+
+# --------------------------------------------------------------------------- select_gpus: both options
+
+
+@pytest.mark.parametrize(
+    ("gpus", "only_visible", "cvd", "expected"),
+    [
+        (None, False, "2,0", (0, 1, 2, 3)),  # neither: every GPU, NVML order, CUDA_VISIBLE_DEVICES ignored
+        ("3,1", False, "2,0", (3, 1)),  # --gpus: its order
+        ([3, "3b:00.0"], False, None, (3, 1)),  # a list, as the Python API takes it
+        (None, True, "2,0", (2, 0)),  # --only-visible: CUDA order
+        (None, True, None, (0, 1, 2, 3)),
+        (None, True, "", ()),
+        ("3,2,0", True, "2,0", (2, 0)),  # both: --gpus order, only what CUDA exposes
+        ("1", True, "2,0", ()),
+    ],
+)
+def test_select_gpus(gpus, only_visible, cvd, expected):
+    environ = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    if cvd is not None:
+        environ["CUDA_VISIBLE_DEVICES"] = cvd
+    selection = select_gpus(GPUS, gpus, only_visible, environ)
+    assert selection.indices == expected
+    assert selection.warnings == ()
+
+
+def test_select_gpus_returns_warnings_and_never_prints(capsys):
+    selection = select_gpus(GPUS, None, True, {"CUDA_VISIBLE_DEVICES": "1,0"})
+    assert selection.indices == (1, 0)
+    (warning,) = selection.warnings
+    assert ORDER_WARNING in warning
+    assert capsys.readouterr() == ("", "")
+    assert select_gpus(GPUS, "1,0", False, {"CUDA_VISIBLE_DEVICES": "1,0"}).warnings == ()  # not asked: not read
+
+
+def test_select_gpus_reads_the_process_environment_by_default(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    assert select_gpus(GPUS, None, True) == select_gpus(
+        GPUS, None, True, {"CUDA_VISIBLE_DEVICES": "3", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    )
+
+
+def test_select_gpus_errors_name_the_entry():
+    with pytest.raises(SelectionError, match="'7'"):
+        select_gpus(GPUS, [0, 7])

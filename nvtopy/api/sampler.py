@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from ..model import ALL_GROUPS, Snapshot
 from ..sources.collector import Collector
 from ..sources.poller import Poller
+from .state import shared_backend
+from .usage import choose_gpus
 
 __all__ = ["METRICS", "Sampler", "Stats"]
 
@@ -97,15 +99,15 @@ class Sampler:
 
     def start(self) -> Sampler:
         """Start sampling (again); a no-op while running."""
-        from .state import shared_backend
-        from .usage import _select
+        return self._start(stacklevel=3)
 
+    def _start(self, stacklevel: int) -> Sampler:
         with self._lock:
             if self._poller is not None:
                 return self
             backend = shared_backend()
             collector = Collector(backend, history=1)  # the sampler keeps its own history of snapshots
-            collector.select(_select(collector, self.gpus, self.only_visible))
+            collector.select(choose_gpus(collector.statics(), self.gpus, self.only_visible, stacklevel=stacklevel))
             poller = Poller(backend, interval=self.interval, groups=SAMPLER_GROUPS, join=False, collector=collector)
             poller.subscribe(self._received)
             self._poller = poller.start()
@@ -126,10 +128,10 @@ class Sampler:
     @property
     def thread(self) -> threading.Thread | None:
         poller = self._poller
-        return None if poller is None else poller._thread
+        return None if poller is None else poller.thread
 
     def __enter__(self) -> Sampler:
-        return self.start()
+        return self._start(stacklevel=3)
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

@@ -14,10 +14,11 @@ reserved and peak-allocated memory, so the gap between what tensors use, what
 the caching allocator holds and what the driver counts is visible.
 
 How it stays cheap: the start and end readings are taken on the caller's
-thread (a handful of NVML calls, no psutil); in between, one shared thread
-samples every active track's GPUs (nested tracks share its samples) and exits
-when the last track ends. It is meant for spans (an epoch, an evaluation, a few
-steps); for a permanent per-step view use :class:`nvtopy.Sampler`.
+thread (a handful of NVML calls, no psutil); in between, the API's one sampling
+thread (:func:`nvtopy.api.state.watch`) samples every active track's GPUs
+(nested tracks share its snapshots) and exits when the last track ends. It is
+meant for spans (an epoch, an evaluation, a few steps); for a permanent
+per-step view use :class:`nvtopy.Sampler`.
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ from typing import Any, TypeVar
 
 from ..model import Snapshot
 from ..render.units import NA, fmt_bytes, short_name
-from ..sources.collector import Collector
+from .state import shared_collector, unwatch, watch
 from .torchmem import cuda_torch, torch_memory
+from .usage import job_gpus
 
 __all__ = ["GpuUsage", "TorchUsage", "TrackReport", "track"]
 
@@ -125,7 +127,9 @@ def _max(*values: int | None) -> int | None:
 
 
 class _Accumulator:
-    """The running peaks and sums of one active track (fed by the hub's thread)."""
+    """The running peaks and sums of one active track (a :class:`~nvtopy.api.state.Watcher`)."""
+
+    groups = _GROUPS
 
     def __init__(self, indices: Sequence[int], ordinals: dict[int, int], interval: float) -> None:
         self.indices = tuple(indices)
@@ -139,7 +143,8 @@ class _Accumulator:
         self.samples = 0
         self.torch_peak: dict[int, tuple[int, int]] = {}  # ordinal -> (allocated, reserved)
 
-    def observe(self, snapshot: Snapshot, torch_samples: dict[int, tuple[int, int]]) -> None:
+    def observe(self, snapshot: Snapshot) -> None:
+        torch_samples = _torch_samples(self.ordinals.values())
         me = os.getpid()
         with self.lock:
             self.samples += 1
@@ -158,62 +163,8 @@ class _Accumulator:
                         old = self.own_peak.get(gpu.index, proc.gpu_memory_bytes)
                         self.own_peak[gpu.index] = max(old, proc.gpu_memory_bytes)
             for ordinal, (allocated, reserved) in torch_samples.items():
-                if ordinal in self.ordinals.values():
-                    old_a, old_r = self.torch_peak.get(ordinal, (allocated, reserved))
-                    self.torch_peak[ordinal] = (max(old_a, allocated), max(old_r, reserved))
-
-
-class _Hub:
-    """One sampling thread for every active track; it exits when none is left."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._active: list[_Accumulator] = []
-        self._thread: threading.Thread | None = None
-        self._wake = threading.Event()
-
-    def add(self, accumulator: _Accumulator) -> None:
-        with self._lock:
-            self._active.append(accumulator)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="nvtopy-track", daemon=True)
-                self._thread.start()
-
-    def remove(self, accumulator: _Accumulator) -> None:
-        with self._lock:
-            if accumulator in self._active:
-                self._active.remove(accumulator)
-            if not self._active:
-                self._wake.set()
-
-    @property
-    def thread(self) -> threading.Thread | None:
-        return self._thread
-
-    def _run(self) -> None:
-        from .state import shared_backend
-
-        collector = Collector(shared_backend(), indices=[], history=1)
-        while True:
-            with self._lock:
-                active = list(self._active)
-                if not active:
-                    self._thread = None
-                    self._wake.clear()
-                    return
-            indices = sorted({i for a in active for i in a.indices})
-            try:
-                collector.select(indices)
-                snapshot = collector.collect(_GROUPS, join=False, process_utilization=False)
-                torch_samples = _torch_samples({o for a in active for o in a.ordinals.values()})
-                for accumulator in active:
-                    accumulator.observe(snapshot, torch_samples)
-            except Exception:  # a failing driver must not kill the job being measured
-                log.debug("track sampling failed", exc_info=True)
-            self._wake.wait(min(a.interval for a in active))
-
-
-_hub = _Hub()
+                old_a, old_r = self.torch_peak.get(ordinal, (allocated, reserved))
+                self.torch_peak[ordinal] = (max(old_a, allocated), max(old_r, reserved))
 
 
 def _torch_samples(ordinals: Iterable[int]) -> dict[int, tuple[int, int]]:
@@ -221,12 +172,6 @@ def _torch_samples(ordinals: Iterable[int]) -> dict[int, tuple[int, int]]:
     if torch is None:
         return {}
     return {o: (int(torch.cuda.memory_allocated(o)), int(torch.cuda.memory_reserved(o))) for o in ordinals}
-
-
-def _collector() -> Collector:
-    from .usage import _collector as shared
-
-    return shared(("track",))
 
 
 class track:  # noqa: N801 - used like a function: ``with nvtopy.track(...)`` / ``@nvtopy.track()``
@@ -266,8 +211,6 @@ class track:  # noqa: N801 - used like a function: ``with nvtopy.track(...)`` / 
     # ----------------------------------------------------------------- context manager
 
     def __enter__(self) -> track:
-        from .usage import job_gpus
-
         if self.gpus is not None:
             indices, ordinals = list(self.gpus), {}
         else:
@@ -277,12 +220,12 @@ class track:  # noqa: N801 - used like a function: ``with nvtopy.track(...)`` / 
         self._accumulator = _Accumulator(indices, ordinals, self.interval)
         self._start = {"indices": indices, "ordinals": ordinals, "reading": start, "wall": time.time()}
         self._t0 = time.perf_counter()
-        _hub.add(self._accumulator)
+        watch(self._accumulator)
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         elapsed = time.perf_counter() - self._t0
-        _hub.remove(self._accumulator)
+        unwatch(self._accumulator)
         try:
             end = self._read(self._start["indices"], self._start["ordinals"])
             self.report = self._build(elapsed, end, None if exc_type is None else exc_type.__name__)
@@ -318,10 +261,7 @@ class track:  # noqa: N801 - used like a function: ``with nvtopy.track(...)`` / 
 
     @staticmethod
     def _read(indices: list[int], ordinals: dict[int, int]) -> dict[str, Any]:
-        collector = _collector()
-        from .usage import _collectors_lock
-
-        with _collectors_lock:
+        with shared_collector("track") as collector:
             collector.select(indices)
             snapshot = collector.collect(_GROUPS, join=False, process_utilization=False)
         torch = cuda_torch()

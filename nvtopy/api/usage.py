@@ -1,61 +1,49 @@
 """The Python API's plain functions: a snapshot, this job's GPUs, a usage line per GPU.
 
-Everything goes through the process-wide backend (:mod:`nvtopy.api.state`): one
-NVML initialisation, static fields read once, no subprocesses. Collectors are
-kept per selection so repeated calls reuse cached static fields.
+Everything goes through the process-wide state (:mod:`nvtopy.api.state`): one
+NVML initialisation, static fields read once, no subprocesses; a collector per
+purpose, so repeated calls reuse cached static fields.
+
+GPU selection is :func:`nvtopy.selection.select_gpus`, as in the CLI. Its
+warnings (CUDA_DEVICE_ORDER may not match the assumed order) are issued with
+:func:`warnings.warn` as :class:`~nvtopy.selection.SelectionWarning`, pointing at
+the caller: Python shows each once per call site by default.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import threading
+import warnings
 from collections.abc import Sequence
 from typing import IO
 
-from ..model import Snapshot
+from ..model import GpuStatic, Snapshot
 from ..render.units import NA, fmt_bytes, short_name
-from ..sources.collector import Collector
+from ..selection import SelectionWarning, select_gpus
 from ..textsafe import safe_text
 from .jobgpus import JobGpus, find_job_gpus
+from .state import shared_collector
 from .torchmem import cuda_torch, torch_memory
 
-__all__ = ["forget_collectors", "job_gpus", "print_usage", "snapshot", "usage_lines"]
-
-_collectors: dict[tuple[object, ...], Collector] = {}
-_collectors_lock = threading.RLock()
+__all__ = ["choose_gpus", "job_gpus", "print_usage", "snapshot", "usage_lines"]
 
 
-def forget_collectors() -> None:
-    with _collectors_lock:
-        _collectors.clear()
+def choose_gpus(
+    statics: Sequence[GpuStatic],
+    gpus: str | Sequence[int | str] | None,
+    only_visible: bool,
+    *,
+    stacklevel: int = 2,
+) -> list[int]:
+    """The API's GPU selection: :func:`~nvtopy.selection.select_gpus`, its warnings as :class:`SelectionWarning`.
 
-
-def _collector(key: tuple[object, ...]) -> Collector:
-    from .state import shared_backend
-
-    backend = shared_backend()
-    with _collectors_lock:
-        collector = _collectors.get((id(backend), *key))
-        if collector is None:
-            collector = _collectors[(id(backend), *key)] = Collector(backend)
-        return collector
-
-
-def _select(collector: Collector, gpus: str | Sequence[int | str] | None, only_visible: bool) -> list[int]:
-    statics = collector.statics()
-    indices = [g.index for g in statics]
-    if gpus is not None:
-        from ..selection import resolve_gpu_list
-
-        spec = gpus if isinstance(gpus, str) else ",".join(str(g) for g in gpus)
-        indices = resolve_gpu_list(spec, statics)
-    if only_visible:
-        from ..selection import parse_cuda_visible_devices
-
-        visible = parse_cuda_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), statics, os.environ)
-        indices = [i for i in indices if i in visible.nvml_indices]
-    return indices
+    ``stacklevel`` as for :func:`warnings.warn`, counted from the caller of this function.
+    """
+    selection = select_gpus(statics, gpus, only_visible)
+    for text in selection.warnings:
+        warnings.warn(text, SelectionWarning, stacklevel=stacklevel + 1)
+    return list(selection.indices)
 
 
 def snapshot(gpus: str | Sequence[int | str] | None = None, only_visible: bool = False) -> Snapshot:
@@ -65,16 +53,14 @@ def snapshot(gpus: str | Sequence[int | str] | None = None, only_visible: bool =
     style string. ``only_visible``: only the GPUs CUDA_VISIBLE_DEVICES exposes.
     The same typed model the CLI's ``--json`` comes from.
     """
-    collector = _collector(("snapshot",))
-    with _collectors_lock:
-        collector.select(_select(collector, gpus, only_visible))
+    with shared_collector("snapshot") as collector:
+        collector.select(choose_gpus(collector.statics(), gpus, only_visible, stacklevel=2))
         return collector.collect()
 
 
 def job_gpus() -> JobGpus:
     """The GPUs this process uses: by torch device identity, else NVML's process lists, else CUDA_VISIBLE_DEVICES."""
-    collector = _collector(("job",))
-    with _collectors_lock:
+    with shared_collector("job") as collector:
         statics = collector.statics()
         pids_by_gpu = None
         if cuda_torch() is None:  # torch decides alone when it is in use; else ask NVML who runs where

@@ -276,13 +276,6 @@ class PsutilInspector:
             unavailable=freeze(reasons),
         )
 
-    def process_object(self, pid: int, create_time: float | None) -> psutil.Process | None:
-        """The cached psutil handle of ``pid`` if it is still the process seen at ``create_time``."""
-        entry = self._entries.get(pid)
-        if entry is None or (create_time is not None and entry.create_time != create_time):
-            return None
-        return entry.process
-
 
 def current_username() -> str | None:
     """The user nvtopy runs as (for highlighting their processes)."""

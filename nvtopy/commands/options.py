@@ -1,7 +1,8 @@
 """What every command shares: one-line argparse errors, the interval, the GPU options.
 
-Also, until :mod:`nvtopy.backends.open` takes them, the backend these options
-ask for and the GPUs they select.
+Also what the GPU options ask for: the backend (a spec for the one factory,
+:mod:`nvtopy.backends.open`) and the GPUs (:func:`nvtopy.selection.select_gpus`,
+whose warnings the CLI prints as one line each on stderr).
 """
 
 from __future__ import annotations
@@ -12,15 +13,20 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NoReturn
 
+from ..backends.open import DEMO_GPUS, DEMO_PROCESSES, DEMO_SEED, BackendSpec, nvml_spec, simulated_spec
+from ..backends.open import backend_opener as spec_opener
+from ..backends.open import open_backend as open_spec
+from ..sources.base import MIN_INTERVAL
+
 if TYPE_CHECKING:
     from ..backends.base import Backend
     from ..sources.collector import Collector
 
 __all__ = [
     "COMMANDS",
-    "DEMO_MODEL",
     "add_gpu_options",
     "backend_opener",
+    "backend_spec",
     "command_parser",
     "discard_stdout",
     "interval_type",
@@ -28,9 +34,6 @@ __all__ = [
     "resolve_selection",
     "warn_user",
 ]
-
-
-MIN_INTERVAL = 0.1
 
 
 MAX_INTERVAL = 86400.0
@@ -78,11 +81,18 @@ def add_gpu_options(parser: argparse.ArgumentParser) -> None:
     )
     demo = parser.add_argument_group("simulated GPUs (no NVIDIA driver needed)")
     demo.add_argument("--demo", action="store_true", help="use simulated GPUs instead of NVML")
-    demo.add_argument("--demo-gpus", type=_gpu_count, metavar="N", help="number of simulated GPUs (default 4)")
-    demo.add_argument("--demo-model", metavar="NAME", help="simulated GPU model, e.g. 'A100-SXM4-80GB' or 'RTX 4090'")
-    demo.add_argument("--demo-seed", type=int, default=0, metavar="N", help="seed of the simulation (default 0)")
     demo.add_argument(
-        "--demo-procs", type=_gpu_count, default=3, metavar="N", help="process slots per simulated GPU (default 3)"
+        "--demo-gpus", type=_gpu_count, metavar="N", help=f"number of simulated GPUs (default {DEMO_GPUS})"
+    )
+    demo.add_argument("--demo-model", metavar="NAME", help="simulated GPU model, e.g. 'A100-SXM4-80GB' or 'RTX 4090'")
+    demo.add_argument(
+        "--demo-seed", type=int, default=DEMO_SEED, metavar="N", help=f"seed of the simulation (default {DEMO_SEED})"
+    )
+    demo.add_argument(
+        "--demo-procs",
+        type=_gpu_count,
+        metavar="N",
+        help=f"process slots per simulated GPU (default {DEMO_PROCESSES})",
     )
     demo.add_argument(
         "--demo-steady", action="store_true", help="every process slot always busy (exact counts, for benchmarks)"
@@ -101,83 +111,61 @@ def command_parser(command: str, description: str) -> argparse.ArgumentParser:
     return Parser(prog=f"nvtopy {command}", description=description)
 
 
-def backend_opener(args: argparse.Namespace, *, close_at_exit: bool = True) -> tuple[str, Callable[[], Backend]]:
-    """What :func:`open_backend` does, in two steps: check the options now, open the backend later.
+def backend_spec(args: argparse.Namespace, *, close_at_exit: bool = True) -> BackendSpec:
+    """The backend the options ask for: simulated with --demo (or any --demo-* option), NVML otherwise.
 
-    Returns what a slow start waits for ("the NVIDIA driver") and the function
-    that opens the backend (``nvmlInit``: as slow as the driver; the monitor
-    calls it on its poller thread). Every usage error (an unknown or ambiguous
-    --demo-model, a bad --demo-fault, a GPU the simulation lacks) is raised here,
-    at once, before anything waits for a driver.
+    Every usage error (an unknown or ambiguous --demo-model, a bad --demo-fault,
+    a GPU the simulation lacks) is raised here, at once, before anything waits for
+    a driver. ``close_at_exit`` applies to NVML (see :class:`~nvtopy.backends.nvml.NvmlBackend`).
     """
     demo_options = (
         args.demo_gpus is not None,
         args.demo_model is not None,
         args.demo_fault,
-        args.demo_procs != 3,
+        args.demo_procs not in (None, DEMO_PROCESSES),  # as before: an explicit default alone is no demo
         args.demo_steady,
     )
-    if args.demo or any(demo_options):
-        from ..backends.sim_catalog import find_model
-        from ..backends.sim_faults import parse_fault_specs
+    if not (args.demo or any(demo_options)):
+        return nvml_spec(close_at_exit=close_at_exit)
+    return simulated_spec(
+        args.demo_gpus,
+        args.demo_model,
+        args.demo_seed,
+        faults=args.demo_fault,
+        processes_per_gpu=args.demo_procs,
+        steady=args.demo_steady,
+    )
 
-        gpus = 4 if args.demo_gpus is None else args.demo_gpus
-        model = find_model(DEMO_MODEL if args.demo_model is None else args.demo_model)
-        faults = parse_fault_specs(args.demo_fault, gpus)
 
-        def open_simulated() -> Backend:
-            from ..backends.simulated import SimulatedBackend
+def backend_opener(args: argparse.Namespace, *, close_at_exit: bool = True) -> tuple[str, Callable[[], Backend]]:
+    """:func:`open_backend` in two steps: check the options now, open the backend later.
 
-            return SimulatedBackend(
-                gpus=gpus,
-                model=model,
-                seed=args.demo_seed,
-                faults=faults,
-                processes_per_gpu=args.demo_procs,
-                steady=args.demo_steady,
-                lifetime_scale=0.25,  # jobs come and go within minutes, so a demo shows it
-            )
-
-        return "the simulated driver", open_simulated
-
-    def open_nvml() -> Backend:
-        from ..backends.nvml import NvmlBackend
-
-        return NvmlBackend(close_at_exit=close_at_exit)
-
-    return "the NVIDIA driver", open_nvml
+    Returns what a slow start waits for ("the NVIDIA driver") and the function
+    that opens the backend (``nvmlInit``: as slow as the driver; the monitor
+    calls it on its poller thread). Usage errors are raised here (:func:`backend_spec`).
+    """
+    spec = backend_spec(args, close_at_exit=close_at_exit)
+    return spec.waiting_for, spec_opener(spec)
 
 
 def open_backend(args: argparse.Namespace) -> Backend:
-    """The backend the options ask for: simulated with --demo, NVML otherwise."""
-    return backend_opener(args)[1]()
+    """The backend the options ask for, opened (the CLI's seam: tests replace it)."""
+    return open_spec(backend_spec(args))
 
 
 def resolve_selection(
     args: argparse.Namespace, collector: Collector, warn: Callable[[str], object] | None = None
 ) -> list[int]:
-    """Apply --gpus and --only-visible to the GPUs the backend reports; both = intersection.
+    """Apply --gpus and --only-visible to the GPUs the backend reports (:func:`~nvtopy.selection.select_gpus`).
 
-    ``warn(text)`` gets each warning (default: printed on stderr at once).
+    ``warn(text)`` gets each warning (default: :func:`warn_user`, one line on stderr at once).
     """
-    statics = collector.statics()
-    indices = [g.index for g in statics]
-    if args.gpus is None and not args.only_visible:
-        return indices
-    from ..selection import parse_cuda_visible_devices, resolve_gpu_list
+    from ..selection import select_gpus
 
-    if args.gpus is not None:
-        indices = resolve_gpu_list(args.gpus, statics)
-    if args.only_visible:
-        visible = parse_cuda_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), statics, os.environ)
-        for warning in visible.warnings:
-            if warn is not None:
-                warn(warning)
-            else:
-                warn_user(warning)
-        allowed = visible.nvml_indices
-        indices = [i for i in indices if i in allowed] if args.gpus is not None else allowed
-    return indices
+    selection = select_gpus(collector.statics(), args.gpus, args.only_visible)
+    for warning in selection.warnings:
+        (warn or warn_user)(warning)
+    return list(selection.indices)
 
 
 def warn_user(text: str) -> None:
@@ -193,9 +181,6 @@ COMMANDS = {
     "replay": ("replay", "replay a recording in the monitor"),
     "exporter": ("exporter", "serve Prometheus metrics under dcgm-exporter's names"),
 }
-
-
-DEMO_MODEL = "H100 80GB HBM3"
 
 
 def discard_stdout() -> None:

@@ -68,17 +68,14 @@ class TensorBoardLogger:
 
     def log(self, snapshot: Snapshot | None = None, step: int | None = None) -> int:
         """Write ``snapshot`` (default: a fresh one of this job's GPUs) at ``step``; returns scalars written."""
+        from ..api.usage import job_gpus
+
         if snapshot is None:
-            from ..api.usage import job_gpus
             from ..api.usage import snapshot as take
 
             snapshot = take(gpus=list(job_gpus().indices))
         torch = cuda_torch()
-        ordinals: dict[int, int] = {}
-        if torch is not None:
-            from ..api.usage import job_gpus
-
-            ordinals = dict(job_gpus().torch_ordinals)
+        ordinals = dict(job_gpus().torch_ordinals) if torch is not None else {}
         pid = os.getpid()
         written = 0
         for gpu in snapshot.gpus:
