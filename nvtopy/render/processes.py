@@ -1,4 +1,4 @@
-"""The process table's logic: columns, formatting, filtering and sorting -- no Textual here.
+"""The process table's logic: columns, filtering and sorting -- no Textual here (its cells: render/cells.py).
 
 Why apart from the widget: this is what users reason about ("sort by GPU memory,
 only my processes, matching 'train'"), so it is tested on its own, on plain
@@ -13,11 +13,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import GpuProcess, ProcessType, Snapshot
+from ..model import GpuProcess, ProcessType
 from ..textsafe import safe_text
-from .units import NA, fmt_bytes, fmt_duration
+from .cells import PROCESS_CELL_KEYS
 
-__all__ = ["COLUMNS", "Column", "ProcessFilter", "SortOrder", "build_rows", "format_cells", "visible_columns"]
+__all__ = ["COLUMNS", "Column", "ProcessFilter", "SortOrder", "Tags", "build_rows", "visible_columns"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +48,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("command", "COMMAND", 0, "left", lambda p: p.command, False, 0),
 )
 COLUMN_KEYS = tuple(c.key for c in COLUMNS)
+if COLUMN_KEYS != PROCESS_CELL_KEYS:  # cells.process_cells draws these columns, in this order
+    raise AssertionError(f"process columns {COLUMN_KEYS} != cells {PROCESS_CELL_KEYS}")
 _BY_KEY = {c.key: c for c in COLUMNS}
 MIN_COMMAND_WIDTH = 20
 
@@ -160,33 +162,6 @@ def build_rows(
     missing = [p for p in rows if column.value(p) is None]
     present.sort(key=column.value, reverse=order.reverse)
     return present + missing
-
-
-def rows_of(snapshot: Snapshot) -> list[GpuProcess]:
-    return [p for gpu in snapshot.gpus for p in gpu.processes]
-
-
-def format_cells(process: GpuProcess) -> tuple[str, ...]:
-    """Display strings of every column (in COLUMNS order). Untrusted text is made safe here."""
-    if process.foreign:
-        user, command = "?", "(pid of another PID namespace)"
-    else:
-        user = safe_text(process.user) if process.user else NA
-        command = safe_text(process.command) if process.command else f"N/A ({process.unavailable.get('command', '?')})"
-        if process.status == "zombie":
-            command = f"{command} <defunct>"
-    return (
-        str(process.gpu_index),
-        str(process.pid),
-        user,
-        process.type.value,
-        fmt_bytes(process.gpu_memory_bytes),
-        NA if process.sm_percent is None else f"{process.sm_percent}",
-        NA if process.cpu_percent is None else f"{process.cpu_percent:.1f}",
-        fmt_bytes(process.host_memory_bytes),
-        fmt_duration(process.running_seconds),
-        command,
-    )
 
 
 @dataclass(slots=True)

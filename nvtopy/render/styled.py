@@ -4,8 +4,8 @@ Why not rich ``Text``: the GPU panels are rebuilt every refresh, and ``Text``
 keeps spans that ``render()`` resolves, splits and combines for every line --
 most of the UI thread's time in a profile of the monitor (see
 benchmarks/README.md). A :class:`Line` is a list of (text, Style) pieces with
-pre-parsed styles; it becomes segments (for a Textual ``Strip``) or a rich
-``Text`` (for tests and the one-shot view) without any of that work.
+pre-parsed styles; it becomes segments (for a Textual ``Strip``) without any
+of that work.
 
 Text given to a line must already be safe for a terminal (ours, or passed
 through :func:`nvtopy.textsafe.safe_text`).
@@ -18,7 +18,6 @@ from functools import lru_cache
 from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
-from rich.text import Text
 
 __all__ = ["Line", "style"]
 
@@ -47,13 +46,6 @@ class Line:
     def add(self, text: str, style_name: str = "") -> Line:
         if text:
             self.parts.append((text, style(style_name)))
-            self.cells += _cells(text)
-        return self
-
-    def add_styled(self, text: str, parsed: Style | None) -> Line:
-        """Like :meth:`add` with an already parsed style (hot paths)."""
-        if text:
-            self.parts.append((text, parsed))
             self.cells += _cells(text)
         return self
 
@@ -104,12 +96,6 @@ class Line:
 
     def segments(self) -> list[Segment]:
         return [Segment(text, piece_style) for text, piece_style in self.parts]
-
-    def to_text(self) -> Text:
-        text = Text(end="")
-        for piece, piece_style in self.parts:
-            text.append(piece, piece_style)
-        return text
 
     def __repr__(self) -> str:
         return f"Line({self.plain!r})"

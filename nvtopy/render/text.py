@@ -8,7 +8,9 @@ terminal and never with ``--no-color``, so piped output can be grepped, diffed
 and pasted into issues. Every cell and the header line go through
 :func:`~nvtopy.textsafe.safe_text` (commands, user names, GPU names, host names,
 driver versions, a remote host's error): outside text cannot move the cursor,
-retitle the terminal or restyle anything.
+retitle the terminal or restyle anything. The words and colour category of
+every cell come from :mod:`nvtopy.render.cells`, the functions the TUI draws
+its cells with, so both views agree on thresholds and words.
 """
 
 from __future__ import annotations
@@ -19,25 +21,49 @@ from collections.abc import Sequence
 from typing import IO
 
 from ..formats.contract import iso_timestamp
-from ..model import GpuState, Snapshot
+from ..model import GpuProcess, GpuState, Snapshot
 from ..textsafe import safe_text
-from .units import NA, fmt_bytes, fmt_celsius, fmt_duration, fmt_percent, fmt_pstate, short_name
+from .cells import (
+    ALERT,
+    BAD,
+    DIM,
+    GOOD,
+    HOT,
+    PLAIN,
+    PROCESS_CELL_KEYS,
+    REMOTE,
+    WARN,
+    Cell,
+    ecc_cell,
+    host_label,
+    lost_cell,
+    memory_cell,
+    memory_percent_text,
+    name_cell,
+    note_cell,
+    percent_cell,
+    power_cell,
+    process_cells,
+    pstate_cell,
+    temperature_cell,
+    throttle_cell,
+)
+from .units import NA
 
-__all__ = ["render_snapshot"]
+__all__ = ["GPU_COLUMNS", "PROCESS_COLUMNS", "gpu_row", "process_row", "render_snapshot"]
 
 RESET = "\x1b[0m"
+# ANSI codes of the style categories of render/cells.py (the TUI maps the same categories), and "bold" for titles.
 STYLES = {
     "bold": "\x1b[1m",
-    "dim": "\x1b[2m",
-    "red": "\x1b[31m",
-    "bold red": "\x1b[1;31m",
-    "green": "\x1b[32m",
-    "yellow": "\x1b[33m",
-    "magenta": "\x1b[35m",
-    "alert": "\x1b[1;37;41m",
+    DIM: "\x1b[2m",
+    GOOD: "\x1b[32m",
+    WARN: "\x1b[33m",
+    HOT: "\x1b[1;31m",
+    ALERT: "\x1b[1;37;41m",
+    BAD: "\x1b[31m",
+    REMOTE: "\x1b[35m",
 }
-
-Cell = tuple[str, str]  # (text, style name or "")
 
 
 def width_of(text: str) -> int:
@@ -106,122 +132,90 @@ class _Table:
         return "  ".join(parts).rstrip()
 
 
-def _temperature(gpu: GpuState) -> Cell:
-    value, slowdown = gpu.sample.temperature_c, gpu.static.temperature_slowdown_c
-    if value is None:
-        return (NA, "dim")
-    if slowdown is None:
-        return (fmt_celsius(value), "")
-    return (fmt_celsius(value), "alert" if value >= slowdown else "yellow" if value >= slowdown - 10 else "green")
+GPU_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("GPU", ">"),
+    ("Name", "<"),
+    ("Bus", "<"),
+    ("Temp", ">"),
+    ("Fan", ">"),
+    ("Util", ">"),
+    ("Memory", ">"),
+    ("Power", ">"),
+    ("P", "<"),
+    ("ECC", ">"),
+    ("Throttle", "<"),
+)
 
 
-def _memory(gpu: GpuState) -> str:
-    used, total = gpu.sample.memory_used_bytes, gpu.static.memory_total_bytes
-    if used is None:
-        return NA if total is None else f"{NA}/{fmt_bytes(total)}"
-    percent = gpu.memory_used_percent
-    return f"{fmt_bytes(used)}/{fmt_bytes(total)}" + (f" ({percent:.0f}%)" if percent is not None else "")
+def _name(gpu: GpuState) -> Cell:
+    static = gpu.static
+    host = host_label(static)
+    prefix = "" if host is None else host + " "
+    if gpu.note:
+        text, category = note_cell(gpu)
+        return (prefix + text, category)
+    text, category = name_cell(static)
+    if gpu.lost:
+        word, category = lost_cell()
+        return (f"{prefix}{text} [{word}]", category)
+    return (prefix + text, category)
 
 
-def _power(gpu: GpuState) -> str:
-    draw, limit = gpu.sample.power_draw_w, gpu.sample.power_limit_w
-    if draw is None and limit is None:
-        return NA
-    return f"{NA if draw is None else f'{draw:.0f}'}/{NA if limit is None else f'{limit:.0f}'}W"
-
-
-def _ecc(gpu: GpuState) -> Cell:
+def gpu_row(gpu: GpuState) -> list[Cell]:
+    """The cells of one GPU (the order of :data:`GPU_COLUMNS`): the words and categories the TUI shows too."""
     sample = gpu.sample
-    if sample.ecc_mode is None:
-        return (NA, "dim")
-    if not sample.ecc_mode:
-        return ("Off", "")
-    errors = sample.ecc_uncorrected_volatile
-    if errors is None:
-        return ("On", "")
-    return (str(errors), "alert" if errors else "")
+    memory, category = memory_cell(gpu)
+    percent = memory_percent_text(gpu)
+    throttle = throttle_cell(sample)
+    return [
+        (str(gpu.index), PLAIN),
+        _name(gpu),
+        (safe_text(gpu.static.short_bus_id), PLAIN) if gpu.static.short_bus_id else (NA, DIM),
+        temperature_cell(gpu),
+        percent_cell(sample.fan_percent),
+        percent_cell(sample.utilization_gpu_percent),
+        (memory if percent is None else f"{memory} ({percent})", category),
+        power_cell(sample),
+        pstate_cell(sample),
+        ecc_cell(sample),
+        throttle if throttle[0] else ("-", PLAIN),
+    ]
 
 
 def _gpu_table(snapshot: Snapshot) -> _Table:
-    table = _Table(
-        [
-            ("GPU", ">"),
-            ("Name", "<"),
-            ("Bus", "<"),
-            ("Temp", ">"),
-            ("Fan", ">"),
-            ("Util", ">"),
-            ("Memory", ">"),
-            ("Power", ">"),
-            ("P", "<"),
-            ("ECC", ">"),
-            ("Throttle", "<"),
-        ]
-    )
+    table = _Table(GPU_COLUMNS)
     for gpu in snapshot.gpus:
-        static, sample = gpu.static, gpu.sample
-        host = "" if static.host is None else f"{static.host}/{'' if static.host_index is None else static.host_index} "
-        name: Cell = (host + short_name(static.name), "")
-        if gpu.note:
-            name = (host + gpu.note, "bold red")
-        elif gpu.lost:
-            name = (f"{short_name(static.name)} [LOST]", "bold red")
-        elif static.unavailable.get("name") is not None:
-            name = (f"N/A ({static.unavailable['name']})", "dim")
-        throttle = sample.throttle_reasons
-        table.add(
-            str(static.index),
-            name,
-            static.short_bus_id or NA,
-            _temperature(gpu),
-            fmt_percent(sample.fan_percent),
-            fmt_percent(sample.utilization_gpu_percent),
-            _memory(gpu),
-            _power(gpu),
-            fmt_pstate(sample.pstate),
-            _ecc(gpu),
-            NA if throttle is None else (", ".join(r for r in throttle if r != "gpu_idle") or "-"),
-        )
+        table.add(*gpu_row(gpu))
     return table
 
 
+# (title, alignment, key of render.processes.COLUMNS)
+PROCESS_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("GPU", ">", "gpu"),
+    ("PID", ">", "pid"),
+    ("Type", "<", "type"),
+    ("User", "<", "user"),
+    ("GPU Mem", ">", "gpu_memory"),
+    ("SM%", ">", "sm"),
+    ("CPU%", ">", "cpu"),
+    ("Host Mem", ">", "host_memory"),
+    ("Time", ">", "time"),
+    ("Command", "<", "command"),
+)
+
+
+def process_row(process: GpuProcess, me: str | None) -> list[Cell]:
+    """The cells of one process (the order of :data:`PROCESS_COLUMNS`), from the TUI's own cell function."""
+    cells = dict(zip(PROCESS_CELL_KEYS, process_cells(process, me), strict=True))
+    return [cells[key] for _, _, key in PROCESS_COLUMNS]
+
+
 def _process_table(snapshot: Snapshot) -> _Table:
-    table = _Table(
-        [
-            ("GPU", ">"),
-            ("PID", ">"),
-            ("Type", "<"),
-            ("User", "<"),
-            ("GPU Mem", ">"),
-            ("SM", ">"),
-            ("CPU", ">"),
-            ("Host Mem", ">"),
-            ("Time", ">"),
-            ("Command", "<"),
-        ]
-    )
+    table = _Table([(title, align) for title, align, _ in PROCESS_COLUMNS])
     me = snapshot.host.user
     for gpu in snapshot.gpus:
-        for proc in gpu.processes:
-            if proc.foreign:
-                user: Cell = ("?", "dim")
-                command: Cell = ("(pid of another PID namespace)", "dim")
-            else:
-                user = (proc.user or NA, "" if proc.user == me else "dim")  # cells are made safe by _Table.add
-                text = proc.command or f"N/A ({proc.unavailable.get('command', '?')})"
-                command = (f"{text} <defunct>", "red") if proc.status == "zombie" else (text, "")
-            table.add(
-                str(proc.gpu_index),
-                str(proc.pid),
-                proc.type.value,
-                user,
-                fmt_bytes(proc.gpu_memory_bytes),
-                fmt_percent(proc.sm_percent),
-                fmt_percent(proc.cpu_percent, precision=1),
-                fmt_bytes(proc.host_memory_bytes),
-                fmt_duration(proc.running_seconds),
-                command,
-            )
+        for process in gpu.processes:
+            table.add(*process_row(process, me))
     return table
 
 
@@ -240,7 +234,7 @@ def render_snapshot(snapshot: Snapshot, out: IO[str], *, color: bool, gpu_count:
     lines = [f"{STYLES['bold']}{header}{RESET}" if color else header]
     if host.backend != "nvml":
         backend = safe_text(host.backend)
-        lines[0] += f"  {STYLES['magenta']}[{backend}]{RESET}" if color else f"  [{backend}]"
+        lines[0] += f"  {STYLES[REMOTE]}[{backend}]{RESET}" if color else f"  [{backend}]"
     if not snapshot.gpus:
         lines.append("No NVIDIA GPU found." if gpu_count == 0 else "No GPUs selected.")
     else:
@@ -256,5 +250,5 @@ def render_snapshot(snapshot: Snapshot, out: IO[str], *, color: bool, gpu_count:
                 notes.append(f"GPU {gpu.index}: process list unavailable ({gpu.processes_unavailable})")
             if gpu.processes_hint:
                 notes.append(f"GPU {gpu.index}: {safe_text(gpu.processes_hint)}")
-            lines.extend(f"{STYLES['dim']}{note}{RESET}" if color else note for note in notes)
+            lines.extend(f"{STYLES[DIM]}{note}{RESET}" if color else note for note in notes)
     out.write("\n".join(lines) + "\n")

@@ -17,6 +17,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from ..model import SAMPLE_FIELDS, GpuState
+from ..render.cells import BAD, HOT, RICH_STYLES
 from ..render.gpu import PANEL_HEIGHT, PANEL_MIN_WIDTH, compact_line, panel_lines, panel_title
 from ..render.styled import Line, style
 
@@ -176,10 +177,10 @@ def _strip(segments: list[Segment], width: int) -> Strip:
 
 def _panel(gpu: GpuState, width: int) -> list[list[Segment]]:
     """A bordered panel: ``PANEL_HEIGHT`` rows of segments, each exactly ``width`` cells."""
-    border = style("bold red" if gpu.lost else "bright_black")
+    border = style(RICH_STYLES[HOT] if gpu.lost else "bright_black")
     title = panel_title(gpu)
     if gpu.lost:
-        title.restyle("red")
+        title.restyle(RICH_STYLES[BAD])
     if title.cells > width - 4:
         title.fit(max(0, width - 4))
     rows = [[Segment("╭─", border), *title.segments(), Segment("─" * max(0, width - 3 - title.cells) + "╮", border)]]

@@ -7,8 +7,12 @@ formatted cells, whether it is selected or tagged); a refresh redraws only the
 lines whose signature changed, and the cursor follows its process by identity
 (GPU, pid, create time) wherever sorting or filtering moves it.
 
-All text is drawn with rich ``Text`` (never parsed as markup) after
-:func:`~nvtopy.textsafe.safe_text` has replaced control characters.
+Each cell's words and colour category come from
+:func:`~nvtopy.render.cells.process_cells`, the function ``nvtopy --once``
+draws its process table with; this widget only maps categories to styles and
+adds its own state (cursor, tags). All text is drawn with rich ``Text`` (never
+parsed as markup) after :func:`~nvtopy.textsafe.safe_text` has replaced
+control characters.
 """
 
 from __future__ import annotations
@@ -26,18 +30,26 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from ..model import GpuProcess
-from ..render.processes import COLUMNS, Column, SortOrder, format_cells, visible_columns
+from ..render.cells import DIM, PLAIN, PROCESS_CELL_KEYS, RICH_STYLES, Cell, process_cells
+from ..render.processes import Column, SortOrder, visible_columns
+from ..render.styled import style
 
 __all__ = ["ProcessTable"]
 
-_STYLE_MINE = Style()
-_STYLE_OTHER = Style(dim=True)
 _STYLE_TAGGED = Style(color="yellow", bold=True)
 _STYLE_CURSOR = Style(reverse=True)
 _STYLE_CURSOR_UNFOCUSED = Style(bgcolor="grey23")
 _STYLE_HEADER = Style(bold=True, reverse=True)
 _STYLE_HEADER_SORTED = Style(bold=True, reverse=True, color="cyan")
-_STYLE_ZOMBIE = Style(color="red")
+
+
+def _cell_style(category: str, tagged: bool) -> Style | None:
+    """A cell's style: its category's (render/cells.py, as in ``--once``); a tagged row is yellow but keeps colours."""
+    if not tagged:
+        return style(RICH_STYLES[category])
+    if category in (PLAIN, DIM):
+        return _STYLE_TAGGED
+    return _STYLE_TAGGED + style(RICH_STYLES[category])
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +102,7 @@ class ProcessTable(ScrollView, can_focus=True):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.rows: list[GpuProcess] = []
-        self._cells: dict[int, tuple[str, ...]] = {}
+        self._cells: dict[int, tuple[Cell, ...]] = {}
         self.cursor = 0
         self._cursor_key: tuple[int, int, float | None] | None = None
         self._me: str | None = None
@@ -206,21 +218,15 @@ class ProcessTable(ScrollView, can_focus=True):
             self._line_cache.clear()
         return self._placed
 
-    def _cells_of(self, index: int) -> tuple[str, ...]:
+    def _cells_of(self, index: int) -> tuple[Cell, ...]:
         cells = self._cells.get(index)
         if cells is None:
-            cells = self._cells[index] = format_cells(self.rows[index])
+            cells = self._cells[index] = process_cells(self.rows[index], self._me)
         return cells
 
     def _signature(self, index: int) -> tuple[object, ...]:
-        process = self.rows[index]
-        return (
-            self._cells_of(index),
-            index == self.cursor,
-            self.has_focus,
-            process.key in self._tags,
-            process.user == self._me and not process.foreign,
-        )
+        """What a row line shows: its cells (words and categories), cursor, focus, tag."""
+        return (self._cells_of(index), index == self.cursor, self.has_focus, self.rows[index].key in self._tags)
 
     def _refresh_changed_lines(self) -> None:
         """Refresh the visible lines whose content differs from what was last drawn."""
@@ -258,20 +264,14 @@ class ProcessTable(ScrollView, can_focus=True):
         return Strip(list(text.render(self.app.console)), width)
 
     def _row_strip(self, index: int, width: int, signature: tuple[object, ...]) -> Strip:
-        cells, selected, focused, tagged, mine = signature
-        process = self.rows[index]
-        parts = ["● " if tagged else "  "]
+        cells, selected, focused, tagged = signature
+        row_style = _STYLE_TAGGED if tagged else None
+        text = Text(end="")
+        text.append("● " if tagged else "  ", row_style)
         for placed in self._layout(width):
-            position = _COLUMN_INDEX[placed.column.key]
-            parts.append(_fit(cells[position], placed.width, placed.column.align))  # type: ignore[index]
-            parts.append(" ")
-        line = "".join(parts)
-        style = _STYLE_TAGGED if tagged else _STYLE_MINE if mine else _STYLE_OTHER
-        text = Text(line, style=style, end="")
-        if process.status == "zombie":
-            command = next((p for p in self._placed if p.column.key == "command"), None)
-            if command is not None:
-                text.stylize(_STYLE_ZOMBIE, command.x, command.x + command.width)
+            cell_text, category = cells[_COLUMN_INDEX[placed.column.key]]  # type: ignore[index]
+            text.append(_fit(cell_text, placed.width, placed.column.align), _cell_style(category, tagged))
+            text.append(" ", row_style)
         if selected:
             text.stylize(_STYLE_CURSOR if focused else _STYLE_CURSOR_UNFOCUSED)
         text.truncate(width, pad=True)
@@ -304,4 +304,4 @@ class ProcessTable(ScrollView, can_focus=True):
         return strip
 
 
-_COLUMN_INDEX = {column.key: i for i, column in enumerate(COLUMNS)}
+_COLUMN_INDEX = {key: i for i, key in enumerate(PROCESS_CELL_KEYS)}

@@ -1,0 +1,258 @@
+"""The words and colours of every cell, decided once for the text view and the TUI.
+
+Why one module: ``nvtopy --once`` and the TUI show the same GPUs and processes,
+and a user who reads both must see the same word ("Off", "N/A", "LOST") in the
+same colour for the same reason (a temperature at the GPU's own slowdown
+threshold is an alert in both). Each function here returns a :data:`Cell`:
+its text and a style *category* -- what the colour means, not which colour.
+:mod:`nvtopy.render.text` maps categories to ANSI codes, and
+:mod:`nvtopy.render.gpu` and the TUI's process table map them to rich styles
+(:data:`RICH_STYLES`). Layout stays with each view: padding, separators, bars,
+the "/87" limit after a temperature, bold for emphasis.
+
+No rich and no Textual here: ``--once`` imports this and must stay fast.
+Outside text (names, commands, users, notes, host names, a recording's
+throttle reasons) is made safe here with :func:`~nvtopy.textsafe.safe_text`.
+"""
+
+from __future__ import annotations
+
+from ..model import GpuProcess, GpuSample, GpuState, GpuStatic
+from ..textsafe import safe_text
+from .units import NA, fmt_bytes, fmt_celsius, fmt_duration, fmt_pstate, short_name
+
+__all__ = [
+    "ALERT",
+    "BAD",
+    "CATEGORIES",
+    "DIM",
+    "GOOD",
+    "HOT",
+    "PLAIN",
+    "PROCESS_CELL_KEYS",
+    "REMOTE",
+    "RICH_STYLES",
+    "WARN",
+    "Cell",
+    "ecc_cell",
+    "host_label",
+    "is_mine",
+    "load_category",
+    "lost_cell",
+    "memory_cell",
+    "memory_percent_text",
+    "name_cell",
+    "note_cell",
+    "percent_cell",
+    "power_cell",
+    "process_cells",
+    "pstate_cell",
+    "temperature_cell",
+    "throttle_cell",
+    "throttle_labels",
+]
+
+Cell = tuple[str, str]  # (text, style category)
+
+# Style categories: what a colour means. Every view maps each of them.
+PLAIN = ""  # an ordinary value
+DIM = "dim"  # a missing value (N/A), another user's name, secondary text
+GOOD = "good"  # comfortably within the GPU's limits
+WARN = "warn"  # worth a look: getting warm, clocks held back, a note about a host that answered
+HOT = "hot"  # close to a limit, or an error message
+ALERT = "alert"  # act now: at the slowdown temperature, uncorrected ECC errors, a lost GPU
+BAD = "bad"  # something gone wrong in a row: a defunct process, a lost GPU's details
+REMOTE = "remote"  # another host's name (nvtopy --remote)
+CATEGORIES = (PLAIN, DIM, GOOD, WARN, HOT, ALERT, BAD, REMOTE)
+
+# The rich style of each category (the TUI and the GPU panels); text.py has the ANSI codes.
+RICH_STYLES: dict[str, str] = {
+    PLAIN: "",
+    DIM: "dim",
+    GOOD: "green",
+    WARN: "yellow",
+    HOT: "bold red",
+    ALERT: "bold white on red",
+    BAD: "red",
+    REMOTE: "magenta",
+}
+
+# Temperature bands below the GPU's own slowdown threshold (°C).
+TEMPERATURE_HOT_MARGIN = 5  # the driver is about to slow the clocks down
+TEMPERATURE_WARM_MARGIN = 15  # warm: worth watching under load
+
+_MISSING: Cell = (NA, DIM)
+
+_THROTTLE_LABELS = {
+    "sw_power_cap": "power cap",
+    "hw_slowdown": "HW slowdown",
+    "hw_thermal_slowdown": "HW thermal",
+    "sw_thermal_slowdown": "thermal",
+    "hw_power_brake_slowdown": "power brake",
+    "sync_boost": "sync boost",
+    "applications_clocks_setting": "app clocks",
+    "display_clock_setting": "display clocks",
+}
+
+
+def load_category(fraction: float) -> str:
+    """How full a bar is (memory, power against its cap)."""
+    return GOOD if fraction < 0.7 else WARN if fraction < 0.9 else HOT
+
+
+def temperature_category(celsius: int, slowdown: int | None) -> str:
+    """Against the GPU's own slowdown threshold: 80 °C is fine on one board and throttling on another."""
+    if slowdown is None:
+        return PLAIN
+    if celsius >= slowdown:
+        return ALERT
+    if celsius >= slowdown - TEMPERATURE_HOT_MARGIN:
+        return HOT
+    if celsius >= slowdown - TEMPERATURE_WARM_MARGIN:
+        return WARN
+    return GOOD
+
+
+def temperature_cell(gpu: GpuState) -> Cell:
+    value = gpu.sample.temperature_c
+    if value is None:
+        return _MISSING
+    return (fmt_celsius(value), temperature_category(value, gpu.static.temperature_slowdown_c))
+
+
+def percent_cell(value: float | None) -> Cell:
+    """Fan, utilisation: ``"37%"``."""
+    return _MISSING if value is None else (f"{value:.0f}%", PLAIN)
+
+
+def pstate_cell(sample: GpuSample) -> Cell:
+    return _MISSING if sample.pstate is None else (fmt_pstate(sample.pstate), PLAIN)
+
+
+def memory_cell(gpu: GpuState) -> Cell:
+    """``"79.6GiB/80.0GiB"``; the used part N/A (dim) when the driver did not say."""
+    used, total = gpu.sample.memory_used_bytes, gpu.static.memory_total_bytes
+    if used is None and total is None:
+        return _MISSING
+    return (f"{fmt_bytes(used)}/{fmt_bytes(total)}", DIM if used is None else PLAIN)
+
+
+def memory_percent_text(gpu: GpuState) -> str | None:
+    percent = gpu.memory_used_percent
+    return None if percent is None else f"{percent:.0f}%"
+
+
+def power_cell(sample: GpuSample) -> Cell:
+    """Draw against the enforced cap: ``"350/700W"``; ``"350W"`` when the cap is unknown."""
+    draw, cap = sample.power_draw_w, sample.power_limit_w
+    if draw is None and cap is None:
+        return _MISSING
+    if cap is None:
+        return (f"{draw:.0f}W", PLAIN)
+    return (f"{NA if draw is None else f'{draw:.0f}'}/{cap:.0f}W", DIM if draw is None else PLAIN)
+
+
+def ecc_cell(sample: GpuSample) -> Cell:
+    """ECC mode, or the volatile uncorrected error count when ECC is on (as nvidia-smi's ECC column)."""
+    if sample.ecc_mode is None:
+        return _MISSING
+    if not sample.ecc_mode:
+        return ("Off", PLAIN)
+    errors = sample.ecc_uncorrected_volatile
+    if errors is None:
+        return ("On", PLAIN)
+    return (str(errors), ALERT if errors else PLAIN)
+
+
+def throttle_labels(sample: GpuSample) -> list[str] | None:
+    """Why the clocks are held back, in words (``None``: unknown). GPU idle is normal and not listed."""
+    if sample.throttle_reasons is None:
+        return None
+    reasons = set(sample.throttle_reasons) - {"gpu_idle"}
+    if "hw_thermal_slowdown" in reasons:
+        reasons.discard("sw_thermal_slowdown")  # one thermal warning is enough; the HW one is the serious one
+    labels = [label for name, label in _THROTTLE_LABELS.items() if name in reasons]
+    return labels + sorted(safe_text(r) for r in reasons if r not in _THROTTLE_LABELS)  # a recording's or a peer's
+
+
+def throttle_cell(sample: GpuSample) -> Cell:
+    """``("power cap, HW thermal", WARN)``; ``("", PLAIN)`` when nothing holds the clocks back."""
+    labels = throttle_labels(sample)
+    if labels is None:
+        return _MISSING
+    return (", ".join(labels), WARN) if labels else ("", PLAIN)
+
+
+def host_label(static: GpuStatic) -> str | None:
+    """``"node7/1"``: a remote host's GPU, by its host and its own index there (``None``: a local GPU)."""
+    if static.host is None:
+        return None
+    return safe_text(static.host) + ("" if static.host_index is None else f"/{static.host_index}")
+
+
+def name_cell(static: GpuStatic) -> Cell:
+    """The short model name; ``"N/A (no permission)"`` when the driver would not say."""
+    if static.name:
+        return (short_name(static.name), PLAIN)
+    reason = static.unavailable.get("name")
+    return (NA if reason is None else f"{NA} ({reason})", DIM)
+
+
+def note_cell(gpu: GpuState) -> Cell:
+    """A sentence shown instead of a GPU's values: an error for a host that could not be read,
+    a warning for one that answered with a remark (e.g. its GPUs were capped)."""
+    return (safe_text(gpu.note), HOT if gpu.lost else WARN)
+
+
+def lost_cell() -> Cell:
+    """The word for a GPU that fell off the bus or stopped answering."""
+    return ("LOST", ALERT)
+
+
+# ----------------------------------------------------------------- processes
+
+
+def is_mine(process: GpuProcess, me: str | None) -> bool:
+    """A process of the user nvtopy runs as (never one of another PID namespace: its owner is unknown)."""
+    return not process.foreign and process.user == me
+
+
+# The columns process_cells returns, in order (the keys of render.processes.COLUMNS).
+PROCESS_CELL_KEYS = ("gpu", "pid", "user", "type", "gpu_memory", "sm", "cpu", "host_memory", "time", "command")
+
+
+def _value(text: str | None) -> Cell:
+    return _MISSING if text is None else (text, PLAIN)
+
+
+def process_cells(process: GpuProcess, me: str | None) -> tuple[Cell, ...]:
+    """Every column of a process row (the order of :data:`PROCESS_CELL_KEYS`): text and category.
+
+    The user is dim when it is not you: your processes stand out, and other
+    users' figures stay readable (on a shared node they are what you look for).
+    SM and CPU are bare numbers: the column titles say "%". Untrusted text
+    (user, command) is made safe here.
+    """
+    if process.foreign:
+        user: Cell = ("?", DIM)
+        command: Cell = ("(pid of another PID namespace)", DIM)
+    else:
+        user = (safe_text(process.user), PLAIN if is_mine(process, me) else DIM) if process.user else _MISSING
+        if process.command:
+            command = (safe_text(process.command), PLAIN)
+        else:
+            command = (f"{NA} ({process.unavailable.get('command', '?')})", DIM)
+        if process.status == "zombie":
+            command = (f"{command[0]} <defunct>", BAD)
+    return (
+        (str(process.gpu_index), PLAIN),
+        (str(process.pid), PLAIN),
+        user,
+        (process.type.value, PLAIN),
+        _value(None if process.gpu_memory_bytes is None else fmt_bytes(process.gpu_memory_bytes)),
+        _value(None if process.sm_percent is None else str(process.sm_percent)),
+        _value(None if process.cpu_percent is None else f"{process.cpu_percent:.1f}"),
+        _value(None if process.host_memory_bytes is None else fmt_bytes(process.host_memory_bytes)),
+        _value(None if process.running_seconds is None else fmt_duration(process.running_seconds)),
+        command,
+    )
