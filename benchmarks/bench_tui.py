@@ -86,13 +86,13 @@ async def refresh_costs(gpus: int, processes: int, samples: int) -> dict[str, fl
         steady=True,
         viewer="alice",
     )
-    app = NvtopyApp(backend, poll=False)
+    app = NvtopyApp.for_backend(backend, poll=False)
     ui, poll, idle = [], [], []
     async with app.run_test(size=(200, 50)) as pilot:
         for i in range(samples + 5):
             now[0] += 1.0
             t0 = time.thread_time()
-            app.poller.poll_once(slow=i % 5 == 0)
+            app.source.poll_once(slow=i % 5 == 0)
             t1 = time.thread_time()
             await pilot.pause()
             t2 = time.thread_time()
@@ -101,12 +101,12 @@ async def refresh_costs(gpus: int, processes: int, samples: int) -> dict[str, fl
                 ui.append(t2 - t1)
         rows = len(app.snapshot.processes) if app.snapshot else 0
         for _ in range(200):  # nothing changes: let every sparkline window fill with the idle values
-            app.poller.poll_once(slow=False)
+            app.source.poll_once(slow=False)
             await pilot.pause()
         floor = []
         for _ in range(samples):  # the same instant again: nothing changed
             t1 = time.thread_time()
-            app.poller.poll_once(slow=False)
+            app.source.poll_once(slow=False)
             t2 = time.thread_time()
             await pilot.pause()
             idle.append(time.thread_time() - t2)

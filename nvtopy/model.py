@@ -13,19 +13,22 @@ can print ``null``, and one failing field never hides another.
 
 from __future__ import annotations
 
+import collections
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 __all__ = [
     "EMPTY_REASONS",
+    "HISTORY_LENGTH",
     "GpuHistory",
     "GpuProcess",
     "GpuSample",
     "GpuState",
     "GpuStatic",
+    "HistoryBuffer",
     "HostInfo",
     "HostProcess",
     "ProcessType",
@@ -291,21 +294,42 @@ class GpuHistory(_Repr):
     temperature_c: tuple[int | None, ...] = ()
 
 
-def history_row(sample: GpuSample, memory_used_percent: float | None) -> tuple[Any, ...]:
-    """One point of a GPU's history (in :class:`GpuHistory`'s field order)."""
-    return (
-        sample.timestamp,
-        sample.utilization_gpu_percent,
-        sample.utilization_memory_percent,
-        memory_used_percent,
-        sample.power_draw_w,
-        sample.temperature_c,
-    )
+HISTORY_LENGTH = 300
+"""Points kept per GPU for the charts, by every source (five minutes at the default 1 s interval)."""
 
 
-def history_of(rows: Iterable[tuple[Any, ...]]) -> GpuHistory:
-    """A :class:`GpuHistory` from rows made by :func:`history_row`, oldest first."""
-    return GpuHistory(*tuple(zip(*rows, strict=True)))  # type: ignore[arg-type]
+class HistoryBuffer:
+    """One GPU's recent points, the oldest dropped past ``length``: what a :class:`GpuHistory` is made of.
+
+    The one place history is appended to: the collector, a replay and remote hosts
+    each keep one buffer per GPU and append every sample they publish.
+    """
+
+    __slots__ = ("_rows",)
+
+    def __init__(self, length: int = HISTORY_LENGTH) -> None:
+        self._rows: collections.deque[tuple[Any, ...]] = collections.deque(maxlen=max(1, length))
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def append(self, static: GpuStatic, sample: GpuSample) -> None:
+        """Add ``sample``'s point (in :class:`GpuHistory`'s field order; memory as a share of ``static``'s total)."""
+        used, total = sample.memory_used_bytes, static.memory_total_bytes
+        self._rows.append(
+            (
+                sample.timestamp,
+                sample.utilization_gpu_percent,
+                sample.utilization_memory_percent,
+                100.0 * used / total if used is not None and total else None,
+                sample.power_draw_w,
+                sample.temperature_c,
+            )
+        )
+
+    def history(self) -> GpuHistory:
+        """The points so far, oldest first."""
+        return GpuHistory(*tuple(zip(*self._rows, strict=True)))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True, repr=False)

@@ -1,23 +1,265 @@
-"""The layering the brief asks for, checked so it cannot erode.
+"""The layering of ``nvtopy/``, checked so it cannot erode.
 
-- Nothing outside ``nvtopy/tui/`` imports Textual (the data layer, the CLI's
-  non-interactive paths and the Python API stay light and UI-free).
-- Nothing in ``nvtopy/tui/`` imports pynvml, psutil or the modules that call
-  them: widgets only render snapshots; the backend does the I/O, off the UI thread.
+The package is read as an import graph (``ast``, never imported): every
+``import`` and ``from ... import``, absolute or relative, at module level, inside
+functions and under ``if TYPE_CHECKING`` -- a lazy import is still a dependency.
+On that graph:
+
+- third-party packages stay in their layer (:data:`THIRD_PARTY`): Textual only in
+  ``tui/``; rich only in ``render/`` and ``tui/``; pynvml and psutil only in
+  ``backends/``; torch (and tensorboardX) only in ``integrations/`` -- ``api/``
+  reads the job's torch from ``sys.modules`` and never imports it; prometheus_client
+  only in ``formats/`` and ``commands/``; anything else not at all;
+- each layer imports only the layers below it (:data:`MAY_IMPORT`): ``backends/``
+  none of sources/formats/render/tui/commands/api; ``sources/``, ``formats/`` and
+  ``render/`` neither ``tui/`` nor ``commands/``; nothing imports ``commands/`` but
+  ``commands/`` and ``nvtopy/__main__.py``; ``tui/`` reaches ``backends/`` only
+  for ``backends.base`` types;
+- no import cycles anywhere in the package.
+
+Each checker is also run on a small synthetic package with one violation, so a
+guard that stopped seeing anything would fail too.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "nvtopy"
 FORBIDDEN_IN_TUI = {"pynvml", "psutil", "nvtopy.backends.host", "nvtopy.backends.signals", "nvtopy.backends.nvml"}
 
+# --- the rules -------------------------------------------------------------------------------------
+
+# The vocabulary every layer shares: the top-level modules. Any other top-level module is in no layer.
+CORE = {"model", "selection", "errors", "textsafe", "_version"}
+
+# layer -> the layers it may import (its own included). "package" is nvtopy/__init__.py (the
+# Python API's lazy front), "entry" is nvtopy/__main__.py.
+MAY_IMPORT: dict[str, set[str]] = {
+    "core": {"core"},
+    "backends": {"core", "backends"},
+    "formats": {"core", "formats"},
+    "sources": {"core", "backends", "formats", "sources"},
+    "render": {"core", "formats", "render"},
+    "tui": {"core", "backends", "sources", "formats", "render", "tui"},  # backends: base only, see below
+    "api": {"core", "backends", "sources", "formats", "render", "api"},
+    "integrations": {"core", "api", "integrations"},
+    "commands": {"core", "backends", "sources", "formats", "render", "tui", "api", "integrations", "commands"},
+    "package": {"core", "api"},
+    "entry": {"commands"},
+}
+
+FOLDERS = set(MAY_IMPORT) - {"core", "package", "entry"}
+
+# tui/ draws snapshots; of backends/ it may name only the types in backends.base.
+TUI_BACKENDS = {"backends.base"}
+
+# Named exceptions: (importing module, imported module) -> why. One that no longer occurs fails
+# test_exceptions_are_still_needed, so the list cannot go stale.
+EXCEPTIONS = {
+    ("tui.scenes", "backends.simulated"): "frozen simulated GPUs for the SVG snapshot tests and make screenshots",
+    ("tui.scenes", "backends.sim_faults"): "the same scenes' fault specs",
+}
+
+# third-party top-level package -> the layers that may import it. Not listed: may not be imported.
+THIRD_PARTY: dict[str, set[str]] = {
+    "textual": {"tui"},
+    "rich": {"render", "tui"},
+    "pynvml": {"backends"},
+    "psutil": {"backends"},
+    "prometheus_client": {"formats", "commands"},
+    "torch": {"integrations"},
+    "tensorboardX": {"integrations"},
+}
+
+# --- the import graph ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Edge:
+    source: str  # the importing module, dotted, without the root package: "render.text"
+    target: str  # inside the package: the imported module, likewise; outside: the top-level name
+    internal: bool
+    path: str  # where, for messages: "nvtopy/render/text.py:21"
+    lazy: bool  # inside a function
+
+
+def module_names(package: Path) -> dict[str, Path]:
+    """Dotted name relative to the package ("" for its __init__) -> file."""
+    names = {}
+    for path in package.rglob("*.py"):
+        parts = list(path.relative_to(package).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        names[".".join(parts)] = path
+    return names
+
+
+def _resolve(dotted: str, known: dict[str, Path]) -> str:
+    """The deepest module of the package that ``dotted`` (relative to the root) names."""
+    parts = dotted.split(".") if dotted else []
+    while parts and ".".join(parts) not in known:
+        parts.pop()
+    return ".".join(parts)
+
+
+def import_edges(package: Path) -> list[Edge]:
+    """Every import of every module of ``package``, relative and absolute, wherever it stands."""
+    root = package.name
+    known = module_names(package)
+    edges: list[Edge] = []
+    for name, path in sorted(known.items()):
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        where = path.relative_to(package.parent).as_posix()
+        # The package a relative import starts from: the module's own for an __init__.
+        here = [root, *name.split(".")] if name else [root]
+        if path.name != "__init__.py":
+            here = here[:-1]
+        lazy_lines = {
+            node.lineno
+            for function in ast.walk(tree)
+            if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
+            for node in ast.walk(function)
+            if isinstance(node, ast.Import | ast.ImportFrom)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                written = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = [*here[: len(here) - node.level + 1], *(node.module.split(".") if node.module else [])]
+                else:
+                    base = node.module.split(".")
+                # "from pkg import name": the module pkg.name if there is one, else pkg itself.
+                written = [".".join([*base, alias.name]) for alias in node.names]
+            else:
+                continue
+            for dotted in written:
+                top, _, rest = dotted.partition(".")
+                internal = top == root
+                target = _resolve(rest, known) if internal else top
+                edge = Edge(name, target, internal, f"{where}:{node.lineno}", node.lineno in lazy_lines)
+                if edge not in edges:
+                    edges.append(edge)
+    return edges
+
+
+def layer_of(module: str) -> str:
+    """The layer of a module named relative to the root ("" is the root's __init__)."""
+    if not module:
+        return "package"
+    top = module.split(".", maxsplit=1)[0]
+    if top == "__main__":
+        return "entry"
+    if top in CORE:
+        return "core"
+    return top if top in FOLDERS else "unplaced"
+
+
+def unplaced_modules(package: Path) -> list[str]:
+    """Modules in no layer: a top-level module outside CORE, or a folder that is no layer."""
+    return sorted(f"nvtopy.{m}" for m in module_names(package) if layer_of(m) == "unplaced")
+
+
+# --- the checkers: each returns one line per violation ---------------------------------------------
+
+
+def third_party_violations(edges: list[Edge]) -> list[str]:
+    out = []
+    for e in edges:
+        if e.internal or e.target in sys.stdlib_module_names:
+            continue
+        allowed = THIRD_PARTY.get(e.target)
+        layer = layer_of(e.source)
+        if allowed is None:
+            out.append(f"{e.path}: imports {e.target}, which is no dependency of any layer (THIRD_PARTY)")
+        elif layer not in allowed:
+            out.append(f"{e.path}: imports {e.target}; only {', '.join(sorted(a + '/' for a in allowed))} may")
+    return out
+
+
+def layer_violations(edges: list[Edge], exceptions: dict[tuple[str, str], str] = EXCEPTIONS) -> list[str]:
+    out = []
+    for e in edges:
+        if not e.internal or (e.source, e.target) in exceptions:
+            continue
+        src, dst = layer_of(e.source), layer_of(e.target)
+        target = f"nvtopy.{e.target}" if e.target else "nvtopy"
+        if src == "unplaced":
+            out.append(f"{e.path}: module in no layer (put it in a folder, or add it to CORE)")
+        elif dst not in MAY_IMPORT[src]:
+            out.append(f"{e.path}: {src}/ imports {target}; {src}/ may import {', '.join(sorted(MAY_IMPORT[src]))}")
+        elif src == "tui" and dst == "backends" and e.target not in TUI_BACKENDS:
+            out.append(f"{e.path}: tui/ imports {target}; of backends/ it may import only {sorted(TUI_BACKENDS)}")
+    return out
+
+
+def import_cycles(edges: list[Edge]) -> list[list[str]]:
+    """Every strongly connected component of more than one module (Tarjan), each sorted."""
+    graph: dict[str, set[str]] = {}
+    for e in edges:
+        if e.internal and e.target != e.source:
+            graph.setdefault(e.source, set()).add(e.target)
+            graph.setdefault(e.target, set())
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(components)
+
+
+def describe_cycles(edges: list[Edge]) -> list[str]:
+    """Each cycle with the imports that close it, for the assertion message."""
+    lines = []
+    for component in import_cycles(edges):
+        members = set(component)
+        lines.append(" <-> ".join(f"nvtopy.{m}" for m in component))
+        lines += [
+            f"    {e.path}: nvtopy.{e.source} -> nvtopy.{e.target}" + (" (in a function)" if e.lazy else "")
+            for e in edges
+            if e.internal and e.source in members and e.target in members and e.source != e.target
+        ]
+    return lines
+
+
+# --- on the real package ---------------------------------------------------------------------------
+
 
 def imported_modules(path: Path) -> set[str]:
+    """Absolute names of what one file imports (kept for test_tui_never_touches_nvml_or_psutil)."""
     tree = ast.parse(path.read_text(), str(path))
     names: set[str] = set()
     package = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts[:-1])
@@ -59,3 +301,182 @@ def test_core_modules_do_not_import_textual():
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ""
     assert len(modules) > 10
+
+
+def test_third_party_packages_stay_in_their_layer():
+    assert third_party_violations(import_edges(PACKAGE)) == []
+
+
+def test_layers_import_only_what_they_may():
+    assert layer_violations(import_edges(PACKAGE)) == []
+
+
+def test_exceptions_are_still_needed():
+    edges = {(e.source, e.target) for e in import_edges(PACKAGE)}
+    assert [pair for pair in EXCEPTIONS if pair not in edges] == []
+
+
+def test_only_the_entry_points_reach_commands():
+    """commands/ is reached from nvtopy/__main__.py and the console script, nothing else."""
+    importers = {e.source for e in import_edges(PACKAGE) if e.internal and layer_of(e.target) == "commands"}
+    assert {m for m in importers if layer_of(m) != "commands"} == {"__main__"}
+    scripts = re.search(
+        r"^\[project\.scripts\]\n((?:[^\[\n].*\n?)*)", (PACKAGE.parent / "pyproject.toml").read_text(), re.M
+    )
+    assert scripts is not None
+    targets = re.findall(r'=\s*"([\w.]+):\w+"', scripts.group(1))
+    assert targets and all(t.startswith("nvtopy.commands.") for t in targets), targets
+
+
+def test_no_import_cycles():
+    cycles = describe_cycles(import_edges(PACKAGE))
+    assert cycles == [], "import cycles (lazy imports count):\n" + "\n".join(cycles)
+
+
+def test_the_graph_sees_the_whole_package():
+    """A reader that silently found nothing would pass every rule above."""
+    edges = import_edges(PACKAGE)
+    internal = {(e.source, e.target) for e in edges if e.internal}
+    assert ("__main__", "commands.dispatch") in internal
+    assert ("render.text", "formats.contract") in internal  # relative, two levels up
+    assert any(e.source == "backends.nvml" and e.target == "pynvml" for e in edges)
+    assert any(e.lazy for e in edges)  # function-level imports are read
+    assert len(module_names(PACKAGE)) > 30
+
+
+# --- the checkers catch what they should: a synthetic package per rule -----------------------------
+
+
+def make_package(root: Path, files: dict[str, str]) -> Path:
+    """A package ``nvtopy`` under ``root`` with an __init__ in every folder and the given sources."""
+    package = root / "nvtopy"
+    for name, source in {"__init__.py": "", "model.py": "", **files}.items():
+        path = package / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for folder in path.relative_to(package).parents:
+            (package / folder / "__init__.py").touch()
+        path.write_text(source)
+    return package
+
+
+CLEAN = {
+    "__main__.py": "from .commands.dispatch import main\n",
+    "backends/base.py": "from ..model import *\n",
+    "backends/nvml.py": "import pynvml\nfrom .base import Backend\n",
+    "backends/host.py": "import psutil\n",
+    "sources/poller.py": "from ..backends.base import Backend\nfrom . import collector\n",
+    "sources/collector.py": "import nvtopy.model\n",
+    "formats/contract.py": "import json\nfrom .. import model\n",
+    "render/styled.py": "from rich.text import Text\n",
+    "render/text.py": "from ..formats.contract import x\n",
+    "tui/app.py": "import textual\nfrom ..backends.base import Backend\nfrom ..sources.poller import Poller\n",
+    "commands/dispatch.py": "def main():\n    from .monitor import run\n",
+    "commands/monitor.py": "def run():\n    from ..tui.app import App\n",
+    "api/usage.py": "def f():\n    from ..backends.nvml import NvmlBackend\n",
+    "api/torchmem.py": "import sys\n",
+    "integrations/tensorboard.py": "from ..api.usage import f\n\ndef w():\n    from torch.utils.tensorboard import S\n",
+}
+
+
+def test_a_clean_synthetic_package_passes(tmp_path):
+    edges = import_edges(make_package(tmp_path, CLEAN))
+    assert third_party_violations(edges) == []
+    assert layer_violations(edges, {}) == []
+    assert import_cycles(edges) == []
+    assert ("sources.poller", "sources.collector") in {(e.source, e.target) for e in edges}  # "from . import x"
+
+
+@pytest.mark.parametrize(
+    ("name", "source", "expected"),
+    [
+        ("render/gpu.py", "from textual.widget import Widget\n", "imports textual; only tui/ may"),
+        ("commands/log.py", "def f():\n    import textual\n", "imports textual; only tui/ may"),  # lazy
+        ("formats/csv.py", "import rich\n", "imports rich; only render/, tui/ may"),
+        ("tui/app.py", "import pynvml\n", "imports pynvml; only backends/ may"),
+        ("api/state.py", "def f():\n    import psutil\n", "imports psutil; only backends/ may"),
+        ("api/torchmem.py", "import torch\n", "imports torch; only integrations/ may"),
+        ("sources/poller.py", "import numpy\n", "imports numpy, which is no dependency of any layer"),
+    ],
+)
+def test_third_party_rule_catches(tmp_path, name, source, expected):
+    edges = import_edges(make_package(tmp_path, {**CLEAN, name: source}))
+    found = third_party_violations(edges)
+    assert len(found) == 1 and found[0].startswith(f"nvtopy/{name}:") and expected in found[0], found
+
+
+@pytest.mark.parametrize(
+    ("name", "source", "expected"),
+    [
+        ("backends/nvml.py", "from ..sources.poller import Poller\n", "backends/ imports nvtopy.sources.poller"),
+        ("backends/nvml.py", "def f():\n    from ..api import usage\n", "backends/ imports nvtopy.api.usage"),
+        ("sources/poller.py", "from ..tui.app import App\n", "sources/ imports nvtopy.tui.app"),
+        ("formats/contract.py", "import nvtopy.commands.dispatch\n", "formats/ imports nvtopy.commands.dispatch"),
+        ("render/text.py", "def f():\n    from ..tui import app\n", "render/ imports nvtopy.tui.app"),
+        ("render/text.py", "from ..sources.poller import Poller\n", "render/ imports nvtopy.sources.poller"),
+        ("api/usage.py", "from ..commands.options import x\n", "api/ imports nvtopy.commands;"),
+        ("tui/app.py", "from ..commands import monitor\n", "tui/ imports nvtopy.commands.monitor"),
+        ("__init__.py", "def f():\n    from .commands.dispatch import main\n", "package/ imports nvtopy.commands"),
+        ("tui/app.py", "from ..backends.nvml import NvmlBackend\n", "tui/ imports nvtopy.backends.nvml; of backends/"),
+        (
+            "tui/app.py",
+            "def f():\n    from ..backends import host\n",
+            "tui/ imports nvtopy.backends.host; of backends/",
+        ),
+        ("model.py", "from .render.units import fmt_bytes\n", "core/ imports nvtopy.render"),
+    ],
+)
+def test_layer_rule_catches(tmp_path, name, source, expected):
+    edges = import_edges(make_package(tmp_path, {**CLEAN, name: source}))
+    found = layer_violations(edges, {})
+    assert len(found) == 1 and found[0].startswith(f"nvtopy/{name}:") and expected in found[0], found
+
+
+def test_every_module_is_in_a_layer():
+    assert unplaced_modules(PACKAGE) == []
+
+
+def test_unplaced_check_catches(tmp_path):
+    package = make_package(tmp_path, {**CLEAN, "helpers.py": "import os\n", "misc/tools.py": ""})
+    assert unplaced_modules(package) == ["nvtopy.helpers", "nvtopy.misc", "nvtopy.misc.tools"]
+
+
+def test_a_named_exception_lets_one_import_through(tmp_path):
+    edges = import_edges(make_package(tmp_path, {**CLEAN, "tui/scenes.py": "from ..backends.nvml import N\n"}))
+    assert len(layer_violations(edges, {})) == 1
+    assert layer_violations(edges, {("tui.scenes", "backends.nvml"): "why"}) == []
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        (  # two modules, one side lazy: the state <-> usage shape
+            {"api/state.py": "def f():\n    from . import usage\n", "api/usage.py": "from .state import shared\n"},
+            [["api.state", "api.usage"]],
+        ),
+        (  # three modules across layers, absolute and relative
+            {
+                "formats/a.py": "import nvtopy.render.b\n",
+                "render/b.py": "from ..sources import c\n",
+                "sources/c.py": "def g():\n    from nvtopy.formats.a import x\n",
+            },
+            [["formats.a", "render.b", "sources.c"]],
+        ),
+        (  # two separate cycles, each reported
+            {
+                "api/state.py": "from .usage import u\n",
+                "api/usage.py": "from .state import s\n",
+                "tui/app.py": "from .screens import s\n",
+                "tui/screens.py": "def f():\n    from .app import App\n",
+            },
+            [["api.state", "api.usage"], ["tui.app", "tui.screens"]],
+        ),
+        (  # through a package's __init__
+            {"backends/__init__.py": "from .base import Backend\n", "backends/base.py": "from . import Backend\n"},
+            [["backends", "backends.base"]],
+        ),
+    ],
+)
+def test_cycle_check_catches(tmp_path, files, expected):
+    edges = import_edges(make_package(tmp_path, {**CLEAN, **files}))
+    assert import_cycles(edges) == expected
+    assert describe_cycles(edges)[0].startswith("nvtopy." + expected[0][0])

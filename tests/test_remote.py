@@ -140,7 +140,7 @@ def test_unreachable_hosts_are_marked_and_retried(two_hosts, sim):
     down = first.gpus[4]
     assert down.note == f"127.0.0.1:{late} unreachable: connection refused" and down.lost
     assert first.gpus[2].static.name == "NVIDIA GeForce RTX 4090" and first.gpus[2].sample.fan_percent is not None
-    assert first.host.hostname == "3 hosts" and source.status().startswith("REMOTE 2/3")
+    assert first.host.hostname == "3 hosts" and source.status_line().startswith("REMOTE 2/3")
     assert all(p.gpu_index in (0, 1, 2, 3) for g in first.gpus for p in g.processes)
 
     poller = exporter_poller(sim, gpus=1, seed=2, hostname="node-c")
@@ -151,7 +151,7 @@ def test_unreachable_hosts_are_marked_and_retried(two_hosts, sim):
         server.shutdown()
         server.server_close()
     assert [g.static.host for g in second.gpus] == ["node-a", "node-a", "node-b", "node-b", "node-c"]
-    assert second.gpus[4].note is None and source.status().startswith("REMOTE 3/3")
+    assert second.gpus[4].note is None and source.status_line().startswith("REMOTE 3/3")
     assert len(second.gpus[0].history.timestamps) == 2, "history per host and GPU across scrapes"
 
 
@@ -185,7 +185,7 @@ def test_a_non_exporter_answer_is_an_error_not_a_crash(tmp_path):
 async def test_remote_hosts_in_the_monitor(two_hosts):
     # A long interval: the one snapshot checked here is the first (a second, slower one under load could differ).
     source = RemoteHosts([f"127.0.0.1:{p}" for p in two_hosts] + ["127.0.0.1:9"], interval=60.0, timeout=10.0)
-    app = NvtopyApp(None, source=source)
+    app = NvtopyApp(source)
     async with app.run_test(size=(160, 50)) as pilot:
         await started(pilot, app)  # applied *and* laid out: the panels' height changes with the first snapshot
         assert len(app.snapshot.gpus) == 5

@@ -242,7 +242,7 @@ def test_one_bad_host_marks_that_host_only(good, behave):
     assert marked.static.host == "127.0.0.1" and marked.lost
     assert_one_line_reason(marked.note)
     assert marked.note.startswith(f"{bad.address}")
-    assert source.status().startswith("REMOTE 1/2")
+    assert source.status_line().startswith("REMOTE 1/2")
 
 
 def test_the_reasons_say_what_went_wrong(good):
@@ -493,7 +493,7 @@ def test_once_shows_good_hosts_beside_every_kind_of_bad_one(good):
     assert sum("node-good/" in line and "RTX 4090" in line for line in lines) == 2
     for bad in peers[:5]:
         (line,) = [line for line in lines if bad.address in line]
-        assert "127.0.0.1/" in line
+        assert f"127.0.0.1 {bad.address}" in line  # the host's name, then why it could not be read
     assert sum("weird/0" in line for line in lines) == 1, "the host with absurd values is shown, values N/A"
     data = json.loads(as_json.stdout)
     gpus = data["gpus"]
@@ -558,7 +558,7 @@ def test_credentials_are_sent_and_never_shown(good):
     assert json.loads(as_json.stdout)["gpus"][0]["utilization_gpu_percent"] == 33
     shown = [text.stdout, text.stderr, as_json.stdout, as_json.stderr, refused.stdout, bad_port.stderr]
     shown += [g.note or "" for g in snapshot.gpus] + [g.static.host or "" for g in snapshot.gpus]
-    shown += [snapshot.host.hostname, source.status(), repr(snapshot.gpus)]
+    shown += [snapshot.host.hostname, source.status_line(), repr(snapshot.gpus)]
     for output in shown:
         assert SECRET not in output and "alice" not in output, output
     notes = [g.note for g in snapshot.gpus if g.note]
@@ -571,7 +571,7 @@ def test_credentials_are_sent_and_never_shown(good):
 async def test_the_monitor_draws_good_hosts_while_a_slowloris_is_connected(good):
     with peer(dribbles_body) as slow, peer(dribbles_headers) as slower, peer(never_answers) as mute:
         source = RemoteHosts([good, slow.address, slower.address, mute.address], interval=60.0, timeout=TIMEOUT)
-        app = NvtopyApp(None, source=source)
+        app = NvtopyApp(source)
         async with app.run_test(size=(160, 50)) as pilot:
             began = time.monotonic()
             await started(pilot, app)
@@ -579,7 +579,7 @@ async def test_the_monitor_draws_good_hosts_while_a_slowloris_is_connected(good)
             text = html.unescape(app.export_screenshot()).replace("\xa0", " ")
             assert "node-good/0" in text and "node-good/1" in text
             assert f"{slow.address}: answer not complete within" in text
-            assert source.status().startswith("REMOTE 1/4")
+            assert source.status_line().startswith("REMOTE 1/4")
             source.refresh()  # a second scrape is under way (the peers are still connected) when q comes
             await pilot.pause(0.2)
             await pilot.press("q")

@@ -112,7 +112,7 @@ def test_nothing_to_replay_is_one_line_exit_1(tmp_path):
 async def test_replay_in_the_monitor_pause_step_speed(recording):
     path, lines = recording
     player = ReplayPlayer(load_recording(str(path)), speed=64.0)
-    app = NvtopyApp(None, source=player)
+    app = NvtopyApp(player)
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_until(pilot, lambda: player.position == 11 and app.snapshot is player.snapshots[11])
         assert player.paused, "stops at the end of the recording"
@@ -141,7 +141,7 @@ async def test_cut_recording_is_announced(recording, tmp_path):
     cut = tmp_path / "cut.jsonl"
     cut.write_text("\n".join(lines[:5]) + "\n" + lines[5][:40])
     player = ReplayPlayer(load_recording(str(cut)), speed=64.0)
-    app = NvtopyApp(None, source=player)
+    app = NvtopyApp(player)
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_until(pilot, lambda: app.snapshot is not None)
         messages = [str(n.message) for n in app._notifications]
@@ -238,7 +238,7 @@ def test_not_finite_figures_are_replayed_as_unavailable(recording, tmp_path):
 
 async def test_hostile_line_is_announced_in_the_monitor(recording, tmp_path):
     player = ReplayPlayer(load_recording(str(_with_line(recording, tmp_path, "[" * 200_000, at=5))), speed=64.0)
-    app = NvtopyApp(None, source=player)
+    app = NvtopyApp(player)
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_until(pilot, lambda: app.snapshot is not None)
         messages = [str(n.message) for n in app._notifications]
@@ -350,7 +350,7 @@ def test_any_order_of_access_gives_what_playing_in_order_gives(recording, tmp_pa
 
     from nvtopy.sources import replay
 
-    monkeypatch.setattr(replay, "HISTORY", 20)
+    monkeypatch.setattr(replay, "HISTORY_LENGTH", 20)
     _path, lines = recording
     path = tmp_path / "long.jsonl"
     _long_recording(path, lines, 120)

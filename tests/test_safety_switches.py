@@ -36,8 +36,8 @@ from nvtopy.backends.sim_catalog import find_model
 from nvtopy.backends.simulated import SimulatedBackend
 from nvtopy.commands import dispatch as cli
 from nvtopy.formats.contract import iso_timestamp
-from nvtopy.model import ALL_GROUPS
-from nvtopy.sources.collector import HISTORY_LENGTH, Collector
+from nvtopy.model import ALL_GROUPS, HISTORY_LENGTH
+from nvtopy.sources.collector import Collector
 from nvtopy.sources.poller import Poller
 from nvtopy.tui.app import NvtopyApp
 from nvtopy.tui.screens import ConfirmSignalScreen
@@ -365,7 +365,7 @@ async def test_readonly_refuses_tagged_processes(sim, key):
     """Tags choose the targets by another path than the cursor: read-only still refuses, and keeps the tags."""
     backend = sim(gpus=2, seed=1, viewer="alice")
     spy = SignalSpy(backend)
-    app = NvtopyApp(backend, interval=2.0, readonly=True)
+    app = NvtopyApp.for_backend(backend, interval=2.0, readonly=True)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         mine = [p for p in _table(app).rows if p.user == "alice"]  # processes read-only mode alone keeps safe
@@ -450,7 +450,7 @@ async def test_a_real_process_whose_create_time_differs_is_not_signalled(childre
     real_created = psutil.Process(child.pid).create_time()
     backend = ShownCreateTime(gpus=1, real_pids=[child.pid], processes_per_gpu=0, viewer="alice", shift=30.0)
     try:
-        app = NvtopyApp(backend, interval=2.0)
+        app = NvtopyApp.for_backend(backend, interval=2.0)
         async with app.run_test(size=SIZE, notifications=True) as pilot:
             target, outcome = await _signal_from_the_monitor(pilot, app, child.pid, "K")
             shown = pytest.approx(real_created - 30.0, abs=SAME_TIME)
@@ -476,7 +476,7 @@ async def test_a_real_process_whose_create_time_matches_is_signalled(children, c
         gpus=1, real_pids=[child.pid, bystander.pid], processes_per_gpu=0, viewer="alice", shift=0.0
     )
     try:
-        app = NvtopyApp(backend, interval=2.0)
+        app = NvtopyApp.for_backend(backend, interval=2.0)
         async with app.run_test(size=SIZE) as pilot:
             target, outcome = await _signal_from_the_monitor(pilot, app, child.pid, "T")
             assert target.create_time == pytest.approx(child_created, abs=SAME_TIME), "the row shows this very process"
@@ -527,7 +527,7 @@ async def test_a_real_pid_reused_after_the_dialog_opened_is_not_signalled(childr
     backend = SimulatedBackend(gpus=1, real_pids=[pid], processes_per_gpu=0, viewer="alice")
     second = None
     try:
-        app = NvtopyApp(backend, interval=2.0)
+        app = NvtopyApp.for_backend(backend, interval=2.0)
         async with app.run_test(size=SIZE) as pilot:
             await started(pilot, app)
             await _select(pilot, app, lambda p: p.pid == pid)

@@ -210,31 +210,31 @@ async def test_the_app_draws_and_quits_while_the_backend_opens():
     def opener() -> SimulatedBackend:
         return SimulatedBackend(gpus=2, seed=1, viewer="alice", faults=parse_fault_specs(["slow=3"], 2))
 
-    app = NvtopyApp(None, opener=opener, waiting_for="the simulated driver", interval=1.0)
+    app = NvtopyApp.for_backend(None, opener=opener, waiting_for="the simulated driver", interval=1.0)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: "waiting for the simulated driver: 1 s" in header_line(app), timeout=5)
         assert any("waiting for the simulated driver" in line for line in widget_lines(app.query_one("#gpus")))
-        assert app.snapshot is None and app.backend is None
+        assert app.snapshot is None and app.source.backend is None
         quit_at = time.monotonic()
         await pilot.press("q")
     assert time.monotonic() - quit_at < PROMPT
     assert app.return_code == 0 and app.open_error is None
-    assert app.poller.running, "the thread still waits for the driver: it was not waited for"
+    assert app.source.running, "the thread still waits for the driver: it was not waited for"
 
 
 async def test_q_does_not_wait_for_a_poll_stuck_in_the_driver(sim):
     backend = sim(gpus=2, seed=1)
-    app = NvtopyApp(backend, interval=1.0)
+    app = NvtopyApp.for_backend(backend, interval=1.0)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         assert "waiting for" not in header_line(app)
         backend.faults.slow[None] = STALL_AFTER + 3.0  # the driver gets stuck mid-run
-        app.poller.refresh()
+        app.source.refresh()
         await wait_until(pilot, lambda: "waiting for the simulated driver: 2 s" in header_line(app), timeout=10)
         quit_at = time.monotonic()
         await pilot.press("q")
     assert time.monotonic() - quit_at < PROMPT
-    assert app.poller.running, "the poll in progress was not waited for"
+    assert app.source.running, "the poll in progress was not waited for"
 
 
 @pytest.mark.parametrize("error", [UsageError("--gpus: no GPU matches '7'"), BackendUnavailableError("no driver")])
@@ -242,7 +242,7 @@ async def test_an_error_while_opening_ends_the_app_with_it(error):
     def opener() -> SimulatedBackend:
         raise error
 
-    app = NvtopyApp(None, opener=opener)
+    app = NvtopyApp.for_backend(None, opener=opener)
     await asyncio.wait_for(app.run_async(headless=True, size=SIZE), timeout=10)
     assert app.open_error is error
 

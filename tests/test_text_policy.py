@@ -505,7 +505,7 @@ async def test_tui_draws_outside_text_escaped(clock):
     from .tui_helpers import header_line, wait_until
 
     backend = hostile_backend(gpus=1, clock=clock)
-    app = NvtopyApp(backend, interval=2.0)
+    app = NvtopyApp.for_backend(backend, interval=2.0)
     try:
         async with app.run_test(size=(200, 50)) as pilot:
             await started(pilot, app)

@@ -90,7 +90,7 @@ async def type_text(pilot, text: str) -> None:
 
 
 async def test_s_cycles_every_column_in_its_natural_direction(sim):
-    app = NvtopyApp(sim(gpus=4, seed=1, processes_per_gpu=4), interval=INTERVAL)
+    app = NvtopyApp.for_backend(sim(gpus=4, seed=1, processes_per_gpu=4), interval=INTERVAL)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         assert_rows_sorted(app, "gpu", False)
@@ -111,7 +111,7 @@ async def test_s_cycles_every_column_in_its_natural_direction(sim):
 
 
 async def test_greater_less_and_shift_s_step_both_ways(sim):
-    app = NvtopyApp(sim(gpus=4, seed=1, processes_per_gpu=4), interval=INTERVAL)
+    app = NvtopyApp.for_backend(sim(gpus=4, seed=1, processes_per_gpu=4), interval=INTERVAL)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         await pilot.press("greater_than_sign")
@@ -129,7 +129,7 @@ async def test_greater_less_and_shift_s_step_both_ways(sim):
 
 
 async def test_r_reverses_the_order(sim):
-    app = NvtopyApp(sim(gpus=4, seed=1, processes_per_gpu=4), interval=INTERVAL)
+    app = NvtopyApp.for_backend(sim(gpus=4, seed=1, processes_per_gpu=4), interval=INTERVAL)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         await pilot.press("s", "s", "s", "s")
@@ -145,7 +145,7 @@ async def test_r_reverses_the_order(sim):
 
 
 async def test_clicking_a_column_title_sorts_by_it_and_again_reverses(sim):
-    app = NvtopyApp(sim(gpus=4, seed=1, processes_per_gpu=4), interval=INTERVAL)
+    app = NvtopyApp.for_backend(sim(gpus=4, seed=1, processes_per_gpu=4), interval=INTERVAL)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         header = widget_lines(table_of(app))[0]
@@ -167,7 +167,7 @@ async def test_clicking_a_column_title_sorts_by_it_and_again_reverses(sim):
 
 
 async def test_sort_survives_refreshes_with_changing_values(sim, clock):
-    app = NvtopyApp(sim(gpus=4, seed=1, processes_per_gpu=4), interval=INTERVAL)
+    app = NvtopyApp.for_backend(sim(gpus=4, seed=1, processes_per_gpu=4), interval=INTERVAL)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         await pilot.press("s", "s", "s", "s", "s", "s")  # CPU%, biggest first
@@ -185,7 +185,7 @@ async def test_sort_survives_refreshes_with_changing_values(sim, clock):
 
 
 async def test_cursor_keys_move_the_selection(sim):
-    app = NvtopyApp(sim(gpus=4, seed=1, processes_per_gpu=16), interval=INTERVAL)
+    app = NvtopyApp.for_backend(sim(gpus=4, seed=1, processes_per_gpu=16), interval=INTERVAL)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         table = table_of(app)
@@ -222,7 +222,7 @@ async def test_cursor_keys_move_the_selection(sim):
 
 
 async def test_clicking_a_row_selects_it(sim):
-    app = NvtopyApp(sim(gpus=4, seed=1, processes_per_gpu=4), interval=INTERVAL)
+    app = NvtopyApp.for_backend(sim(gpus=4, seed=1, processes_per_gpu=4), interval=INTERVAL)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         table = table_of(app)
@@ -236,7 +236,7 @@ async def test_clicking_a_row_selects_it(sim):
 
 
 async def test_cursor_follows_its_process_across_sorts_and_refreshes(sim, clock):
-    app = NvtopyApp(sim(gpus=4, seed=1, processes_per_gpu=4), interval=INTERVAL)
+    app = NvtopyApp.for_backend(sim(gpus=4, seed=1, processes_per_gpu=4), interval=INTERVAL)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         table = table_of(app)
@@ -267,7 +267,7 @@ async def test_cursor_follows_its_process_across_sorts_and_refreshes(sim, clock)
 
 
 async def test_slash_filters_by_pid_user_or_command(sim):
-    app = NvtopyApp(sim(gpus=4, seed=1, processes_per_gpu=4), interval=INTERVAL)
+    app = NvtopyApp.for_backend(sim(gpus=4, seed=1, processes_per_gpu=4), interval=INTERVAL)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         table = table_of(app)
@@ -306,7 +306,7 @@ async def test_slash_filters_by_pid_user_or_command(sim):
 
 
 async def test_escape_clears_every_filter(sim):
-    app = NvtopyApp(sim(gpus=4, seed=1, processes_per_gpu=4), interval=INTERVAL)
+    app = NvtopyApp.for_backend(sim(gpus=4, seed=1, processes_per_gpu=4), interval=INTERVAL)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         table = table_of(app)
@@ -335,7 +335,7 @@ async def test_escape_clears_every_filter(sim):
 
 
 async def test_u_shows_only_my_processes(sim):
-    app = NvtopyApp(sim(gpus=4, seed=1, processes_per_gpu=4, viewer="alice"), interval=INTERVAL)
+    app = NvtopyApp.for_backend(sim(gpus=4, seed=1, processes_per_gpu=4, viewer="alice"), interval=INTERVAL)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         table = table_of(app)
@@ -362,7 +362,7 @@ TYPED_WORKLOADS = [
 
 
 async def test_t_cycles_process_type_compute_graphics_all(sim):
-    app = NvtopyApp(sim(gpus=4, seed=1, workloads=TYPED_WORKLOADS, model="RTX 4090"), interval=INTERVAL)
+    app = NvtopyApp.for_backend(sim(gpus=4, seed=1, workloads=TYPED_WORKLOADS, model="RTX 4090"), interval=INTERVAL)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         table = table_of(app)
@@ -388,7 +388,7 @@ async def test_t_cycles_process_type_compute_graphics_all(sim):
 
 
 async def test_g_hides_a_gpu_and_its_processes(sim):
-    app = NvtopyApp(sim(gpus=4, seed=1, processes_per_gpu=4), interval=INTERVAL)
+    app = NvtopyApp.for_backend(sim(gpus=4, seed=1, processes_per_gpu=4), interval=INTERVAL)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         table = table_of(app)
@@ -436,7 +436,7 @@ async def test_g_hides_a_gpu_and_its_processes(sim):
 
 
 async def test_g_cancel_without_a_filter_changes_nothing(sim):
-    app = NvtopyApp(sim(gpus=4, seed=1, processes_per_gpu=4), interval=INTERVAL)
+    app = NvtopyApp.for_backend(sim(gpus=4, seed=1, processes_per_gpu=4), interval=INTERVAL)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         rows = len(table_of(app).rows)
@@ -454,7 +454,7 @@ async def test_g_cancel_without_a_filter_changes_nothing(sim):
 
 
 async def test_v_cycles_auto_full_compact(sim):
-    app = NvtopyApp(sim(gpus=4, seed=1), interval=INTERVAL)
+    app = NvtopyApp.for_backend(sim(gpus=4, seed=1), interval=INTERVAL)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         gpus = app.query_one("#gpus")
@@ -483,7 +483,7 @@ async def test_v_cycles_auto_full_compact(sim):
 
 
 async def test_auto_layout_with_16_gpus_in_80x24_is_compact_and_keeps_rows(sim):
-    app = NvtopyApp(sim(gpus=16, seed=1), interval=INTERVAL)
+    app = NvtopyApp.for_backend(sim(gpus=16, seed=1), interval=INTERVAL)
     async with app.run_test(size=(80, 24)) as pilot:
         await started(pilot, app)
         gpus = app.query_one("#gpus")
@@ -506,11 +506,11 @@ async def test_auto_layout_with_16_gpus_in_80x24_is_compact_and_keeps_rows(sim):
 
 
 async def test_p_pauses_and_resumes(sim, clock):
-    app = NvtopyApp(sim(gpus=2, seed=1), interval=0.1)
+    app = NvtopyApp.for_backend(sim(gpus=2, seed=1), interval=0.1)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app, 2)
         await pilot.press("p")
-        assert app.poller.paused
+        assert app.source.paused
         assert "PAUSED" in header_line(app)
         await pilot.pause(0.15)  # a snapshot already being read may still land
         count = app.snapshots_applied
@@ -520,7 +520,7 @@ async def test_p_pauses_and_resumes(sim, clock):
         assert app.snapshots_applied == count, "no refresh while paused"
         assert "PAUSED" in header_line(app)
         await pilot.press("p")
-        assert not app.poller.paused
+        assert not app.source.paused
         await wait_until(pilot, lambda: app.snapshots_applied >= count + 3, message="refreshing again on its own")
         await pilot.pause()
         assert "PAUSED" not in header_line(app)
@@ -528,21 +528,21 @@ async def test_p_pauses_and_resumes(sim, clock):
 
 
 async def test_plus_and_minus_step_the_interval_within_bounds(sim):
-    app = NvtopyApp(sim(gpus=1, seed=1), interval=1.0)
+    app = NvtopyApp.for_backend(sim(gpus=1, seed=1), interval=1.0)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         seen = []
         for _ in range(4):
             await pilot.press("plus")
-            seen.append(app.poller.interval)
+            seen.append(app.source.interval)
         assert seen == [0.5, 0.25, 0.25, 0.25]
         assert "⟳ 0.25s" in header_line(app)
         await pilot.press("equals_sign")
-        assert app.poller.interval == 0.25
+        assert app.source.interval == 0.25
         seen = []
         for _ in range(8):
             await pilot.press("minus")
-            seen.append(app.poller.interval)
+            seen.append(app.source.interval)
         assert seen == [0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 10.0, 10.0]
         assert "⟳ 10s" in header_line(app)
 
@@ -550,20 +550,20 @@ async def test_plus_and_minus_step_the_interval_within_bounds(sim):
 @pytest.mark.parametrize(("start", "faster", "slower"), [(0.1, 0.1, 0.25), (60.0, 10.0, 60.0)])
 async def test_interval_keys_never_go_the_wrong_way_from_outside_the_steps(sim, start, faster, slower):
     """``--interval 0.1``: + (faster) must not slow it to 0.25; ``--interval 60``: - must not speed it up."""
-    app = NvtopyApp(sim(gpus=1, seed=1), interval=start)
+    app = NvtopyApp.for_backend(sim(gpus=1, seed=1), interval=start)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("plus")
-        assert app.poller.interval == faster
-        app.poller.set_interval(start)
+        assert app.source.interval == faster
+        app.source.set_interval(start)
         await pilot.press("minus")
-        assert app.poller.interval == slower
+        assert app.source.interval == slower
 
 
 # --------------------------------------------------------------------------- help and palette
 
 
 async def test_help_lists_every_binding_and_escape_closes_it(sim):
-    app = NvtopyApp(sim(gpus=2, seed=1), interval=INTERVAL)
+    app = NvtopyApp.for_backend(sim(gpus=2, seed=1), interval=INTERVAL)
     async with app.run_test(size=(120, 60)) as pilot:
         await started(pilot, app)
         await pilot.press("question_mark")
@@ -595,7 +595,7 @@ async def test_help_lists_every_binding_and_escape_closes_it(sim):
 
 
 async def test_ctrl_p_opens_the_command_palette(sim):
-    app = NvtopyApp(sim(gpus=2, seed=1, processes_per_gpu=4), interval=INTERVAL)
+    app = NvtopyApp.for_backend(sim(gpus=2, seed=1, processes_per_gpu=4), interval=INTERVAL)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         await pilot.press("ctrl+p")
@@ -619,7 +619,7 @@ async def test_ctrl_p_opens_the_command_palette(sim):
 
 
 async def test_space_tags_and_moves_down_and_shift_u_untags_all(sim):
-    app = NvtopyApp(sim(gpus=4, seed=1, processes_per_gpu=4), interval=INTERVAL)
+    app = NvtopyApp.for_backend(sim(gpus=4, seed=1, processes_per_gpu=4), interval=INTERVAL)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         table = table_of(app)
@@ -651,13 +651,13 @@ async def test_space_tags_and_moves_down_and_shift_u_untags_all(sim):
 
 async def test_lost_gpu_shows_lost_while_others_keep_updating(sim, clock):
     backend = sim(gpus=4, seed=1)
-    app = NvtopyApp(backend, interval=INTERVAL)
+    app = NvtopyApp.for_backend(backend, interval=INTERVAL)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         gpu_view = app.query_one("#gpus")
         assert "LOST" not in "\n".join(widget_lines(gpu_view))
         backend.set_lost(1)
-        app.poller.refresh()
+        app.source.refresh()
         await wait_until(pilot, lambda: app.visible_gpus()[1].lost, message="GPU 1 lost")
         await pilot.pause()
         states = app.visible_gpus()
@@ -669,7 +669,7 @@ async def test_lost_gpu_shows_lost_while_others_keep_updating(sim, clock):
             before = {g.index: g.sample for g in app.visible_gpus()}
             clock.advance(1)
             now = clock.now
-            app.poller.refresh()
+            app.source.refresh()
             await wait_until(
                 pilot, lambda now=now: app.visible_gpus()[0].sample.timestamp >= now, message="a newer snapshot"
             )
@@ -685,7 +685,7 @@ async def test_lost_gpu_shows_lost_while_others_keep_updating(sim, clock):
         assert "LOST" in widget_lines(gpu_view)[0] + widget_lines(gpu_view)[1]
         await pilot.press("v")
         backend.set_lost(1, False)
-        app.poller.refresh()
+        app.source.refresh()
         await wait_until(pilot, lambda: not app.visible_gpus()[1].lost, message="GPU 1 back")
         await pilot.pause()
         assert app.visible_gpus()[1].sample.power_draw_w is not None
@@ -701,7 +701,7 @@ UNTRUSTED = [
 
 
 async def test_untrusted_commands_are_drawn_literally_and_safely(sim):
-    app = NvtopyApp(sim(gpus=2, seed=1, workloads=UNTRUSTED), interval=INTERVAL)
+    app = NvtopyApp.for_backend(sim(gpus=2, seed=1, workloads=UNTRUSTED), interval=INTERVAL)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         commands = {p.command for p in table_of(app).rows}
@@ -742,31 +742,31 @@ async def test_untrusted_commands_are_drawn_literally_and_safely(sim):
 
 @pytest.mark.parametrize("key", ["q", "ctrl+c"])
 async def test_quit_keys_exit_promptly_and_stop_the_poller(sim, key):
-    app = NvtopyApp(sim(gpus=4, seed=1), interval=1.0)
+    app = NvtopyApp.for_backend(sim(gpus=4, seed=1), interval=1.0)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
-        assert app.poller.running
+        assert app.source.running
         started_at = time.monotonic()
         await pilot.press(key)
         await pilot.pause()
     assert time.monotonic() - started_at < 1.0
-    assert not app.poller.running
+    assert not app.source.running
     assert app.return_code == 0
 
 
 async def test_a_snapshot_arriving_after_the_widgets_are_gone_is_ignored(sim):
     """run_test's shutdown removes the screens while the poller still posts: a late snapshot must not crash."""
-    app = NvtopyApp(sim(gpus=2, seed=1), poll=False)
+    app = NvtopyApp.for_backend(sim(gpus=2, seed=1), poll=False)
     close_all = app._close_all
 
     async def close_then_poll() -> None:  # the window of that race, made certain
         await close_all()
-        app.poller.poll_once()
+        app.source.poll_once()
         await asyncio.sleep(0.05)  # the app's message loop still runs: it handles the snapshot
 
     app._close_all = close_then_poll
     async with app.run_test(size=SIZE) as pilot:
-        app.poller.poll_once()
+        app.source.poll_once()
         await started(pilot, app)
         applied = app.snapshots_applied
     assert app.snapshots_applied == applied + 1, "the late snapshot was delivered, and ignored"

@@ -101,7 +101,7 @@ SHORT = [
 async def test_t_names_the_process_and_cancel_sends_nothing(sim, cancel):
     backend = sim(gpus=2, seed=1, workloads=SHORT, viewer="alice")
     spy = SendSpy(backend)
-    app = NvtopyApp(backend, interval=INTERVAL)
+    app = NvtopyApp.for_backend(backend, interval=INTERVAL)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         await select(pilot, app, lambda p: p.user == "alice" and p.gpu_index == 1)
@@ -132,7 +132,7 @@ async def test_t_names_the_process_and_cancel_sends_nothing(sim, cancel):
 async def test_enter_on_the_dialog_cancels(sim):
     backend = sim(gpus=2, seed=1, workloads=SHORT, viewer="alice")
     spy = SendSpy(backend)
-    app = NvtopyApp(backend, interval=INTERVAL)
+    app = NvtopyApp.for_backend(backend, interval=INTERVAL)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         await select(pilot, app, lambda p: p.user == "alice")
@@ -155,7 +155,7 @@ async def test_signal_key_kills_a_real_process(sim, spawn, key, signum):
     child, bystander = spawn(), spawn()
     backend = sim(gpus=2, real_pids=[child.pid, bystander.pid], processes_per_gpu=0, clock=time.time)
     spy = SendSpy(backend)
-    app = NvtopyApp(backend, interval=INTERVAL)
+    app = NvtopyApp.for_backend(backend, interval=INTERVAL)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         assert pids(app) == {child.pid, bystander.pid}
@@ -181,7 +181,7 @@ async def test_signal_key_kills_a_real_process(sim, spawn, key, signum):
 async def test_tagged_processes_all_get_the_signal_after_one_confirmation(sim, spawn):
     first, second, third = spawn(), spawn(), spawn()
     backend = sim(gpus=2, real_pids=[first.pid, second.pid, third.pid], processes_per_gpu=0, clock=time.time)
-    app = NvtopyApp(backend, interval=INTERVAL)
+    app = NvtopyApp.for_backend(backend, interval=INTERVAL)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         assert pids(app) == {first.pid, second.pid, third.pid}
@@ -212,7 +212,7 @@ IGNORES_SIGTERM = (
 async def test_a_process_that_survives_the_signal_stays_listed_but_untagged(sim, spawn):
     stubborn = spawn(IGNORES_SIGTERM)
     backend = sim(gpus=1, real_pids=[stubborn.pid], processes_per_gpu=0, clock=time.time)
-    app = NvtopyApp(backend, interval=INTERVAL)
+    app = NvtopyApp.for_backend(backend, interval=INTERVAL)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         await pilot.press("space")
@@ -233,7 +233,7 @@ async def test_a_process_that_survives_the_signal_stays_listed_but_untagged(sim,
 
 async def test_pid_reused_after_the_dialog_opened_is_refused(sim):
     backend = sim(gpus=2, seed=1, viewer="alice")
-    app = NvtopyApp(backend, interval=INTERVAL)
+    app = NvtopyApp.for_backend(backend, interval=INTERVAL)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         await select(pilot, app, lambda p: p.user == "alice")
@@ -256,7 +256,7 @@ async def test_pid_reused_after_the_dialog_opened_is_refused(sim):
 async def test_readonly_mode_opens_no_dialog_and_sends_nothing(sim):
     backend = sim(gpus=2, seed=1, viewer="alice")
     spy = SendSpy(backend)
-    app = NvtopyApp(backend, interval=INTERVAL, readonly=True)
+    app = NvtopyApp.for_backend(backend, interval=INTERVAL, readonly=True)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         assert "read-only" in "".join(widget_lines(app.query_one("#header")))
@@ -279,7 +279,7 @@ async def test_readonly_mode_opens_no_dialog_and_sends_nothing(sim):
 
 async def test_another_users_process_is_not_permitted(sim):
     backend = sim(gpus=2, seed=1, viewer="alice")
-    app = NvtopyApp(backend, interval=INTERVAL)
+    app = NvtopyApp.for_backend(backend, interval=INTERVAL)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         await select(pilot, app, lambda p: p.user not in ("alice", None))
@@ -299,7 +299,7 @@ async def test_another_users_process_is_not_permitted(sim):
 async def test_foreign_pids_cannot_be_signalled(sim):
     backend = sim(gpus=2, seed=1, viewer="alice", faults=parse_fault_specs(["foreign"]))
     spy = SendSpy(backend)
-    app = NvtopyApp(backend, interval=INTERVAL)
+    app = NvtopyApp.for_backend(backend, interval=INTERVAL)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         rows = table_of(app).rows
@@ -319,7 +319,7 @@ async def test_foreign_pids_cannot_be_signalled(sim):
 
 async def test_nothing_selected_opens_no_dialog(sim):
     backend = sim(gpus=2, seed=1, processes_per_gpu=0)
-    app = NvtopyApp(backend, interval=INTERVAL)
+    app = NvtopyApp.for_backend(backend, interval=INTERVAL)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         assert table_of(app).rows == []
@@ -334,7 +334,7 @@ async def test_outcome_naming_a_process_with_markup_does_not_crash(sim):
     backend = sim(
         gpus=2, seed=1, viewer="alice", workloads=[Workload("[/bold]x --y", (0.1, 0.2), (0.3, 0.5), (600, 600))]
     )
-    app = NvtopyApp(backend, interval=INTERVAL)
+    app = NvtopyApp.for_backend(backend, interval=INTERVAL)
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         await started(pilot, app)
         await select(pilot, app, lambda p: p.user == "alice")

@@ -14,10 +14,10 @@ from nvtopy.tui.process_table import ProcessTable
 
 async def test_unchanged_snapshot_redraws_nothing_and_changed_one_only_lines(sim, clock, monkeypatch):
     backend = sim(gpus=4, seed=1, processes_per_gpu=4)
-    app = NvtopyApp(backend, poll=False)
+    app = NvtopyApp.for_backend(backend, poll=False)
     async with app.run_test(size=(120, 40)) as pilot:
         for _ in range(150):  # same instant: let every sparkline window fill with identical values
-            app.poller.poll_once(slow=True)
+            app.source.poll_once(slow=True)
             await pilot.pause()
         widgets_before = len(app.query("*"))
         calls: list[tuple[str, tuple, dict]] = []
@@ -31,12 +31,12 @@ async def test_unchanged_snapshot_redraws_nothing_and_changed_one_only_lines(sim
 
             monkeypatch.setattr(widget, "refresh", spy)
 
-        app.poller.poll_once(slow=True)
+        app.source.poll_once(slow=True)
         await pilot.pause()
         assert calls == [], f"an identical snapshot redrew {calls[:3]}"
 
         clock.advance(1)
-        app.poller.poll_once(slow=True)
+        app.source.poll_once(slow=True)
         await pilot.pause()
         assert calls, "changed values must be redrawn"
         for name, regions, kwargs in calls:

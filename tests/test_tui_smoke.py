@@ -11,7 +11,7 @@ from .tui_helpers import wait_until
 
 async def test_app_shows_gpus_and_processes_and_quits(sim):
     backend = sim(gpus=4, seed=1)
-    app = NvtopyApp(backend, interval=0.2)
+    app = NvtopyApp.for_backend(backend, interval=0.2)
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_until(pilot, lambda: app.snapshots_applied >= 2, message="two snapshots")
         table = app.query_one("#processes")
@@ -21,4 +21,4 @@ async def test_app_shows_gpus_and_processes_and_quits(sim):
         await pilot.press("q")
         await pilot.pause()
     assert time.monotonic() - started < 1.0
-    assert not app.poller.running
+    assert not app.source.running

@@ -36,7 +36,7 @@ async def more_snapshots(pilot, app, count: int = 1) -> None:
     """Have the poller collect ``count`` more snapshots now (not at its next tick) and wait until they are applied."""
     for _ in range(count):
         target = app.snapshots_applied + 1
-        app.poller.refresh()
+        app.source.refresh()
         await wait_until(pilot, lambda target=target: app.snapshots_applied >= target, message="one more snapshot")
     await pilot.pause()
 

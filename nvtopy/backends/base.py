@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 from ..model import GpuStatic, HostInfo, HostProcess, RawGpuProcess, Reason
 
-__all__ = ["Backend", "ProcessReading", "Reading", "SignalOutcome"]
+__all__ = ["Backend", "ProcessReading", "Reading", "SignalOutcome", "driver_in_words"]
 
 
 class Reading:
@@ -113,3 +113,8 @@ class Backend(abc.ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def driver_in_words(kind: str | None) -> str:
+    """What a slow start waits for, as the monitor says it: "waiting for the NVIDIA driver: 12 s"."""
+    return "the simulated driver" if kind == "simulated" else "the NVIDIA driver"

@@ -111,7 +111,7 @@ def _run_interactive(args: argparse.Namespace) -> int:
     from ..tui.app import NvtopyApp
 
     warnings: list[str] = []
-    app = NvtopyApp(
+    app = NvtopyApp.for_backend(
         None,
         opener=opener,
         select=lambda collector: resolve_selection(args, collector, warn=warnings.append),
@@ -148,7 +148,7 @@ def _run_remote(args: argparse.Namespace) -> int:
         return 0
     from ..tui.app import NvtopyApp
 
-    NvtopyApp(None, source=source, layout=args.view).run()
+    NvtopyApp(source, layout=args.view).run()
     return 0
 
 

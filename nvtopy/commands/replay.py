@@ -32,6 +32,6 @@ def run(command: str, args: argparse.Namespace) -> int:
     from ..tui.app import NvtopyApp
 
     player = ReplayPlayer(recording, speed=args.speed)
-    app = NvtopyApp(None, source=player, readonly=True, layout=args.view)
+    app = NvtopyApp(player, layout=args.view)  # read-only: a replay cannot signal
     app.run()
     return 0

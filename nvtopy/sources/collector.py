@@ -12,7 +12,6 @@ one-shot reads) owns a collector and its backend.
 
 from __future__ import annotations
 
-import collections
 import time
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
@@ -20,25 +19,23 @@ from typing import Any
 from ..backends.base import Backend, ProcessReading, Reading
 from ..model import (
     ALL_GROUPS,
+    HISTORY_LENGTH,
     SAMPLE_GROUPS,
     GpuHistory,
     GpuProcess,
     GpuSample,
     GpuState,
     GpuStatic,
+    HistoryBuffer,
     HostProcess,
     RawGpuProcess,
     Reason,
     Snapshot,
     freeze,
-    history_of,
-    history_row,
     sample_from_fields,
 )
 
-__all__ = ["HINT_MIN_BYTES", "HISTORY_LENGTH", "Collector", "processes_hint"]
-
-HISTORY_LENGTH = 300
+__all__ = ["HINT_MIN_BYTES", "Collector", "processes_hint"]
 
 
 class _GpuMemo:
@@ -50,7 +47,7 @@ class _GpuMemo:
         self.static = static
         self.values: dict[str, Any] = {}
         self.reasons: dict[str, Reason] = {}
-        self.history: collections.deque[tuple[Any, ...]] = collections.deque(maxlen=history)
+        self.history = HistoryBuffer(history)
         self.never_read: set[str] = set(ALL_GROUPS)
 
 
@@ -64,7 +61,7 @@ class Collector:
     def __init__(self, backend: Backend, indices: Sequence[int] | None = None, history: int = HISTORY_LENGTH) -> None:
         self.backend = backend
         self.host = backend.host_info()
-        self._history_length = max(1, history)
+        self._history_length = history
         self._memos: dict[int, _GpuMemo] = {}
         self._statics: list[GpuStatic] | None = None
         self._sequence = 0
@@ -192,10 +189,10 @@ class Collector:
                     reasons[name] = Reason.LOST
         return sample_from_fields(timestamp, reading.lost, values, reasons)
 
-    def _record(self, memo: _GpuMemo, sample: GpuSample) -> GpuHistory:
-        used, total = sample.memory_used_bytes, memo.static.memory_total_bytes
-        memo.history.append(history_row(sample, 100.0 * used / total if used is not None and total else None))
-        return history_of(memo.history)
+    @staticmethod
+    def _record(memo: _GpuMemo, sample: GpuSample) -> GpuHistory:
+        memo.history.append(memo.static, sample)
+        return memo.history.history()
 
 
 HINT_MIN_BYTES = 2 << 30  # less can be the driver's own (memory info v1 counts its reservation as used)

@@ -16,7 +16,9 @@ must hand the snapshot over to its own thread, e.g. with Textual's thread-safe
 A slow or stuck driver: given an ``opener`` instead of a backend, the thread
 also opens the backend and reads what the GPU selection needs before its first
 poll, so a UI draws (and quits) at once while ``nvmlInit`` takes its time;
-:attr:`Poller.busy_since` says how long the driver has kept it waiting. Such a
+:attr:`~nvtopy.sources.base.SnapshotSource.busy_since` says how long the driver
+has kept it waiting. Signals (:meth:`Poller.signal`) are sent on the same
+thread, between two polls: one thread uses the backend. Such a
 poller owns its backend: its thread closes it when it stops, after the call in
 progress returned -- never another thread while this one is inside the driver.
 Nobody waits for that: a process that exits first leaves the driver to clean up.
@@ -31,10 +33,10 @@ from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from ..backends.base import Backend
-from ..model import ALL_GROUPS, Snapshot
-from .base import SnapshotSource
-from .collector import HISTORY_LENGTH, Collector
+from ..backends.base import Backend, SignalOutcome, driver_in_words
+from ..model import ALL_GROUPS, HISTORY_LENGTH, Snapshot
+from .base import MIN_INTERVAL, SnapshotSource
+from .collector import Collector
 
 __all__ = ["CADENCE", "FAST_GROUPS", "SLOW_GROUPS", "Poller"]
 
@@ -65,21 +67,24 @@ CADENCE: dict[str, float] = {
 FAST_GROUPS: frozenset[str] = frozenset(g for g in ALL_GROUPS if CADENCE[g] == 0.0)
 SLOW_GROUPS: frozenset[str] = ALL_GROUPS - FAST_GROUPS
 
-MIN_INTERVAL = 0.1
-
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
 
 class Poller(SnapshotSource):
-    """Collects snapshots of a backend on a background thread at an adjustable interval."""
+    """Collects snapshots of a backend on a background thread at an adjustable interval.
+
+    The live source: it signals processes (on its thread, which owns the backend),
+    cannot step or change speed, and has no status line of its own.
+    """
 
     thread_name = "nvtopy-poller"
+    signal_refusal = None
 
     def __init__(
         self,
-        backend: Backend,
+        backend: Backend | None,
         *,
         interval: float = 1.0,
         indices: Sequence[int] | None = None,
@@ -91,6 +96,7 @@ class Poller(SnapshotSource):
         collector: Collector | None = None,
         opener: Callable[[], Backend] | None = None,
         select: Callable[[Collector], Sequence[int]] | None = None,
+        waiting_for: str | None = None,
     ) -> None:
         """``groups``: the field groups the view shows (others are never read after the first collect).
 
@@ -99,6 +105,8 @@ class Poller(SnapshotSource):
         collector's :meth:`~nvtopy.sources.collector.Collector.statics`. An error of either
         ends the thread: it is in :attr:`open_error` and goes to the callbacks of
         :meth:`subscribe_failure`. The poller owns (and closes) a backend it opened.
+        ``waiting_for`` names the driver a slow start waits for (by default
+        the simulated one for a simulated backend, else the NVIDIA driver).
         """
         super().__init__(max(MIN_INTERVAL, interval))
         if opener is None:
@@ -114,19 +122,14 @@ class Poller(SnapshotSource):
         self._select = select
         self._indices = indices
         self._history = history
-        self._failure_callbacks: list[Callable[[BaseException], None]] = []
-        self.open_error: BaseException | None = None
-        # time.monotonic() when the backend call in progress began (opening or a poll); None when idle.
-        self.busy_since: float | None = None
+        self.waiting_for = waiting_for or driver_in_words(None if backend is None else backend.kind)
         self._groups = frozenset(groups)
         self._cadence = {**CADENCE, **(cadence or {})}
         self._due: dict[str, float] = {}
         self._processes = processes
         self._join = join
         self._requests: collections.deque[tuple[Callable[[], Any], Future[Any]]] = collections.deque()
-        self.last_error: BaseException | None = None
         self.polls = 0
-        self.poll_seconds = 0.0  # total time spent collecting (for benchmarks)
 
     def set_interval(self, seconds: float) -> None:
         super().set_interval(max(MIN_INTERVAL, seconds))
@@ -136,9 +139,22 @@ class Poller(SnapshotSource):
         """True once the backend is open and the GPUs selected (at once when given a backend)."""
         return self.collector is not None
 
-    def subscribe_failure(self, callback: Callable[[BaseException], None]) -> None:
-        """``callback(error)`` runs on the poller thread if opening the backend or selecting GPUs fails."""
-        self._failure_callbacks.append(callback)
+    @property
+    def gpu_indices(self) -> tuple[int, ...] | None:
+        """The GPUs polled (``()``: the backend has none); None until the backend is open."""
+        collector = self.collector
+        return None if collector is None else tuple(collector.indices)
+
+    def signal(self, pid: int, create_time: float | None, signum: int) -> Future[SignalOutcome]:
+        """Send the signal from the poller thread, between two polls (see :meth:`submit`)."""
+
+        def send() -> SignalOutcome:
+            backend = self.backend
+            if backend is None:
+                raise RuntimeError("the backend is not open yet")
+            return backend.send_signal(pid, create_time, signum)
+
+        return self.submit(send)
 
     def submit(self, function: Callable[[], T]) -> Future[T]:
         """Run ``function`` on the poller thread (which owns the backend) between two polls.
@@ -192,7 +208,6 @@ class Poller(SnapshotSource):
         collector = self.collector
         if collector is None:
             raise RuntimeError("the backend is not open yet")
-        started = time.perf_counter()
         self.busy_since = time.monotonic()
         try:
             snapshot = collector.collect(
@@ -204,7 +219,6 @@ class Poller(SnapshotSource):
             )
         finally:
             self.busy_since = None
-        self.poll_seconds += time.perf_counter() - started
         self.polls += 1
         self._publish(snapshot)
         return snapshot
@@ -231,13 +245,8 @@ class Poller(SnapshotSource):
             if self._select is not None:
                 collector.select(self._select(collector))
         except BaseException as exc:  # noqa: BLE001 - handed to the failure callbacks, whatever it is
-            self.open_error = exc
             self._fail_requests(exc)
-            for callback in list(self._failure_callbacks):
-                try:
-                    callback(exc)
-                except Exception:
-                    log.exception("failure subscriber failed")
+            self._fail(exc)
             return False
         finally:
             self.busy_since = None

@@ -34,7 +34,6 @@ dcgm-exporter's, so its dashboards work as they are.
 from __future__ import annotations
 
 import base64
-import collections
 import contextlib
 import http.client
 import socket
@@ -44,12 +43,10 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
 from .._version import __version__
-from ..backends.base import SignalOutcome
 from ..errors import UsageError
 from ..formats.prometheus import HostScrape, parse_exposition
 from ..model import (
@@ -57,20 +54,18 @@ from ..model import (
     GpuSample,
     GpuState,
     GpuStatic,
+    HistoryBuffer,
     HostInfo,
     ProcessType,
     Reason,
     Snapshot,
     freeze,
-    history_of,
-    history_row,
 )
 from ..textsafe import safe_text
 from .base import SnapshotSource
 
 __all__ = ["RemoteHosts", "metrics_url"]
 
-HISTORY = 300
 MAX_BYTES = 16 * 1024 * 1024
 GRACE = 0.2  # how long past its deadline a poll waits for a fetch to report its own reason
 CHUNK = 64 * 1024
@@ -355,28 +350,27 @@ def _fetch(target: _Target, deadline: float, job: _Job) -> HostScrape:
 
 
 class RemoteHosts(SnapshotSource):
-    """A snapshot source for the monitor: every host's GPUs, scraped in parallel each interval."""
+    """A snapshot source for the monitor: every host's GPUs, scraped in parallel each interval.
+
+    Its status line counts the hosts that answer; it refuses to signal (the
+    processes are other hosts'), and cannot step or change speed.
+    """
 
     thread_name = "nvtopy-remote"
+    signal_refusal = "processes of remote hosts cannot be signalled from here"
 
     def __init__(self, urls: Sequence[str], interval: float = 2.0, timeout: float = 2.0) -> None:
         super().__init__(interval)
         self.targets = [_Target.of(u) for u in urls]
         self.urls = [t.url for t in self.targets]  # without credentials
         self.timeout = min(timeout, max(0.2, interval))
-        self.collector = type("_Indices", (), {"indices": []})()
-        self._history: dict[tuple[str, int], collections.deque[tuple[Any, ...]]] = {}
+        self._history: dict[tuple[str, int], HistoryBuffer] = {}  # (host URL, the host's GPU index)
         self._sequence = 0
         self._last: list[HostScrape] = []
         self._jobs: dict[int, _Job] = {}  # target position -> its latest fetch
         self._changed = threading.Event()  # a fetch ended, or stop() was called
 
-    def submit(self, function: Callable[[], Any]) -> Future[SignalOutcome]:
-        future: Future[SignalOutcome] = Future()
-        future.set_result(SignalOutcome(False, "processes of remote hosts cannot be signalled from here"))
-        return future
-
-    def status(self) -> str:
+    def status_line(self) -> str:
         up = sum(1 for s in self._last if s.error is None)
         state = "⏸ " if self._paused else ""
         return f"{state}REMOTE {up}/{len(self.urls)} hosts ⟳ {self._interval:g}s"
@@ -467,10 +461,11 @@ class RemoteHosts(SnapshotSource):
                 _process(row, index, static.uuid, now) for row in scrape.processes.get(remote_static.index, [])
             )
             key = (scrape.url, remote_static.index)
-            rows = self._history.setdefault(key, collections.deque(maxlen=HISTORY))
-            state = GpuState(static, sample, processes)
-            rows.append(history_row(sample, state.memory_used_percent))
-            gpus.append(GpuState(static, sample, processes, history=history_of(rows)))
+            history = self._history.get(key)
+            if history is None:
+                history = self._history[key] = HistoryBuffer()
+            history.append(static, sample)
+            gpus.append(GpuState(static, sample, processes, history=history.history()))
         if scrape.note:
             static = GpuStatic(index=first + len(gpus), host=scrape.hostname)
             gpus.append(GpuState(static, GpuSample(now), note=scrape.note))

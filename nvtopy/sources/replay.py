@@ -29,25 +29,23 @@ import operator
 import threading
 from array import array
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
 from typing import IO, Any, overload
 
-from ..backends.base import SignalOutcome
 from ..errors import NvtopyError
 from ..model import (
+    HISTORY_LENGTH,
     GpuProcess,
     GpuSample,
     GpuState,
     GpuStatic,
+    HistoryBuffer,
     HostInfo,
     ProcessType,
     Reason,
     Snapshot,
     freeze,
-    history_of,
-    history_row,
 )
 from ..textsafe import safe_text, unescape_text
 from .base import SnapshotSource
@@ -63,7 +61,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-HISTORY = 300  # points per chart, rebuilt from as many lines before the one shown
 CACHE = 32  # parsed snapshots kept: the one shown and its neighbours, so stepping back is instant
 MAX_LINE = 64 << 20  # bytes; a longer line is damage (a recording's lines are kilobytes)
 MAX_GPUS = 4096  # per line; more is damage, not a node
@@ -218,12 +215,16 @@ def _gpu_items(data: dict[str, Any]) -> list[Any]:
     return items
 
 
-def _take_history(rows: dict[int, collections.deque[tuple[Any, ...]]], static: GpuStatic, sample: GpuSample) -> None:
-    point = history_row(sample, GpuState(static, sample).memory_used_percent)
-    rows.setdefault(static.index, collections.deque(maxlen=HISTORY)).append(point)
+def _take_history(buffers: dict[int, HistoryBuffer], static: GpuStatic, sample: GpuSample) -> HistoryBuffer:
+    """Add the sample to its GPU's history (:data:`~nvtopy.model.HISTORY_LENGTH` points per chart)."""
+    buffer = buffers.get(static.index)
+    if buffer is None:
+        buffer = buffers[static.index] = HistoryBuffer(HISTORY_LENGTH)
+    buffer.append(static, sample)
+    return buffer
 
 
-def snapshot_from_dict(data: dict[str, Any], history: dict[int, collections.deque[tuple[Any, ...]]]) -> Snapshot:
+def snapshot_from_dict(data: dict[str, Any], history: dict[int, HistoryBuffer]) -> Snapshot:
     """Rebuild a snapshot from one line of a recording; ``history`` carries the sparklines across lines.
 
     Every value is checked against the model's type (text, number, true/false) and
@@ -250,14 +251,14 @@ def snapshot_from_dict(data: dict[str, Any], history: dict[int, collections.dequ
             raise TypeError("processes is not a list")
         processes = tuple(_process(p, static) for p in listed)
         reason = None if unavailable is None else Reason(unavailable)
-        _take_history(history, static, sample)
+        buffer = _take_history(history, static, sample)
         gpus.append(
             GpuState(
                 static,
                 sample,
                 processes,
                 reason,
-                history_of(history[static.index]),
+                buffer.history(),
                 # as the live monitor says it; a log without processes has no list to hint about
                 processes_hint=processes_hint(sample, processes, reason) if "processes" in item else None,
             )
@@ -272,7 +273,7 @@ def snapshot_from_dict(data: dict[str, Any], history: dict[int, collections.dequ
     )
 
 
-def _history_only(data: dict[str, Any], history: dict[int, collections.deque[tuple[Any, ...]]]) -> None:
+def _history_only(data: dict[str, Any], history: dict[int, HistoryBuffer]) -> None:
     """What a line adds to the charts, without building its processes (to rebuild history fast)."""
     timestamp = _timestamp(data)
     for item in _gpu_items(data):
@@ -296,7 +297,7 @@ def _json(raw: bytes) -> Any:
         raise _DamageError(f"not JSON that can be read ({_excerpt(exc, 60)})") from None
 
 
-def _parse(raw: bytes, history: dict[int, collections.deque[tuple[Any, ...]]]) -> Snapshot:
+def _parse(raw: bytes, history: dict[int, HistoryBuffer]) -> Snapshot:
     data = _json(raw)
     try:
         return snapshot_from_dict(data, history)
@@ -309,7 +310,7 @@ class RecordedSnapshots(Sequence[Snapshot]):
 
     Indexing is what a tuple of every snapshot would give, charts included: the
     history of snapshot ``i`` is rebuilt from the lines before it (at most
-    :data:`HISTORY`), or carried on from ``i - 1`` when played in order. The
+    :data:`~nvtopy.model.HISTORY_LENGTH`), or carried on from ``i - 1`` when played in order. The
     last :data:`CACHE` snapshots asked for are kept, the same objects each time.
     Safe to use from several threads.
     """
@@ -320,7 +321,7 @@ class RecordedSnapshots(Sequence[Snapshot]):
         self._timestamps = timestamps
         self._cache_size = max(1, cache)
         self._cache: collections.OrderedDict[int, Snapshot] = collections.OrderedDict()
-        self._history: dict[int, collections.deque[tuple[Any, ...]]] = {}
+        self._history: dict[int, HistoryBuffer] = {}
         self._at = -1  # the last line the history has taken in (-1: none, so line 0 follows)
         self._lock = threading.Lock()
         self.parsed = 0  # lines parsed on demand (history rebuilds included)
@@ -370,7 +371,7 @@ class RecordedSnapshots(Sequence[Snapshot]):
                         first = max(0, position - self._cache_size // 2)
                     self._at = -2
                     self._history = {}
-                    for before in range(max(0, first - HISTORY + 1), first):
+                    for before in range(max(0, first - HISTORY_LENGTH + 1), first):
                         _history_only(self._data(handle, before), self._history)
                 for earlier in range(first, position):
                     self._keep(earlier, snapshot_from_dict(self._data(handle, earlier), self._history))
@@ -443,34 +444,41 @@ def load_recording(path: str, *, cache: int = CACHE) -> Recording:
     return Recording(RecordedSnapshots(path, offsets, timestamps, cache), stopped, path)
 
 
-class _NoCollector:
-    indices: list[int] = []
-
-
 class ReplayPlayer(SnapshotSource):
     """A snapshot source for the monitor that plays a recording at its recorded pace.
 
     Besides what every source offers (subscribe, pause/resume, refresh) it steps
-    back and forth and changes speed; ``submit`` refuses: there is nothing to signal.
+    back and forth (``refresh()`` is a step forward) and changes speed; its status
+    line says where it is. It refuses to signal: there is no process to signal.
     """
 
     SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 64.0)
     thread_name = "nvtopy-replay"
+    can_step = True
+    can_change_speed = True
+    signal_refusal = "this is a replay: there is no process to signal"
 
     def __init__(self, recording: Recording, speed: float = 1.0) -> None:
-        super().__init__(interval=speed)
+        super().__init__(interval=1.0)  # unused: snapshots follow the recorded pace, times the speed
         self.recording = recording
         self.snapshots = recording.snapshots
         self.position = 0
-        self.collector = _NoCollector()
+        self._speed = speed
 
     @property
     def speed(self) -> float:
-        return self._interval
+        """How many times faster than recorded it plays."""
+        return self._speed
 
     @property
-    def interval(self) -> float:
-        return self._interval
+    def startup_notice(self) -> str | None:
+        recording = self.recording
+        if recording.stopped is None:
+            return None
+        return (
+            f"{recording.path}: replaying the {len(recording.snapshots)} valid snapshots; "
+            f"reading stopped at {recording.stopped}"
+        )
 
     def resume(self) -> None:
         if self.position >= len(self.snapshots) - 1:
@@ -480,14 +488,6 @@ class ReplayPlayer(SnapshotSource):
     def refresh(self) -> None:
         self.step(1)
 
-    def set_interval(self, seconds: float) -> None:  # the app's interval keys change the speed
-        self.faster() if seconds < self.speed else self.slower()
-
-    def submit(self, function: Callable[[], Any]) -> Future[SignalOutcome]:
-        future: Future[SignalOutcome] = Future()
-        future.set_result(SignalOutcome(False, "this is a replay: there is no process to signal"))
-        return future
-
     def step(self, count: int) -> None:
         """Pause and show the snapshot ``count`` records away (negative: back)."""
         self._paused = True
@@ -496,15 +496,15 @@ class ReplayPlayer(SnapshotSource):
 
     def faster(self) -> None:
         bigger = [s for s in self.SPEEDS if s > self.speed]
-        self._interval = bigger[0] if bigger else self.speed
+        self._speed = bigger[0] if bigger else self.speed
         self._wake.set()
 
     def slower(self) -> None:
         smaller = [s for s in self.SPEEDS if s < self.speed]
-        self._interval = smaller[-1] if smaller else self.speed
+        self._speed = smaller[-1] if smaller else self.speed
         self._wake.set()
 
-    def status(self) -> str:
+    def status_line(self) -> str:
         state = "⏸" if self._paused else "▶"
         return f"REPLAY {state} x{self.speed:g} {self.position + 1}/{len(self.snapshots)}"
 

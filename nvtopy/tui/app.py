@@ -1,17 +1,22 @@
 """``nvtopy``: the interactive monitor.
 
-Data flow: the :class:`~nvtopy.sources.poller.Poller` thread collects a snapshot and
-posts :class:`SnapshotReady` (thread-safe; a newer one replaces an unprocessed
-older one). The UI thread only filters, sorts and draws what it got. Signals
-are sent by the backend on the poller's thread (``Poller.submit``), after a
-confirmation that names the targets; the UI never calls NVML or psutil.
+Data flow: the app shows any :class:`~nvtopy.sources.base.SnapshotSource` (a
+local :class:`~nvtopy.sources.poller.Poller`, a replay, remote hosts) and uses
+only what the source declares. The source's thread makes a snapshot and posts
+:class:`SnapshotReady` (thread-safe; a newer one replaces an unprocessed older
+one). The UI thread only filters, sorts and draws what it got. Signals go
+through ``source.signal`` after a confirmation that names the targets (the
+poller sends them on its own thread; a replay or remote hosts refuse); the UI
+never calls NVML or psutil. Read-only is the app's decision: ``--readonly``, or
+a source that cannot signal.
 
-A slow or stuck driver never holds the UI: the CLI hands the app an ``opener``
+A slow or stuck driver never holds the UI: the CLI hands the poller an ``opener``
 and the poller's thread opens the backend (``nvmlInit`` and the reads the GPU
 selection needs) while the app draws and says how long the driver has kept it
-waiting; an error there ends the app with :attr:`NvtopyApp.open_error` for the
-CLI to report. Quitting joins the poller thread for :data:`QUIT_WAIT` at most:
-a thread inside a driver call is left to the process's exit (it is a daemon).
+waiting (``source.busy_since``); an error there ends the app with
+:attr:`NvtopyApp.open_error` for the CLI to report. Quitting joins the source's
+thread for :data:`QUIT_WAIT` at most: a thread inside a driver call is left to
+the process's exit (it is a daemon).
 """
 
 from __future__ import annotations
@@ -20,7 +25,6 @@ import asyncio
 import signal as signals
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
 
 from rich.text import Text
 from textual import on
@@ -34,11 +38,12 @@ from ..backends.base import Backend, SignalOutcome
 from ..model import ALL_GROUPS, GpuProcess, Snapshot
 from ..render.processes import COLUMNS, ProcessFilter, SortOrder, Tags, build_rows
 from ..render.units import NA
+from ..sources.base import SnapshotSource
 from ..sources.collector import Collector
 from ..sources.poller import Poller
 from ..textsafe import safe_text
 from .gpu_view import MODES, GpuView, plan_layout
-from .messages import BackendFailed, SnapshotReady
+from .messages import SnapshotReady, SourceFailed
 from .process_table import ProcessTable
 from .screens import ConfirmSignalScreen, GpuPickerScreen, HelpScreen
 
@@ -49,7 +54,7 @@ INTERVALS = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0)
 # not drawn, so the monitor never asks the driver for them.
 TUI_GROUPS = ALL_GROUPS - {"pcie", "modes", "energy"}
 SIGNALS = {"SIGTERM": signals.SIGTERM, "SIGKILL": signals.SIGKILL, "SIGINT": signals.SIGINT}
-# At quit, the longest wait for an idle poller thread to end; one inside a driver call is not waited for.
+# At quit, the longest wait for an idle source thread to end; one inside a driver call is not waited for.
 QUIT_WAIT = 0.1
 # A poll (or opening the backend) taking longer than this is shown in the header, with its duration.
 STALL_AFTER = 2.0
@@ -64,15 +69,10 @@ class HeaderBar(Static):
 
 
 class NvtopyApp(App[None]):
-    """The monitor. ``backend`` is already open; the app polls it on a background thread."""
+    """The monitor of a snapshot source (:meth:`for_backend`: of a local backend)."""
 
     TITLE = "nvtopy"
-    CSS = """
-    Screen { layout: vertical; }
-    #gpus { margin: 0 0 1 0; }
-    #filter { dock: bottom; height: 1; border: none; padding: 0 1; margin-bottom: 1; display: none; }
-    #filter.shown { display: block; }
-    """
+    CSS_PATH = "app.tcss"
     BINDINGS = [
         Binding("q", "quit", "Quit"),
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
@@ -112,48 +112,20 @@ class NvtopyApp(App[None]):
 
     def __init__(
         self,
-        backend: Backend | None,
+        source: SnapshotSource,
         *,
-        interval: float = 1.0,
-        indices: Sequence[int] | None = None,
         readonly: bool = False,
         layout: str = "auto",
         poll: bool = True,
-        collector: Collector | None = None,
-        source: Any | None = None,
-        opener: Callable[[], Backend] | None = None,
-        select: Callable[[Collector], Sequence[int]] | None = None,
-        waiting_for: str | None = None,
     ) -> None:
-        """``source``: a snapshot source used instead of polling ``backend`` (a replay, remote hosts).
+        """Show ``source``; ``poll=False``: its thread is not started (the caller has it publish).
 
-        ``opener`` (with ``backend=None``): opens the backend on the poller's thread,
-        ``select`` then picks the GPUs (see :class:`~nvtopy.sources.poller.Poller`);
-        ``waiting_for`` names what a slow start waits for ("the NVIDIA driver").
+        Read-only with ``readonly`` (``--readonly``) or when the source cannot signal.
         """
         super().__init__()
-        self._backend = backend
-        self.poller: Any
-        if source is not None:
-            self.poller = source
-            readonly = True  # nothing local to act on
-        else:
-            assert backend is not None or opener is not None
-            self.poller = Poller(
-                backend,
-                interval=interval,
-                indices=indices,
-                groups=TUI_GROUPS,
-                collector=collector,
-                opener=opener,
-                select=select,
-            )
-        if waiting_for is None:
-            simulated = backend is not None and backend.kind == "simulated"
-            waiting_for = "the simulated driver" if simulated else "the NVIDIA driver"
-        self.waiting_for = waiting_for
+        self.source = source
         self.open_error: BaseException | None = None
-        self.readonly = readonly
+        self.readonly = readonly or not source.can_signal
         self.layout_mode = layout if layout in MODES else "auto"
         self.snapshot: Snapshot | None = None
         self.row_filter = ProcessFilter()
@@ -162,17 +134,38 @@ class NvtopyApp(App[None]):
         self._poll = poll
         self.snapshots_applied = 0
         self.last_outcomes: list[SignalOutcome] = []
-        self.first_frame_at: float | None = None
         self._last_header: Text | None = None
         self._header_counts: tuple[int, int, int] | None = None
         self._stall_shown = False
 
-    @property
-    def backend(self) -> Backend | None:
-        """The local backend: None for a replay or remote view, and until the poller has opened it."""
-        if self._backend is None and isinstance(self.poller, Poller):
-            return self.poller.backend
-        return self._backend
+    @classmethod
+    def for_backend(
+        cls,
+        backend: Backend | None,
+        *,
+        interval: float = 1.0,
+        opener: Callable[[], Backend] | None = None,
+        select: Callable[[Collector], Sequence[int]] | None = None,
+        waiting_for: str | None = None,
+        readonly: bool = False,
+        layout: str = "auto",
+        poll: bool = True,
+    ) -> NvtopyApp:
+        """The monitor of a local backend: a :class:`~nvtopy.sources.poller.Poller` of what the panels show.
+
+        ``backend`` is open already, or None with an ``opener`` that the poller's thread
+        runs (``select`` then picks the GPUs); ``waiting_for`` names what a slow start
+        waits for ("the NVIDIA driver"). See :class:`~nvtopy.sources.poller.Poller`.
+        """
+        poller = Poller(
+            backend,
+            interval=interval,
+            groups=TUI_GROUPS,
+            opener=opener,
+            select=select,
+            waiting_for=waiting_for,
+        )
+        return cls(poller, readonly=readonly, layout=layout, poll=poll)
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -185,44 +178,35 @@ class NvtopyApp(App[None]):
 
     def on_mount(self) -> None:
         self.query_one(ProcessTable).focus()
-        self.poller.subscribe(self._from_poller)
-        if isinstance(self.poller, Poller):
-            self.poller.subscribe_failure(self._failed_in_poller)
-            self.set_interval(0.5, self._show_waiting)
+        self.source.subscribe(self._from_source)
+        self.source.subscribe_failure(self._failed_in_source)
+        self.set_interval(0.5, self._show_waiting)
         if self._poll:
-            self.poller.start()
-        recording = getattr(self.poller, "recording", None)
-        if recording is not None and recording.stopped:
-            self.notify(
-                safe_text(
-                    f"{recording.path}: replaying the {len(recording.snapshots)} valid snapshots; "
-                    f"reading stopped at {recording.stopped}"
-                ),
-                severity="warning",
-                timeout=15,
-                markup=False,
-            )
+            self.source.start()
+        notice = self.source.startup_notice
+        if notice is not None:  # it may quote a file name or a line: outside text
+            self.notify(safe_text(notice), severity="warning", timeout=15, markup=False)
 
-    def _from_poller(self, snapshot: Snapshot) -> None:
-        """Runs on the poller thread: hand the snapshot to the UI thread."""
+    def _from_source(self, snapshot: Snapshot) -> None:
+        """Runs on the source's thread: hand the snapshot to the UI thread."""
         self.post_message(SnapshotReady(snapshot))
 
-    def _failed_in_poller(self, error: BaseException) -> None:
-        """Runs on the poller thread: opening the backend failed; the app ends (the CLI reports ``error``)."""
-        self.post_message(BackendFailed(error))
+    def _failed_in_source(self, error: BaseException) -> None:
+        """Runs on the source's thread: it could not start; the app ends (the CLI reports ``error``)."""
+        self.post_message(SourceFailed(error))
 
-    def on_backend_failed(self, message: BackendFailed) -> None:
+    def on_source_failed(self, message: SourceFailed) -> None:
         self.open_error = message.error
         self.exit()
 
     def on_unmount(self) -> None:
         # Never wait for a driver call in progress: the thread is a daemon and owns the backend.
         busy = self._waited() is not None
-        self.poller.stop(timeout=0.0 if busy else QUIT_WAIT)
+        self.source.stop(timeout=0.0 if busy else QUIT_WAIT)
 
     def _waited(self) -> float | None:
-        """Seconds the backend call in progress (opening, or a poll) has taken so far; None when idle."""
-        since = getattr(self.poller, "busy_since", None)
+        """Seconds the read in progress (opening the backend, or a poll) has taken so far; None when idle."""
+        since = self.source.busy_since
         return None if since is None else max(0.0, time.monotonic() - since)
 
     def _show_waiting(self) -> None:
@@ -240,7 +224,7 @@ class NvtopyApp(App[None]):
             gpu_view = self.query_one(GpuView)
         except NoMatches:
             return
-        waiting = f"waiting for {self.waiting_for}: {int(waited)} s"
+        waiting = f"waiting for {self.source.waiting_for}: {int(waited)} s"
         header.update(Text.assemble((" nvtopy ", "bold reverse"), (f"  {waiting}", "bold yellow")), layout=False)
         gpu_view.message = f"{waiting} (q quits at any time)"
         gpu_view.show((), gpu_view.plan)
@@ -249,8 +233,6 @@ class NvtopyApp(App[None]):
         self.snapshot = message.snapshot
         self.snapshots_applied += 1
         self.refresh_view()
-        if self.first_frame_at is None:
-            self.first_frame_at = time.perf_counter()
 
     def on_resize(self) -> None:
         self.refresh_view()
@@ -270,16 +252,14 @@ class NvtopyApp(App[None]):
             header = self.query_one(HeaderBar)
             gpu_view = self.query_one(GpuView)
             table = self.query_one(ProcessTable)
-        except NoMatches:  # quitting: a snapshot posted before the poller stopped arrives after the widgets went
+        except NoMatches:  # quitting: a snapshot posted before the source stopped arrives after the widgets went
             return
         if snapshot is None:
             return
         gpus = self.visible_gpus()
         if not snapshot.gpus:
-            collector = getattr(self.poller, "collector", None)
-            gpu_view.message = (
-                "No NVIDIA GPU found" if collector is not None and collector.indices == [] else "No GPUs selected"
-            )
+            found_none = self.source.gpu_indices == ()
+            gpu_view.message = "No NVIDIA GPU found" if found_none else "No GPUs selected"
         else:
             gpu_view.message = "No GPUs selected (g to choose)"
         plan = plan_layout(len(gpus), self.size.width, self.size.height, self.layout_mode)
@@ -314,7 +294,7 @@ class NvtopyApp(App[None]):
         waited = self._waited()
         self._stall_shown = waited is not None and waited >= STALL_AFTER
         if waited is not None and self._stall_shown:
-            notice = Text(f" waiting for {self.waiting_for}: {int(waited)} s ", style="bold black on yellow")
+            notice = Text(f" waiting for {self.source.waiting_for}: {int(waited)} s ", style="bold black on yellow")
             text = Text.assemble(notice, text)
             text.truncate(max(1, self.size.width), overflow="ellipsis")
         if text != self._last_header:  # rich Text compares text and spans
@@ -330,13 +310,13 @@ class NvtopyApp(App[None]):
         text.append(f" {safe_text(host.hostname)} ", style="bold")
         if host.backend != "nvml":
             text.append(f"[{safe_text(host.backend)}] ", style="magenta")
-        status = getattr(self.poller, "status", None)
+        status = self.source.status_line()
         if status is not None:  # a replay or remote hosts describe themselves
-            text.append(f"│ {safe_text(status())} ", style="bold magenta")
-        elif self.poller.paused:
+            text.append(f"│ {safe_text(status)} ", style="bold magenta")
+        elif self.source.paused:
             text.append("│ ⏸ PAUSED ", style="bold yellow")
         else:
-            text.append(f"│ ⟳ {self.poller.interval:g}s ")
+            text.append(f"│ ⟳ {self.source.interval:g}s ")
         labels = self.row_filter.describe()
         if labels:
             text.append("│ filter: ", style="bold yellow")
@@ -422,26 +402,25 @@ class NvtopyApp(App[None]):
         self.refresh_view()
 
     def action_toggle_pause(self) -> None:
-        if self.poller.paused:
-            self.poller.resume()
+        if self.source.paused:
+            self.source.resume()
         else:
-            self.poller.pause()
+            self.source.pause()
         self.refresh_view()
 
     def action_step(self, count: int) -> None:
-        step = getattr(self.poller, "step", None)
-        if step is not None:
-            step(count)
-        elif count > 0:
-            self.poller.refresh()
+        if self.source.can_step:
+            self.source.step(count)
+        elif count > 0:  # a live source: refresh now
+            self.source.refresh()
 
     def action_interval(self, step: int) -> None:
-        if hasattr(self.poller, "faster"):  # replay: + and - change the speed
-            (self.poller.faster if step < 0 else self.poller.slower)()
-            self.notify(f"replay speed x{self.poller.speed:g}", timeout=2)
+        if self.source.can_change_speed:  # replay: + and - change the speed
+            (self.source.faster if step < 0 else self.source.slower)()
+            self.notify(f"replay speed x{self.source.speed:g}", timeout=2)
             self.refresh_view()
             return
-        current = self.poller.interval
+        current = self.source.interval
         # Outside the steps (--interval 0.1 or 60) a key never moves the other way: it stays.
         if step < 0:
             smaller = [i for i in INTERVALS if i < current - 1e-9]
@@ -449,7 +428,7 @@ class NvtopyApp(App[None]):
         else:
             bigger = [i for i in INTERVALS if i > current + 1e-9]
             target = bigger[0] if bigger else max(current, INTERVALS[-1])
-        self.poller.set_interval(target)
+        self.source.set_interval(target)
         self.notify(f"refresh every {target:g}s", timeout=2)
         self.refresh_view()
 
@@ -547,7 +526,7 @@ class NvtopyApp(App[None]):
 
     def action_signal(self, name: str) -> None:
         if self.readonly:
-            why = "--readonly" if isinstance(self.poller, Poller) else "a replay or remote view"
+            why = "--readonly" if self.source.can_signal else "a replay or remote view"
             self.notify(f"read-only ({why}): sending signals is disabled", severity="warning")
             return
         targets = self.signal_targets()
@@ -571,9 +550,7 @@ class NvtopyApp(App[None]):
 
     async def _send(self, targets: list[GpuProcess], name: str) -> None:
         signum = SIGNALS[name]
-        futures = [
-            self.poller.submit(lambda p=p: self.backend.send_signal(p.pid, p.create_time, signum)) for p in targets
-        ]
+        futures = [self.source.signal(p.pid, p.create_time, signum) for p in targets]
         outcomes: list[SignalOutcome] = []
         for future in futures:
             try:
@@ -588,4 +565,4 @@ class NvtopyApp(App[None]):
             )
         sent = {(p.gpu_index, p.pid, p.create_time) for p, o in zip(targets, outcomes, strict=True) if o.ok}
         self.tags.keys -= sent
-        self.poller.refresh()
+        self.source.refresh()

@@ -1,4 +1,4 @@
-"""Messages the poller thread sends to the UI."""
+"""Messages a snapshot source's thread sends to the UI."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ class SnapshotReady(Message):
         return isinstance(message, SnapshotReady)
 
 
-class BackendFailed(Message):
-    """Opening the backend or selecting the GPUs failed on the poller thread: the app ends with ``error``."""
+class SourceFailed(Message):
+    """The source could not start (the backend did not open, no GPU matched): the app ends with ``error``."""
 
     def __init__(self, error: BaseException) -> None:
         super().__init__()

@@ -15,6 +15,7 @@ from textual.pilot import Pilot
 
 from ..backends.sim_faults import parse_fault_specs
 from ..backends.simulated import SimulatedBackend
+from ..sources.poller import Poller
 from .app import NvtopyApp
 
 __all__ = ["FROZEN_TIME", "SCENES", "Scene", "build"]
@@ -78,12 +79,14 @@ def build(scene: Scene) -> tuple[NvtopyApp, Callable[[Pilot[None]], Awaitable[No
         viewer="alice",
         hostname="gpu-node-07",
     )
-    app = NvtopyApp(backend, interval=1.0, poll=False, layout=scene.layout)
+    app = NvtopyApp.for_backend(backend, interval=1.0, poll=False, layout=scene.layout)
+    poller = app.source
+    assert isinstance(poller, Poller)
 
     async def prepare(pilot: Pilot[None]) -> None:
         for _ in range(scene.samples):
             clock.now += 1.0
-            app.poller.poll_once(slow=True)
+            poller.poll_once(slow=True)
         await pilot.pause()
         for key in scene.keys:
             await pilot.press(key)

@@ -25,34 +25,8 @@ from ..textsafe import safe_text
 
 __all__ = ["ConfirmSignalScreen", "GpuPickerScreen", "HelpScreen"]
 
-_DIALOG_CSS = """
-{name} {{
-    align: center middle;
-    background: $background 60%;
-}}
-{name} > Vertical {{
-    width: 90%;
-    max-width: 120;
-    height: auto;
-    max-height: 90%;
-    border: thick $primary;
-    background: $surface;
-    padding: 1 2;
-}}
-{name} .buttons {{
-    height: auto;
-    width: 100%;
-    align-horizontal: right;
-    margin-top: 1;
-}}
-{name} Button {{
-    margin-left: 2;
-}}
-{name} VerticalScroll {{
-    height: auto;
-    max-height: 16;
-}}
-"""
+# Styles: screens.tcss, beside this file (one file for the three dialogs).
+_STYLES = "screens.tcss"
 
 
 class ConfirmSignalScreen(ModalScreen[bool]):
@@ -63,13 +37,7 @@ class ConfirmSignalScreen(ModalScreen[bool]):
     on Cancel: a stray Enter does not kill anything; ``y`` confirms.
     """
 
-    DEFAULT_CSS = (
-        _DIALOG_CSS.format(name="ConfirmSignalScreen")
-        + """
-    ConfirmSignalScreen > Vertical { border: thick $error; }
-    ConfirmSignalScreen #question { text-style: bold; margin-bottom: 1; }
-    """
-    )
+    CSS_PATH = _STYLES
     BINDINGS = [
         Binding("y", "answer(True)", "Send", show=False),
         Binding("n,escape", "answer(False)", "Cancel", show=False),
@@ -117,13 +85,7 @@ class ConfirmSignalScreen(ModalScreen[bool]):
 class GpuPickerScreen(ModalScreen["frozenset[int] | None"]):
     """Toggle which GPUs the panels and the process table show. Returns None when cancelled."""
 
-    DEFAULT_CSS = (
-        _DIALOG_CSS.format(name="GpuPickerScreen")
-        + """
-    GpuPickerScreen SelectionList { height: auto; max-height: 20; min-width: 60; }
-    GpuPickerScreen #hint { color: $text-muted; margin-top: 1; }
-    """
-    )
+    CSS_PATH = _STYLES
     BINDINGS = [
         Binding("enter", "apply", "Apply", show=False, priority=True),
         Binding("a", "all", "All", show=False),
@@ -174,13 +136,7 @@ class GpuPickerScreen(ModalScreen["frozenset[int] | None"]):
 class HelpScreen(ModalScreen[None]):
     """Every key, generated from the bindings so it cannot fall out of date."""
 
-    DEFAULT_CSS = (
-        _DIALOG_CSS.format(name="HelpScreen")
-        + """
-    HelpScreen > Vertical { max-width: 90; }
-    HelpScreen VerticalScroll { height: auto; max-height: 40; }
-    """
-    )
+    CSS_PATH = _STYLES
     BINDINGS = [Binding("escape,q,question_mark,f1", "close", "Close", show=False)]
 
     def __init__(self, sections: list[tuple[str, list[tuple[str, str]]]]) -> None:
