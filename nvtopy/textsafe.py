@@ -37,9 +37,14 @@ _TABLE.update({0x09: " ", 0x0A: "\\n", 0x0D: "\\r", 0x1B: "\\e"})
 # Bidi controls reorder what is shown ("Trojan source"); line/paragraph separators break a row.
 _BIDI = (0x200E, 0x200F, 0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
 _TABLE.update({code: f"\\u{code:04x}" for code in _BIDI})
-# Undecodable bytes (surrogateescape'd to U+DC80..U+DCFF) -> the byte; any other lone surrogate -> its code.
-_TABLE.update({code: f"\\x{code - 0xDC00:02x}" for code in range(0xDC80, 0xDD00)})
-_TABLE.update({code: f"\\u{code:04x}" for code in (*range(0xD800, 0xDC80), *range(0xDD00, 0xE000))})
+# Undecodable bytes (surrogateescape'd to U+DC80..U+DCFF) -> the byte; any other lone surrogate -> its
+# code. A regex, not 2,048 more table entries: building those cost every start-up a millisecond.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _visible_surrogate(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
 
 
 def safe_text(text: str | None) -> str:
@@ -48,7 +53,7 @@ def safe_text(text: str | None) -> str:
         return text or ""
     if text.isprintable():
         return text
-    return text.translate(_TABLE)
+    return _SURROGATE.sub(_visible_surrogate, text.translate(_TABLE))
 
 
 # What escape_text must write as \xNN: C0, DEL, C1, bidi controls and every surrogate (undecodable bytes and

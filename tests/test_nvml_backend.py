@@ -893,3 +893,26 @@ def test_memory_in_use_with_no_visible_process_gets_a_hint(fake, make_backend, s
     fake.fail("nvmlDeviceGetGraphicsRunningProcesses_v3", pynvml.NVMLError_NoPermission, gpu=0)
     state = Collector(make_backend(fake)).collect().gpus[0]
     assert state.processes_unavailable is Reason.NO_PERMISSION and state.processes_hint is None, "the reason says it"
+
+
+def test_an_empty_mps_list_is_asked_again_only_every_recheck_interval(fake, make_backend, sleeper, monkeypatch):
+    """Most GPUs never run MPS: an empty client list costs one call per GPU per MPS_RECHECK_S, not per refresh."""
+    from nvtopy.backends import nvml as nvml_module
+
+    now = [1000.0]
+    monkeypatch.setattr(nvml_module.time, "monotonic", lambda: now[0])
+    fake.gpus[0].compute_procs = [FakeProcess(os.getpid(), 10 * MIB)]
+    collector = Collector(make_backend(fake))
+    for _ in range(5):  # five refreshes within a second: GPU 0's empty MPS list is asked once
+        collector.collect()
+        now[0] += 0.2
+    assert fake.gpu_count("nvmlDeviceGetMPSComputeRunningProcesses_v3", 0) == 1
+    fake.gpus[0].mps_procs = [FakeProcess(sleeper.pid, 3 * GIB)]  # an MPS client starts
+    collector.collect()
+    assert sleeper.pid not in {p.pid for p in collector.collect().gpus[0].processes}, "not before the recheck"
+    now[0] += nvml_module.MPS_RECHECK_S
+    assert sleeper.pid in {p.pid for p in collector.collect().gpus[0].processes}
+    asked = fake.gpu_count("nvmlDeviceGetMPSComputeRunningProcesses_v3", 0)
+    for _ in range(3):  # while it has clients, every refresh
+        collector.collect()
+    assert fake.gpu_count("nvmlDeviceGetMPSComputeRunningProcesses_v3", 0) == asked + 3

@@ -78,7 +78,18 @@ class _NoHandleError(Exception):
 class _Gpu:
     """Per-GPU driver state: the handle, when to retry a lost one, and reusable call buffers."""
 
-    __slots__ = ("backoff", "capacity", "covered", "handle", "index", "reason", "retry_at", "utilization", "uuid")
+    __slots__ = (
+        "backoff",
+        "capacity",
+        "covered",
+        "handle",
+        "index",
+        "mps_due",
+        "reason",
+        "retry_at",
+        "utilization",
+        "uuid",
+    )
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -90,6 +101,7 @@ class _Gpu:
         self.capacity = 32  # entries of the process and sample buffers; grows when the driver asks
         self.utilization: dict[int, Any] | None = {}  # last per-process samples (None: unsupported)
         self.covered: set[int] = set()  # the pids listed when they were read
+        self.mps_due = 0.0  # monotonic time the MPS client list is next read while it is empty
 
 
 class NvmlBackend(Backend):
@@ -618,8 +630,13 @@ class NvmlBackend(Backend):
         merged: dict[int, RawGpuProcess] = {}
         try:
             reasons = []
+            now = time.monotonic()
             for kind, ptype in _PROCESS_LISTS:
+                if ptype is ProcessType.MPS and now < gpu.mps_due:
+                    continue  # no MPS client at the last look: asked again every MPS_RECHECK_S
                 entries, reason = self._process_list(gpu, kind)
+                if ptype is ProcessType.MPS:
+                    gpu.mps_due = now + MPS_RECHECK_S if not entries else 0.0
                 if reason is not None:
                     if ptype is not ProcessType.MPS:  # no MPS list (old driver, no MPS): no client to show
                         reasons.append(reason)
@@ -797,6 +814,11 @@ def _positive_int(value: Any) -> int:
         raise ValueError(number)
     return number
 
+
+# Seconds between two reads of a GPU's MPS client list while it is empty. Most GPUs never run an
+# MPS server, and the list is one more driver call per GPU per refresh; while a GPU has MPS
+# clients it is read every refresh like the others, and a new one shows within this delay.
+MPS_RECHECK_S = 10.0
 
 # The lists a GPU's processes are read from; a pid in several is one row (see ProcessType.merge).
 _PROCESS_LISTS = (

@@ -160,6 +160,8 @@ def resolve_selection(
 
     ``warn(text)`` gets each warning (default: :func:`warn_user`, one line on stderr at once).
     """
+    if args.gpus is None and not args.only_visible:  # nothing to select: every GPU, without importing the rules
+        return [gpu.index for gpu in collector.statics()]
     from ..selection import select_gpus
 
     selection = select_gpus(collector.statics(), args.gpus, args.only_visible)
