@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -11,6 +13,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 # ../shared/fake-nvml beside the checkout (a user's clone has none: tests using it skip).
 FAKE_NVML_SRC = Path(os.environ.get("NVTOPY_FAKE_NVML_DIR", ROOT.parent / "shared" / "fake-nvml"))
+# Tests that run the real nvidia-ml-py against ../shared/fake-nvml: skipped where it (or a C compiler) is absent.
+needs_fake_nvml = pytest.mark.skipif(
+    not (FAKE_NVML_SRC / "fake_nvml.c").exists() or shutil.which("make") is None or shutil.which("cc") is None,
+    reason="../shared/fake-nvml (or a C compiler) is not available",
+)
 FROZEN_TIME = 1_795_000_000.0  # a fixed Unix time: simulated values depend only on it
 
 
@@ -55,3 +62,15 @@ def sim(clock):
 def nvtopy_cmd() -> list[str]:
     """The command that runs the CLI of this checkout."""
     return [sys.executable, "-m", "nvtopy"]
+
+
+@pytest.fixture(scope="session")
+def fake_lib(tmp_path_factory) -> str:
+    """A directory holding ../shared/fake-nvml built as libnvidia-ml.so.1 (for LD_LIBRARY_PATH), once per run."""
+    build = tmp_path_factory.mktemp("fake-nvml")
+    result = subprocess.run(
+        ["make", "-s", "-C", str(FAKE_NVML_SRC), f"BUILD={build}"], capture_output=True, text=True, timeout=300
+    )
+    if result.returncode != 0:
+        pytest.skip(f"cannot build fake-nvml: {result.stderr.strip()[:200]}")
+    return str(build)

@@ -7,30 +7,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
 
-from .conftest import FAKE_NVML_SRC
+from .conftest import needs_fake_nvml
 from .test_cli import check_contract
 
-pytestmark = pytest.mark.skipif(
-    not (FAKE_NVML_SRC / "fake_nvml.c").exists() or shutil.which("make") is None or shutil.which("cc") is None,
-    reason="../shared/fake-nvml (or a C compiler) is not available",
-)
-
-
-@pytest.fixture(scope="session")
-def fake_lib(tmp_path_factory) -> str:
-    build = tmp_path_factory.mktemp("fake-nvml")
-    result = subprocess.run(
-        ["make", "-s", "-C", str(FAKE_NVML_SRC), f"BUILD={build}"], capture_output=True, text=True, timeout=300
-    )
-    if result.returncode != 0:
-        pytest.skip(f"cannot build fake-nvml: {result.stderr.strip()[:200]}")
-    return str(build)
+pytestmark = needs_fake_nvml
 
 
 @pytest.fixture

@@ -43,7 +43,11 @@ from nvtopy.tui.app import NvtopyApp
 from nvtopy.tui.screens import ConfirmSignalScreen
 
 from .conftest import FROZEN_TIME, ManualClock
+from .tui_helpers import SendSpy as SignalSpy
 from .tui_helpers import header_line, more_snapshots, started, wait_until
+from .tui_helpers import pids as _pids
+from .tui_helpers import select as _select
+from .tui_helpers import table_of as _table
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals and processes")
 
@@ -53,35 +57,6 @@ MIB = 1024 * 1024
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-class SignalSpy:
-    """Records every ``send_signal`` of one backend (and still sends)."""
-
-    def __init__(self, backend) -> None:
-        self.calls: list[tuple[int, float | None, int]] = []
-        self._send = backend.send_signal
-        backend.send_signal = self
-
-    def __call__(self, pid, create_time, signum):
-        self.calls.append((pid, create_time, signum))
-        return self._send(pid, create_time, signum)
-
-
-def _table(app):
-    return app.query_one("#processes")
-
-
-def _pids(app) -> set[int]:
-    return {p.pid for p in _table(app).rows}
-
-
-async def _select(pilot, app, wanted) -> None:
-    """Move the cursor with the arrow keys to the first row for which ``wanted(process)`` holds."""
-    table = _table(app)
-    index = next(i for i, p in enumerate(table.rows) if wanted(p))
-    await pilot.press("home", *["down"] * index)
-    assert wanted(table.selected)
 
 
 def _warnings(app) -> list[str]:

@@ -15,10 +15,8 @@ import os
 import pty
 import re
 import select
-import shutil
 import signal
 import struct
-import subprocess
 import sys
 import termios
 import threading
@@ -31,7 +29,7 @@ from nvtopy.backends.simulated import SimulatedBackend
 from nvtopy.errors import BackendUnavailableError, UsageError
 from nvtopy.tui.app import STALL_AFTER, NvtopyApp
 
-from .conftest import FAKE_NVML_SRC
+from .conftest import needs_fake_nvml
 from .tui_helpers import header_line, started, wait_until, widget_lines
 
 PROMPT = 1.0  # seconds from q to the end of the process (measured: about 0.35 s, most of it Textual's own exit)
@@ -266,22 +264,6 @@ def test_the_poller_owns_and_closes_a_backend_it_opened():
 
 
 # --------------------------------------------------------------------------- the real CLI, fake libnvidia-ml
-
-needs_fake_nvml = pytest.mark.skipif(
-    not (FAKE_NVML_SRC / "fake_nvml.c").exists() or shutil.which("make") is None or shutil.which("cc") is None,
-    reason="../shared/fake-nvml (or a C compiler) is not available",
-)
-
-
-@pytest.fixture(scope="module")
-def fake_lib(tmp_path_factory) -> str:
-    build = tmp_path_factory.mktemp("fake-nvml")
-    result = subprocess.run(
-        ["make", "-s", "-C", str(FAKE_NVML_SRC), f"BUILD={build}"], capture_output=True, text=True, timeout=300
-    )
-    if result.returncode != 0:
-        pytest.skip(f"cannot build fake-nvml: {result.stderr.strip()[:200]}")
-    return str(build)
 
 
 def _fake_env(fake_lib: str, **knobs: str) -> dict[str, str]:

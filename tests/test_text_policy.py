@@ -36,7 +36,7 @@ from nvtopy.render.text import render_snapshot
 from nvtopy.sources.collector import Collector
 from nvtopy.textsafe import escape_text, safe_text, unescape_text
 
-from .conftest import FAKE_NVML_SRC
+from .conftest import needs_fake_nvml
 from .tui_helpers import screen_text, started, widget_strips
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -546,20 +546,12 @@ async def test_tui_draws_outside_text_escaped(clock):
 
 # --------------------------------------------------------------------------- on the real driver path (fake NVML)
 
-_FAKE = pytest.mark.skipif(
-    not (FAKE_NVML_SRC / "fake_nvml.c").exists() or shutil.which("make") is None or shutil.which("cc") is None,
-    reason="../shared/fake-nvml (or a C compiler) is not available",
-)
+_FAKE = needs_fake_nvml
 
 
 @_FAKE
-def test_fake_nvml_hostile_model_and_argv_end_to_end(tmp_path_factory, child, tmp_path):
-    build = tmp_path_factory.mktemp("fake-nvml-text")
-    made = subprocess.run(
-        ["make", "-s", "-C", str(FAKE_NVML_SRC), f"BUILD={build}"], capture_output=True, text=True, timeout=300
-    )
-    if made.returncode != 0:
-        pytest.skip(f"cannot build fake-nvml: {made.stderr.strip()[:200]}")
+def test_fake_nvml_hostile_model_and_argv_end_to_end(fake_lib, child, tmp_path):
+    build = fake_lib
     expected = argv_text(child.pid)
     model = "NVIDIA H100 \x1b]0;pwned\x07 \x1b[2J 80GB HBM3"
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_NVML_") and k != "CUDA_VISIBLE_DEVICES"}

@@ -21,7 +21,7 @@ from nvtopy.backends.sim_faults import parse_fault_specs
 from nvtopy.tui.app import NvtopyApp
 from nvtopy.tui.screens import ConfirmSignalScreen
 
-from .tui_helpers import more_snapshots, screen_text, started, wait_until, widget_lines
+from .tui_helpers import SendSpy, more_snapshots, pids, screen_text, select, started, table_of, wait_until, widget_lines
 
 SIZE = (120, 40)
 INTERVAL = 2.0  # snapshots come when a test asks for them; a signal sent triggers one itself
@@ -46,35 +46,6 @@ def spawn():
             child.kill()
         child.wait(timeout=10)
         child.stdout.close()
-
-
-class SendSpy:
-    """Records every call of ``backend.send_signal`` (and still sends)."""
-
-    def __init__(self, backend) -> None:
-        self.calls: list[tuple[int, float | None, int]] = []
-        self._send = backend.send_signal
-        backend.send_signal = self
-
-    def __call__(self, pid, create_time, signum):
-        self.calls.append((pid, create_time, signum))
-        return self._send(pid, create_time, signum)
-
-
-def table_of(app):
-    return app.query_one("#processes")
-
-
-def pids(app) -> set[int]:
-    return {p.pid for p in table_of(app).rows}
-
-
-async def select(pilot, app, wanted) -> None:
-    """Move the cursor with the arrow keys to the first row for which ``wanted(process)`` holds."""
-    table = table_of(app)
-    index = next(i for i, p in enumerate(table.rows) if wanted(p))
-    await pilot.press("home", *["down"] * index)
-    assert wanted(table.selected)
 
 
 async def confirm_dialog(pilot, app, key: str) -> ConfirmSignalScreen:

@@ -63,3 +63,35 @@ def assert_in_order(values: list, *, reverse: bool) -> None:
     present = [v for v in values if v is not None]
     assert values == present + [None] * (len(values) - len(present)), f"None values not last: {values}"
     assert present == sorted(present, reverse=reverse), f"not sorted (reverse={reverse}): {present}"
+
+
+# ---- acting on processes from the table (kill tests)
+
+
+class SendSpy:
+    """Records every call of ``backend.send_signal`` (and still sends)."""
+
+    def __init__(self, backend) -> None:
+        self.calls: list[tuple[int, float | None, int]] = []
+        self._send = backend.send_signal
+        backend.send_signal = self
+
+    def __call__(self, pid, create_time, signum):
+        self.calls.append((pid, create_time, signum))
+        return self._send(pid, create_time, signum)
+
+
+def table_of(app):
+    return app.query_one("#processes")
+
+
+def pids(app) -> set[int]:
+    return {p.pid for p in table_of(app).rows}
+
+
+async def select(pilot, app, wanted) -> None:
+    """Move the cursor with the arrow keys to the first row for which ``wanted(process)`` holds."""
+    table = table_of(app)
+    index = next(i for i, p in enumerate(table.rows) if wanted(p))
+    await pilot.press("home", *["down"] * index)
+    assert wanted(table.selected)
