@@ -421,3 +421,71 @@ COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclu
 def cuda_version_string(version: int) -> str:
     """NVML's integer CUDA driver version (12040) as users write it ("12.4")."""
     return f"{version // 1000}.{(version % 1000) // 10}"
+
+
+class OwnerKind(str, enum.Enum):
+    """What owns a process, as its cgroup path tells (``nvtopy.backends.owners``). The values appear in JSON."""
+
+    DOCKER = "docker"
+    KUBERNETES = "kubernetes"
+    PODMAN = "podman"
+    SLURM = "slurm"
+    SYSTEMD_SERVICE = "systemd-service"
+    USER_SESSION = "user-session"
+    CGROUP = "cgroup"  # a cgroup path no rule recognises: kept raw
+    HOST = "host"  # the root cgroup ("/") or none at all
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class ProcessOwner(_Repr):
+    """Who a process belongs to: a container, a pod, a Slurm job, a service or a session.
+
+    Every field but ``kind`` may be ``None`` (not in the path, or the runtime's files
+    were unreadable). Names are kept as read -- possibly hostile text, escaped by the
+    views where they write -- but cut to a sane length when read.
+    """
+
+    kind: OwnerKind
+    id: str | None = None  # docker/podman: container id; kubernetes: pod UID; slurm: job id; systemd: unit
+    name: str | None = None  # container name, pod name, Slurm job name, service name
+    namespace: str | None = None  # kubernetes
+    pod: str | None = None  # kubernetes pod name
+    container: str | None = None  # container name (docker, podman, kubernetes)
+    container_id: str | None = None  # the runtime's 64-hex container id (docker, podman, kubernetes)
+    job: str | None = None  # slurm job id
+    step: str | None = None  # slurm step: "0", "batch", "extern", "interactive", ...
+    project: str | None = None  # docker compose project
+    uid: int | None = None  # from the path: user-<uid>.slice, user@<uid>.service, slurm uid_<uid>
+    cgroup: str | None = None  # the raw cgroup path it was read from
+
+    @property
+    def label(self) -> str:
+        """The short name an OWNER column shows: ``web-1``, ``ns/pod``, ``slurm 1234.0``, ``nginx``, ..."""
+        kind = self.kind
+        if kind in (OwnerKind.DOCKER, OwnerKind.PODMAN):
+            return self.name or (self.container_id or self.id or "")[:12] or kind.value
+        if kind is OwnerKind.KUBERNETES:
+            if self.namespace and self.pod:
+                return f"{self.namespace}/{self.pod}"
+            if self.pod:
+                return self.pod
+            return f"pod {self.id[:8]}" if self.id else "pod"
+        if kind is OwnerKind.SLURM:
+            if self.job is None:
+                return "slurm"
+            return f"slurm {self.job}.{self.step}" if self.step else f"slurm {self.job}"
+        if kind is OwnerKind.SYSTEMD_SERVICE:
+            return self.name or self.id or "service"
+        if kind is OwnerKind.USER_SESSION:
+            if self.id:
+                return f"session {self.id}"
+            return f"user {self.uid}" if self.uid is not None else "session"
+        if kind is OwnerKind.CGROUP:
+            return self.cgroup or "cgroup"
+        return "host"
+
+
+__all__ += ["OwnerKind", "ProcessOwner"]
