@@ -275,6 +275,9 @@ class GpuProcess(_Repr):
     status: str = "running"
     foreign: bool = False  # pid belongs to another PID namespace: no user/command, never killed
     unavailable: Reasons = field(default_factory=lambda: EMPTY_REASONS)
+    owner: ProcessOwner | None = None  # the container, pod, Slurm job or service it runs in (None: unknown)
+    ns_pid: int | None = None  # its pid as its own (container's) PID namespace sees it, when that differs
+    cuda_visible_devices: str | None = None  # from its environment, where readable: the GPUs it believes it has
 
     @property
     def key(self) -> tuple[int, int, float | None]:
