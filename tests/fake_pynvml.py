@@ -122,6 +122,9 @@ class FakeGpu:
     mps_procs: list[FakeProcess] = field(default_factory=list)  # clients of an MPS server (MPSCompute list)
     samples: list[FakeSample] = field(default_factory=list)
     lost: bool = False  # every call for this GPU (handles included) raises GpuIsLost
+    minor: int | None = None  # the N of /dev/nvidiaN (None: the index)
+    # Accounting start times (Unix us) per pid; None: accounting mode off (the stats call is NotSupported).
+    accounting: dict[int, int] | None = None
 
     def __post_init__(self) -> None:
         i = self.index
@@ -384,6 +387,21 @@ class FakeNvml:
 
     def nvmlDeviceGetCudaComputeCapability(self, handle: FakeHandle) -> tuple[int, int]:
         return tuple(self._device("nvmlDeviceGetCudaComputeCapability", handle).compute_capability)
+
+    def nvmlDeviceGetMinorNumber(self, handle: FakeHandle) -> int:
+        gpu = self._device("nvmlDeviceGetMinorNumber", handle)
+        return gpu.index if gpu.minor is None else gpu.minor
+
+    def nvmlDeviceGetAccountingStats(self, handle: FakeHandle, pid: int) -> Any:
+        gpu = self._device("nvmlDeviceGetAccountingStats", handle, pid)
+        if gpu.accounting is None:
+            raise pynvml.NVMLError_NotSupported()
+        if pid not in gpu.accounting:
+            raise pynvml.NVMLError_NotFound()
+        stats = pynvml.c_nvmlAccountingStats_t()
+        stats.startTime = gpu.accounting[pid]
+        stats.isRunning = 1
+        return stats
 
     def nvmlDeviceGetMigMode(self, handle: FakeHandle) -> list[int]:
         return list(self._device("nvmlDeviceGetMigMode", handle).mig_mode)

@@ -101,6 +101,13 @@ class Backend(abc.ABC):
         """True when the GPU pids belong to another PID namespace (never joined nor signalled)."""
         return False
 
+    def map_host_pids(self, lists: dict[int, Collection[int]]) -> dict[int, int]:
+        """Foreign pids only: host pid -> local pid where proven (see ``pidmap``); {} when none or on the host.
+
+        ``lists``: the pids listed per GPU index. A mapped row is joined and signalled as its local pid.
+        """
+        return {}
+
     def call_counts(self) -> dict[str, int]:
         """Driver calls made so far, per function (for benchmarks and tests)."""
         return {}

@@ -59,6 +59,10 @@ class LockedBackend(Backend):
     def pids_are_foreign(self) -> bool:
         return self.inner.pids_are_foreign()
 
+    def map_host_pids(self, lists: dict[int, Collection[int]]) -> dict[int, int]:
+        with self._lock:
+            return self.inner.map_host_pids(lists)
+
     def call_counts(self) -> dict[str, int]:
         with self._lock:
             return self.inner.call_counts()

@@ -40,6 +40,7 @@ from ..model import (
 )
 from .base import Backend, ProcessReading, Reading, SignalOutcome
 from .host import PsutilInspector, current_username, in_foreign_pid_namespace
+from .pidmap import GpuPids, PidMapper
 from .signals import send_signal_checked
 
 __all__ = ["NvmlBackend", "import_pynvml"]
@@ -119,8 +120,12 @@ class NvmlBackend(Backend):
         clock: Callable[[], float] = time.monotonic,
         foreign_pids: bool | None = None,
         close_at_exit: bool = True,
+        pid_mapper: PidMapper | None = None,
     ) -> None:
-        """``close_at_exit=False``: the owner closes it, or nobody (see :meth:`close`)."""
+        """``close_at_exit=False``: the owner closes it, or nobody (see :meth:`close`).
+
+        ``pid_mapper``: proves which foreign (host) pids are local processes (see ``pidmap``).
+        """
         self._nvml = nvml if nvml is not None else import_pynvml()
         self._clock = clock
         self._inspector = inspector or PsutilInspector()
@@ -131,6 +136,8 @@ class NvmlBackend(Backend):
         self._closed = False
         self._init()
         self._foreign = in_foreign_pid_namespace() if foreign_pids is None else foreign_pids
+        self._mapper = pid_mapper if pid_mapper is not None else PidMapper() if self._foreign else None
+        self._minors: dict[int, int | None] = {}
         try:
             count = self._call_global("nvmlDeviceGetCount")
         except self._nvml.NVMLError as exc:
@@ -760,9 +767,55 @@ class NvmlBackend(Backend):
     def inspect_processes(self, pids: Collection[int]) -> dict[int, HostProcess | None]:
         return self._inspector.inspect(pids)
 
+    def map_host_pids(self, lists: dict[int, Collection[int]]) -> dict[int, int]:
+        """Foreign pids only: host pid -> local pid, for the mappings ``pidmap`` proves; {} on the host.
+
+        ``lists``: the host pids NVML lists, per GPU index. Asks NVML for each GPU's minor
+        number (once) and, when a proof is due, for the accounting stats of unproven pids.
+        """
+        if not self._foreign or self._mapper is None:
+            return {}
+        mapper = self._mapper
+        due = mapper.due()
+        proven = mapper.mapped()
+        gpus = []
+        for index, pids in lists.items():
+            gpu = self._gpus[index]
+            starts = self._accounting_starts(gpu, [p for p in pids if p not in proven]) if due else None
+            gpus.append(GpuPids(self._minor(gpu), tuple(sorted(pids)), starts))
+        return {host: mapping.local_pid for host, mapping in mapper.update(gpus).items()}
+
+    def _minor(self, gpu: _Gpu) -> int | None:
+        """The N of the GPU's ``/dev/nvidiaN`` (asked until answered; NotSupported is remembered)."""
+        if self._minors.get(gpu.index) is None:
+            try:
+                value, _reason = self._query(gpu, "minor", "nvmlDeviceGetMinorNumber")
+            except (_LostError, _NoHandleError):
+                value = None
+            self._minors[gpu.index] = int(value) if value is not None else None
+        return self._minors[gpu.index]
+
+    def _accounting_starts(self, gpu: _Gpu, pids: Collection[int]) -> dict[int, int] | None:
+        """Accounting start times (Unix us) of ``pids``; None when accounting is off or unsupported."""
+        starts: dict[int, int] = {}
+        for pid in pids:
+            try:
+                stats, reason = self._query(gpu, "accounting", "nvmlDeviceGetAccountingStats", pid)
+            except (_LostError, _NoHandleError):
+                return starts or None
+            if reason is Reason.NOT_SUPPORTED:
+                return starts or None  # accounting mode off (remembered for this GPU)
+            start = getattr(stats, "startTime", None)
+            if start:
+                starts[pid] = int(start)
+        return starts or None
+
     def send_signal(self, pid: int, create_time: float | None, signum: int) -> SignalOutcome:
-        if self._foreign:
-            return SignalOutcome(False, f"pid {pid} belongs to another PID namespace (container); nothing sent")
+        # Foreign pids: only the LOCAL pid of a proven mapping, still the process that was proven (start time).
+        if self._foreign and (self._mapper is None or self._mapper.local(pid, create_time) is None):
+            return SignalOutcome(
+                False, f"pid {pid} belongs to another PID namespace (container) and is not mapped; nothing sent"
+            )
         return send_signal_checked(pid, create_time, signum)
 
 
