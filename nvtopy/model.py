@@ -249,6 +249,9 @@ class HostProcess(_Repr):
     create_time: float | None = None
     status: str = "running"  # psutil status; "zombie" for an exited, unreaped process
     unavailable: Reasons = field(default_factory=lambda: EMPTY_REASONS)
+    owner: ProcessOwner | None = None  # read once per process (nvtopy.backends.owners); None: unknown
+    ns_pid: int | None = None  # its pid inside its own PID namespace, when that differs
+    cuda_visible_devices: str | None = None  # from its environment, where readable
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -278,6 +281,7 @@ class GpuProcess(_Repr):
     owner: ProcessOwner | None = None  # the container, pod, Slurm job or service it runs in (None: unknown)
     ns_pid: int | None = None  # its pid as its own (container's) PID namespace sees it, when that differs
     cuda_visible_devices: str | None = None  # from its environment, where readable: the GPUs it believes it has
+    host_pid: int | None = None  # nvtopy in a container: the host pid NVML gave, proven to be local ``pid``
 
     @property
     def key(self) -> tuple[int, int, float | None]:

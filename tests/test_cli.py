@@ -51,6 +51,9 @@ PROCESS_FIELDS = {
     "cpu_percent": (float, int, type(None)),
     "host_memory_bytes": (int, type(None)),
     "running_seconds": (float, int, type(None)),
+    "owner": (dict, type(None)),
+    "ns_pid": (int, type(None)),
+    "cuda_visible_devices": (str, type(None)),
 }
 
 

@@ -40,7 +40,13 @@ from nvtopy.textsafe import unescape_text
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1024 * 1024
 DCGM_LABELS = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION"}
-PROCESS_LABELS = {"gpu", "UUID", "pid", "type", "user", "command", "Hostname"}
+PROCESS_LABELS = {"gpu", "UUID", "pid", "type", "user", "command", "Hostname"} | {
+    "owner_kind",
+    "container",
+    "pod",
+    "namespace",
+    "slurm_job",
+}
 PROCESS_METRICS = {
     "nvtopy_process_gpu_memory_bytes": "gpu_memory_bytes",
     "nvtopy_process_sm_utilization_percent": "sm_percent",

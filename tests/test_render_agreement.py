@@ -18,7 +18,18 @@ import re
 import pytest
 from textual.app import App
 
-from nvtopy.model import GpuProcess, GpuSample, GpuState, GpuStatic, HostInfo, ProcessType, Reason, Snapshot
+from nvtopy.model import (
+    GpuProcess,
+    GpuSample,
+    GpuState,
+    GpuStatic,
+    HostInfo,
+    OwnerKind,
+    ProcessOwner,
+    ProcessType,
+    Reason,
+    Snapshot,
+)
 from nvtopy.render import cells
 from nvtopy.render.gpu import compact_line, panel_lines, panel_title
 from nvtopy.render.processes import SortOrder
@@ -309,6 +320,9 @@ PROCESS_CASES: dict[str, GpuProcess] = {
     "N/A memory and SM": proc(108, gpu_memory_bytes=None, sm_percent=None, type=ProcessType.BOTH),
     "MPS client": proc(109, type=ProcessType.MPS, cpu_percent=1234.5),
     "hostile": proc(110, user="ev\x1b[8mil", command="rm \x1b]0;x\x07 -rf"),
+    "in a pod": proc(111, owner=ProcessOwner(OwnerKind.KUBERNETES, namespace="ml", pod="trainer-0")),
+    "plain host process": proc(112, owner=ProcessOwner(OwnerKind.HOST)),
+    "hostile owner": proc(113, owner=ProcessOwner(OwnerKind.DOCKER, name="[b]x\x1b]0;y\x07")),
 }
 SENTINEL = proc(1, gpu_index=3)  # row 0 carries the cursor (reverse video): the cases come after it
 
@@ -374,6 +388,11 @@ def test_process_words():
         and row["mine"]["Time"] == ("1:02:05", "")
     )
     assert row["hostile"]["Command"] == ("rm \\e]0;x\\x07 -rf", "")
+    assert row["in a pod"]["Owner"] == ("ml/trainer-0", cells.PLAIN)
+    assert row["plain host process"]["Owner"] == ("-", cells.DIM)
+    assert row["mine"]["Owner"] == ("N/A", cells.DIM), "not resolved: unknown"
+    assert row["foreign pid namespace"]["Owner"] == ("N/A", cells.DIM)
+    assert row["hostile owner"]["Owner"] == ("[b]x\\e]0;y\\x07", cells.PLAIN)
 
 
 def test_the_text_view_writes_the_categories_of_its_process_rows():

@@ -38,6 +38,7 @@ SORT_VALUES = {
     "gpu": lambda p: p.gpu_index,
     "pid": lambda p: p.pid,
     "user": lambda p: p.user,
+    "owner": lambda p: None if p.owner is None else "-" if p.owner.kind.value == "host" else p.owner.label,
     "type": lambda p: p.type.value,
     "gpu_memory": lambda p: p.gpu_memory_bytes,
     "sm": lambda p: p.sm_percent,
@@ -50,6 +51,7 @@ SORT_VALUES = {
 CYCLE = [
     ("pid", False),
     ("user", False),
+    ("owner", False),
     ("type", False),
     ("gpu_memory", True),
     ("sm", True),
@@ -98,7 +100,7 @@ async def test_s_cycles_every_column_in_its_natural_direction(sim):
             await pilot.press("s")
             assert_rows_sorted(app, column, reverse)
         # The table draws the rows in that order: its first data line is the first row.
-        await pilot.press("s", "s", "s", "s")  # gpu -> pid -> user -> type -> gpu_memory
+        await pilot.press("s", "s", "s", "s", "s")  # gpu -> pid -> user -> owner -> type -> gpu_memory
         await pilot.pause()
         table = table_of(app)
         assert_rows_sorted(app, "gpu_memory", True)
@@ -132,7 +134,7 @@ async def test_r_reverses_the_order(sim):
     app = NvtopyApp.for_backend(sim(gpus=4, seed=1, processes_per_gpu=4), interval=INTERVAL)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
-        await pilot.press("s", "s", "s", "s")
+        await pilot.press("s", "s", "s", "s", "s")
         assert_rows_sorted(app, "gpu_memory", True)
         before = keys_of(table_of(app).rows)
         await pilot.press("r")
@@ -170,7 +172,7 @@ async def test_sort_survives_refreshes_with_changing_values(sim, clock):
     app = NvtopyApp.for_backend(sim(gpus=4, seed=1, processes_per_gpu=4), interval=INTERVAL)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
-        await pilot.press("s", "s", "s", "s", "s", "s")  # CPU%, biggest first
+        await pilot.press("s", "s", "s", "s", "s", "s", "s")  # CPU%, biggest first
         assert_rows_sorted(app, "cpu", True)
         before = [(p.key, p.cpu_percent) for p in table_of(app).rows]
         for _ in range(3):
@@ -249,7 +251,7 @@ async def test_cursor_follows_its_process_across_sorts_and_refreshes(sim, clock)
             assert table.rows[table.cursor].key == key
             positions.add(table.cursor)
         assert len(positions) > 1, "some sort moved the row, and the cursor went with it"
-        await pilot.press("s", "s", "s", "s", "s", "s")  # CPU%: changes between refreshes
+        await pilot.press("s", "s", "s", "s", "s", "s", "s")  # CPU%: changes between refreshes
         assert_rows_sorted(app, "cpu", True)
         for _ in range(4):
             clock.advance(1)

@@ -23,6 +23,7 @@ from typing import Any
 import psutil
 
 from ..model import HostProcess, Reason, freeze
+from .owners import OwnerResolver, ResolvedOwner
 
 __all__ = ["PsutilInspector", "in_foreign_pid_namespace", "username_for_uid"]
 
@@ -70,6 +71,7 @@ class _Entry:
         "last_cpu",
         "last_wall",
         "name",
+        "owned",
         "process",
         "reasons",
         "retry_command",
@@ -99,6 +101,7 @@ class _Entry:
         # An empty argv is read in the instant between a process's exec and the kernel setting up
         # its arguments (a pid seen as it starts): read the command again instead of caching that.
         self.retry_command = False
+        self.owned: ResolvedOwner | None = None  # owner, NSpid, CUDA_VISIBLE_DEVICES: read once, when opened
 
 
 # How long after its start a process with an empty argv is read again (kernel threads keep theirs empty).
@@ -112,9 +115,18 @@ def _join_cmdline(cmdline: list[str]) -> str:
 class PsutilInspector:
     """Resolve pids to :class:`HostProcess` with psutil, keeping per-process state between calls."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time, resolver: OwnerResolver | None = None) -> None:
         self._clock = clock
         self._entries: dict[int, _Entry] = {}
+        # Who owns each process: read once per new entry (pid + create time), never per refresh.
+        self.resolver = resolver if resolver is not None else OwnerResolver()
+
+    def _resolve_owner(self, entry: _Entry, pid: int) -> None:
+        """Read ``entry``'s owner once; a failure leaves ``None`` fields, never an exception."""
+        try:
+            entry.owned = self.resolver.resolve(pid, entry.create_time)
+        except Exception:  # noqa: BLE001 -- the resolver never raises; a monitor keeps the row if it did
+            entry.owned = ResolvedOwner(owner=None)
 
     def _open(self, pid: int) -> _Entry | None:
         """Read the static facts of a new pid; ``None`` when it no longer exists."""
@@ -200,6 +212,10 @@ class PsutilInspector:
                 del self._entries[pid]
         for pid in wanted:
             result[pid] = self._inspect_one(pid, now)
+        # The entries hold each owner; the resolver's own cache keeps only the live ones (pruned only when it
+        # holds more than the entries: nothing to do on a steady refresh).
+        if len(self.resolver) > len(self._entries):
+            self.resolver.forget((pid, entry.create_time) for pid, entry in self._entries.items())
         return result
 
     @staticmethod
@@ -226,6 +242,7 @@ class PsutilInspector:
             entry = self._open(pid)
             if entry is None:
                 return None
+            self._resolve_owner(entry, pid)
             self._entries[pid] = entry
         elif entry.retry_command:
             self._reread_command(entry, now)
@@ -263,6 +280,7 @@ class PsutilInspector:
         for key, value in (("cpu_percent", cpu_percent), ("host_memory_bytes", rss)):
             if value is None:
                 reasons.setdefault(key, Reason.NOT_AVAILABLE)
+        owned = entry.owned
         return HostProcess(
             pid=pid,
             user=entry.user,
@@ -274,6 +292,9 @@ class PsutilInspector:
             create_time=entry.create_time,
             status=status,
             unavailable=freeze(reasons),
+            owner=owned.owner if owned else None,
+            ns_pid=owned.ns_pid if owned else None,
+            cuda_visible_devices=owned.cuda_visible_devices if owned else None,
         )
 
 

@@ -7,11 +7,13 @@ demo and the screenshots look like a real machine rather than round numbers.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 from ..errors import UsageError
+from ..model import OwnerKind, ProcessOwner
 
-__all__ = ["MODELS", "WORKLOADS", "GpuModel", "Workload", "find_model"]
+__all__ = ["MODELS", "OWNER_KINDS", "WORKLOADS", "GpuModel", "Workload", "find_model", "sim_owner"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,3 +169,109 @@ GRAPHICS_WORKLOADS: tuple[Workload, ...] = (
 )
 
 USERS: tuple[str, ...] = ("alice", "bob", "carol", "dmitri", "zhang")
+
+
+# --- who owns the simulated processes ------------------------------------------------------------
+# Owners of every kind nvtopy recognises (nvtopy.backends.owners), with the cgroup paths those runtimes
+# write, so --demo and the screenshots show containers, pods, Slurm jobs, services and sessions.
+
+OWNER_KINDS: tuple[OwnerKind, ...] = (
+    OwnerKind.KUBERNETES,
+    OwnerKind.SLURM,
+    OwnerKind.DOCKER,
+    OwnerKind.SYSTEMD_SERVICE,
+    OwnerKind.PODMAN,
+    OwnerKind.USER_SESSION,
+    OwnerKind.HOST,
+)
+_K8S_NAMESPACES = ("ml-research", "inference", "default")
+_K8S_APPS = ("trainer", "vllm", "triton", "notebook")
+_DOCKER_NAMES = (("inference", "vllm"), ("inference", "triton"), ("bench", "runner"), (None, "jupyter"))
+_SLURM_JOB_NAMES = ("llama-pretrain", "sweep-lr", "eval-mmlu", "lora-ft")
+_SERVICES = ("ollama", "tritonserver", "comfyui")
+_HEX = "0123456789abcdef"
+_POD_CHARS = "bcdfghjklmnpqrstvwxz2456789"
+
+
+def _hex(rng: random.Random, length: int) -> str:
+    return "".join(rng.choice(_HEX) for _ in range(length))
+
+
+def sim_owner(
+    kind: OwnerKind, rng: random.Random, *, uid: int, gpu: int
+) -> tuple[ProcessOwner, int | None, str | None]:
+    """A simulated process's (owner, pid in its own namespace, CUDA_VISIBLE_DEVICES): a pure function of ``rng``."""
+    if kind is OwnerKind.KUBERNETES:
+        app = rng.choice(_K8S_APPS)
+        namespace = rng.choice(_K8S_NAMESPACES)
+        pod = f"{app}-{_hex(rng, 9)}-{''.join(rng.choice(_POD_CHARS) for _ in range(5))}"
+        pod_uid = f"{_hex(rng, 8)}-{_hex(rng, 4)}-{_hex(rng, 4)}-{_hex(rng, 4)}-{_hex(rng, 12)}"
+        cid = _hex(rng, 64)
+        qos = rng.choice(("", "-burstable", "-besteffort"))
+        slice_qos = f"/kubepods{qos}.slice" if qos else ""
+        cgroup = (
+            f"/kubepods.slice{slice_qos}/kubepods{qos}-pod{pod_uid.replace('-', '_')}.slice/cri-containerd-{cid}.scope"
+        )
+        owner = ProcessOwner(
+            kind=kind,
+            id=pod_uid,
+            name=pod,
+            namespace=namespace,
+            pod=pod,
+            container=app,
+            container_id=cid,
+            cgroup=cgroup,
+        )
+        return owner, rng.randrange(1, 64), None
+    if kind is OwnerKind.SLURM:
+        job = str(rng.randrange(100_000, 999_999))
+        step = rng.choice(("0", "batch", "1"))
+        owner = ProcessOwner(
+            kind=kind,
+            id=job,
+            name=rng.choice(_SLURM_JOB_NAMES),
+            job=job,
+            step=step,
+            uid=uid,
+            cgroup=f"/system.slice/slurmstepd.scope/job_{job}/step_{step}/user/task_0",
+        )
+        return owner, None, str(gpu)  # Slurm sets CUDA_VISIBLE_DEVICES to the job's GPUs
+    if kind in (OwnerKind.DOCKER, OwnerKind.PODMAN):
+        project, name = rng.choice(_DOCKER_NAMES)
+        cid = _hex(rng, 64)
+        if kind is OwnerKind.DOCKER:
+            name = f"{project}-{name}-1" if project else name
+            cgroup = f"/system.slice/docker-{cid}.scope"
+            owner_uid = None
+        else:
+            project = None
+            cgroup = f"/user.slice/user-{uid}.slice/user@{uid}.service/user.slice/libpod-{cid}.scope"
+            owner_uid = uid
+        owner = ProcessOwner(
+            kind=kind,
+            id=cid,
+            name=name,
+            container=name,
+            container_id=cid,
+            project=project,
+            uid=owner_uid,
+            cgroup=cgroup,
+        )
+        return owner, rng.randrange(1, 64), "0" if rng.random() < 0.5 else None
+    if kind is OwnerKind.SYSTEMD_SERVICE:
+        unit = rng.choice(_SERVICES)
+        owner = ProcessOwner(kind=kind, id=f"{unit}.service", name=unit, cgroup=f"/system.slice/{unit}.service")
+        return owner, None, None
+    if kind is OwnerKind.USER_SESSION:
+        session = str(rng.randrange(1, 400))
+        owner = ProcessOwner(
+            kind=kind, id=session, uid=uid, cgroup=f"/user.slice/user-{uid}.slice/session-{session}.scope"
+        )
+        return owner, None, f"{gpu}" if rng.random() < 0.5 else None
+    return ProcessOwner(kind=OwnerKind.HOST, cgroup="/"), None, None
+
+
+DISPLAY_OWNER = ProcessOwner(
+    kind=OwnerKind.SYSTEMD_SERVICE, id="gdm.service", name="gdm", cgroup="/system.slice/gdm.service"
+)
+"""The owner of a display server (the graphics workloads' first)."""

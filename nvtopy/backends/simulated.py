@@ -35,6 +35,7 @@ from ..model import (
     GpuStatic,
     HostInfo,
     HostProcess,
+    ProcessOwner,
     ProcessType,
     RawGpuProcess,
     Reason,
@@ -43,7 +44,17 @@ from ..model import (
 from .base import Backend, ProcessReading, Reading, SignalOutcome
 from .host import PsutilInspector, current_username
 from .signals import send_signal_checked, signal_name
-from .sim_catalog import GRAPHICS_WORKLOADS, USERS, WORKLOADS, GpuModel, Workload, find_model
+from .sim_catalog import (
+    DISPLAY_OWNER,
+    GRAPHICS_WORKLOADS,
+    OWNER_KINDS,
+    USERS,
+    WORKLOADS,
+    GpuModel,
+    Workload,
+    find_model,
+    sim_owner,
+)
 from .sim_faults import SimFaults
 
 __all__ = ["SimulatedBackend"]
@@ -73,6 +84,9 @@ class _Job:
     phase: float
     vanished: bool = False  # NVML lists it, the host no longer has it
     real: bool = False  # a real host process (psutil answers for it)
+    owner: ProcessOwner | None = None  # its container, pod, Slurm job, service or session
+    ns_pid: int | None = None
+    cuda_visible_devices: str | None = None
 
     def alive(self, now: float) -> bool:
         return self.start <= now < self.end
@@ -254,6 +268,13 @@ class SimulatedBackend(Backend):
         pid = rng.randrange(2000, 99999)
         while pid in self._real_pids:
             pid += 1
+        # Every owner kind in turn across the GPUs' slots (so one screen shows them all), names from the seed.
+        owner_rng = random.Random(f"owner/{self.seed}/{gpu}/{slot}/{serial}")
+        if workload is GRAPHICS_WORKLOADS[0]:
+            owner, ns_pid, visible = DISPLAY_OWNER, None, None
+        else:
+            kind = OWNER_KINDS[(slot * max(1, self._gpus) + gpu + serial) % len(OWNER_KINDS)]
+            owner, ns_pid, visible = sim_owner(kind, owner_rng, uid=uid, gpu=gpu)
         return _Job(
             pid=pid,
             gpu=gpu,
@@ -268,6 +289,9 @@ class SimulatedBackend(Backend):
             rss=int(rng.uniform(*workload.host_memory_gib) * GIB),
             phase=rng.uniform(0, 2 * math.pi),
             vanished=self.faults.vanished and rng.random() < 0.3,
+            owner=owner,
+            ns_pid=ns_pid,
+            cuda_visible_devices=visible,
         )
 
     def _load(self, gpu: int) -> float:
@@ -542,6 +566,9 @@ class SimulatedBackend(Backend):
             host_memory_bytes=int(job.rss * job.ramp(now)),
             create_time=job.start,
             unavailable=freeze(reasons),
+            owner=job.owner,
+            ns_pid=job.ns_pid,
+            cuda_visible_devices=None if denied else job.cuda_visible_devices,
         )
 
     # ----------------------------------------------------------------- acting on processes

@@ -21,7 +21,7 @@ import json
 from typing import Any
 
 from .._version import __version__
-from ..model import GpuProcess, GpuState, Snapshot
+from ..model import GpuProcess, GpuState, ProcessOwner, Snapshot
 from ..textsafe import escape_text as _esc
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "encode",
     "gpu_to_dict",
     "iso_timestamp",
+    "owner_to_dict",
     "process_to_dict",
     "snapshot_to_dict",
 ]
@@ -42,6 +43,32 @@ _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 def iso_timestamp(timestamp: float) -> str:
     """ISO 8601 in local time with its UTC offset, millisecond precision."""
     return dt.datetime.fromtimestamp(timestamp, tz=dt.timezone.utc).astimezone().isoformat(timespec="milliseconds")
+
+
+# The owner object's string fields, in output order (``uid`` is a number).
+OWNER_STRING_FIELDS: tuple[str, ...] = (
+    "id",
+    "name",
+    "namespace",
+    "pod",
+    "container",
+    "container_id",
+    "job",
+    "step",
+    "project",
+    "cgroup",
+)
+
+
+def owner_to_dict(owner: ProcessOwner | None) -> dict[str, Any] | None:
+    """A process's owner (container, pod, Slurm job, service, session), every name escaped; ``None``: unknown."""
+    if owner is None:
+        return None
+    data: dict[str, Any] = {"kind": owner.kind.value}
+    for name in OWNER_STRING_FIELDS:
+        data[name] = _esc(getattr(owner, name))
+    data["uid"] = owner.uid
+    return data
 
 
 def process_to_dict(process: GpuProcess) -> dict[str, Any]:
@@ -62,6 +89,9 @@ def process_to_dict(process: GpuProcess) -> dict[str, Any]:
         "create_time": process.create_time,
         "status": _esc(process.status),
         "foreign": process.foreign,
+        "owner": owner_to_dict(process.owner),
+        "ns_pid": process.ns_pid,
+        "cuda_visible_devices": _esc(process.cuda_visible_devices),
         "unavailable": {k: v.value for k, v in process.unavailable.items()},
     }
 

@@ -17,14 +17,61 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import GpuStatic, Snapshot
+from ..model import GpuState, GpuStatic, OwnerKind, ProcessOwner, Snapshot
 from ..textsafe import escape_text, unescape_text
 from .dcgm import BY_NAME, FIELDS, GPU_LABELS, gpu_labels
 
-__all__ = ["COMMAND_LABEL_MAX", "PROCESS_LABELS", "HostScrape", "SnapshotCollector", "parse_exposition"]
+__all__ = [
+    "COMMAND_LABEL_MAX",
+    "POD_LABELS",
+    "PROCESS_LABELS",
+    "HostScrape",
+    "SnapshotCollector",
+    "parse_exposition",
+    "pod_labels",
+]
 
 
-PROCESS_LABELS = ("gpu", "UUID", "pid", "type", "user", "command", "Hostname")
+# Who owns the process (empty where it has none of them): its container, Kubernetes pod and namespace, Slurm job,
+# and the owner's kind (docker, kubernetes, podman, slurm, systemd-service, user-session, cgroup, host).
+OWNER_LABELS = ("owner_kind", "container", "pod", "namespace", "slurm_job")
+PROCESS_LABELS = ("gpu", "UUID", "pid", "type", "user", "command", "Hostname", *OWNER_LABELS)
+
+# dcgm-exporter's labels of a GPU that a Kubernetes pod holds, after its GPU labels (its rendermetrics template).
+POD_LABELS = ("pod", "namespace", "container")
+
+
+def pod_labels(gpu: GpuState) -> dict[str, str]:
+    """dcgm-exporter's ``pod``/``namespace``/``container`` of a GPU that exactly one pod holds, else nothing.
+
+    As dcgm-exporter sets them under Kubernetes: only when every process on the GPU
+    runs in the same named pod; ``container`` only when they share one container too.
+    """
+    pods = set()
+    containers = set()
+    for proc in gpu.processes:
+        owner = proc.owner
+        if owner is None or owner.kind is not OwnerKind.KUBERNETES or not owner.pod or not owner.namespace:
+            return {}
+        pods.add((owner.namespace, owner.pod))
+        containers.add(owner.container)
+    if len(pods) != 1:
+        return {}
+    ((namespace, pod),) = pods
+    labels = {"pod": _label_text(pod), "namespace": _label_text(namespace)}
+    if len(containers) == 1 and None not in containers:
+        labels["container"] = _label_text(next(iter(containers)))
+    return labels
+
+
+def _owner_values(owner: ProcessOwner | None) -> list[str]:
+    """The :data:`OWNER_LABELS` values of a process, escaped."""
+    if owner is None:
+        return [""] * len(OWNER_LABELS)
+    job = owner.job if owner.kind is OwnerKind.SLURM else None
+    # A container without a readable name is still one container: its short id, as `docker ps` shows it.
+    container = owner.container or (owner.container_id[:12] if owner.container_id else None)
+    return [owner.kind.value, *(_label_text(v) for v in (container, owner.pod, owner.namespace, job))]
 
 
 COMMAND_LABEL_MAX = 120
@@ -54,6 +101,7 @@ class SnapshotCollector:
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
+        from prometheus_client.samples import Sample
 
         snapshot: Snapshot | None = self.source.latest
         info = GaugeMetricFamily(
@@ -69,13 +117,22 @@ class SnapshotCollector:
         labels = [
             (gpu, {name: _label_text(value) for name, value in gpu_labels(gpu, host).items()}) for gpu in snapshot.gpus
         ]
+        # A GPU that one pod holds also gets dcgm-exporter's pod labels: its series then have more labels than the
+        # others' (allowed in one family), so they are added as samples rather than through add_metric.
+        pods = [pod_labels(gpu) for gpu, _ in labels]
         for metric in FIELDS:
             family = GaugeMetricFamily(metric.name, metric.help, labels=list(GPU_LABELS))
-            for gpu, gpu_label in labels:
+            for (gpu, gpu_label), pod in zip(labels, pods, strict=True):
                 if gpu.lost:
                     continue
                 value = metric.value(gpu)
-                if value is not None:
+                if value is None:
+                    continue
+                if pod:
+                    series = {name: gpu_label[name] for name in GPU_LABELS}
+                    series.update(pod)
+                    family.samples.append(Sample(metric.name, series, value))
+                else:
                     family.add_metric([gpu_label[name] for name in GPU_LABELS], value)
             yield family
         lost = GaugeMetricFamily(
@@ -122,6 +179,7 @@ class SnapshotCollector:
                     user,
                     command,
                     hostname,
+                    *_owner_values(proc.owner),
                 ]
                 for key, (_, attribute) in families.items():
                     value = getattr(proc, attribute)
@@ -190,6 +248,35 @@ def _whole(text: str | None, highest: int) -> int | None:
     return value if value <= highest else None
 
 
+def _owner_from_labels(labels: dict[str, str]) -> ProcessOwner | None:
+    """The owner a process's labels name (:data:`OWNER_LABELS`); ``None`` when they name none."""
+    container, pod = _label(labels, "container"), _label(labels, "pod")
+    namespace, job = _label(labels, "namespace"), _label(labels, "slurm_job")
+    text = labels.get("owner_kind") or ""
+    try:
+        kind = OwnerKind(text) if len(text) <= 32 else None
+    except ValueError:
+        kind = None
+    if kind is None:  # an older nvtopy, or another exporter: guess from what is there
+        if pod:
+            kind = OwnerKind.KUBERNETES
+        elif job:
+            kind = OwnerKind.SLURM
+        elif container:
+            kind = OwnerKind.DOCKER
+        else:
+            return None
+    return ProcessOwner(
+        kind=kind,
+        id=job if kind is OwnerKind.SLURM else None,
+        name=pod if kind is OwnerKind.KUBERNETES else container,
+        namespace=namespace,
+        pod=pod,
+        container=container,
+        job=job,
+    )
+
+
 def _process_value(name: str, value: float) -> float | int | None:
     low, high, whole = PROCESS_VALUES[name]
     if not low <= value <= high:  # NaN and the infinities fail this too
@@ -241,6 +328,7 @@ def parse_exposition(text: str, url: str) -> HostScrape:
                         "user": _label(labels, "user"),
                         "command": _label(labels, "command", MAX_COMMAND),
                         "type": kind if kind in ("C", "G", "C+G") else "C",
+                        "owner": _owner_from_labels(labels),
                     }
                 row[metric] = _process_value(metric, sample.value)
                 continue

@@ -16,7 +16,7 @@ import io
 from collections.abc import Iterator
 from typing import IO, Any
 
-from ..model import Snapshot
+from ..model import GpuProcess, Snapshot
 from ..textsafe import escape_text
 from .contract import encode, gpu_to_dict, iso_timestamp, process_to_dict, snapshot_to_dict
 
@@ -24,6 +24,7 @@ __all__ = [
     "DEFAULT_GPU_FIELDS",
     "DEFAULT_PROCESS_FIELDS",
     "GPU_FIELDS",
+    "OWNER_FIELDS",
     "PROCESS_FIELDS",
     "TOP_FIELDS",
     "CsvWriter",
@@ -66,6 +67,7 @@ DEFAULT_PROCESS_FIELDS = (
     "cpu_percent",
     "host_memory_bytes",
     "running_seconds",
+    "owner_name",
     "command",
 )
 
@@ -82,7 +84,35 @@ def _process_keys() -> tuple[str, ...]:
     from ..model import GpuProcess, ProcessType
 
     keys = process_to_dict(GpuProcess(0, None, 0, ProcessType.COMPUTE, None))
-    return ("gpu_index", "gpu_uuid", *(k for k in keys if k != "unavailable"))
+    return ("gpu_index", "gpu_uuid", *(k for k in keys if k not in ("unavailable", "owner")), *OWNER_FIELDS)
+
+
+# The JSON contract's ``owner`` object, flat for CSV: its kind, its short label (an OWNER column's text) and names.
+OWNER_FIELDS = (
+    "owner_kind",
+    "owner_name",
+    "owner_namespace",
+    "owner_pod",
+    "owner_container",
+    "owner_job",
+    "owner_step",
+)
+
+
+def owner_cells(process: GpuProcess) -> dict[str, Any]:
+    """The ``owner_*`` columns of one process row, every name escaped (empty cells: no owner known)."""
+    owner = process.owner
+    if owner is None:
+        return {}
+    return {
+        "owner_kind": owner.kind.value,
+        "owner_name": escape_text(owner.label),
+        "owner_namespace": escape_text(owner.namespace),
+        "owner_pod": escape_text(owner.pod),
+        "owner_container": escape_text(owner.container),
+        "owner_job": escape_text(owner.job),
+        "owner_step": escape_text(owner.step),
+    }
 
 
 # Every scalar of the JSON contract's GPU (or process) object; lists are joined with ';' in CSV.
@@ -137,7 +167,7 @@ class CsvWriter:
                 continue
             uuid = escape_text(gpu.static.uuid)
             for proc in gpu.processes:
-                yield {**top, "gpu_index": gpu.index, "gpu_uuid": uuid, **process_to_dict(proc)}
+                yield {**top, "gpu_index": gpu.index, "gpu_uuid": uuid, **process_to_dict(proc), **owner_cells(proc)}
 
     def write(self, snapshot: Snapshot) -> None:
         for row in self.rows(snapshot):

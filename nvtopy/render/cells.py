@@ -17,7 +17,9 @@ throttle reasons) is made safe here with :func:`~nvtopy.textsafe.safe_text`.
 
 from __future__ import annotations
 
-from ..model import GpuProcess, GpuSample, GpuState, GpuStatic
+from typing import Any
+
+from ..model import GpuProcess, GpuSample, GpuState, GpuStatic, OwnerKind
 from ..textsafe import safe_text
 from .units import NA, fmt_bytes, fmt_celsius, fmt_duration, fmt_pstate, short_name
 
@@ -35,6 +37,7 @@ __all__ = [
     "WARN",
     "Cell",
     "ecc_cell",
+    "group_cells",
     "host_label",
     "is_mine",
     "load_category",
@@ -43,6 +46,7 @@ __all__ = [
     "memory_percent_text",
     "name_cell",
     "note_cell",
+    "owner_cell",
     "percent_cell",
     "power_cell",
     "process_cells",
@@ -218,11 +222,30 @@ def is_mine(process: GpuProcess, me: str | None) -> bool:
 
 
 # The columns process_cells returns, in order (the keys of render.processes.COLUMNS).
-PROCESS_CELL_KEYS = ("gpu", "pid", "user", "type", "gpu_memory", "sm", "cpu", "host_memory", "time", "command")
+PROCESS_CELL_KEYS = ("gpu", "pid", "user", "owner", "type", "gpu_memory", "sm", "cpu", "host_memory", "time", "command")
 
 
 def _value(text: str | None) -> Cell:
     return _MISSING if text is None else (text, PLAIN)
+
+
+OWNER_MAX = 48  # characters of an owner's label, in every view
+
+
+def owner_cell(process: GpuProcess) -> Cell:
+    """Who the process runs under, by its short label: ``web-1``, ``ns/pod``, ``slurm 1234.0``, ``nginx``.
+
+    ``"-"`` (dim) for a plain host process (no container, job or service); N/A (dim)
+    when unknown (not resolved, or a pid of another PID namespace). The names come
+    from the runtime's files or the process's environment: outside text, made safe here.
+    """
+    owner = process.owner
+    if owner is None:
+        return _MISSING
+    if owner.kind is OwnerKind.HOST:
+        return ("-", DIM)
+    label = safe_text(owner.label)  # a raw cgroup path can be long: both views cut it the same way
+    return (label if len(label) <= OWNER_MAX else label[: OWNER_MAX - 1] + "…", PLAIN)
 
 
 def process_cells(process: GpuProcess, me: str | None) -> tuple[Cell, ...]:
@@ -248,6 +271,7 @@ def process_cells(process: GpuProcess, me: str | None) -> tuple[Cell, ...]:
         (str(process.gpu_index), PLAIN),
         (str(process.pid), PLAIN),
         user,
+        owner_cell(process),
         (process.type.value, PLAIN),
         _value(None if process.gpu_memory_bytes is None else fmt_bytes(process.gpu_memory_bytes)),
         _value(None if process.sm_percent is None else str(process.sm_percent)),
@@ -255,4 +279,52 @@ def process_cells(process: GpuProcess, me: str | None) -> tuple[Cell, ...]:
         _value(None if process.host_memory_bytes is None else fmt_bytes(process.host_memory_bytes)),
         _value(None if process.running_seconds is None else fmt_duration(process.running_seconds)),
         command,
+    )
+
+
+def _count(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}{'es' if noun.endswith('s') else 's'}"
+
+
+def group_cells(group: Any, me: str | None) -> tuple[Cell, ...]:
+    """Every column of a group row (group-by; ``group`` is a :class:`~nvtopy.render.processes.ProcessGroup`).
+
+    GPU: its GPUs; PID: how many processes (``(3)``); USER and OWNER: the shared one,
+    else how many; the figures are its totals (TIME: the longest); COMMAND says
+    what the group is. Names are outside text, made safe here.
+    """
+    members = group.members
+    users = {"?" if p.foreign else p.user for p in members}
+    if len(users) == 1:
+        (name,) = users
+        user: Cell = (safe_text(name), PLAIN if name == me else DIM) if name else _MISSING
+    else:
+        user = (_count(len(users), "user"), DIM)
+    owners = {owner_cell(p) for p in members}
+    owner = next(iter(owners)) if len(owners) == 1 else (_count(len(owners), "owner"), DIM)
+    types = {p.type.value for p in members}
+    kind = (types.pop(), PLAIN) if len(types) == 1 else ("*", PLAIN)
+    if group.value is None:
+        label = f"{NA} {group.mode}"
+    elif group.mode == "gpu":
+        label = f"GPU {group.value}"
+    elif group.mode == "owner" and group.value == "-":
+        label = "host (no container, job or service)"
+    else:
+        label = safe_text(str(group.value))
+    command = f"▸ {label}: {_count(group.processes, 'process')}"  # the header says what it is grouped by
+    if group.mode != "gpu":
+        command += f" on {_count(len(group.gpus), 'GPU')}"
+    return (
+        (",".join(str(i) for i in group.gpus), PLAIN),
+        (f"({group.processes})", PLAIN),
+        user,
+        owner,
+        kind,
+        _value(None if group.gpu_memory_bytes is None else fmt_bytes(group.gpu_memory_bytes)),
+        _value(None if group.sm_percent is None else str(group.sm_percent)),
+        _value(None if group.cpu_percent is None else f"{group.cpu_percent:.1f}"),
+        _value(None if group.host_memory_bytes is None else fmt_bytes(group.host_memory_bytes)),
+        _value(None if group.running_seconds is None else fmt_duration(group.running_seconds)),
+        (command, PLAIN),
     )

@@ -13,11 +13,24 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import GpuProcess, ProcessType
+from ..model import GpuProcess, OwnerKind, ProcessType
 from ..textsafe import safe_text
 from .cells import PROCESS_CELL_KEYS
 
-__all__ = ["COLUMNS", "Column", "ProcessFilter", "SortOrder", "Tags", "build_rows", "visible_columns"]
+__all__ = [
+    "COLUMNS",
+    "GROUP_MODES",
+    "Column",
+    "ProcessFilter",
+    "ProcessGroup",
+    "SortOrder",
+    "Tags",
+    "build_groups",
+    "build_rows",
+    "group_value",
+    "owner_label",
+    "visible_columns",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,10 +48,19 @@ def _cpu(p: GpuProcess) -> float | None:
     return p.cpu_percent
 
 
+def owner_label(p: GpuProcess) -> str | None:
+    """The OWNER column's words, unescaped (sorting, grouping): ``"-"`` for a host process, None when unknown."""
+    owner = p.owner
+    if owner is None:
+        return None
+    return "-" if owner.kind is OwnerKind.HOST else owner.label
+
+
 COLUMNS: tuple[Column, ...] = (
     Column("gpu", "GPU", 4, "right", lambda p: p.gpu_index, False, 0),
     Column("pid", "PID", 7, "right", lambda p: p.pid, False, 0),
     Column("user", "USER", 10, "left", lambda p: p.user, False, 1),
+    Column("owner", "OWNER", 11, "left", owner_label, False, 2),
     Column("type", "TYPE", 4, "left", lambda p: p.type.value, False, 4),
     Column("gpu_memory", "GPU-MEM", 8, "right", lambda p: p.gpu_memory_bytes, True, 0),
     Column("sm", "SM%", 4, "right", lambda p: p.sm_percent, True, 2),
@@ -52,10 +74,18 @@ if COLUMN_KEYS != PROCESS_CELL_KEYS:  # cells.process_cells draws these columns,
     raise AssertionError(f"process columns {COLUMN_KEYS} != cells {PROCESS_CELL_KEYS}")
 _BY_KEY = {c.key: c for c in COLUMNS}
 MIN_COMMAND_WIDTH = 20
+# OWNER widens up to this on a wide terminal (``ns/pod`` names are long) while COMMAND keeps WIDE_COMMAND_WIDTH.
+WIDE_OWNER_WIDTH = 32
+WIDE_COMMAND_WIDTH = 60
 
 
 def visible_columns(width: int) -> tuple[Column, ...]:
-    """The columns that fit ``width`` cells, dropping low-priority ones while COMMAND would be too narrow."""
+    """The columns that fit ``width`` cells, dropping low-priority ones while COMMAND would be too narrow.
+
+    Dropped first: TYPE, then HOST-MEM, then TIME, CPU%, SM% and OWNER (in that order), then USER.
+    OWNER is 11 cells wide on a narrow terminal and grows up to :data:`WIDE_OWNER_WIDTH` while
+    COMMAND keeps :data:`WIDE_COMMAND_WIDTH` cells.
+    """
     columns = list(COLUMNS)
     while True:
         fixed = sum(c.width + 1 for c in columns if c.key != "command")
@@ -65,6 +95,10 @@ def visible_columns(width: int) -> tuple[Column, ...]:
         if not droppable:
             break
         columns.remove(max(droppable, key=lambda c: (c.priority, COLUMNS.index(c))))
+    spare = width - fixed - WIDE_COMMAND_WIDTH
+    owner = _BY_KEY["owner"]
+    if spare > 0 and owner in columns:
+        columns[columns.index(owner)] = dataclasses.replace(owner, width=min(WIDE_OWNER_WIDTH, owner.width + spare))
     return tuple(columns)
 
 
@@ -140,9 +174,19 @@ class ProcessFilter:
                 needle in str(process.pid)
                 or needle in (process.user or "").lower()
                 or needle in (process.command or "").lower()
+                or _owner_matches(process, needle)
             ):
                 return False
         return True
+
+
+def _owner_matches(process: GpuProcess, needle: str) -> bool:
+    """The filter text in the owner's label or names (namespace, pod, container, job, ...)."""
+    owner = process.owner
+    if owner is None:
+        return False
+    words = (owner.label, owner.name, owner.namespace, owner.pod, owner.container, owner.job, owner.project)
+    return any(needle in word.lower() for word in words if word)
 
 
 def build_rows(
@@ -176,3 +220,121 @@ class Tags:
     def prune(self, alive: Iterable[GpuProcess]) -> None:
         """Forget tags of processes that exited."""
         self.keys &= {p.key for p in alive}
+
+
+# ----------------------------------------------------------------- group-by
+
+GROUP_MODES: tuple[str | None, ...] = (None, "user", "owner", "gpu")
+GROUP_TITLES = {"user": "user", "owner": "owner", "gpu": "GPU"}
+
+
+def group_value(process: GpuProcess, mode: str) -> str | int | None:
+    """The value ``process`` is grouped by: its user, its owner's label, or its GPU (None: unknown)."""
+    if mode == "user":
+        return "?" if process.foreign else process.user
+    if mode == "owner":
+        return owner_label(process)
+    return process.gpu_index
+
+
+def _total(values: Iterable[float | int | None]) -> Any:
+    present = [v for v in values if v is not None]
+    return sum(present) if present else None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessGroup:
+    """Processes folded into one row of the table (group-by), with their totals.
+
+    A process on two GPUs is two rows of the snapshot but one process: ``processes``,
+    CPU and host memory count it once; GPU memory and SM% add up per GPU.
+    """
+
+    mode: str  # "user", "owner" or "gpu"
+    value: str | int | None  # what its processes share (None: unknown)
+    members: tuple[GpuProcess, ...]  # one entry per (GPU, process), in table order
+    gpus: tuple[int, ...]
+    processes: int
+    gpu_memory_bytes: int | None
+    sm_percent: int | None
+    cpu_percent: float | None
+    host_memory_bytes: int | None
+    running_seconds: float | None  # the longest
+
+    @classmethod
+    def of(cls, mode: str, value: str | int | None, members: Iterable[GpuProcess]) -> ProcessGroup:
+        members = tuple(members)
+        unique = {(p.pid, p.create_time): p for p in members}.values()
+        return cls(
+            mode=mode,
+            value=value,
+            members=members,
+            gpus=tuple(sorted({p.gpu_index for p in members})),
+            processes=len(unique),
+            gpu_memory_bytes=_total(p.gpu_memory_bytes for p in members),
+            sm_percent=_total(p.sm_percent for p in members),
+            cpu_percent=_total(p.cpu_percent for p in unique),
+            host_memory_bytes=_total(p.host_memory_bytes for p in unique),
+            running_seconds=max((p.running_seconds for p in members if p.running_seconds is not None), default=None),
+        )
+
+    @property
+    def key(self) -> tuple[str, str, str | int | None]:
+        """Stable identity across refreshes (the cursor follows it): the mode and the shared value."""
+        return ("group", self.mode, self.value)
+
+    @property
+    def label(self) -> str:
+        """The shared value in words (unescaped): ``alice``, ``ns/pod``, ``GPU 3``; N/A when unknown."""
+        if self.value is None:
+            return "N/A"
+        return f"GPU {self.value}" if self.mode == "gpu" else str(self.value)
+
+    def targets(self) -> list[GpuProcess]:
+        """Its processes, one entry each (a process on two GPUs is signalled once)."""
+        return list({(p.pid, p.create_time): p for p in self.members}.values())
+
+    def shared(self, column: str) -> Any:
+        """The value every member has in ``column`` (user, owner, type), else None."""
+        values = {_BY_KEY[column].value(p) for p in self.members}
+        return values.pop() if len(values) == 1 else None
+
+
+def _group_sort_value(group: ProcessGroup, column: str) -> Any:
+    """What a group sorts by in ``column``: the totals (processes for PID, its GPUs for GPU)."""
+    if column == "gpu":
+        return group.gpus or None
+    if column == "pid":
+        return group.processes
+    if column == "user":
+        return group.value if group.mode == "user" else group.shared("user")
+    if column == "owner":
+        return group.value if group.mode == "owner" else group.shared("owner")
+    if column == "type":
+        return group.shared("type")
+    if column == "command":
+        return group.label.lower() if group.value is not None else None
+    return {
+        "gpu_memory": group.gpu_memory_bytes,
+        "sm": group.sm_percent,
+        "cpu": group.cpu_percent,
+        "host_memory": group.host_memory_bytes,
+        "time": group.running_seconds,
+    }[column]
+
+
+def build_groups(rows: Iterable[GpuProcess], mode: str, order: SortOrder) -> list[ProcessGroup]:
+    """Fold ``rows`` (already filtered and sorted) into groups, sorted like rows by their totals.
+
+    Ties break by GPU memory (biggest first), then by the shared value; None sorts last.
+    """
+    folded: dict[str | int | None, list[GpuProcess]] = {}
+    for process in rows:
+        folded.setdefault(group_value(process, mode), []).append(process)
+    groups = [ProcessGroup.of(mode, value, members) for value, members in folded.items()]
+    groups.sort(key=lambda g: (g.value is None, str(g.value) if mode != "gpu" else g.value or 0))
+    groups.sort(key=lambda g: -(g.gpu_memory_bytes or 0))
+    present = [g for g in groups if _group_sort_value(g, order.column) is not None]
+    missing = [g for g in groups if _group_sort_value(g, order.column) is None]
+    present.sort(key=lambda g: _group_sort_value(g, order.column), reverse=order.reverse)
+    return present + missing

@@ -195,6 +195,7 @@ PROCESS_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("PID", ">", "pid"),
     ("Type", "<", "type"),
     ("User", "<", "user"),
+    ("Owner", "<", "owner"),
     ("GPU Mem", ">", "gpu_memory"),
     ("SM%", ">", "sm"),
     ("CPU%", ">", "cpu"),

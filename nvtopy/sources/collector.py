@@ -12,11 +12,13 @@ one-shot reads) owns a collector and its backend.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from ..backends.base import Backend, ProcessReading, Reading
+from ..backends.pidmap import unmapped_hint
 from ..model import (
     ALL_GROUPS,
     HISTORY_LENGTH,
@@ -65,6 +67,7 @@ class Collector:
         self._memos: dict[int, _GpuMemo] = {}
         self._statics: list[GpuStatic] | None = None
         self._sequence = 0
+        self._host_map: dict[int, int] = {}  # foreign pids: host pid -> proven local pid (backends.pidmap)
         self.indices: list[int] = list(indices) if indices is not None else list(range(backend.device_count()))
 
     def statics(self) -> list[GpuStatic]:
@@ -127,6 +130,8 @@ class Collector:
                 rows_reason = proc_reading.unavailable
             history = self._record(memo, sample)
             hint = None if proc_reading is None else processes_hint(sample, rows, rows_reason)
+            if proc_reading is not None and self.backend.pids_are_foreign():
+                hint = unmapped_hint(rows) or hint
             gpus.append(GpuState(memo.static, sample, rows, rows_reason, history, processes_hint=hint))
         self._sequence += 1
         return Snapshot(
@@ -140,7 +145,11 @@ class Collector:
 
     def _join_host(self, readings: Iterable[tuple[_GpuMemo, Reading, ProcessReading | None]]) -> dict[int, Any]:
         if self.backend.pids_are_foreign():
-            return {}
+            # Host pids: only those proven to be local processes are joined, as their local pids.
+            lists = {m.static.index: {p.pid for p in pr.processes} for m, _, pr in readings if pr is not None}
+            self._host_map = self.backend.map_host_pids(lists) if any(lists.values()) else {}
+            local = set(self._host_map.values())
+            return self.backend.inspect_processes(local) if local else {}
         pids = {p.pid for _, _, pr in readings if pr is not None for p in pr.processes}
         return self.backend.inspect_processes(pids) if pids else {}
 
@@ -156,6 +165,13 @@ class Collector:
                 reasons["gpu_memory_bytes"] = Reason.NOT_AVAILABLE
             if raw.sm_percent is None:
                 reasons["sm_percent"] = Reason.NOT_SUPPORTED
+            local_pid = self._host_map.get(raw.pid) if foreign and host is not None else None
+            if local_pid is not None and host.get(local_pid) is not None:  # type: ignore[union-attr]
+                info = host[local_pid]  # type: ignore[index]
+                reasons.update(info.unavailable)
+                row = _row(static, dataclasses.replace(raw, pid=local_pid), info, now, reasons, foreign=False)
+                rows.append(dataclasses.replace(row, host_pid=raw.pid))
+                continue
             if foreign:
                 for name in ("user", "command", "cpu_percent", "host_memory_bytes", "running_seconds"):
                     reasons[name] = Reason.NO_PERMISSION
@@ -248,4 +264,7 @@ def _row(
         status=info.status if info else "unknown",
         foreign=foreign,
         unavailable=freeze(reasons),
+        owner=info.owner if info else None,
+        ns_pid=info.ns_pid if info else None,
+        cuda_visible_devices=info.cuda_visible_devices if info else None,
     )

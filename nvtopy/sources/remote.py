@@ -492,4 +492,5 @@ def _process(row: dict[str, Any], index: int, uuid: str | None, now: float) -> G
         host_memory_bytes=row.get("host_memory_bytes"),
         create_time=started,
         running_seconds=None if started is None else max(0.0, now - started),
+        owner=row.get("owner"),
     )

@@ -42,6 +42,8 @@ from ..model import (
     GpuStatic,
     HistoryBuffer,
     HostInfo,
+    OwnerKind,
+    ProcessOwner,
     ProcessType,
     Reason,
     Snapshot,
@@ -69,7 +71,18 @@ _LIMIT = 2**64  # a figure beyond this (or not finite) is no reading: it is repl
 _SAMPLE_KEYS = set(GpuSample.__dataclass_fields__) - {"timestamp", "lost", "unavailable", "pstate", "throttle_reasons"}
 _STATIC_KEYS = set(GpuStatic.__dataclass_fields__) - {"index", "unavailable", "mig_devices"}
 _PROCESS_KEYS = {"gpu_memory_bytes", "sm_percent", "memory_percent", "encoder_percent", "decoder_percent"}
-_PROCESS_MORE = ("user", "name", "command", "cpu_percent", "host_memory_bytes", "create_time", "running_seconds")
+_PROCESS_MORE = (
+    "user",
+    "name",
+    "command",
+    "cpu_percent",
+    "host_memory_bytes",
+    "create_time",
+    "running_seconds",
+    "ns_pid",
+    "cuda_visible_devices",
+)
+_OWNER_TEXT = ("id", "name", "namespace", "pod", "container", "container_id", "job", "step", "project", "cgroup")
 _GPU_REASON_KEYS = set(GpuStatic.__dataclass_fields__) | set(GpuSample.__dataclass_fields__)
 _PROCESS_REASON_KEYS = set(GpuProcess.__dataclass_fields__)
 
@@ -162,6 +175,27 @@ def _reasons(data: dict[str, Any], allowed: set[str]) -> dict[str, Reason]:
     return {k: Reason(v) for k, v in (data.get("unavailable") or {}).items() if k in allowed}
 
 
+def _owner(value: Any) -> ProcessOwner | None:
+    """A process's owner object, its names unescaped; a kind this version does not know reads as ``cgroup``."""
+    if value is None:
+        return None
+    if type(value) is not dict:
+        raise TypeError("owner is not an object")
+    kind = value.get("kind")
+    if type(kind) is not str:
+        raise TypeError("owner kind is not text")
+    try:
+        owner_kind = OwnerKind(kind)
+    except ValueError:
+        owner_kind = OwnerKind.CGROUP
+    uid = _number(value.get("uid"), "owner uid")
+    return ProcessOwner(
+        kind=owner_kind,
+        uid=int(uid) if uid is not None else None,
+        **{name: _text(value.get(name), f"owner {name}") for name in _OWNER_TEXT},
+    )
+
+
 def _process(data: dict[str, Any], gpu: GpuStatic) -> GpuProcess:
     status = _text(data.get("status", "running"), "status")
     return GpuProcess(
@@ -173,6 +207,7 @@ def _process(data: dict[str, Any], gpu: GpuStatic) -> GpuProcess:
         status="running" if status is None else status,
         foreign=bool(_flag(data.get("foreign", False), "foreign")),
         unavailable=freeze(_reasons(data, _PROCESS_REASON_KEYS)),
+        owner=_owner(data.get("owner")),
     )
 
 

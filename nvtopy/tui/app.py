@@ -36,7 +36,17 @@ from textual.widgets import Footer, Input, Static
 
 from ..backends.base import Backend, SignalOutcome
 from ..model import ALL_GROUPS, GpuProcess, Snapshot
-from ..render.processes import COLUMNS, ProcessFilter, SortOrder, Tags, build_rows
+from ..render.processes import (
+    COLUMNS,
+    GROUP_MODES,
+    GROUP_TITLES,
+    ProcessFilter,
+    ProcessGroup,
+    SortOrder,
+    Tags,
+    build_groups,
+    build_rows,
+)
 from ..render.units import NA
 from ..sources.base import SnapshotSource
 from ..sources.collector import Collector
@@ -60,6 +70,11 @@ QUIT_WAIT = 0.1
 STALL_AFTER = 2.0
 
 
+def _members(row: GpuProcess | ProcessGroup) -> tuple[GpuProcess, ...]:
+    """The processes of a table row: itself, or a group's."""
+    return row.members if isinstance(row, ProcessGroup) else (row,)
+
+
 class HeaderBar(Static):
     """Host, driver, CUDA, refresh state, active filters and sort: one line."""
 
@@ -77,7 +92,7 @@ class NvtopyApp(App[None]):
         Binding("q", "quit", "Quit"),
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
         Binding("question_mark,f1", "help", "Help"),
-        Binding("slash", "filter", "Filter", tooltip="Filter processes by pid, user or command text"),
+        Binding("slash", "filter", "Filter", tooltip="Filter processes by pid, user, owner or command text"),
         Binding("g", "pick_gpus", "GPUs", tooltip="Choose the GPUs to show (panels and processes)"),
         Binding("u", "toggle_mine", "Mine", tooltip="Only my processes (toggle)"),
         Binding("t", "cycle_type", "Type", tooltip="Process type: all, compute (C), graphics (G)"),
@@ -85,6 +100,13 @@ class NvtopyApp(App[None]):
         Binding("s,greater_than_sign", "sort(1)", "Sort", tooltip="Sort by the next column"),
         Binding("S,less_than_sign", "sort(-1)", "Sort (previous column)", show=False),
         Binding("r", "reverse", "Reverse", show=False, tooltip="Reverse the sort order"),
+        Binding(
+            "b",
+            "cycle_group",
+            "Group",
+            show=False,
+            tooltip="Group processes by: none, user, owner, GPU (totals per group; T/K/I signal the whole group)",
+        ),
         Binding(
             "space", "tag", "Tag", show=False, tooltip="Tag or untag the selected process (signals go to all tagged)"
         ),
@@ -130,6 +152,7 @@ class NvtopyApp(App[None]):
         self.snapshot: Snapshot | None = None
         self.row_filter = ProcessFilter()
         self.order = SortOrder()
+        self.group_by: str | None = None  # None, "user", "owner" or "gpu" (GROUP_MODES)
         self.tags = Tags()
         self._poll = poll
         self.snapshots_applied = 0
@@ -173,7 +196,7 @@ class NvtopyApp(App[None]):
         yield HeaderBar(Text(" nvtopy  starting...", style="bold"), id="header")
         yield GpuView(id="gpus")
         yield ProcessTable(id="processes")
-        yield Input(placeholder="filter: pid, user or command text (enter keeps it, esc clears)", id="filter")
+        yield Input(placeholder="filter: pid, user, owner or command text (enter keeps it, esc clears)", id="filter")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -270,13 +293,16 @@ class NvtopyApp(App[None]):
         self.tags.prune(everything)
         me = snapshot.host.user
         rows = build_rows(everything, self.order, self.row_filter, me)
+        shown: list[GpuProcess] | list[ProcessGroup] = rows
+        if self.group_by is not None:
+            shown = build_groups(rows, self.group_by, self.order)
         hints = [f"GPU {g.index}: {safe_text(g.processes_hint)}" for g in gpus if g.processes_hint]
         table.empty_message = (
             "No process matches the filters (esc clears)"
             if self.row_filter.active
             else "No GPU processes" + (" · " + " · ".join(hints) if hints else "")
         )
-        table.set_rows(rows, me=me, tags=frozenset(self.tags.keys), order=self.order)
+        table.set_rows(list(shown), me=me, tags=frozenset(self.tags.keys), order=self.order)
         self._header_counts = (len(gpus), len(rows), len(everything))
         self._update_header(header)
 
@@ -322,6 +348,8 @@ class NvtopyApp(App[None]):
             text.append("│ filter: ", style="bold yellow")
             text.append(" ".join(labels), style="yellow")
             text.append(f" ({shown_rows}/{all_rows}) ", style="yellow")
+        if self.group_by is not None:
+            text.append(f"│ grouped by {GROUP_TITLES[self.group_by]} ", style="bold cyan")
         if self.tags.keys:
             text.append(f"│ {len(self.tags.keys)} tagged ", style="yellow")
         if self.readonly:
@@ -390,6 +418,24 @@ class NvtopyApp(App[None]):
     def action_reverse(self) -> None:
         self.set_sort(self.order.flipped())
 
+    def set_group(self, mode: str | None) -> None:
+        """Fold the table into groups by ``mode`` (None: one row a process).
+
+        The cursor goes to the row holding what it was on: a process's group, a group's first process.
+        """
+        table = self.query_one(ProcessTable)
+        previous = table.selected
+        was = {p.key for p in _members(previous)} if previous is not None else set()
+        self.group_by = mode
+        self.refresh_view()
+        index = next((i for i, row in enumerate(table.rows) if any(p.key in was for p in _members(row))), 0)
+        table.move_cursor(index)
+
+    def action_cycle_group(self) -> None:
+        following = GROUP_MODES[(GROUP_MODES.index(self.group_by) + 1) % len(GROUP_MODES)]
+        self.set_group(following)
+        self.notify(f"grouped by {GROUP_TITLES[following]}" if following else "not grouped", timeout=2)
+
     @on(ProcessTable.HeaderClicked)
     def _header_clicked(self, event: ProcessTable.HeaderClicked) -> None:
         self.set_sort(self.order.by(event.column))
@@ -451,6 +497,7 @@ class NvtopyApp(App[None]):
             "clear_filters": "Filtering",
             "sort": "Sorting",
             "reverse": "Sorting",
+            "cycle_group": "Sorting",
             "tag": "Processes",
             "untag": "Processes",
             "signal": "Processes",
@@ -487,6 +534,13 @@ class NvtopyApp(App[None]):
                 f"Sort the process table by {column.title}",
                 lambda key=column.key: self.set_sort(SortOrder(key, SortOrder().by(key).reverse)),
             )
+        for mode in GROUP_MODES:
+            title = GROUP_TITLES[mode] if mode else "nothing"
+            yield SystemCommand(
+                f"Group by {title}",
+                "Fold the process table into one row per " + (title if mode else "process") + ", with totals",
+                lambda m=mode: self.set_group(m),
+            )
         yield SystemCommand("Only my processes", "Toggle showing only your processes", self.action_toggle_mine)
         yield SystemCommand("Choose GPUs", "Pick the GPUs to show", self.action_pick_gpus)
         yield SystemCommand("Clear filters", "Show every process of every GPU", self.action_clear_filters)
@@ -505,7 +559,13 @@ class NvtopyApp(App[None]):
         process = table.selected
         if process is None:
             return
-        self.tags.toggle(process)
+        if isinstance(process, ProcessGroup):  # a group: tag all of it, or untag all of it
+            if all(p.key in self.tags.keys for p in process.members):
+                self.tags.keys -= {p.key for p in process.members}
+            else:
+                self.tags.keys |= {p.key for p in process.members}
+        else:
+            self.tags.toggle(process)
         table.move_cursor(table.cursor + 1)
         self.refresh_view()
 
@@ -514,10 +574,12 @@ class NvtopyApp(App[None]):
         self.refresh_view()
 
     def signal_targets(self) -> list[GpuProcess]:
-        """The tagged processes still shown, else the selected one; one entry per process."""
+        """The tagged processes still shown, else the selected one (a group: all of it); one entry per process."""
         table = self.query_one(ProcessTable)
-        targets = [p for p in table.rows if p.key in self.tags.keys] or (
-            [table.selected] if table.selected is not None else []
+        shown = [p for row in table.rows for p in (row.members if isinstance(row, ProcessGroup) else (row,))]
+        selected = table.selected
+        targets = [p for p in shown if p.key in self.tags.keys] or (
+            list(selected.members) if isinstance(selected, ProcessGroup) else [selected] if selected is not None else []
         )
         unique: dict[tuple[int, float | None], GpuProcess] = {}
         for process in targets:
@@ -530,6 +592,10 @@ class NvtopyApp(App[None]):
             self.notify(f"read-only ({why}): sending signals is disabled", severity="warning")
             return
         targets = self.signal_targets()
+        selected = self.query_one(ProcessTable).selected
+        group = None
+        if isinstance(selected, ProcessGroup) and not self.tags.keys:
+            group = selected.label if selected.mode == "gpu" else f"{GROUP_TITLES[selected.mode]} {selected.label}"
         if not targets:
             self.notify("no process selected", severity="warning")
             return
@@ -546,7 +612,7 @@ class NvtopyApp(App[None]):
             if confirmed:
                 self.run_worker(self._send(targets, name), exclusive=False)
 
-        self.push_screen(ConfirmSignalScreen(targets, name), answered)
+        self.push_screen(ConfirmSignalScreen(targets, name, group=group), answered)
 
     async def _send(self, targets: list[GpuProcess], name: str) -> None:
         signum = SIGNALS[name]

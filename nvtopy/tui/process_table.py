@@ -30,8 +30,8 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from ..model import GpuProcess
-from ..render.cells import DIM, PLAIN, PROCESS_CELL_KEYS, RICH_STYLES, Cell, process_cells
-from ..render.processes import Column, SortOrder, visible_columns
+from ..render.cells import DIM, PLAIN, PROCESS_CELL_KEYS, RICH_STYLES, Cell, group_cells, process_cells
+from ..render.processes import Column, ProcessGroup, SortOrder, visible_columns
 from ..render.styled import style
 
 __all__ = ["ProcessTable"]
@@ -41,6 +41,9 @@ _STYLE_CURSOR = Style(reverse=True)
 _STYLE_CURSOR_UNFOCUSED = Style(bgcolor="grey23")
 _STYLE_HEADER = Style(bold=True, reverse=True)
 _STYLE_HEADER_SORTED = Style(bold=True, reverse=True, color="cyan")
+_STYLE_GROUP = Style(bold=True)
+
+Row = GpuProcess | ProcessGroup  # a process, or processes folded into a group (group-by)
 
 
 def _cell_style(category: str, tagged: bool) -> Style | None:
@@ -101,10 +104,10 @@ class ProcessTable(ScrollView, can_focus=True):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self.rows: list[GpuProcess] = []
+        self.rows: list[Row] = []
         self._cells: dict[int, tuple[Cell, ...]] = {}
         self.cursor = 0
-        self._cursor_key: tuple[int, int, float | None] | None = None
+        self._cursor_key: tuple[object, ...] | None = None
         self._me: str | None = None
         self._tags: frozenset[tuple[int, int, float | None]] = frozenset()
         self._order = SortOrder()
@@ -117,18 +120,19 @@ class ProcessTable(ScrollView, can_focus=True):
     # ----------------------------------------------------------------- data in
 
     @property
-    def selected(self) -> GpuProcess | None:
+    def selected(self) -> Row | None:
+        """The process, or the group (group-by), under the cursor."""
         return self.rows[self.cursor] if 0 <= self.cursor < len(self.rows) else None
 
     def set_rows(
         self,
-        rows: list[GpuProcess],
+        rows: list[Row],
         *,
         me: str | None,
         tags: frozenset[tuple[int, int, float | None]],
         order: SortOrder,
     ) -> None:
-        """Show ``rows``; the cursor stays on its process if it is still there."""
+        """Show ``rows``; the cursor stays on its process (or group) if it is still there."""
         header_changed = order != self._order
         self._order = order
         self._me = me
@@ -221,12 +225,22 @@ class ProcessTable(ScrollView, can_focus=True):
     def _cells_of(self, index: int) -> tuple[Cell, ...]:
         cells = self._cells.get(index)
         if cells is None:
-            cells = self._cells[index] = process_cells(self.rows[index], self._me)
+            row = self.rows[index]
+            if isinstance(row, ProcessGroup):
+                cells = self._cells[index] = group_cells(row, self._me)
+            else:
+                cells = self._cells[index] = process_cells(row, self._me)
         return cells
 
+    def _tagged(self, row: Row) -> bool:
+        if isinstance(row, ProcessGroup):
+            return all(p.key in self._tags for p in row.members)
+        return row.key in self._tags
+
     def _signature(self, index: int) -> tuple[object, ...]:
-        """What a row line shows: its cells (words and categories), cursor, focus, tag."""
-        return (self._cells_of(index), index == self.cursor, self.has_focus, self.rows[index].key in self._tags)
+        """What a row line shows: its cells (words and categories), cursor, focus, tag, group."""
+        row = self.rows[index]
+        return (self._cells_of(index), index == self.cursor, self.has_focus, self._tagged(row), type(row))
 
     def _refresh_changed_lines(self) -> None:
         """Refresh the visible lines whose content differs from what was last drawn."""
@@ -264,7 +278,7 @@ class ProcessTable(ScrollView, can_focus=True):
         return Strip(list(text.render(self.app.console)), width)
 
     def _row_strip(self, index: int, width: int, signature: tuple[object, ...]) -> Strip:
-        cells, selected, focused, tagged = signature
+        cells, selected, focused, tagged, kind = signature
         row_style = _STYLE_TAGGED if tagged else None
         text = Text(end="")
         text.append("● " if tagged else "  ", row_style)
@@ -272,6 +286,8 @@ class ProcessTable(ScrollView, can_focus=True):
             cell_text, category = cells[_COLUMN_INDEX[placed.column.key]]  # type: ignore[index]
             text.append(_fit(cell_text, placed.width, placed.column.align), _cell_style(category, tagged))
             text.append(" ", row_style)
+        if kind is ProcessGroup:
+            text.stylize(_STYLE_GROUP)
         if selected:
             text.stylize(_STYLE_CURSOR if focused else _STYLE_CURSOR_UNFOCUSED)
         text.truncate(width, pad=True)

@@ -55,7 +55,7 @@ SCENES: dict[str, Scene] = {
         Scene(
             "filter",
             "Filtering: only my processes matching 'python', sorted by GPU memory",
-            keys=("slash", *"python", "enter", "u", "s", "s", "s", "s"),
+            keys=("slash", *"python", "enter", "u", "s", "s", "s", "s", "s"),
         ),
         Scene(
             "faults",

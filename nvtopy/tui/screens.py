@@ -43,10 +43,12 @@ class ConfirmSignalScreen(ModalScreen[bool]):
         Binding("n,escape", "answer(False)", "Cancel", show=False),
     ]
 
-    def __init__(self, targets: list[GpuProcess], signal: str) -> None:
+    def __init__(self, targets: list[GpuProcess], signal: str, *, group: str | None = None) -> None:
+        """``group``: the group the targets are (``"owner ns/pod"``), named in the question; outside text."""
         super().__init__()
         self.targets = targets
         self.signal = signal
+        self.group = group
 
     def compose(self) -> ComposeResult:
         count = len(self.targets)
@@ -64,7 +66,8 @@ class ConfirmSignalScreen(ModalScreen[bool]):
                 Text(safe_text(process.command) if process.command else NA),
             )
         with Vertical():
-            yield Static(Text(f"Send {self.signal} to {noun}?"), id="question")
+            of = "" if self.group is None else f" of {safe_text(self.group)}"
+            yield Static(Text(f"Send {self.signal} to {noun}{of}?"), id="question")
             with VerticalScroll():
                 yield Static(table, id="targets")
             with Horizontal(classes="buttons"):
