@@ -53,6 +53,7 @@ PROCESS_FIELDS = {
     "running_seconds": (float, int, type(None)),
     "owner": (dict, type(None)),
     "ns_pid": (int, type(None)),
+    "host_pid": (int, type(None)),
     "cuda_visible_devices": (str, type(None)),
 }
 

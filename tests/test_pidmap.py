@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import os
 import signal
 import subprocess
@@ -12,8 +15,11 @@ import pytest
 
 from nvtopy.backends.nvml import NvmlBackend
 from nvtopy.backends.pidmap import GpuPids, PidMapper, ProcView, unmapped_hint
+from nvtopy.formats.contract import dumps
+from nvtopy.formats.writers import PROCESS_FIELDS, CsvWriter, JsonlWriter
 from nvtopy.model import GpuProcess, ProcessType
 from nvtopy.sources.collector import Collector
+from nvtopy.sources.replay import load_recording
 
 from .conftest import needs_fake_nvml
 from .fake_pynvml import FakeGpu, FakeNvml, FakeProcess
@@ -48,7 +54,7 @@ def proc(tmp_path: Path) -> Path:
     (tmp_path / "stat").write_text(f"cpu 1 2 3\nbtime {BTIME}\n")
     add_proc(tmp_path, SELF, 10, ("/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia1"))  # nvtopy itself: excluded
     add_proc(tmp_path, 7, 5_000, ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0", "/dev/null"))
-    add_proc(tmp_path, 8, 9_000, ("/dev/nvidia1",))
+    add_proc(tmp_path, 8, 9_000, ("/dev/nvidia1", "/dev/nvidia-uvm"))
     return tmp_path
 
 
@@ -68,8 +74,21 @@ def test_only_holder_of_the_device_maps(proc):
 
 
 def test_two_holders_do_not_map(proc):
-    add_proc(proc, 9, 6_000, ("/dev/nvidia0",))
+    add_proc(proc, 9, 6_000, ("/dev/nvidia0", "/dev/nvidia-uvm"))
     assert local_pids(mapper(proc).update([GpuPids(0, (4242,)), GpuPids(1, (5353,))])) == {5353: 8}
+
+
+def test_a_holder_without_nvidia_uvm_is_no_cuda_process(proc):
+    # an nvidia-smi holds /dev/nvidia0 but has no CUDA context: pid 7 (nvidia0 + nvidia-uvm) is still the one
+    add_proc(proc, 9, 6_000, ("/dev/nvidiactl", "/dev/nvidia0"))
+    found = mapper(proc).update([GpuPids(0, (4242,)), GpuPids(1, (5353,))])
+    assert local_pids(found) == {4242: 7, 5353: 8} and found[4242].rule == "device"
+
+
+def test_the_only_holder_without_nvidia_uvm_maps_nothing(proc):
+    add_proc(proc, 7, 5_000, ("/dev/nvidiactl", "/dev/nvidia0"))  # an nvidia-smi, and no CUDA process
+    add_proc(proc, 10, 8_000, ("/dev/nvidia-uvm",))  # nvidia-uvm without the GPU's node: not its holder either
+    assert mapper(proc).update([GpuPids(0, (4242,))]) == {}
 
 
 def test_two_nvml_processes_on_the_gpu_do_not_map_by_device(proc):
@@ -78,7 +97,7 @@ def test_two_nvml_processes_on_the_gpu_do_not_map_by_device(proc):
 
 def test_one_local_process_for_two_host_pids_maps_neither(proc):
     add_proc(proc, 8, 9_000, ())
-    add_proc(proc, 7, 5_000, ("/dev/nvidia0", "/dev/nvidia1"))
+    add_proc(proc, 7, 5_000, ("/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia-uvm"))
     assert mapper(proc).update([GpuPids(0, (4242,)), GpuPids(1, (5353,))]) == {}
     # the same host pid on both GPUs is one process using both: that maps
     assert local_pids(mapper(proc).update([GpuPids(0, (4242,)), GpuPids(1, (4242,))])) == {4242: 7}
@@ -128,9 +147,9 @@ def test_mapping_lasts_while_the_local_process_is_the_same(proc):
     assert local_pids(pids.update([GpuPids(0, (4242,))])) == {4242: 7}
     assert pids.local(7, start(5_000)) is not None and pids.local(7, start(5_000) + 5) is None
     assert pids.local(8, start(9_000)) is None and pids.local(7, None) is None
-    add_proc(proc, 9, 6_000, ("/dev/nvidia0",))  # a second holder later does not undo a proof
+    add_proc(proc, 9, 6_000, ("/dev/nvidia0", "/dev/nvidia-uvm"))  # a second holder later does not undo a proof
     assert local_pids(pids.update([GpuPids(0, (4242,))])) == {4242: 7}
-    add_proc(proc, 7, 7_777, ("/dev/nvidia0",))  # pid 7 reused by another process: the mapping goes
+    add_proc(proc, 7, 7_777, ("/dev/nvidia0", "/dev/nvidia-uvm"))  # pid 7 reused by another process: the mapping goes
     assert pids.update([GpuPids(0, (4242,))]) == {}
     assert pids.local(7, start(5_000)) is None
 
@@ -181,7 +200,7 @@ def test_mapped_row_is_the_local_process_and_only_it_is_signalled(tmp_path, slee
     fake = FakeNvml([FakeGpu(0), FakeGpu(1)])
     fake.gpus[0].compute_procs = [FakeProcess(4_000_001, 3 * GIB)]
     fake.gpus[1].compute_procs = [FakeProcess(4_000_002, 2 * GIB)]  # nobody here holds /dev/nvidia1
-    pid_mapper = container(tmp_path, {mapped.pid: ("/dev/nvidia0",), other.pid: ()})
+    pid_mapper = container(tmp_path, {mapped.pid: ("/dev/nvidia0", "/dev/nvidia-uvm"), other.pid: ()})
     backend = NvmlBackend(nvml=fake, foreign_pids=True, close_at_exit=False, pid_mapper=pid_mapper)
     try:
         gpu0, gpu1 = Collector(backend).collect().gpus
@@ -216,7 +235,7 @@ def test_accounting_through_the_backend(tmp_path, sleepers):
     fake.gpus[0].compute_procs = [FakeProcess(4_000_001), FakeProcess(4_000_003)]  # two: no device rule
     fake.gpus[0].accounting = {4_000_001: started_us}
     fake.gpus[1].compute_procs = [FakeProcess(4_000_002)]  # accounting off here (NotSupported)
-    holders = {mapped.pid: ("/dev/nvidia0",)}
+    holders = {mapped.pid: ("/dev/nvidia0", "/dev/nvidia-uvm")}
     if abs(real_ticks(other.pid) - real_ticks(mapped.pid)) > 100:
         holders[other.pid] = ()
     backend = NvmlBackend(nvml=fake, foreign_pids=True, close_at_exit=False, pid_mapper=container(tmp_path, holders))
@@ -230,6 +249,36 @@ def test_accounting_through_the_backend(tmp_path, sleepers):
         assert fake.gpu_calls[("nvmlDeviceGetAccountingStats", 1)] == asked == 1  # NotSupported remembered
     finally:
         backend.close()
+
+
+def test_host_pid_in_json_csv_and_a_replayed_recording(tmp_path, sleepers):
+    mapped, _ = sleepers
+    fake = FakeNvml([FakeGpu(0), FakeGpu(1)])
+    fake.gpus[0].compute_procs = [FakeProcess(4_000_001, 3 * GIB)]
+    fake.gpus[1].compute_procs = [FakeProcess(4_000_002, 2 * GIB)]
+    pid_mapper = container(tmp_path, {mapped.pid: ("/dev/nvidia0", "/dev/nvidia-uvm")})
+    backend = NvmlBackend(nvml=fake, foreign_pids=True, close_at_exit=False, pid_mapper=pid_mapper)
+    try:
+        snapshot = Collector(backend).collect()
+    finally:
+        backend.close()
+    want = {(mapped.pid, 4_000_001, False), (4_000_002, None, True)}
+    assert {(p.pid, p.host_pid, p.foreign) for p in snapshot.processes} == want
+
+    data = json.loads(dumps(snapshot))
+    assert {(p["pid"], p["host_pid"], p["foreign"]) for g in data["gpus"] for p in g["processes"]} == want
+
+    out = io.StringIO()
+    CsvWriter(out, list(PROCESS_FIELDS), processes=True, header=True).write(snapshot)
+    rows = list(csv.DictReader(io.StringIO(out.getvalue())))
+    assert {(row["pid"], row["host_pid"]) for row in rows} == {(str(mapped.pid), "4000001"), ("4000002", "")}
+
+    recording = tmp_path / "mapped.jsonl"
+    with recording.open("w", encoding="utf-8") as file:
+        JsonlWriter(file, None, processes=True).write(snapshot)
+    (replayed,) = load_recording(str(recording)).snapshots
+    assert {(p.pid, p.host_pid, p.foreign) for p in replayed.processes} == want
+    assert json.loads(dumps(replayed))["gpus"] == data["gpus"]
 
 
 _REAL_SCRIPT = """
@@ -249,14 +298,13 @@ backend.close()
 @needs_fake_nvml
 def test_real_bindings_on_the_fake_driver(tmp_path, sleepers, fake_lib):
     """nvmlDeviceGetMinorNumber and nvmlDeviceGetAccountingStats through the official bindings."""
-    import json
     import sys
 
     a, b = (p.pid for p in sleepers)
     root = tmp_path / "proc"
     (root).mkdir()
     (root / "stat").write_text(f"btime {psutil.boot_time():.0f}\n")
-    add_proc(root, 7, real_ticks(a), ("/dev/nvidia0",))  # the container's view of host pid a
+    add_proc(root, 7, real_ticks(a), ("/dev/nvidia0", "/dev/nvidia-uvm"))  # the container's view of host pid a
     env = dict(
         os.environ,
         LD_LIBRARY_PATH=fake_lib,

@@ -5,11 +5,14 @@ name local processes -- or, worse, name unrelated ones -- so the rows are marked
 foreign and never signalled. This module maps a host pid to a local process only
 where a rule PROVES it; every other row stays foreign (unmapped):
 
-(a) device: the GPU lists exactly one NVML process, and exactly one local process
-    (nvtopy itself excluded) holds that GPU's ``/dev/nvidia<minor>`` open. Needs a
-    complete scan of ``<proc>/*/fd``: a process whose fds cannot be read, or a scan
-    cut short by its time or count bound, proves nothing. If NVML accounting gives
-    the host pid's start time, it must agree too.
+(a) device: the GPU lists exactly one NVML process, and exactly one local CUDA
+    process (nvtopy itself excluded) holds that GPU's ``/dev/nvidia<minor>`` open.
+    A CUDA process is one that also holds ``/dev/nvidia-uvm``: a process with only
+    the device node (nvidia-smi, another monitor: no CUDA context, so no NVML
+    compute row) neither counts as the holder nor spoils the rule. Needs a complete
+    scan of ``<proc>/*/fd``: a process whose fds cannot be read, or a scan cut short
+    by its time or count bound, proves nothing. If NVML accounting gives the host
+    pid's start time, it must agree too.
 (b) accounting: ``nvmlDeviceGetAccountingStats(pid).startTime`` lies within the
     tolerance of exactly one local process's start time, and that local process
     matches no other host pid (unique both ways; a complete scan again).
@@ -34,6 +37,7 @@ from ..model import GpuProcess
 __all__ = ["GpuPids", "PidMapper", "PidMapping", "ProcView", "unmapped_hint"]
 
 _DEVICE = re.compile(r"/dev/nvidia(\d+)\Z")
+_UVM = "/dev/nvidia-uvm"  # every CUDA context opens it; nvidia-smi and NVML-only monitors do not
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +63,7 @@ class PidMapping:
 
 
 class ProcView:
-    """Reads one proc tree: start times and holders of ``/dev/nvidia<minor>``, bounded in time and count."""
+    """Reads one proc tree: start times and CUDA holders of ``/dev/nvidia<minor>``, bounded in time and count."""
 
     def __init__(
         self,
@@ -110,7 +114,10 @@ class ProcView:
             return []
 
     def scan(self, minors: set[int], want_starts: bool) -> tuple[dict[int, set[int]], dict[int, float], bool]:
-        """(minor -> local pids holding it open, pid -> start time, complete).
+        """(minor -> local CUDA pids holding it open, pid -> start time, complete).
+
+        A CUDA pid holds ``/dev/nvidia-uvm`` as well as ``/dev/nvidia<minor>``; a pid
+        holding only the device node (nvidia-smi) is no holder.
 
         ``complete`` is False when a bound cut the scan short or a process's fds
         could not be read: then no "exactly one" or "unique" can be proven.
@@ -145,13 +152,20 @@ class ProcView:
             except OSError:
                 complete = False  # another user's process: its fds are unknown
                 continue
+            held: set[int] = set()
+            uvm = False
             for fd in fds:
                 try:
-                    match = _DEVICE.match(os.readlink(os.path.join(fd_dir, fd)))
+                    target = os.readlink(os.path.join(fd_dir, fd))
                 except OSError:
                     continue
-                if match and int(match.group(1)) in holders:
-                    holders[int(match.group(1))].add(pid)
+                if target == _UVM:
+                    uvm = True
+                elif (match := _DEVICE.match(target)) and int(match.group(1)) in holders:
+                    held.add(int(match.group(1)))
+            if uvm:
+                for minor in held:
+                    holders[minor].add(pid)
         return holders, starts, complete
 
 
@@ -233,7 +247,7 @@ class PidMapper:
         claims: dict[int, set[int]] = {}  # host pid -> local pids claimed by some rule (-1: contradicted)
         by_device: set[int] = set()
 
-        # (a) the only NVML process of a GPU and the only local holder of its device node
+        # (a) the only NVML process of a GPU and the only local CUDA holder of its device node
         for minor, host_pid in sole.items():
             local = holders.get(minor, set())
             if len(local) != 1:

@@ -91,6 +91,7 @@ def process_to_dict(process: GpuProcess) -> dict[str, Any]:
         "foreign": process.foreign,
         "owner": owner_to_dict(process.owner),
         "ns_pid": process.ns_pid,
+        "host_pid": process.host_pid,
         "cuda_visible_devices": _esc(process.cuda_visible_devices),
         "unavailable": {k: v.value for k, v in process.unavailable.items()},
     }

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import IO, Any, overload
 
+from ..backends.pidmap import unmapped_hint
 from ..errors import NvtopyError
 from ..model import (
     HISTORY_LENGTH,
@@ -80,6 +81,7 @@ _PROCESS_MORE = (
     "create_time",
     "running_seconds",
     "ns_pid",
+    "host_pid",
     "cuda_visible_devices",
 )
 _OWNER_TEXT = ("id", "name", "namespace", "pod", "container", "container_id", "job", "step", "project", "cgroup")
@@ -295,7 +297,9 @@ def snapshot_from_dict(data: dict[str, Any], history: dict[int, HistoryBuffer]) 
                 reason,
                 buffer.history(),
                 # as the live monitor says it; a log without processes has no list to hint about
-                processes_hint=processes_hint(sample, processes, reason) if "processes" in item else None,
+                processes_hint=(unmapped_hint(processes) or processes_hint(sample, processes, reason))
+                if "processes" in item
+                else None,
             )
         )
     sequence = _number(data.get("sequence"), "sequence")
