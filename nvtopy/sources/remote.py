@@ -204,24 +204,26 @@ def _shut(sock: socket.socket) -> None:
         sock.shutdown(socket.SHUT_RDWR)  # wakes a recv blocked in another thread
 
 
-class _HTTPConnection(http.client.HTTPConnection):
+class _Tracked:
+    """A connection that hands its socket to its fetch job once connected, so a deadline can shut it."""
+
+    sock: socket.socket
+
     def __init__(self, *args: Any, job: _Job, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, **kwargs)  # type: ignore[call-arg]
         self._job = job
 
     def connect(self) -> None:
-        super().connect()
+        super().connect()  # type: ignore[misc]
         self._job.track(self.sock)
 
 
-class _HTTPSConnection(http.client.HTTPSConnection):
-    def __init__(self, *args: Any, job: _Job, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._job = job
+class _HTTPConnection(_Tracked, http.client.HTTPConnection):
+    pass
 
-    def connect(self) -> None:
-        super().connect()
-        self._job.track(self.sock)
+
+class _HTTPSConnection(_Tracked, http.client.HTTPSConnection):
+    pass
 
 
 class _HTTPHandler(urllib.request.HTTPHandler):
