@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import subprocess
@@ -18,6 +19,18 @@ needs_fake_nvml = pytest.mark.skipif(
     not (FAKE_NVML_SRC / "fake_nvml.c").exists() or shutil.which("make") is None or shutil.which("cc") is None,
     reason="../shared/fake-nvml (or a C compiler) is not available",
 )
+
+
+def _has_nvml() -> bool:
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return False
+    return True
+
+
+# Tests of what a machine without an NVIDIA driver sees (skipped where a real driver is loaded).
+without_nvml_driver = pytest.mark.skipif(_has_nvml(), reason="this machine has an NVIDIA driver")
 FROZEN_TIME = 1_795_000_000.0  # a fixed Unix time: simulated values depend only on it
 
 

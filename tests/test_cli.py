@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import ctypes
 import datetime as dt
 import json
 import subprocess
 import sys
 
 import pytest
+
+from .conftest import without_nvml_driver
 
 # The JSON contract (README): these names and types must not change.
 TOP_LEVEL = {
@@ -271,15 +272,7 @@ def test_version(nvtopy_cmd):
     assert result.returncode == 0 and result.stdout.strip() == f"nvtopy {__version__}"
 
 
-def _has_nvml() -> bool:
-    try:
-        ctypes.CDLL("libnvidia-ml.so.1")
-    except OSError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(_has_nvml(), reason="this machine has an NVIDIA driver")
+@without_nvml_driver
 def test_no_driver_is_one_line_exit_1(nvtopy_cmd):
     result = run(nvtopy_cmd, "--once")
     assert result.returncode == 1

@@ -9,7 +9,6 @@ that is absent). "Prompt" is measured from the ``q`` key to the process's exit.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import fcntl
 import os
 import pty
@@ -29,7 +28,7 @@ from nvtopy.backends.simulated import SimulatedBackend
 from nvtopy.errors import BackendUnavailableError, UsageError
 from nvtopy.tui.app import STALL_AFTER, NvtopyApp
 
-from .conftest import needs_fake_nvml
+from .conftest import needs_fake_nvml, without_nvml_driver
 from .tui_helpers import header_line, started, wait_until, widget_lines
 
 PROMPT = 1.0  # seconds from q to the end of the process (measured: about 0.35 s, most of it Textual's own exit)
@@ -178,15 +177,7 @@ def test_a_selection_error_found_after_the_start_is_the_usual_line(terminal):
     assert b"Traceback" not in out
 
 
-def _has_nvml() -> bool:
-    try:
-        ctypes.CDLL("libnvidia-ml.so.1")
-    except OSError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(_has_nvml(), reason="this machine has an NVIDIA driver")
+@without_nvml_driver
 def test_no_driver_in_the_monitor_is_the_usual_line(terminal):
     term = terminal()
     term.wait_exit(20)
