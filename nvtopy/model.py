@@ -47,6 +47,7 @@ class Reason(str, enum.Enum):
     LOST = "lost"
     UNKNOWN = "unknown"
     NOT_AVAILABLE = "not_available"  # the driver answered "N/A" (e.g. per-process memory under MIG/WDDM)
+    NOT_RESPONDING = "not_responding"  # a driver call on this GPU is stuck: nothing read yet (nvtopy.sources.workers)
 
     def __str__(self) -> str:  # "not supported" reads better in a UI than the enum repr
         return self.value.replace("_", " ")
@@ -133,6 +134,9 @@ class GpuStatic(_Repr):
     mig_mode: bool | None = None
     mig_devices: tuple[str, ...] = ()  # UUIDs of MIG instances (MIG-...), for CUDA_VISIBLE_DEVICES
     fan_count: int | None = None
+    pcie_link_gen_max: int | None = None  # the link the GPU and its slot can reach: a lower current link is a downgrade
+    pcie_link_width_max: int | None = None
+    nvlink_count: int | None = None  # NVLinks the board has (0: none); per-link state is read in the "nvlink" group
     host: str | None = None  # set when the GPU belongs to another host (nvtopy --remote)
     host_index: int | None = None  # its index on that host
     unavailable: Reasons = field(default_factory=lambda: EMPTY_REASONS)
@@ -176,10 +180,34 @@ SAMPLE_GROUPS: dict[str, tuple[str, ...]] = {
     "throttle": ("throttle_reasons",),
     "pcie": ("pcie_rx_bytes_per_s", "pcie_tx_bytes_per_s"),
     "modes": ("persistence_mode", "compute_mode"),
+    # Health readings (nvtopy.health): they change rarely and are read at a slow cadence.
+    "remapped_rows": (
+        "remapped_rows_corrected",
+        "remapped_rows_uncorrected",
+        "remapped_rows_pending",
+        "remapped_rows_failure",
+    ),
+    "retired_pages": ("retired_pages_sbe", "retired_pages_dbe", "retired_pages_pending"),
+    "pcie_link": ("pcie_link_gen", "pcie_link_width", "pcie_replay_counter"),
+    "nvlink": ("nvlinks", "nvlink_rx_bytes_per_s", "nvlink_tx_bytes_per_s"),
 }
+HEALTH_GROUPS: frozenset[str] = frozenset({"remapped_rows", "retired_pages", "pcie_link", "nvlink"})
 ALL_GROUPS: frozenset[str] = frozenset(SAMPLE_GROUPS)
 SAMPLE_FIELDS: tuple[str, ...] = tuple(f for fields in SAMPLE_GROUPS.values() for f in fields)
 GROUP_OF_FIELD: dict[str, str] = {f: g for g, fields in SAMPLE_GROUPS.items() for f in fields}
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class NvLink(_Repr):
+    """One NVLink of a GPU, as its last health reading saw it. ``None``: not readable."""
+
+    link: int
+    active: bool | None = None
+    version: int | None = None
+    rx_bytes_per_s: int | None = None  # data payload; None until two readings give a rate
+    tx_bytes_per_s: int | None = None
+    errors: int | None = None  # CRC, replay and recovery errors since driver load, summed over kinds
+    remote: str | None = None  # the PCI bus id of what the link reaches (peer GPU or NVSwitch), outside text
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -213,6 +241,21 @@ class GpuSample(_Repr):
     pcie_tx_bytes_per_s: int | None = None
     persistence_mode: bool | None = None
     compute_mode: str | None = None
+    # Memory health: row remapping (Ampere and later) and page retirement (up to Turing).
+    remapped_rows_corrected: int | None = None
+    remapped_rows_uncorrected: int | None = None
+    remapped_rows_pending: bool | None = None  # remapping happens at the next GPU reset
+    remapped_rows_failure: bool | None = None  # a bank ran out of spare rows: the board needs replacing
+    retired_pages_sbe: int | None = None  # pages retired for multiple single-bit errors
+    retired_pages_dbe: int | None = None  # pages retired for a double-bit error
+    retired_pages_pending: bool | None = None  # retirement waits for a driver reload or GPU reset
+    # The PCIe link now (it may train down at idle: see nvtopy.health) and its retry counter.
+    pcie_link_gen: int | None = None
+    pcie_link_width: int | None = None
+    pcie_replay_counter: int | None = None  # link-level retries since driver load: growth means a bad link
+    nvlinks: tuple[NvLink, ...] | None = None  # per link; () when the board has none
+    nvlink_rx_bytes_per_s: int | None = None  # all links, data payload
+    nvlink_tx_bytes_per_s: int | None = None
     unavailable: Reasons = field(default_factory=lambda: EMPTY_REASONS)
 
     def why(self, name: str) -> Reason | None:
@@ -282,6 +325,10 @@ class GpuProcess(_Repr):
     ns_pid: int | None = None  # its pid as its own (container's) PID namespace sees it, when that differs
     cuda_visible_devices: str | None = None  # from its environment, where readable: the GPUs it believes it has
     host_pid: int | None = None  # nvtopy in a container: the host pid NVML gave, proven to be local ``pid``
+    # Real-work flags (nvtopy.health): "idle-held" (holds memory, computes nothing, for long),
+    # "suspected-hang" (its GPU looks busy at low power, as in a deadlocked collective).
+    flags: tuple[str, ...] = ()
+    idle_seconds: float | None = None  # how long it has held memory at ~0 % SM; None: not idle (or unknown)
 
     @property
     def key(self) -> tuple[int, int, float | None]:
@@ -339,6 +386,76 @@ class HistoryBuffer:
         return GpuHistory(*tuple(zip(*self._rows, strict=True)))  # type: ignore[arg-type]
 
 
+class Severity(str, enum.Enum):
+    """A health verdict, worst last. The values appear in JSON, CSV and the exporter."""
+
+    OK = "OK"
+    WARN = "WARN"
+    FAIL = "FAIL"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def rank(self) -> int:
+        return _SEVERITY_RANK[self]
+
+
+_SEVERITY_RANK = {Severity.OK: 0, Severity.WARN: 1, Severity.FAIL: 2}
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class Finding(_Repr):
+    """One reason for a GPU's verdict: a code for machines, a sentence and its fix for people."""
+
+    severity: Severity
+    code: str  # stable: "xid", "remap-failure", "remap-pending", "pcie-downgrade", "not-responding", ...
+    text: str  # what is wrong, in plain words: "row remapping failed"
+    action: str | None = None  # what to do: "replace the board"
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class GpuEvent(_Repr):
+    """An NVML event on one GPU (today: an Xid critical error), in the order it arrived."""
+
+    timestamp: float  # Unix time nvtopy received it
+    gpu_index: int
+    kind: str = "xid"
+    xid: int | None = None  # the Xid number (eventData)
+    gpu_instance_id: int | None = None  # MIG instance, when the driver names one
+    compute_instance_id: int | None = None
+
+
+EVENTS_PER_GPU = 64
+"""Events kept per GPU in the timeline (the oldest dropped first); counts per Xid are kept whole."""
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class GpuHealth(_Repr):
+    """What is wrong with a GPU, and the evidence: its verdict, the findings behind it, its events."""
+
+    verdict: Severity = Severity.OK
+    findings: tuple[Finding, ...] = ()
+    events: tuple[GpuEvent, ...] = ()  # the recent timeline, oldest first (bounded: EVENTS_PER_GPU)
+    xid_counts: tuple[tuple[int, int], ...] = ()  # (xid, events seen since nvtopy started), by xid; only grows
+    events_note: str | None = None  # why events are not watched ("not supported on this GPU"), else None
+    responding: bool = True  # False: a driver call on this GPU has been outstanding too long
+    stalled_seconds: float | None = None  # how long the outstanding call has run (None: it answered)
+    throttle: str | None = None  # throttling in plain words: "HW slowdown: SM at 45 % of max"; None: not throttled
+    idle_held_bytes: int | None = None  # GPU memory held by idle-held processes
+    suspected_hang_seconds: float | None = None  # how long the GPU has looked busy at low power
+
+    @property
+    def last_xid(self) -> int | None:
+        for event in reversed(self.events):
+            if event.xid is not None:
+                return event.xid
+        return None
+
+
+OK_HEALTH = GpuHealth()
+
+
 @dataclass(frozen=True, slots=True, repr=False)
 class GpuState(_Repr):
     """Everything a view needs about one GPU at one instant."""
@@ -351,6 +468,7 @@ class GpuState(_Repr):
     note: str | None = None  # a sentence shown instead of values (e.g. "host unreachable: ...")
     # A sentence about the process list, shown beside it (values stay): e.g. memory in use and no process visible.
     processes_hint: str | None = None
+    health: GpuHealth = OK_HEALTH
 
     @property
     def index(self) -> int:
@@ -495,4 +613,15 @@ class ProcessOwner(_Repr):
         return "host"
 
 
-__all__ += ["OwnerKind", "ProcessOwner"]
+__all__ += [
+    "EVENTS_PER_GPU",
+    "HEALTH_GROUPS",
+    "OK_HEALTH",
+    "Finding",
+    "GpuEvent",
+    "GpuHealth",
+    "NvLink",
+    "OwnerKind",
+    "ProcessOwner",
+    "Severity",
+]

@@ -45,13 +45,25 @@ CORE = {"model", "selection", "errors", "textsafe", "_version"}
 MAY_IMPORT: dict[str, set[str]] = {
     "core": {"core"},
     "backends": {"core", "backends"},
-    "formats": {"core", "formats"},
-    "sources": {"core", "backends", "formats", "sources"},
-    "render": {"core", "formats", "render"},
-    "tui": {"core", "backends", "sources", "formats", "render", "tui"},  # backends: base only, see below
-    "api": {"core", "backends", "sources", "formats", "render", "api"},
+    "health": {"core", "health"},  # pure rules over the model: what is wrong with a GPU
+    "formats": {"core", "health", "formats"},
+    "sources": {"core", "backends", "health", "formats", "sources"},
+    "render": {"core", "health", "formats", "render"},
+    "tui": {"core", "backends", "health", "sources", "formats", "render", "tui"},  # backends: base only, see below
+    "api": {"core", "backends", "health", "sources", "formats", "render", "api"},
     "integrations": {"core", "api", "integrations"},
-    "commands": {"core", "backends", "sources", "formats", "render", "tui", "api", "integrations", "commands"},
+    "commands": {
+        "core",
+        "backends",
+        "health",
+        "sources",
+        "formats",
+        "render",
+        "tui",
+        "api",
+        "integrations",
+        "commands",
+    },
     "package": {"core", "api"},
     "entry": {"commands"},
 }

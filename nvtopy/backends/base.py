@@ -6,20 +6,23 @@ fast groups every tick, slow groups every few seconds); a backend only knows
 both backends -- NVML and simulated -- get them for free, and call counts can
 be compared between them.
 
-A backend is used from one thread at a time (the poller's, or the caller's for
-one-shot reads): implementations need no locks of their own.
+A backend's GPUs may be read from several threads at once, one thread per GPU
+(the collector isolates a GPU whose driver call hangs, see
+``nvtopy.sources.workers``): reads of *different* GPUs must not share mutable
+state without a lock; reads of one GPU never overlap.
 """
 
 from __future__ import annotations
 
 import abc
+import threading
 import time
 from collections.abc import Collection
 from typing import Any, NamedTuple
 
-from ..model import GpuStatic, HostInfo, HostProcess, RawGpuProcess, Reason
+from ..model import GpuEvent, GpuStatic, HostInfo, HostProcess, RawGpuProcess, Reason
 
-__all__ = ["Backend", "ProcessReading", "Reading", "SignalOutcome", "driver_in_words"]
+__all__ = ["Backend", "EventStream", "NoEvents", "ProcessReading", "Reading", "SignalOutcome", "driver_in_words"]
 
 
 class Reading:
@@ -54,6 +57,43 @@ class SignalOutcome(NamedTuple):
 
     ok: bool
     message: str
+
+
+class EventStream(abc.ABC):
+    """A backend's GPU events (Xid critical errors), read on a thread of its own.
+
+    Why a separate object: waiting for events blocks (NVML's ``nvmlEventSetWait``)
+    and must not hold up the poll; the thread that owns a stream calls only
+    :meth:`wait` and :meth:`close`, and may be abandoned at exit (a daemon).
+    """
+
+    notes: dict[int | None, str]
+    """Why events are not watched, per GPU index (``None``: every GPU), as a sentence: said once."""
+
+    @abc.abstractmethod
+    def wait(self, timeout_s: float) -> list[GpuEvent]:
+        """Events that arrived, waiting at most ``timeout_s`` for the first; [] when none came.
+
+        Costs nothing while idle (a blocking wait, no polling loop of its own).
+        """
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release the event set. Idempotent; only from the thread that waits."""
+
+
+class NoEvents(EventStream):
+    """A backend (or a driver) that cannot report events: waits out the timeout, says why once."""
+
+    def __init__(self, note: str) -> None:
+        self.notes = {None: note}
+        self._closed = threading.Event()
+
+    def wait(self, timeout_s: float) -> list[GpuEvent]:
+        self._closed.wait(timeout_s)
+        return []
+
+    def close(self) -> None:
+        self._closed.set()
 
 
 class Backend(abc.ABC):
@@ -108,12 +148,27 @@ class Backend(abc.ABC):
         """
         return {}
 
+    def open_events(self) -> EventStream:
+        """A stream of this backend's GPU events (Xid errors); :class:`NoEvents` where there are none.
+
+        Called once, on the thread that will wait on it. Never raises: a driver
+        that cannot register events gives a stream whose ``notes`` say why.
+        """
+        return NoEvents("this backend reports no events")
+
     def call_counts(self) -> dict[str, int]:
         """Driver calls made so far, per function (for benchmarks and tests)."""
         return {}
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the driver. Idempotent."""
+
+    def abandon(self) -> None:  # noqa: B027 - optional hook
+        """Give the driver up without closing it, now or at exit: a thread is stuck inside a call.
+
+        Closing (``nvmlShutdown``) while another thread is in the driver is asking
+        for a second hang; the driver cleans up after an exiting process.
+        """
 
     def __enter__(self) -> Backend:
         return self

@@ -81,6 +81,7 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--interval", type=options.interval_type, default=1.0, metavar="SECONDS", help="collection interval (default 1)"
     )
+    options.add_timeout_option(parser, "seconds a GPU's stuck driver call is waited for before it is marked")
     options.add_gpu_options(parser)
     return parser
 
@@ -90,8 +91,9 @@ def run(command: str, args: argparse.Namespace) -> int:
     from ..sources.poller import Poller
 
     host, port = parse_listen(args.listen)
-    backend = options.open_backend(args)
+    backend = options.open_backend_within(args, args.timeout)
     poller = None
+    collector = None
     server = None
     # SIGTERM stops cleanly from the start: once the port answers, a stop must not kill the process.
     stop = threading.Event()
@@ -99,8 +101,16 @@ def run(command: str, args: argparse.Namespace) -> int:
     try:
         previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
         collector = Collector(backend, history=1)
+        collector.read_statics(args.timeout)
         collector.select(options.resolve_selection(args, collector))
-        poller = Poller(backend, interval=args.interval, groups=EXPORTER_GROUPS, collector=collector)
+        poller = Poller(
+            backend,
+            interval=args.interval,
+            groups=EXPORTER_GROUPS,
+            collector=collector,
+            events=True,
+            stall_after=args.timeout,
+        )
         server, _ = serve(poller, host, port)
         poller.start()
         bound = server.server_address[1]
@@ -124,6 +134,4 @@ def run(command: str, args: argparse.Namespace) -> int:
         if server is not None:
             server.shutdown()
             server.server_close()
-        if poller is not None:
-            poller.stop()
-        backend.close()
+        options.release_backend(backend, collector, poller)

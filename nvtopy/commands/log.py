@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from ..errors import NvtopyError, UsageError
 from ..formats.writers import (
@@ -34,6 +34,10 @@ from ..formats.writers import (
 )
 from ..model import ALL_GROUPS, GROUP_OF_FIELD, Snapshot
 from . import options
+
+if TYPE_CHECKING:
+    from ..sources.collector import Collector
+    from ..sources.poller import Poller
 
 __all__ = ["build_parser", "groups_for", "run"]
 
@@ -85,6 +89,7 @@ def build_parser(command: str) -> argparse.ArgumentParser:
         help="seconds between samples (default 1)",
     )
     parser.add_argument("--count", type=int, metavar="N", help="stop after N samples (default: until Ctrl-C)")
+    options.add_timeout_option(parser, "seconds a GPU's stuck driver call is waited for before it is marked")
     options.add_gpu_options(parser)
     return parser
 
@@ -140,13 +145,24 @@ def run(command: str, args: argparse.Namespace) -> int:
         groups = groups_for(fmt, writer_fields, processes)
     path = args.file if recording else args.output
     where = "standard output" if path is None else path
-    backend = options.open_backend(args)
+    backend = options.open_backend_within(args, args.timeout)
     out: IO[str] | None = None
+    collector: Collector | None = None
+    poller: Poller | None = None
     try:
         out, is_new = _open_output(path)
         collector = Collector(backend, history=1)
+        collector.read_statics(args.timeout)
         collector.select(options.resolve_selection(args, collector))
-        poller = Poller(backend, interval=args.interval, groups=groups, processes=processes, collector=collector)
+        poller = Poller(
+            backend,
+            interval=args.interval,
+            groups=groups,
+            processes=processes,
+            collector=collector,
+            stall_after=args.timeout,
+        )
+        poller.watch_events()
         write: Callable[[Snapshot], None]
         if fmt == "csv":
             assert writer_fields is not None
@@ -179,7 +195,7 @@ def run(command: str, args: argparse.Namespace) -> int:
         if out is not None and out is not sys.stdout:
             with contextlib.suppress(OSError):  # already reported: the write that failed
                 out.close()
-        backend.close()
+        options.release_backend(backend, collector, poller)
 
 
 def _write_failed(out: IO[str], where: str, exc: OSError) -> BaseException:

@@ -27,7 +27,6 @@ from .options import (
 )
 
 if TYPE_CHECKING:
-    from ..backends.base import Backend
     from ..model import Snapshot
 
 __all__ = ["build_parser", "check_args", "run"]
@@ -66,6 +65,9 @@ def build_parser(command: str = "monitor") -> argparse.ArgumentParser:
         default="auto",
         help="GPU panels: full, one compact line per GPU, or chosen by terminal size (default auto; key v)",
     )
+    options.add_timeout_option(
+        parser, "with --once: how long to wait for the driver before a GPU is marked not responding"
+    )
     add_gpu_options(parser)
     return parser
 
@@ -83,19 +85,36 @@ def _write_json(snapshot: Snapshot) -> None:
     buffer.write(text.encode("utf-8"))
 
 
-def _run_once(args: argparse.Namespace, backend: Backend) -> int:
+def _run_once(args: argparse.Namespace) -> int:
+    """One snapshot, whatever the driver does: a GPU stuck in a call is marked after ``--timeout``, not waited for.
+
+    The timeout covers the whole read: opening the driver (a hung ``nvmlInit`` is
+    one line and exit 1), each GPU's static fields and its readings (a GPU that
+    does not answer in time is shown "not responding" with what is known).
+    """
+
     from ..sources.collector import Collector
 
+    backend = options.open_backend_within(args, args.timeout)
     collector = Collector(backend)
-    collector.select(resolve_selection(args, collector))
-    snapshot = collector.collect()
+    try:
+        # Each step waits up to the timeout for the GPUs it asks, never again for one already stuck.
+        collector.read_statics(args.timeout)
+        collector.select(resolve_selection(args, collector))
+        snapshot = collector.collect(deadline=args.timeout)
+        _print_once(args, snapshot, backend.device_count())
+    finally:
+        options.release_backend(backend, collector)
+    return 0
+
+
+def _print_once(args: argparse.Namespace, snapshot: Snapshot, gpu_count: int) -> None:
     if args.json:
         _write_json(snapshot)
     else:
         from ..render.text import render_snapshot
 
-        render_snapshot(snapshot, sys.stdout, color=not args.no_color, gpu_count=backend.device_count())
-    return 0
+        render_snapshot(snapshot, sys.stdout, color=not args.no_color, gpu_count=gpu_count)
 
 
 def _run_interactive(args: argparse.Namespace) -> int:
@@ -164,8 +183,4 @@ def run(command: str, args: argparse.Namespace) -> int:
         return _run_remote(args)
     if not args.once:
         return _run_interactive(args)
-    backend = options.open_backend(args)
-    try:
-        return _run_once(args, backend)
-    finally:
-        backend.close()
+    return _run_once(args)

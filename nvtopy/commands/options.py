@@ -11,26 +11,32 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..backends.open import DEMO_GPUS, DEMO_PROCESSES, DEMO_SEED, BackendSpec, nvml_spec, simulated_spec
 from ..backends.open import backend_opener as spec_opener
 from ..backends.open import open_backend as open_spec
+from ..errors import BackendUnavailableError
 from ..sources.base import MIN_INTERVAL
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
+    from ..sources.base import SnapshotSource
     from ..sources.collector import Collector
 
 __all__ = [
     "COMMANDS",
+    "DEFAULT_TIMEOUT",
     "add_gpu_options",
+    "add_timeout_option",
     "backend_opener",
     "backend_spec",
     "command_parser",
     "discard_stdout",
     "interval_type",
     "open_backend",
+    "open_backend_within",
+    "release_backend",
     "resolve_selection",
     "warn_user",
 ]
@@ -104,6 +110,74 @@ def add_gpu_options(parser: argparse.ArgumentParser) -> None:
         metavar="SPEC",
         help="inject a fault: lost@1, unsupported=fan+power@0, no-process-memory, access-denied, slow=3, ...",
     )
+
+
+DEFAULT_TIMEOUT = 5.0
+MAX_TIMEOUT = 3600.0
+
+
+def _timeout(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid timeout {text!r}: give seconds, e.g. 5") from None
+    if not 0.1 <= value <= MAX_TIMEOUT:  # NaN fails this too
+        raise argparse.ArgumentTypeError(f"timeout must be between 0.1 and {MAX_TIMEOUT:.0f} seconds")
+    return value
+
+
+def add_timeout_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup, what: str) -> None:
+    """``--timeout``: how long a command waits for a stuck driver before it marks the GPU and goes on."""
+    parser.add_argument(
+        "--timeout",
+        type=_timeout,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"{what} (default {DEFAULT_TIMEOUT:g})",
+    )
+
+
+def open_backend_within(args: argparse.Namespace, timeout: float) -> Backend:
+    """:func:`open_backend`, given up after ``timeout`` seconds: a hung ``nvmlInit`` is one line, not a silent wait.
+
+    The open runs on a daemon thread; one that never returns is left behind (a
+    thread inside the driver cannot be interrupted) and the process exits without it.
+    """
+    import threading
+
+    waiting_for = backend_spec(args).waiting_for  # usage errors first, at once
+    box: dict[str, Any] = {}
+
+    def open_it() -> None:
+        try:
+            box["backend"] = open_backend(args)
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=open_it, name="nvtopy-open", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise BackendUnavailableError(
+            f"{waiting_for} did not answer within {timeout:g} s (nvmlInit is stuck): "
+            "check nvidia-smi and dmesg; --timeout sets how long to wait"
+        )
+    if "error" in box:
+        raise box["error"]
+    return box["backend"]
+
+
+def release_backend(backend: Backend, collector: Collector | None = None, poller: SnapshotSource | None = None) -> None:
+    """At a command's end: stop the event and GPU threads, then close the driver -- unless a GPU's call
+    is still stuck in it (closing could hang as well: the backend is abandoned, the driver cleans up)."""
+    if poller is not None:
+        poller.stop()
+    if collector is not None:
+        collector.close()
+        if collector.busy():
+            backend.abandon()
+            return
+    backend.close()
 
 
 def command_parser(command: str, description: str) -> argparse.ArgumentParser:

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..model import GpuProcess, GpuSample, GpuState, GpuStatic, OwnerKind
+from ..model import Finding, GpuProcess, GpuSample, GpuState, GpuStatic, OwnerKind, Severity
 from ..textsafe import safe_text
-from .units import NA, fmt_bytes, fmt_celsius, fmt_duration, fmt_pstate, short_name
+from .units import NA, fmt_age, fmt_bytes, fmt_celsius, fmt_duration, fmt_pstate, short_name
 
 __all__ = [
     "ALERT",
@@ -37,6 +37,11 @@ __all__ = [
     "WARN",
     "Cell",
     "ecc_cell",
+    "finding_cell",
+    "health_summary_cell",
+    "process_flags_cell",
+    "stalled_text",
+    "verdict_cell",
     "group_cells",
     "host_label",
     "is_mine",
@@ -211,6 +216,59 @@ def note_cell(gpu: GpuState) -> Cell:
 def lost_cell() -> Cell:
     """The word for a GPU that fell off the bus or stopped answering."""
     return ("LOST", ALERT)
+
+
+# ----------------------------------------------------------------- health
+
+_VERDICT_CATEGORY = {Severity.OK: GOOD, Severity.WARN: WARN, Severity.FAIL: ALERT}
+
+
+def stalled_text(gpu: GpuState) -> str | None:
+    """``"not responding (12 s)"`` for a GPU whose driver call is stuck; None when it answers."""
+    health = gpu.health
+    if health.responding:
+        return None
+    return f"not responding ({fmt_age(health.stalled_seconds or 0.0)})"
+
+
+def verdict_cell(gpu: GpuState) -> Cell:
+    """The GPU's one health verdict: ``("OK", GOOD)``, ``("WARN", WARN)``, ``("FAIL", ALERT)``."""
+    verdict = gpu.health.verdict
+    return (verdict.value, _VERDICT_CATEGORY[verdict])
+
+
+def finding_cell(finding: Finding, *, with_action: bool = True) -> Cell:
+    """One reason for a verdict as a sentence, with its fix: ``"row remapping failed: replace the board"``."""
+    text = safe_text(finding.text)
+    if with_action and finding.action:
+        text += f" -> {safe_text(finding.action)}"
+    return (text, HOT if finding.severity is Severity.FAIL else WARN)
+
+
+def health_summary_cell(gpu: GpuState) -> Cell:
+    """The verdict with its first reason, for one line: ``"WARN HW slowdown: SM at 45 % of max (+1)"``."""
+    verdict, category = verdict_cell(gpu)
+    findings = gpu.health.findings
+    if not findings:
+        return (verdict, category)
+    more = f" (+{len(findings) - 1})" if len(findings) > 1 else ""
+    return (f"{verdict} {safe_text(findings[0].text)}{more}", category)
+
+
+PROCESS_FLAG_WORDS = {"idle-held": "idle-held", "suspected-hang": "hang?"}
+
+
+def process_flags_cell(process: GpuProcess) -> Cell:
+    """``("idle-held 12m", WARN)`` for a process that holds memory and computes nothing; ``("", PLAIN)`` else."""
+    if not process.flags:
+        return ("", PLAIN)
+    words = []
+    for flag in process.flags:
+        word = PROCESS_FLAG_WORDS.get(flag, safe_text(flag))
+        if flag == "idle-held" and process.idle_seconds is not None:
+            word += f" {fmt_age(process.idle_seconds)}"
+        words.append(word)
+    return (", ".join(words), WARN)
 
 
 # ----------------------------------------------------------------- processes

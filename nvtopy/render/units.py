@@ -9,7 +9,17 @@ from __future__ import annotations
 
 from ..textsafe import safe_text
 
-__all__ = ["NA", "fmt_bytes", "fmt_duration", "fmt_mhz", "fmt_percent", "fmt_pstate", "fmt_watts", "short_name"]
+__all__ = [
+    "NA",
+    "fmt_age",
+    "fmt_bytes",
+    "fmt_duration",
+    "fmt_mhz",
+    "fmt_percent",
+    "fmt_pstate",
+    "fmt_watts",
+    "short_name",
+]
 
 NA = "N/A"
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
@@ -76,3 +86,17 @@ def short_name(name: str | None) -> str:
         if name.startswith(prefix):
             return safe_text(name[len(prefix) :])
     return safe_text(name)
+
+
+def fmt_age(seconds: float | None) -> str:
+    """A span in one unit, as people say it: ``"12 s"``, ``"5 min"``, ``"3 h"``, ``"2 d"``."""
+    if seconds is None:
+        return NA
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{int(seconds)} s"
+    if seconds < 7200:
+        return f"{int(seconds // 60)} min"
+    if seconds < 172800:
+        return f"{int(seconds // 3600)} h"
+    return f"{int(seconds // 86400)} d"

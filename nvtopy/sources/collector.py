@@ -13,16 +13,21 @@ one-shot reads) owns a collector and its backend.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Collection, Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..backends.base import Backend, ProcessReading, Reading
 from ..backends.pidmap import unmapped_hint
+from ..health.realwork import GpuWatch, WatchResult
+from ..health.verdict import HealthInputs, HealthThresholds, assess
 from ..model import (
     ALL_GROUPS,
     HISTORY_LENGTH,
     SAMPLE_GROUPS,
+    STATIC_FIELDS,
+    GpuHealth,
     GpuHistory,
     GpuProcess,
     GpuSample,
@@ -36,6 +41,8 @@ from ..model import (
     freeze,
     sample_from_fields,
 )
+from .events import EventLog
+from .workers import GpuWorkers
 
 __all__ = ["HINT_MIN_BYTES", "Collector", "processes_hint"]
 
@@ -43,24 +50,46 @@ __all__ = ["HINT_MIN_BYTES", "Collector", "processes_hint"]
 class _GpuMemo:
     """What the collector remembers of one GPU between reads."""
 
-    __slots__ = ("history", "never_read", "reasons", "static", "values")
+    __slots__ = ("history", "last", "never_read", "reasons", "static", "values", "watch")
 
-    def __init__(self, static: GpuStatic, history: int) -> None:
+    def __init__(self, static: GpuStatic, history: int, thresholds: HealthThresholds) -> None:
         self.static = static
         self.values: dict[str, Any] = {}
         self.reasons: dict[str, Reason] = {}
         self.history = HistoryBuffer(history)
         self.never_read: set[str] = set(ALL_GROUPS)
+        self.watch = GpuWatch(thresholds)
+        self.last: GpuState | None = None  # what the last snapshot showed (a stalled GPU keeps showing it)
+
+
+class _GpuRead(NamedTuple):
+    """One GPU's reads of one collection, done on its worker thread (only backend calls there)."""
+
+    static: GpuStatic | None  # read when the GPU had none yet, or an incomplete one
+    reading: Reading
+    processes: ProcessReading | None
+    groups: frozenset[str]
 
 
 class Collector:
     """Reads snapshots from a backend: static fields once, the requested groups each call.
 
     Not thread-safe by design: one thread (the poller's, or the caller's for
-    one-shot reads) owns a collector and its backend.
+    one-shot reads) owns a collector. Given a ``deadline``, :meth:`collect` reads
+    each GPU on its own worker thread (:class:`~nvtopy.sources.workers.GpuWorkers`)
+    and does not wait past it for a GPU whose driver call is stuck.
     """
 
-    def __init__(self, backend: Backend, indices: Sequence[int] | None = None, history: int = HISTORY_LENGTH) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        indices: Sequence[int] | None = None,
+        history: int = HISTORY_LENGTH,
+        *,
+        thresholds: HealthThresholds | None = None,
+        events: EventLog | None = None,
+    ) -> None:
+        """``events``: the log an :class:`~nvtopy.sources.events.EventWatcher` fills (None: no timeline)."""
         self.backend = backend
         self.host = backend.host_info()
         self._history_length = history
@@ -69,6 +98,9 @@ class Collector:
         self._sequence = 0
         self._host_map: dict[int, int] = {}  # foreign pids: host pid -> proven local pid (backends.pidmap)
         self.indices: list[int] = list(indices) if indices is not None else list(range(backend.device_count()))
+        self.thresholds = thresholds or HealthThresholds()
+        self.events = events if events is not None else EventLog()
+        self._workers: GpuWorkers | None = None
 
     def statics(self) -> list[GpuStatic]:
         """Static fields of every GPU of the backend (read once; used for GPU selection)."""
@@ -76,16 +108,61 @@ class Collector:
             self._statics = [self._memo(i).static for i in range(self.backend.device_count())]
         return self._statics
 
+    def read_statics(self, deadline: float) -> None:
+        """Read every GPU's static fields on its own thread, waiting at most ``deadline`` seconds.
+
+        A GPU that does not answer in time gets what is known (its index; every
+        other field "not responding") and its real fields when its read returns:
+        selecting GPUs (:meth:`statics`) then never waits on a stuck one.
+        """
+        workers = self._ensure_workers()
+        pending = [i for i in range(self.backend.device_count()) if i not in self._memos]
+        for index in pending:
+            workers.start(index, functools.partial(self._read_static, index))
+        workers.wait(pending, time.monotonic() + max(0.0, deadline))
+        for index in pending:
+            answer = workers.take(index)
+            if answer is None:
+                reasons = dict.fromkeys(STATIC_FIELDS, Reason.NOT_RESPONDING)
+                self._new_memo(GpuStatic(index=index, unavailable=freeze(reasons)))
+                continue
+            value, error = answer
+            if error is not None:
+                raise error
+            self._fold(index, value)
+        self._statics = None
+
+    def _read_static(self, index: int) -> _GpuRead:
+        return _GpuRead(self.backend.read_static(index), Reading(), None, frozenset())
+
+    def _ensure_workers(self) -> GpuWorkers:
+        if self._workers is None:
+            self._workers = GpuWorkers()
+        return self._workers
+
     def _memo(self, index: int) -> _GpuMemo:
         memo = self._memos.get(index)
         if memo is None:
-            memo = _GpuMemo(self.backend.read_static(index), self._history_length)
-            self._memos[index] = memo
+            memo = self._new_memo(self.backend.read_static(index))
+        return memo
+
+    def _new_memo(self, static: GpuStatic) -> _GpuMemo:
+        memo = self._memos[static.index] = _GpuMemo(static, self._history_length, self.thresholds)
         return memo
 
     def select(self, indices: Iterable[int]) -> None:
         """Poll only these GPUs from the next collection on."""
         self.indices = list(indices)
+
+    def close(self) -> None:
+        """Let the GPU worker threads end (one stuck in the driver ends when its call returns). Never waits."""
+        if self._workers is not None:
+            self._workers.close()
+
+    def busy(self) -> bool:
+        """True while some GPU's read is still outstanding on its worker thread."""
+        workers = self._workers
+        return workers is not None and any(workers.busy_since(i) is not None for i in self._memos)
 
     def collect(
         self,
@@ -95,6 +172,8 @@ class Collector:
         process_utilization: bool = True,
         join: bool = True,
         interval: float | None = None,
+        deadline: float | None = None,
+        stall_after: float = 0.0,
     ) -> Snapshot:
         """Read ``groups`` of every selected GPU (others keep their last values) and join processes.
 
@@ -102,55 +181,195 @@ class Collector:
         (it costs an NVML call per GPU and changes less than the process list).
         ``join=False`` lists processes as NVML reports them, without asking the host
         who they are (no psutil work: the Python API only needs its own pid's memory).
+
+        ``deadline`` (seconds): read each GPU on its own thread and wait at most
+        this long; a GPU still reading then keeps its last values, and once its
+        read has been outstanding ``stall_after`` seconds it is "not responding"
+        (``health.responding`` False). None: read the GPUs one after the other
+        on this thread, waiting as long as the driver takes.
         """
         backend = self.backend
         started_wall = backend.now()
         started = time.perf_counter()
-        readings: list[tuple[_GpuMemo, Reading, ProcessReading | None]] = []
-        for index in self.indices:
-            memo = self._memo(index)
-            wanted = set(groups) | memo.never_read
-            reading = backend.read_sample(index, wanted)
-            memo.never_read -= wanted
-            if not reading.lost and _static_incomplete(memo.static):
-                memo.static = backend.read_static(index)  # the GPU came back: its static fields can be read now
-                self._statics = None
-            proc_reading = backend.read_processes(index, utilization=process_utilization) if processes else None
-            readings.append((memo, reading, proc_reading))
+        wanted = frozenset(groups)
+        if deadline is None:
+            answers = {i: self._read_gpu(i, wanted, processes, process_utilization) for i in self.indices}
+            stalled: dict[int, float] = {}
+        else:
+            answers, stalled = self._read_on_workers(wanted, processes, process_utilization, deadline)
 
-        host = self._join_host(readings) if processes and join else None
-        gpus = []
+        fresh = [(self._fold(index, answer), answer) for index, answer in answers.items()]
+        host = self._join_host([(m, a.processes) for m, a in fresh]) if processes and join else None
         now = backend.now()
-        for memo, reading, proc_reading in readings:
-            sample = self._merge(memo, reading, started_wall)
-            rows: tuple[GpuProcess, ...] = ()
-            rows_reason: Reason | None = None
-            if proc_reading is not None:
-                rows = self._rows(memo.static, proc_reading.processes, host, now)
-                rows_reason = proc_reading.unavailable
-            history = self._record(memo, sample)
-            hint = None if proc_reading is None else processes_hint(sample, rows, rows_reason)
-            if proc_reading is not None and self.backend.pids_are_foreign():
-                hint = unmapped_hint(rows) or hint
-            gpus.append(GpuState(memo.static, sample, rows, rows_reason, history, processes_hint=hint))
+        states: dict[int, GpuState] = {}
+        for memo, answer in fresh:
+            states[memo.static.index] = self._state(memo, answer, host, now, started_wall)
+        for index, seconds in stalled.items():
+            states[index] = self._stalled_state(index, seconds, seconds >= stall_after, now)
         self._sequence += 1
         return Snapshot(
             timestamp=started_wall,
             host=self.host,
-            gpus=tuple(gpus),
+            gpus=tuple(states[i] for i in self.indices if i in states),
             sequence=self._sequence,
             interval=interval,
             collect_seconds=time.perf_counter() - started,
         )
 
-    def _join_host(self, readings: Iterable[tuple[_GpuMemo, Reading, ProcessReading | None]]) -> dict[int, Any]:
+    # ----------------------------------------------------------------- reading (worker threads)
+
+    def _read_gpu(self, index: int, groups: frozenset[str], processes: bool, utilization: bool) -> _GpuRead:
+        """Every backend call of one GPU for one collection: static if needed, the groups, the processes."""
+        backend = self.backend
+        memo = self._memos.get(index)
+        static = None
+        if memo is None:
+            static = backend.read_static(index)
+        wanted = groups | (memo.never_read if memo is not None else ALL_GROUPS)
+        reading = backend.read_sample(index, wanted)
+        if memo is not None and not reading.lost and _static_incomplete(memo.static):
+            static = backend.read_static(index)  # the GPU came back: its static fields can be read now
+        proc_reading = backend.read_processes(index, utilization=utilization) if processes else None
+        return _GpuRead(static, reading, proc_reading, frozenset(wanted))
+
+    def _read_on_workers(
+        self, groups: frozenset[str], processes: bool, utilization: bool, deadline: float
+    ) -> tuple[dict[int, _GpuRead], dict[int, float]]:
+        """Start each idle GPU's read on its thread, wait until ``deadline``; (answers, stalled seconds)."""
+        workers = self._ensure_workers()
+        started: list[int] = []
+        for index in self.indices:
+            late = workers.take(index)  # a read that answered after an earlier deadline
+            if late is not None and late[1] is None:
+                self._fold(index, late[0], processes=False)
+            if workers.start(index, functools.partial(self._read_gpu, index, groups, processes, utilization)):
+                started.append(index)
+        # Only the reads started now are waited for: a GPU already stuck costs its wait once, not every time.
+        workers.wait(started, time.monotonic() + max(0.0, deadline))
+        answers: dict[int, _GpuRead] = {}
+        stalled: dict[int, float] = {}
+        now = time.monotonic()
+        for index in self.indices:
+            since = workers.busy_since(index)
+            if since is not None:
+                stalled[index] = now - since
+                continue
+            answer = workers.take(index)
+            if answer is None:
+                continue
+            value, error = answer
+            if error is not None:
+                raise error  # a bug in a backend: as the sequential path would raise it
+            answers[index] = value
+        return answers, stalled
+
+    # ----------------------------------------------------------------- folding (the collector's thread)
+
+    def _fold(self, index: int, answer: _GpuRead, *, processes: bool = True) -> _GpuMemo:
+        """Take a GPU's answer into its memo: new static fields, which groups have now been read."""
+        memo = self._memos.get(index)
+        if answer.static is not None:
+            if memo is None or _placeholder(memo.static):
+                fresh = self._new_memo(answer.static)
+                if memo is not None:
+                    fresh.history, fresh.watch = memo.history, memo.watch
+                memo = fresh
+            else:
+                memo.static = answer.static
+            self._statics = None
+        assert memo is not None, "a GPU without a memo reads its static fields first"
+        memo.never_read -= answer.groups
+        if not processes:  # a late answer: its values count, its processes are stale by now
+            self._merge(memo, answer.reading, self.backend.now())
+        return memo
+
+    def _state(
+        self,
+        memo: _GpuMemo,
+        answer: _GpuRead,
+        host: dict[int, HostProcess | None] | None,
+        now: float,
+        timestamp: float,
+    ) -> GpuState:
+        sample = self._merge(memo, answer.reading, timestamp)
+        rows: tuple[GpuProcess, ...] = ()
+        rows_reason: Reason | None = None
+        proc_reading = answer.processes
+        if proc_reading is not None:
+            rows = self._rows(memo.static, proc_reading.processes, host, now)
+            rows_reason = proc_reading.unavailable
+        history = self._record(memo, sample)
+        hint = None if proc_reading is None else processes_hint(sample, rows, rows_reason)
+        if proc_reading is not None and self.backend.pids_are_foreign():
+            hint = unmapped_hint(rows) or hint
+        watched = memo.watch.observe(sample, rows, now)
+        health = self._assess(memo, sample, now, watched=watched)
+        state = GpuState(memo.static, sample, watched.rows, rows_reason, history, processes_hint=hint, health=health)
+        memo.last = state
+        return state
+
+    def _stalled_state(self, index: int, seconds: float, not_responding: bool, now: float) -> GpuState:
+        """A GPU whose read is still outstanding: its last values, and (past ``stall_after``) "not responding"."""
+        memo = self._memos.get(index)
+        if memo is None:  # it never answered: not even its static fields are known
+            reasons = dict.fromkeys(STATIC_FIELDS, Reason.NOT_RESPONDING)
+            memo = self._new_memo(GpuStatic(index=index, unavailable=freeze(reasons)))
+        last = memo.last
+        if last is None:
+            reasons = {name: Reason.NOT_RESPONDING for fields in SAMPLE_GROUPS.values() for name in fields}
+            sample = sample_from_fields(now, False, {}, reasons)
+            last = GpuState(memo.static, sample, (), Reason.NOT_RESPONDING)
+            not_responding = True
+        if not not_responding:
+            return last
+        health = self._assess(memo, last.sample, now, stalled=seconds)
+        return dataclasses.replace(last, health=health)
+
+    def _assess(
+        self,
+        memo: _GpuMemo,
+        sample: GpuSample,
+        now: float,
+        *,
+        watched: WatchResult | None = None,
+        stalled: float | None = None,
+    ) -> GpuHealth:
+        index = memo.static.index
+        events, counts = self.events.timeline(index)
+        inputs = HealthInputs(
+            now=now,
+            events=events,
+            xid_counts=counts,
+            events_note=self.events.note(index),
+            responding=stalled is None,
+            stalled_seconds=stalled,
+        )
+        if watched is None and memo.last is not None:
+            previous = memo.last.health
+            inputs = dataclasses.replace(
+                inputs,
+                idle_held_bytes=previous.idle_held_bytes,
+                suspected_hang_seconds=previous.suspected_hang_seconds,
+            )
+        elif watched is not None:
+            inputs = dataclasses.replace(
+                inputs,
+                replay_growth=watched.replay_growth,
+                nvlink_error_growth=watched.nvlink_error_growth,
+                idle_held_bytes=watched.idle_held_bytes,
+                idle_held_processes=watched.idle_held_processes,
+                suspected_hang_seconds=watched.suspected_hang_seconds,
+            )
+        return assess(memo.static, sample, inputs, self.thresholds)
+
+    def _join_host(self, readings: Iterable[tuple[_GpuMemo, ProcessReading | None]]) -> dict[int, Any]:
         if self.backend.pids_are_foreign():
             # Host pids: only those proven to be local processes are joined, as their local pids.
-            lists = {m.static.index: {p.pid for p in pr.processes} for m, _, pr in readings if pr is not None}
+            lists = {m.static.index: {p.pid for p in pr.processes} for m, pr in readings if pr is not None}
             self._host_map = self.backend.map_host_pids(lists) if any(lists.values()) else {}
             local = set(self._host_map.values())
             return self.backend.inspect_processes(local) if local else {}
-        pids = {p.pid for _, _, pr in readings if pr is not None for p in pr.processes}
+        pids = {p.pid for _, pr in readings if pr is not None for p in pr.processes}
         return self.backend.inspect_processes(pids) if pids else {}
 
     def _rows(
@@ -229,7 +448,12 @@ def processes_hint(sample: GpuSample, rows: Sequence[GpuProcess], reason: Reason
 
 
 def _static_incomplete(static: GpuStatic) -> bool:
-    return any(reason in (Reason.LOST, Reason.UNKNOWN) for reason in static.unavailable.values())
+    return any(reason in (Reason.LOST, Reason.UNKNOWN, Reason.NOT_RESPONDING) for reason in static.unavailable.values())
+
+
+def _placeholder(static: GpuStatic) -> bool:
+    """A GPU's static fields made up while its first read was stuck (nothing known but its index)."""
+    return static.unavailable.get("uuid") is Reason.NOT_RESPONDING
 
 
 def _row(

@@ -34,11 +34,13 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from ..backends.base import Backend, SignalOutcome, driver_in_words
+from ..health.verdict import HealthThresholds
 from ..model import ALL_GROUPS, HISTORY_LENGTH, Snapshot
 from .base import MIN_INTERVAL, SnapshotSource
 from .collector import Collector
+from .events import WAIT_S, EventWatcher
 
-__all__ = ["CADENCE", "FAST_GROUPS", "SLOW_GROUPS", "Poller"]
+__all__ = ["CADENCE", "FAST_GROUPS", "SLOW_GROUPS", "STALL_INTERVALS", "WAIT_SHARE", "Poller"]
 
 # Seconds between two reads of each field group; 0 = every tick. An interval
 # longer than a group's cadence reads it every tick. Chosen from how fast each
@@ -63,7 +65,16 @@ CADENCE: dict[str, float] = {
     "energy": 5.0,
     "pcie": 10.0,
     "modes": 10.0,
+    # Health readings: links and their counters change over minutes, memory health over days.
+    "nvlink": 5.0,
+    "pcie_link": 10.0,
+    "remapped_rows": 60.0,
+    "retired_pages": 60.0,
 }
+STALL_INTERVALS = 2.0
+"""A GPU whose driver call has been outstanding this many intervals is shown "not responding"."""
+WAIT_SHARE = 0.8
+"""The share of an interval a poll waits for slow GPUs before it publishes without them."""
 FAST_GROUPS: frozenset[str] = frozenset(g for g in ALL_GROUPS if CADENCE[g] == 0.0)
 SLOW_GROUPS: frozenset[str] = ALL_GROUPS - FAST_GROUPS
 
@@ -97,6 +108,10 @@ class Poller(SnapshotSource):
         opener: Callable[[], Backend] | None = None,
         select: Callable[[Collector], Sequence[int]] | None = None,
         waiting_for: str | None = None,
+        events: bool = False,
+        isolate: bool = True,
+        stall_after: float | None = None,
+        thresholds: HealthThresholds | None = None,
     ) -> None:
         """``groups``: the field groups the view shows (others are never read after the first collect).
 
@@ -107,12 +122,22 @@ class Poller(SnapshotSource):
         :meth:`subscribe_failure`. The poller owns (and closes) a backend it opened.
         ``waiting_for`` names the driver a slow start waits for (by default
         the simulated one for a simulated backend, else the NVIDIA driver).
+
+        ``events``: watch the backend's GPU events (Xid errors) on a thread of their
+        own while the poller runs (:class:`~nvtopy.sources.events.EventWatcher`).
+        ``isolate``: read each GPU on its own thread, so a GPU whose driver call
+        hangs keeps its last values and is marked "not responding" after
+        :data:`STALL_INTERVALS` intervals while the others keep updating
+        (:class:`~nvtopy.sources.workers.GpuWorkers`); False reads them in turn.
+        ``stall_after``: seconds after which a stuck GPU is "not responding" (default
+        :data:`STALL_INTERVALS` intervals; ``nvtopy log`` and the exporter pass ``--timeout``).
+        ``thresholds``: of the health flags, for a collector the poller makes.
         """
         super().__init__(max(MIN_INTERVAL, interval))
         if opener is None:
             if backend is None:
                 raise ValueError("Poller needs a backend or an opener")
-            collector = collector or Collector(backend, indices, history)
+            collector = collector or Collector(backend, indices, history, thresholds=thresholds)
             if select is not None:
                 collector.select(select(collector))
         # None until the opener has run (a poller given a backend has both at once).
@@ -128,6 +153,11 @@ class Poller(SnapshotSource):
         self._due: dict[str, float] = {}
         self._processes = processes
         self._join = join
+        self._thresholds = thresholds
+        self._isolate = isolate
+        self._stall_after = stall_after
+        self._watch_events = events
+        self._watcher: EventWatcher | None = None
         self._requests: collections.deque[tuple[Callable[[], Any], Future[Any]]] = collections.deque()
         self.polls = 0
 
@@ -209,13 +239,16 @@ class Poller(SnapshotSource):
         if collector is None:
             raise RuntimeError("the backend is not open yet")
         self.busy_since = time.monotonic()
+        interval = self._interval
         try:
             snapshot = collector.collect(
                 groups,
                 processes=self._processes,
                 process_utilization=utilization,
                 join=self._join,
-                interval=self._interval,
+                interval=interval,
+                deadline=WAIT_SHARE * interval if self._isolate else None,
+                stall_after=STALL_INTERVALS * interval if self._stall_after is None else self._stall_after,
             )
         finally:
             self.busy_since = None
@@ -227,11 +260,50 @@ class Poller(SnapshotSource):
         try:
             if self._opener is not None and not self._open():
                 return
+            if self._watch_events:
+                self.watch_events()
             self._run_periodic(self.poll_once, before=self._drain_requests)
             self._drain_requests()
         finally:
-            if self._opener is not None:
-                self._close_backend()
+            self._wind_down()
+
+    def watch_events(self) -> None:
+        """Start watching the backend's GPU events (Xid errors) on their own thread, once.
+
+        The poller's thread does it by itself when built with ``events=True``; a
+        caller that polls on its own thread (``nvtopy log``) calls this, and
+        :meth:`stop` ends it.
+        """
+        if self._watcher is None and self.collector is not None and self.backend is not None:
+            self._watcher = EventWatcher(self.backend, self.collector.events).start()
+
+    def stop(self, timeout: float | None = 2.0) -> None:
+        watcher = self._watcher
+        if watcher is not None:
+            watcher.stop()
+        super().stop(timeout)
+
+    def _wind_down(self) -> None:
+        """Stop the event and GPU threads; close a backend this poller opened, unless a thread is still inside it.
+
+        nvmlShutdown while another thread waits in the driver is asking for trouble: the
+        event thread gets one wait's time to end, and a GPU thread stuck in a call
+        leaves the backend open (the driver cleans up after an exiting process).
+        """
+        watcher, collector = self._watcher, self.collector
+        if watcher is not None:
+            watcher.stop()
+        if collector is not None:
+            collector.close()
+        if self._opener is None:
+            return
+        if watcher is not None and not watcher.join(2 * WAIT_S):
+            log.warning("the event thread is still in the driver: the backend is left open")
+            return
+        if collector is not None and collector.busy():
+            log.warning("a GPU's driver call is still outstanding: the backend is left open")
+            return
+        self._close_backend()
 
     def _open(self) -> bool:
         """Open the backend and select the GPUs (on this thread); False if that failed or the poller stopped."""
@@ -241,7 +313,7 @@ class Poller(SnapshotSource):
             self.backend = self._opener()
             if self._stopping:
                 return False
-            collector = Collector(self.backend, self._indices, self._history)
+            collector = Collector(self.backend, self._indices, self._history, thresholds=self._thresholds)
             if self._select is not None:
                 collector.select(self._select(collector))
         except BaseException as exc:  # noqa: BLE001 - handed to the failure callbacks, whatever it is

@@ -1,0 +1,253 @@
+"""One verdict per GPU -- OK, WARN or FAIL -- and the findings behind it.
+
+Why one function: the panel title, the compact line, ``--once``, JSON, CSV,
+the exporter's ``nvtopy_gpu_health`` and ``nvtopy doctor`` all say whether a
+GPU is healthy; computed once here (by the collector, per snapshot), no two
+views can disagree. The rules and their thresholds follow NVIDIA's own
+guidance (``shared/docs/cluster-notes.md``: the Xid catalogue, "GPU Memory
+Error Management", "Dynamic Page Retirement"):
+
+- FAIL: the GPU is lost or not responding; row remapping failed; page
+  retirement reached its limit; an Xid that needs a reset, a reboot or a
+  support case, in the last ``xid_window_s``.
+- WARN: a reset is pending (rows remapped, pages retired); uncorrectable ECC
+  errors since the driver loaded; a PCIe link below its maximum (width always;
+  generation only while the GPU works: links train down at idle, which is
+  normal); a growing PCIe replay counter or NVLink error counter; an inactive
+  NVLink; harmful throttling; a temperature at the slowdown threshold; an
+  application Xid; idle-held processes; a suspected hang.
+
+Findings are ordered worst first, so the first one is what a one-line view shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ..model import Finding, GpuEvent, GpuHealth, GpuSample, GpuStatic, Severity
+from .throttle import summarize_throttle
+from .xid import describe_xid
+
+__all__ = ["RETIRED_PAGES_LIMIT", "HealthInputs", "HealthThresholds", "assess", "worst"]
+
+_Add = Callable[[Finding], None]  # ``findings.append``, as the rule helpers take it
+
+RETIRED_PAGES_LIMIT = 64
+"""Pages a pre-Ampere GPU can retire (NVIDIA: "a maximum of 64 retirements for the frame buffer")."""
+
+BUSY_UTILIZATION = 10
+"""Utilisation (%) above which a PCIe link below its maximum generation is a downgrade, not power saving."""
+
+
+@dataclass(frozen=True, slots=True)
+class HealthThresholds:
+    """The knobs of the real-work flags and of how long an Xid counts. Defaults from the issue."""
+
+    idle_held_bytes: int = 1 << 30  # a process holding at least this much GPU memory ...
+    idle_held_seconds: float = 600.0  # ... at ~0 % SM for this long is "idle-held"
+    idle_sm_percent: int = 1  # "~0 %": at most this
+    hang_utilization_percent: int = 95  # a GPU this busy ...
+    hang_power_share: float = 0.30  # ... below this share of its power limit ...
+    hang_seconds: float = 300.0  # ... for this long is a "suspected hang" (a deadlocked collective)
+    xid_window_s: float = 3600.0  # an Xid weighs on the verdict this long after it arrived
+    counter_window_s: float = 600.0  # a counter (PCIe replays, NVLink errors) that grew within this is flagged
+
+
+@dataclass(frozen=True, slots=True)
+class HealthInputs:
+    """What the rules need beyond the GPU's own readings: time-dependent facts the collector tracks."""
+
+    now: float
+    events: tuple[GpuEvent, ...] = ()
+    xid_counts: tuple[tuple[int, int], ...] = ()
+    events_note: str | None = None
+    responding: bool = True
+    stalled_seconds: float | None = None
+    replay_growth: int | None = None  # PCIe replays added within the counter window (None: unknown)
+    nvlink_error_growth: tuple[int, ...] = ()  # links whose error counter grew within the window
+    idle_held_bytes: int | None = None
+    idle_held_processes: int = 0
+    suspected_hang_seconds: float | None = None
+
+
+def assess(
+    static: GpuStatic, sample: GpuSample, inputs: HealthInputs, thresholds: HealthThresholds | None = None
+) -> GpuHealth:
+    """The GPU's verdict and findings from its readings and the tracked facts (see the module docstring)."""
+    limits = thresholds or HealthThresholds()
+    findings: list[Finding] = []
+    add = findings.append
+    fail, warn = Severity.FAIL, Severity.WARN
+
+    if not inputs.responding:
+        seconds = int(inputs.stalled_seconds or 0)
+        add(
+            Finding(
+                fail,
+                "not-responding",
+                f"not responding ({seconds} s): a driver call on this GPU is stuck",
+                "look for Xid errors in dmesg; a GPU reset or a reboot may be needed",
+            )
+        )
+    if sample.lost:
+        add(Finding(fail, "lost", "lost: the GPU stopped answering", "check dmesg for Xid 79; reboot the node"))
+
+    _xid_findings(inputs, limits, add)
+    _memory_findings(sample, add)
+    _link_findings(static, sample, inputs, add)
+
+    throttle = summarize_throttle(sample.throttle_reasons, sample.clock_sm_mhz, static.clock_sm_max_mhz)
+    if throttle is not None and throttle.harmful:
+        add(Finding(warn, "throttle", throttle.text, "check cooling, airflow and the power supply"))
+    temperature, slowdown = sample.temperature_c, static.temperature_slowdown_c
+    if temperature is not None and slowdown and temperature >= slowdown:
+        add(
+            Finding(
+                warn,
+                "temperature",
+                f"at {temperature} °C, its slowdown threshold is {slowdown} °C",
+                "check cooling and airflow",
+            )
+        )
+    if inputs.idle_held_processes:
+        count = inputs.idle_held_processes
+        held = (inputs.idle_held_bytes or 0) / 2**30
+        add(
+            Finding(
+                warn,
+                "idle-held",
+                f"{count} process{'es' if count != 1 else ''} hold{'' if count != 1 else 's'} {held:.1f} GiB "
+                f"and compute{'' if count != 1 else 's'} nothing",
+                "ask the owner to release the GPU",
+            )
+        )
+    if inputs.suspected_hang_seconds is not None:
+        minutes = int(inputs.suspected_hang_seconds // 60)
+        add(
+            Finding(
+                warn,
+                "suspected-hang",
+                f"busy at low power for {minutes} min: a deadlocked collective?",
+                "check the job's logs; py-spy dump its processes",
+            )
+        )
+
+    findings.sort(key=lambda f: -f.severity.rank)  # stable: rule order within a severity
+    verdict = findings[0].severity if findings else Severity.OK
+    return GpuHealth(
+        verdict=verdict,
+        findings=tuple(findings),
+        events=inputs.events,
+        xid_counts=inputs.xid_counts,
+        events_note=inputs.events_note,
+        responding=inputs.responding,
+        stalled_seconds=inputs.stalled_seconds,
+        throttle=None if throttle is None else throttle.text,
+        idle_held_bytes=inputs.idle_held_bytes,
+        suspected_hang_seconds=inputs.suspected_hang_seconds,
+    )
+
+
+def _xid_findings(inputs: HealthInputs, limits: HealthThresholds, add: _Add) -> None:
+    """One finding per Xid number seen within the window, the most recent first."""
+    recent: dict[int, int] = {}
+    for event in reversed(inputs.events):
+        if event.xid is None or inputs.now - event.timestamp > limits.xid_window_s:
+            continue
+        recent[event.xid] = recent.get(event.xid, 0) + 1
+    for xid, count in recent.items():
+        info = describe_xid(xid)
+        times = f" x{count}" if count > 1 else ""
+        add(Finding(info.severity, "xid", f"Xid {xid}{times}: {info.meaning}", info.action))
+
+
+def _memory_findings(sample: GpuSample, add: _Add) -> None:
+    fail, warn = Severity.FAIL, Severity.WARN
+    if sample.remapped_rows_failure:
+        add(Finding(fail, "remap-failure", "row remapping failed", "replace the board (RMA)"))
+    if sample.remapped_rows_pending:
+        add(
+            Finding(
+                warn,
+                "remap-pending",
+                "reset pending: rows were remapped and take effect at the next GPU reset",
+                "reset the GPU when it is idle (nvidia-smi -r)",
+            )
+        )
+    retired = (sample.retired_pages_sbe or 0) + (sample.retired_pages_dbe or 0)
+    if retired >= RETIRED_PAGES_LIMIT:
+        add(Finding(fail, "retired-limit", f"{retired} pages retired: the limit is reached", "replace the board (RMA)"))
+    if sample.retired_pages_pending:
+        add(
+            Finding(
+                warn,
+                "retire-pending",
+                "reset pending: pages wait to be retired",
+                "reload the driver or reset the GPU when it is idle",
+            )
+        )
+    errors = sample.ecc_uncorrected_volatile
+    if errors:
+        add(
+            Finding(
+                warn,
+                "ecc-uncorrected",
+                f"{errors} uncorrectable ECC error{'s' if errors != 1 else ''} since the driver loaded",
+                "the application hit was stopped; watch the remapped rows",
+            )
+        )
+
+
+def _link_findings(static: GpuStatic, sample: GpuSample, inputs: HealthInputs, add: _Add) -> None:
+    warn = Severity.WARN
+    gen, width = sample.pcie_link_gen, sample.pcie_link_width
+    gen_max, width_max = static.pcie_link_gen_max, static.pcie_link_width_max
+    narrow = width is not None and width_max is not None and width < width_max
+    busy = sample.utilization_gpu_percent is not None and sample.utilization_gpu_percent >= BUSY_UTILIZATION
+    slow = gen is not None and gen_max is not None and gen < gen_max and busy
+    if narrow or slow:
+        add(
+            Finding(
+                warn,
+                "pcie-downgrade",
+                f"PCIe link Gen{gen} x{width}, the GPU can do Gen{gen_max} x{width_max}",
+                "reseat the board; check the slot, riser and BIOS PCIe settings",
+            )
+        )
+    if inputs.replay_growth:
+        add(
+            Finding(
+                warn,
+                "pcie-replays",
+                f"PCIe replay counter growing (+{inputs.replay_growth} recently)",
+                "a marginal link: reseat the board, check the riser",
+            )
+        )
+    links = sample.nvlinks or ()
+    down = [link.link for link in links if link.active is False]
+    if down:
+        names = ", ".join(str(n) for n in down)
+        add(
+            Finding(
+                warn,
+                "nvlink-down",
+                f"NVLink {names} inactive ({len(links) - len(down)}/{len(links)} up)",
+                "check the fabric (nvidia-smi nvlink -s); reset the GPU",
+            )
+        )
+    if inputs.nvlink_error_growth:
+        names = ", ".join(str(n) for n in inputs.nvlink_error_growth)
+        add(
+            Finding(
+                warn,
+                "nvlink-errors",
+                f"NVLink errors growing on link {names}",
+                "check the fabric (nvidia-smi nvlink -e); reseat or replace the cable/board",
+            )
+        )
+
+
+def worst(verdicts: Sequence[Severity]) -> Severity:
+    """The worst of several verdicts (OK for none)."""
+    return max(verdicts, key=lambda v: v.rank, default=Severity.OK)

@@ -1,0 +1,127 @@
+"""GPU events (Xid errors) on a thread of their own, kept as a bounded timeline per GPU.
+
+Why a thread: NVML delivers events through a blocking wait
+(``nvmlEventSetWait``), which must not hold up the poll, and polling for them
+would cost CPU while nothing happens. :class:`EventWatcher` waits with a short
+timeout (:data:`WAIT_S`), so it costs nothing while idle and notices a stop
+within that time; it is a daemon and is never joined (a wait stuck in the
+driver must not hold up quit). :class:`EventLog` is what it fills and what the
+collector reads each snapshot: per GPU the last :data:`~nvtopy.model.EVENTS_PER_GPU`
+events and a count per Xid that only grows (the exporter's
+``nvtopy_xid_events_total``).
+
+NVML reports only events that happen while a set is registered: the timeline
+starts when nvtopy does (``--once`` has none; it says so).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from collections.abc import Callable
+
+from ..backends.base import Backend, EventStream
+from ..model import EVENTS_PER_GPU, GpuEvent
+
+__all__ = ["WAIT_S", "EventLog", "EventWatcher"]
+
+WAIT_S = 0.25
+"""The longest one wait for events lasts: the watcher stops within this after :meth:`EventWatcher.stop`."""
+
+log = logging.getLogger(__name__)
+
+
+class EventLog:
+    """Per-GPU bounded event timelines and whole counts per Xid; safe to share between two threads."""
+
+    def __init__(self, per_gpu: int = EVENTS_PER_GPU) -> None:
+        self._lock = threading.Lock()
+        self._per_gpu = max(1, per_gpu)
+        self._events: dict[int, collections.deque[GpuEvent]] = {}
+        self._counts: dict[int, collections.Counter[int]] = {}
+        self.notes: dict[int | None, str] = {}
+        self.watching = False  # True once a watcher has opened its stream
+
+    def add(self, events: list[GpuEvent]) -> None:
+        with self._lock:
+            for event in events:
+                timeline = self._events.get(event.gpu_index)
+                if timeline is None:
+                    timeline = self._events[event.gpu_index] = collections.deque(maxlen=self._per_gpu)
+                timeline.append(event)
+                if event.xid is not None:
+                    self._counts.setdefault(event.gpu_index, collections.Counter())[event.xid] += 1
+
+    def timeline(self, index: int) -> tuple[tuple[GpuEvent, ...], tuple[tuple[int, int], ...]]:
+        """GPU ``index``'s events (oldest first) and its (xid, count) pairs (by xid)."""
+        with self._lock:
+            events = tuple(self._events.get(index, ()))
+            counts = tuple(sorted(self._counts.get(index, {}).items()))
+        return events, counts
+
+    def note(self, index: int) -> str | None:
+        """Why GPU ``index``'s events are not watched (None: they are)."""
+        if not self.watching:
+            return self.notes.get(None, "Xid events are watched only while nvtopy runs (monitor, log, exporter)")
+        return self.notes.get(index, self.notes.get(None))
+
+
+class EventWatcher:
+    """A daemon thread that opens a backend's event stream and fills an :class:`EventLog`."""
+
+    def __init__(self, backend: Backend | Callable[[], Backend | None], log_: EventLog) -> None:
+        """``backend``: the backend, or a function giving it once it is open (None until then)."""
+        self._backend = backend
+        self.log = log_
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="nvtopy-events", daemon=True)
+
+    def start(self) -> EventWatcher:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Ask the thread to end (within :data:`WAIT_S`); never waits for it."""
+        self._stop.set()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """For tests: True when the thread has ended within ``timeout``."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _open(self) -> EventStream | None:
+        backend = self._backend
+        while not self._stop.is_set():
+            opened = backend if isinstance(backend, Backend) else backend()
+            if opened is not None:
+                return opened.open_events()
+            self._stop.wait(WAIT_S)
+        return None
+
+    def _run(self) -> None:
+        try:
+            stream = self._open()
+        except Exception as exc:  # noqa: BLE001 - the driver's problem, said once, never the monitor's end
+            self.log.notes = {None: f"Xid events cannot be watched: {exc}"}
+            self.log.watching = True
+            return
+        if stream is None:
+            return
+        self.log.notes = dict(stream.notes)
+        self.log.watching = True
+        try:
+            while not self._stop.is_set():
+                try:
+                    events = stream.wait(WAIT_S)
+                except Exception:
+                    log.exception("waiting for GPU events failed")
+                    self._stop.wait(WAIT_S)
+                    continue
+                if events:
+                    self.log.add(events)
+        finally:
+            try:
+                stream.close()
+            except Exception:
+                log.exception("closing the event stream failed")
