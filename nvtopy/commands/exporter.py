@@ -83,6 +83,7 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     )
     options.add_timeout_option(parser, "seconds a GPU's stuck driver call is waited for before it is marked")
     options.add_gpu_options(parser)
+    options.add_health_options(parser)
     return parser
 
 
@@ -100,7 +101,7 @@ def run(command: str, args: argparse.Namespace) -> int:
     previous: Any = None
     try:
         previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        collector = Collector(backend, history=1)
+        collector = Collector(backend, history=1, thresholds=options.health_thresholds(args))
         collector.read_statics(args.timeout)
         collector.select(options.resolve_selection(args, collector))
         poller = Poller(

@@ -91,6 +91,7 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     parser.add_argument("--count", type=int, metavar="N", help="stop after N samples (default: until Ctrl-C)")
     options.add_timeout_option(parser, "seconds a GPU's stuck driver call is waited for before it is marked")
     options.add_gpu_options(parser)
+    options.add_health_options(parser)
     return parser
 
 
@@ -151,7 +152,7 @@ def run(command: str, args: argparse.Namespace) -> int:
     poller: Poller | None = None
     try:
         out, is_new = _open_output(path)
-        collector = Collector(backend, history=1)
+        collector = Collector(backend, history=1, thresholds=options.health_thresholds(args))
         collector.read_statics(args.timeout)
         collector.select(options.resolve_selection(args, collector))
         poller = Poller(

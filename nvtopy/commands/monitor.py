@@ -69,6 +69,7 @@ def build_parser(command: str = "monitor") -> argparse.ArgumentParser:
         parser, "with --once: how long to wait for the driver before a GPU is marked not responding"
     )
     add_gpu_options(parser)
+    options.add_health_options(parser)
     return parser
 
 

@@ -21,6 +21,7 @@ from ..sources.base import MIN_INTERVAL
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
+    from ..health.verdict import HealthThresholds
     from ..sources.base import SnapshotSource
     from ..sources.collector import Collector
 
@@ -28,11 +29,13 @@ __all__ = [
     "COMMANDS",
     "DEFAULT_TIMEOUT",
     "add_gpu_options",
+    "add_health_options",
     "add_timeout_option",
     "backend_opener",
     "backend_spec",
     "command_parser",
     "discard_stdout",
+    "health_thresholds",
     "interval_type",
     "open_backend",
     "open_backend_within",
@@ -134,6 +137,61 @@ def add_timeout_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup
         default=DEFAULT_TIMEOUT,
         metavar="SECONDS",
         help=f"{what} (default {DEFAULT_TIMEOUT:g})",
+    )
+
+
+def _positive(unit: str) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid number of {unit} {text!r}") from None
+        if not 0 <= value <= 1e6:  # NaN fails this too
+            raise argparse.ArgumentTypeError(f"give between 0 and 1000000 {unit}")
+        return value
+
+    return parse
+
+
+def add_health_options(parser: argparse.ArgumentParser) -> None:
+    """The thresholds of the real-work flags (nvtopy.health.realwork): when a process is idle-held, a GPU hung."""
+    from ..health.verdict import HealthThresholds
+
+    default = HealthThresholds()
+    group = parser.add_argument_group("health flags")
+    group.add_argument(
+        "--idle-held-after",
+        type=_positive("minutes"),
+        default=default.idle_held_seconds / 60,
+        metavar="MINUTES",
+        help="a process holding memory at ~0 %% SM this long is idle-held "
+        f"(default {default.idle_held_seconds / 60:g})",
+    )
+    group.add_argument(
+        "--idle-held-memory",
+        type=_positive("GiB"),
+        default=default.idle_held_bytes / 2**30,
+        metavar="GIB",
+        help=f"... if it holds at least this much GPU memory (default {default.idle_held_bytes / 2**30:g})",
+    )
+    group.add_argument(
+        "--hang-after",
+        type=_positive("minutes"),
+        default=default.hang_seconds / 60,
+        metavar="MINUTES",
+        help="a GPU at >= 95 %% utilisation under 30 %% of its power limit this long is a suspected hang "
+        f"(default {default.hang_seconds / 60:g})",
+    )
+
+
+def health_thresholds(args: argparse.Namespace) -> HealthThresholds:
+    """The thresholds :func:`add_health_options` asked for."""
+    from ..health.verdict import HealthThresholds
+
+    return HealthThresholds(
+        idle_held_seconds=args.idle_held_after * 60,
+        idle_held_bytes=int(args.idle_held_memory * 2**30),
+        hang_seconds=args.hang_after * 60,
     )
 
 
@@ -256,6 +314,7 @@ COMMANDS = {
     "record": ("log", "record snapshots to a file, for 'nvtopy replay'"),
     "replay": ("replay", "replay a recording in the monitor"),
     "exporter": ("exporter", "serve Prometheus metrics under dcgm-exporter's names"),
+    "doctor": ("doctor", "check the driver, GPUs and setup for common problems; print each fix"),
 }
 
 

@@ -110,14 +110,16 @@ class GpuWatch:
         limits = self.thresholds
         util, power, cap = sample.utilization_gpu_percent, sample.power_draw_w, sample.power_limit_w
         if util is None or power is None or not cap:
-            return None if self._hang_since is None else now - self._hang_since  # unknown: keep the clock running
-        if util >= limits.hang_utilization_percent and power < limits.hang_power_share * cap:
+            if self._hang_since is None:  # unknown: keep the clock running (if it runs), never start it
+                return None
+        elif util >= limits.hang_utilization_percent and power < limits.hang_power_share * cap:
             if self._hang_since is None:
                 self._hang_since = now
-            lasted = now - self._hang_since
-            return lasted if lasted >= limits.hang_seconds else None
-        self._hang_since = None
-        return None
+        else:
+            self._hang_since = None
+            return None
+        lasted = now - self._hang_since
+        return lasted if lasted >= limits.hang_seconds else None
 
     def _replay_growth(self, sample: GpuSample, now: float) -> int | None:
         return _growth(self._replays, sample.pcie_replay_counter, now, self.thresholds.counter_window_s)

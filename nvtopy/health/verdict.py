@@ -211,7 +211,7 @@ def _link_findings(static: GpuStatic, sample: GpuSample, inputs: HealthInputs, a
             Finding(
                 warn,
                 "pcie-downgrade",
-                f"PCIe link Gen{gen} x{width}, the GPU can do Gen{gen_max} x{width_max}",
+                f"PCIe link {_pcie_link(gen, width)}, the GPU can do {_pcie_link(gen_max, width_max)}",
                 "reseat the board; check the slot, riser and BIOS PCIe settings",
             )
         )
@@ -246,6 +246,12 @@ def _link_findings(static: GpuStatic, sample: GpuSample, inputs: HealthInputs, a
                 "check the fabric (nvidia-smi nvlink -e); reseat or replace the cable/board",
             )
         )
+
+
+def _pcie_link(gen: int | None, width: int | None) -> str:
+    """``Gen4 x16``; a part that could not be read is left out (never ``GenNone``)."""
+    parts = ([f"Gen{gen}"] if gen is not None else []) + ([f"x{width}"] if width is not None else [])
+    return " ".join(parts) or "unknown"
 
 
 def worst(verdicts: Sequence[Severity]) -> Severity:

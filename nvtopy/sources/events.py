@@ -26,7 +26,7 @@ from ..model import EVENTS_PER_GPU, GpuEvent
 
 __all__ = ["WAIT_S", "EventLog", "EventWatcher"]
 
-WAIT_S = 0.25
+WAIT_S = 0.45
 """The longest one wait for events lasts: the watcher stops within this after :meth:`EventWatcher.stop`."""
 
 log = logging.getLogger(__name__)
