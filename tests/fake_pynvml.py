@@ -13,6 +13,15 @@
   subclass), for one GPU or all, forever or a number of times.
 - ``fake.calls[name]`` counts calls per function; ``fake.gpu_calls[(name, index)]`` per GPU.
 
+Health (nvtopy.health): row remapping, retired pages, the PCIe link and its replay counter,
+NVLinks (:class:`FakeNvLink`: state, version, remote, KiB throughput counters, error
+counters) through their dedicated calls and through ``nvmlDeviceGetFieldValues`` (ids or
+``(id, scopeId)`` pairs, each entry with its own return code; ``FakeGpu.field_errors`` makes
+one field id answer any code). Events: an event set per ``nvmlEventSetCreate``,
+:meth:`FakeNvml.post_event` queues an event for every set registered on that GPU, and
+``nvmlEventSetWait_v2`` really blocks (a condition variable) until one is queued or the
+timeout passes, then raises the real ``NVMLError_Timeout``.
+
 Memory info follows the driver: v1 ``used`` includes the driver-reserved memory, v2
 (``version=pynvml.nvmlMemory_v2``, C symbol ``nvmlDeviceGetMemoryInfo_v2``) reports it
 apart. Inject failures of v2 alone under the name ``"nvmlDeviceGetMemoryInfo_v2"``.
@@ -30,20 +39,29 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import threading
 import time
 import types
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pynvml
 
-__all__ = ["FakeGpu", "FakeHandle", "FakeNvml", "FakeProcess", "FakeSample", "now_us"]
+__all__ = ["FakeEventSet", "FakeGpu", "FakeHandle", "FakeNvLink", "FakeNvml", "FakeProcess", "FakeSample", "now_us"]
 
 _MISSING = object()
 NOT_AVAILABLE_ULL = 0xFFFFFFFFFFFFFFFF  # NVML_VALUE_NOT_AVAILABLE_ulonglong
 NO_INSTANCE = 0xFFFFFFFF  # gpuInstanceId / computeInstanceId when MIG is off
+SCOPE_ALL = 0xFFFFFFFF  # scopeId of the NVLink throughput fields: every link
+XID = pynvml.nvmlEventTypeXidCriticalError
+DEFAULT_EVENT_TYPES = (
+    pynvml.nvmlEventTypeSingleBitEccError
+    | pynvml.nvmlEventTypeDoubleBitEccError
+    | pynvml.nvmlEventTypePState
+    | pynvml.nvmlEventTypeXidCriticalError
+)
 
 
 def now_us(offset_s: float = 0.0) -> int:
@@ -71,6 +89,18 @@ class FakeSample:
     enc: int = 0
     dec: int = 0
     timestamp_us: int | None = None
+
+
+@dataclass
+class FakeNvLink:
+    """One NVLink: its state, version, what it reaches, its counters (KiB, monotonic) and errors."""
+
+    active: bool = True
+    version: int = 4
+    remote: str = "00000000:05:00.0"
+    tx_kib: int = 0
+    rx_kib: int = 0
+    errors: dict[int, int] = field(default_factory=dict)  # NVML_NVLINK_ERROR_DL_* -> count (absent: 0)
 
 
 @dataclass
@@ -125,6 +155,18 @@ class FakeGpu:
     minor: int | None = None  # the N of /dev/nvidiaN (None: the index)
     # Accounting start times (Unix us) per pid; None: accounting mode off (the stats call is NotSupported).
     accounting: dict[int, int] | None = None
+    # Health. None: the board does not support it (NotSupported, in the calls and the field values).
+    remapped_rows: tuple[int, int, int, int] | None = (0, 0, 0, 0)  # corrected, uncorrected, pending, failure
+    retired_pages: tuple[int, int, int] | None = (0, 0, 0)  # single-bit, double-bit, pending
+    pcie_gen: int = 4
+    pcie_width: int = 16
+    pcie_gen_max: int = 4  # nvmlDeviceGetMaxPcieLinkGeneration: the GPU in its slot
+    pcie_gpu_gen_max: int = 4  # nvmlDeviceGetGpuMaxPcieLinkGeneration: the GPU alone
+    pcie_width_max: int = 16
+    pcie_replay: int = 0
+    nvlinks: list[FakeNvLink] = field(default_factory=list)  # none: a PCIe board (link count 0)
+    field_errors: dict[int, int] = field(default_factory=dict)  # field id -> return code of its entries
+    event_types: int = DEFAULT_EVENT_TYPES  # nvmlDeviceGetSupportedEventTypes
 
     def __post_init__(self) -> None:
         i = self.index
@@ -160,6 +202,15 @@ class _Failure:
         return error()
 
 
+class FakeEventSet:
+    """An nvmlEventSet_t: the GPUs registered (with the handle used) and the events queued for it."""
+
+    def __init__(self) -> None:
+        self.registered: dict[int, tuple[int, FakeHandle]] = {}  # GPU index -> (event types, handle)
+        self.queue: deque[Any] = deque()
+        self.freed = False
+
+
 class FakeNvml:
     """Acts like the ``pynvml`` module for :class:`nvtopy.backends.nvml.NvmlBackend`."""
 
@@ -184,6 +235,11 @@ class FakeNvml:
         self._removed: set[str] = set()
         self._serials = itertools.count(1)
         self.entry_sizes: dict[str, int] = {}  # bytes per entry of the last array passed to a C symbol
+        self.field_time_us: Callable[[], int] = now_us  # the timestamp of field-value entries
+        self.field_requests: list[list[Any]] = []  # the ids of every nvmlDeviceGetFieldValues call
+        self.event_sets: list[FakeEventSet] = []
+        self.event_waits: list[int] = []  # the timeout (ms) of every nvmlEventSetWait_v2
+        self._events = threading.Condition()
 
     # ------------------------------------------------------------------ test controls
 
@@ -639,7 +695,82 @@ class FakeNvml:
 
         return symbol
 
-    # ------------------------------------------------------------------ field values (ECC)
+    # ------------------------------------------------------------------ health: memory, PCIe link, NVLink
+
+    def nvmlDeviceGetRemappedRows(self, handle: FakeHandle) -> tuple[int, int, int, int]:
+        gpu = self._device("nvmlDeviceGetRemappedRows", handle)
+        if gpu.remapped_rows is None:
+            raise pynvml.NVMLError_NotSupported()
+        return tuple(gpu.remapped_rows)
+
+    def _retired(self, name: str, handle: FakeHandle, cause: int) -> list[int]:
+        gpu = self._device(name, handle, cause)
+        if gpu.retired_pages is None:
+            raise pynvml.NVMLError_NotSupported()
+        if cause not in (0, 1):
+            raise pynvml.NVMLError_InvalidArgument()
+        return [0x100000 + 0x10 * k + cause for k in range(gpu.retired_pages[cause])]
+
+    def nvmlDeviceGetRetiredPages(self, handle: FakeHandle, cause: int) -> list[int]:
+        return self._retired("nvmlDeviceGetRetiredPages", handle, cause)
+
+    def nvmlDeviceGetRetiredPages_v2(self, handle: FakeHandle, cause: int) -> list[dict[str, int]]:
+        pages = self._retired("nvmlDeviceGetRetiredPages_v2", handle, cause)
+        return [{"address": page, "timestamp": int(time.time()) - 3600} for page in pages]
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: FakeHandle) -> int:
+        gpu = self._device("nvmlDeviceGetRetiredPagesPendingStatus", handle)
+        if gpu.retired_pages is None:
+            raise pynvml.NVMLError_NotSupported()
+        return int(gpu.retired_pages[2])
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: FakeHandle) -> int:
+        return self._device("nvmlDeviceGetCurrPcieLinkGeneration", handle).pcie_gen
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: FakeHandle) -> int:
+        return self._device("nvmlDeviceGetCurrPcieLinkWidth", handle).pcie_width
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: FakeHandle) -> int:
+        return self._device("nvmlDeviceGetMaxPcieLinkGeneration", handle).pcie_gen_max
+
+    def nvmlDeviceGetGpuMaxPcieLinkGeneration(self, handle: FakeHandle) -> int:
+        return self._device("nvmlDeviceGetGpuMaxPcieLinkGeneration", handle).pcie_gpu_gen_max
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: FakeHandle) -> int:
+        return self._device("nvmlDeviceGetMaxPcieLinkWidth", handle).pcie_width_max
+
+    def nvmlDeviceGetPcieReplayCounter(self, handle: FakeHandle) -> int:
+        return self._device("nvmlDeviceGetPcieReplayCounter", handle).pcie_replay
+
+    def _link(self, name: str, handle: FakeHandle, link: int, *args: Any) -> FakeNvLink:
+        gpu = self._device(name, handle, link, *args)
+        if not gpu.nvlinks:
+            raise pynvml.NVMLError_NotSupported()
+        if not 0 <= link < len(gpu.nvlinks):
+            raise pynvml.NVMLError_InvalidArgument()
+        return gpu.nvlinks[link]
+
+    def nvmlDeviceGetNvLinkState(self, handle: FakeHandle, link: int) -> int:
+        return int(self._link("nvmlDeviceGetNvLinkState", handle, link).active)
+
+    def nvmlDeviceGetNvLinkVersion(self, handle: FakeHandle, link: int) -> int:
+        return self._link("nvmlDeviceGetNvLinkVersion", handle, link).version
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: FakeHandle, link: int) -> Any:
+        remote = self._link("nvmlDeviceGetNvLinkRemotePciInfo", handle, link).remote
+        return types.SimpleNamespace(busId=remote.encode(), busIdLegacy=remote[4:].encode())
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, handle: FakeHandle, link: int, counter: int) -> int:
+        nvlink = self._link("nvmlDeviceGetNvLinkErrorCounter", handle, link, counter)
+        if not 0 <= counter < pynvml.NVML_NVLINK_ERROR_COUNT:
+            raise pynvml.NVMLError_InvalidArgument()
+        return nvlink.errors.get(counter, 0)
+
+    def nvmlDeviceGetIndex(self, handle: FakeHandle) -> int:
+        self._device("nvmlDeviceGetIndex", handle)
+        return handle.index
+
+    # ------------------------------------------------------------------ field values
 
     _ECC_FIELDS = {
         pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL: (0, 0),
@@ -647,22 +778,189 @@ class FakeNvml:
         pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL: (0, 1),
         pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL: (1, 1),
     }
+    _REMAPPED_FIELDS = {
+        pynvml.NVML_FI_DEV_REMAPPED_COR: 0,
+        pynvml.NVML_FI_DEV_REMAPPED_UNC: 1,
+        pynvml.NVML_FI_DEV_REMAPPED_PENDING: 2,
+        pynvml.NVML_FI_DEV_REMAPPED_FAILURE: 3,
+    }
+    _RETIRED_FIELDS = {
+        pynvml.NVML_FI_DEV_RETIRED_SBE: 0,
+        pynvml.NVML_FI_DEV_RETIRED_DBE: 1,
+        pynvml.NVML_FI_DEV_RETIRED_PENDING: 2,
+    }
+    # Error counters of links 0-11, one field id per (kind, link): id -> (counters summed, link).
+    _LINK_ERROR_FIELDS = {
+        getattr(pynvml, f"NVML_FI_DEV_NVLINK_{kind}_ERROR_COUNT_L{link}"): ((counter,), link)
+        for kind, counter in (
+            ("CRC_FLIT", pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT),
+            ("CRC_DATA", pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA),
+            ("REPLAY", pynvml.NVML_NVLINK_ERROR_DL_REPLAY),
+            ("RECOVERY", pynvml.NVML_NVLINK_ERROR_DL_RECOVERY),
+        )
+        for link in range(12)
+    }
+    # Error counters with the link in scopeId: id -> counters summed (DL_CRC: flit and data).
+    _SCOPED_ERROR_FIELDS = {
+        pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC: (
+            pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT,
+            pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA,
+        ),
+        pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY: (pynvml.NVML_NVLINK_ERROR_DL_REPLAY,),
+        pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY: (pynvml.NVML_NVLINK_ERROR_DL_RECOVERY,),
+    }
 
-    def nvmlDeviceGetFieldValues(self, handle: FakeHandle, field_ids: list[int]) -> Any:
-        """ECC fields, each entry with its own return code (the counters fail while ECC is off)."""
+    def nvmlDeviceGetFieldValues(self, handle: FakeHandle, field_ids: list[Any]) -> Any:
+        """Every entry with its own return code; ids may be ``(field id, scope id)`` pairs, as in pynvml."""
         gpu = self._device("nvmlDeviceGetFieldValues", handle, field_ids)
+        self.field_requests.append(list(field_ids))
         values = (pynvml.c_nvmlFieldValue_t * len(field_ids))()
-        for entry, field_id in zip(values, field_ids, strict=True):
-            entry.fieldId = field_id
+        stamp = self.field_time_us()
+        for entry, requested in zip(values, field_ids, strict=True):
+            field_id, scope = requested if isinstance(requested, tuple) else (requested, 0)
+            entry.fieldId, entry.scopeId, entry.timestamp = field_id, scope, stamp
             entry.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
-            entry.nvmlReturn = pynvml.NVML_SUCCESS
-            if not gpu.ecc_supported:
-                entry.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
-            elif field_id == pynvml.NVML_FI_DEV_ECC_CURRENT:
-                entry.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
-                entry.value.uiVal = gpu.ecc_mode[0]
-            elif field_id in self._ECC_FIELDS and gpu.ecc_mode[0]:
-                entry.value.ullVal = gpu.ecc_errors[self._ECC_FIELDS[field_id]]
-            else:
-                entry.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+            entry.nvmlReturn = gpu.field_errors.get(field_id, pynvml.NVML_SUCCESS)
+            if entry.nvmlReturn == pynvml.NVML_SUCCESS:
+                entry.nvmlReturn = self._field(gpu, field_id, scope, entry)
         return values
+
+    def _field(self, gpu: FakeGpu, field_id: int, scope: int, entry: Any) -> int:
+        """Fill one entry; returns its NVML return code."""
+        uint = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+        if field_id == pynvml.NVML_FI_DEV_ECC_CURRENT or field_id in self._ECC_FIELDS:
+            if not gpu.ecc_supported:
+                return pynvml.NVML_ERROR_NOT_SUPPORTED
+            if field_id == pynvml.NVML_FI_DEV_ECC_CURRENT:
+                entry.valueType, entry.value.uiVal = uint, gpu.ecc_mode[0]
+                return pynvml.NVML_SUCCESS
+            if not gpu.ecc_mode[0]:
+                return pynvml.NVML_ERROR_NOT_SUPPORTED  # the counters fail while ECC is off
+            entry.value.ullVal = gpu.ecc_errors[self._ECC_FIELDS[field_id]]
+            return pynvml.NVML_SUCCESS
+        if field_id in self._REMAPPED_FIELDS:
+            if gpu.remapped_rows is None:
+                return pynvml.NVML_ERROR_NOT_SUPPORTED
+            entry.valueType, entry.value.uiVal = uint, gpu.remapped_rows[self._REMAPPED_FIELDS[field_id]]
+            return pynvml.NVML_SUCCESS
+        if field_id in self._RETIRED_FIELDS:
+            if gpu.retired_pages is None:
+                return pynvml.NVML_ERROR_NOT_SUPPORTED
+            entry.valueType, entry.value.uiVal = uint, gpu.retired_pages[self._RETIRED_FIELDS[field_id]]
+            return pynvml.NVML_SUCCESS
+        if field_id == pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER:
+            entry.valueType, entry.value.uiVal = uint, gpu.pcie_replay
+            return pynvml.NVML_SUCCESS
+        if field_id == pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT:
+            entry.valueType, entry.value.uiVal = uint, len(gpu.nvlinks)
+            return pynvml.NVML_SUCCESS
+        return self._nvlink_field(gpu, field_id, scope, entry)
+
+    def _nvlink_field(self, gpu: FakeGpu, field_id: int, scope: int, entry: Any) -> int:
+        throughput = {
+            pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: "tx_kib",
+            pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: "rx_kib",
+        }
+        known = field_id in throughput or field_id in self._LINK_ERROR_FIELDS or field_id in self._SCOPED_ERROR_FIELDS
+        if not known and field_id != pynvml.NVML_FI_DEV_NVLINK_GET_STATE:
+            return pynvml.NVML_ERROR_NOT_SUPPORTED
+        if not gpu.nvlinks:
+            return pynvml.NVML_ERROR_NOT_SUPPORTED
+        if field_id in throughput and scope == SCOPE_ALL:
+            entry.value.ullVal = sum(getattr(link, throughput[field_id]) for link in gpu.nvlinks)
+            return pynvml.NVML_SUCCESS
+        counters: tuple[int, ...] = ()
+        if field_id in self._LINK_ERROR_FIELDS:
+            counters, scope = self._LINK_ERROR_FIELDS[field_id]
+        elif field_id in self._SCOPED_ERROR_FIELDS:
+            counters = self._SCOPED_ERROR_FIELDS[field_id]
+        if not 0 <= scope < len(gpu.nvlinks):
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+        link = gpu.nvlinks[scope]
+        if field_id in throughput:
+            entry.value.ullVal = getattr(link, throughput[field_id])
+        elif field_id == pynvml.NVML_FI_DEV_NVLINK_GET_STATE:
+            entry.valueType, entry.value.uiVal = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, int(link.active)
+        else:
+            entry.value.ullVal = sum(link.errors.get(counter, 0) for counter in counters)
+        return pynvml.NVML_SUCCESS
+
+    # ------------------------------------------------------------------ events
+
+    def nvmlDeviceGetSupportedEventTypes(self, handle: FakeHandle) -> int:
+        return self._device("nvmlDeviceGetSupportedEventTypes", handle).event_types
+
+    def nvmlEventSetCreate(self) -> FakeEventSet:
+        self._check("nvmlEventSetCreate", None)
+        event_set = FakeEventSet()
+        with self._events:
+            self.event_sets.append(event_set)
+        return event_set
+
+    def nvmlDeviceRegisterEvents(self, handle: FakeHandle, event_types: int, event_set: FakeEventSet) -> None:
+        gpu = self._device("nvmlDeviceRegisterEvents", handle, event_types, event_set)
+        if not gpu.event_types or event_types & ~gpu.event_types:
+            raise pynvml.NVMLError_NotSupported()  # nothing registered then, as the driver documents
+        with self._events:
+            if event_set.freed:
+                raise pynvml.NVMLError_InvalidArgument()
+            previous = event_set.registered.get(handle.index, (0, handle))[0]
+            event_set.registered[handle.index] = (previous | event_types, handle)
+
+    def post_event(
+        self,
+        gpu: int,
+        xid: int,
+        *,
+        event_type: int = XID,
+        gpu_instance_id: int = NO_INSTANCE,
+        compute_instance_id: int = NO_INSTANCE,
+        fresh_handle: bool = False,
+    ) -> int:
+        """Queue an event for every open set registered for it on ``gpu``; returns how many sets got it.
+
+        ``fresh_handle``: the event names the GPU by a handle object other than the one registered.
+        """
+        sent = 0
+        with self._events:
+            for event_set in self.event_sets:
+                types_, handle = event_set.registered.get(gpu, (0, None))
+                if event_set.freed or not types_ & event_type:
+                    continue
+                device = self._new_handle(gpu) if fresh_handle else handle
+                event_set.queue.append(
+                    types.SimpleNamespace(
+                        device=device,
+                        eventType=event_type,
+                        eventData=xid,
+                        gpuInstanceId=gpu_instance_id,
+                        computeInstanceId=compute_instance_id,
+                    )
+                )
+                sent += 1
+            self._events.notify_all()
+        return sent
+
+    def nvmlEventSetWait_v2(self, event_set: FakeEventSet, timeout_ms: int) -> Any:
+        """The first queued event, waiting at most ``timeout_ms`` (really blocking); else NVMLError_Timeout."""
+        self._check("nvmlEventSetWait_v2", None, (event_set, timeout_ms))
+        self.event_waits.append(int(timeout_ms))
+        deadline = time.monotonic() + timeout_ms / 1000.0
+        with self._events:
+            while True:
+                if event_set.freed:
+                    raise pynvml.NVMLError_InvalidArgument()
+                if event_set.queue:
+                    return event_set.queue.popleft()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise pynvml.NVMLError_Timeout()
+                self._events.wait(remaining)
+
+    def nvmlEventSetFree(self, event_set: FakeEventSet) -> None:
+        self._check("nvmlEventSetFree", None, (event_set,))
+        with self._events:
+            if event_set.freed:
+                raise pynvml.NVMLError_InvalidArgument()
+            event_set.freed = True
+            self._events.notify_all()

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Collection
 
 from ..model import GpuStatic, HostInfo, HostProcess
-from .base import Backend, ProcessReading, Reading, SignalOutcome
+from .base import Backend, EventStream, ProcessReading, Reading, SignalOutcome
 
 __all__ = ["LockedBackend"]
 
@@ -66,6 +66,13 @@ class LockedBackend(Backend):
     def call_counts(self) -> dict[str, int]:
         with self._lock:
             return self.inner.call_counts()
+
+    def open_events(self) -> EventStream:
+        # The stream makes its own calls on its own thread (waits that block): never under the lock.
+        return self.inner.open_events()
+
+    def abandon(self) -> None:
+        self.inner.abandon()
 
     def close(self) -> None:
         with self._lock:

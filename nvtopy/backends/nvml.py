@@ -11,6 +11,10 @@ What it does that the usual snippets do not (see ../shared/docs/nvml-notes.md):
   reason; only ``GpuIsLost`` ends the reading of that GPU (nothing else can succeed).
 - Process lists fall back from ``_v3`` to ``_v2`` to the unversioned v1 call, and
   use the 32-byte layout of drivers 535.43-535.85 whose ``_v3`` differs from the header.
+- Health (remapped rows, retired pages, the PCIe link, NVLink) is read in
+  ``nvml_health``, Xid events in ``nvml_events``.
+- The GPUs may be read from several threads at once (one per GPU): the call counts
+  are kept under a lock; everything else a reading changes belongs to its GPU.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import atexit
 import collections
 import ctypes
 import os
+import threading
 import time
 from collections.abc import Callable, Collection
 from typing import Any, NamedTuple
@@ -38,8 +43,10 @@ from ..model import (
     decode_throttle_reasons,
     freeze,
 )
-from .base import Backend, ProcessReading, Reading, SignalOutcome
+from .base import Backend, EventStream, NoEvents, ProcessReading, Reading, SignalOutcome
 from .host import PsutilInspector, current_username, in_foreign_pid_namespace
+from .nvml_events import Target, open_xid_events
+from .nvml_health import NvLinkState, NvmlHealthReaders, field_value
 from .pidmap import GpuPids, PidMapper
 from .signals import send_signal_checked
 
@@ -86,6 +93,7 @@ class _Gpu:
         "handle",
         "index",
         "mps_due",
+        "nvlink",
         "reason",
         "retry_at",
         "utilization",
@@ -103,9 +111,10 @@ class _Gpu:
         self.utilization: dict[int, Any] | None = {}  # last per-process samples (None: unsupported)
         self.covered: set[int] = set()  # the pids listed when they were read
         self.mps_due = 0.0  # monotonic time the MPS client list is next read while it is empty
+        self.nvlink = NvLinkState()  # link count, last throughput counters, per-link static facts
 
 
-class NvmlBackend(Backend):
+class NvmlBackend(NvmlHealthReaders, Backend):
     """Reads real GPUs through NVML. Construct once; reuse for every sample."""
 
     kind = "nvml"
@@ -130,6 +139,7 @@ class NvmlBackend(Backend):
         self._clock = clock
         self._inspector = inspector or PsutilInspector()
         self._counts: collections.Counter[str] = collections.Counter()
+        self._counts_lock = threading.Lock()  # GPU threads count at once; ``+=`` on a Counter is not atomic
         self._unsupported: set[tuple[int, str]] = set()
         self._missing: set[str] = set()  # functions this driver lacks (FunctionNotFound)
         self._proc_api = "v3"  # downgraded on FunctionNotFound: v3 -> v2 -> v1
@@ -157,7 +167,7 @@ class NvmlBackend(Backend):
     def _init(self) -> None:
         nvml = self._nvml
         try:
-            self._counts["nvmlInit"] += 1
+            self._count("nvmlInit")
             nvml.nvmlInit()
         except nvml.NVMLError_LibraryNotFound:
             raise BackendUnavailableError(
@@ -193,16 +203,27 @@ class NvmlBackend(Backend):
             return
         self._closed = True
         try:
-            self._counts["nvmlShutdown"] += 1
+            self._count("nvmlShutdown")
             self._nvml.nvmlShutdown()
         except Exception:  # noqa: BLE001 - best effort at exit; nothing useful to report
             pass
 
+    def abandon(self) -> None:
+        """Never ``nvmlShutdown``, now or at exit: a thread is stuck in the driver (see :meth:`Backend.abandon`)."""
+        self._closed = True
+        atexit.unregister(self.close)
+
     def call_counts(self) -> dict[str, int]:
-        return dict(self._counts)
+        with self._counts_lock:
+            return dict(self._counts)
+
+    def _count(self, name: str) -> None:
+        """Count one driver call of ``name`` (benchmarks compare these); safe from any thread."""
+        with self._counts_lock:
+            self._counts[name] += 1
 
     def _call_global(self, name: str, *args: Any) -> Any:
-        self._counts[name] += 1
+        self._count(name)
         return getattr(self._nvml, name)(*args)
 
     def _handle(self, gpu: _Gpu) -> Any:
@@ -253,7 +274,7 @@ class NvmlBackend(Backend):
         if (gpu.index, key) in self._unsupported:
             return None, Reason.NOT_SUPPORTED
         handle = self._handle(gpu)
-        self._counts[name] += 1
+        self._count(name)
         try:
             return getattr(self._nvml, name)(handle, *args), None
         except self._nvml.NVMLError as exc:
@@ -278,6 +299,33 @@ class NvmlBackend(Backend):
             # without the lost-GPU backoff, so the GPU's other fields are still read.
             gpu.handle = None
         return reason
+
+    # ----------------------------------------------------------------- events
+
+    def open_events(self) -> EventStream:
+        """Xid critical errors of every GPU that reports them (see ``nvml_events``); never raises.
+
+        Runs on the events thread while GPU threads read: it takes each GPU's current
+        handle but never changes a GPU's state -- a GPU without one gets a handle of
+        its own here (by UUID when known), or a note saying why it is not watched.
+        """
+        try:
+            targets: list[Target] = []
+            for gpu in self._gpus:
+                handle = gpu.handle
+                if handle is None:
+                    try:
+                        if gpu.uuid:
+                            handle = self._call_global("nvmlDeviceGetHandleByUUID", gpu.uuid)
+                        else:
+                            handle = self._call_global("nvmlDeviceGetHandleByIndex", gpu.index)
+                    except self._nvml.NVMLError as exc:
+                        targets.append((gpu.index, None, self._reason(exc)))
+                        continue
+                targets.append((gpu.index, handle, None))
+            return open_xid_events(self._nvml, targets, self._count, self._reason)
+        except Exception as exc:  # noqa: BLE001 - a broken driver gives a stream that says why, not a crash
+            return NoEvents(f"cannot watch Xid events: {exc}")
 
     # ----------------------------------------------------------------- host and static
 
@@ -394,6 +442,9 @@ class NvmlBackend(Backend):
             )
             put("mig_mode", self._query(gpu, "mig_mode", "nvmlDeviceGetMigMode"), lambda modes: bool(modes[0]))
             put("fan_count", self._query(gpu, "fan_count", "nvmlDeviceGetNumFans"), int)
+            for name, result in self._static_pcie_link(gpu).items():
+                put(name, result, int)
+            put("nvlink_count", self._nvlink_count(gpu, refresh=True), int)
             mig_devices = self._mig_devices(gpu) if values.get("mig_mode") else ()
         except _NoHandleError as exc:
             for name in STATIC_FIELDS:
@@ -419,9 +470,9 @@ class NvmlBackend(Backend):
         handle = self._handle(gpu)
         for slot in range(int(count)):
             try:
-                self._counts["nvmlDeviceGetMigDeviceHandleByIndex"] += 1
+                self._count("nvmlDeviceGetMigDeviceHandleByIndex")
                 mig = self._nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
-                self._counts["nvmlDeviceGetUUID"] += 1
+                self._count("nvmlDeviceGetUUID")
                 uuids.append(_text(self._nvml.nvmlDeviceGetUUID(mig)))
             except self._nvml.NVMLError:
                 continue
@@ -465,6 +516,10 @@ class NvmlBackend(Backend):
             "throttle": self._read_throttle,
             "pcie": self._read_pcie,
             "modes": self._read_modes,
+            "remapped_rows": self._read_remapped_rows,
+            "retired_pages": self._read_retired_pages,
+            "pcie_link": self._read_pcie_link,
+            "nvlink": self._read_nvlink,
         }
 
     @staticmethod
@@ -589,7 +644,7 @@ class NvmlBackend(Backend):
         decoded: dict[str, int | None] = {}
         for name, entry in zip(ids, values, strict=True):
             if entry.nvmlReturn == nvml.NVML_SUCCESS:
-                decoded[name] = _field_value(entry, nvml)
+                decoded[name] = field_value(entry, nvml)
             else:
                 decoded[name] = None
                 reading.unavailable[name] = self._reason(nvml.NVMLError(entry.nvmlReturn))
@@ -698,7 +753,7 @@ class NvmlBackend(Backend):
         nvml = self._nvml
         function = nvml._nvmlGetFunctionPointer(name)
         while True:
-            self._counts[name] += 1
+            self._count(name)
             ret, result = fill(function, gpu.capacity)
             if ret != nvml.NVML_ERROR_INSUFFICIENT_SIZE:
                 break
@@ -820,27 +875,6 @@ class NvmlBackend(Backend):
 
 
 # --------------------------------------------------------------------- helpers
-
-
-def _field_value(entry: Any, nvml: Any) -> int | None:
-    """The integer in an nvmlFieldValue_t, whatever its declared type."""
-    kind = entry.valueType
-    value = entry.value
-    if kind == nvml.NVML_VALUE_TYPE_DOUBLE:
-        return int(value.dVal)
-    if kind == nvml.NVML_VALUE_TYPE_UNSIGNED_INT:
-        return int(value.uiVal)
-    if kind == nvml.NVML_VALUE_TYPE_UNSIGNED_LONG:
-        return int(value.ulVal)
-    if kind == nvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG:
-        return int(value.ullVal)
-    if kind == nvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG:
-        return int(value.sllVal)
-    if kind == nvml.NVML_VALUE_TYPE_SIGNED_INT:
-        return int(value.siVal)
-    if kind == nvml.NVML_VALUE_TYPE_UNSIGNED_SHORT:
-        return int(value.usVal)
-    return None
 
 
 def _version_tuple(version: str | None) -> tuple[int, ...]:
