@@ -123,14 +123,15 @@ def simulated_spec(
 
     count = DEMO_GPUS if gpus is None else gpus
     chosen = DEMO_MODEL if model is None else model
+    board = find_model(chosen) if isinstance(chosen, str) else chosen
     if isinstance(faults, SimFaults):
         parsed = faults
     else:
-        parsed = parse_fault_specs(() if faults is None else list(faults), count)
+        parsed = parse_fault_specs(() if faults is None else list(faults), count, model=board)
     return BackendSpec(
         SIMULATED,
         gpus=count,
-        model=find_model(chosen) if isinstance(chosen, str) else chosen,
+        model=board,
         seed=DEMO_SEED if seed is None else seed,
         faults=parsed,
         processes_per_gpu=DEMO_PROCESSES if processes_per_gpu is None else processes_per_gpu,

@@ -34,19 +34,48 @@ class GpuModel:
     graphics: bool  # boards with a display engine also run graphics (G) processes
     sm_idle_mhz: int = 345
     mem_idle_mhz: int = 405
+    # The PCIe link the board and its slot reach (it trains down to gen 1 at idle and back up under load).
+    pcie_gen_max: int = 4
+    pcie_width_max: int = 16
+    # NVLinks: SXM boards have them (to NVSwitches on HGX A100/H100/H200, to peer GPUs on a DGX-1 V100),
+    # PCIe boards none. Each link carries 25 GB/s per direction on NVLink 2 to 4.
+    nvlinks: int = 0
+    nvlink_version: int = 0
+    nvswitch: bool = False  # links reach NVSwitches (else peer GPUs)
+
+    @property
+    def row_remapping(self) -> bool:
+        """Row remapping replaced page retirement with Ampere (8.0), on boards with ECC memory."""
+        return self.ecc and int(self.compute_capability.split(".")[0]) >= 8
+
+    @property
+    def page_retirement(self) -> bool:
+        """Dynamic page retirement: ECC boards before Ampere (Kepler to Turing)."""
+        return self.ecc and not self.row_remapping
 
 
+# fmt: off
 MODELS: tuple[GpuModel, ...] = (
-    GpuModel("NVIDIA H100 80GB HBM3", 81559, 700, 200, 700, 87, 92, 1980, 2619, "9.0", 0, True, True, False),
-    GpuModel("NVIDIA H100 PCIe", 81559, 350, 200, 350, 85, 90, 1755, 1593, "9.0", 0, True, True, False),
-    GpuModel("NVIDIA H200", 143771, 700, 200, 700, 87, 92, 1980, 3201, "9.0", 0, True, True, False),
-    GpuModel("NVIDIA A100-SXM4-80GB", 81920, 400, 100, 400, 89, 92, 1410, 1593, "8.0", 0, True, True, False),
-    GpuModel("NVIDIA A100-SXM4-40GB", 40960, 400, 100, 400, 89, 92, 1410, 1215, "8.0", 0, True, True, False),
-    GpuModel("NVIDIA L4", 23034, 72, 40, 72, 88, 93, 2040, 6251, "8.9", 0, True, False, True),
-    GpuModel("NVIDIA GeForce RTX 4090", 24564, 450, 150, 600, 90, 95, 3105, 10501, "8.9", 1, False, False, True),
-    GpuModel("Tesla V100-SXM2-32GB", 32768, 300, 150, 300, 86, 90, 1530, 877, "7.0", 0, True, False, False),
-    GpuModel("Tesla T4", 15360, 70, 60, 70, 88, 96, 1590, 5001, "7.5", 0, True, False, True),
+    GpuModel("NVIDIA H100 80GB HBM3", 81559, 700, 200, 700, 87, 92, 1980, 2619, "9.0", 0, True, True, False,
+             pcie_gen_max=5, nvlinks=18, nvlink_version=4, nvswitch=True),
+    GpuModel("NVIDIA H100 PCIe", 81559, 350, 200, 350, 85, 90, 1755, 1593, "9.0", 0, True, True, False,
+             pcie_gen_max=5),
+    GpuModel("NVIDIA H200", 143771, 700, 200, 700, 87, 92, 1980, 3201, "9.0", 0, True, True, False,
+             pcie_gen_max=5, nvlinks=18, nvlink_version=4, nvswitch=True),
+    GpuModel("NVIDIA A100-SXM4-80GB", 81920, 400, 100, 400, 89, 92, 1410, 1593, "8.0", 0, True, True, False,
+             pcie_gen_max=4, nvlinks=12, nvlink_version=3, nvswitch=True),
+    GpuModel("NVIDIA A100-SXM4-40GB", 40960, 400, 100, 400, 89, 92, 1410, 1215, "8.0", 0, True, True, False,
+             pcie_gen_max=4, nvlinks=12, nvlink_version=3, nvswitch=True),
+    GpuModel("NVIDIA L4", 23034, 72, 40, 72, 88, 93, 2040, 6251, "8.9", 0, True, False, True,
+             pcie_gen_max=4),
+    GpuModel("NVIDIA GeForce RTX 4090", 24564, 450, 150, 600, 90, 95, 3105, 10501, "8.9", 1, False, False, True,
+             pcie_gen_max=4),
+    GpuModel("Tesla V100-SXM2-32GB", 32768, 300, 150, 300, 86, 90, 1530, 877, "7.0", 0, True, False, False,
+             pcie_gen_max=3, nvlinks=6, nvlink_version=2),
+    GpuModel("Tesla T4", 15360, 70, 60, 70, 88, 96, 1590, 5001, "7.5", 0, True, False, True,
+             pcie_gen_max=3),
 )
+# fmt: on
 
 
 def find_model(name: str) -> GpuModel:

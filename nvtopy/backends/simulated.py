@@ -13,7 +13,17 @@ It can also:
 - inject every fault the NVML backend handles (see :mod:`.sim_faults`), also
   while running (``faults`` is mutable; :meth:`set_lost`, :meth:`simulate_pid_reuse`),
   including a slow driver (``slow=SECONDS``): opening the backend and every read
-  then take that long in real time, as NVML calls into a driver in a bad state do.
+  then take that long in real time, as NVML calls into a driver in a bad state do;
+- report GPU health (:mod:`.sim_health`): remapped rows or retired pages per
+  board, the PCIe link and its replays, NVLinks, throttling, Xid events through
+  :meth:`open_events`, a driver call hung on one GPU, idle-held memory, a stuck
+  (deadlocked) GPU -- healthy by default, faulty as ``--demo-fault`` says.
+
+Threads: the collector reads each GPU on a thread of its own. Per-GPU state
+(schedules, caches, energy) is keyed by GPU and built under that GPU's lock, so
+a read of another GPU (or a host-wide look at every GPU's jobs) never sees a
+half-built schedule; the call counters have a lock of their own. A hung or slow
+call sleeps holding no lock: the other GPUs answer at once.
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ import collections
 import math
 import os
 import random
+import threading
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Collection, Sequence
@@ -35,13 +46,15 @@ from ..model import (
     GpuStatic,
     HostInfo,
     HostProcess,
+    OwnerKind,
     ProcessOwner,
     ProcessType,
     RawGpuProcess,
     Reason,
+    decode_throttle_reasons,
     freeze,
 )
-from .base import Backend, ProcessReading, Reading, SignalOutcome
+from .base import Backend, EventStream, ProcessReading, Reading, SignalOutcome
 from .host import PsutilInspector, current_username
 from .signals import send_signal_checked, signal_name
 from .sim_catalog import (
@@ -56,6 +69,16 @@ from .sim_catalog import (
     sim_owner,
 )
 from .sim_faults import SimFaults
+from .sim_health import (
+    SimEventStream,
+    capped_sm_clock,
+    health_static,
+    nvlink_values,
+    pcie_link_values,
+    remapped_rows_values,
+    retired_pages_values,
+    throttle_temperature,
+)
 
 __all__ = ["SimulatedBackend"]
 
@@ -64,6 +87,13 @@ GIB = 1024 * MIB
 # Bus numbers of a DGX H100's eight GPUs; more GPUs continue the pattern.
 _BUS_NUMBERS = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 _IDENTITY_FIELDS = ("uuid", "name", "bus_id", "serial")  # a lost GPU's driver still knows these
+# Jobs the idle-held and stuck faults add: pids above the schedules' (2000-99999), one range per kind.
+_IDLE_HELD_PIDS = 100_000
+_STUCK_PIDS = 400_000
+_PIDS_PER_GPU = 1000
+_IDLE_HELD_MIN_BYTES = 4 * 1024**3
+# A stuck GPU reports 100 % busy but heats, draws (under 20 % of its limit), and moves data like one this busy.
+_STUCK_WORK_PERCENT = 12.0
 
 
 @dataclass(slots=True)
@@ -87,6 +117,7 @@ class _Job:
     owner: ProcessOwner | None = None  # its container, pod, Slurm job, service or session
     ns_pid: int | None = None
     cuda_visible_devices: str | None = None
+    fixed_bytes: int | None = None  # GPU memory it holds whatever the others want (idle-held)
 
     def alive(self, now: float) -> bool:
         return self.start <= now < self.end
@@ -144,20 +175,41 @@ class SimulatedBackend(Backend):
         self._energy: dict[int, tuple[float, float]] = {}  # gpu -> (time, millijoules)
         self._memory_override: dict[int, int] = {}  # real pid -> bytes it "uses" (tests, API demos)
         self._jobs_cache: dict[int, tuple[float, list[_Job]]] = {}
+        self._fault_jobs: dict[tuple[str, int], _Job] = {}  # (fault, gpu) -> the job an idle-held/stuck fault adds
+        self._gpu_locks = [threading.Lock() for _ in range(gpus)]  # guards that GPU's schedules and caches
+        self._counts_lock = threading.Lock()
         self._inspector = PsutilInspector(clock=clock)
         self._real_jobs = [self._real_job(k, pid) for k, pid in enumerate(real_pids)] if gpus else []
         self._real_pids = {job.pid for job in self._real_jobs}
+        self._opened_monotonic = time.monotonic()  # the hang fault's time base: real seconds since opening
         self._driver_call()  # opening the backend: nvmlInit
 
-    def _driver_call(self, index: int | None = None) -> None:
-        """What a driver call costs with the ``slow`` fault: real seconds (the UI must not wait for them)."""
-        seconds = self.faults.latency(index)
+    def _driver_call(self, index: int | None = None, *, hang_only: bool = False) -> None:
+        """What a driver call costs with the ``slow`` and ``hang`` faults: real seconds (the UI must not wait).
+
+        Sleeps holding no lock, so calls on other GPUs answer meanwhile.
+        ``hang_only``: calls the ``slow`` fault never slowed (host facts, the GPU count).
+        """
+        seconds = 0.0 if hang_only else self.faults.latency(index)
+        if self.faults.hang:
+            seconds += self.faults.hang_seconds(index, time.monotonic() - self._opened_monotonic)
         if seconds > 0:
             time.sleep(seconds)
+
+    def _count(self, *names: str) -> None:
+        """Count driver calls; GPUs are read on several threads, and ``+=`` on a Counter is not atomic."""
+        with self._counts_lock:
+            for name in names:
+                self._counts[name] += 1
+
+    def _lost(self, index: int, now: float) -> bool:
+        """GPU ``index`` fell off the bus: the ``lost`` fault, or an Xid 79 already happened."""
+        return self.faults.is_lost(index) or (bool(self.faults.xids) and self.faults.lost_by_xid(index, now - self._t0))
 
     # ----------------------------------------------------------------- identity
 
     def host_info(self) -> HostInfo:
+        self._driver_call(hang_only=True)
         return HostInfo(
             hostname=self._hostname,
             driver_version=self._driver,
@@ -169,10 +221,12 @@ class SimulatedBackend(Backend):
         )
 
     def device_count(self) -> int:
+        self._driver_call(hang_only=True)
         return self._gpus
 
     def call_counts(self) -> dict[str, int]:
-        return dict(self._counts)
+        with self._counts_lock:
+            return dict(self._counts)
 
     def now(self) -> float:
         return self._clock()
@@ -191,7 +245,7 @@ class SimulatedBackend(Backend):
 
     def read_static(self, index: int) -> GpuStatic:
         self._driver_call(index)
-        self._counts["static"] += 1
+        self._count("static")
         model = self.model
         if index in self.faults.no_permission:
             reasons = dict.fromkeys(STATIC_FIELDS, Reason.NO_PERMISSION)
@@ -212,13 +266,14 @@ class SimulatedBackend(Backend):
             "compute_capability": model.compute_capability,
             "mig_mode": False if model.mig else None,
             "fan_count": model.fans if model.fans else None,
+            **health_static(model),
         }
         reasons: dict[str, Reason] = {}
         if not model.mig:
             reasons["mig_mode"] = Reason.NOT_SUPPORTED
         if not model.fans:
             reasons["fan_count"] = Reason.NOT_SUPPORTED
-        if self.faults.is_lost(index):
+        if self._lost(index, self._clock()):
             for name in list(values):
                 if name not in _IDENTITY_FIELDS:
                     values.pop(name)
@@ -329,23 +384,85 @@ class SimulatedBackend(Backend):
         which no job lifetime comes close to (a signal or a pid reuse clears
         them). Real processes are checked every time.
         """
-        cached = self._jobs_cache.get(gpu)
-        if cached is not None and 0.0 <= now - cached[0] < 0.01:
-            simulated = cached[1]
-        else:
-            simulated = []
-            for slot in range(self._slots):
-                for job in self._schedule(gpu, slot, now):
+        with self._gpu_locks[gpu]:
+            cached = self._jobs_cache.get(gpu)
+            if cached is not None and 0.0 <= now - cached[0] < 0.01:
+                simulated = cached[1]
+            else:
+                simulated = []
+                for slot in range(self._slots):
+                    for job in self._schedule(gpu, slot, now):
+                        job = self._replaced.get((job.pid, job.start), job)
+                        if job.alive(now) and (job.pid, job.start) not in self._killed:
+                            simulated.append(job)
+                for job in self._fault_jobs_of(gpu):
                     job = self._replaced.get((job.pid, job.start), job)
                     if job.alive(now) and (job.pid, job.start) not in self._killed:
                         simulated.append(job)
-            self._jobs_cache[gpu] = (now, simulated)
+                self._jobs_cache[gpu] = (now, simulated)
         real = [
             job
             for job in self._real_jobs
             if job.gpu == gpu and (job.pid, job.start) not in self._killed and _real_running(job.pid)
         ]
         return simulated + real if real else simulated
+
+    def _fault_jobs_of(self, gpu: int) -> list[_Job]:
+        """The jobs the idle-held and stuck faults add to ``gpu`` (made once, kept while the fault is on)."""
+        jobs = []
+        for fault, on in (("idle-held", self.faults.idle_held), ("stuck", self.faults.stuck)):
+            if gpu in on:
+                job = self._fault_jobs.get((fault, gpu))
+                if job is None:
+                    job = self._fault_jobs[(fault, gpu)] = self._fault_job(fault, gpu)
+                jobs.append(job)
+        return jobs
+
+    def _fault_job(self, fault: str, gpu: int) -> _Job:
+        """A long-lived job: a forgotten notebook holding memory (idle-held), a deadlocked torchrun rank (stuck).
+
+        Both started hours before the clock's start and never end by themselves:
+        the health rules judge them by how long they have been idle or stuck.
+        """
+        rng = random.Random(f"{fault}/{self.seed}/{gpu}")
+        users = (self._viewer, *USERS)
+        user = users[rng.randrange(len(users))]
+        uid = self._viewer_uid if user == self._viewer else 1001 + USERS.index(user)
+        total = self.model.memory_mib * MIB
+        fixed = None
+        if fault == "idle-held":
+            workload = WORKLOADS[4]  # a notebook kernel
+            base, kind = _IDLE_HELD_PIDS, OwnerKind.USER_SESSION
+            start = self._t0 - rng.uniform(3, 20) * 3600
+            fixed = max(_IDLE_HELD_MIN_BYTES, int(rng.uniform(0.1, 0.3) * total)) // MIB * MIB
+            memory_fraction, intensity, cpu = 0.0, 0.0, rng.uniform(0.1, 1.0)
+        else:
+            workload = WORKLOADS[1]  # torch.distributed.run: a collective that waits for a rank forever
+            base, kind = _STUCK_PIDS, OwnerKind.SLURM
+            start = self._t0 - rng.uniform(1, 6) * 3600
+            memory_fraction, intensity, cpu = rng.uniform(0.5, 0.7), 1.0, rng.uniform(98, 101)
+        pid = base + gpu * _PIDS_PER_GPU + rng.randrange(_PIDS_PER_GPU)
+        while pid in self._real_pids:
+            pid += 1
+        owner, ns_pid, visible = sim_owner(kind, random.Random(f"{fault}-owner/{self.seed}/{gpu}"), uid=uid, gpu=gpu)
+        return _Job(
+            pid=pid,
+            gpu=gpu,
+            workload=workload,
+            user=user,
+            uid=uid,
+            start=start,
+            end=math.inf,
+            memory_fraction=memory_fraction,
+            intensity=intensity,
+            cpu_percent=cpu,
+            rss=int(rng.uniform(*workload.host_memory_gib) * GIB),
+            phase=rng.uniform(0, 2 * math.pi),
+            owner=owner,
+            ns_pid=ns_pid,
+            cuda_visible_devices=visible,
+            fixed_bytes=fixed,
+        )
 
     def _find_job(self, pid: int, now: float) -> _Job | None:
         for gpu in range(self._gpus):
@@ -357,6 +474,8 @@ class SimulatedBackend(Backend):
     # ----------------------------------------------------------------- dynamic values
 
     def _utilization(self, gpu: int, now: float, jobs: list[_Job]) -> float:
+        if gpu in self.faults.stuck:
+            return 100.0  # kernels "running": a deadlocked collective spins
         phi = 1.3 * gpu + 0.4 + self.seed
         compute = [j for j in jobs if j.workload.kind != "G"]
         if not compute:
@@ -370,6 +489,7 @@ class SimulatedBackend(Backend):
         total = self.model.memory_mib * MIB
         usable = total - total // 150 - 256 * MIB
         fixed = {id(j): self._memory_override[j.pid] for j in jobs if j.pid in self._memory_override}
+        fixed.update({id(j): j.fixed_bytes for j in jobs if j.fixed_bytes is not None and id(j) not in fixed})
         wanted = {
             id(j): j.memory_fraction * total * j.ramp(now) * (1 + 0.02 * math.sin(now / 13 + j.phase))
             for j in jobs
@@ -382,27 +502,30 @@ class SimulatedBackend(Backend):
     def read_sample(self, index: int, groups: Collection[str]) -> Reading:
         self._driver_call(index)
         reading = Reading()
-        for group in groups:
-            self._counts[group] += 1
-        if index in self.faults.no_permission or self.faults.is_lost(index):
+        self._count(*groups)
+        now = self._clock()
+        if index in self.faults.no_permission or self._lost(index, now):
             reason = Reason.NO_PERMISSION if index in self.faults.no_permission else Reason.LOST
             reading.lost = reason is Reason.LOST
             for group in groups:
                 for name in SAMPLE_GROUPS[group]:
                     reading.unavailable[name] = reason
             return reading
-        now = self._clock()
         model = self.model
         jobs = self._jobs(index, now)
         util = self._utilization(index, now, jobs)
+        work = _STUCK_WORK_PERCENT if index in self.faults.stuck else util  # what it really computes
         phi = 1.3 * index + self.seed
         total = model.memory_mib * MIB
         hot = index in self.faults.hot
-        temperature = 31 + (model.slowdown_c - 43) * util / 100 + 2 * math.sin(now / 60 + phi)
+        throttle = self.faults.on_gpu(self.faults.throttle, index)
+        temperature = 31 + (model.slowdown_c - 43) * work / 100 + 2 * math.sin(now / 60 + phi)
         if hot:
             temperature = model.slowdown_c + 2 + math.sin(now / 9)
+        if throttle is not None:
+            temperature = throttle_temperature(model, throttle, temperature)
         limit = float(model.power_limit_w)
-        power = limit * (0.09 + 0.82 * util / 100) * (1 + 0.015 * math.sin(now / 3.1 + phi))
+        power = limit * (0.09 + 0.82 * work / 100) * (1 + 0.015 * math.sin(now / 3.1 + phi))
         values = reading.values
         for group in groups:
             if self.faults.is_unsupported(index, group):
@@ -419,7 +542,7 @@ class SimulatedBackend(Backend):
                 values["memory_free_bytes"] = total - reserved - used
             elif group == "utilization":
                 values["utilization_gpu_percent"] = round(util)
-                values["utilization_memory_percent"] = round(util * 0.55 + 5 * math.sin(now / 5 + phi)) if util else 0
+                values["utilization_memory_percent"] = round(work * 0.55 + 5 * math.sin(now / 5 + phi)) if util else 0
             elif group == "codec":
                 values["encoder_percent"] = round(100 * min(1.0, sum(j.workload.encoder for j in jobs)))
                 values["decoder_percent"] = round(100 * min(1.0, sum(j.workload.decoder for j in jobs)))
@@ -427,7 +550,7 @@ class SimulatedBackend(Backend):
                 values["temperature_c"] = round(temperature)
             elif group == "fan":
                 if model.fans:
-                    values["fan_percent"] = round(30 + 0.55 * util)
+                    values["fan_percent"] = round(30 + 0.55 * work)
                 else:
                     reading.unavailable["fan_percent"] = Reason.NOT_SUPPORTED
             elif group == "power":
@@ -442,6 +565,8 @@ class SimulatedBackend(Backend):
                 values["clock_sm_mhz"] = model.sm_max_mhz if util >= 5 else model.sm_idle_mhz
                 if hot:
                     values["clock_sm_mhz"] = int(model.sm_max_mhz * 0.6)
+                if throttle is not None:
+                    values["clock_sm_mhz"] = capped_sm_clock(model, throttle, values["clock_sm_mhz"])
                 values["clock_mem_mhz"] = model.mem_max_mhz if jobs else model.mem_idle_mhz
             elif group == "ecc":
                 if not model.ecc:
@@ -465,14 +590,37 @@ class SimulatedBackend(Backend):
                     reasons.append("sw_power_cap")
                 if hot:
                     reasons += ["sw_thermal_slowdown", "hw_thermal_slowdown"]
-                values["throttle_reasons"] = tuple(reasons)
+                values["throttle_reasons"] = tuple(reasons) if throttle is None else decode_throttle_reasons(throttle)
             elif group == "pcie":
-                values["pcie_rx_bytes_per_s"] = int((util * 1.9 + 3) * MIB * (1 + 0.2 * math.sin(now / 2 + phi)))
-                values["pcie_tx_bytes_per_s"] = int((util * 0.7 + 1) * MIB * (1 + 0.2 * math.cos(now / 2 + phi)))
+                values["pcie_rx_bytes_per_s"] = int((work * 1.9 + 3) * MIB * (1 + 0.2 * math.sin(now / 2 + phi)))
+                values["pcie_tx_bytes_per_s"] = int((work * 0.7 + 1) * MIB * (1 + 0.2 * math.cos(now / 2 + phi)))
             elif group == "modes":
                 values["persistence_mode"] = model.ecc  # datacenter boards run persistence mode
                 values["compute_mode"] = "Default"
+            else:
+                found = self._health_values(group, index, now=now, util=util, work=work, phi=phi) or {}
+                values.update(found)
+                for name in SAMPLE_GROUPS[group]:
+                    if name not in found:  # the board lacks it (no row remapping before Ampere, ...)
+                        reading.unavailable[name] = Reason.NOT_SUPPORTED
         return reading
+
+    def _health_values(
+        self, group: str, index: int, *, now: float, util: float, work: float, phi: float
+    ) -> dict[str, object] | None:
+        """A health group's values (see :mod:`.sim_health`); None: the board (or the simulation) lacks it."""
+        model, faults = self.model, self.faults
+        if group == "remapped_rows":
+            return remapped_rows_values(model, faults, index)
+        if group == "retired_pages":
+            return retired_pages_values(model, faults, index)
+        if group == "pcie_link":
+            return pcie_link_values(model, faults, index, util, now - self._t0)
+        if group == "nvlink":
+            return nvlink_values(
+                model, faults, index, gpus=self._gpus, now=now, work_percent=work, phase=phi, bus_id=self._bus_id
+            )
+        return None  # a group the simulation does not know (yet): NotSupported, as an older driver says
 
     def _energy_at(self, gpu: int, now: float, power_w: float) -> int:
         """Total energy in mJ: monotonic, the integral of the power readings (trapezoid)."""
@@ -490,29 +638,32 @@ class SimulatedBackend(Backend):
 
     def read_processes(self, index: int, utilization: bool = True) -> ProcessReading:
         self._driver_call(index)
-        self._counts["processes"] += 1
+        self._count("processes")
         faults = self.faults
+        now = self._clock()
         if index in faults.no_permission:
             return ProcessReading(unavailable=Reason.NO_PERMISSION)
-        if faults.is_lost(index):
+        if self._lost(index, now):
             return ProcessReading(unavailable=Reason.LOST, lost=True)
         if faults.is_unsupported(index, "processes"):
             return ProcessReading(unavailable=Reason.NOT_SUPPORTED)
-        now = self._clock()
         jobs = self._jobs(index, now)
         memory = self._memory(index, now, jobs)
         util = self._utilization(index, now, jobs)
+        stuck = index in faults.stuck
         util_supported = not faults.is_unsupported(index, "process_utilization")
         if jobs and utilization:
-            self._counts["process_utilization"] += 1
+            self._count("process_utilization")
         demand = sum(j.intensity * j.ramp(now) for j in jobs if j.workload.kind != "G") or 1.0
         processes = []
         for job in jobs:
             sm = mem_util = enc = dec = None
             if util_supported:
                 share = 0.0 if job.workload.kind == "G" else job.intensity * job.ramp(now) / demand
+                if stuck:  # every rank spins in the collective: each looks fully busy (an idle-held one stays idle)
+                    share = 0.0 if job.workload.kind == "G" or job.fixed_bytes is not None else 1.0
                 sm = round(util * share)
-                mem_util = round(util * share * 0.5)
+                mem_util = 0 if stuck else round(util * share * 0.5)
                 enc = round(100 * job.workload.encoder)
                 dec = round(100 * job.workload.decoder)
             processes.append(
@@ -530,6 +681,10 @@ class SimulatedBackend(Backend):
 
     def pids_are_foreign(self) -> bool:
         return self.faults.foreign
+
+    def open_events(self) -> EventStream:
+        """The ``xid=`` faults' events, each delivered once when the clock reaches it (:class:`SimEventStream`)."""
+        return SimEventStream(clock=self._clock, opened_at=self._t0, faults=self.faults, gpus=self._gpus)
 
     def inspect_processes(self, pids: Collection[int]) -> dict[int, HostProcess | None]:
         self._driver_call()

@@ -111,7 +111,8 @@ def add_gpu_options(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="SPEC",
-        help="inject a fault: lost@1, unsupported=fan+power@0, no-process-memory, access-denied, slow=3, ...",
+        help="inject a fault: lost@1, unsupported=fan+power@0, xid=79:30@1, hang=30@2, remapped=0/0/1/0@3, "
+        "throttle=0x8@0, idle-held@1, stuck@2, slow=3, ... (README: --demo-fault)",
     )
 
 
