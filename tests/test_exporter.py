@@ -72,6 +72,18 @@ def _mib(value: int | None) -> float | None:
     return None if value is None else value / MIB
 
 
+def _flag(value: bool | None) -> float | None:
+    return None if value is None else (1.0 if value else 0.0)
+
+
+def _last_xid(gpu: Any) -> int | None:
+    """The last Xid; 0 when none came; left out when events are not watched (0 would be a claim)."""
+    xids = [event.xid for event in gpu.health.events if event.xid is not None]
+    if xids:
+        return xids[-1]
+    return None if gpu.health.events_note is not None and not gpu.health.xid_counts else 0
+
+
 def _mask(reasons: tuple[str, ...] | None) -> float | None:
     if reasons is None:
         return None
@@ -105,6 +117,20 @@ EXPECTED: dict[str, Callable[[Any], float | None]] = {
     "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": lambda g: g.sample.ecc_uncorrected_volatile,
     "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": lambda g: g.sample.ecc_corrected_aggregate,
     "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": lambda g: g.sample.ecc_uncorrected_aggregate,
+    # Health (dcgm_fields.h ids 230, 202, 393-396, 390-392, 235-238).
+    "DCGM_FI_DEV_XID_ERRORS": _last_xid,
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": lambda g: g.sample.pcie_replay_counter,
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": lambda g: g.sample.remapped_rows_corrected,
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": lambda g: g.sample.remapped_rows_uncorrected,
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": lambda g: _flag(g.sample.remapped_rows_failure),
+    "DCGM_FI_DEV_ROW_REMAP_PENDING": lambda g: _flag(g.sample.remapped_rows_pending),
+    "DCGM_FI_DEV_RETIRED_SBE": lambda g: g.sample.retired_pages_sbe,
+    "DCGM_FI_DEV_RETIRED_DBE": lambda g: g.sample.retired_pages_dbe,
+    "DCGM_FI_DEV_RETIRED_PENDING": lambda g: _flag(g.sample.retired_pages_pending),
+    "DCGM_FI_DEV_PCIE_LINK_GEN": lambda g: g.sample.pcie_link_gen,
+    "DCGM_FI_DEV_PCIE_LINK_WIDTH": lambda g: g.sample.pcie_link_width,
+    "DCGM_FI_DEV_PCIE_MAX_LINK_GEN": lambda g: g.static.pcie_link_gen_max,
+    "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH": lambda g: g.static.pcie_link_width_max,
 }
 REQUIRED = (
     "DCGM_FI_DEV_GPU_UTIL",

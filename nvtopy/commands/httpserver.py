@@ -243,8 +243,8 @@ def _server_class() -> type:
                 return
             if chunk:
                 pending.data += chunk
-            if not (_head_complete(pending.data) or len(pending.data) > MAX_HEAD or (not chunk and pending.data)):
-                if not chunk:  # closed before sending anything
+            if not (_head_complete(pending.data) or len(pending.data) > MAX_HEAD):
+                if not chunk:  # closed before a whole request head: no request to answer, nobody to read it
                     self._drop(selector, connection)
                 return
             selector.unregister(connection)

@@ -32,7 +32,7 @@ from ..formats.writers import (
     CsvWriter,
     JsonlWriter,
 )
-from ..model import ALL_GROUPS, GROUP_OF_FIELD, Snapshot
+from ..model import ALL_GROUPS, GROUP_OF_FIELD, HEALTH_GROUPS, Snapshot
 from . import options
 
 if TYPE_CHECKING:
@@ -48,7 +48,22 @@ def groups_for(fmt: str, fields: list[str] | None, processes: bool) -> frozenset
         return frozenset()  # process rows: no GPU field at all
     if fields is None:
         return ALL_GROUPS
-    return frozenset(GROUP_OF_FIELD[f] for f in fields if f in GROUP_OF_FIELD)
+    groups = {GROUP_OF_FIELD[f] for f in fields if f in GROUP_OF_FIELD}
+    for name in fields:
+        groups |= DERIVED_GROUPS.get(name, frozenset())
+    return frozenset(groups)
+
+
+# What the derived health fields are computed from (the verdict reads every health rule's input).
+_VERDICT_INPUTS = HEALTH_GROUPS | {"ecc", "throttle", "clocks", "utilization", "power", "power_limit", "temperature"}
+DERIVED_GROUPS: dict[str, frozenset[str]] = {
+    "health_verdict": _VERDICT_INPUTS,
+    "health_findings": _VERDICT_INPUTS,
+    "nvlinks_active": frozenset({"nvlink"}),
+    "throttle_words": frozenset({"throttle", "clocks"}),
+    "idle_held_bytes": frozenset({"utilization", "memory"}),
+    "suspected_hang_seconds": frozenset({"utilization", "power", "power_limit"}),
+}
 
 
 def _parse_fields(values: list[str] | None, valid: tuple[str, ...], default: tuple[str, ...]) -> list[str]:

@@ -5,7 +5,8 @@ renamed. A missing value is ``null`` and ``unavailable`` says why.
 
 Every string that can come from outside (commands, user and process names,
 GPU names, serials, UUIDs, host and driver strings, MIG devices, throttle
-reasons and modes, which a recording or a peer may supply) goes through
+reasons and modes, finding texts that may quote a driver, an NVLink's peer,
+which a recording or a peer may supply) goes through
 :func:`~nvtopy.textsafe.escape_text` exactly once, here in the dict builders:
 the output is always valid UTF-8 with no control characters, and
 :func:`~nvtopy.textsafe.unescape_text` gives the exact text back. Strings that
@@ -21,15 +22,21 @@ import json
 from typing import Any
 
 from .._version import __version__
-from ..model import GpuProcess, GpuState, ProcessOwner, Snapshot
+from ..health.xid import describe_xid
+from ..model import Finding, GpuEvent, GpuProcess, GpuState, NvLink, ProcessOwner, Snapshot
 from ..textsafe import escape_text as _esc
 
 __all__ = [
+    "READINGS",
     "SCHEMA_VERSION",
     "dumps",
     "encode",
+    "event_to_dict",
+    "finding_to_dict",
     "gpu_to_dict",
+    "health_to_dict",
     "iso_timestamp",
+    "nvlink_to_dict",
     "owner_to_dict",
     "process_to_dict",
     "snapshot_to_dict",
@@ -93,7 +100,124 @@ def process_to_dict(process: GpuProcess) -> dict[str, Any]:
         "ns_pid": process.ns_pid,
         "host_pid": process.host_pid,
         "cuda_visible_devices": _esc(process.cuda_visible_devices),
+        # Real-work flags ("idle-held", "suspected-hang") and how long it has held memory at ~0 % SM.
+        "flags": [_esc(flag) for flag in process.flags],
+        "idle_seconds": None if process.idle_seconds is None else round(process.idle_seconds, 1),
         "unavailable": {k: v.value for k, v in process.unavailable.items()},
+    }
+
+
+# The health readings, grouped as the ``readings`` object writes them: (JSON key, model field). A field
+# of GpuStatic is written "static.<name>". Why grouped: a reader asks "is the memory healthy?", "is the
+# link at full speed?" -- each group answers one such question with every figure it needs (the ECC
+# counts and PCIe throughput also stay where they were, at the GPU's top level). A missing reading
+# is null, and the GPU's ``unavailable`` object says why under the model's field name.
+READINGS: dict[str, tuple[tuple[str, str], ...]] = {
+    "memory": tuple(
+        (name, name)
+        for name in (
+            "remapped_rows_corrected",
+            "remapped_rows_uncorrected",
+            "remapped_rows_pending",
+            "remapped_rows_failure",
+            "retired_pages_sbe",
+            "retired_pages_dbe",
+            "retired_pages_pending",
+            "ecc_mode",
+            "ecc_corrected_volatile",
+            "ecc_uncorrected_volatile",
+            "ecc_corrected_aggregate",
+            "ecc_uncorrected_aggregate",
+        )
+    ),
+    "pcie": (
+        ("link_gen", "pcie_link_gen"),
+        ("link_width", "pcie_link_width"),
+        ("link_gen_max", "static.pcie_link_gen_max"),
+        ("link_width_max", "static.pcie_link_width_max"),
+        ("replay_counter", "pcie_replay_counter"),
+        ("rx_bytes_per_s", "pcie_rx_bytes_per_s"),
+        ("tx_bytes_per_s", "pcie_tx_bytes_per_s"),
+    ),
+    "nvlink": (
+        ("count", "static.nvlink_count"),
+        ("rx_bytes_per_s", "nvlink_rx_bytes_per_s"),
+        ("tx_bytes_per_s", "nvlink_tx_bytes_per_s"),
+    ),
+}
+
+
+def nvlink_to_dict(link: NvLink) -> dict[str, Any]:
+    """One NVLink; ``remote`` (the peer's PCI bus id, as the driver gave it) is outside text."""
+    return {
+        "link": link.link,
+        "active": link.active,
+        "version": link.version,
+        "rx_bytes_per_s": link.rx_bytes_per_s,
+        "tx_bytes_per_s": link.tx_bytes_per_s,
+        "errors": link.errors,
+        "remote": _esc(link.remote),
+    }
+
+
+def _readings(gpu: GpuState) -> dict[str, Any]:
+    static, sample = gpu.static, gpu.sample
+    data: dict[str, Any] = {}
+    for group, fields in READINGS.items():
+        data[group] = {
+            key: getattr(static, name[7:]) if name.startswith("static.") else getattr(sample, name)
+            for key, name in fields
+        }
+    links = sample.nvlinks
+    data["nvlink"]["links"] = None if links is None else [nvlink_to_dict(link) for link in links]
+    return data
+
+
+def finding_to_dict(finding: Finding) -> dict[str, Any]:
+    """A reason for the verdict; its text and action may quote the driver (or a recording): escaped."""
+    return {
+        "severity": finding.severity.value,
+        "code": _esc(finding.code),
+        "text": _esc(finding.text),
+        "action": _esc(finding.action),
+    }
+
+
+def event_to_dict(event: GpuEvent) -> dict[str, Any]:
+    """An event with the Xid catalogue's words, so a reader of the file needs no table of its own.
+
+    ``timestamp`` (Unix seconds, exact) is what a replay reads back; ``time`` is for people.
+    """
+    info = None if event.xid is None else describe_xid(event.xid)
+    return {
+        "time": iso_timestamp(event.timestamp),
+        "timestamp": event.timestamp,
+        "kind": _esc(event.kind),
+        "xid": event.xid,
+        "meaning": None if info is None else info.meaning,
+        "action": None if info is None else info.action,
+        "severity": None if info is None else info.severity.value,
+        "gpu_instance_id": event.gpu_instance_id,
+        "compute_instance_id": event.compute_instance_id,
+    }
+
+
+def health_to_dict(gpu: GpuState) -> dict[str, Any]:
+    """The GPU's ``health`` object: its verdict, the findings behind it, its events and the readings."""
+    health = gpu.health
+    return {
+        "verdict": health.verdict.value,
+        "findings": [finding_to_dict(f) for f in health.findings],
+        "events": [event_to_dict(e) for e in health.events],
+        "xid_counts": {str(xid): count for xid, count in health.xid_counts},
+        "last_xid": health.last_xid,
+        "events_note": _esc(health.events_note),
+        "responding": health.responding,
+        "stalled_seconds": health.stalled_seconds,
+        "throttle": _esc(health.throttle),
+        "idle_held_bytes": health.idle_held_bytes,
+        "suspected_hang_seconds": health.suspected_hang_seconds,
+        "readings": _readings(gpu),
     }
 
 
@@ -148,6 +272,7 @@ def gpu_to_dict(gpu: GpuState, *, processes: bool = True) -> dict[str, Any]:
         "host": _esc(static.host),
         "host_index": static.host_index,
         "note": _esc(gpu.note),
+        "health": health_to_dict(gpu),
         "unavailable": {k: v.value for k, v in reasons.items()},
     }
     if processes:

@@ -8,6 +8,28 @@ Units follow dcgm-exporter: framebuffer memory in MiB, power in W, energy in
 mJ, clocks in MHz, utilisation and fan in percent. Labels: ``gpu``, ``UUID``,
 ``pci_bus_id``, ``device`` (``nvidia<index>``), ``modelName``, ``Hostname`` and
 ``DCGM_FI_DRIVER_VERSION``.
+
+Health (DCGM field ids in brackets, from DCGM's ``dcgm_fields.h``): the last
+Xid (``DCGM_FI_DEV_XID_ERRORS`` [230], 0 when none has happened; left out when
+events are not watched, since 0 would then claim something nvtopy cannot
+know), the PCIe replay counter [202], remapped rows [393-396], retired pages
+[390-392], the PCIe link now and at most [235-238]. Flags are 1/0, as DCGM
+reports them (``DCGM_FI_DEV_RETIRED_PENDING`` too: DCGM's help says "number of
+pages" but its value is NVML's pending status, a yes or no).
+
+Left out on purpose:
+
+- ``DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL`` [449]: DCGM documents it only as "NV Link
+  Bandwidth Counter total for all Lanes"; dcgm-exporter types it a counter, its
+  maintainers answered "as far as I can tell the units are KB/s"
+  (NVIDIA/dcgm-exporter#472, #195), and users measured an instantaneous rate in
+  MB/s (KempnerInstitute/kempnerpulse#10). A value under that name would be read
+  with a unit and a type nobody agrees on, so nvtopy exports NVLink throughput
+  only under its own names, in bytes per second (:mod:`nvtopy.formats.prometheus`).
+- ``DCGM_FI_PROF_PCIE_TX_BYTES`` / ``RX_BYTES``: DCGM's profiling fields, which count
+  protocol headers as well as payload over DCGM's own sampling window. NVML's
+  PCIe throughput (a 20 ms window, nvmlDeviceGetPcieThroughput) is another
+  measurement: it is exported as ``nvtopy_pcie_{rx,tx}_bytes_per_second``.
 """
 
 from __future__ import annotations
@@ -17,7 +39,17 @@ from dataclasses import dataclass
 
 from ..model import THROTTLE_REASON_BITS, GpuState, HostInfo
 
-__all__ = ["FIELDS", "GPU_LABELS", "MIB", "DcgmField", "gpu_labels", "throttle_mask", "throttle_names"]
+__all__ = [
+    "FIELDS",
+    "GPU_LABELS",
+    "MIB",
+    "DcgmField",
+    "gpu_labels",
+    "last_xid_metric",
+    "ranged",
+    "throttle_mask",
+    "throttle_names",
+]
 
 MIB = 1024 * 1024
 GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION")
@@ -29,14 +61,20 @@ class DcgmField:
 
     name: str
     help: str
-    attribute: str  # a GpuSample field, or "static.<field>" for a GpuStatic one
+    attribute: str  # a GpuSample field, "static.<field>" for a GpuStatic one, "health.<field>" for a GpuHealth one
     to_metric: Callable[[object], float]
     from_metric: Callable[[float], object]
     counter: bool = False  # dcgm-exporter's type; exposed as a gauge (see exporter.py)
+    read: Callable[[GpuState], object] | None = None  # where the value is not one attribute as it is
+    when_lost: bool = False  # exported for a lost GPU too (its health: a lost GPU is the worst case)
 
     def value(self, gpu: GpuState) -> float | None:
-        if self.attribute.startswith("static."):
+        if self.read is not None:
+            raw = self.read(gpu)
+        elif self.attribute.startswith("static."):
             raw = getattr(gpu.static, self.attribute[7:])
+        elif self.attribute.startswith("health."):
+            raw = getattr(gpu.health, self.attribute[7:])
         else:
             raw = getattr(gpu.sample, self.attribute)
         return None if raw is None else self.to_metric(raw)
@@ -76,6 +114,21 @@ def _to_int(value: float) -> int:
     return round(value)
 
 
+def _flag_to_metric(value: object) -> float:
+    return 1.0 if value else 0.0
+
+
+def last_xid_metric(gpu: GpuState) -> int | None:
+    """``DCGM_FI_DEV_XID_ERRORS``: the last Xid, 0 when none happened, None when events are not watched."""
+    health = gpu.health
+    last = health.last_xid
+    if last is not None:
+        return last
+    if health.events_note is not None and not health.xid_counts:
+        return None  # not watched: "no Xid" would be a claim nvtopy cannot make
+    return 0
+
+
 # What a value read from an exporter (``nvtopy --remote``) may be, in the metric's unit. A
 # value outside its range, or not finite (+Inf, -Inf and NaN are valid exposition), reads as
 # unavailable: None, shown N/A -- never an exception, a "nan" or a 300-digit number. The
@@ -89,9 +142,13 @@ PSTATE = (0, 15)  # P0..P15, whole; NVML's 32 ("unknown") is out of range, so N/
 COUNT = (0, 2**64 - 1)  # energy (mJ) and ECC errors: NVML's unsigned 64-bit counters
 FB_MIB = (0, (2**64 - MIB) // MIB)  # framebuffer memory in MiB: its bytes fit in 64 bits
 MASK = (0, 2**64 - 1)  # the throttle-reason bitmask, whole
+FLAG = (0, 1)  # yes or no, whole
+XID = (0, 2**32 - 1)  # an Xid number (NVML's eventData is 64-bit; Xids in use are below 200); 0 is "none"
+LINK_GEN = (0, 64)  # PCIe generation (1..6 today), whole
+LINK_WIDTH = (0, 64)  # PCIe lanes (x1..x32), whole
 
 
-def _reading(
+def ranged(
     limits: tuple[int, int], convert: Callable[[float], object], whole: bool = False
 ) -> Callable[[float], object]:
     """A ``from_metric``: ``convert(value)`` for a value within ``limits`` (and whole if asked), else None."""
@@ -107,15 +164,20 @@ def _reading(
     return read
 
 
-_percent = _reading(PERCENT, _to_int)
-_fan = _reading(FAN_PERCENT, _to_int)
-_celsius = _reading(TEMPERATURE_C, _to_int)
-_watts = _reading(WATTS, float)
-_mhz = _reading(MHZ, _to_int)
-_pstate = _reading(PSTATE, _to_int, whole=True)
-_count = _reading(COUNT, _to_int)
-_mib = _reading(FB_MIB, _from_mib)
-_throttle_names = _reading(MASK, throttle_names, whole=True)
+_percent = ranged(PERCENT, _to_int)
+_fan = ranged(FAN_PERCENT, _to_int)
+_celsius = ranged(TEMPERATURE_C, _to_int)
+_watts = ranged(WATTS, float)
+_mhz = ranged(MHZ, _to_int)
+_pstate = ranged(PSTATE, _to_int, whole=True)
+_count = ranged(COUNT, _to_int)
+_mib = ranged(FB_MIB, _from_mib)
+_throttle_names = ranged(MASK, throttle_names, whole=True)
+_flag = ranged(FLAG, bool, whole=True)
+_xid = ranged(XID, _to_int, whole=True)
+_whole_count = ranged(COUNT, _to_int, whole=True)
+_link_gen = ranged(LINK_GEN, _to_int, whole=True)
+_link_width = ranged(LINK_WIDTH, _to_int, whole=True)
 
 
 FIELDS: tuple[DcgmField, ...] = (
@@ -191,6 +253,92 @@ FIELDS: tuple[DcgmField, ...] = (
         _identity,
         _count,
         counter=True,
+    ),
+    # ---- health
+    DcgmField(
+        "DCGM_FI_DEV_XID_ERRORS",
+        "Value of the last XID error encountered.",
+        "health.last_xid",
+        _identity,
+        _xid,
+        read=last_xid_metric,
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+        "Total number of PCIe retries.",
+        "pcie_replay_counter",
+        _identity,
+        _whole_count,
+        counter=True,
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        "Number of remapped rows for correctable errors",
+        "remapped_rows_corrected",
+        _identity,
+        _whole_count,
+        counter=True,
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "Number of remapped rows for uncorrectable errors",
+        "remapped_rows_uncorrected",
+        _identity,
+        _whole_count,
+        counter=True,
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+        "Whether remapping of rows has failed",
+        "remapped_rows_failure",
+        _flag_to_metric,
+        _flag,
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_ROW_REMAP_PENDING",
+        "Whether remapping of rows is pending",
+        "remapped_rows_pending",
+        _flag_to_metric,
+        _flag,
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_RETIRED_SBE",
+        "Total number of retired pages due to single-bit errors.",
+        "retired_pages_sbe",
+        _identity,
+        _whole_count,
+        counter=True,
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_RETIRED_DBE",
+        "Total number of retired pages due to double-bit errors.",
+        "retired_pages_dbe",
+        _identity,
+        _whole_count,
+        counter=True,
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_RETIRED_PENDING",
+        "Whether pages are pending retirement (1/0).",
+        "retired_pages_pending",
+        _flag_to_metric,
+        _flag,
+    ),
+    DcgmField("DCGM_FI_DEV_PCIE_LINK_GEN", "PCIe Current Link Generation.", "pcie_link_gen", _identity, _link_gen),
+    DcgmField("DCGM_FI_DEV_PCIE_LINK_WIDTH", "PCIe Current Link Width.", "pcie_link_width", _identity, _link_width),
+    DcgmField(
+        "DCGM_FI_DEV_PCIE_MAX_LINK_GEN",
+        "PCIe Max Link Generation.",
+        "static.pcie_link_gen_max",
+        _identity,
+        _link_gen,
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH",
+        "PCIe Max Link Width.",
+        "static.pcie_link_width_max",
+        _identity,
+        _link_width,
     ),
 )
 BY_NAME = {field.name: field for field in FIELDS}

@@ -6,6 +6,20 @@ an exporter's answer (nvtopy's or dcgm-exporter's) back into GPUs and
 processes (``nvtopy --remote``), trusting nothing in it: labels are cut and
 unescaped, values out of range are None, a host claims a bounded number of
 GPUs and processes. The names and units themselves are :mod:`nvtopy.formats.dcgm`'s.
+
+Beyond dcgm's names, nvtopy's own GPU series (:data:`NVTOPY_FIELDS`, the same
+labels): the health verdict (``nvtopy_gpu_health``: 0 OK, 1 WARN, 2 FAIL),
+whether the driver answers (``nvtopy_gpu_responding``), PCIe and NVLink
+throughput in bytes per second; and per NVLink its state, throughput and
+errors (labels :data:`LINK_LABELS`). ``nvtopy_xid_events_total{xid}`` counts
+the Xid events seen since the exporter started, per Xid: a counter, it only
+grows. The health series are kept for a lost GPU: a GPU that fell off the bus
+is the one an alert is for.
+
+A scrape never waits on the driver: it renders ``source.latest``, the snapshot
+the poller last published, and reads nothing else. A GPU whose driver call
+hangs is published by the collector with ``responding`` false and its last
+values, so the exporter keeps answering with ``nvtopy_gpu_responding 0``.
 """
 
 from __future__ import annotations
@@ -17,12 +31,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import GpuState, GpuStatic, OwnerKind, ProcessOwner, Snapshot
+from ..model import GpuState, GpuStatic, OwnerKind, ProcessOwner, Severity, Snapshot
 from ..textsafe import escape_text, unescape_text
-from .dcgm import BY_NAME, FIELDS, GPU_LABELS, gpu_labels
+from .dcgm import BY_NAME, FIELDS, GPU_LABELS, DcgmField, gpu_labels, ranged
 
 __all__ = [
     "COMMAND_LABEL_MAX",
+    "NVTOPY_FIELDS",
     "POD_LABELS",
     "PROCESS_LABELS",
     "HostScrape",
@@ -30,6 +45,113 @@ __all__ = [
     "parse_exposition",
     "pod_labels",
 ]
+
+
+# ----------------------------------------------------------------- nvtopy's own GPU series
+
+
+_SEVERITY_BY_RANK = {severity.rank: severity for severity in Severity}
+
+
+def _float(value: object) -> float:
+    return float(value)  # type: ignore[arg-type]
+
+
+SECONDS = 10 * 365 * 86400  # ten years: longer is no stall or hang a GPU had
+BYTES_PER_S = 2**50  # a petabyte per second: no link carries that
+
+NVTOPY_FIELDS: tuple[DcgmField, ...] = (
+    DcgmField(
+        "nvtopy_gpu_health",
+        "The GPU's health verdict: 0 OK, 1 WARN, 2 FAIL (nvtopy's findings; see --once or the JSON for why).",
+        "health.verdict",
+        lambda verdict: float(verdict.rank),  # type: ignore[attr-defined]
+        ranged((0, 2), lambda v: _SEVERITY_BY_RANK[round(v)], whole=True),
+        when_lost=True,
+    ),
+    DcgmField(
+        "nvtopy_gpu_responding",
+        "1 while the GPU's driver calls answer; 0 when one has been outstanding too long (a hung GPU or driver).",
+        "health.responding",
+        lambda value: 1.0 if value else 0.0,
+        ranged((0, 1), bool, whole=True),
+        when_lost=True,
+    ),
+    DcgmField(
+        "nvtopy_gpu_stalled_seconds",
+        "How long the outstanding driver call of a GPU that does not respond has run (seconds).",
+        "health.stalled_seconds",
+        _float,
+        ranged((0, SECONDS), float),
+        when_lost=True,
+    ),
+    DcgmField(
+        "nvtopy_gpu_idle_held_bytes",
+        "GPU memory held by processes that compute nothing, for long (bytes).",
+        "health.idle_held_bytes",
+        _float,
+        ranged((0, 2**64 - 1), round),
+    ),
+    DcgmField(
+        "nvtopy_gpu_suspected_hang_seconds",
+        "How long the GPU has looked busy at low power, as in a deadlocked collective (seconds).",
+        "health.suspected_hang_seconds",
+        _float,
+        ranged((0, SECONDS), float),
+    ),
+    DcgmField(
+        "nvtopy_pcie_rx_bytes_per_second",
+        "PCIe receive throughput, NVML's 20 ms sample (bytes/s; not DCGM_FI_PROF_PCIE_RX_BYTES, see docs).",
+        "pcie_rx_bytes_per_s",
+        _float,
+        ranged((0, BYTES_PER_S), round),
+    ),
+    DcgmField(
+        "nvtopy_pcie_tx_bytes_per_second",
+        "PCIe transmit throughput, NVML's 20 ms sample (bytes/s; not DCGM_FI_PROF_PCIE_TX_BYTES, see docs).",
+        "pcie_tx_bytes_per_s",
+        _float,
+        ranged((0, BYTES_PER_S), round),
+    ),
+    DcgmField(
+        "nvtopy_nvlink_rx_bytes_per_second",
+        "NVLink receive throughput, data payload, all links (bytes/s).",
+        "nvlink_rx_bytes_per_s",
+        _float,
+        ranged((0, BYTES_PER_S), round),
+    ),
+    DcgmField(
+        "nvtopy_nvlink_tx_bytes_per_second",
+        "NVLink transmit throughput, data payload, all links (bytes/s).",
+        "nvlink_tx_bytes_per_s",
+        _float,
+        ranged((0, BYTES_PER_S), round),
+    ),
+)
+NVTOPY_BY_NAME = {field.name: field for field in NVTOPY_FIELDS}
+_ALL_BY_NAME = {**BY_NAME, **NVTOPY_BY_NAME}
+
+# Per NVLink: (metric, help, NvLink attribute, counter?). Labelled as the nvtopy_process_* series are: the GPU's
+# identity (gpu, UUID, Hostname), then ``link`` -- not every dcgm label: an HGX node has 144 links and four series
+# each, and the model, bus id and driver are one join away on the GPU's series (``on(gpu, Hostname)``).
+# ``remote`` (the peer's PCI bus id) labels the state series.
+LINK_LABELS = ("gpu", "UUID", "Hostname", "link")
+LINK_SERIES: tuple[tuple[str, str, str, bool], ...] = (
+    ("nvtopy_nvlink_link_active", "1 when the NVLink is active, 0 when not (label remote: its peer).", "active", False),
+    (
+        "nvtopy_nvlink_link_rx_bytes_per_second",
+        "NVLink receive throughput, data payload (bytes/s).",
+        "rx_bytes_per_s",
+        False,
+    ),
+    (
+        "nvtopy_nvlink_link_tx_bytes_per_second",
+        "NVLink transmit throughput, data payload (bytes/s).",
+        "tx_bytes_per_s",
+        False,
+    ),
+    ("nvtopy_nvlink_link_errors", "NVLink CRC, replay and recovery errors since driver load.", "errors", True),
+)
 
 
 # Who owns the process (empty where it has none of them): its container, Kubernetes pod and namespace, Slurm job,
@@ -95,24 +217,52 @@ class SnapshotCollector:
 
     def __init__(self, source: Any) -> None:
         self.source = source  # anything with a ``latest`` Snapshot (a Poller)
+        # (snapshot, families before its age, families after): the last snapshot's rendering.
+        self._cache: tuple[Snapshot | None, list[Any], list[Any]] | None = None
 
     def describe(self) -> list[Any]:
         return []  # metrics depend on the GPUs present: not known at registration
 
     def collect(self) -> Iterator[Any]:
+        """Every family of the latest snapshot: built once per snapshot, only the age is new per scrape.
+
+        Why: scrapes come from several scrapers (and from idle connections closed
+        half-way), and a node with 8 GPUs, 144 NVLinks and hundreds of processes has
+        thousands of series; rendering them again for every request made one
+        scrape queue behind the others. A snapshot never changes once published,
+        so its families are kept beside it (one pair, replaced with the snapshot).
+        """
+        from prometheus_client.core import GaugeMetricFamily
+
+        snapshot: Snapshot | None = self.source.latest
+        cached = self._cache
+        if cached is None or cached[0] is not snapshot:
+            cached = (snapshot, *self._families(snapshot))
+            self._cache = cached
+        _, head, tail = cached
+        yield from head
+        if snapshot is None:
+            return
+        age = GaugeMetricFamily("nvtopy_snapshot_age_seconds", "Seconds since the metrics were collected.")
+        age.add_metric([], max(0.0, time.time() - snapshot.timestamp) if snapshot.host.backend == "nvml" else 0.0)
+        yield age
+        yield from tail
+
+    def _families(self, snapshot: Snapshot | None) -> tuple[list[Any], list[Any]]:
+        """The families before and after the snapshot's age (which is the one figure a scrape changes)."""
         from prometheus_client.core import GaugeMetricFamily
         from prometheus_client.samples import Sample
 
-        snapshot: Snapshot | None = self.source.latest
+        head: list[Any] = []
         info = GaugeMetricFamily(
             "nvtopy_exporter_info", "nvtopy exporter build and backend.", labels=["version", "backend"]
         )
         from .._version import __version__
 
         info.add_metric([__version__, "none" if snapshot is None else snapshot.host.backend], 1.0)
-        yield info
+        head.append(info)
         if snapshot is None:
-            return
+            return head, []
         host = snapshot.host
         labels = [
             (gpu, {name: _label_text(value) for name, value in gpu_labels(gpu, host).items()}) for gpu in snapshot.gpus
@@ -120,10 +270,10 @@ class SnapshotCollector:
         # A GPU that one pod holds also gets dcgm-exporter's pod labels: its series then have more labels than the
         # others' (allowed in one family), so they are added as samples rather than through add_metric.
         pods = [pod_labels(gpu) for gpu, _ in labels]
-        for metric in FIELDS:
+        for metric in FIELDS + NVTOPY_FIELDS:
             family = GaugeMetricFamily(metric.name, metric.help, labels=list(GPU_LABELS))
             for (gpu, gpu_label), pod in zip(labels, pods, strict=True):
-                if gpu.lost:
+                if gpu.lost and not metric.when_lost:
                     continue
                 value = metric.value(gpu)
                 if value is None:
@@ -134,17 +284,61 @@ class SnapshotCollector:
                     family.samples.append(Sample(metric.name, series, value))
                 else:
                     family.add_metric([gpu_label[name] for name in GPU_LABELS], value)
-            yield family
+            head.append(family)
+        head.extend(self._xid_counts(labels))
+        head.extend(self._nvlinks(labels))
         lost = GaugeMetricFamily(
             "nvtopy_gpu_lost", "1 when the GPU fell off the bus (GpuIsLost).", labels=list(GPU_LABELS)
         )
         for gpu, gpu_label in labels:
             lost.add_metric([gpu_label[name] for name in GPU_LABELS], 1.0 if gpu.lost else 0.0)
-        yield lost
-        age = GaugeMetricFamily("nvtopy_snapshot_age_seconds", "Seconds since the metrics were collected.")
-        age.add_metric([], max(0.0, time.time() - snapshot.timestamp) if host.backend == "nvml" else 0.0)
-        yield age
-        yield from self._processes(snapshot)
+        head.append(lost)
+        return head, list(self._processes(snapshot))
+
+    @staticmethod
+    def _xid_counts(labels: list[tuple[GpuState, dict[str, str]]]) -> Iterator[Any]:
+        """``nvtopy_xid_events_total{xid}``: Xid events seen since the exporter started, per GPU and Xid.
+
+        A counter (the model's counts only grow), so ``increase(...[1h])`` alerts on new Xids; kept
+        for a lost GPU, whose last Xid (79, fallen off the bus) is the one to see.
+        """
+        from prometheus_client.core import CounterMetricFamily
+
+        family = CounterMetricFamily(
+            "nvtopy_xid_events",
+            "Xid events (GPU critical errors) seen since nvtopy started, per Xid.",
+            labels=[*GPU_LABELS, "xid"],
+        )
+        for gpu, gpu_label in labels:
+            for xid, count in gpu.health.xid_counts:
+                family.add_metric([*(gpu_label[name] for name in GPU_LABELS), str(xid)], float(count))
+        yield family
+
+    @staticmethod
+    def _nvlinks(labels: list[tuple[GpuState, dict[str, str]]]) -> Iterator[Any]:
+        """Per NVLink: active (with its peer as label ``remote``), throughput and errors; unknown values left out."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        families = {}
+        for name, help_, attribute, counter in LINK_SERIES:
+            extra = ["remote"] if attribute == "active" else []
+            kind = CounterMetricFamily if counter else GaugeMetricFamily
+            families[attribute] = kind(name, help_, labels=[*LINK_LABELS, *extra])
+        for gpu, gpu_label in labels:
+            links = gpu.sample.nvlinks
+            if gpu.lost or not links:
+                continue
+            base = [gpu_label[name] for name in LINK_LABELS[:-1]]
+            for link in links:
+                for _, _, attribute, _ in LINK_SERIES:
+                    value = getattr(link, attribute)
+                    if value is None:
+                        continue
+                    values = [*base, str(link.link)]
+                    if attribute == "active":
+                        values.append(_label_text(link.remote))
+                    families[attribute].add_metric(values, float(value))
+        yield from families.values()
 
     @staticmethod
     def _processes(snapshot: Snapshot) -> Iterator[Any]:
@@ -157,6 +351,10 @@ class SnapshotCollector:
             "cpu_percent": ("CPU use of the process (% of one core).", "cpu_percent"),
             "host_memory_bytes": ("Resident host memory of the process (bytes).", "host_memory_bytes"),
             "start_time_seconds": ("Start time of the process since the Unix epoch (seconds).", "create_time"),
+            "idle_held_seconds": (
+                "How long the process has held GPU memory while computing nothing (~0 % SM; seconds).",
+                "idle_seconds",
+            ),
         }
         made = {
             key: GaugeMetricFamily(f"nvtopy_process_{key}", help_, labels=list(PROCESS_LABELS))
@@ -215,6 +413,7 @@ PROCESS_VALUES: dict[str, tuple[float, float, bool]] = {
     "cpu_percent": (0, 100 * 4096, False),  # psutil: 100 per CPU used
     "host_memory_bytes": (0, 2**64 - 1, True),
     "start_time_seconds": (1, 2**33, False),  # a Unix time, after 1970 and before the year 2242
+    "idle_held_seconds": (0, SECONDS, False),
 }
 
 
@@ -227,6 +426,8 @@ class HostScrape:
     driver_version: str | None = None
     gpus: list[tuple[GpuStatic, dict[str, Any], bool]] = field(default_factory=list)  # static, sample values, lost
     processes: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # gpu index -> process values
+    # gpu index -> what the exporter said of its health (GpuHealth field names; "xid_counts": {xid: count})
+    health: dict[int, dict[str, Any]] = field(default_factory=dict)
     error: str | None = None
     note: str | None = None  # what was left out (GPUs, processes beyond the caps), shown beside the GPUs
 
@@ -277,6 +478,28 @@ def _owner_from_labels(labels: dict[str, str]) -> ProcessOwner | None:
     )
 
 
+_SKIPPED = "nvtopy_nvlink_link_"  # the prefix of the series parse_exposition does not read
+
+MAX_XIDS_PER_GPU = 256  # distinct Xids a GPU claims; NVIDIA's catalogue has fewer than 200
+
+
+def _xid_count(health: dict[str, Any], xid: str | None, value: float) -> None:
+    """One ``nvtopy_xid_events_total{xid}`` sample into ``health["xid_counts"]`` (bounded, range-checked)."""
+    number = _whole(xid, 2**32 - 1)
+    count = _whole_value(value)
+    counts = health.setdefault("xid_counts", {})
+    if number is None or count is None or (number not in counts and len(counts) >= MAX_XIDS_PER_GPU):
+        return
+    counts[number] = count
+
+
+def _whole_value(value: float) -> int | None:
+    """A sample's value as a count: whole, from 0 to 2**64 - 1; else None."""
+    if not 0 <= value <= 2**64 - 1 or value != int(value):  # NaN and the infinities fail this too
+        return None
+    return int(value)
+
+
 def _process_value(name: str, value: float) -> float | int | None:
     low, high, whole = PROCESS_VALUES[name]
     if not low <= value <= high:  # NaN and the infinities fail this too
@@ -292,9 +515,12 @@ def parse_exposition(text: str, url: str) -> HostScrape:
     """
     from prometheus_client.parser import text_string_to_metric_families
 
+    if _SKIPPED in text:  # per-link series are not read back: not parsed (on an HGX node, most of the answer)
+        text = "\n".join(line for line in text.split("\n") if not line.startswith(_SKIPPED))
     host = urllib.parse.urlsplit(url).hostname or url
     statics: dict[int, dict[str, Any]] = {}
     values: dict[int, dict[str, Any]] = collections.defaultdict(dict)
+    health: dict[int, dict[str, Any]] = collections.defaultdict(dict)
     lost: dict[int, bool] = {}
     processes: dict[tuple[int, int], dict[str, Any]] = {}
     reported: set[str] = set()  # every gpu label seen, shown or not
@@ -344,15 +570,20 @@ def parse_exposition(text: str, url: str) -> HostScrape:
             if sample.name == "nvtopy_gpu_lost":
                 lost[index] = sample.value >= 1
                 continue
+            if sample.name == "nvtopy_xid_events_total":
+                _xid_count(health[index], labels.get("xid"), sample.value)
+                continue
             name = sample.name
-            if name not in BY_NAME and name.endswith("_total"):
+            if name not in _ALL_BY_NAME and name.endswith("_total"):
                 name = name[:-6]  # prometheus-client's parser renames dcgm's counters (energy, ECC) to *_total
-            known = BY_NAME.get(name)
+            known = _ALL_BY_NAME.get(name)
             if known is None:
                 continue
             value = known.from_metric(sample.value)  # None: not finite, or out of the field's range
             if known.attribute.startswith("static."):
                 static[known.attribute[7:]] = value
+            elif known.attribute.startswith("health."):
+                health[index][known.attribute[7:]] = value
             else:
                 values[index][known.attribute] = value
     scrape = HostScrape(url=url, hostname=host, driver_version=driver)
@@ -366,6 +597,7 @@ def parse_exposition(text: str, url: str) -> HostScrape:
     for (index, pid), row in sorted(processes.items()):
         if index in statics:  # a process of a GPU without GPU series has nowhere to be shown
             scrape.processes.setdefault(index, []).append({"pid": pid, **row})
+    scrape.health = {index: dict(health[index]) for index in shown if health.get(index)}
     notes = []
     if len(reported) > len(shown):
         count = (

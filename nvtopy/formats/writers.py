@@ -1,8 +1,11 @@
 """CSV and JSON lines: the row formats of ``nvtopy log`` and ``nvtopy record``.
 
 CSV: one row per GPU per sample (or per process), the header once; every
-scalar of the JSON contract is a column, lists joined with ``;``. JSONL: one
-JSON object per snapshot in the contract's names (:mod:`nvtopy.formats.contract`).
+scalar of the JSON contract is a column, lists joined with ``;``. The GPU's
+``health`` object is nested in JSON; CSV has it flat (:data:`HEALTH_FIELDS`:
+the verdict, finding codes, the last Xid, the readings). JSONL: one JSON
+object per snapshot in the contract's names (:mod:`nvtopy.formats.contract`);
+with ``--fields``, a chosen health field is written under its flat name.
 
 Why each write is one call and flushed: a logger runs for days and gets killed;
 a killed logger must lose at most the sample in progress and leave a file every
@@ -16,7 +19,7 @@ import io
 from collections.abc import Iterator
 from typing import IO, Any
 
-from ..model import GpuProcess, Snapshot
+from ..model import GpuProcess, GpuState, Snapshot
 from ..textsafe import escape_text
 from .contract import encode, gpu_to_dict, iso_timestamp, process_to_dict, snapshot_to_dict
 
@@ -24,6 +27,7 @@ __all__ = [
     "DEFAULT_GPU_FIELDS",
     "DEFAULT_PROCESS_FIELDS",
     "GPU_FIELDS",
+    "HEALTH_FIELDS",
     "OWNER_FIELDS",
     "PROCESS_FIELDS",
     "TOP_FIELDS",
@@ -53,6 +57,8 @@ DEFAULT_GPU_FIELDS = (
     "fan_percent",
     "ecc_uncorrected_volatile",
     "throttle_reasons",
+    "health_verdict",
+    "health_findings",
 )
 
 
@@ -77,7 +83,7 @@ def _gpu_keys() -> tuple[str, ...]:
     from ..model import GpuSample, GpuState, GpuStatic
 
     sample = gpu_to_dict(GpuState(GpuStatic(0), GpuSample(0.0)), processes=False)
-    return tuple(k for k in sample if k not in ("unavailable", "processes_unavailable"))
+    return tuple(k for k in sample if k not in ("unavailable", "processes_unavailable", "health"))
 
 
 def _process_keys() -> tuple[str, ...]:
@@ -115,8 +121,84 @@ def owner_cells(process: GpuProcess) -> dict[str, Any]:
     }
 
 
+# The JSON contract's ``health`` object, flat: its scalars and the readings, under the model's field names.
+HEALTH_FIELDS = (
+    "health_verdict",  # OK, WARN or FAIL
+    "health_findings",  # the findings' codes, joined with ';' ("remap-pending;pcie-downgrade")
+    "last_xid",
+    "xid_events",  # Xid events seen since nvtopy started, all Xids together (empty: events not watched)
+    "responding",
+    "stalled_seconds",
+    "throttle_words",  # throttling in plain words ("HW slowdown: SM at 45 % of max"); empty: not throttled
+    "idle_held_bytes",
+    "suspected_hang_seconds",
+    "events_note",
+    "remapped_rows_corrected",
+    "remapped_rows_uncorrected",
+    "remapped_rows_pending",
+    "remapped_rows_failure",
+    "retired_pages_sbe",
+    "retired_pages_dbe",
+    "retired_pages_pending",
+    "pcie_link_gen",
+    "pcie_link_width",
+    "pcie_link_gen_max",
+    "pcie_link_width_max",
+    "pcie_replay_counter",
+    "nvlink_rx_bytes_per_s",
+    "nvlink_tx_bytes_per_s",
+    "nvlinks_active",  # active links of all: "17/18"; "0/0" on a board without NVLink
+)
+_HEALTH_SET = frozenset(HEALTH_FIELDS)
+
+# The health readings of HEALTH_FIELDS that are GpuSample fields, copied as they are.
+_SAMPLE_READINGS = (
+    "remapped_rows_corrected",
+    "remapped_rows_uncorrected",
+    "remapped_rows_pending",
+    "remapped_rows_failure",
+    "retired_pages_sbe",
+    "retired_pages_dbe",
+    "retired_pages_pending",
+    "pcie_link_gen",
+    "pcie_link_width",
+    "pcie_replay_counter",
+    "nvlink_rx_bytes_per_s",
+    "nvlink_tx_bytes_per_s",
+)
+
+
+def health_cells(gpu: GpuState) -> dict[str, Any]:
+    """The :data:`HEALTH_FIELDS` of one GPU, JSON-typed (lists stay lists; CSV joins them); outside text escaped.
+
+    Why ``xid_events`` and ``last_xid`` are empty (not 0) when events are not watched: 0 would
+    claim "no Xid happened", which nvtopy cannot know then.
+    """
+    health, sample, static = gpu.health, gpu.sample, gpu.static
+    unwatched = health.events_note is not None and not health.xid_counts and not health.events
+    links = sample.nvlinks
+    cells: dict[str, Any] = {
+        "health_verdict": health.verdict.value,
+        "health_findings": [escape_text(f.code) for f in health.findings],
+        "last_xid": health.last_xid,
+        "xid_events": None if unwatched else sum(count for _, count in health.xid_counts),
+        "responding": health.responding,
+        "stalled_seconds": health.stalled_seconds,
+        "throttle_words": escape_text(health.throttle),
+        "idle_held_bytes": health.idle_held_bytes,
+        "suspected_hang_seconds": health.suspected_hang_seconds,
+        "events_note": escape_text(health.events_note),
+        "pcie_link_gen_max": static.pcie_link_gen_max,
+        "pcie_link_width_max": static.pcie_link_width_max,
+        "nvlinks_active": None if links is None else f"{sum(1 for link in links if link.active)}/{len(links)}",
+    }
+    for name in _SAMPLE_READINGS:
+        cells[name] = getattr(sample, name)
+    return cells
+
+
 # Every scalar of the JSON contract's GPU (or process) object; lists are joined with ';' in CSV.
-GPU_FIELDS = TOP_FIELDS + _gpu_keys()
+GPU_FIELDS = TOP_FIELDS + _gpu_keys() + HEALTH_FIELDS
 
 
 PROCESS_FIELDS = ("timestamp", "hostname", *_process_keys())
@@ -163,7 +245,7 @@ class CsvWriter:
         }
         for gpu in snapshot.gpus:
             if not self.processes:
-                yield {**top, **gpu_to_dict(gpu, processes=False)}
+                yield {**top, **gpu_to_dict(gpu, processes=False), **health_cells(gpu)}
                 continue
             uuid = escape_text(gpu.static.uuid)
             for proc in gpu.processes:
@@ -186,9 +268,15 @@ class JsonlWriter:
         data = snapshot_to_dict(snapshot, processes=self.processes)
         if self.fields is not None:
             keep = set(self.fields) | {"index"}
+            chosen = [f for f in self.fields if f in _HEALTH_SET]  # flat, as in CSV: the name asked for
             data = {k: v for k, v in data.items() if k in TOP_FIELDS or k not in GPU_FIELDS}
-            data["gpus"] = [
-                {k: v for k, v in gpu.items() if k in keep or k in ("processes", "unavailable")} for gpu in data["gpus"]
-            ]
+            gpus = []
+            for state, gpu in zip(snapshot.gpus, data["gpus"], strict=True):
+                kept = {k: v for k, v in gpu.items() if k in keep or k in ("processes", "unavailable")}
+                if chosen:
+                    cells = health_cells(state)
+                    kept.update((f, cells[f]) for f in chosen)
+                gpus.append(kept)
+            data["gpus"] = gpus
         self.out.write(encode(data) + "\n")  # the encoder of --once --json; strings escaped by the builders
         self.out.flush()

@@ -11,6 +11,15 @@ driver versions, a remote host's error): outside text cannot move the cursor,
 retitle the terminal or restyle anything. The words and colour category of
 every cell come from :mod:`nvtopy.render.cells`, the functions the TUI draws
 its cells with, so both views agree on thresholds and words.
+
+Health: the last column of each GPU's line is its verdict with its first
+reason (``WARN HW slowdown: SM at 45 % of max``), or ``not responding (12 s)``
+for a GPU whose driver call is stuck (its last values stay on the line). Being
+last, it is the column a terminal clips, so the table stays as wide as the
+fixed columns. Below the tables, each GPU that is not OK gets its findings, one
+a line with its fix, and its last Xid events (time, number, meaning). A process
+flagged idle-held or suspected-hang says so in a Flags column, present only
+when some process has a flag.
 """
 
 from __future__ import annotations
@@ -21,7 +30,8 @@ from collections.abc import Sequence
 from typing import IO
 
 from ..formats.contract import iso_timestamp
-from ..model import GpuProcess, GpuState, Snapshot
+from ..health.xid import describe_xid
+from ..model import GpuEvent, GpuProcess, GpuState, Severity, Snapshot
 from ..textsafe import safe_text
 from .cells import (
     ALERT,
@@ -35,6 +45,8 @@ from .cells import (
     WARN,
     Cell,
     ecc_cell,
+    finding_cell,
+    health_summary_cell,
     host_label,
     lost_cell,
     memory_cell,
@@ -44,13 +56,16 @@ from .cells import (
     percent_cell,
     power_cell,
     process_cells,
+    process_flags_cell,
     pstate_cell,
+    stalled_text,
     temperature_cell,
     throttle_cell,
+    verdict_cell,
 )
 from .units import NA
 
-__all__ = ["GPU_COLUMNS", "PROCESS_COLUMNS", "gpu_row", "process_row", "render_snapshot"]
+__all__ = ["GPU_COLUMNS", "PROCESS_COLUMNS", "gpu_row", "health_cell", "health_lines", "process_row", "render_snapshot"]
 
 RESET = "\x1b[0m"
 # ANSI codes of the style categories of render/cells.py (the TUI maps the same categories), and "bold" for titles.
@@ -144,6 +159,7 @@ GPU_COLUMNS: tuple[tuple[str, str], ...] = (
     ("P", "<"),
     ("ECC", ">"),
     ("Throttle", "<"),
+    ("Health", "<"),
 )
 
 
@@ -159,6 +175,20 @@ def _name(gpu: GpuState) -> Cell:
         word, category = lost_cell()
         return (f"{prefix}{text} [{word}]", category)
     return (prefix + text, category)
+
+
+def health_cell(gpu: GpuState) -> Cell:
+    """The Health column: the verdict and its first reason; a stuck GPU says so, with for how long.
+
+    A line that is no GPU's reading (an unreachable host, a note) has no health to show: N/A.
+    """
+    if gpu.note:
+        return (NA, DIM)
+    stalled = stalled_text(gpu)
+    if stalled is not None:
+        verdict, _ = verdict_cell(gpu)
+        return (f"{verdict} {stalled}", ALERT)
+    return health_summary_cell(gpu)
 
 
 def gpu_row(gpu: GpuState) -> list[Cell]:
@@ -179,6 +209,7 @@ def gpu_row(gpu: GpuState) -> list[Cell]:
         pstate_cell(sample),
         ecc_cell(sample),
         throttle if throttle[0] else ("-", PLAIN),
+        health_cell(gpu),
     ]
 
 
@@ -212,12 +243,54 @@ def process_row(process: GpuProcess, me: str | None) -> list[Cell]:
 
 
 def _process_table(snapshot: Snapshot) -> _Table:
-    table = _Table([(title, align) for title, align, _ in PROCESS_COLUMNS])
+    """The process table; a Flags column (``idle-held 12 min``, ``hang?``) before Command when a process has one.
+
+    Why only then: flags are rare, and an empty column would cost every table its width.
+    """
+    flagged = any(process.flags for process in snapshot.processes)
+    headers = [(title, align) for title, align, _ in PROCESS_COLUMNS]
+    if flagged:
+        headers.insert(-1, ("Flags", "<"))
+    table = _Table(headers)
     me = snapshot.host.user
     for gpu in snapshot.gpus:
         for process in gpu.processes:
-            table.add(*process_row(process, me))
+            row = process_row(process, me)
+            if flagged:
+                row.insert(-1, process_flags_cell(process))
+            table.add(*row)
     return table
+
+
+EVENTS_SHOWN = 3  # the last Xid events listed per GPU below the tables (the JSON has them all)
+
+
+def _event_line(event: GpuEvent) -> str:
+    """``Xid 79 at 2026-11-24 19:40:46: GPU has fallen off the bus`` (local time, to the second)."""
+    when = iso_timestamp(event.timestamp)[:19].replace("T", " ")
+    if event.xid is None:
+        return f"{safe_text(event.kind)} at {when}"
+    return f"Xid {event.xid} at {when}: {describe_xid(event.xid).meaning}"
+
+
+def health_lines(gpu: GpuState) -> list[Cell]:
+    """What is wrong with a GPU that is not OK: a title, its findings with their fixes, its last Xid events.
+
+    Nothing for a healthy GPU that answers (the table's Health column says OK), nor for a
+    line that is no GPU's reading (a note about a host).
+    """
+    health = gpu.health
+    if gpu.note or (health.verdict is Severity.OK and health.responding):
+        return []
+    verdict, category = verdict_cell(gpu)
+    host = host_label(gpu.static)
+    title = f"GPU {gpu.index}" + ("" if host is None else f" ({host})") + f": {verdict}"
+    stalled = stalled_text(gpu)
+    lines: list[Cell] = [(title + ("" if stalled is None else f", {stalled}"), category)]
+    lines.extend((f"  {text}", finding) for text, finding in map(finding_cell, health.findings))
+    events = [e for e in health.events if e.kind == "xid" or e.xid is not None][-EVENTS_SHOWN:]
+    lines.extend((f"  {_event_line(event)}", DIM) for event in events)
+    return lines
 
 
 def render_snapshot(snapshot: Snapshot, out: IO[str], *, color: bool, gpu_count: int | None = None) -> None:
@@ -252,4 +325,8 @@ def render_snapshot(snapshot: Snapshot, out: IO[str], *, color: bool, gpu_count:
             if gpu.processes_hint:
                 notes.append(f"GPU {gpu.index}: {safe_text(gpu.processes_hint)}")
             lines.extend(f"{STYLES[DIM]}{note}{RESET}" if color else note for note in notes)
+        health = [cell for gpu in snapshot.gpus for cell in health_lines(gpu)]
+        if health:
+            lines.append("")
+            lines.extend(f"{STYLES[style]}{text}{RESET}" if color and style else text for text, style in health)
     out.write("\n".join(lines) + "\n")

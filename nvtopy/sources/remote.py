@@ -26,6 +26,15 @@ processes are shown, with a note saying so, and labels are cut to
 :data:`MAX_LABEL` characters. Credentials in a URL (``http://user:pw@host``)
 are sent as HTTP basic auth and never shown: hosts are named ``host:port``.
 
+Health comes back where the exporter says it (nvtopy's own exporter): the
+verdict (``nvtopy_gpu_health``), whether the GPU's driver answers
+(``nvtopy_gpu_responding``, ``nvtopy_gpu_stalled_seconds``), the Xid counts
+(``nvtopy_xid_events_total``) and the last Xid (``DCGM_FI_DEV_XID_ERRORS``,
+which dcgm-exporter has too). An exporter tells the last Xid, not when it came:
+the event is dated when this monitor first saw that Xid on that GPU. The
+findings' sentences are not exported; a host's verdict is shown without them.
+A dcgm-exporter host has no verdict: its GPUs read OK, with their last Xid.
+
 This is for a handful of machines watched from one terminal. For a fleet, point
 a Prometheus server at the exporters and use Grafana: the names are
 dcgm-exporter's, so its dashboards work as they are.
@@ -50,6 +59,9 @@ from .._version import __version__
 from ..errors import UsageError
 from ..formats.prometheus import HostScrape, parse_exposition
 from ..model import (
+    OK_HEALTH,
+    GpuEvent,
+    GpuHealth,
     GpuProcess,
     GpuSample,
     GpuState,
@@ -58,6 +70,7 @@ from ..model import (
     HostInfo,
     ProcessType,
     Reason,
+    Severity,
     Snapshot,
     freeze,
 )
@@ -367,6 +380,7 @@ class RemoteHosts(SnapshotSource):
         self.urls = [t.url for t in self.targets]  # without credentials
         self.timeout = min(timeout, max(0.2, interval))
         self._history: dict[tuple[str, int], HistoryBuffer] = {}  # (host URL, the host's GPU index)
+        self._xid_seen: dict[tuple[str, int], tuple[int, float]] = {}  # same key -> (last Xid, when first seen)
         self._sequence = 0
         self._last: list[HostScrape] = []
         self._jobs: dict[int, _Job] = {}  # target position -> its latest fetch
@@ -455,6 +469,8 @@ class RemoteHosts(SnapshotSource):
                 **{k: getattr(remote_static, k) for k in ("uuid", "name", "bus_id")},
                 memory_total_bytes=remote_static.memory_total_bytes,
                 temperature_slowdown_c=remote_static.temperature_slowdown_c,
+                pcie_link_gen_max=remote_static.pcie_link_gen_max,
+                pcie_link_width_max=remote_static.pcie_link_width_max,
             )
             reasons = {k: Reason.NOT_AVAILABLE for k in ("fan_percent", "power_draw_w") if k not in values}
             reasons.update({k: Reason.UNKNOWN for k, v in values.items() if v is None})  # out of range
@@ -467,11 +483,41 @@ class RemoteHosts(SnapshotSource):
             if history is None:
                 history = self._history[key] = HistoryBuffer()
             history.append(static, sample)
-            gpus.append(GpuState(static, sample, processes, history=history.history()))
+            health = self._health(key, scrape.health.get(remote_static.index), index, now)
+            gpus.append(GpuState(static, sample, processes, history=history.history(), health=health))
         if scrape.note:
             static = GpuStatic(index=first + len(gpus), host=scrape.hostname)
             gpus.append(GpuState(static, GpuSample(now), note=scrape.note))
         return gpus
+
+    def _health(self, key: tuple[str, int], said: dict[str, Any] | None, index: int, now: float) -> GpuHealth:
+        """What the host's exporter said of a GPU's health (values already range-checked; None: not said).
+
+        The last Xid becomes one event, dated when this monitor first saw it on this GPU (an
+        exporter says which Xid came last, not when): a new Xid, or another one, gets a new date.
+        """
+        if not said:
+            self._xid_seen.pop(key, None)
+            return OK_HEALTH
+        last = said.get("last_xid")
+        events: tuple[GpuEvent, ...] = ()
+        if last:  # 0: none happened; None: not said (or out of range)
+            seen = self._xid_seen.get(key)
+            if seen is None or seen[0] != last:
+                seen = self._xid_seen[key] = (last, now)
+            events = (GpuEvent(seen[1], index, "xid", last),)
+        else:
+            self._xid_seen.pop(key, None)
+        responding = said.get("responding")
+        return GpuHealth(
+            verdict=said.get("verdict") or Severity.OK,
+            events=events,
+            xid_counts=tuple(sorted((said.get("xid_counts") or {}).items())),
+            responding=True if responding is None else responding,
+            stalled_seconds=said.get("stalled_seconds"),
+            idle_held_bytes=said.get("idle_held_bytes"),
+            suspected_hang_seconds=said.get("suspected_hang_seconds"),
+        )
 
     def _run(self) -> None:
         self._run_periodic(self.poll_once)
@@ -495,4 +541,5 @@ def _process(row: dict[str, Any], index: int, uuid: str | None, now: float) -> G
         create_time=started,
         running_seconds=None if started is None else max(0.0, now - started),
         owner=row.get("owner"),
+        idle_seconds=row.get("idle_held_seconds"),
     )

@@ -13,6 +13,11 @@ every line and keeps only where each valid one starts (and its time); a
 snapshot is parsed again when it is shown, a few are kept for stepping back
 and forth, and the charts' history is rebuilt from the lines before it.
 
+Health comes back whole: the verdict, findings, event timeline and Xid counts
+of each GPU, its readings (``health.readings``) and the processes' flags, so a
+recording replays its events and verdicts exactly as they were recorded. A
+recording made before health existed replays with every GPU OK.
+
 A file cut short (a logger killed mid-line) or damaged is read up to its first
 bad line; the monitor shows what is valid and says where and why it stopped.
 Whatever a line holds (JSON nested a million deep, a number of 5,000 digits,
@@ -35,18 +40,26 @@ from typing import IO, Any, overload
 
 from ..backends.pidmap import unmapped_hint
 from ..errors import NvtopyError
+from ..formats.contract import READINGS
 from ..model import (
+    EVENTS_PER_GPU,
     HISTORY_LENGTH,
+    OK_HEALTH,
+    Finding,
+    GpuEvent,
+    GpuHealth,
     GpuProcess,
     GpuSample,
     GpuState,
     GpuStatic,
     HistoryBuffer,
     HostInfo,
+    NvLink,
     OwnerKind,
     ProcessOwner,
     ProcessType,
     Reason,
+    Severity,
     Snapshot,
     freeze,
 )
@@ -69,7 +82,14 @@ MAX_LINE = 64 << 20  # bytes; a longer line is damage (a recording's lines are k
 MAX_GPUS = 4096  # per line; more is damage, not a node
 _LIMIT = 2**64  # a figure beyond this (or not finite) is no reading: it is replayed as N/A
 
-_SAMPLE_KEYS = set(GpuSample.__dataclass_fields__) - {"timestamp", "lost", "unavailable", "pstate", "throttle_reasons"}
+_SAMPLE_KEYS = set(GpuSample.__dataclass_fields__) - {
+    "timestamp",
+    "lost",
+    "unavailable",
+    "pstate",
+    "throttle_reasons",
+    "nvlinks",
+}
 _STATIC_KEYS = set(GpuStatic.__dataclass_fields__) - {"index", "unavailable", "mig_devices"}
 _PROCESS_KEYS = {"gpu_memory_bytes", "sm_percent", "memory_percent", "encoder_percent", "decoder_percent"}
 _PROCESS_MORE = (
@@ -83,6 +103,7 @@ _PROCESS_MORE = (
     "ns_pid",
     "host_pid",
     "cuda_visible_devices",
+    "idle_seconds",
 )
 _OWNER_TEXT = ("id", "name", "namespace", "pod", "container", "container_id", "job", "step", "project", "cgroup")
 _GPU_REASON_KEYS = set(GpuStatic.__dataclass_fields__) | set(GpuSample.__dataclass_fields__)
@@ -200,6 +221,7 @@ def _owner(value: Any) -> ProcessOwner | None:
 
 def _process(data: dict[str, Any], gpu: GpuStatic) -> GpuProcess:
     status = _text(data.get("status", "running"), "status")
+    flags = _texts(data.get("flags"), "flags") or ()
     return GpuProcess(
         gpu_index=gpu.index,
         gpu_uuid=gpu.uuid,
@@ -210,6 +232,7 @@ def _process(data: dict[str, Any], gpu: GpuStatic) -> GpuProcess:
         foreign=bool(_flag(data.get("foreign", False), "foreign")),
         unavailable=freeze(_reasons(data, _PROCESS_REASON_KEYS)),
         owner=_owner(data.get("owner")),
+        flags=flags,
     )
 
 
@@ -223,24 +246,144 @@ def _timestamp(data: dict[str, Any]) -> float:
     return timestamp
 
 
+def _object(value: Any, name: str) -> dict[str, Any]:
+    """A JSON object, or {} for null/absent (an older recording); anything else is damage."""
+    if value is None:
+        return {}
+    if type(value) is not dict:
+        raise TypeError(f"{name} is not an object")
+    return value
+
+
+def _list(value: Any, name: str) -> list[Any]:
+    if value is None:
+        return []
+    if type(value) is not list:
+        raise TypeError(f"{name} is not a list")
+    return value
+
+
+def _whole(value: Any, name: str) -> int | None:
+    """A whole number (an Xid, a link, a MIG instance id) or None; a fraction or text is damage."""
+    if value is None:
+        return None
+    if type(value) is not int:
+        raise TypeError(f"{name} is not a whole number")
+    return value if -_LIMIT < value < _LIMIT else None
+
+
+def _with_readings(item: dict[str, Any]) -> dict[str, Any]:
+    """``item`` with ``health.readings`` laid flat under the model's field names (the top level wins).
+
+    The readings are where the health fields are written (README, JSON schema); the ECC counts and
+    PCIe throughput are also at the top level, where older recordings have them.
+    """
+    readings = _object(_object(item.get("health"), "health").get("readings"), "health readings")
+    if not readings:
+        return item
+    flat = dict(item)
+    for group, fields in READINGS.items():
+        values = _object(readings.get(group), f"health readings {group}")
+        for key, name in fields:
+            flat.setdefault(name.removeprefix("static."), values.get(key))
+    return flat
+
+
+def _nvlinks(item: dict[str, Any]) -> tuple[NvLink, ...] | None:
+    """The per-link readings (``health.readings.nvlink.links``); None where the recording has none."""
+    readings = _object(_object(item.get("health"), "health").get("readings"), "health readings")
+    links = _object(readings.get("nvlink"), "health readings nvlink").get("links")
+    if links is None:
+        return None
+    return tuple(
+        NvLink(
+            link=_count(link.get("link"), "NVLink link", 1 << 16),
+            active=_flag(link.get("active"), "NVLink active"),
+            version=_whole(link.get("version"), "NVLink version"),
+            rx_bytes_per_s=_whole(link.get("rx_bytes_per_s"), "NVLink rx_bytes_per_s"),
+            tx_bytes_per_s=_whole(link.get("tx_bytes_per_s"), "NVLink tx_bytes_per_s"),
+            errors=_whole(link.get("errors"), "NVLink errors"),
+            remote=_text(link.get("remote"), "NVLink remote"),
+        )
+        for link in (_object(entry, "NVLink") for entry in _list(links, "NVLink links"))
+    )
+
+
 def _gpu(item: dict[str, Any], timestamp: float) -> tuple[GpuStatic, GpuSample]:
     """The static and sampled fields of one GPU of a line (what its chart needs, processes aside)."""
     reasons = _reasons(item, _GPU_REASON_KEYS)
+    flat = _with_readings(item)
     static = GpuStatic(
         index=_count(item["index"], "index", MAX_GPUS),
         mig_devices=_texts(item.get("mig_devices"), "mig_devices") or (),
         unavailable=freeze({k: v for k, v in reasons.items() if k in _STATIC_KEYS}),
-        **_fields(item, _STATIC_FIELDS),
+        **_fields(flat, _STATIC_FIELDS),
     )
     sample = GpuSample(
         timestamp=timestamp,
         lost=bool(_flag(item.get("lost", False), "lost")),
         pstate=_pstate(item.get("pstate")),
         throttle_reasons=_texts(item.get("throttle_reasons"), "throttle_reasons"),
+        nvlinks=_nvlinks(item),
         unavailable=freeze({k: v for k, v in reasons.items() if k in GpuSample.__dataclass_fields__}),
-        **_fields(item, _SAMPLE_FIELDS),
+        **_fields(flat, _SAMPLE_FIELDS),
     )
     return static, sample
+
+
+def _finding(data: Any) -> Finding:
+    data = _object(data, "finding")
+    return Finding(
+        severity=Severity(data["severity"]),
+        code=_text(data["code"], "finding code") or "",
+        text=_text(data["text"], "finding text") or "",
+        action=_text(data.get("action"), "finding action"),
+    )
+
+
+def _event(data: Any, gpu_index: int) -> GpuEvent:
+    data = _object(data, "event")
+    timestamp = _number(data["timestamp"], "event timestamp")
+    if timestamp is None:
+        raise ValueError("event timestamp is not a time")
+    return GpuEvent(
+        timestamp=timestamp,
+        gpu_index=gpu_index,
+        kind=_text(data.get("kind", "xid"), "event kind") or "xid",
+        xid=_whole(data.get("xid"), "xid"),
+        gpu_instance_id=_whole(data.get("gpu_instance_id"), "gpu_instance_id"),
+        compute_instance_id=_whole(data.get("compute_instance_id"), "compute_instance_id"),
+    )
+
+
+def _xid_counts(value: Any) -> tuple[tuple[int, int], ...]:
+    """``{"79": 2}`` back to ``((79, 2),)``, in the recorded order."""
+    counts = []
+    for key, count in _object(value, "xid_counts").items():
+        if not (key.isascii() and key.isdigit() and len(key) <= 10):
+            raise ValueError(f"xid {_excerpt(key, 30)} is not a whole number")
+        counts.append((int(key), _count(count, "xid count", _LIMIT)))
+    return tuple(counts)
+
+
+def _health(item: dict[str, Any], gpu_index: int) -> GpuHealth:
+    """The GPU's health as recorded: verdict, findings, event timeline, counts (OK when not recorded)."""
+    data = _object(item.get("health"), "health")
+    if not data:
+        return OK_HEALTH
+    responding = _flag(data.get("responding", True), "responding")
+    return GpuHealth(
+        verdict=Severity(data.get("verdict", "OK")),
+        findings=tuple(_finding(f) for f in _list(data.get("findings"), "findings")),
+        events=tuple(_event(e, gpu_index) for e in _list(data.get("events"), "events")[-EVENTS_PER_GPU:]),
+        xid_counts=_xid_counts(data.get("xid_counts")),
+        events_note=_text(data.get("events_note"), "events_note"),
+        responding=True if responding is None else responding,
+        stalled_seconds=_number(data.get("stalled_seconds"), "stalled_seconds"),
+        throttle=_text(data.get("throttle"), "throttle"),
+        idle_held_bytes=_whole(data.get("idle_held_bytes"), "idle_held_bytes"),
+        suspected_hang_seconds=_number(data.get("suspected_hang_seconds"), "suspected_hang_seconds"),
+    )
 
 
 def _gpu_items(data: dict[str, Any]) -> list[Any]:
@@ -300,6 +443,7 @@ def snapshot_from_dict(data: dict[str, Any], history: dict[int, HistoryBuffer]) 
                 processes_hint=(unmapped_hint(processes) or processes_hint(sample, processes, reason))
                 if "processes" in item
                 else None,
+                health=_health(item, static.index),
             )
         )
     sequence = _number(data.get("sequence"), "sequence")
