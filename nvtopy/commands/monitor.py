@@ -139,6 +139,7 @@ def _run_interactive(args: argparse.Namespace) -> int:
         interval=args.interval,
         readonly=args.readonly,
         layout=args.view,
+        thresholds=options.health_thresholds(args),
     )
     app.run()
     for warning in warnings:

@@ -9,14 +9,21 @@ padding). Colours follow the GPU's own limits (its slowdown temperature, its
 enforced power cap), not universal thresholds: 80 °C is fine on one board and
 throttling on another.
 
+Health (:mod:`nvtopy.health`, computed by the collector) shows here too: the
+verdict in the title -- a quiet green "OK", or WARN/FAIL with its first reason
+--, throttling in words, an optional fifth line for the interconnect (PCIe link
+and throughput, NVLinks) that the view drops first when space is short, and a
+GPU whose driver call is stuck: "not responding (N s)" in its title and its
+last values dimmed, so nobody mistakes them for live ones.
+
 Text from outside (GPU names, bus ids, remote host names, notes that quote a
-peer's error, throttle reasons read from a recording) goes through
+peer's error, throttle reasons read from a recording, NVLink peers) goes through
 :func:`~nvtopy.textsafe.safe_text` here, before it becomes a :class:`Line`.
 """
 
 from __future__ import annotations
 
-from ..model import GpuState
+from ..model import GpuState, Severity
 from ..textsafe import safe_text
 from .cells import (
     ALERT,
@@ -27,6 +34,7 @@ from .cells import (
     WARN,
     Cell,
     ecc_cell,
+    health_summary_cell,
     host_label,
     load_category,
     lost_cell,
@@ -37,15 +45,30 @@ from .cells import (
     percent_cell,
     power_cell,
     pstate_cell,
+    stalled_text,
     temperature_cell,
     throttle_cell,
+    verdict_cell,
 )
 from .styled import Line
-from .units import NA, short_name
+from .units import NA, fmt_bytes, short_name
 
-__all__ = ["PANEL_HEIGHT", "PANEL_MIN_WIDTH", "bar", "compact_line", "panel_lines", "panel_title", "sparkline"]
+__all__ = [
+    "PANEL_HEIGHT",
+    "PANEL_LINKS_HEIGHT",
+    "PANEL_MIN_WIDTH",
+    "bar",
+    "compact_line",
+    "has_interconnect",
+    "interconnect_line",
+    "panel_height",
+    "panel_lines",
+    "panel_title",
+    "sparkline",
+]
 
 PANEL_HEIGHT = 6  # 4 lines of content inside a border
+PANEL_LINKS_HEIGHT = 7  # and the interconnect line, where space allows
 PANEL_MIN_WIDTH = 52
 _SPARK = " ▁▂▃▄▅▆▇█"
 _EIGHTHS = " ▏▎▍▌▋▊▉█"
@@ -119,9 +142,27 @@ def _temperature(gpu: GpuState, *, with_limit: bool = True) -> Line:
     return line
 
 
+def _harmful_throttle(gpu: GpuState) -> bool:
+    """Whether the health layer counted the throttling against the GPU (heat, HW slowdown, power brake)."""
+    return any(finding.code == "throttle" for finding in gpu.health.findings)
+
+
 def _throttle(gpu: GpuState) -> Line:
-    text, category = throttle_cell(gpu.sample)
-    return Line("⚠ " + text, RICH_STYLES[category]) if text and category == WARN else Line()
+    """Throttling in words: ``⚠ HW slowdown: SM at 45 % of max`` when it hurts, dim when it is benign.
+
+    The words are the health layer's (``health.throttle``); a GPU without them (a
+    recording or a peer that has no health) falls back to the reason labels.
+    Idle alone is normal at rest and not shown.
+    """
+    words = gpu.health.throttle
+    if words is None:
+        text, category = throttle_cell(gpu.sample)
+        return Line("⚠ " + text, RICH_STYLES[category]) if text and category == WARN else Line()
+    if words == "idle":
+        return Line()
+    if _harmful_throttle(gpu):
+        return Line("⚠ " + safe_text(words), RICH_STYLES[WARN])
+    return Line(safe_text(words), RICH_STYLES[DIM])
 
 
 def _host(gpu: GpuState) -> str:
@@ -129,7 +170,24 @@ def _host(gpu: GpuState) -> str:
     return f"{host_label(gpu.static)} "
 
 
-def panel_title(gpu: GpuState) -> Line:
+def _health_title(gpu: GpuState) -> Line:
+    """The title's health part: "not responding (N s)", a quiet green OK, or the verdict with its first reason."""
+    stalled = stalled_text(gpu)
+    if stalled is not None:
+        return Line(f" {stalled} ", RICH_STYLES[ALERT])
+    if gpu.health.verdict is Severity.OK:
+        text, category = verdict_cell(gpu)
+        return Line(f" {text} ", RICH_STYLES[category])
+    text, category = health_summary_cell(gpu)
+    return Line(f" {text} ", RICH_STYLES[category])
+
+
+def panel_title(gpu: GpuState, width: int | None = None) -> Line:
+    """Index, name and bus id, then the health verdict; ``width``: the most cells it may take.
+
+    When it does not fit, the bus id goes first, then the reason is cut: the
+    verdict (and "not responding") is what a glance at the panel must catch.
+    """
     static = gpu.static
     title = Line(f" {static.index} ", "bold")
     if static.host is not None:  # a remote host's GPU: its host and own index
@@ -137,9 +195,13 @@ def panel_title(gpu: GpuState) -> Line:
         if gpu.note:
             return title
     _put(title, name_cell(static), "bold")
-    if static.short_bus_id:
-        title.add(f" · {safe_text(static.short_bus_id)} ", "dim")
-    return title
+    health = _health_title(gpu)
+    bus = Line(f" · {safe_text(static.short_bus_id)}", "dim") if static.short_bus_id else Line()
+    if width is not None and title.cells + bus.cells + health.cells > width:
+        bus = Line()
+        if title.cells + health.cells > width:
+            health.fit(max(6, width - title.cells))
+    return title.extend(bus).extend(health)
 
 
 def _value(line: Line, cell: Cell, width: int = 0, emphasis: str = "") -> Line:
@@ -148,20 +210,141 @@ def _value(line: Line, cell: Cell, width: int = 0, emphasis: str = "") -> Line:
     return _put(line, (text.rjust(width) if category != DIM else text, category), emphasis)
 
 
-def panel_lines(gpu: GpuState, width: int) -> list[Line]:
-    """The four content lines of a full panel, each exactly ``width`` cells."""
+def panel_height(links: bool) -> int:
+    """Rows of a full panel, border included: with the interconnect line or without."""
+    return PANEL_LINKS_HEIGHT if links else PANEL_HEIGHT
+
+
+def has_interconnect(gpu: GpuState) -> bool:
+    """Whether the GPU has any interconnect reading worth a line (a recording without them has none)."""
     sample = gpu.sample
+    return any(
+        value is not None
+        for value in (
+            sample.pcie_link_gen,
+            sample.pcie_link_width,
+            sample.pcie_rx_bytes_per_s,
+            sample.pcie_tx_bytes_per_s,
+            sample.nvlinks,
+        )
+    )
+
+
+def _rate(value: int | None) -> str:
+    return NA if value is None else f"{fmt_bytes(value)}/s"
+
+
+def _rates(rx: int | None, tx: int | None) -> Line:
+    line = Line(" RX ", "dim").add(_rate(rx), RICH_STYLES[DIM] if rx is None else "")
+    return line.add(" TX ", "dim").add(_rate(tx), RICH_STYLES[DIM] if tx is None else "")
+
+
+def _pcie_link(gpu: GpuState) -> Line:
+    """``Gen5 x16``; a downgrade the health layer flagged in the warning colour, with the maximum."""
+    sample, static = gpu.sample, gpu.static
+    gen, width = sample.pcie_link_gen, sample.pcie_link_width
+    if gen is None and width is None:
+        return Line(f" {NA}", RICH_STYLES[DIM])
+    text = f" {'Gen?' if gen is None else f'Gen{gen}'} {'x?' if width is None else f'x{width}'}"
+    if any(finding.code == "pcie-downgrade" for finding in gpu.health.findings):
+        wanted = f"Gen{static.pcie_link_gen_max or '?'} x{static.pcie_link_width_max or '?'}"
+        return Line(f"{text} ⚠ max {wanted}", RICH_STYLES[WARN])
+    return Line(text)
+
+
+def _nvlink_count(gpu: GpuState) -> Line:
+    """``NVLink 18/18``: links up of links the board has; fewer up (or errors growing) in the warning colour."""
+    links = gpu.sample.nvlinks
+    if links is None:
+        count = gpu.static.nvlink_count
+        return Line("  NVLink ", "bold").add(NA, RICH_STYLES[DIM]) if count else Line()
+    if not links:
+        return Line()
+    up = sum(1 for link in links if link.active)
+    flagged = up < len(links) or any(f.code in ("nvlink-down", "nvlink-errors") for f in gpu.health.findings)
+    line = Line("  NVLink ", "bold").add(f"{up}/{len(links)}", RICH_STYLES[WARN] if flagged else "")
+    if any(f.code == "nvlink-errors" for f in gpu.health.findings):
+        line.add(" errors", RICH_STYLES[WARN])
+    return line
+
+
+def interconnect_line(gpu: GpuState, width: int) -> Line:
+    """``PCIe Gen5 x16 RX 1.2GiB/s TX 412MiB/s  NVLink 18/18 RX .. TX ..``, exactly ``width`` cells.
+
+    What does not fit is left out whole, least useful first: NVLink throughput,
+    then PCIe throughput; the link state (a downgrade, links down) stays.
+    """
+    sample = gpu.sample
+    pcie = Line("PCIe", "bold").extend(_pcie_link(gpu))
+    nvlink = _nvlink_count(gpu)
+    pcie_rates = _rates(sample.pcie_rx_bytes_per_s, sample.pcie_tx_bytes_per_s)
+    if sample.pcie_rx_bytes_per_s is None and sample.pcie_tx_bytes_per_s is None:
+        pcie_rates = Line()
+    nvlink_rates = Line()
+    if nvlink.cells and (sample.nvlink_rx_bytes_per_s is not None or sample.nvlink_tx_bytes_per_s is not None):
+        nvlink_rates = _rates(sample.nvlink_rx_bytes_per_s, sample.nvlink_tx_bytes_per_s)
+    parts = [pcie, pcie_rates, nvlink, nvlink_rates]
+    # Keep the most useful pieces that fit, then draw them in reading order.
+    kept = {0}
+    used = pcie.cells
+    for index in (2, 1, 3):
+        if parts[index].cells and used + parts[index].cells <= width:
+            kept.add(index)
+            used += parts[index].cells
+    if 3 in kept and 2 not in kept:
+        kept.discard(3)
+    line = Line()
+    for index, part in enumerate(parts):
+        if index in kept:
+            line.extend(part)
+    return line.fit(width)
+
+
+def _info_line(gpu: GpuState, width: int) -> Line:
+    """P-state, clocks, ECC, codecs in use, throttling; the clocks give way to the throttling words."""
+    sample = gpu.sample
+    info = _put(Line(), pstate_cell(sample), "bold")
+    clocks = Line("  SM ")
+    if sample.clock_sm_mhz is None:
+        _na(clocks)
+    else:
+        clocks.add(str(sample.clock_sm_mhz))
+    clocks.add("  MEM ")
+    if sample.clock_mem_mhz is None:
+        _na(clocks)
+    else:
+        clocks.add(str(sample.clock_mem_mhz))
+    clocks.add(" MHz")
+    rest = _put(Line("  ECC "), ecc_cell(sample))
+    if sample.encoder_percent or sample.decoder_percent:
+        rest.add(f"  ENC {sample.encoder_percent or 0}% DEC {sample.decoder_percent or 0}%")
+    throttle = _throttle(gpu)
+    if throttle.cells:
+        rest.add("  ").extend(throttle)
+        if info.cells + clocks.cells + rest.cells > width:
+            clocks = Line()  # the SM share in the words says what the clocks would
+    return info.extend(clocks).extend(rest)
+
+
+def panel_lines(gpu: GpuState, width: int, *, links: bool = False) -> list[Line]:
+    """The content lines of a full panel (four; five with ``links``), each exactly ``width`` cells.
+
+    A GPU that is not responding keeps its last values, all dimmed: they are
+    not live, and the title says how long the driver has been stuck.
+    """
+    sample = gpu.sample
+    blank = [Line().fit(width)] if links else []
     if gpu.note:
         # A host that could not be read is asked again; a note on a host that answered (capped) is not an error.
         retry = Line("retrying at every refresh", "dim") if gpu.lost else Line()
         lines = [_put(Line(), note_cell(gpu)), retry]
-        return [line.fit(width) for line in lines] + [Line().fit(width), Line().fit(width)]
+        return [line.fit(width) for line in lines] + [Line().fit(width), Line().fit(width), *blank]
     if gpu.lost:
         word, category = lost_cell()
         lost = Line(f"GPU {word}", RICH_STYLES[category])
         lost.add("  fell off the bus or stopped answering (GpuIsLost)", RICH_STYLES[BAD])
         retry = Line("retrying in the background; the other GPUs keep updating", "dim")
-        return [lost.fit(width), retry.fit(width), Line().fit(width), Line().fit(width)]
+        return [lost.fit(width), retry.fit(width), Line().fit(width), Line().fit(width), *blank]
 
     # Line 1: memory.
     label = _memory_label(gpu)
@@ -187,40 +370,71 @@ def panel_lines(gpu: GpuState, width: int) -> list[Line]:
     pwr.extend(bar(power_fraction, max(4, width - 4 - watts.cells - right.cells), _load(power_fraction)))
     pwr.extend(watts).extend(right)
 
-    # Line 4: P-state, clocks, ECC, codecs in use, throttle reasons.
-    info = _put(Line(), pstate_cell(sample), "bold")
-    info.add("  SM ")
-    if sample.clock_sm_mhz is None:
-        _na(info)
-    else:
-        info.add(str(sample.clock_sm_mhz))
-    info.add("  MEM ")
-    if sample.clock_mem_mhz is None:
-        _na(info)
-    else:
-        info.add(str(sample.clock_mem_mhz))
-    _put(info.add(" MHz  ECC "), ecc_cell(sample))
-    if sample.encoder_percent or sample.decoder_percent:
-        info.add(f"  ENC {sample.encoder_percent or 0}% DEC {sample.decoder_percent or 0}%")
-    throttle = _throttle(gpu)
-    if throttle.cells:
-        info.add("  ").extend(throttle)
-    return [mem.fit(width), utl.fit(width), pwr.fit(width), info.fit(width)]
+    # Line 4: P-state, clocks, ECC, codecs in use, throttling. Line 5 (optional): PCIe and NVLink.
+    lines = [mem, utl, pwr, _info_line(gpu, width)]
+    if links:
+        lines.append(interconnect_line(gpu, width))
+    lines = [line.fit(width) for line in lines]
+    if not gpu.health.responding:
+        for line in lines:
+            line.restyle("dim")
+    return lines
+
+
+COMPACT_WORD_WIDTH = 50
+"""Below this many cells a compact line shows its verdict as one sign (✓ ! ✗) instead of the word."""
+_VERDICT_SIGNS = {Severity.OK: "✓", Severity.WARN: "!", Severity.FAIL: "✗"}
+
+
+def _compact_verdict(gpu: GpuState, width: int) -> Line:
+    """The verdict in a fixed four cells (one sign on a narrow line), so the compact lines' columns stay aligned."""
+    text, category = verdict_cell(gpu)
+    if width < COMPACT_WORD_WIDTH:
+        return Line(_VERDICT_SIGNS[gpu.health.verdict], RICH_STYLES[category])
+    return Line(f"{text:<4} ", RICH_STYLES[category])
+
+
+def _compact_extras(gpu: GpuState) -> list[Line]:
+    """What may end a compact line, longest first: the model and bus id (or the model alone) when all
+    is well, else the first reason, or how long the GPU has not responded."""
+    stalled = stalled_text(gpu)
+    if stalled is not None:
+        return [Line(f"  {stalled}", RICH_STYLES[ALERT]), Line(f" {stalled}", RICH_STYLES[ALERT])]
+    if gpu.health.verdict is not Severity.OK and gpu.health.findings:
+        text, category = health_summary_cell(gpu)
+        reason = text.partition(" ")[2]  # the verdict is already at the start of the line
+        return [Line(f"  {reason}", RICH_STYLES[category])]
+    name = short_name(gpu.static.name)
+    return [Line(f"  {name} {safe_text(gpu.static.short_bus_id)}", "dim"), Line(f"  {name}", "dim")]
+
+
+COMPACT_MIN_BARS = 24
+"""Cells the two bars of a compact line keep before the name (or the reason) at its end is cut."""
+_COMPACT_MIN_EXTRA = 12
+COMPACT_EXTRA_MAX = 40
+"""Cells a compact line's end (the name, or the reason) takes at most -- or half of what the bars leave
+on a very wide line: the bars get the rest."""
 
 
 def compact_line(gpu: GpuState, width: int) -> Line:
-    """One line per GPU: index, memory bar, utilisation sparkline, temperature, power, name."""
+    """One line per GPU: index, verdict, memory bar, utilisation sparkline, temperature, power, then the name.
+
+    A GPU with a finding ends with its first reason instead of its name; one that
+    is not responding ends with how long, and its last values are dimmed.
+    """
     sample, static = gpu.sample, gpu.static
-    line = Line(f"{static.index:>2} ", "bold")
+    line = Line(f"{static.index:>2}", "bold")
     if static.host is not None:
-        line.add(_host(gpu), RICH_STYLES[REMOTE])
+        line.add(" ").add(_host(gpu).rstrip(), RICH_STYLES[REMOTE])
     if gpu.note:
-        return _put(line, note_cell(gpu)).fit(width)
+        return _put(line.add(" "), note_cell(gpu)).fit(width)
     bus = safe_text(static.short_bus_id)
     if gpu.lost:
-        _put(line, lost_cell())
+        _put(line.add(" "), lost_cell())
         line.add(f" {short_name(static.name)} {bus} (GpuIsLost)", RICH_STYLES[BAD])
         return line.fit(width)
+    verdict = _compact_verdict(gpu, width)
+    line.add(" " if verdict.cells > 1 or static.host is not None else "").extend(verdict)
     percent = memory_percent_text(gpu)
     draw = sample.power_draw_w
     tail = Line(" ")
@@ -237,16 +451,43 @@ def compact_line(gpu: GpuState, width: int) -> Line:
         tail.add(" ⚠", RICH_STYLES[WARN])
     if ecc_cell(sample)[1] == ALERT:  # uncorrected errors: the panel's count, as a marker
         tail.add(" ECC!", RICH_STYLES[ALERT])
-    extra = Line(f"  {short_name(static.name)} {bus}", "dim")
     memory = Line(f" {percent:>4} ") if percent is not None else Line(f" {NA:>4} ", "dim")
+    fraction = None if gpu.memory_used_percent is None else gpu.memory_used_percent / 100
     budget = width - line.cells - memory.cells - tail.cells
-    if budget >= 24 + extra.cells:
-        budget -= extra.cells
-    else:
-        extra = Line()
+    # The end (name or reason) gets the same cells on every line of a width, so the bars line up.
+    room = budget - COMPACT_MIN_BARS
+    extra_width = min(room, max(COMPACT_EXTRA_MAX, room // 2)) if room >= _COMPACT_MIN_EXTRA else 0
+    extras = _compact_extras(gpu)
+    fitting = next((candidate for candidate in extras if candidate.cells <= extra_width), None)
+    if not gpu.health.responding and fitting is None:  # "not responding" is never cut: the values make room
+        return line.extend(_stalled_values(gpu, budget - extra_width, extra_width, memory, tail)).fit(width)
+    extra = (fitting or extras[-1]).fit(extra_width) if extra_width else Line()
+    budget -= extra_width
     mem_width = max(4, budget // 2)
     spark_width = max(4, budget - mem_width)
+    values = bar(fraction, mem_width, _load(fraction)).extend(memory)
+    values.extend(sparkline(gpu.history.utilization_gpu_percent, spark_width)).extend(tail)
+    if not gpu.health.responding:
+        values.restyle("dim")  # its last values: not live
+    return line.extend(values).extend(extra).fit(width)
+
+
+def _stalled_values(gpu: GpuState, bars: int, extra_width: int, memory: Line, tail: Line) -> Line:
+    """A not-responding GPU's compact values, dimmed, then "not responding (N s)" whole.
+
+    ``bars`` and ``extra_width``: the cells the two bars and the end have on the other
+    GPUs' lines. The memory bar keeps its width (the lines stay aligned) while the
+    sparkline gives the stall its room; then the stale figures (utilisation,
+    temperature, power) and the sparkline go, and at last the memory bar shrinks.
+    """
+    stalled = _compact_extras(gpu)[-1]
+    mem_width = max(4, bars // 2)
+    spark_width = bars - mem_width - (stalled.cells - extra_width)
     fraction = None if gpu.memory_used_percent is None else gpu.memory_used_percent / 100
-    line.extend(bar(fraction, mem_width, _load(fraction))).extend(memory)
-    line.extend(sparkline(gpu.history.utilization_gpu_percent, spark_width)).extend(tail).extend(extra)
-    return line.fit(width)
+    if spark_width >= 4:
+        values = bar(fraction, mem_width, _load(fraction)).extend(memory)
+        values.extend(sparkline(gpu.history.utilization_gpu_percent, spark_width)).extend(tail)
+    else:
+        room = bars + tail.cells + extra_width - stalled.cells  # for the memory bar alone
+        values = bar(fraction, max(4, min(mem_width, room)), _load(fraction)).extend(memory)
+    return values.restyle("dim").extend(stalled)

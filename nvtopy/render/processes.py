@@ -19,6 +19,8 @@ from .cells import PROCESS_CELL_KEYS
 
 __all__ = [
     "COLUMNS",
+    "FLAGS_COLUMN",
+    "FLAG_FILTERS",
     "GROUP_MODES",
     "Column",
     "ProcessFilter",
@@ -72,21 +74,41 @@ COLUMNS: tuple[Column, ...] = (
 COLUMN_KEYS = tuple(c.key for c in COLUMNS)
 if COLUMN_KEYS != PROCESS_CELL_KEYS:  # cells.process_cells draws these columns, in this order
     raise AssertionError(f"process columns {COLUMN_KEYS} != cells {PROCESS_CELL_KEYS}")
-_BY_KEY = {c.key: c for c in COLUMNS}
+
+
+def _flags(p: GpuProcess) -> str | None:
+    return ",".join(p.flags) if p.flags else None
+
+
+FLAGS_COLUMN = Column("flags", "FLAGS", 16, "left", _flags, False, 2)
+"""The real-work flags ("idle-held 12 min", "hang?": cells.process_flags_cell), before COMMAND.
+
+Apart from :data:`COLUMNS` because it is shown only while some process has a
+flag (most of the time none has: an empty column would cost COMMAND 17 cells),
+and it is not in the ``s`` cycle; a click on its title sorts by it. At small
+widths it is the first of the priority-2 columns to go (a flagged row keeps a
+marker), unless the flag filter asked for flagged processes.
+"""
+_BY_KEY = {c.key: c for c in (*COLUMNS, FLAGS_COLUMN)}
 MIN_COMMAND_WIDTH = 20
 # OWNER widens up to this on a wide terminal (``ns/pod`` names are long) while COMMAND keeps WIDE_COMMAND_WIDTH.
 WIDE_OWNER_WIDTH = 32
 WIDE_COMMAND_WIDTH = 60
 
 
-def visible_columns(width: int) -> tuple[Column, ...]:
+def visible_columns(width: int, *, flags: bool = False, keep_flags: bool = False) -> tuple[Column, ...]:
     """The columns that fit ``width`` cells, dropping low-priority ones while COMMAND would be too narrow.
 
-    Dropped first: TYPE, then HOST-MEM, then TIME, CPU%, SM% and OWNER (in that order), then USER.
-    OWNER is 11 cells wide on a narrow terminal and grows up to :data:`WIDE_OWNER_WIDTH` while
-    COMMAND keeps :data:`WIDE_COMMAND_WIDTH` cells.
+    Dropped first: TYPE, then HOST-MEM, then FLAGS (when shown), TIME, CPU%, SM% and OWNER (in that
+    order), then USER. ``flags``: show FLAGS (some process has a flag); ``keep_flags``: never drop it
+    (the user filtered by flags). OWNER is 11 cells wide on a narrow terminal and grows up to
+    :data:`WIDE_OWNER_WIDTH` while COMMAND keeps :data:`WIDE_COMMAND_WIDTH` cells.
     """
     columns = list(COLUMNS)
+    if flags or keep_flags:
+        flag_column = dataclasses.replace(FLAGS_COLUMN, priority=0) if keep_flags else FLAGS_COLUMN
+        columns.insert(len(columns) - 1, flag_column)
+    order = {c.key: i for i, c in enumerate(columns)}
     while True:
         fixed = sum(c.width + 1 for c in columns if c.key != "command")
         if width - fixed >= MIN_COMMAND_WIDTH:
@@ -94,7 +116,7 @@ def visible_columns(width: int) -> tuple[Column, ...]:
         droppable = [c for c in columns if c.priority > 0]
         if not droppable:
             break
-        columns.remove(max(droppable, key=lambda c: (c.priority, COLUMNS.index(c))))
+        columns.remove(max(droppable, key=lambda c: (c.priority, order[c.key])))
     spare = width - fixed - WIDE_COMMAND_WIDTH
     owner = _BY_KEY["owner"]
     if spare > 0 and owner in columns:
@@ -108,9 +130,12 @@ class SortOrder:
     reverse: bool = False
 
     def cycle(self, step: int) -> SortOrder:
-        """The next (or previous) column, in its natural direction."""
-        index = (COLUMN_KEYS.index(self.column) + step) % len(COLUMN_KEYS)
-        key = COLUMN_KEYS[index]
+        """The next (or previous) column, in its natural direction (from FLAGS: its neighbours, TIME and COMMAND)."""
+        if self.column in COLUMN_KEYS:
+            index = (COLUMN_KEYS.index(self.column) + step) % len(COLUMN_KEYS)
+        else:  # FLAGS, which sits between TIME and COMMAND but is not in the cycle
+            index = COLUMN_KEYS.index("command") + (step - 1 if step > 0 else step)
+        key = COLUMN_KEYS[index % len(COLUMN_KEYS)]
         return SortOrder(key, _BY_KEY[key].descending_first)
 
     def by(self, key: str) -> SortOrder:
@@ -132,6 +157,10 @@ def _is_type(kind: ProcessType, wanted: str) -> bool:
     return kind is ProcessType.BOTH or kind.value == wanted or (wanted == "C" and kind is ProcessType.MPS)
 
 
+FLAG_FILTERS: tuple[str | None, ...] = (None, "flagged", "idle-held", "suspected-hang")
+"""What the flag filter cycles through: everything, any flag, then each flag (GpuProcess.flags)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ProcessFilter:
     """What the user narrowed the table to. The empty filter shows everything."""
@@ -140,16 +169,17 @@ class ProcessFilter:
     mine_only: bool = False
     process_type: str | None = None  # "C" or "G"; C+G rows match both
     gpus: frozenset[int] | None = None  # None: every GPU of the snapshot
+    flag: str | None = None  # FLAG_FILTERS: "flagged" (any flag), "idle-held", "suspected-hang"
 
     @property
     def active(self) -> bool:
-        return bool(self.text or self.mine_only or self.process_type or self.gpus is not None)
+        return bool(self.text or self.mine_only or self.process_type or self.gpus is not None or self.flag)
 
     def replace(self, **changes: Any) -> ProcessFilter:
         return dataclasses.replace(self, **changes)
 
     def describe(self) -> list[str]:
-        """Short labels for the header, e.g. ``['"train"', 'mine', 'type C', 'GPUs 0,2']``."""
+        """Short labels for the header, e.g. ``['"train"', 'mine', 'type C', 'GPUs 0,2', 'idle-held']``."""
         labels = []
         if self.text:
             labels.append(f'"{safe_text(self.text)}"')  # typed or pasted: shown in the header
@@ -159,10 +189,14 @@ class ProcessFilter:
             labels.append(f"type {self.process_type}")
         if self.gpus is not None:
             labels.append("GPUs " + (",".join(str(i) for i in sorted(self.gpus)) or "none"))
+        if self.flag:
+            labels.append(self.flag)
         return labels
 
     def matches(self, process: GpuProcess, me: str | None) -> bool:
         if self.gpus is not None and process.gpu_index not in self.gpus:
+            return False
+        if self.flag and not (process.flags if self.flag == "flagged" else self.flag in process.flags):
             return False
         if self.mine_only and (me is None or process.user != me):
             return False
@@ -314,6 +348,8 @@ def _group_sort_value(group: ProcessGroup, column: str) -> Any:
         return group.shared("type")
     if column == "command":
         return group.label.lower() if group.value is not None else None
+    if column == "flags":
+        return sum(1 for p in group.members if p.flags) or None
     return {
         "gpu_memory": group.gpu_memory_bytes,
         "sm": group.sm_percent,

@@ -17,6 +17,13 @@ waiting (``source.busy_since``); an error there ends the app with
 :attr:`NvtopyApp.open_error` for the CLI to report. Quitting joins the source's
 thread for :data:`QUIT_WAIT` at most: a thread inside a driver call is left to
 the process's exit (it is a daemon).
+
+GPU health (:mod:`nvtopy.health`) arrives in the snapshots like every other
+value: the panels show each GPU's verdict, ``h`` opens the health screen (every
+finding, the Xid timeline, memory and link readings), ``f`` narrows the table
+to flagged processes. A GPU whose driver call is stuck is drawn "not
+responding" with its last values dimmed by the same refresh that draws the
+others: no key waits on the source.
 """
 
 from __future__ import annotations
@@ -35,9 +42,13 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
 from ..backends.base import Backend, SignalOutcome
-from ..model import ALL_GROUPS, GpuProcess, Snapshot
+from ..health.verdict import HealthThresholds
+from ..model import ALL_GROUPS, GpuProcess, GpuState, Severity, Snapshot
+from ..render.gpu import has_interconnect
+from ..render.health import health_counts
 from ..render.processes import (
     COLUMNS,
+    FLAG_FILTERS,
     GROUP_MODES,
     GROUP_TITLES,
     ProcessFilter,
@@ -53,6 +64,7 @@ from ..sources.collector import Collector
 from ..sources.poller import Poller
 from ..textsafe import safe_text
 from .gpu_view import MODES, GpuView, plan_layout
+from .health_screen import HealthScreen
 from .messages import SnapshotReady, SourceFailed
 from .process_table import ProcessTable
 from .screens import ConfirmSignalScreen, GpuPickerScreen, HelpScreen
@@ -60,9 +72,10 @@ from .screens import ConfirmSignalScreen, GpuPickerScreen, HelpScreen
 __all__ = ["INTERVALS", "NvtopyApp"]
 
 INTERVALS = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0)
-# What the panels show. PCIe throughput, persistence/compute mode and energy are
-# not drawn, so the monitor never asks the driver for them.
-TUI_GROUPS = ALL_GROUPS - {"pcie", "modes", "energy"}
+# What the panels show. Persistence/compute mode and energy are not drawn, so the
+# monitor never asks the driver for them. PCIe throughput is (the interconnect
+# line and the health screen): it samples for 20 ms a call, at its slow cadence.
+TUI_GROUPS = ALL_GROUPS - {"modes", "energy"}
 SIGNALS = {"SIGTERM": signals.SIGTERM, "SIGKILL": signals.SIGKILL, "SIGINT": signals.SIGINT}
 # At quit, the longest wait for an idle source thread to end; one inside a driver call is not waited for.
 QUIT_WAIT = 0.1
@@ -96,6 +109,13 @@ class NvtopyApp(App[None]):
         Binding("g", "pick_gpus", "GPUs", tooltip="Choose the GPUs to show (panels and processes)"),
         Binding("u", "toggle_mine", "Mine", tooltip="Only my processes (toggle)"),
         Binding("t", "cycle_type", "Type", tooltip="Process type: all, compute (C), graphics (G)"),
+        Binding(
+            "f",
+            "cycle_flags",
+            "Flags",
+            show=False,
+            tooltip="Flagged processes: all, any flag, idle-held, suspected hang",
+        ),
         Binding("escape", "clear_filters", "Clear filters", show=False, tooltip="Clear every filter"),
         Binding("s,greater_than_sign", "sort(1)", "Sort", tooltip="Sort by the next column"),
         Binding("S,less_than_sign", "sort(-1)", "Sort (previous column)", show=False),
@@ -126,6 +146,12 @@ class NvtopyApp(App[None]):
         ),
         Binding("v", "cycle_layout", "View", tooltip="GPU view: auto, full panels, compact lines"),
         Binding("p", "toggle_pause", "Pause", tooltip="Pause or resume refreshing"),
+        Binding(
+            "h",
+            "health",
+            "Health",
+            tooltip="GPU health: findings and fixes, Xid events, memory and link readings",
+        ),
         Binding("plus,equals_sign", "interval(-1)", "Faster refresh", show=False, tooltip="Faster (replay: speed up)"),
         Binding("minus", "interval(1)", "Slower refresh", show=False, tooltip="Slower (replay: slow down)"),
         Binding("full_stop", "step(1)", "Step", show=False, tooltip="Refresh now (replay: next snapshot)"),
@@ -160,6 +186,7 @@ class NvtopyApp(App[None]):
         self._last_header: Text | None = None
         self._header_counts: tuple[int, int, int] | None = None
         self._stall_shown = False
+        self._snapshot_at = time.monotonic()  # when the current snapshot arrived (a stalled GPU's age grows from it)
 
     @classmethod
     def for_backend(
@@ -173,12 +200,16 @@ class NvtopyApp(App[None]):
         readonly: bool = False,
         layout: str = "auto",
         poll: bool = True,
+        events: bool = True,
+        thresholds: HealthThresholds | None = None,
     ) -> NvtopyApp:
         """The monitor of a local backend: a :class:`~nvtopy.sources.poller.Poller` of what the panels show.
 
         ``backend`` is open already, or None with an ``opener`` that the poller's thread
         runs (``select`` then picks the GPUs); ``waiting_for`` names what a slow start
-        waits for ("the NVIDIA driver"). See :class:`~nvtopy.sources.poller.Poller`.
+        waits for ("the NVIDIA driver"). ``events``: watch Xid events while the monitor
+        runs (the health screen's timeline); ``thresholds``: of the health flags
+        (``--idle-held-after`` and friends). See :class:`~nvtopy.sources.poller.Poller`.
         """
         poller = Poller(
             backend,
@@ -187,6 +218,8 @@ class NvtopyApp(App[None]):
             opener=opener,
             select=select,
             waiting_for=waiting_for,
+            events=events,
+            thresholds=thresholds,
         )
         return cls(poller, readonly=readonly, layout=layout, poll=poll)
 
@@ -232,10 +265,22 @@ class NvtopyApp(App[None]):
         since = self.source.busy_since
         return None if since is None else max(0.0, time.monotonic() - since)
 
+    def _stuck_for(self) -> float | None:
+        """Seconds the driver has kept the monitor waiting: the read in progress, or -- the poll no
+        longer waits for a stuck GPU -- the stall of every shown GPU when none of them answers."""
+        waited = self._waited()
+        gpus = self.visible_gpus()
+        if gpus and all(not g.health.responding for g in gpus):
+            since_snapshot = max(0.0, time.monotonic() - self._snapshot_at)
+            stalled = max(g.health.stalled_seconds or 0.0 for g in gpus) + since_snapshot
+            waited = stalled if waited is None else max(waited, stalled)
+        return waited
+
     def _show_waiting(self) -> None:
         """Twice a second: say so when the driver keeps the monitor waiting (before the first sample, or stuck)."""
         waited = self._waited()
         if self.snapshot is not None:
+            waited = self._stuck_for()
             stalled = waited is not None and waited >= STALL_AFTER
             if stalled or self._stall_shown:
                 self._update_header()
@@ -254,15 +299,19 @@ class NvtopyApp(App[None]):
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
         self.snapshot = message.snapshot
+        self._snapshot_at = time.monotonic()
         self.snapshots_applied += 1
         self.refresh_view()
+        for screen in self.screen_stack:
+            if isinstance(screen, HealthScreen):  # open (perhaps under the help): it follows the live snapshots
+                screen.show(message.snapshot, self.visible_gpus())
 
     def on_resize(self) -> None:
         self.refresh_view()
 
     # ----------------------------------------------------------------- drawing
 
-    def visible_gpus(self) -> tuple:
+    def visible_gpus(self) -> tuple[GpuState, ...]:
         if self.snapshot is None:
             return ()
         wanted = self.row_filter.gpus
@@ -285,7 +334,8 @@ class NvtopyApp(App[None]):
             gpu_view.message = "No NVIDIA GPU found" if found_none else "No GPUs selected"
         else:
             gpu_view.message = "No GPUs selected (g to choose)"
-        plan = plan_layout(len(gpus), self.size.width, self.size.height, self.layout_mode)
+        links = any(has_interconnect(g) for g in gpus)
+        plan = plan_layout(len(gpus), self.size.width, self.size.height, self.layout_mode, links=links)
         if gpu_view.styles.height is None or gpu_view.styles.height.value != plan.lines:
             gpu_view.styles.height = plan.lines
         gpu_view.show(gpus, plan)
@@ -302,12 +352,20 @@ class NvtopyApp(App[None]):
             if self.row_filter.active
             else "No GPU processes" + (" · " + " · ".join(hints) if hints else "")
         )
-        table.set_rows(list(shown), me=me, tags=frozenset(self.tags.keys), order=self.order)
+        flags = any(p.flags for p in everything)
+        table.set_rows(
+            list(shown),
+            me=me,
+            tags=frozenset(self.tags.keys),
+            order=self.order,
+            flags=flags,
+            keep_flags=self.row_filter.flag is not None,
+        )
         self._header_counts = (len(gpus), len(rows), len(everything))
         self._update_header(header)
 
     def _update_header(self, header: HeaderBar | None = None) -> None:
-        """The header line, led by how long the driver has kept the poll waiting when it is stuck."""
+        """The header line, led by how long the driver has kept the poll (or every shown GPU) waiting when stuck."""
         snapshot, counts = self.snapshot, self._header_counts
         if snapshot is None or counts is None:
             return
@@ -317,7 +375,7 @@ class NvtopyApp(App[None]):
             except NoMatches:
                 return
         text = self._header_text(snapshot, *counts)
-        waited = self._waited()
+        waited = self._stuck_for()
         self._stall_shown = waited is not None and waited >= STALL_AFTER
         if waited is not None and self._stall_shown:
             notice = Text(f" waiting for {self.source.waiting_for}: {int(waited)} s ", style="bold black on yellow")
@@ -343,6 +401,7 @@ class NvtopyApp(App[None]):
             text.append("│ ⏸ PAUSED ", style="bold yellow")
         else:
             text.append(f"│ ⟳ {self.source.interval:g}s ")
+        self._health_summary(text)
         labels = self.row_filter.describe()
         if labels:
             text.append("│ filter: ", style="bold yellow")
@@ -361,6 +420,21 @@ class NvtopyApp(App[None]):
         text.append(f"│ {time.strftime('%H:%M:%S', time.localtime(snapshot.timestamp))}")
         text.truncate(max(1, self.size.width), overflow="ellipsis")
         return text
+
+    def _health_summary(self, text: Text) -> None:
+        """``│ 1 FAIL · 2 WARN (h)`` when some shown GPU is not OK: early in the line, a narrow terminal keeps it."""
+        counts = health_counts(self.visible_gpus())
+        fail, warn = counts[Severity.FAIL], counts[Severity.WARN]
+        if not fail and not warn:
+            return
+        text.append("│ ")
+        if fail:
+            text.append(f"{fail} FAIL", style="bold white on red")
+            if warn:
+                text.append(" · ")
+        if warn:
+            text.append(f"{warn} WARN", style="bold yellow")
+        text.append(" (h) ", style="dim")
 
     # ----------------------------------------------------------------- filters and sort
 
@@ -397,6 +471,12 @@ class NvtopyApp(App[None]):
     def action_cycle_type(self) -> None:
         following = {None: "C", "C": "G", "G": None}[self.row_filter.process_type]
         self.set_filter(process_type=following)
+
+    def action_cycle_flags(self) -> None:
+        """All processes, then those with any real-work flag, then idle-held only, then suspected hangs only."""
+        following = FLAG_FILTERS[(FLAG_FILTERS.index(self.row_filter.flag) + 1) % len(FLAG_FILTERS)]
+        self.set_filter(flag=following)
+        self.notify(f"processes: {following} only" if following else "processes: all", timeout=2)
 
     def action_pick_gpus(self) -> None:
         if self.snapshot is None:
@@ -481,6 +561,12 @@ class NvtopyApp(App[None]):
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.help_sections()))
 
+    def action_health(self) -> None:
+        """Open the health screen on the snapshot at hand (never waits for the source: it follows later ones)."""
+        if isinstance(self.screen, HealthScreen):
+            return
+        self.push_screen(HealthScreen(self.snapshot, self.visible_gpus()))
+
     def help_sections(self) -> list[tuple[str, list[tuple[str, str]]]]:
         def keys_of(binding: Binding) -> str:
             names = binding.key.split(",")
@@ -494,6 +580,7 @@ class NvtopyApp(App[None]):
             "pick_gpus": "Filtering",
             "toggle_mine": "Filtering",
             "cycle_type": "Filtering",
+            "cycle_flags": "Filtering",
             "clear_filters": "Filtering",
             "sort": "Sorting",
             "reverse": "Sorting",
@@ -505,6 +592,7 @@ class NvtopyApp(App[None]):
             "toggle_pause": "View",
             "interval": "View",
             "step": "View",
+            "health": "View",
         }
         seen = set()
         for binding in self.BINDINGS:
@@ -542,6 +630,14 @@ class NvtopyApp(App[None]):
                 lambda m=mode: self.set_group(m),
             )
         yield SystemCommand("Only my processes", "Toggle showing only your processes", self.action_toggle_mine)
+        yield SystemCommand("GPU health", "Findings, Xid events, memory and link readings", self.action_health)
+        for flag in FLAG_FILTERS:
+            title = f"{flag} processes" if flag else "every process (no flag filter)"
+            yield SystemCommand(
+                f"Show {title}",
+                "Narrow the process table by real-work flag (idle-held, suspected hang)",
+                lambda f=flag: self.set_filter(flag=f),
+            )
         yield SystemCommand("Choose GPUs", "Pick the GPUs to show", self.action_pick_gpus)
         yield SystemCommand("Clear filters", "Show every process of every GPU", self.action_clear_filters)
         yield SystemCommand("Pause or resume", "Stop or restart refreshing", self.action_toggle_pause)

@@ -4,6 +4,8 @@ One Line-API widget draws every GPU instead of one widget per GPU: no layout
 work per refresh, and lines whose text did not change are not sent to the
 terminal again. Which form is used depends on the number of GPUs and the
 terminal size (``auto``), or on the user's choice (``full`` / ``compact``).
+Full panels get a fifth line (PCIe and NVLink) only where the height allows
+it: that line is the first thing a small terminal gives up.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from textual.widget import Widget
 
 from ..model import SAMPLE_FIELDS, GpuState
 from ..render.cells import BAD, HOT, RICH_STYLES
-from ..render.gpu import PANEL_HEIGHT, PANEL_MIN_WIDTH, compact_line, panel_lines, panel_title
+from ..render.gpu import PANEL_MIN_WIDTH, compact_line, panel_height, panel_lines, panel_title
 from ..render.styled import Line, style
 
 __all__ = ["MODES", "GpuView", "LayoutPlan", "plan_layout"]
@@ -32,22 +34,36 @@ class LayoutPlan:
     kind: str  # "full" or "compact"
     columns: int
     lines: int
+    links: bool = False  # full panels: with the interconnect line (PCIe, NVLink)
+
+    @property
+    def panel_height(self) -> int:
+        return panel_height(self.links)
 
 
-def plan_layout(count: int, width: int, height: int, mode: str = "auto") -> LayoutPlan:
+FULL_SHARE = 0.45
+"""The most of the terminal's height full panels take in ``auto`` (the process table needs the rest)."""
+
+
+def plan_layout(count: int, width: int, height: int, mode: str = "auto", *, links: bool = False) -> LayoutPlan:
     """How to show ``count`` GPUs in a ``width`` x ``height`` terminal.
 
     ``auto`` uses full panels while they take at most ~45% of the height (the
     process table needs the rest), else compact lines, several per row when wide.
+    ``links``: the GPUs have interconnect readings; full panels show them on a
+    fifth line when that still fits the same share of the height (dropped first).
     """
     if count == 0:
         return LayoutPlan("compact", 1, 1)
     full_cols = max(1, min(count, width // PANEL_MIN_WIDTH))
     full_rows = math.ceil(count / full_cols)
     full_cols = math.ceil(count / full_rows)  # balance: 4 GPUs in 3 columns -> 2x2
-    full = LayoutPlan("full", full_cols, full_rows * PANEL_HEIGHT)
-    if mode == "full" or (mode == "auto" and full.lines <= 0.45 * height):
-        return full
+    if mode != "compact":
+        if links and full_rows * panel_height(True) <= FULL_SHARE * height:
+            return LayoutPlan("full", full_cols, full_rows * panel_height(True), links=True)
+        full = LayoutPlan("full", full_cols, full_rows * panel_height(False))
+        if mode == "full" or full.lines <= FULL_SHARE * height:
+            return full
     cols = max(1, min(count, width // 60))
     if math.ceil(count / cols) > 0.4 * height:
         cols = max(1, min(count, width // COMPACT_MIN_WIDTH))
@@ -104,9 +120,10 @@ class GpuView(Widget):
         cols = self._plan.columns
         panel_width = (width - (cols - 1)) // cols
         lines: list[Strip] = []
+        links = self._plan.links
         for start in range(0, len(self._gpus), cols):
-            panels = [self._cached_panel(gpu, panel_width) for gpu in self._gpus[start : start + cols]]
-            for y in range(PANEL_HEIGHT):
+            panels = [self._cached_panel(gpu, panel_width, links) for gpu in self._gpus[start : start + cols]]
+            for y in range(self._plan.panel_height):
                 segments: list[Segment] = []
                 for i, panel in enumerate(panels):
                     if i:
@@ -133,13 +150,13 @@ class GpuView(Widget):
             lines.append(_strip(segments, width))
         return lines
 
-    def _cached_panel(self, gpu: GpuState, width: int) -> list[list[Segment]]:
+    def _cached_panel(self, gpu: GpuState, width: int, links: bool) -> list[list[Segment]]:
         """The panel's rows, redrawn only when something it shows changed (an idle GPU costs nothing)."""
-        key = _signature(gpu, width)
+        key = (links, *_signature(gpu, width))
         cached = self._panels.get(gpu.index)
         if cached is not None and cached[0] == key:
             return cached[1]
-        rows = _panel(gpu, width)
+        rows = _panel(gpu, width, links)
         self._panels[gpu.index] = (key, rows)
         return rows
 
@@ -153,7 +170,7 @@ _GAP = Segment(" ")
 
 
 def _signature(gpu: GpuState, width: int) -> tuple[object, ...]:
-    """Everything a panel shows: values (not their timestamp), the visible history, identity, width."""
+    """Everything a panel shows: values (not their timestamp), the visible history, identity, width, health."""
     sample = gpu.sample
     return (
         width,
@@ -162,6 +179,7 @@ def _signature(gpu: GpuState, width: int) -> tuple[object, ...]:
         gpu.note,
         tuple(getattr(sample, name) for name in SAMPLE_FIELDS),
         gpu.history.utilization_gpu_percent[-width:],
+        gpu.health,
     )
 
 
@@ -175,17 +193,17 @@ def _strip(segments: list[Segment], width: int) -> Strip:
     return Strip(segments, width)
 
 
-def _panel(gpu: GpuState, width: int) -> list[list[Segment]]:
-    """A bordered panel: ``PANEL_HEIGHT`` rows of segments, each exactly ``width`` cells."""
+def _panel(gpu: GpuState, width: int, links: bool = False) -> list[list[Segment]]:
+    """A bordered panel: :func:`~nvtopy.render.gpu.panel_height` rows of segments, each exactly ``width`` cells."""
     border = style(RICH_STYLES[HOT] if gpu.lost else "bright_black")
-    title = panel_title(gpu)
+    title = panel_title(gpu, max(0, width - 4))
     if gpu.lost:
         title.restyle(RICH_STYLES[BAD])
     if title.cells > width - 4:
         title.fit(max(0, width - 4))
     rows = [[Segment("╭─", border), *title.segments(), Segment("─" * max(0, width - 3 - title.cells) + "╮", border)]]
     left, right = Segment("│ ", border), Segment(" │", border)
-    for line in panel_lines(gpu, width - 4):
+    for line in panel_lines(gpu, width - 4, links=links):
         rows.append([left, *line.segments(), right])
     rows.append([Segment("╰" + "─" * (width - 2) + "╯", border)])
     return rows

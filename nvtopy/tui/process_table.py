@@ -10,7 +10,10 @@ lines whose signature changed, and the cursor follows its process by identity
 Each cell's words and colour category come from
 :func:`~nvtopy.render.cells.process_cells`, the function ``nvtopy --once``
 draws its process table with; this widget only maps categories to styles and
-adds its own state (cursor, tags). All text is drawn with rich ``Text`` (never
+adds its own state (cursor, tags). The FLAGS column (real-work flags such as
+"idle-held 12 min", :func:`~nvtopy.render.cells.process_flags_cell`) appears
+only while some process has a flag; a flagged row is also marked with ``!``
+beside the tag marker, so it stands out where FLAGS had to give way. All text is drawn with rich ``Text`` (never
 parsed as markup) after :func:`~nvtopy.textsafe.safe_text` has replaced
 control characters.
 """
@@ -30,7 +33,17 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from ..model import GpuProcess
-from ..render.cells import DIM, PLAIN, PROCESS_CELL_KEYS, RICH_STYLES, Cell, group_cells, process_cells
+from ..render.cells import (
+    DIM,
+    PLAIN,
+    PROCESS_CELL_KEYS,
+    RICH_STYLES,
+    WARN,
+    Cell,
+    group_cells,
+    process_cells,
+    process_flags_cell,
+)
 from ..render.processes import Column, ProcessGroup, SortOrder, visible_columns
 from ..render.styled import style
 
@@ -42,6 +55,7 @@ _STYLE_CURSOR_UNFOCUSED = Style(bgcolor="grey23")
 _STYLE_HEADER = Style(bold=True, reverse=True)
 _STYLE_HEADER_SORTED = Style(bold=True, reverse=True, color="cyan")
 _STYLE_GROUP = Style(bold=True)
+_FLAG_MARK = "!"  # beside the tag marker: the row has a real-work flag (idle-held, suspected hang)
 
 Row = GpuProcess | ProcessGroup  # a process, or processes folded into a group (group-by)
 
@@ -115,6 +129,7 @@ class ProcessTable(ScrollView, can_focus=True):
         self._layout_width = -1
         self._line_cache: dict[int, tuple[tuple[object, ...], Strip]] = {}
         self._shown: list[tuple[object, ...]] = []  # signature of each row line as last drawn
+        self._flags = (False, False)  # FLAGS shown (some process has a flag), and kept at any width
         self.empty_message = "No GPU processes"
 
     # ----------------------------------------------------------------- data in
@@ -131,9 +146,20 @@ class ProcessTable(ScrollView, can_focus=True):
         me: str | None,
         tags: frozenset[tuple[int, int, float | None]],
         order: SortOrder,
+        flags: bool = False,
+        keep_flags: bool = False,
     ) -> None:
-        """Show ``rows``; the cursor stays on its process (or group) if it is still there."""
+        """Show ``rows``; the cursor stays on its process (or group) if it is still there.
+
+        ``flags``: show the FLAGS column (some process has a flag); ``keep_flags``: keep it
+        at any width (the user filters by flags).
+        """
         header_changed = order != self._order
+        if (flags, keep_flags) != self._flags:
+            self._flags = (flags, keep_flags)
+            self._layout_width = -1  # the columns change: lay them out again, redraw every line
+            self._shown = []
+            header_changed = True
         self._order = order
         self._me = me
         self._tags = tags
@@ -213,7 +239,8 @@ class ProcessTable(ScrollView, can_focus=True):
             self._layout_width = width
             placed = []
             x = 2  # a tag marker and a space come first
-            columns = visible_columns(width - x)
+            flags, keep_flags = self._flags
+            columns = visible_columns(width - x, flags=flags, keep_flags=keep_flags)
             for column in columns:
                 cell = column.width if column.key != "command" else max(1, width - x)
                 placed.append(_Placed(column, x, cell))
@@ -223,13 +250,14 @@ class ProcessTable(ScrollView, can_focus=True):
         return self._placed
 
     def _cells_of(self, index: int) -> tuple[Cell, ...]:
+        """The row's cells in :data:`PROCESS_CELL_KEYS` order, then its FLAGS cell."""
         cells = self._cells.get(index)
         if cells is None:
             row = self.rows[index]
             if isinstance(row, ProcessGroup):
-                cells = self._cells[index] = group_cells(row, self._me)
+                cells = self._cells[index] = (*group_cells(row, self._me), _group_flags_cell(row))
             else:
-                cells = self._cells[index] = process_cells(row, self._me)
+                cells = self._cells[index] = (*process_cells(row, self._me), process_flags_cell(row))
         return cells
 
     def _tagged(self, row: Row) -> bool:
@@ -281,7 +309,9 @@ class ProcessTable(ScrollView, can_focus=True):
         cells, selected, focused, tagged, kind = signature
         row_style = _STYLE_TAGGED if tagged else None
         text = Text(end="")
-        text.append("● " if tagged else "  ", row_style)
+        text.append("●" if tagged else " ", row_style)
+        flagged = bool(cells[_FLAGS_INDEX][0])  # type: ignore[index]
+        text.append(_FLAG_MARK if flagged else " ", style(RICH_STYLES[WARN]) if flagged else row_style)
         for placed in self._layout(width):
             cell_text, category = cells[_COLUMN_INDEX[placed.column.key]]  # type: ignore[index]
             text.append(_fit(cell_text, placed.width, placed.column.align), _cell_style(category, tagged))
@@ -320,4 +350,11 @@ class ProcessTable(ScrollView, can_focus=True):
         return strip
 
 
+def _group_flags_cell(group: ProcessGroup) -> Cell:
+    """A group's FLAGS: how many of its processes are flagged (their flags are on their own rows)."""
+    flagged = sum(1 for p in group.members if p.flags)
+    return (f"{flagged} flagged", WARN) if flagged else ("", PLAIN)
+
+
 _COLUMN_INDEX = {key: i for i, key in enumerate(PROCESS_CELL_KEYS)}
+_FLAGS_INDEX = _COLUMN_INDEX["flags"] = len(PROCESS_CELL_KEYS)

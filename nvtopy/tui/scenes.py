@@ -4,10 +4,17 @@ Why in the package: the tests and the screenshot script must draw exactly the
 same thing. Each scene is a simulated backend on a frozen clock (fixed seed,
 user and host name) fed a fixed number of snapshots on the test's own thread
 (no poller thread, so no timing enters the picture), then a few keys.
+
+A scene may ``edit`` the last snapshot before the app gets it: the health
+scenes put hand-made health on simulated GPUs (Xid events, a failed row
+remapping, a downgraded PCIe link, a GPU whose driver call is stuck), so their
+pictures do not depend on how the simulation or the collector happen to arrive
+at such states.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -15,8 +22,10 @@ from textual.pilot import Pilot
 
 from ..backends.sim_faults import parse_fault_specs
 from ..backends.simulated import SimulatedBackend
+from ..model import Finding, GpuEvent, GpuHealth, GpuState, NvLink, Severity, Snapshot
 from ..sources.poller import Poller
 from .app import NvtopyApp
+from .messages import SnapshotReady
 
 __all__ = ["FROZEN_TIME", "SCENES", "Scene", "build"]
 
@@ -43,6 +52,119 @@ class Scene:
     seed: int = 4
     samples: int = 90
     extra: dict[str, object] = field(default_factory=dict)
+    edit: Callable[[Snapshot], Snapshot] | None = None  # applied to the last snapshot before the app gets it
+
+
+_GIB = 2**30
+_FAIL, _WARN = Severity.FAIL, Severity.WARN
+
+
+def _links(count: int, down: tuple[int, ...] = (), errors: int = 0) -> tuple[NvLink, ...]:
+    return tuple(
+        NvLink(
+            link=i,
+            active=i not in down,
+            version=4,
+            rx_bytes_per_s=0 if i in down else 9 * 2**20 + i * 2**16,
+            tx_bytes_per_s=0 if i in down else 8 * 2**20 + i * 2**16,
+            errors=errors if i in down else 0,
+            remote=f"00000000:{0x40 + i:02X}:00.0",
+        )
+        for i in range(count)
+    )
+
+
+def _sick(gpu: GpuState, health: GpuHealth, **sample: object) -> GpuState:
+    """``gpu`` with hand-made ``health`` and sample readings, its interconnect filled in."""
+    links = sample.pop("nvlinks", _links(18))
+    readings = {
+        "pcie_link_gen": 5,
+        "pcie_link_width": 16,
+        "pcie_replay_counter": 0,
+        "remapped_rows_corrected": 0,
+        "remapped_rows_uncorrected": 0,
+        "remapped_rows_pending": False,
+        "remapped_rows_failure": False,
+        "nvlinks": links,
+        "nvlink_rx_bytes_per_s": sum(link.rx_bytes_per_s or 0 for link in links),  # type: ignore[union-attr]
+        "nvlink_tx_bytes_per_s": sum(link.tx_bytes_per_s or 0 for link in links),  # type: ignore[union-attr]
+        **sample,
+    }
+    static = dataclasses.replace(gpu.static, pcie_link_gen_max=5, pcie_link_width_max=16, nvlink_count=len(links))
+    return dataclasses.replace(gpu, static=static, sample=dataclasses.replace(gpu.sample, **readings), health=health)
+
+
+def sick_gpus(snapshot: Snapshot) -> Snapshot:
+    """Four GPUs in four states: healthy; throttled on a narrow link with an idle-held process;
+    not responding for 12 s; failed (Xid 79 then 64, row remapping failed, two NVLinks down)."""
+    now = snapshot.timestamp
+    gpus = list(snapshot.gpus)
+    gpus[0] = _sick(gpus[0], GpuHealth())
+    idle = gpus[1].processes[-1]
+    flagged = dataclasses.replace(idle, flags=("idle-held",), idle_seconds=1500.0, sm_percent=0)
+    gpus[1] = dataclasses.replace(gpus[1], processes=(*gpus[1].processes[:-1], flagged))
+    gpus[1] = _sick(
+        gpus[1],
+        GpuHealth(
+            verdict=_WARN,
+            findings=(
+                Finding(_WARN, "pcie-downgrade", "PCIe link Gen3 x8, the GPU can do Gen5 x16", "reseat the board"),
+                Finding(_WARN, "throttle", "HW slowdown: SM at 45 % of max", "check cooling and the power supply"),
+                Finding(
+                    _WARN,
+                    "idle-held",
+                    f"1 process holds {(idle.gpu_memory_bytes or 0) / _GIB:.1f} GiB and computes nothing",
+                    "ask the owner to release the GPU",
+                ),
+            ),
+            throttle="HW slowdown: SM at 45 % of max",
+            idle_held_bytes=idle.gpu_memory_bytes,
+        ),
+        pcie_link_gen=3,
+        pcie_link_width=8,
+        pcie_replay_counter=12,
+        throttle_reasons=("hw_slowdown",),
+        remapped_rows_corrected=2,
+    )
+    gpus[2] = _sick(
+        gpus[2],
+        GpuHealth(
+            verdict=_FAIL,
+            findings=(
+                Finding(
+                    _FAIL,
+                    "not-responding",
+                    "not responding (12 s): a driver call on this GPU is stuck",
+                    "look for Xid errors in dmesg; a GPU reset or a reboot may be needed",
+                ),
+            ),
+            responding=False,
+            stalled_seconds=12.0,
+        ),
+    )
+    events = (
+        GpuEvent(now - 1900, 3, xid=31, gpu_instance_id=1, compute_instance_id=0),
+        GpuEvent(now - 600, 3, xid=79),
+        GpuEvent(now - 540, 3, xid=64),
+    )
+    gpus[3] = _sick(
+        gpus[3],
+        GpuHealth(
+            verdict=_FAIL,
+            findings=(
+                Finding(_FAIL, "xid", "Xid 64: GPU memory remapping failure", "reset the GPU; contact support"),
+                Finding(_FAIL, "xid", "Xid 79: GPU has fallen off the bus", "reboot the node"),
+                Finding(_FAIL, "remap-failure", "row remapping failed", "replace the board (RMA)"),
+                Finding(_WARN, "nvlink-down", "NVLink 4, 5 inactive (16/18 up)", "check the fabric"),
+            ),
+            events=events,
+            xid_counts=((31, 1), (64, 1), (79, 1)),
+        ),
+        remapped_rows_uncorrected=3,
+        remapped_rows_failure=True,
+        nvlinks=_links(18, down=(4, 5), errors=7),
+    )
+    return dataclasses.replace(snapshot, gpus=tuple(gpus))
 
 
 SCENES: dict[str, Scene] = {
@@ -63,6 +185,17 @@ SCENES: dict[str, Scene] = {
             faults=("lost@2", "hot@1", "ecc@3"),
         ),
         Scene("workstation", "An RTX 4090 workstation: fans, graphics processes, no ECC", gpus=2, model="RTX 4090"),
+        Scene(
+            "sick",
+            "GPU health: a throttled GPU on a narrow link, one not responding (dimmed), one failed",
+            edit=sick_gpus,
+        ),
+        Scene(
+            "health",
+            "The health screen: findings with fixes, Xid events, memory and links",
+            edit=sick_gpus,
+            keys=("h",),
+        ),
     )
 }
 
@@ -87,6 +220,8 @@ def build(scene: Scene) -> tuple[NvtopyApp, Callable[[Pilot[None]], Awaitable[No
         for _ in range(scene.samples):
             clock.now += 1.0
             poller.poll_once(slow=True)
+        if scene.edit is not None and poller.latest is not None:
+            app.post_message(SnapshotReady(scene.edit(poller.latest)))
         await pilot.pause()
         for key in scene.keys:
             await pilot.press(key)
