@@ -54,7 +54,8 @@ class Stuck(SimulatedBackend):
 def stuck_backend():
     made: list[Stuck] = []
 
-    def make(stuck={1}, **kwargs) -> Stuck:
+    def make(stuck: set[int] | None = None, **kwargs) -> Stuck:
+        stuck = {1} if stuck is None else stuck
         kwargs.setdefault("gpus", 3)
         kwargs.setdefault("seed", 3)
         backend = Stuck(stuck=stuck, **kwargs)

@@ -38,11 +38,8 @@ __all__ = [
     "Cell",
     "ecc_cell",
     "finding_cell",
-    "health_summary_cell",
-    "process_flags_cell",
-    "stalled_text",
-    "verdict_cell",
     "group_cells",
+    "health_summary_cell",
     "host_label",
     "is_mine",
     "load_category",
@@ -55,10 +52,13 @@ __all__ = [
     "percent_cell",
     "power_cell",
     "process_cells",
+    "process_flags_cell",
     "pstate_cell",
+    "stalled_text",
     "temperature_cell",
     "throttle_cell",
     "throttle_labels",
+    "verdict_cell",
 ]
 
 Cell = tuple[str, str]  # (text, style category)
