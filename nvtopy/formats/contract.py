@@ -23,7 +23,7 @@ from typing import Any
 
 from .._version import __version__
 from ..health.xid import describe_xid
-from ..model import Finding, GpuEvent, GpuProcess, GpuState, NvLink, ProcessOwner, Snapshot
+from ..model import SAMPLE_GROUPS, Finding, GpuEvent, GpuProcess, GpuState, NvLink, ProcessOwner, Snapshot
 from ..textsafe import escape_text as _esc
 
 __all__ = [
@@ -115,20 +115,7 @@ def process_to_dict(process: GpuProcess) -> dict[str, Any]:
 READINGS: dict[str, tuple[tuple[str, str], ...]] = {
     "memory": tuple(
         (name, name)
-        for name in (
-            "remapped_rows_corrected",
-            "remapped_rows_uncorrected",
-            "remapped_rows_pending",
-            "remapped_rows_failure",
-            "retired_pages_sbe",
-            "retired_pages_dbe",
-            "retired_pages_pending",
-            "ecc_mode",
-            "ecc_corrected_volatile",
-            "ecc_uncorrected_volatile",
-            "ecc_corrected_aggregate",
-            "ecc_uncorrected_aggregate",
-        )
+        for name in (*SAMPLE_GROUPS["remapped_rows"], *SAMPLE_GROUPS["retired_pages"], *SAMPLE_GROUPS["ecc"])
     ),
     "pcie": (
         ("link_gen", "pcie_link_gen"),

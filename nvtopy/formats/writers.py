@@ -19,7 +19,7 @@ import io
 from collections.abc import Iterator
 from typing import IO, Any
 
-from ..model import GpuProcess, GpuState, Snapshot
+from ..model import SAMPLE_GROUPS, GpuProcess, GpuState, Snapshot
 from ..textsafe import escape_text
 from .contract import encode, gpu_to_dict, iso_timestamp, process_to_dict, snapshot_to_dict
 
@@ -133,13 +133,8 @@ HEALTH_FIELDS = (
     "idle_held_bytes",
     "suspected_hang_seconds",
     "events_note",
-    "remapped_rows_corrected",
-    "remapped_rows_uncorrected",
-    "remapped_rows_pending",
-    "remapped_rows_failure",
-    "retired_pages_sbe",
-    "retired_pages_dbe",
-    "retired_pages_pending",
+    *SAMPLE_GROUPS["remapped_rows"],
+    *SAMPLE_GROUPS["retired_pages"],
     "pcie_link_gen",
     "pcie_link_width",
     "pcie_link_gen_max",
@@ -153,16 +148,9 @@ _HEALTH_SET = frozenset(HEALTH_FIELDS)
 
 # The health readings of HEALTH_FIELDS that are GpuSample fields, copied as they are.
 _SAMPLE_READINGS = (
-    "remapped_rows_corrected",
-    "remapped_rows_uncorrected",
-    "remapped_rows_pending",
-    "remapped_rows_failure",
-    "retired_pages_sbe",
-    "retired_pages_dbe",
-    "retired_pages_pending",
-    "pcie_link_gen",
-    "pcie_link_width",
-    "pcie_replay_counter",
+    *SAMPLE_GROUPS["remapped_rows"],
+    *SAMPLE_GROUPS["retired_pages"],
+    *SAMPLE_GROUPS["pcie_link"],
     "nvlink_rx_bytes_per_s",
     "nvlink_tx_bytes_per_s",
 )

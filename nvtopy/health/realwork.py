@@ -51,7 +51,7 @@ class WatchResult:
 class GpuWatch:
     """One GPU's time-dependent health state. Not thread-safe: the collector's thread owns it."""
 
-    __slots__ = ("_errors", "_hang_since", "_idle_since", "_replays", "thresholds")
+    __slots__ = ("_errors", "_hang_since", "_idle_since", "_last_links", "_replays", "thresholds")
 
     def __init__(self, thresholds: HealthThresholds | None = None) -> None:
         self.thresholds = thresholds or HealthThresholds()
@@ -59,6 +59,9 @@ class GpuWatch:
         self._hang_since: float | None = None
         self._replays: collections.deque[tuple[float, int]] = collections.deque(maxlen=_COUNTER_READINGS)
         self._errors: dict[int, collections.deque[tuple[float, int]]] = {}
+        # The NVLink reading last folded in, and what it gave: the group is read every few seconds, and
+        # between two reads the sample carries the same tuple (18 links a GPU are not walked again).
+        self._last_links: tuple[object, tuple[int, ...]] | None = None
 
     def observe(self, sample: GpuSample, rows: Sequence[GpuProcess], now: float) -> WatchResult:
         """Fold in one sample and its process rows (taken at ``now``); flag what has lasted long enough."""
@@ -125,12 +128,16 @@ class GpuWatch:
         return _growth(self._replays, sample.pcie_replay_counter, now, self.thresholds.counter_window_s)
 
     def _error_growth(self, sample: GpuSample, now: float) -> tuple[int, ...]:
+        last = self._last_links
+        if last is not None and last[0] is sample.nvlinks and sample.nvlinks:
+            return last[1]
         grown = []
         for link in sample.nvlinks or ():
             readings = self._errors.setdefault(link.link, collections.deque(maxlen=_COUNTER_READINGS))
             if _growth(readings, link.errors, now, self.thresholds.counter_window_s):
                 grown.append(link.link)
-        return tuple(grown)
+        self._last_links = (sample.nvlinks, tuple(grown))
+        return self._last_links[1]
 
 
 def _growth(readings: collections.deque[tuple[float, int]], value: int | None, now: float, window: float) -> int | None:
