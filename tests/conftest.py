@@ -72,6 +72,24 @@ def sim(clock):
 
 
 @pytest.fixture
+def make_backend(clock):
+    """A factory of NVML backends over a fake ``pynvml`` (tests/fake_pynvml.py), on the manual clock, closed after."""
+    from nvtopy.backends.nvml import NvmlBackend
+
+    made: list[NvmlBackend] = []
+
+    def make(nvml, **kwargs) -> NvmlBackend:
+        kwargs.setdefault("clock", clock)
+        backend = NvmlBackend(nvml=nvml, foreign_pids=False, **kwargs)
+        made.append(backend)
+        return backend
+
+    yield make
+    for backend in made:
+        backend.close()
+
+
+@pytest.fixture
 def nvtopy_cmd() -> list[str]:
     """The command that runs the CLI of this checkout."""
     return [sys.executable, "-m", "nvtopy"]

@@ -83,24 +83,27 @@ def two_gpus() -> FakeNvml:
     return FakeNvml([a100, h100])
 
 
+# The health readings of a fake GPU left at its defaults: a healthy board without NVLink, at Gen4 x16.
+HEALTHY_READINGS = {
+    "remapped_rows_corrected": 0,
+    "remapped_rows_uncorrected": 0,
+    "remapped_rows_pending": False,
+    "remapped_rows_failure": False,
+    "retired_pages_sbe": 0,
+    "retired_pages_dbe": 0,
+    "retired_pages_pending": False,
+    "pcie_link_gen": 4,
+    "pcie_link_width": 16,
+    "pcie_replay_counter": 0,
+    "nvlinks": (),
+    "nvlink_rx_bytes_per_s": 0,
+    "nvlink_tx_bytes_per_s": 0,
+}
+
+
 @pytest.fixture
 def fake() -> FakeNvml:
     return two_gpus()
-
-
-@pytest.fixture
-def make_backend(clock):
-    made: list[NvmlBackend] = []
-
-    def make(nvml: FakeNvml, **kwargs) -> NvmlBackend:
-        kwargs.setdefault("clock", clock)
-        backend = NvmlBackend(nvml=nvml, foreign_pids=False, **kwargs)
-        made.append(backend)
-        return backend
-
-    yield make
-    for backend in made:
-        backend.close()
 
 
 @pytest.fixture
@@ -223,19 +226,7 @@ def test_every_dynamic_field_of_two_gpus(fake, make_backend):
         "pcie_tx_bytes_per_s": 2000 * 1024,
         "persistence_mode": True,
         "compute_mode": "Default",
-        "remapped_rows_corrected": 0,
-        "remapped_rows_uncorrected": 0,
-        "remapped_rows_pending": False,
-        "remapped_rows_failure": False,
-        "retired_pages_sbe": 0,
-        "retired_pages_dbe": 0,
-        "retired_pages_pending": False,
-        "pcie_link_gen": 4,
-        "pcie_link_width": 16,
-        "pcie_replay_counter": 0,
-        "nvlinks": (),
-        "nvlink_rx_bytes_per_s": 0,
-        "nvlink_tx_bytes_per_s": 0,
+        **HEALTHY_READINGS,
     }
     assert sample_dict(h100) == {
         "memory_used_bytes": 1 * GIB,
@@ -263,19 +254,7 @@ def test_every_dynamic_field_of_two_gpus(fake, make_backend):
         "pcie_tx_bytes_per_s": 4096 * 1024,
         "persistence_mode": False,
         "compute_mode": "Exclusive_Process",
-        "remapped_rows_corrected": 0,
-        "remapped_rows_uncorrected": 0,
-        "remapped_rows_pending": False,
-        "remapped_rows_failure": False,
-        "retired_pages_sbe": 0,
-        "retired_pages_dbe": 0,
-        "retired_pages_pending": False,
-        "pcie_link_gen": 4,
-        "pcie_link_width": 16,
-        "pcie_replay_counter": 0,
-        "nvlinks": (),
-        "nvlink_rx_bytes_per_s": 0,
-        "nvlink_tx_bytes_per_s": 0,
+        **HEALTHY_READINGS,
     }
     assert isinstance(a100.values["pstate"], int) and isinstance(h100.values["power_draw_w"], float)
 

@@ -26,21 +26,6 @@ NO_XID = pynvml.nvmlEventTypePState | pynvml.nvmlEventTypeSingleBitEccError
 
 
 @pytest.fixture
-def make_backend(clock):
-    made: list[NvmlBackend] = []
-
-    def make(nvml: FakeNvml, **kwargs) -> NvmlBackend:
-        kwargs.setdefault("clock", clock)
-        backend = NvmlBackend(nvml=nvml, foreign_pids=False, **kwargs)
-        made.append(backend)
-        return backend
-
-    yield make
-    for backend in made:
-        backend.close()
-
-
-@pytest.fixture
 def streams():
     """Streams opened by a test, closed after it (close is idempotent)."""
     opened = []

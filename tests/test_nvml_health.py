@@ -13,7 +13,6 @@ import threading
 import pynvml
 import pytest
 
-from nvtopy.backends.nvml import NvmlBackend
 from nvtopy.model import HEALTH_GROUPS, SAMPLE_GROUPS, NvLink, Reason
 from nvtopy.sources.collector import Collector
 
@@ -23,21 +22,6 @@ HEALTH = sorted(HEALTH_GROUPS)
 HEALTH_FIELDS = [name for group in HEALTH for name in SAMPLE_GROUPS[group]]
 FV = "nvmlDeviceGetFieldValues"
 NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
-
-
-@pytest.fixture
-def make_backend(clock):
-    made: list[NvmlBackend] = []
-
-    def make(nvml: FakeNvml, **kwargs) -> NvmlBackend:
-        kwargs.setdefault("clock", clock)
-        backend = NvmlBackend(nvml=nvml, foreign_pids=False, **kwargs)
-        made.append(backend)
-        return backend
-
-    yield make
-    for backend in made:
-        backend.close()
 
 
 def nvlink_gpu(index: int = 0, links: int = 4, down: tuple[int, ...] = ()) -> FakeGpu:
