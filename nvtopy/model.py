@@ -131,8 +131,9 @@ class GpuStatic(_Repr):
     clock_sm_max_mhz: int | None = None
     clock_mem_max_mhz: int | None = None
     compute_capability: str | None = None  # "9.0"
-    mig_mode: bool | None = None
-    mig_devices: tuple[str, ...] = ()  # UUIDs of MIG instances (MIG-...), for CUDA_VISIBLE_DEVICES
+    mig_mode: bool | None = None  # MIG mode in force now
+    mig_mode_pending: bool | None = None  # the mode after the next GPU reset: differs from mig_mode until then
+    mig_instances: tuple[MigInstance, ...] = ()  # the MIG devices configured on it, by MIG device index
     fan_count: int | None = None
     pcie_link_gen_max: int | None = None  # the link the GPU and its slot can reach: a lower current link is a downgrade
     pcie_link_width_max: int | None = None
@@ -140,6 +141,18 @@ class GpuStatic(_Repr):
     host: str | None = None  # set when the GPU belongs to another host (nvtopy --remote)
     host_index: int | None = None  # its index on that host
     unavailable: Reasons = field(default_factory=lambda: EMPTY_REASONS)
+
+    @property
+    def mig_devices(self) -> tuple[str, ...]:
+        """UUIDs of its MIG devices (``MIG-...``): what CUDA_VISIBLE_DEVICES names."""
+        return tuple(m.uuid for m in self.mig_instances if m.uuid)
+
+    @property
+    def mig_pending_change(self) -> bool:
+        """MIG mode changes at the next GPU reset (an admin switched it; nothing happens until then)."""
+        return (
+            self.mig_mode is not None and self.mig_mode_pending is not None and self.mig_mode != self.mig_mode_pending
+        )
 
     @property
     def short_bus_id(self) -> str | None:
@@ -153,7 +166,7 @@ class GpuStatic(_Repr):
 STATIC_FIELDS: tuple[str, ...] = tuple(
     name
     for name in GpuStatic.__dataclass_fields__
-    if name not in ("index", "mig_devices", "unavailable", "host", "host_index")
+    if name not in ("index", "mig_instances", "unavailable", "host", "host_index")
 )
 
 # Dynamic fields, grouped by the NVML calls that fill them. The poller reads
@@ -190,6 +203,8 @@ SAMPLE_GROUPS: dict[str, tuple[str, ...]] = {
     "retired_pages": ("retired_pages_sbe", "retired_pages_dbe", "retired_pages_pending"),
     "pcie_link": ("pcie_link_gen", "pcie_link_width", "pcie_replay_counter"),
     "nvlink": ("nvlinks", "nvlink_rx_bytes_per_s", "nvlink_tx_bytes_per_s"),
+    # Per MIG instance (a MIG-enabled GPU; () elsewhere): memory, read through each MIG device's handle.
+    "mig": ("mig_usage",),
 }
 HEALTH_GROUPS: frozenset[str] = frozenset({"remapped_rows", "retired_pages", "pcie_link", "nvlink"})
 ALL_GROUPS: frozenset[str] = frozenset(SAMPLE_GROUPS)
@@ -208,6 +223,125 @@ class NvLink(_Repr):
     tx_bytes_per_s: int | None = None
     errors: int | None = None  # CRC, replay and recovery errors since driver load, summed over kinds
     remote: str | None = None  # the PCI bus id of what the link reaches (peer GPU or NVSwitch), outside text
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class MigInstance(_Repr):
+    """One MIG device of a GPU: a compute instance inside a GPU instance, as an admin configured it.
+
+    Read with the GPU's static fields: instances change only when an admin
+    reconfigures MIG, which needs the GPU idle (nvtopy reads them again when it
+    restarts, as nvidia-smi does per call). ``None``: that value was not readable.
+    """
+
+    index: int  # NVML's MIG device index on its GPU (nvidia-smi's "MIG dev")
+    uuid: str | None = None  # MIG-...: what CUDA_VISIBLE_DEVICES and --gpus take
+    gpu_instance_id: int | None = None  # GI: processes carry it
+    compute_instance_id: int | None = None  # CI, within its GPU instance
+    profile: str | None = None  # "3g.40gb"; "1c.3g.40gb" for a compute instance smaller than its GPU instance
+    memory_total_bytes: int | None = None
+    sm_count: int | None = None  # streaming multiprocessors the instance computes with
+    slices: int | None = None  # GPU-instance slices (a full GPU has 7)
+    copy_engines: int | None = None
+    encoders: int | None = None
+    decoders: int | None = None
+    jpeg_decoders: int | None = None
+    ofa: int | None = None  # optical-flow accelerators
+    unavailable: Reasons = field(default_factory=lambda: EMPTY_REASONS)
+
+    def label(self, gpu_index: int) -> str:
+        """``0/1/0``: GPU, GPU instance, compute instance (nvidia-smi's columns), ``?`` where unknown."""
+        gi = "?" if self.gpu_instance_id is None else self.gpu_instance_id
+        ci = "?" if self.compute_instance_id is None else self.compute_instance_id
+        return f"{gpu_index}/{gi}/{ci}"
+
+    def runs(self, process: GpuProcess | RawGpuProcess) -> bool:
+        """Whether ``process`` runs on this instance (NVML names the GPU and compute instance of each process)."""
+        if self.gpu_instance_id is None or process.gpu_instance_id != self.gpu_instance_id:
+            return False
+        return (
+            self.compute_instance_id is None
+            or process.compute_instance_id is None
+            or process.compute_instance_id == self.compute_instance_id
+        )
+
+
+MIG_ATTRIBUTE_FIELDS: tuple[str, ...] = (
+    "memory_total_bytes",
+    "sm_count",
+    "slices",
+    "copy_engines",
+    "encoders",
+    "decoders",
+    "jpeg_decoders",
+    "ofa",
+)
+"""The :class:`MigInstance` fields NVML's ``nvmlDeviceGetAttributes`` gives, in its order."""
+
+
+def mig_profile(device_name: str) -> str | None:
+    """The profile in a MIG device's name: ``NVIDIA H100 80GB HBM3 MIG 3g.40gb`` -> ``3g.40gb``.
+
+    ``None`` when the name carries none (the word after the last " MIG ", if it
+    looks like ``<n>g.<size>`` with optional ``<n>c.`` prefix and ``+me`` style suffixes).
+    """
+    _, sep, tail = device_name.rpartition(" MIG ")
+    if not sep:
+        return None
+    profile = tail.strip().split(" ")[0]
+    parts = profile.split("+")[0].split(".")
+    ok = len(parts) in (2, 3) and all(p and p[0].isdigit() for p in parts) and parts[-2].endswith("g")
+    return profile if ok else None
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class MigUsage(_Repr):
+    """One MIG instance's readings at one poll, matched to its :class:`MigInstance` by ``index``."""
+
+    index: int
+    memory_used_bytes: int | None = None
+    memory_free_bytes: int | None = None
+    unavailable: Reasons = field(default_factory=lambda: EMPTY_REASONS)
+
+
+MIG_USAGE_FIELDS: tuple[str, ...] = ("memory_used_bytes", "memory_free_bytes")
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class MigState(_Repr):
+    """What a view shows of one MIG instance: how it is configured, its readings, its processes."""
+
+    gpu_index: int
+    instance: MigInstance
+    usage: MigUsage | None  # None: not read (yet), or the GPU's readings are unavailable
+    processes: tuple[GpuProcess, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return self.instance.label(self.gpu_index)
+
+    @property
+    def memory_used_bytes(self) -> int | None:
+        return None if self.usage is None else self.usage.memory_used_bytes
+
+    @property
+    def memory_total_bytes(self) -> int | None:
+        """The instance's memory: what the driver gave it (used + free), else its profile's size."""
+        usage = self.usage
+        if usage is not None and usage.memory_used_bytes is not None and usage.memory_free_bytes is not None:
+            return usage.memory_used_bytes + usage.memory_free_bytes
+        return self.instance.memory_total_bytes
+
+    @property
+    def memory_used_percent(self) -> float | None:
+        used, total = self.memory_used_bytes, self.memory_total_bytes
+        return None if used is None or not total else 100.0 * used / total
+
+    def why(self, name: str) -> Reason | None:
+        """Why a reading (``memory_used_bytes``) is missing."""
+        if self.usage is None:
+            return Reason.NOT_AVAILABLE
+        return self.usage.unavailable.get(name)
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -256,6 +390,7 @@ class GpuSample(_Repr):
     nvlinks: tuple[NvLink, ...] | None = None  # per link; () when the board has none
     nvlink_rx_bytes_per_s: int | None = None  # all links, data payload
     nvlink_tx_bytes_per_s: int | None = None
+    mig_usage: tuple[MigUsage, ...] | None = None  # per MIG instance; () when MIG is off or has no instance
     unavailable: Reasons = field(default_factory=lambda: EMPTY_REASONS)
 
     def why(self, name: str) -> Reason | None:
@@ -329,6 +464,16 @@ class GpuProcess(_Repr):
     # "suspected-hang" (its GPU looks busy at low power, as in a deadlocked collective).
     flags: tuple[str, ...] = ()
     idle_seconds: float | None = None  # how long it has held memory at ~0 % SM; None: not idle (or unknown)
+    gpu_instance_id: int | None = None  # the MIG instance it runs on (None: MIG off, or not named)
+    compute_instance_id: int | None = None
+
+    @property
+    def instance_label(self) -> str | None:
+        """``0/1/0`` (GPU/GI/CI) for a process on a MIG instance; ``None`` for a whole GPU."""
+        if self.gpu_instance_id is None:
+            return None
+        ci = "?" if self.compute_instance_id is None else self.compute_instance_id
+        return f"{self.gpu_index}/{self.gpu_instance_id}/{ci}"
 
     @property
     def key(self) -> tuple[int, int, float | None]:
@@ -475,6 +620,23 @@ class GpuState(_Repr):
         return self.static.index
 
     @property
+    def mig(self) -> tuple[MigState, ...]:
+        """Its MIG instances, each with its readings and processes; () when MIG is off or has none."""
+        instances = self.static.mig_instances
+        if not instances:
+            return ()
+        usage = {u.index: u for u in self.sample.mig_usage or ()}
+        return tuple(
+            MigState(
+                self.static.index,
+                instance,
+                usage.get(instance.index),
+                tuple(p for p in self.processes if instance.runs(p)),
+            )
+            for instance in instances
+        )
+
+    @property
     def lost(self) -> bool:
         return self.sample.lost
 
@@ -616,12 +778,18 @@ class ProcessOwner(_Repr):
 __all__ += [
     "EVENTS_PER_GPU",
     "HEALTH_GROUPS",
+    "MIG_ATTRIBUTE_FIELDS",
+    "MIG_USAGE_FIELDS",
     "OK_HEALTH",
     "Finding",
     "GpuEvent",
     "GpuHealth",
+    "MigInstance",
+    "MigState",
+    "MigUsage",
     "NvLink",
     "OwnerKind",
     "ProcessOwner",
     "Severity",
+    "mig_profile",
 ]

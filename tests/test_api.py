@@ -21,6 +21,7 @@ from nvtopy.backends.simulated import SimulatedBackend
 from nvtopy.model import GpuStatic
 from nvtopy.selection import SelectionWarning
 
+from .conftest import mig_instances
 from .fake_torch import FakeDevice, fake_torch
 
 GIB = 1 << 30
@@ -138,7 +139,9 @@ def statics_with_mig() -> list[GpuStatic]:
             uuid="GPU-33333333-3333-3333-3333-333333333333",
             bus_id="00000000:3B:00.0",
             mig_mode=True,
-            mig_devices=("MIG-44444444-4444-4444-4444-444444444444",),
+            mig_instances=mig_instances(
+                "MIG-44444444-4444-4444-4444-444444444444",
+            ),
         ),
     ]
 

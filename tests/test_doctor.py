@@ -70,7 +70,7 @@ from nvtopy.errors import UsageError
 from nvtopy.model import GpuSample, GpuStatic, HostInfo, Reason
 from nvtopy.textsafe import unescape_text
 
-from .conftest import FROZEN_TIME, needs_fake_nvml
+from .conftest import FROZEN_TIME, mig_instances, needs_fake_nvml
 from .fake_pynvml import FakeGpu, FakeNvml
 
 OK, WARN, FAIL, SKIP = Status.OK, Status.WARN, Status.FAIL, Status.SKIP
@@ -468,8 +468,20 @@ def test_host_facts_of_this_machine_are_read_without_error():
     ("gpus", "expected"),
     [
         ([gpu(0), gpu(1, mig_mode=False)], [OK]),
-        ([gpu(0, mig_mode=True, mig_devices=("MIG-a", "MIG-b"))], [OK]),
-        ([gpu(0, mig_mode=True), gpu(1, mig_mode=True, mig_devices=("MIG-a",))], [FAIL]),
+        ([gpu(0, mig_mode=True, mig_instances=mig_instances("MIG-a", "MIG-b"))], [OK]),
+        (
+            [
+                gpu(0, mig_mode=True),
+                gpu(
+                    1,
+                    mig_mode=True,
+                    mig_instances=mig_instances(
+                        "MIG-a",
+                    ),
+                ),
+            ],
+            [FAIL],
+        ),
         ([gpu(0, mig_mode=True), gpu(1, mig_mode=True)], [FAIL, FAIL]),
     ],
 )

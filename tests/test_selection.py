@@ -16,6 +16,8 @@ from nvtopy.selection import (
     select_gpus,
 )
 
+from .conftest import mig_instances
+
 # GPUs 0 and 1 share the UUID prefix "5e3f" (and "5e3f0"/"5e3f9" tell them apart).
 UUID0 = "GPU-5e3f0c1a-1111-2222-3333-444455556666"
 UUID1 = "GPU-5e3f9abc-7777-8888-9999-aaaabbbbcccc"
@@ -29,11 +31,18 @@ H100 = "NVIDIA H100 80GB HBM3"
 GPUS = (
     GpuStatic(index=0, uuid=UUID0, name=A100, bus_id="00000000:1B:00.0"),
     GpuStatic(index=1, uuid=UUID1, name=A100, bus_id="00000000:3B:00.0"),
-    GpuStatic(index=2, uuid=UUID2, name=H100, bus_id="00000000:86:00.0", mig_mode=True, mig_devices=(MIG2A, MIG2B)),
+    GpuStatic(
+        index=2,
+        uuid=UUID2,
+        name=H100,
+        bus_id="00000000:86:00.0",
+        mig_mode=True,
+        mig_instances=mig_instances(MIG2A, MIG2B),
+    ),
     GpuStatic(index=3, uuid=UUID3, name=H100, bus_id="00000000:AF:00.0"),
 )
 SAME_MODEL = tuple(
-    GpuStatic(index=g.index, uuid=g.uuid, name=A100, bus_id=g.bus_id, mig_devices=g.mig_devices) for g in GPUS
+    GpuStatic(index=g.index, uuid=g.uuid, name=A100, bus_id=g.bus_id, mig_instances=g.mig_instances) for g in GPUS
 )
 
 

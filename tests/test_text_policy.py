@@ -36,7 +36,7 @@ from nvtopy.render.text import render_snapshot
 from nvtopy.sources.collector import Collector
 from nvtopy.textsafe import escape_text, safe_text, unescape_text
 
-from .conftest import needs_fake_nvml
+from .conftest import mig_instances, needs_fake_nvml
 from .tui_helpers import screen_text, started, widget_strips
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -194,7 +194,7 @@ def _hostile_snapshot() -> Snapshot:
         bus_id=f"00000000:3B{OSC_TITLE}:00.0",
         serial=f"16{C1_CSI}5",
         compute_capability=f"9{DCS}.0",
-        mig_devices=(f"MIG-{OSC8_LINK}", "MIG-\udcff"),
+        mig_instances=mig_instances(f"MIG-{OSC8_LINK}", "MIG-\udcff"),
         host=f"peer{OSC_TITLE}",
         host_index=1,
     )

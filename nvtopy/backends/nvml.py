@@ -31,17 +31,22 @@ from typing import Any, NamedTuple
 from ..errors import BackendUnavailableError
 from ..model import (
     COMPUTE_MODES,
+    MIG_ATTRIBUTE_FIELDS,
+    MIG_USAGE_FIELDS,
     SAMPLE_GROUPS,
     STATIC_FIELDS,
     GpuStatic,
     HostInfo,
     HostProcess,
+    MigInstance,
+    MigUsage,
     ProcessType,
     RawGpuProcess,
     Reason,
     cuda_version_string,
     decode_throttle_reasons,
     freeze,
+    mig_profile,
 )
 from .base import Backend, EventStream, NoEvents, ProcessReading, Reading, SignalOutcome
 from .host import PsutilInspector, current_username, in_foreign_pid_namespace
@@ -53,6 +58,7 @@ from .signals import send_signal_checked
 __all__ = ["NvmlBackend", "import_pynvml"]
 
 _UINT_MAX = 0xFFFFFFFF
+MIB = 1 << 20
 _LEGACY_V3_DRIVERS = ((535, 43), (535, 86))  # [from, to): _v3 used a 32-byte struct
 
 
@@ -92,6 +98,7 @@ class _Gpu:
         "covered",
         "handle",
         "index",
+        "mig_handles",
         "mps_due",
         "nvlink",
         "reason",
@@ -112,6 +119,7 @@ class _Gpu:
         self.covered: set[int] = set()  # the pids listed when they were read
         self.mps_due = 0.0  # monotonic time the MPS client list is next read while it is empty
         self.nvlink = NvLinkState()  # link count, last throughput counters, per-link static facts
+        self.mig_handles: dict[int, Any] = {}  # MIG device index -> its handle (read with the static fields)
 
 
 class NvmlBackend(NvmlHealthReaders, Backend):
@@ -440,43 +448,111 @@ class NvmlBackend(NvmlHealthReaders, Backend):
                 self._query(gpu, "compute_capability", "nvmlDeviceGetCudaComputeCapability"),
                 lambda cc: f"{cc[0]}.{cc[1]}",
             )
-            put("mig_mode", self._query(gpu, "mig_mode", "nvmlDeviceGetMigMode"), lambda modes: bool(modes[0]))
+            put(
+                ("mig_mode", "mig_mode_pending"),
+                self._query(gpu, "mig_mode", "nvmlDeviceGetMigMode"),
+                lambda modes: (bool(modes[0]), bool(modes[1])),
+            )
             put("fan_count", self._query(gpu, "fan_count", "nvmlDeviceGetNumFans"), int)
             for name, result in self._static_pcie_link(gpu).items():
                 put(name, result, int)
             put("nvlink_count", self._nvlink_count(gpu, refresh=True), int)
-            mig_devices = self._mig_devices(gpu) if values.get("mig_mode") else ()
+            instances = self._mig_instances(gpu) if values.get("mig_mode") else ()
         except _NoHandleError as exc:
             for name in STATIC_FIELDS:
                 if name not in values:
                     reasons[name] = exc.reason
-            mig_devices = ()
+            instances = ()
         except _LostError:
             for name in STATIC_FIELDS:
                 if name not in values:
                     reasons[name] = Reason.LOST
-            mig_devices = ()
+            instances = ()
         for name in list(reasons):
             if name in values:
                 del reasons[name]
-        return GpuStatic(index=index, mig_devices=tuple(mig_devices), unavailable=freeze(reasons), **values)
+        return GpuStatic(index=index, mig_instances=tuple(instances), unavailable=freeze(reasons), **values)
 
-    def _mig_devices(self, gpu: _Gpu) -> list[str]:
-        """UUIDs of the MIG instances on a MIG-enabled GPU (empty slots raise NotFound: skipped)."""
+    def _mig_instances(self, gpu: _Gpu) -> list[MigInstance]:
+        """The MIG devices of a MIG-enabled GPU, their handles kept for the per-poll reads.
+
+        Empty slots raise NotFound and are skipped. Each value of an instance can
+        fail on its own (N/A with its reason); the parent's handle failing raises.
+        """
+        gpu.mig_handles = {}
         count, reason = self._query(gpu, "mig_count", "nvmlDeviceGetMaxMigDeviceCount")
         if reason is not None or not count:
             return []
-        uuids = []
+        nvml = self._nvml
         handle = self._handle(gpu)
-        for slot in range(int(count)):
+        instances = []
+        for slot in range(min(int(count), 64)):
             try:
                 self._count("nvmlDeviceGetMigDeviceHandleByIndex")
-                mig = self._nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
-                self._count("nvmlDeviceGetUUID")
-                uuids.append(_text(self._nvml.nvmlDeviceGetUUID(mig)))
-            except self._nvml.NVMLError:
+                mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+            except nvml.NVMLError as exc:
+                if self._reason(exc) is Reason.LOST:
+                    self._failed(gpu, "mig_handle", "nvmlDeviceGetMigDeviceHandleByIndex", exc)
                 continue
-        return uuids
+            gpu.mig_handles[slot] = mig
+            instances.append(self._mig_instance(gpu, slot, mig))
+        return instances
+
+    def _mig_instance(self, gpu: _Gpu, slot: int, mig: Any) -> MigInstance:
+        values: dict[str, Any] = {}
+        reasons: dict[str, Reason] = {}
+
+        def ask(names: tuple[str, ...], call: str, convert: Callable[[Any], Any]) -> None:
+            value, reason = self._mig_query(gpu, mig, call)
+            if reason is None:
+                try:
+                    values.update(zip(names, convert(value), strict=True))
+                    return
+                except (TypeError, ValueError, AttributeError):
+                    reason = Reason.UNKNOWN
+            reasons.update(dict.fromkeys(names, reason))
+
+        ask(("uuid",), "nvmlDeviceGetUUID", lambda v: (_text(v),))
+        ask(("profile",), "nvmlDeviceGetName", lambda v: (mig_profile(_text(v)),))
+        ask(("gpu_instance_id",), "nvmlDeviceGetGpuInstanceId", lambda v: (int(v),))
+        ask(("compute_instance_id",), "nvmlDeviceGetComputeInstanceId", lambda v: (int(v),))
+        ask(
+            MIG_ATTRIBUTE_FIELDS,
+            "nvmlDeviceGetAttributes",
+            lambda a: (
+                int(a.memorySizeMB) * MIB,
+                int(a.multiprocessorCount),
+                int(a.gpuInstanceSliceCount),
+                int(a.sharedCopyEngineCount),
+                int(a.sharedEncoderCount),
+                int(a.sharedDecoderCount),
+                int(a.sharedJpegCount),
+                int(a.sharedOfaCount),
+            ),
+        )
+        if values.get("profile") is None:
+            values.pop("profile", None)
+            reasons.setdefault("profile", Reason.UNKNOWN)
+        return MigInstance(index=slot, unavailable=freeze(reasons), **values)
+
+    def _mig_query(self, gpu: _Gpu, mig: Any, name: str, *args: Any) -> tuple[Any, Reason | None]:
+        """``name(mig, *args)`` on a MIG device's handle: (value, None) or (None, reason); raises _LostError."""
+        if (gpu.index, f"mig/{name}") in self._unsupported:
+            return None, Reason.NOT_SUPPORTED
+        self._count(name)
+        try:
+            return getattr(self._nvml, name)(mig, *args), None
+        except self._nvml.NVMLError as exc:
+            reason = self._reason(exc)
+            if reason is Reason.LOST:
+                self._drop_handle(gpu)
+                raise _LostError from None
+            if reason is Reason.NOT_SUPPORTED:
+                self._unsupported.add((gpu.index, f"mig/{name}"))
+            return None, reason
+        except self._nvml.NVMLLibraryMismatchError:
+            self._unsupported.add((gpu.index, f"mig/{name}"))
+            return None, Reason.NOT_SUPPORTED
 
     # ----------------------------------------------------------------- dynamic fields
 
@@ -520,6 +596,7 @@ class NvmlBackend(NvmlHealthReaders, Backend):
             "retired_pages": self._read_retired_pages,
             "pcie_link": self._read_pcie_link,
             "nvlink": self._read_nvlink,
+            "mig": self._read_mig,
         }
 
     @staticmethod
@@ -555,6 +632,20 @@ class NvmlBackend(NvmlHealthReaders, Backend):
             return
         reading.values["memory_used_bytes"] = int(memory.used)
         reading.values["memory_free_bytes"] = int(memory.free)
+
+    def _read_mig(self, gpu: _Gpu, reading: Reading) -> None:
+        """Each MIG instance's memory, through its own handle: one call per instance, none without MIG."""
+        self._handle(gpu)  # a GPU without a handle has no instance to read either
+        usage = []
+        for slot, mig in gpu.mig_handles.items():
+            memory, reason = self._mig_query(gpu, mig, "nvmlDeviceGetMemoryInfo", self._nvml.nvmlMemory_v2)
+            if reason is Reason.NOT_SUPPORTED:
+                memory, reason = self._mig_query(gpu, mig, "nvmlDeviceGetMemoryInfo")
+            if reason is not None:
+                usage.append(MigUsage(slot, unavailable=freeze(dict.fromkeys(MIG_USAGE_FIELDS, reason))))
+                continue
+            usage.append(MigUsage(slot, int(memory.used), int(memory.free)))
+        reading.values["mig_usage"] = tuple(usage)
 
     def _read_utilization(self, gpu: _Gpu, reading: Reading) -> None:
         rates, reason = self._query(gpu, "utilization", "nvmlDeviceGetUtilizationRates")

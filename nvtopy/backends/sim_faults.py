@@ -52,6 +52,14 @@ GPU health (the scenarios of fake-nvml's FAKE_NVML_* knobs, same semantics)::
                                 utilisation, under 25 % of its power limit, SM clock at max, its compute
                                 processes at 100 % SM; a long-lived job (torchrun) is always among them
 
+MIG (not a fault, a configuration; here so that one spec syntax drives the simulation)::
+
+    mig=N                       MIG mode on with N instances (0-7) in the usual layout: 1 = 7g, 2 = 3g+3g,
+                                3 = 3g+2g+2g, 4 = 2g+2g+2g+1g, ..., 7 = seven 1g (MIG-capable models only:
+                                A100, H100, H200). Utilisation and per-process utilisation are then
+                                NotSupported, as on real GPUs
+    mig=pending                 MIG mode off, switched on by an admin: it takes effect at the next GPU reset
+
 Every health fault takes ``@GPUS`` (default: every GPU). The health readings
 (remapped, retired) are reported with these values even on a model that lacks
 the feature (as fake-nvml does), so any ``--demo-model`` can show them.
@@ -136,6 +144,7 @@ class SimFaults:
     hang: dict[int | None, list[Hang]] = field(default_factory=dict)
     idle_held: set[int] = field(default_factory=set)
     stuck: set[int] = field(default_factory=set)
+    mig: dict[int | None, int | str] = field(default_factory=dict)  # instance count, or "pending"
 
     def latency(self, index: int | None = None) -> float:
         """Seconds a backend call on GPU ``index`` (None: bound to no GPU) takes."""
@@ -193,9 +202,21 @@ FAULT_NAMES = (
     "hang",
     "idle-held",
     "stuck",
+    "mig",
 )
 _HEALTH_WITH_ARG = frozenset(
-    {"xid", "remapped", "retired", "pcie-downgrade", "pcie-replay", "throttle", "nvlink-down", "nvlink-errors", "hang"}
+    {
+        "xid",
+        "remapped",
+        "retired",
+        "pcie-downgrade",
+        "pcie-replay",
+        "throttle",
+        "nvlink-down",
+        "nvlink-errors",
+        "hang",
+        "mig",
+    }
 )
 _PER_GPU = frozenset({"lost", "no-permission", "unsupported", "ecc", "hot", "slow", "events-unsupported"}) | (
     _HEALTH_WITH_ARG | {"idle-held", "stuck"}
@@ -219,6 +240,7 @@ _HELP = {
     "throttle": "give the clock-event mask in hex (e.g. throttle=0x8 for HW slowdown, 0x40 for HW thermal)",
     "nvlink-down": f"give link numbers 0-{MAX_NVLINKS - 1} joined with '/' (e.g. nvlink-down=0/3)",
     "nvlink-errors": "give the error count of each link (e.g. nvlink-errors=12)",
+    "mig": "give the number of MIG instances, 0-7, or 'pending' (e.g. mig=3@1 or mig=pending@0)",
     "hang": (
         f"give the seconds each call blocks, more than 0 and at most {MAX_SLOW_SECONDS:g}, and optionally ':' "
         "and the real seconds after opening it starts (e.g. hang=30 or hang=5:10@1)"
@@ -359,6 +381,11 @@ def _parse_health(
             faults.nvlink_down[gpu] = faults.nvlink_down.get(gpu, frozenset()) | links
     elif name == "nvlink-errors":
         _store(faults.nvlink_errors, selected, _count(arg))
+    elif name == "mig":
+        if model is not None and not model.mig:
+            raise UsageError(f"--demo-fault {spec!r}: the {model.name} has no MIG (A100, H100 and H200 do)")
+        value: int | str = arg.lower() if arg.lower() == "pending" else _count(arg, 7)
+        _store(faults.mig, selected, value)
     elif name == "hang":
         seconds, colon, after = arg.partition(":")
         hang = Hang(

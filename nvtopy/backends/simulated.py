@@ -46,6 +46,7 @@ from ..model import (
     GpuStatic,
     HostInfo,
     HostProcess,
+    MigInstance,
     OwnerKind,
     ProcessOwner,
     ProcessType,
@@ -79,6 +80,7 @@ from .sim_health import (
     retired_pages_values,
     throttle_temperature,
 )
+from .sim_mig import MIG_PENDING, instance_of, mig_instances, mig_usage
 
 __all__ = ["SimulatedBackend"]
 
@@ -265,12 +267,17 @@ class SimulatedBackend(Backend):
             "clock_mem_max_mhz": model.mem_max_mhz,
             "compute_capability": model.compute_capability,
             "mig_mode": False if model.mig else None,
+            "mig_mode_pending": False if model.mig else None,
             "fan_count": model.fans if model.fans else None,
             **health_static(model),
         }
+        layout = self._mig_layout(index)
+        if layout is not None:
+            values["mig_mode"] = layout != MIG_PENDING
+            values["mig_mode_pending"] = True
         reasons: dict[str, Reason] = {}
         if not model.mig:
-            reasons["mig_mode"] = Reason.NOT_SUPPORTED
+            reasons["mig_mode"] = reasons["mig_mode_pending"] = Reason.NOT_SUPPORTED
         if not model.fans:
             reasons["fan_count"] = Reason.NOT_SUPPORTED
         if self._lost(index, self._clock()):
@@ -280,7 +287,19 @@ class SimulatedBackend(Backend):
                     reasons[name] = Reason.LOST
         for name in reasons:
             values.pop(name, None)
-        return GpuStatic(index=index, unavailable=freeze(reasons), **values)  # type: ignore[arg-type]
+        instances = self._instances(index) if "uuid" in values and "mig_mode" not in reasons else ()
+        return GpuStatic(index=index, mig_instances=instances, unavailable=freeze(reasons), **values)  # type: ignore[arg-type]
+
+    def _mig_layout(self, index: int) -> int | str | None:
+        """GPU ``index``'s ``mig=`` setting: an instance count, "pending", or None (MIG off)."""
+        return self.faults.on_gpu(self.faults.mig, index) if self.model.mig else None
+
+    def _instances(self, index: int) -> tuple[MigInstance, ...]:
+        """The MIG instances of GPU ``index`` (none when MIG is off or only pending)."""
+        layout = self._mig_layout(index)
+        if not isinstance(layout, int):
+            return ()
+        return mig_instances(self.model, index, layout, self.seed)
 
     # ----------------------------------------------------------------- jobs
 
@@ -485,13 +504,35 @@ class SimulatedBackend(Backend):
         return max(0.0, min(100.0, 92 * demand + wobble))
 
     def _memory(self, gpu: int, now: float, jobs: list[_Job]) -> dict[int, int]:
-        """Bytes per job pid; the sum never exceeds what the GPU has."""
-        total = self.model.memory_mib * MIB
-        usable = total - total // 150 - 256 * MIB
+        """Bytes per job (keyed by ``id``); the sum never exceeds what the GPU (or each MIG instance) has."""
+        instances = self._instances(gpu)
+        if not instances:
+            return self._share_memory(now, jobs, self.model.memory_mib * MIB)
+        found: dict[int, int] = {}
+        for instance in instances:
+            mine = [j for j in jobs if instance_of(j.pid, instances) is instance]
+            found.update(self._share_memory(now, mine, instance.memory_total_bytes or 0, whole=False))
+        return found
+
+    def _mig_used(self, gpu: int, now: float, jobs: list[_Job]) -> dict[int, int]:
+        """Bytes the processes of each MIG instance hold, by MIG device index."""
+        instances = self._instances(gpu)
+        memory = self._memory(gpu, now, jobs)
+        used: dict[int, int] = {}
+        for job in jobs:
+            instance = instance_of(job.pid, instances)
+            if instance is not None:
+                used[instance.index] = used.get(instance.index, 0) + memory[id(job)]
+        return used
+
+    def _share_memory(self, now: float, jobs: list[_Job], total: int, *, whole: bool = True) -> dict[int, int]:
+        """Bytes per job within ``total`` (a GPU, or a MIG instance: ``whole=False`` keeps no GPU reserve)."""
+        usable = total - total // 150 - 256 * MIB if whole else total - 64 * MIB
         fixed = {id(j): self._memory_override[j.pid] for j in jobs if j.pid in self._memory_override}
         fixed.update({id(j): j.fixed_bytes for j in jobs if j.fixed_bytes is not None and id(j) not in fixed})
+        share = 1.0 if whole else 2.0  # a job on a slice fills more of it: it was sized for the slice
         wanted = {
-            id(j): j.memory_fraction * total * j.ramp(now) * (1 + 0.02 * math.sin(now / 13 + j.phase))
+            id(j): min(1.0, j.memory_fraction * share) * total * j.ramp(now) * (1 + 0.02 * math.sin(now / 13 + j.phase))
             for j in jobs
             if id(j) not in fixed
         }
@@ -527,7 +568,12 @@ class SimulatedBackend(Backend):
         limit = float(model.power_limit_w)
         power = limit * (0.09 + 0.82 * work / 100) * (1 + 0.015 * math.sin(now / 3.1 + phi))
         values = reading.values
+        instances = self._instances(index)
         for group in groups:
+            if instances and group in ("utilization", "codec"):  # not reported under MIG, as on real GPUs
+                for name in SAMPLE_GROUPS[group]:
+                    reading.unavailable[name] = Reason.NOT_SUPPORTED
+                continue
             if self.faults.is_unsupported(index, group):
                 for name in SAMPLE_GROUPS[group]:
                     reading.unavailable[name] = Reason.NOT_SUPPORTED
@@ -537,9 +583,13 @@ class SimulatedBackend(Backend):
                 used = sum(self._memory(index, now, jobs).values())
                 if not jobs:
                     used = 0
+                if instances:  # the parent's used memory is its instances' (each holds the driver's context)
+                    used = sum(u.memory_used_bytes or 0 for u in mig_usage(instances, self._mig_used(index, now, jobs)))
                 values["memory_used_bytes"] = used
                 values["memory_reserved_bytes"] = reserved
                 values["memory_free_bytes"] = total - reserved - used
+            elif group == "mig":
+                values["mig_usage"] = mig_usage(instances, self._mig_used(index, now, jobs)) if instances else ()
             elif group == "utilization":
                 values["utilization_gpu_percent"] = round(util)
                 values["utilization_memory_percent"] = round(work * 0.55 + 5 * math.sin(now / 5 + phi)) if util else 0
@@ -651,13 +701,15 @@ class SimulatedBackend(Backend):
         memory = self._memory(index, now, jobs)
         util = self._utilization(index, now, jobs)
         stuck = index in faults.stuck
-        util_supported = not faults.is_unsupported(index, "process_utilization")
+        instances = self._instances(index)
+        util_supported = not faults.is_unsupported(index, "process_utilization") and not instances
         if jobs and utilization:
             self._count("process_utilization")
         demand = sum(j.intensity * j.ramp(now) for j in jobs if j.workload.kind != "G") or 1.0
         processes = []
         for job in jobs:
             sm = mem_util = enc = dec = None
+            instance = instance_of(job.pid, instances)
             if util_supported:
                 share = 0.0 if job.workload.kind == "G" else job.intensity * job.ramp(now) / demand
                 if stuck:  # every rank spins in the collective: each looks fully busy (an idle-held one stays idle)
@@ -675,6 +727,8 @@ class SimulatedBackend(Backend):
                     memory_percent=mem_util,
                     encoder_percent=enc,
                     decoder_percent=dec,
+                    gpu_instance_id=None if instance is None else instance.gpu_instance_id,
+                    compute_instance_id=None if instance is None else instance.compute_instance_id,
                 )
             )
         return ProcessReading(processes=processes)

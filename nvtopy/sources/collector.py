@@ -41,10 +41,11 @@ from ..model import (
     freeze,
     sample_from_fields,
 )
+from ..selection import Selection
 from .events import EventLog
 from .workers import GpuWorkers
 
-__all__ = ["HINT_MIN_BYTES", "Collector", "processes_hint"]
+__all__ = ["HINT_MIN_BYTES", "Collector", "only_instances", "processes_hint"]
 
 
 class _GpuMemo:
@@ -101,6 +102,7 @@ class Collector:
         self.thresholds = thresholds or HealthThresholds()
         self.events = events if events is not None else EventLog()
         self._workers: GpuWorkers | None = None
+        self.instances: dict[int, frozenset[str]] = {}  # GPU -> the MIG device UUIDs (lower case) shown of it
 
     def statics(self) -> list[GpuStatic]:
         """Static fields of every GPU of the backend (read once; used for GPU selection)."""
@@ -150,9 +152,18 @@ class Collector:
         memo = self._memos[static.index] = _GpuMemo(static, self._history_length, self.thresholds)
         return memo
 
-    def select(self, indices: Iterable[int]) -> None:
-        """Poll only these GPUs from the next collection on."""
-        self.indices = list(indices)
+    def select(self, indices: Iterable[int] | Selection) -> None:
+        """Poll only these GPUs from the next collection on.
+
+        A :class:`~nvtopy.selection.Selection` that names MIG instances also limits
+        those GPUs to them: their other instances and the processes there are left out.
+        """
+        if isinstance(indices, Selection):
+            self.indices = list(indices.indices)
+            self.instances = {i: frozenset(u.lower() for u in uuids) for i, uuids in indices.instances.items()}
+        else:
+            self.indices = list(indices)
+            self.instances = {}
 
     def close(self) -> None:
         """Let the GPU worker threads end (one stuck in the driver ends when its call returns). Never waits."""
@@ -305,6 +316,9 @@ class Collector:
         watched = memo.watch.observe(sample, rows, now)
         health = self._assess(memo, sample, now, watched=watched)
         state = GpuState(memo.static, sample, watched.rows, rows_reason, history, processes_hint=hint, health=health)
+        keep = self.instances.get(memo.static.index)
+        if keep is not None:
+            state = only_instances(state, keep)
         memo.last = state
         return state
 
@@ -447,6 +461,24 @@ def processes_hint(sample: GpuSample, rows: Sequence[GpuProcess], reason: Reason
     )
 
 
+def only_instances(state: GpuState, uuids: frozenset[str]) -> GpuState:
+    """``state`` limited to the MIG instances whose UUIDs (lower case) are in ``uuids``, and their processes.
+
+    The GPU's own readings (temperature, power, health) stay: the instances share them.
+    """
+    static = state.static
+    kept = tuple(m for m in static.mig_instances if m.uuid and m.uuid.lower() in uuids)
+    indices = {m.index for m in kept}
+    usage = state.sample.mig_usage
+    sample = state.sample
+    if usage is not None:
+        sample = dataclasses.replace(sample, mig_usage=tuple(u for u in usage if u.index in indices))
+    rows = tuple(p for p in state.processes if any(m.runs(p) for m in kept))
+    return dataclasses.replace(
+        state, static=dataclasses.replace(static, mig_instances=kept), sample=sample, processes=rows
+    )
+
+
 def _static_incomplete(static: GpuStatic) -> bool:
     return any(reason in (Reason.LOST, Reason.UNKNOWN, Reason.NOT_RESPONDING) for reason in static.unavailable.values())
 
@@ -491,4 +523,6 @@ def _row(
         owner=info.owner if info else None,
         ns_pid=info.ns_pid if info else None,
         cuda_visible_devices=info.cuda_visible_devices if info else None,
+        gpu_instance_id=raw.gpu_instance_id,
+        compute_instance_id=raw.compute_instance_id,
     )

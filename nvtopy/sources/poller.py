@@ -53,6 +53,7 @@ CADENCE: dict[str, float] = {
     "utilization": 0.0,
     "power": 0.0,
     "processes": 0.0,
+    "mig": 0.0,  # per-instance memory: one call per MIG instance, none on a GPU without MIG
     "temperature": 2.0,
     "clocks": 2.0,
     "pstate": 2.0,

@@ -54,6 +54,7 @@ from ..model import (
     GpuStatic,
     HistoryBuffer,
     HostInfo,
+    MigInstance,
     NvLink,
     OwnerKind,
     ProcessOwner,
@@ -89,8 +90,9 @@ _SAMPLE_KEYS = set(GpuSample.__dataclass_fields__) - {
     "pstate",
     "throttle_reasons",
     "nvlinks",
+    "mig_usage",
 }
-_STATIC_KEYS = set(GpuStatic.__dataclass_fields__) - {"index", "unavailable", "mig_devices"}
+_STATIC_KEYS = set(GpuStatic.__dataclass_fields__) - {"index", "unavailable", "mig_instances"}
 _PROCESS_KEYS = {"gpu_memory_bytes", "sm_percent", "memory_percent", "encoder_percent", "decoder_percent"}
 _PROCESS_MORE = (
     "user",
@@ -315,7 +317,9 @@ def _gpu(item: dict[str, Any], timestamp: float) -> tuple[GpuStatic, GpuSample]:
     flat = _with_readings(item)
     static = GpuStatic(
         index=_count(item["index"], "index", MAX_GPUS),
-        mig_devices=_texts(item.get("mig_devices"), "mig_devices") or (),
+        mig_instances=tuple(
+            MigInstance(index=i, uuid=u) for i, u in enumerate(_texts(item.get("mig_devices"), "mig_devices") or ())
+        ),
         unavailable=freeze({k: v for k, v in reasons.items() if k in _STATIC_KEYS}),
         **_fields(flat, _STATIC_FIELDS),
     )
