@@ -226,6 +226,7 @@ def test_every_dynamic_field_of_two_gpus(fake, make_backend):
         "pcie_tx_bytes_per_s": 2000 * 1024,
         "persistence_mode": True,
         "compute_mode": "Default",
+        "mig_usage": (),  # MIG off: no instance to read
         **HEALTHY_READINGS,
     }
     assert sample_dict(h100) == {
@@ -254,6 +255,7 @@ def test_every_dynamic_field_of_two_gpus(fake, make_backend):
         "pcie_tx_bytes_per_s": 4096 * 1024,
         "persistence_mode": False,
         "compute_mode": "Exclusive_Process",
+        "mig_usage": (),  # MIG off: no instance to read
         **HEALTHY_READINGS,
     }
     assert isinstance(a100.values["pstate"], int) and isinstance(h100.values["power_draw_w"], float)
