@@ -104,6 +104,20 @@ class FakeNvLink:
 
 
 @dataclass
+class FakeMig:
+    """One MIG device of a fake GPU, as NVML reports it through the MIG device's handle."""
+
+    uuid: str
+    profile: str = "3g.40gb"
+    gpu_instance_id: int = 1
+    compute_instance_id: int = 0
+    memory_total: int = 40 << 30
+    memory_used: int = 5 << 30
+    sms: int = 60
+    slices: int = 3
+
+
+@dataclass
 class FakeGpu:
     """Everything the fake driver knows of one GPU, in NVML's own units (mW, KB/s, MHz...)."""
 
@@ -146,7 +160,7 @@ class FakeGpu:
     persistence: int = 1
     compute_mode: int = 0
     mig_mode: tuple[int, int] = (0, 0)
-    mig_slots: list[str | None] = field(default_factory=list)  # None = empty slot (NotFound)
+    mig_slots: list[str | FakeMig | None] = field(default_factory=list)  # None = empty slot (NotFound)
     compute_procs: list[FakeProcess] = field(default_factory=list)
     graphics_procs: list[FakeProcess] = field(default_factory=list)
     mps_procs: list[FakeProcess] = field(default_factory=list)  # clients of an MPS server (MPSCompute list)
@@ -385,16 +399,51 @@ class FakeNvml:
 
     # ------------------------------------------------------------------ static fields
 
+    def _mig(self, gpu: FakeGpu, handle: FakeHandle) -> FakeMig | None:
+        """The MIG device a handle names (a string slot gets the defaults), None for a physical handle."""
+        if handle.mig_slot is None:
+            return None
+        slot = gpu.mig_slots[handle.mig_slot]
+        assert slot is not None
+        return slot if isinstance(slot, FakeMig) else FakeMig(slot, gpu_instance_id=handle.mig_slot + 1)
+
     def nvmlDeviceGetUUID(self, handle: FakeHandle) -> str:
         gpu = self._device("nvmlDeviceGetUUID", handle)
-        if handle.mig_slot is not None:
-            slot_uuid = gpu.mig_slots[handle.mig_slot]
-            assert slot_uuid is not None
-            return slot_uuid
-        return gpu.uuid
+        mig = self._mig(gpu, handle)
+        return gpu.uuid if mig is None else mig.uuid
 
     def nvmlDeviceGetName(self, handle: FakeHandle) -> str:
-        return self._device("nvmlDeviceGetName", handle).name
+        gpu = self._device("nvmlDeviceGetName", handle)
+        mig = self._mig(gpu, handle)
+        return gpu.name if mig is None else f"{gpu.name} MIG {mig.profile}"
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: FakeHandle) -> int:
+        mig = self._mig(self._device("nvmlDeviceGetGpuInstanceId", handle), handle)
+        if mig is None:
+            raise pynvml.NVMLError_InvalidArgument()
+        return mig.gpu_instance_id
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: FakeHandle) -> int:
+        mig = self._mig(self._device("nvmlDeviceGetComputeInstanceId", handle), handle)
+        if mig is None:
+            raise pynvml.NVMLError_InvalidArgument()
+        return mig.compute_instance_id
+
+    def nvmlDeviceGetAttributes(self, handle: FakeHandle) -> Any:
+        mig = self._mig(self._device("nvmlDeviceGetAttributes", handle), handle)
+        if mig is None:
+            raise pynvml.NVMLError_NotSupported()  # the driver answers only for MIG device handles
+        return types.SimpleNamespace(
+            multiprocessorCount=mig.sms,
+            sharedCopyEngineCount=mig.slices,
+            sharedDecoderCount=1,
+            sharedEncoderCount=0,
+            sharedJpegCount=1,
+            sharedOfaCount=0,
+            gpuInstanceSliceCount=mig.slices,
+            computeInstanceSliceCount=mig.slices,
+            memorySizeMB=mig.memory_total >> 20,
+        )
 
     def nvmlDeviceGetPciInfo_v3(self, handle: FakeHandle) -> Any:
         gpu = self._device("nvmlDeviceGetPciInfo_v3", handle)
@@ -409,6 +458,12 @@ class FakeNvml:
 
     def nvmlDeviceGetMemoryInfo(self, handle: FakeHandle, version: int | None = None) -> Any:
         gpu = self._device("nvmlDeviceGetMemoryInfo", handle, version)
+        mig = self._mig(gpu, handle)
+        if mig is not None:
+            free = mig.memory_total - mig.memory_used
+            return types.SimpleNamespace(
+                version=version, total=mig.memory_total, reserved=0, free=free, used=mig.memory_used
+            )
         free = gpu.memory_total - gpu.memory_used - gpu.memory_reserved
         if not version:
             return types.SimpleNamespace(total=gpu.memory_total, free=free, used=gpu.memory_used + gpu.memory_reserved)
