@@ -326,11 +326,13 @@ class MigState(_Repr):
 
     @property
     def memory_total_bytes(self) -> int | None:
-        """The instance's memory: what the driver gave it (used + free), else its profile's size."""
+        """The instance's memory, as nvidia-smi shows it (its profile's size), else what it reports (used + free)."""
+        if self.instance.memory_total_bytes is not None:
+            return self.instance.memory_total_bytes
         usage = self.usage
         if usage is not None and usage.memory_used_bytes is not None and usage.memory_free_bytes is not None:
             return usage.memory_used_bytes + usage.memory_free_bytes
-        return self.instance.memory_total_bytes
+        return None
 
     @property
     def memory_used_percent(self) -> float | None:
