@@ -92,7 +92,7 @@ def test_the_snapshot_joins_instances_usage_and_processes(fake, make_backend):
 
 def test_selecting_one_instance_leaves_out_the_others_and_their_processes(fake, make_backend):
     collector = Collector(make_backend(fake))
-    collector.select(Selection((1,), instances={1: (UUIDS[1].upper(),)}))
+    collector.select(Selection((1,), instance_pairs={1: (UUIDS[1].upper(),)}))
     gpu = collector.collect(join=False).gpus[0]
     assert gpu.index == 1 and [s.label for s in gpu.mig] == ["1/5/0"]
     assert [p.pid for p in gpu.processes] == [4343]

@@ -5,14 +5,16 @@ from __future__ import annotations
 import pytest
 
 from nvtopy.errors import SelectionError, UsageError
-from nvtopy.model import GpuStatic
+from nvtopy.model import GpuStatic, MigInstance
 from nvtopy.selection import (
+    Selection,
     VisibleDevice,
     VisibleDevices,
     format_bus_id,
     parse_bus_id,
     parse_cuda_visible_devices,
     resolve_gpu_list,
+    resolve_gpu_selection,
     select_gpus,
 )
 
@@ -212,12 +214,17 @@ def test_resolve_gpu_list_empty_entry(spec):
 
 
 @pytest.mark.parametrize(
-    "entry", [MIG2A, MIG2A.lower(), "MIG-1111", "MIG-GPU-a1b2c3d4-0000-1111-2222-333344445555/1/0"]
+    ("entry", "expected"),
+    [
+        (MIG2A, [0, 2]),
+        (MIG2A.lower(), [0, 2]),
+        ("MIG-1111", [0, 2]),
+        ("MIG-GPU-a1b2c3d4-0000-1111-2222-333344445555/1/0", [0, 2]),
+        ("MIG-GPU-a1b2/2/0", [0, 2]),
+    ],
 )
-def test_resolve_gpu_list_rejects_mig_uuids(entry):
-    with pytest.raises(SelectionError, match="MIG device") as info:
-        resolve_gpu_list(f"0,{entry}", GPUS)
-    assert repr(entry) in str(info.value)
+def test_resolve_gpu_list_counts_a_mig_device_as_its_parent(entry, expected):
+    assert resolve_gpu_list(f"0,{entry}", GPUS) == expected
 
 
 def test_selection_error_is_a_usage_error():
@@ -347,7 +354,8 @@ def test_cuda_visible_devices_nvml_indices(value, expected):
             f"{MIG2B},{UUID0},MIG-1111",
             (VisibleDevice(0, 2, MIG2B), VisibleDevice(1, 0), VisibleDevice(2, 2, MIG2A)),
         ),
-        (f"MIG-{UUID2}/1/0", (VisibleDevice(0, 2, f"MIG-{UUID2}/1/0"),)),
+        (f"MIG-{UUID2}/1/0", (VisibleDevice(0, 2, MIG2A),)),  # the legacy form resolves to the instance's UUID
+        ("mig-gpu-A1B2/2/0", (VisibleDevice(0, 2, MIG2B),)),
     ],
 )
 def test_cuda_visible_devices_cuda_order(value, expected):
@@ -404,7 +412,8 @@ def test_cuda_device_order_warning(value, gpus, environ, warns):
     result = parse_cuda_visible_devices(value, gpus, environ)
     warned = [w for w in result.warnings if ORDER_WARNING in w]
     assert bool(warned) is warns
-    assert len(result.warnings) == len(warned)
+    others = [w for w in result.warnings if ORDER_WARNING not in w]
+    assert all("MIG devices" in w for w in others), "GPU 2 has two MIG devices: only the MIG rule may add one"
     if warns:
         assert "PCI_BUS_ID" in warned[0]
 
@@ -517,25 +526,32 @@ def test_cuda_visible_devices_absurd_numbers(value, expected):
 
 
 @pytest.mark.parametrize(
-    ("gpus", "only_visible", "cvd", "expected"),
+    ("gpus", "only_visible", "cvd", "expected", "mig_warning"),
     [
-        (None, False, "2,0", (0, 1, 2, 3)),  # neither: every GPU, NVML order, CUDA_VISIBLE_DEVICES ignored
-        ("3,1", False, "2,0", (3, 1)),  # --gpus: its order
-        ([3, "3b:00.0"], False, None, (3, 1)),  # a list, as the Python API takes it
-        (None, True, "2,0", (2, 0)),  # --only-visible: CUDA order
-        (None, True, None, (0, 1, 2, 3)),
-        (None, True, "", ()),
-        ("3,2,0", True, "2,0", (2, 0)),  # both: --gpus order, only what CUDA exposes
-        ("1", True, "2,0", ()),
+        (None, False, "2,0", (0, 1, 2, 3), False),  # neither: every GPU, NVML order, CUDA_VISIBLE_DEVICES ignored
+        ("3,1", False, "2,0", (3, 1), False),  # --gpus: its order
+        ([3, "3b:00.0"], False, None, (3, 1), False),  # a list, as the Python API takes it
+        (None, True, "3,0", (3, 0), False),  # --only-visible: CUDA order
+        (None, True, "2,0", (2, 0), True),  # GPU 2 has MIG: CUDA exposes its two MIG devices, a process uses one
+        (None, True, None, (0, 1, 2, 3), True),
+        (None, True, "", (), False),
+        ("3,2,0", True, "2,0", (2, 0), True),  # both: --gpus order, only what CUDA exposes
+        ("1", True, "2,0", (), False),  # GPU 2's MIG device is not shown anyway: no word about it
     ],
 )
-def test_select_gpus(gpus, only_visible, cvd, expected):
+def test_select_gpus(gpus, only_visible, cvd, expected, mig_warning):
     environ = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     if cvd is not None:
         environ["CUDA_VISIBLE_DEVICES"] = cvd
     selection = select_gpus(GPUS, gpus, only_visible, environ)
     assert selection.indices == expected
-    assert selection.warnings == ()
+    if mig_warning:
+        (warning,) = selection.warnings
+        assert "2 MIG devices" in warning and f"({MIG2A}, GPU 2/1/0)" in warning
+        assert dict(selection.instances) == {2: (MIG2A,)}
+    else:
+        assert selection.warnings == ()
+        assert dict(selection.instances) == {}
 
 
 def test_select_gpus_returns_warnings_and_never_prints(capsys):
@@ -558,3 +574,319 @@ def test_select_gpus_reads_the_process_environment_by_default(monkeypatch):
 def test_select_gpus_errors_name_the_entry():
     with pytest.raises(SelectionError, match="'7'"):
         select_gpus(GPUS, [0, 7])
+
+
+# --------------------------------------------------------------------------- MIG devices
+#
+# GPUs 1 and 3 have MIG. GPU 1: two GPU instances, the second split into two compute
+# instances (1/2/0 and 1/2/1). "MIG-aaaa" is a prefix of MIG devices on both GPUs.
+
+MIG1A = "MIG-aaaa1111-0000-4000-8000-000000000001"
+MIG1B = "MIG-aaaa2222-0000-4000-8000-000000000002"
+MIG1C = "MIG-bbbb3333-0000-4000-8000-000000000003"
+MIG3A = "MIG-aaaa9999-0000-4000-8000-000000000004"
+
+
+def _instance(index: int, uuid: str | None, gi: int, ci: int, profile: str) -> MigInstance:
+    return MigInstance(index=index, uuid=uuid, gpu_instance_id=gi, compute_instance_id=ci, profile=profile)
+
+
+MIG_GPUS = (
+    GpuStatic(index=0, uuid=UUID0, name=H100, bus_id="00000000:1B:00.0"),
+    GpuStatic(
+        index=1,
+        uuid=UUID1,
+        name=H100,
+        bus_id="00000000:3B:00.0",
+        mig_mode=True,
+        mig_instances=(
+            _instance(0, MIG1A, 1, 0, "4g.40gb"),
+            _instance(1, MIG1B, 2, 0, "1c.3g.40gb"),
+            _instance(2, MIG1C, 2, 1, "2c.3g.40gb"),
+        ),
+    ),
+    GpuStatic(index=2, uuid=UUID2, name=H100, bus_id="00000000:86:00.0"),
+    GpuStatic(
+        index=3,
+        uuid=UUID3,
+        name=H100,
+        bus_id="00000000:AF:00.0",
+        mig_mode=True,
+        mig_instances=(_instance(0, MIG3A, 1, 0, "7g.80gb"),),
+    ),
+)
+PCI = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+
+
+def _resolved(spec: str) -> tuple[tuple[int, ...], dict[int, tuple[str, ...]]]:
+    selection = resolve_gpu_selection(spec, MIG_GPUS)
+    return selection.indices, dict(selection.instances)
+
+
+@pytest.mark.parametrize(
+    ("spec", "indices", "instances"),
+    [
+        # MIG UUIDs, any case, and unique prefixes (MIG- required)
+        (MIG1A, (1,), {1: (MIG1A,)}),
+        (MIG1A.lower(), (1,), {1: (MIG1A,)}),
+        (MIG1A.upper(), (1,), {1: (MIG1A,)}),
+        ("MIG-aaaa1", (1,), {1: (MIG1A,)}),
+        ("mig-AAAA2", (1,), {1: (MIG1B,)}),
+        ("MIG-b", (1,), {1: (MIG1C,)}),
+        ("MIG-aaaa9", (3,), {3: (MIG3A,)}),
+        # the legacy form: GPU UUID (or a unique prefix of it) / GPU instance / compute instance
+        (f"MIG-{UUID1}/1/0", (1,), {1: (MIG1A,)}),
+        (f"MIG-{UUID1}/2/1", (1,), {1: (MIG1C,)}),
+        ("MIG-GPU-5e3f9/2/0", (1,), {1: (MIG1B,)}),
+        ("mig-gpu-5E3F9ABC/2/1", (1,), {1: (MIG1C,)}),
+        ("MIG-GPU-dead/001/000", (3,), {3: (MIG3A,)}),
+        # several MIG devices of one GPU: in the order given, each once
+        ("MIG-aaaa1,MIG-aaaa2", (1,), {1: (MIG1A, MIG1B)}),
+        ("MIG-aaaa2,MIG-aaaa1", (1,), {1: (MIG1B, MIG1A)}),
+        (f"MIG-aaaa1,{MIG1A},MIG-GPU-5e3f9/1/0", (1,), {1: (MIG1A,)}),
+        # a GPU named whole as well is shown whole, wherever it is named
+        ("MIG-aaaa1,1", (1,), {}),
+        ("1,MIG-aaaa1", (1,), {}),
+        ("3b:00.0,MIG-aaaa2", (1,), {}),
+        (f"MIG-aaaa1,{UUID1}", (1,), {}),
+        # mixed with other GPUs: a GPU's place is where it is first named
+        ("MIG-aaaa9,0,MIG-aaaa1", (3, 0, 1), {3: (MIG3A,), 1: (MIG1A,)}),
+        ("3,MIG-aaaa1,0", (3, 1, 0), {1: (MIG1A,)}),
+        ("MIG-aaaa2,3,MIG-bbbb", (1, 3), {1: (MIG1B, MIG1C)}),
+        # a MIG-enabled GPU named by index, bus id or UUID: the whole GPU
+        ("1", (1,), {}),
+        ("5e3f9", (1,), {}),
+    ],
+)
+def test_gpus_mig_devices(spec, indices, instances):
+    assert _resolved(spec) == (indices, instances)
+    assert resolve_gpu_list(spec, MIG_GPUS) == list(indices)
+
+
+@pytest.mark.parametrize(
+    ("spec", "entry", "says"),
+    [
+        ("MIG-aaaa", "MIG-aaaa", "matches MIG devices 1/1/0, 1/2/0, 3/1/0; give more of the UUID"),
+        ("0,mig-AAAA", "mig-AAAA", "matches MIG devices 1/1/0, 1/2/0, 3/1/0"),
+        ("MIG-", "MIG-", "no MIG device matches"),
+        ("MIG-ffff", "MIG-ffff", "no MIG device matches"),
+        ("MIG-zz", "MIG-zz", "no MIG device matches"),
+        ("MIG-aaaa1111-0000-4000-8000-000000000001-00", "MIG-aaaa1111-0000-4000-8000-000000000001-00", "no MIG"),
+        (f"MIG-{UUID1}/5/0", f"MIG-{UUID1}/5/0", "GPU 1 has no GPU instance/compute instance '5/0'"),
+        (f"MIG-{UUID1}/1/1", f"MIG-{UUID1}/1/1", "GPU 1 has no GPU instance/compute instance '1/1'"),
+        ("MIG-GPU-a1b2/1/0", "MIG-GPU-a1b2/1/0", "GPU 2 has no GPU instance/compute instance '1/0'"),
+        ("MIG-GPU-5e3f/1/0", "MIG-GPU-5e3f/1/0", "the parent of 'MIG-GPU-5e3f/1/0' matches GPUs 0, 1"),
+        ("MIG-GPU-ffff/1/0", "MIG-GPU-ffff/1/0", "no GPU matches the parent"),
+        ("MIG-GPU-5e3f9/1", "MIG-GPU-5e3f9/1", "is not a MIG device: give MIG-<uuid> or MIG-GPU-<gpu-uuid>/<gi>/<ci>"),
+        ("MIG-GPU-5e3f9/x/0", "MIG-GPU-5e3f9/x/0", "is not a MIG device"),
+        (f"MIG-{UUID1}", f"MIG-{UUID1}", "is not a MIG device"),
+        ("MIG-GPU-5e3f9/1/0/0", "MIG-GPU-5e3f9/1/0/0", "is not a MIG device"),
+    ],
+)
+def test_gpus_mig_errors_are_one_line_naming_the_entry(spec, entry, says):
+    with pytest.raises(SelectionError) as info:
+        resolve_gpu_selection(spec, MIG_GPUS)
+    message = str(info.value)
+    assert message.startswith("--gpus: ") and "\n" not in message
+    assert repr(entry) in message
+    assert says in message
+
+
+@pytest.mark.parametrize("spec", ["MIG-ffff", "MIG-GPU-5e3f9/1", f"MIG-{UUID1}/9/9"])
+def test_gpus_mig_errors_list_the_mig_devices(spec):
+    with pytest.raises(SelectionError) as info:
+        resolve_gpu_selection(spec, MIG_GPUS)
+    message = str(info.value)
+    assert "1/1/0 MIG-aaaa1111 4g.40gb" in message and "1/2/1 MIG-bbbb3333 2c.3g.40gb" in message
+    if spec != f"MIG-{UUID1}/9/9":  # the legacy form lists its GPU's MIG devices only
+        assert "3/1/0 MIG-aaaa9999 7g.80gb" in message
+
+
+def test_gpus_mig_errors_without_any_mig():
+    with pytest.raises(SelectionError, match="no GPU here has MIG devices"):
+        resolve_gpu_selection("MIG-1111", SAME_MODEL[:2])
+    with pytest.raises(SelectionError, match="GPU 0 has no MIG devices"):
+        resolve_gpu_selection("MIG-GPU-5e3f0/1/0", SAME_MODEL)
+
+
+def test_gpus_mig_error_lists_at_most_a_dozen_devices():
+    instances = tuple(_instance(k, f"MIG-{k:08x}-0000-4000-8000-000000000000", k + 1, 0, "1g.10gb") for k in range(7))
+    gpus = [GpuStatic(index=i, uuid=f"GPU-{i:08x}-1", mig_mode=True, mig_instances=instances) for i in range(8)]
+    with pytest.raises(SelectionError) as info:
+        resolve_gpu_selection("MIG-ffff", gpus)
+    message = str(info.value)
+    assert message.count("1g.10gb") == 12 and "and 44 more" in message and len(message) < 500
+
+
+def test_gpus_mig_absurd_ids_are_one_short_line():
+    entry = "MIG-GPU-5e3f9/" + "9" * 5000 + "/0"
+    with pytest.raises(SelectionError, match="has no GPU instance") as info:
+        resolve_gpu_selection(entry, MIG_GPUS)
+    assert "\n" not in str(info.value) and len(str(info.value)) < 500
+    assert _resolved("MIG-GPU-5e3f9/" + "0" * 5000 + "1/0") == ((1,), {1: (MIG1A,)})
+
+
+def test_gpus_mig_device_without_uuid_cannot_be_shown_alone():
+    gpus = [GpuStatic(index=0, uuid=UUID0, mig_mode=True, mig_instances=(_instance(0, None, 1, 0, "7g.80gb"),))]
+    with pytest.raises(SelectionError, match="name GPU 0 instead"):
+        resolve_gpu_selection("MIG-GPU-5e3f0/1/0", gpus)
+
+
+# --------------------------------------------------------------------------- MIG in CUDA_VISIBLE_DEVICES
+
+
+def _visible(cvd: str | None, gpus: str | None = None) -> Selection:
+    environ = dict(PCI) if cvd is None else {**PCI, "CUDA_VISIBLE_DEVICES": cvd}
+    return select_gpus(MIG_GPUS, gpus, True, environ)
+
+
+@pytest.mark.parametrize(
+    ("cvd", "indices", "instances"),
+    [
+        # one MIG device: exactly it
+        (MIG1B, (1,), {1: (MIG1B,)}),
+        (MIG1B.lower(), (1,), {1: (MIG1B,)}),
+        ("MIG-aaaa2", (1,), {1: (MIG1B,)}),
+        (f"MIG-{UUID1}/2/1", (1,), {1: (MIG1C,)}),
+        ("MIG-GPU-5e3f9/1/0", (1,), {1: (MIG1A,)}),
+        (MIG3A, (3,), {3: (MIG3A,)}),
+        # GPUs without MIG beside it stay, in CUDA order
+        (f"{UUID0},{MIG1B},{UUID2}", (0, 1, 2), {1: (MIG1B,)}),
+        (f"{MIG3A},{UUID0}", (3, 0), {3: (MIG3A,)}),
+        # a MIG-enabled GPU with one MIG device, named whole: that device
+        ("0,3", (0, 3), {3: (MIG3A,)}),
+        (UUID3, (3,), {3: (MIG3A,)}),
+        # an invalid entry still ends the list; a repeat still exposes nothing
+        (f"MIG-{UUID1}/9/9", (), {}),
+        (f"{MIG1B},MIG-ffff,{UUID0}", (1,), {1: (MIG1B,)}),
+        (f"MIG-{UUID1}/1/0,{MIG1A}", (), {}),
+        ("MIG-aaaa", (), {}),  # an ambiguous prefix ends the list
+    ],
+)
+def test_only_visible_mig_device(cvd, indices, instances):
+    selection = _visible(cvd)
+    assert (selection.indices, dict(selection.instances)) == (indices, instances)
+    assert not any("MIG devices" in w for w in selection.warnings)
+
+
+@pytest.mark.parametrize(
+    ("cvd", "indices", "instances", "warning"),
+    [
+        (
+            f"{MIG1B},{MIG1A},{MIG3A}",
+            (1,),
+            {1: (MIG1B,)},
+            f"CUDA_VISIBLE_DEVICES lists 3 MIG devices: a CUDA process uses only the first ({MIG1B}, GPU 1/2/0); "
+            "showing it",
+        ),
+        (
+            f"{UUID0},{MIG3A},{MIG1C}",
+            (0, 3),
+            {3: (MIG3A,)},
+            f"CUDA_VISIBLE_DEVICES lists 2 MIG devices: a CUDA process uses only the first ({MIG3A}, GPU 3/1/0); "
+            "showing it",
+        ),
+        (
+            f"MIG-GPU-5e3f9/2/1,{MIG1A}",
+            (1,),
+            {1: (MIG1C,)},
+            f"CUDA_VISIBLE_DEVICES lists 2 MIG devices: a CUDA process uses only the first ({MIG1C}, GPU 1/2/1); "
+            "showing it",
+        ),
+        (
+            "1",  # a MIG-enabled GPU by index: CUDA enumerates its MIG devices, a process uses the first
+            (1,),
+            {1: (MIG1A,)},
+            "CUDA_VISIBLE_DEVICES exposes 3 MIG devices (a MIG-enabled GPU counts as its MIG devices): "
+            f"a CUDA process uses only the first ({MIG1A}, GPU 1/1/0); showing it",
+        ),
+        (
+            "2,3,1,0",
+            (2, 3, 0),
+            {3: (MIG3A,)},
+            "CUDA_VISIBLE_DEVICES exposes 4 MIG devices (a MIG-enabled GPU counts as its MIG devices): "
+            f"a CUDA process uses only the first ({MIG3A}, GPU 3/1/0); showing it",
+        ),
+        (
+            f"{UUID3},{MIG1B}",
+            (3,),
+            {3: (MIG3A,)},
+            "CUDA_VISIBLE_DEVICES exposes 2 MIG devices (a MIG-enabled GPU counts as its MIG devices): "
+            f"a CUDA process uses only the first ({MIG3A}, GPU 3/1/0); showing it",
+        ),
+        (
+            None,
+            (0, 1, 2),
+            {1: (MIG1A,)},
+            "CUDA_VISIBLE_DEVICES is unset and the GPUs have 4 MIG devices: "
+            f"a CUDA process uses only the first ({MIG1A}, GPU 1/1/0); showing it",
+        ),
+    ],
+)
+def test_only_visible_several_mig_devices_shows_the_first_and_says_so(cvd, indices, instances, warning):
+    selection = _visible(cvd)
+    assert (selection.indices, dict(selection.instances)) == (indices, instances)
+    assert selection.warnings == (warning,)
+
+
+def test_cuda_visible_devices_mig_rule_keeps_the_literal_list():
+    """``devices`` is what the variable names (doctor counts it); ``usable`` is what a process uses."""
+    result = parse_cuda_visible_devices(f"{UUID0},{MIG1B},{MIG1A}", MIG_GPUS, PCI)
+    assert result.devices == (VisibleDevice(0, 0), VisibleDevice(1, 1, MIG1B), VisibleDevice(2, 1, MIG1A))
+    assert result.process_devices == (VisibleDevice(0, 0), VisibleDevice(1, 1, MIG1B))
+    assert result.nvml_indices == [0, 1]
+    assert dict(result.instances) == {1: (MIG1B,)}
+    unset = parse_cuda_visible_devices(None, MIG_GPUS)
+    assert len(unset.devices) == 4 and unset.process_devices == (
+        VisibleDevice(0, 0),
+        VisibleDevice(1, 1, MIG1A),
+        VisibleDevice(2, 2),
+    )
+
+
+def test_legacy_mig_entry_on_a_gpu_whose_instances_are_unknown_shows_the_gpu():
+    gpus = [GpuStatic(index=0, uuid=UUID0, mig_mode=True)]  # MIG on, instances not read
+    result = parse_cuda_visible_devices("MIG-GPU-5e3f0/1/0", gpus)
+    assert result.devices == (VisibleDevice(0, 0, "MIG-GPU-5e3f0/1/0"),)
+    assert result.nvml_indices == [0] and dict(result.instances) == {}
+    without_mig = [GpuStatic(index=0, uuid=UUID0, mig_mode=False)]
+    assert parse_cuda_visible_devices("MIG-GPU-5e3f0/1/0", without_mig).devices == ()
+
+
+@pytest.mark.parametrize(
+    ("gpus", "cvd", "indices", "instances", "warns"),
+    [
+        ("1", MIG1B, (1,), {1: (MIG1B,)}, False),  # the GPU, limited to what CUDA exposes of it
+        (MIG1B, MIG1B, (1,), {1: (MIG1B,)}, False),
+        ("MIG-aaaa1,MIG-aaaa2", MIG1B, (1,), {1: (MIG1B,)}, False),
+        (MIG1A, MIG1B, (), {}, False),  # different MIG devices of one GPU: nothing in common
+        (MIG1A, f"{MIG1B},{MIG1A}", (), {}, False),  # the process uses MIG1B, not shown: no word about it
+        ("MIG-aaaa1,MIG-aaaa2", f"{MIG1B},{MIG1A}", (1,), {1: (MIG1B,)}, True),
+        ("0,1", None, (0, 1), {1: (MIG1A,)}, True),
+        ("0", None, (0,), {}, False),
+        ("3,0", f"{UUID0},{MIG1B}", (0,), {}, False),
+        ("3,MIG-aaaa1,0", f"{UUID0},{MIG1A}", (1, 0), {1: (MIG1A,)}, False),
+    ],
+)
+def test_gpus_and_only_visible_intersect_mig_devices(gpus, cvd, indices, instances, warns):
+    selection = _visible(cvd, gpus)
+    assert (selection.indices, dict(selection.instances)) == (indices, instances)
+    assert bool(selection.warnings) is warns
+
+
+# --------------------------------------------------------------------------- the Selection value
+
+
+def test_selection_instances_is_a_read_only_mapping_and_the_selection_hashable():
+    selection = Selection((3, 1), instance_pairs={1: [MIG1A], 3: (MIG3A,), 9: (MIG1B,), 0: ()})
+    assert selection.instance_pairs == ((3, (MIG3A,)), (1, (MIG1A,))), "in the GPUs' order; unshown GPUs dropped"
+    assert dict(selection.instances) == {3: (MIG3A,), 1: (MIG1A,)}
+    with pytest.raises(TypeError):
+        selection.instances[1] = ()  # type: ignore[index]
+    assert hash(selection) == hash(Selection((3, 1), instance_pairs=((3, (MIG3A,)), (1, (MIG1A,)))))
+    assert Selection((0,)).instances == {} and Selection((0,)) == Selection((0,), (), ())
+
+
+def test_select_gpus_without_mig_limits_nothing():
+    assert dict(select_gpus(MIG_GPUS).instances) == {}
+    assert dict(select_gpus(MIG_GPUS, "0,1,3").instances) == {}

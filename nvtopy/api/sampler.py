@@ -69,9 +69,9 @@ class Sampler:
 
     Args:
         interval: seconds between samples.
-        gpus: NVML indices, PCI bus ids or UUID prefixes; default: all GPUs, or with
-            ``only_visible`` those CUDA_VISIBLE_DEVICES exposes.
-        only_visible: limit to the GPUs this job can see (CUDA's rules).
+        gpus: NVML indices, PCI bus ids, UUID prefixes or MIG devices (the GPU limited to
+            them); default: all GPUs, or with ``only_visible`` those CUDA_VISIBLE_DEVICES exposes.
+        only_visible: limit to what this job can see (CUDA's rules: one MIG device at most).
         history: snapshots kept (oldest dropped first).
         callbacks: called with each snapshot, on the sampler's thread.
     """

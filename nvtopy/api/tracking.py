@@ -19,6 +19,13 @@ thread (:func:`nvtopy.api.state.watch`) samples every active track's GPUs
 (nested tracks share its snapshots) and exits when the last track ends. It is
 meant for spans (an epoch, an evaluation, a few steps); for a permanent
 per-step view use :class:`nvtopy.Sampler`.
+
+MIG: when the job runs on a MIG slice (:func:`nvtopy.job_gpus` names it), the
+report is the slice's -- ``GPU 1 MIG 1/2/0 3g.40gb``, the instance's memory used
+and total, its processes -- with the GPU's own readings (utilisation, which the
+driver does not report under MIG) beside it. The background sampling reads whole
+GPUs and picks each track's slice from them, so tracks on different slices of
+one GPU share its snapshots.
 """
 
 from __future__ import annotations
@@ -33,8 +40,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..model import Snapshot
+from ..model import GpuState, MigState, Snapshot
 from ..render.units import NA, fmt_bytes, short_name
+from ..selection import select_gpus
 from .state import shared_collector, unwatch, watch
 from .torchmem import cuda_torch, torch_memory
 from .usage import job_gpus
@@ -76,6 +84,17 @@ class GpuUsage:
     process_memory_peak_bytes: int | None
     samples: int  # background samples taken during the call (besides start and end)
     torch: TorchUsage | None = None
+    # On a MIG slice: the MIG device (the memory figures above are then the instance's, not the GPU's).
+    mig_uuid: str | None = None
+    mig_label: str | None = None  # "1/2/0": GPU, GPU instance, compute instance
+    mig_profile: str | None = None  # "3g.40gb"
+
+    @property
+    def label(self) -> str:
+        """``GPU 1`` or, on a MIG slice, ``GPU 1 MIG 1/2/0 3g.40gb``."""
+        if self.mig_label is None:
+            return f"GPU {self.index}"
+        return f"GPU {self.index} MIG {self.mig_label}" + (f" {self.mig_profile}" if self.mig_profile else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +118,10 @@ class TrackReport:
             return head + ", no GPU in use"
         lines = [head]
         for gpu in self.gpus:
+            name = short_name(gpu.name)
+            head = f"{gpu.label} ({name})" if gpu.mig_label is not None else f"{gpu.label} {name}"
             line = (
-                f"  GPU {gpu.index} {short_name(gpu.name)}: memory {fmt_bytes(gpu.memory_used_start_bytes)}"
+                f"  {head}: memory {fmt_bytes(gpu.memory_used_start_bytes)}"
                 f" -> {fmt_bytes(gpu.memory_used_end_bytes)} (peak {fmt_bytes(gpu.memory_used_peak_bytes)}"
                 f" of {fmt_bytes(gpu.memory_total_bytes)}), util "
                 + (NA if gpu.utilization_mean_percent is None else f"{gpu.utilization_mean_percent:.0f}%")
@@ -126,42 +147,70 @@ def _max(*values: int | None) -> int | None:
     return max(present) if present else None
 
 
+Target = tuple[int, str | None]  # (NVML index, MIG device UUID or None for the whole GPU)
+
+
+def _part(gpu: GpuState, mig_uuid: str | None) -> tuple[MigState | None, bool]:
+    """The MIG device ``mig_uuid`` of ``gpu`` (None, True: the whole GPU; None, False: the slice is not there)."""
+    if mig_uuid is None:
+        return None, True
+    wanted = mig_uuid.lower()
+    found = next((m for m in gpu.mig if m.instance.uuid and m.instance.uuid.lower() == wanted), None)
+    return found, found is not None
+
+
+def _memory_used(gpu: GpuState, mig_uuid: str | None) -> int | None:
+    """Memory used of the GPU, or of its MIG device ``mig_uuid``."""
+    mig, found = _part(gpu, mig_uuid)
+    if not found:
+        return None
+    return gpu.sample.memory_used_bytes if mig is None else mig.memory_used_bytes
+
+
 class _Accumulator:
-    """The running peaks and sums of one active track (a :class:`~nvtopy.api.state.Watcher`)."""
+    """The running peaks and sums of one active track (a :class:`~nvtopy.api.state.Watcher`).
 
-    groups = _GROUPS
+    Keyed by target: a whole GPU, or one MIG device of it. The sampling thread
+    reads whole GPUs (``indices``); each sample's slice is picked from them.
+    """
 
-    def __init__(self, indices: Sequence[int], ordinals: dict[int, int], interval: float) -> None:
-        self.indices = tuple(indices)
+    def __init__(self, targets: Sequence[Target], ordinals: dict[int, int], interval: float) -> None:
+        self.targets = tuple(targets)
+        self.indices = tuple(dict.fromkeys(index for index, _ in self.targets))
+        self.groups = (
+            (_GROUPS | {"mig"}) if any(uuid for _, uuid in self.targets) else _GROUPS
+        )  # "mig": per-instance memory
         self.ordinals = ordinals  # NVML index -> torch ordinal
         self.interval = interval
         self.lock = threading.Lock()
-        self.peak: dict[int, int] = {}
-        self.own_peak: dict[int, int] = {}
-        self.util_sum: dict[int, float] = dict.fromkeys(self.indices, 0.0)
-        self.util_count: dict[int, int] = dict.fromkeys(self.indices, 0)
+        self.peak: dict[Target, int] = {}
+        self.own_peak: dict[Target, int] = {}
+        self.util_sum: dict[Target, float] = dict.fromkeys(self.targets, 0.0)
+        self.util_count: dict[Target, int] = dict.fromkeys(self.targets, 0)
         self.samples = 0
         self.torch_peak: dict[int, tuple[int, int]] = {}  # ordinal -> (allocated, reserved)
 
     def observe(self, snapshot: Snapshot) -> None:
         torch_samples = _torch_samples(self.ordinals.values())
         me = os.getpid()
+        by_index = {gpu.index: gpu for gpu in snapshot.gpus}
         with self.lock:
             self.samples += 1
-            for gpu in snapshot.gpus:
-                if gpu.index not in self.util_sum:
+            for target in self.targets:
+                gpu = by_index.get(target[0])
+                if gpu is None:
                     continue
-                used = gpu.sample.memory_used_bytes
+                used = _memory_used(gpu, target[1])
                 if used is not None:
-                    self.peak[gpu.index] = max(self.peak.get(gpu.index, used), used)
+                    self.peak[target] = max(self.peak.get(target, used), used)
                 util = gpu.sample.utilization_gpu_percent
                 if util is not None:
-                    self.util_sum[gpu.index] += util
-                    self.util_count[gpu.index] += 1
+                    self.util_sum[target] += util
+                    self.util_count[target] += 1
                 for proc in gpu.processes:
                     if proc.pid == me and proc.gpu_memory_bytes is not None:
-                        old = self.own_peak.get(gpu.index, proc.gpu_memory_bytes)
-                        self.own_peak[gpu.index] = max(old, proc.gpu_memory_bytes)
+                        old = self.own_peak.get(target, proc.gpu_memory_bytes)
+                        self.own_peak[target] = max(old, proc.gpu_memory_bytes)
             for ordinal, (allocated, reserved) in torch_samples.items():
                 old_a, old_r = self.torch_peak.get(ordinal, (allocated, reserved))
                 self.torch_peak[ordinal] = (max(old_a, allocated), max(old_r, reserved))
@@ -180,7 +229,9 @@ class track:  # noqa: N801 - used like a function: ``with nvtopy.track(...)`` / 
     Args:
         name: shown in the report; a decorated function's qualified name by default.
         interval: seconds between background samples during the call (peaks, mean utilisation).
-        gpus: NVML indices to watch; default: the GPUs this process uses (:func:`nvtopy.job_gpus`).
+        gpus: the GPUs to watch: NVML indices, or anything ``nvtopy.snapshot(gpus=...)`` takes
+            (a MIG device's UUID watches that slice); default: the GPUs and MIG devices this
+            process uses (:func:`nvtopy.job_gpus`).
         logger: where the report goes (``logging.getLogger("nvtopy.track")`` by default, at ``level``).
         callback: called with the :class:`TrackReport` instead of logging it.
         level: the logging level of the report.
@@ -194,7 +245,7 @@ class track:  # noqa: N801 - used like a function: ``with nvtopy.track(...)`` / 
         name: str | None = None,
         *,
         interval: float = 0.1,
-        gpus: Sequence[int] | None = None,
+        gpus: Sequence[int | str] | None = None,
         logger: logging.Logger | None = None,
         callback: Callable[[TrackReport], None] | None = None,
         level: int = logging.INFO,
@@ -211,13 +262,17 @@ class track:  # noqa: N801 - used like a function: ``with nvtopy.track(...)`` / 
     # ----------------------------------------------------------------- context manager
 
     def __enter__(self) -> track:
+        targets: list[Target]
         if self.gpus is not None:
-            indices, ordinals = list(self.gpus), {}
+            targets, ordinals = _targets(self.gpus), {}
         else:
             job = job_gpus()
-            indices, ordinals = list(job.indices), dict(job.torch_ordinals)
-        start = self._read(indices, ordinals)
-        self._accumulator = _Accumulator(indices, ordinals, self.interval)
+            limited = job.selection.instances
+            targets = [(i, uuid) for i in job.indices for uuid in limited.get(i, (None,))]
+            ordinals = dict(job.torch_ordinals)
+        indices = list(dict.fromkeys(index for index, _ in targets))
+        self._accumulator = _Accumulator(targets, ordinals, self.interval)
+        start = self._read(indices, ordinals, self._accumulator.groups)
         self._start = {"indices": indices, "ordinals": ordinals, "reading": start, "wall": time.time()}
         self._t0 = time.perf_counter()
         watch(self._accumulator)
@@ -227,7 +282,7 @@ class track:  # noqa: N801 - used like a function: ``with nvtopy.track(...)`` / 
         elapsed = time.perf_counter() - self._t0
         unwatch(self._accumulator)
         try:
-            end = self._read(self._start["indices"], self._start["ordinals"])
+            end = self._read(self._start["indices"], self._start["ordinals"], self._accumulator.groups)
             self.report = self._build(elapsed, end, None if exc_type is None else exc_type.__name__)
             self._emit(self.report)
         except Exception:  # measuring must never break the measured code
@@ -260,10 +315,10 @@ class track:  # noqa: N801 - used like a function: ``with nvtopy.track(...)`` / 
     # ----------------------------------------------------------------- internals
 
     @staticmethod
-    def _read(indices: list[int], ordinals: dict[int, int]) -> dict[str, Any]:
+    def _read(indices: list[int], ordinals: dict[int, int], groups: frozenset[str]) -> dict[str, Any]:
         with shared_collector("track") as collector:
-            collector.select(indices)
-            snapshot = collector.collect(_GROUPS, join=False, process_utilization=False)
+            collector.select(indices)  # whole GPUs: each target's slice is picked from them
+            snapshot = collector.collect(groups, join=False, process_utilization=False)
         torch = cuda_torch()
         memory = {o: torch_memory(torch, o) for o in ordinals.values()} if torch is not None else {}
         return {"snapshot": snapshot, "torch": memory}
@@ -273,14 +328,22 @@ class track:  # noqa: N801 - used like a function: ``with nvtopy.track(...)`` / 
         acc = self._accumulator
         me = os.getpid()
         first = {g.index: g for g in start["snapshot"].gpus}
+        last = {g.index: g for g in end["snapshot"].gpus}
         usages = []
-        for gpu in end["snapshot"].gpus:
-            before = first.get(gpu.index)
-            used_start = before.sample.memory_used_bytes if before else None
-            used_end = gpu.sample.memory_used_bytes
+        for target in acc.targets:
+            index, mig_uuid = target
+            gpu = last.get(index)
+            if gpu is None:
+                continue
+            mig, found = _part(gpu, mig_uuid)
+            if not found:  # the slice is gone (MIG reconfigured): nothing to report of it
+                continue
+            before = first.get(index)
+            used_start = _memory_used(before, mig_uuid) if before else None
+            used_end = _memory_used(gpu, mig_uuid)
             with acc.lock:
-                util_sum, util_count = acc.util_sum.get(gpu.index, 0.0), acc.util_count.get(gpu.index, 0)
-                peak, own_peak, samples = acc.peak.get(gpu.index), acc.own_peak.get(gpu.index), acc.samples
+                util_sum, util_count = acc.util_sum.get(target, 0.0), acc.util_count.get(target, 0)
+                peak, own_peak, samples = acc.peak.get(target), acc.own_peak.get(target), acc.samples
             if gpu.sample.utilization_gpu_percent is not None:  # the end reading covers the call's last moments
                 util_sum += gpu.sample.utilization_gpu_percent
                 util_count += 1
@@ -288,10 +351,10 @@ class track:  # noqa: N801 - used like a function: ``with nvtopy.track(...)`` / 
             own_end = _own(gpu, me)
             usages.append(
                 GpuUsage(
-                    index=gpu.index,
+                    index=index,
                     uuid=gpu.static.uuid,
                     name=gpu.static.name,
-                    memory_total_bytes=gpu.static.memory_total_bytes,
+                    memory_total_bytes=gpu.static.memory_total_bytes if mig is None else mig.memory_total_bytes,
                     memory_used_start_bytes=used_start,
                     memory_used_end_bytes=used_end,
                     memory_used_peak_bytes=_max(used_start, used_end, peak),
@@ -300,7 +363,10 @@ class track:  # noqa: N801 - used like a function: ``with nvtopy.track(...)`` / 
                     process_memory_end_bytes=own_end,
                     process_memory_peak_bytes=_max(own_start, own_end, own_peak),
                     samples=samples,
-                    torch=self._torch_usage(gpu.index, start["torch"], end["torch"]),
+                    torch=self._torch_usage(index, start["torch"], end["torch"]),
+                    mig_uuid=None if mig is None else mig.instance.uuid,
+                    mig_label=None if mig is None else mig.label,
+                    mig_profile=None if mig is None else mig.instance.profile,
                 )
             )
         return TrackReport(
@@ -336,6 +402,16 @@ class track:  # noqa: N801 - used like a function: ``with nvtopy.track(...)`` / 
             self.callback(report)
         else:
             self.logger.log(self.level, "%s", report.format())
+
+
+def _targets(gpus: Sequence[int | str]) -> list[Target]:
+    """``track(gpus=...)`` as targets: plain indices as given (as before), else the selection rules of ``--gpus``."""
+    if all(isinstance(g, int) for g in gpus):
+        return [(int(g), None) for g in dict.fromkeys(gpus)]
+    with shared_collector("track") as collector:
+        selection = select_gpus(collector.statics(), list(gpus))
+    limited = selection.instances
+    return [(i, uuid) for i in selection.indices for uuid in limited.get(i, (None,))]
 
 
 def _own(gpu: Any, pid: int) -> int | None:

@@ -22,6 +22,7 @@ from ..sources.base import MIN_INTERVAL
 if TYPE_CHECKING:
     from ..backends.base import Backend
     from ..health.verdict import HealthThresholds
+    from ..selection import Selection
     from ..sources.base import SnapshotSource
     from ..sources.collector import Collector
 
@@ -81,12 +82,13 @@ def add_gpu_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--gpus",
         metavar="LIST",
-        help="only these GPUs: comma-separated indices, PCI bus ids (3b:00.0) or UUIDs/unique prefixes",
+        help="only these GPUs: comma-separated indices, PCI bus ids (3b:00.0), UUIDs/unique prefixes, "
+        "or MIG devices (MIG-<uuid> or a unique prefix, MIG-GPU-<uuid>/<gi>/<ci>): the GPU limited to them",
     )
     group.add_argument(
         "--only-visible",
         action="store_true",
-        help="only the GPUs CUDA_VISIBLE_DEVICES exposes (CUDA's rules)",
+        help="only what CUDA_VISIBLE_DEVICES exposes (CUDA's rules: a process uses at most one MIG device)",
     )
     demo = parser.add_argument_group("simulated GPUs (no NVIDIA driver needed)")
     demo.add_argument("--demo", action="store_true", help="use simulated GPUs instead of NVML")
@@ -288,19 +290,22 @@ def open_backend(args: argparse.Namespace) -> Backend:
 
 def resolve_selection(
     args: argparse.Namespace, collector: Collector, warn: Callable[[str], object] | None = None
-) -> list[int]:
+) -> Selection:
     """Apply --gpus and --only-visible to the GPUs the backend reports (:func:`~nvtopy.selection.select_gpus`).
 
-    ``warn(text)`` gets each warning (default: :func:`warn_user`, one line on stderr at once).
+    Returns the :class:`~nvtopy.selection.Selection`, which ``collector.select``
+    takes as it is: the GPUs and the MIG devices a GPU is limited to (a MIG UUID
+    in --gpus, a MIG device in CUDA_VISIBLE_DEVICES). ``warn(text)`` gets each
+    warning (default: :func:`warn_user`, one line on stderr at once).
     """
-    if args.gpus is None and not args.only_visible:  # nothing to select: every GPU, without importing the rules
-        return [gpu.index for gpu in collector.statics()]
-    from ..selection import select_gpus
+    from ..selection import Selection, select_gpus  # the collector imports it anyway: no cost
 
+    if args.gpus is None and not args.only_visible:  # nothing to select: every GPU, whole
+        return Selection(tuple(gpu.index for gpu in collector.statics()))
     selection = select_gpus(collector.statics(), args.gpus, args.only_visible)
     for warning in selection.warnings:
         (warn or warn_user)(warning)
-    return list(selection.indices)
+    return selection
 
 
 def warn_user(text: str) -> None:

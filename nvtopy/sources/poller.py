@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 from ..backends.base import Backend, SignalOutcome, driver_in_words
 from ..health.verdict import HealthThresholds
 from ..model import ALL_GROUPS, HISTORY_LENGTH, Snapshot
+from ..selection import Selection
 from .base import MIN_INTERVAL, SnapshotSource
 from .collector import Collector
 from .events import WAIT_S, EventWatcher
@@ -107,7 +108,7 @@ class Poller(SnapshotSource):
         join: bool = True,
         collector: Collector | None = None,
         opener: Callable[[], Backend] | None = None,
-        select: Callable[[Collector], Sequence[int]] | None = None,
+        select: Callable[[Collector], Sequence[int] | Selection] | None = None,
         waiting_for: str | None = None,
         events: bool = False,
         isolate: bool = True,

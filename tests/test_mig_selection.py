@@ -1,0 +1,148 @@
+"""MIG selection end to end: the collector limited to a MIG device, and the CLI as a user runs it.
+
+The simulated GPUs place each process on a MIG instance by its pid
+(:func:`nvtopy.backends.sim_mig.instance_of`), so "only that instance's
+processes" is checked against the simulation's own rule, whatever processes
+happen to run when the subprocess looks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from nvtopy.backends.open import open_backend, simulated_spec
+from nvtopy.backends.sim_faults import parse_fault_specs
+from nvtopy.backends.sim_mig import instance_of
+from nvtopy.model import MigInstance
+from nvtopy.selection import select_gpus
+from nvtopy.sources.collector import Collector
+
+# Steady, with eight process slots per GPU: each of GPU 1's three MIG devices runs processes.
+DEMO = ("--demo", "--demo-fault", "mig=3@1", "--demo-steady", "--demo-procs", "8")
+
+
+# --------------------------------------------------------------------------- the collector
+
+
+@pytest.fixture
+def mig_collector(sim):
+    backend = sim(gpus=4, faults=parse_fault_specs(["mig=3@1", "mig=7@2"], gpus=4), processes_per_gpu=8, steady=True)
+    return Collector(backend)
+
+
+def test_collector_shows_exactly_the_selected_mig_device(mig_collector):
+    whole = mig_collector.collect().gpu(1)
+    assert whole is not None and len(whole.mig) == 3
+    chosen = whole.mig[1].instance
+    others = {p.pid for m in whole.mig if m.instance is not chosen for p in m.processes}
+    assert others, "the other instances run processes: leaving them out is seen"
+
+    mig_collector.select(select_gpus(mig_collector.statics(), [chosen.uuid[:12]]))
+    (gpu,) = mig_collector.collect().gpus
+    assert gpu.index == 1
+    assert gpu.static.mig_instances == (chosen,)
+    assert [m.instance for m in gpu.mig] == [chosen]
+    assert gpu.processes, "the chosen instance runs processes"
+    assert all(chosen.runs(p) for p in gpu.processes)
+    assert not others & {p.pid for p in gpu.processes}
+
+
+def test_collector_selection_of_two_gpus_limits_only_the_one_named_by_mig(mig_collector):
+    statics = mig_collector.statics()
+    legacy = f"MIG-{statics[2].uuid}/5/0"  # GPU 2's instance with GPU instance 5
+    mig_collector.select(select_gpus(statics, f"1,{legacy}"))
+    one, two = mig_collector.collect().gpus
+    assert (one.index, len(one.mig)) == (1, 3), "GPU 1 named whole: all of it"
+    assert [m.instance.gpu_instance_id for m in two.mig] == [5]
+    assert all(p.gpu_instance_id == 5 for p in two.processes)
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+@pytest.fixture(scope="module")
+def demo_instances() -> tuple[MigInstance, ...]:
+    """GPU 1's MIG devices as ``nvtopy --demo --demo-fault mig=3@1`` has them (the same seed, the same UUIDs)."""
+    backend = open_backend(simulated_spec(faults=["mig=3@1"], steady=True, processes_per_gpu=8))
+    try:
+        instances = backend.read_static(1).mig_instances
+    finally:
+        backend.close()
+    assert len(instances) == 3 and all(m.uuid for m in instances)
+    return instances
+
+
+def run(cmd: list[str], *args: str, cvd: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")}
+    if cvd is not None:
+        env["CUDA_VISIBLE_DEVICES"] = cvd
+    return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=60, env=env)
+
+
+def _mig_uuids(gpu: dict) -> list[str]:
+    """The MIG devices a JSON GPU lists (UUID strings, or objects with a ``uuid``)."""
+    return [m if isinstance(m, str) else m["uuid"] for m in gpu.get("mig_devices") or []]
+
+
+def _shown(result: subprocess.CompletedProcess) -> dict:
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_cli_unfiltered_shows_every_instance_and_processes_on_several(nvtopy_cmd, demo_instances):
+    data = _shown(run(nvtopy_cmd, *DEMO, "--once", "--json"))
+    gpu = data["gpus"][1]
+    assert _mig_uuids(gpu) == [m.uuid for m in demo_instances]
+    on = {instance_of(p["pid"], demo_instances).index for p in gpu["processes"]}
+    assert len(on) > 1, "processes on several instances: the filtered runs below can show a difference"
+
+
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_cli_only_visible_with_one_mig_device_shows_exactly_it(nvtopy_cmd, demo_instances, which):
+    chosen = demo_instances[which]
+    result = run(nvtopy_cmd, *DEMO, "--only-visible", "--once", "--json", cvd=chosen.uuid)
+    data = _shown(result)
+    assert result.stderr == ""
+    assert [g["index"] for g in data["gpus"]] == [1]
+    (gpu,) = data["gpus"]
+    assert _mig_uuids(gpu) == [chosen.uuid]
+    assert gpu["processes"], "steady slots: the instance runs processes"
+    assert all(instance_of(p["pid"], demo_instances) is chosen for p in gpu["processes"])
+
+
+def test_cli_only_visible_with_several_mig_devices_shows_the_first_and_warns(nvtopy_cmd, demo_instances):
+    second, first = demo_instances[1], demo_instances[2]
+    cvd = f"{first.uuid[:12]},{second.uuid}"
+    result = run(nvtopy_cmd, *DEMO, "--only-visible", "--once", "--json", cvd=cvd)
+    data = _shown(result)
+    assert result.stderr == (
+        "nvtopy: warning: CUDA_VISIBLE_DEVICES lists 2 MIG devices: a CUDA process uses only the first "
+        f"({first.uuid}, GPU 1/3/0); showing it\n"
+    )
+    (gpu,) = data["gpus"]
+    assert gpu["index"] == 1 and _mig_uuids(gpu) == [first.uuid]
+    assert all(instance_of(p["pid"], demo_instances) is first for p in gpu["processes"])
+
+
+def test_cli_gpus_mig_prefix_and_legacy_form(nvtopy_cmd, demo_instances):
+    first, second = demo_instances[0], demo_instances[1]
+    data = _shown(run(nvtopy_cmd, *DEMO, "--gpus", f"0,{first.uuid[:9].lower()}", "--once", "--json"))
+    assert [g["index"] for g in data["gpus"]] == [0, 1]
+    assert _mig_uuids(data["gpus"][1]) == [first.uuid]
+    parent = _shown(run(nvtopy_cmd, *DEMO, "--once", "--json"))["gpus"][1]["uuid"]
+    data = _shown(run(nvtopy_cmd, *DEMO, "--gpus", f"MIG-{parent[:12]}/2/0", "--once", "--json"))
+    (gpu,) = data["gpus"]
+    assert _mig_uuids(gpu) == [second.uuid]
+    assert all(instance_of(p["pid"], demo_instances) is second for p in gpu["processes"])
+
+
+def test_cli_gpus_unknown_mig_device_is_one_line_exit_2(nvtopy_cmd, demo_instances):
+    result = run(nvtopy_cmd, *DEMO, "--gpus", "MIG-ffff", "--once")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith("nvtopy: error: --gpus: no MIG device matches 'MIG-ffff' (MIG devices: 1/1/0 ")
+    assert demo_instances[2].uuid[:12] in result.stderr
