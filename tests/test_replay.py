@@ -265,6 +265,14 @@ HOSTILE = "\x1b]0;pwned\x07 \udcff\udcfe tab\there \\x41 back\\slash \u202e"
         (lambda d, t: d["gpus"][0].update(bus_id=t), lambda s: s.gpus[0].static.bus_id),
         (lambda d, t: d["gpus"][0].update(compute_mode=t), lambda s: s.gpus[0].sample.compute_mode),
         (lambda d, t: d["gpus"][0].update(mig_devices=[t, t]), lambda s: s.gpus[0].static.mig_devices[1]),
+        (
+            lambda d, t: d["gpus"][0].update(mig_devices=[{"index": 0, "uuid": t, "profile": t}]),
+            lambda s: s.gpus[0].static.mig_instances[0].uuid,
+        ),
+        (
+            lambda d, t: d["gpus"][0].update(mig_devices=[{"index": 0, "uuid": t, "profile": t}]),
+            lambda s: s.gpus[0].static.mig_instances[0].profile,
+        ),
         (lambda d, t: d["gpus"][0].update(throttle_reasons=[t]), lambda s: s.gpus[0].sample.throttle_reasons[0]),
         (lambda d, t: d["gpus"][0]["processes"][0].update(command=t), lambda s: s.gpus[0].processes[0].command),
         (lambda d, t: d["gpus"][0]["processes"][0].update(user=t), lambda s: s.gpus[0].processes[0].user),

@@ -11,6 +11,7 @@ markup) and fails if the escaping it guards is removed.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import os
@@ -194,7 +195,14 @@ def _hostile_snapshot() -> Snapshot:
         bus_id=f"00000000:3B{OSC_TITLE}:00.0",
         serial=f"16{C1_CSI}5",
         compute_capability=f"9{DCS}.0",
-        mig_instances=mig_instances(f"MIG-{OSC8_LINK}", "MIG-\udcff"),
+        mig_instances=tuple(
+            dataclasses.replace(instance, profile=profile)
+            for instance, profile in zip(
+                mig_instances(f"MIG-{OSC8_LINK}", "MIG-\udcff"),
+                (f"3g.40gb{CLEAR}", f"1g\udcfe.{OSC_TITLE}"),
+                strict=True,
+            )
+        ),
         host=f"peer{OSC_TITLE}",
         host_index=1,
     )
@@ -242,7 +250,11 @@ def test_json_escapes_every_outside_string_once_and_reversibly():
     for where, key, original in expected:
         assert where[key] != original, f"{key} is escaped"
         assert unescape_text(where[key]) == original, key
-    assert [unescape_text(m) for m in gpu["mig_devices"]] == list(static.mig_devices)
+    migs = gpu["mig_devices"]
+    assert [unescape_text(m["uuid"]) for m in migs] == list(static.mig_devices)
+    assert [unescape_text(m["profile"]) for m in migs] == [m.profile for m in static.mig_instances]
+    for written, instance in zip(migs, static.mig_instances, strict=True):
+        assert written["uuid"] != instance.uuid and written["profile"] != instance.profile, "escaped"
     assert [unescape_text(r) for r in gpu["throttle_reasons"]] == list(sample.throttle_reasons)
 
 
@@ -268,6 +280,11 @@ def test_csv_and_jsonl_writers_escape_once(tmp_path):
             assert unescape_text(row["driver_version"]) == DRIVER
             migs = row["mig_devices"].split(";")
             assert [unescape_text(m) for m in migs] == list(snapshot.gpus[0].static.mig_devices)
+            devices = [r for r in rows if r["mig_index"]]  # a row per MIG device: every mig_* field is chosen
+            assert [unescape_text(r["mig_uuid"]) for r in devices] == list(snapshot.gpus[0].static.mig_devices)
+            assert [unescape_text(r["mig_profile"]) for r in devices] == [
+                m.profile for m in snapshot.gpus[0].static.mig_instances
+            ]
     out = io.StringIO()
     JsonlWriter(out, None, True).write(snapshot)
     assert out.getvalue().count("\n") == 1

@@ -11,6 +11,9 @@ dashboard queries, so those keep dcgm's exact names and are typed gauge
 (PromQL's ``rate``/``increase`` work on them all the same). Per-process figures
 are ``nvtopy_process_*`` with ``pid``, ``user`` and ``command`` labels; a process
 that exits is gone from the next scrape. Unavailable values are left out, never 0.
+A MIG GPU's instances get dcgm-exporter's framebuffer series labelled
+``GPU_I_PROFILE``/``GPU_I_ID`` beside the GPU's own, and ``nvtopy_mig_device_*``
+per MIG device (:mod:`nvtopy.formats.prometheus`).
 
 It binds to 127.0.0.1 unless told otherwise: a wider address is an explicit choice.
 """

@@ -1,9 +1,11 @@
 """``nvtopy log`` and ``nvtopy record``: samples to a file, one line at a time.
 
 ``log --format csv`` writes one row per GPU per sample (or per process with
-``--processes``), the header once; ``--format jsonl`` one JSON object per
-snapshot, in the JSON contract's names (``--once --json``). ``record FILE``
-writes full snapshots, processes included, for ``nvtopy replay``.
+``--processes``), the header once; with a ``mig_*`` field, each MIG-enabled
+GPU's row is followed by a row per MIG device (:mod:`nvtopy.formats.writers`).
+``--format jsonl`` writes one JSON object per snapshot, in the JSON contract's
+names (``--once --json``). ``record FILE`` writes full snapshots, processes
+included, for ``nvtopy replay``.
 
 Why line by line, flushed: a logger runs for days and gets killed; a killed
 logger must lose at most the sample in progress and leave a file every reader
@@ -28,6 +30,7 @@ from ..formats.writers import (
     DEFAULT_GPU_FIELDS,
     DEFAULT_PROCESS_FIELDS,
     GPU_FIELDS,
+    MIG_FIELDS,
     PROCESS_FIELDS,
     CsvWriter,
     JsonlWriter,
@@ -63,6 +66,10 @@ DERIVED_GROUPS: dict[str, frozenset[str]] = {
     "throttle_words": frozenset({"throttle", "clocks"}),
     "idle_held_bytes": frozenset({"utilization", "memory"}),
     "suspected_hang_seconds": frozenset({"utilization", "power", "power_limit"}),
+    # MIG devices: their memory is read per instance. Every mig_* field asks for it: JSONL writes the devices'
+    # objects whole for any of them, and it costs one call per MIG device (none on a GPU without MIG).
+    "mig_devices": frozenset({"mig"}),
+    **{name: frozenset({"mig"}) for name in MIG_FIELDS},
 }
 
 

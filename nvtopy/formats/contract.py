@@ -23,7 +23,19 @@ from typing import Any
 
 from .._version import __version__
 from ..health.xid import describe_xid
-from ..model import SAMPLE_GROUPS, Finding, GpuEvent, GpuProcess, GpuState, NvLink, ProcessOwner, Snapshot
+from ..model import (
+    MIG_ATTRIBUTE_FIELDS,
+    SAMPLE_GROUPS,
+    Finding,
+    GpuEvent,
+    GpuProcess,
+    GpuState,
+    MigState,
+    NvLink,
+    ProcessOwner,
+    Reason,
+    Snapshot,
+)
 from ..textsafe import escape_text as _esc
 
 __all__ = [
@@ -36,6 +48,7 @@ __all__ = [
     "gpu_to_dict",
     "health_to_dict",
     "iso_timestamp",
+    "mig_device_to_dict",
     "nvlink_to_dict",
     "owner_to_dict",
     "process_to_dict",
@@ -103,8 +116,58 @@ def process_to_dict(process: GpuProcess) -> dict[str, Any]:
         # Real-work flags ("idle-held", "suspected-hang") and how long it has held memory at ~0 % SM.
         "flags": [_esc(flag) for flag in process.flags],
         "idle_seconds": None if process.idle_seconds is None else round(process.idle_seconds, 1),
+        # The MIG instance it runs on (null on a whole GPU): GPU and compute instance ids, "0/1/0".
+        "gpu_instance_id": process.gpu_instance_id,
+        "compute_instance_id": process.compute_instance_id,
+        "instance_label": process.instance_label,
         "unavailable": {k: v.value for k, v in process.unavailable.items()},
     }
+
+
+# The MIG device object's keys, in output order, after its identity (index, uuid, ids, label, profile).
+MIG_MEMORY_KEYS: tuple[str, ...] = ("memory_total_bytes", "memory_used_bytes", "memory_free_bytes")
+MIG_COUNT_KEYS: tuple[str, ...] = tuple(f for f in MIG_ATTRIBUTE_FIELDS if f != "memory_total_bytes")
+
+
+def mig_device_to_dict(mig: MigState, gpu_reason: Reason | None = None, *, processes: bool = True) -> dict[str, Any]:
+    """One MIG device of a GPU: how it is configured, its memory now, the processes on it.
+
+    ``memory_total_bytes`` is the instance's memory as configured (NVML's attributes),
+    else used + free as the driver gave them. ``uuid`` and ``profile`` come from the
+    driver (or a recording, or a peer): escaped. ``gpu_reason`` is why the GPU's
+    per-instance readings are missing (its ``mig_usage``), when they are. A missing
+    value is null and ``unavailable`` says why, under the key's name. Without
+    ``processes`` (the list was not read) there is no ``process_count`` nor ``pids``.
+    """
+    instance, usage = mig.instance, mig.usage
+    reasons: dict[str, Reason] = dict(instance.unavailable)
+    total = instance.memory_total_bytes
+    if total is None and mig.memory_total_bytes is not None:
+        total = mig.memory_total_bytes
+        reasons.pop("memory_total_bytes", None)
+    if usage is None:
+        missing = gpu_reason or Reason.NOT_AVAILABLE
+        reasons.update(memory_used_bytes=missing, memory_free_bytes=missing)
+    else:
+        reasons.update(usage.unavailable)
+    data: dict[str, Any] = {
+        "index": instance.index,
+        "uuid": _esc(instance.uuid),
+        "gpu_instance_id": instance.gpu_instance_id,
+        "compute_instance_id": instance.compute_instance_id,
+        "label": mig.label,  # GPU/GI/CI, nvidia-smi's columns: "1/2/0" ("?" where an id is unknown)
+        "profile": _esc(instance.profile),
+        "memory_total_bytes": total,
+        "memory_used_bytes": None if usage is None else usage.memory_used_bytes,
+        "memory_free_bytes": None if usage is None else usage.memory_free_bytes,
+    }
+    for key in MIG_COUNT_KEYS:
+        data[key] = getattr(instance, key)
+    if processes:
+        data["process_count"] = len(mig.processes)
+        data["pids"] = [p.pid for p in mig.processes]
+    data["unavailable"] = {k: v.value for k, v in reasons.items() if k in data and data[k] is None}
+    return data
 
 
 # The health readings, grouped as the ``readings`` object writes them: (JSON key, model field). A field
@@ -254,7 +317,11 @@ def gpu_to_dict(gpu: GpuState, *, processes: bool = True) -> dict[str, Any]:
         "compute_mode": _esc(sample.compute_mode),
         "compute_capability": _esc(static.compute_capability),
         "mig_mode": static.mig_mode,
-        "mig_devices": [_esc(m) for m in static.mig_devices],
+        "mig_mode_pending": static.mig_mode_pending,  # the mode after the next GPU reset (differs: a reset waits)
+        # Its MIG devices (one per compute instance), by NVML's MIG device index: see mig_device_to_dict.
+        "mig_devices": [
+            mig_device_to_dict(m, sample.unavailable.get("mig_usage"), processes=processes) for m in gpu.mig
+        ],
         # Another host's GPU (--remote): its host and index there; a sentence when it cannot be read.
         "host": _esc(static.host),
         "host_index": static.host_index,

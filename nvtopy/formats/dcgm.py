@@ -9,6 +9,19 @@ mJ, clocks in MHz, utilisation and fan in percent. Labels: ``gpu``, ``UUID``,
 ``pci_bus_id``, ``device`` (``nvidia<index>``), ``modelName``, ``Hostname`` and
 ``DCGM_FI_DRIVER_VERSION``.
 
+MIG: dcgm-exporter watches each GPU instance as an entity of its own and labels
+its series with the parent's labels plus ``GPU_I_PROFILE`` (the GPU instance's
+profile, ``3g.40gb``) and ``GPU_I_ID`` (NVML's GPU instance id). nvtopy exports
+per GPU instance what is the instance's own (:data:`INSTANCE_FIELDS`: the
+framebuffer used, free and total, in MiB) under those labels, and keeps the
+GPU's own series as they are. Two differences from dcgm-exporter's default
+(its "flex" mode exports a MIG GPU's instances only, every field repeated
+with the parent's values): the whole GPU's series stay (a query that sums
+memory over series selects ``GPU_I_ID=""`` for GPUs or ``GPU_I_ID!=""`` for
+instances), and what is the parent's (temperature, power, clocks) is not repeated
+per instance. Several compute instances in one GPU instance share its memory:
+one series per GPU instance, as dcgm-exporter has.
+
 Health (DCGM field ids in brackets, from DCGM's ``dcgm_fields.h``): the last
 Xid (``DCGM_FI_DEV_XID_ERRORS`` [230], 0 when none has happened; left out when
 events are not watched, since 0 would then claim something nvtopy cannot
@@ -37,13 +50,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..model import THROTTLE_REASON_BITS, GpuState, HostInfo
+from ..model import THROTTLE_REASON_BITS, GpuState, HostInfo, MigState
 
 __all__ = [
     "FIELDS",
     "GPU_LABELS",
+    "INSTANCE_FIELDS",
     "MIB",
+    "MIG_LABELS",
     "DcgmField",
+    "gpu_instance_profile",
+    "gpu_instances",
     "gpu_labels",
     "last_xid_metric",
     "ranged",
@@ -53,6 +70,7 @@ __all__ = [
 
 MIB = 1024 * 1024
 GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION")
+MIG_LABELS = ("GPU_I_PROFILE", "GPU_I_ID")  # dcgm-exporter's, on a GPU instance's series (after GPU_LABELS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,3 +374,38 @@ def gpu_labels(gpu: GpuState, host: HostInfo) -> dict[str, str]:
         "Hostname": host.hostname,
         "DCGM_FI_DRIVER_VERSION": host.driver_version or "",
     }
+
+
+# What a GPU instance's series carry (its own framebuffer, MiB): dcgm name -> the MigState value.
+INSTANCE_FIELDS: dict[str, Callable[[MigState], int | None]] = {
+    "DCGM_FI_DEV_FB_USED": lambda mig: mig.memory_used_bytes,
+    "DCGM_FI_DEV_FB_FREE": lambda mig: None if mig.usage is None else mig.usage.memory_free_bytes,
+    "DCGM_FI_DEV_FB_TOTAL": lambda mig: mig.memory_total_bytes,
+}
+
+
+def gpu_instance_profile(profile: str | None) -> str | None:
+    """The GPU instance's profile of a MIG device's: ``1c.3g.40gb`` -> ``3g.40gb`` (``3g.40gb`` as it is).
+
+    A compute instance smaller than its GPU instance is named ``<n>c.`` before the GPU
+    instance's profile; dcgm-exporter's ``GPU_I_PROFILE`` names the GPU instance.
+    """
+    if profile is None:
+        return None
+    head, sep, rest = profile.partition(".")
+    if sep and head.endswith("c") and head[:-1].isdigit() and "." in rest:
+        return rest
+    return profile
+
+
+def gpu_instances(gpu: GpuState) -> list[MigState]:
+    """One MIG device per GPU instance (the first of its compute instances), by GPU instance id.
+
+    Devices whose GPU instance id is unknown are left out: there is no ``GPU_I_ID`` to give them.
+    """
+    seen: dict[int, MigState] = {}
+    for mig in gpu.mig:
+        gi = mig.instance.gpu_instance_id
+        if gi is not None and gi not in seen:
+            seen[gi] = mig
+    return [seen[gi] for gi in sorted(seen)]

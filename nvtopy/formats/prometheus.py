@@ -11,7 +11,16 @@ Beyond dcgm's names, nvtopy's own GPU series (:data:`NVTOPY_FIELDS`, the same
 labels): the health verdict (``nvtopy_gpu_health``: 0 OK, 1 WARN, 2 FAIL),
 whether the driver answers (``nvtopy_gpu_responding``), PCIe and NVLink
 throughput in bytes per second; and per NVLink its state, throughput and
-errors (labels :data:`LINK_LABELS`). ``nvtopy_xid_events_total{xid}`` counts
+errors (labels :data:`LINK_LABELS`). ``nvtopy_gpu_mig_mode`` and
+``nvtopy_gpu_mig_mode_pending`` (1/0) say whether MIG is on now and after the
+next reset.
+
+MIG instances: per GPU instance, dcgm-exporter's framebuffer series with its
+``GPU_I_PROFILE`` and ``GPU_I_ID`` labels (:mod:`nvtopy.formats.dcgm`); per MIG
+device (compute instance), ``nvtopy_mig_device_info`` (1, with its UUID and
+profile) and its memory, SM count and process count (labels
+:data:`MIG_DEVICE_LABELS`); a process on a MIG device carries ``GPU_I_ID`` and
+``compute_instance_id`` too. ``nvtopy_xid_events_total{xid}`` counts
 the Xid events seen since the exporter started, per Xid: a counter, it only
 grows. The health series are kept for a lost GPU: a GPU that fell off the bus
 is the one an alert is for.
@@ -31,12 +40,25 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import GpuState, GpuStatic, OwnerKind, ProcessOwner, Severity, Snapshot
+from ..model import GpuProcess, GpuState, GpuStatic, MigInstance, MigUsage, OwnerKind, ProcessOwner, Severity, Snapshot
 from ..textsafe import escape_text, unescape_text
-from .dcgm import BY_NAME, FIELDS, GPU_LABELS, DcgmField, gpu_labels, ranged
+from .dcgm import (
+    BY_NAME,
+    FIELDS,
+    GPU_LABELS,
+    INSTANCE_FIELDS,
+    MIG_LABELS,
+    DcgmField,
+    gpu_instance_profile,
+    gpu_instances,
+    gpu_labels,
+    ranged,
+)
 
 __all__ = [
     "COMMAND_LABEL_MAX",
+    "MIG_DEVICE_LABELS",
+    "MIG_DEVICE_SERIES",
     "NVTOPY_FIELDS",
     "POD_LABELS",
     "PROCESS_LABELS",
@@ -127,6 +149,20 @@ NVTOPY_FIELDS: tuple[DcgmField, ...] = (
         _float,
         ranged((0, BYTES_PER_S), round),
     ),
+    DcgmField(
+        "nvtopy_gpu_mig_mode",
+        "1 when MIG mode is on, 0 when off (absent: the GPU has no MIG).",
+        "static.mig_mode",
+        lambda value: 1.0 if value else 0.0,
+        ranged((0, 1), bool, whole=True),
+    ),
+    DcgmField(
+        "nvtopy_gpu_mig_mode_pending",
+        "MIG mode after the next GPU reset: 1 on, 0 off (differs from nvtopy_gpu_mig_mode until the reset).",
+        "static.mig_mode_pending",
+        lambda value: 1.0 if value else 0.0,
+        ranged((0, 1), bool, whole=True),
+    ),
 )
 NVTOPY_BY_NAME = {field.name: field for field in NVTOPY_FIELDS}
 _ALL_BY_NAME = {**BY_NAME, **NVTOPY_BY_NAME}
@@ -154,6 +190,20 @@ LINK_SERIES: tuple[tuple[str, str, str, bool], ...] = (
 )
 
 
+# Per MIG device (a compute instance): the GPU's identity, as the per-link series have it, then which device:
+# NVML's MIG device index, dcgm-exporter's GPU instance labels (for joins with its FB series) and the compute
+# instance. ``nvtopy_mig_device_info`` adds the device's UUID (what CUDA_VISIBLE_DEVICES takes) and own profile.
+MIG_DEVICE_LABELS = ("gpu", "UUID", "Hostname", "mig_device", *MIG_LABELS, "compute_instance_id")
+MIG_INFO_LABELS = (*MIG_DEVICE_LABELS, "mig_uuid", "mig_profile")
+# (metric, help, MigState attribute): unknown values are left out.
+MIG_DEVICE_SERIES: tuple[tuple[str, str, str], ...] = (
+    ("nvtopy_mig_device_memory_used_bytes", "GPU memory used in the MIG device's GPU instance (bytes).", "used"),
+    ("nvtopy_mig_device_memory_total_bytes", "GPU memory of the MIG device (bytes).", "total"),
+    ("nvtopy_mig_device_sm_count", "Streaming multiprocessors the MIG device computes with.", "sm_count"),
+    ("nvtopy_mig_device_processes", "Processes running on the MIG device.", "processes"),
+)
+MAX_MIG_PER_GPU = 64  # MIG devices (and GPU instances) a GPU may claim; an H100 has at most 7
+
 # Who owns the process (empty where it has none of them): its container, Kubernetes pod and namespace, Slurm job,
 # and the owner's kind (docker, kubernetes, podman, slurm, systemd-service, user-session, cgroup, host).
 OWNER_LABELS = ("owner_kind", "container", "pod", "namespace", "slurm_job")
@@ -169,9 +219,14 @@ def pod_labels(gpu: GpuState) -> dict[str, str]:
     As dcgm-exporter sets them under Kubernetes: only when every process on the GPU
     runs in the same named pod; ``container`` only when they share one container too.
     """
+    return _pod_labels(gpu.processes)
+
+
+def _pod_labels(processes: tuple[GpuProcess, ...]) -> dict[str, str]:
+    """:func:`pod_labels` of these processes (a GPU's, or a GPU instance's)."""
     pods = set()
     containers = set()
-    for proc in gpu.processes:
+    for proc in processes:
         owner = proc.owner
         if owner is None or owner.kind is not OwnerKind.KUBERNETES or not owner.pod or not owner.namespace:
             return {}
@@ -270,6 +325,7 @@ class SnapshotCollector:
         # A GPU that one pod holds also gets dcgm-exporter's pod labels: its series then have more labels than the
         # others' (allowed in one family), so they are added as samples rather than through add_metric.
         pods = [pod_labels(gpu) for gpu, _ in labels]
+        instances = self._gpu_instances(labels)
         for metric in FIELDS + NVTOPY_FIELDS:
             family = GaugeMetricFamily(metric.name, metric.help, labels=list(GPU_LABELS))
             for (gpu, gpu_label), pod in zip(labels, pods, strict=True):
@@ -284,7 +340,14 @@ class SnapshotCollector:
                     family.samples.append(Sample(metric.name, series, value))
                 else:
                     family.add_metric([gpu_label[name] for name in GPU_LABELS], value)
+            read = INSTANCE_FIELDS.get(metric.name)
+            if read is not None:
+                for mig, series in instances:  # after the GPUs' own: dcgm-exporter's GPU instance series
+                    raw = read(mig)
+                    if raw is not None:
+                        family.samples.append(Sample(metric.name, series, metric.to_metric(raw)))
             head.append(family)
+        head.extend(self._mig_devices(labels))
         head.extend(self._xid_counts(labels))
         head.extend(self._nvlinks(labels))
         lost = GaugeMetricFamily(
@@ -294,6 +357,66 @@ class SnapshotCollector:
             lost.add_metric([gpu_label[name] for name in GPU_LABELS], 1.0 if gpu.lost else 0.0)
         head.append(lost)
         return head, list(self._processes(snapshot))
+
+    @staticmethod
+    def _gpu_instances(labels: list[tuple[GpuState, dict[str, str]]]) -> list[tuple[Any, dict[str, str]]]:
+        """Each GPU instance of each GPU (not lost) with its series' labels: the GPU's, GPU_I_PROFILE, GPU_I_ID.
+
+        Under Kubernetes, the pod labels are those of the pod holding the instance (its processes).
+        """
+        found = []
+        for gpu, gpu_label in labels:
+            if gpu.lost:
+                continue
+            for mig in gpu_instances(gpu):
+                gi = mig.instance.gpu_instance_id
+                series = {name: gpu_label[name] for name in GPU_LABELS}
+                series["GPU_I_PROFILE"] = _label_text(gpu_instance_profile(mig.instance.profile))
+                series["GPU_I_ID"] = str(gi)
+                series.update(_pod_labels(tuple(p for p in gpu.processes if p.gpu_instance_id == gi)))
+                found.append((mig, series))
+        return found
+
+    @staticmethod
+    def _mig_devices(labels: list[tuple[GpuState, dict[str, str]]]) -> Iterator[Any]:
+        """Per MIG device: ``nvtopy_mig_device_info`` (1) and its memory, SM count and processes."""
+        from prometheus_client.core import GaugeMetricFamily
+
+        info = GaugeMetricFamily(
+            "nvtopy_mig_device_info",
+            "A MIG device (compute instance) of the GPU: 1, with its UUID and profile as labels.",
+            labels=list(MIG_INFO_LABELS),
+        )
+        families = [
+            GaugeMetricFamily(name, help_, labels=list(MIG_DEVICE_LABELS)) for name, help_, _ in MIG_DEVICE_SERIES
+        ]
+        for gpu, gpu_label in labels:
+            if gpu.lost:
+                continue
+            listed = gpu.processes_unavailable is None
+            for mig in gpu.mig:
+                instance = mig.instance
+                gi, ci = instance.gpu_instance_id, instance.compute_instance_id
+                values = [
+                    *(gpu_label[name] for name in ("gpu", "UUID", "Hostname")),
+                    str(instance.index),
+                    _label_text(gpu_instance_profile(instance.profile)),
+                    "" if gi is None else str(gi),
+                    "" if ci is None else str(ci),
+                ]
+                info.add_metric([*values, _label_text(instance.uuid), _label_text(instance.profile)], 1.0)
+                readings = {
+                    "used": mig.memory_used_bytes,
+                    "total": mig.memory_total_bytes,
+                    "sm_count": instance.sm_count,
+                    "processes": len(mig.processes) if listed else None,
+                }
+                for family, (_, _, key) in zip(families, MIG_DEVICE_SERIES, strict=True):
+                    value = readings[key]
+                    if value is not None:
+                        family.add_metric(values, float(value))
+        yield info
+        yield from families
 
     @staticmethod
     def _xid_counts(labels: list[tuple[GpuState, dict[str, str]]]) -> Iterator[Any]:
@@ -343,6 +466,7 @@ class SnapshotCollector:
     @staticmethod
     def _processes(snapshot: Snapshot) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
+        from prometheus_client.samples import Sample
 
         families = {
             "gpu_memory_bytes": ("GPU memory used by the process, as NVML reports it (bytes).", "gpu_memory_bytes"),
@@ -379,10 +503,21 @@ class SnapshotCollector:
                     hostname,
                     *_owner_values(proc.owner),
                 ]
+                # On a MIG device: its GPU and compute instance too (more labels than the others': added as samples).
+                mig = None
+                if proc.gpu_instance_id is not None:
+                    mig = dict(zip(PROCESS_LABELS, values, strict=True))
+                    mig["GPU_I_ID"] = str(proc.gpu_instance_id)
+                    ci = proc.compute_instance_id
+                    mig["compute_instance_id"] = "" if ci is None else str(ci)
                 for key, (_, attribute) in families.items():
                     value = getattr(proc, attribute)
-                    if value is not None:
+                    if value is None:
+                        continue
+                    if mig is None:
                         made[key].add_metric(values, float(value))
+                    else:
+                        made[key].samples.append(Sample(f"nvtopy_process_{key}", mig, float(value)))
         yield from made.values()
 
 
@@ -507,11 +642,89 @@ def _process_value(name: str, value: float) -> float | int | None:
     return round(value) if whole else float(value)
 
 
+MAX_INSTANCE_ID = 2**32 - 1  # a GPU or compute instance id (NVML's are small: 0 to 14 on an H100)
+_MIG_DEVICE_PREFIX = "nvtopy_mig_device_"
+# nvtopy_mig_device_* -> the key its value is kept under, with its range (bytes, SMs).
+_MIG_DEVICE_VALUES: dict[str, tuple[str, float]] = {
+    "nvtopy_mig_device_memory_used_bytes": ("memory_used_bytes", 2**64 - 1),
+    "nvtopy_mig_device_memory_total_bytes": ("memory_total_bytes", 2**64 - 1),
+    "nvtopy_mig_device_sm_count": ("sm_count", 2**20),
+}
+
+
+def _mig_device_sample(devices: dict[int, dict[str, Any]], name: str, labels: dict[str, str], value: float) -> None:
+    """One ``nvtopy_mig_device_*`` sample into its GPU's ``devices`` (by MIG device index; bounded)."""
+    number = _whole(labels.get("mig_device"), MAX_MIG_PER_GPU - 1)
+    if number is None:
+        return
+    device = devices.get(number)
+    if device is None:
+        if len(devices) >= MAX_MIG_PER_GPU:
+            return
+        device = devices[number] = {
+            "gpu_instance_id": _whole(labels.get("GPU_I_ID"), MAX_INSTANCE_ID),
+            "compute_instance_id": _whole(labels.get("compute_instance_id"), MAX_INSTANCE_ID),
+            "profile": _label(labels, "GPU_I_PROFILE"),
+        }
+    if name == "nvtopy_mig_device_info":
+        device["uuid"] = _label(labels, "mig_uuid")
+        device["profile"] = _label(labels, "mig_profile") or device["profile"]
+        return
+    known = _MIG_DEVICE_VALUES.get(name)
+    if known is not None:
+        key, highest = known
+        whole = _whole_value(value)
+        device[key] = whole if whole is not None and whole <= highest else None
+
+
+def _mig_of(
+    gpu_instances: dict[int, dict[str, Any]], devices: dict[int, dict[str, Any]]
+) -> tuple[tuple[MigInstance, ...], tuple[MigUsage, ...]]:
+    """A remote GPU's ``mig_instances`` and ``mig_usage`` from its GPU instances' and MIG devices' series.
+
+    nvtopy's exporter names each MIG device (``nvtopy_mig_device_*``); dcgm-exporter
+    only GPU instances, each then one device, numbered in GPU instance order. A
+    device's memory is its GPU instance's framebuffer where that is exported.
+    """
+    if not devices:
+        devices = {
+            number: {"gpu_instance_id": gi, "profile": said.get("profile")}
+            for number, (gi, said) in enumerate(sorted(gpu_instances.items()))
+        }
+    found, usage = [], []
+    for number, device in sorted(devices.items()):
+        fb = gpu_instances.get(device.get("gpu_instance_id"), {})  # type: ignore[arg-type]
+        total = device.get("memory_total_bytes")
+        found.append(
+            MigInstance(
+                index=number,
+                uuid=device.get("uuid"),
+                gpu_instance_id=device.get("gpu_instance_id"),
+                compute_instance_id=device.get("compute_instance_id"),
+                profile=device.get("profile"),
+                memory_total_bytes=total if total is not None else fb.get("DCGM_FI_DEV_FB_TOTAL"),
+                sm_count=device.get("sm_count"),
+            )
+        )
+        used = device.get("memory_used_bytes")  # nvtopy's, in bytes; else the GPU instance's, in MiB
+        if used is None:
+            used = fb.get("DCGM_FI_DEV_FB_USED")
+        usage.append(MigUsage(number, used, fb.get("DCGM_FI_DEV_FB_FREE")))
+    return tuple(found), tuple(usage)
+
+
 def parse_exposition(text: str, url: str) -> HostScrape:
     """GPUs and processes out of a Prometheus text exposition with dcgm-exporter's names.
 
     Raises ValueError (or another exception of the parser) for text that is not
     an exposition; values and counts that no GPU has are cut as the module says.
+
+    MIG: a series labelled ``GPU_I_ID`` is a GPU instance's. Its framebuffer
+    values are the instance's (:data:`~nvtopy.formats.dcgm.INSTANCE_FIELDS`); any
+    other value is its GPU's (dcgm-exporter repeats them per instance, and has no
+    whole-GPU series for a MIG GPU), used where the GPU has no series of its own.
+    nvtopy's ``nvtopy_mig_device_*`` series name the MIG devices; without them
+    (dcgm-exporter) each GPU instance is one device.
     """
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -523,6 +736,12 @@ def parse_exposition(text: str, url: str) -> HostScrape:
     health: dict[int, dict[str, Any]] = collections.defaultdict(dict)
     lost: dict[int, bool] = {}
     processes: dict[tuple[int, int], dict[str, Any]] = {}
+    # What GPU instances' series say of their GPU, used where its own series do not (dcgm-exporter's MIG GPUs).
+    inherited: dict[int, dict[str, dict[str, Any]]] = collections.defaultdict(
+        lambda: {"static": {}, "values": {}, "health": {}}
+    )
+    instances: dict[int, dict[int, dict[str, Any]]] = collections.defaultdict(dict)  # gpu -> GPU_I_ID -> values
+    devices: dict[int, dict[int, dict[str, Any]]] = collections.defaultdict(dict)  # gpu -> MIG device -> values
     reported: set[str] = set()  # every gpu label seen, shown or not
     left_out: set[tuple[int, int]] = set()  # processes beyond MAX_PROCESSES_PER_HOST
     driver = None
@@ -555,6 +774,8 @@ def parse_exposition(text: str, url: str) -> HostScrape:
                         "command": _label(labels, "command", MAX_COMMAND),
                         "type": kind if kind in ("C", "G", "C+G") else "C",
                         "owner": _owner_from_labels(labels),
+                        "gpu_instance_id": _whole(labels.get("GPU_I_ID"), MAX_INSTANCE_ID),
+                        "compute_instance_id": _whole(labels.get("compute_instance_id"), MAX_INSTANCE_ID),
                     }
                 row[metric] = _process_value(metric, sample.value)
                 continue
@@ -567,11 +788,19 @@ def parse_exposition(text: str, url: str) -> HostScrape:
                 }
             host = _label(labels, "Hostname") or host
             driver = _label(labels, "DCGM_FI_DRIVER_VERSION") or driver
+            if sample.name.startswith(_MIG_DEVICE_PREFIX):
+                _mig_device_sample(devices[index], sample.name, labels, sample.value)
+                continue
+            gi_text = labels.get("GPU_I_ID")
+            gi = _whole(gi_text, MAX_INSTANCE_ID) if gi_text else None
+            if gi_text and gi is None:
+                continue  # an instance no GPU has: nothing of it is read
             if sample.name == "nvtopy_gpu_lost":
                 lost[index] = sample.value >= 1
                 continue
             if sample.name == "nvtopy_xid_events_total":
-                _xid_count(health[index], labels.get("xid"), sample.value)
+                if gi is None:
+                    _xid_count(health[index], labels.get("xid"), sample.value)
                 continue
             name = sample.name
             if name not in _ALL_BY_NAME and name.endswith("_total"):
@@ -580,12 +809,38 @@ def parse_exposition(text: str, url: str) -> HostScrape:
             if known is None:
                 continue
             value = known.from_metric(sample.value)  # None: not finite, or out of the field's range
+            if gi is not None:
+                of_gpu = instances[index]
+                if gi not in of_gpu and len(of_gpu) >= MAX_MIG_PER_GPU:
+                    continue
+                gpu_instance = of_gpu.setdefault(gi, {"profile": _label(labels, "GPU_I_PROFILE")})
+                if name in INSTANCE_FIELDS:
+                    gpu_instance[name] = value
+                    continue
+                said = inherited[index]  # the GPU's value, as its instance's series repeat it
+                if known.attribute.startswith("static."):
+                    said["static"].setdefault(known.attribute[7:], value)
+                elif known.attribute.startswith("health."):
+                    said["health"].setdefault(known.attribute[7:], value)
+                else:
+                    said["values"].setdefault(known.attribute, value)
+                continue
             if known.attribute.startswith("static."):
                 static[known.attribute[7:]] = value
             elif known.attribute.startswith("health."):
                 health[index][known.attribute[7:]] = value
             else:
                 values[index][known.attribute] = value
+    for index, said in inherited.items():  # the GPU's own series win
+        statics[index].update({k: v for k, v in said["static"].items() if k not in statics[index]})
+        values[index] = {**said["values"], **values[index]}
+        if said["health"]:
+            health[index] = {**said["health"], **health[index]}
+    for index in set(instances) | set(devices):
+        if index in statics:
+            mig_instances, values[index]["mig_usage"] = _mig_of(instances.get(index, {}), devices.get(index, {}))
+            statics[index]["mig_instances"] = mig_instances
+            statics[index].setdefault("mig_mode", True)  # instances exist: MIG is on
     scrape = HostScrape(url=url, hostname=host, driver_version=driver)
     for gpu_values in values.values():
         if any(k.startswith("ecc_") for k in gpu_values):

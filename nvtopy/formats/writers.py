@@ -10,6 +10,22 @@ with ``--fields``, a chosen health field is written under its flat name.
 Why each write is one call and flushed: a logger runs for days and gets killed;
 a killed logger must lose at most the sample in progress and leave a file every
 reader can parse.
+
+MIG, in CSV: the GPU's row is written as always (its ``mig_devices`` cell holds
+its MIG devices' UUIDs, ``;``-joined). When the chosen fields include one of
+:data:`MIG_FIELDS` (``mig_index``, ``mig_profile``, ``mig_memory_used_bytes``,
+...: ``mig_`` and the key of the JSON contract's MIG device object), each
+MIG-enabled GPU's row is followed by one row per MIG device: the identity
+columns (:data:`MIG_ROW_IDENTITY`: time, host, the GPU's index, UUID, name, bus
+id) repeated, the ``mig_*`` columns filled, and every other GPU column empty.
+Why empty and not repeated: a non-empty cell always describes its row's subject,
+so a sum or an average over a column counts each GPU once, and the GPU's row
+(``mig_index`` empty) and its devices' rows (``mig_index`` set) tell themselves
+apart. Without a ``mig_*`` field, and on a GPU without MIG devices, nothing
+changes. Process rows (``--processes``) carry ``gpu_instance_id``,
+``compute_instance_id`` and ``instance_label`` (``0/1/0``; empty on a whole
+GPU). JSONL nests the devices in each GPU's ``mig_devices``; with ``--fields``,
+a ``mig_*`` field (or ``mig_devices``) keeps that list whole.
 """
 
 from __future__ import annotations
@@ -21,13 +37,23 @@ from typing import IO, Any
 
 from ..model import SAMPLE_GROUPS, GpuProcess, GpuState, Snapshot
 from ..textsafe import escape_text
-from .contract import encode, gpu_to_dict, iso_timestamp, process_to_dict, snapshot_to_dict
+from .contract import (
+    MIG_COUNT_KEYS,
+    MIG_MEMORY_KEYS,
+    encode,
+    gpu_to_dict,
+    iso_timestamp,
+    process_to_dict,
+    snapshot_to_dict,
+)
 
 __all__ = [
     "DEFAULT_GPU_FIELDS",
     "DEFAULT_PROCESS_FIELDS",
     "GPU_FIELDS",
     "HEALTH_FIELDS",
+    "MIG_FIELDS",
+    "MIG_ROW_IDENTITY",
     "OWNER_FIELDS",
     "PROCESS_FIELDS",
     "TOP_FIELDS",
@@ -185,8 +211,28 @@ def health_cells(gpu: GpuState) -> dict[str, Any]:
     return cells
 
 
+# The columns of a MIG device's row: ``mig_`` and the keys of the JSON contract's MIG device object
+# (its process count and pids need the process list, which GPU rows do not read: not columns).
+MIG_FIELDS = tuple(
+    f"mig_{key}"
+    for key in (
+        "index",
+        "uuid",
+        "gpu_instance_id",
+        "compute_instance_id",
+        "label",
+        "profile",
+        *MIG_MEMORY_KEYS,
+        *MIG_COUNT_KEYS,
+    )
+)
+_MIG_SET = frozenset(MIG_FIELDS)
+
+# What a MIG device's row repeats of its GPU's row: which GPU (and host, and when) it belongs to.
+MIG_ROW_IDENTITY = ("index", "uuid", "name", "bus_id", "host", "host_index")
+
 # Every scalar of the JSON contract's GPU (or process) object; lists are joined with ';' in CSV.
-GPU_FIELDS = TOP_FIELDS + _gpu_keys() + HEALTH_FIELDS
+GPU_FIELDS = TOP_FIELDS + _gpu_keys() + HEALTH_FIELDS + MIG_FIELDS
 
 
 PROCESS_FIELDS = ("timestamp", "hostname", *_process_keys())
@@ -219,6 +265,7 @@ def _cell(value: Any) -> str:
 class CsvWriter:
     def __init__(self, out: IO[str], fields: list[str], processes: bool, header: bool) -> None:
         self.out, self.fields, self.processes = out, fields, processes
+        self.mig_rows = not processes and any(f in _MIG_SET for f in fields)  # a row per MIG device
         self.buffer = io.StringIO()
         self.writer = csv.writer(self.buffer, lineterminator="\n")
         if header:
@@ -233,7 +280,14 @@ class CsvWriter:
         }
         for gpu in snapshot.gpus:
             if not self.processes:
-                yield {**top, **gpu_to_dict(gpu, processes=False), **health_cells(gpu)}
+                data = gpu_to_dict(gpu, processes=False)
+                migs = data["mig_devices"]
+                data["mig_devices"] = [m["uuid"] for m in migs if m["uuid"] is not None]  # the UUIDs, ;-joined
+                yield {**top, **data, **health_cells(gpu)}
+                if self.mig_rows and migs:
+                    identity = {**top, **{key: data[key] for key in MIG_ROW_IDENTITY}}
+                    for mig in migs:
+                        yield {**identity, **{f"mig_{key}": value for key, value in mig.items()}}
                 continue
             uuid = escape_text(gpu.static.uuid)
             for proc in gpu.processes:
@@ -256,6 +310,8 @@ class JsonlWriter:
         data = snapshot_to_dict(snapshot, processes=self.processes)
         if self.fields is not None:
             keep = set(self.fields) | {"index"}
+            if not keep.isdisjoint(_MIG_SET):
+                keep.add("mig_devices")  # the devices' objects, whole
             chosen = [f for f in self.fields if f in _HEALTH_SET]  # flat, as in CSV: the name asked for
             data = {k: v for k, v in data.items() if k in TOP_FIELDS or k not in GPU_FIELDS}
             gpus = []

@@ -35,6 +35,13 @@ the event is dated when this monitor first saw that Xid on that GPU. The
 findings' sentences are not exported; a host's verdict is shown without them.
 A dcgm-exporter host has no verdict: its GPUs read OK, with their last Xid.
 
+MIG comes back as the exporter says it: the mode (``nvtopy_gpu_mig_mode``),
+the MIG devices (``nvtopy_mig_device_*``; from dcgm-exporter, one per GPU
+instance), each one's memory (the ``GPU_I_ID`` framebuffer series) and the
+GPU and compute instance of each process, so a remote MIG GPU shows its
+instances as a local one does. A GPU instance's series never stand for the
+whole GPU's (see :func:`~nvtopy.formats.prometheus.parse_exposition`).
+
 This is for a handful of machines watched from one terminal. For a fleet, point
 a Prometheus server at the exporters and use Grafana: the names are
 dcgm-exporter's, so its dashboards work as they are.
@@ -471,6 +478,9 @@ class RemoteHosts(SnapshotSource):
                 temperature_slowdown_c=remote_static.temperature_slowdown_c,
                 pcie_link_gen_max=remote_static.pcie_link_gen_max,
                 pcie_link_width_max=remote_static.pcie_link_width_max,
+                mig_mode=remote_static.mig_mode,
+                mig_mode_pending=remote_static.mig_mode_pending,
+                mig_instances=remote_static.mig_instances,
             )
             reasons = {k: Reason.NOT_AVAILABLE for k in ("fan_percent", "power_draw_w") if k not in values}
             reasons.update({k: Reason.UNKNOWN for k, v in values.items() if v is None})  # out of range
@@ -542,4 +552,6 @@ def _process(row: dict[str, Any], index: int, uuid: str | None, now: float) -> G
         running_seconds=None if started is None else max(0.0, now - started),
         owner=row.get("owner"),
         idle_seconds=row.get("idle_held_seconds"),
+        gpu_instance_id=row.get("gpu_instance_id"),
+        compute_instance_id=row.get("compute_instance_id"),
     )

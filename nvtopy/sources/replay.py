@@ -18,6 +18,12 @@ of each GPU, its readings (``health.readings``) and the processes' flags, so a
 recording replays its events and verdicts exactly as they were recorded. A
 recording made before health existed replays with every GPU OK.
 
+MIG comes back too: each GPU's ``mig_devices`` objects become its
+:class:`~nvtopy.model.MigInstance` (static) and :class:`~nvtopy.model.MigUsage`
+(the sample's ``mig_usage``), and processes keep their GPU and compute
+instance ids. A recording made before MIG devices were objects (a list of
+their UUIDs) replays with those UUIDs as devices whose other values are unknown.
+
 A file cut short (a logger killed mid-line) or damaged is read up to its first
 bad line; the monitor shows what is valid and says where and why it stopped.
 Whatever a line holds (JSON nested a million deep, a number of 5,000 digits,
@@ -44,6 +50,7 @@ from ..formats.contract import READINGS
 from ..model import (
     EVENTS_PER_GPU,
     HISTORY_LENGTH,
+    MIG_USAGE_FIELDS,
     OK_HEALTH,
     Finding,
     GpuEvent,
@@ -55,6 +62,7 @@ from ..model import (
     HistoryBuffer,
     HostInfo,
     MigInstance,
+    MigUsage,
     NvLink,
     OwnerKind,
     ProcessOwner,
@@ -81,6 +89,7 @@ log = logging.getLogger(__name__)
 CACHE = 32  # parsed snapshots kept: the one shown and its neighbours, so stepping back is instant
 MAX_LINE = 64 << 20  # bytes; a longer line is damage (a recording's lines are kilobytes)
 MAX_GPUS = 4096  # per line; more is damage, not a node
+MAX_MIG_DEVICES = 64  # per GPU; an A100 or H100 has at most 7: more is damage
 _LIMIT = 2**64  # a figure beyond this (or not finite) is no reading: it is replayed as N/A
 
 _SAMPLE_KEYS = set(GpuSample.__dataclass_fields__) - {
@@ -110,6 +119,21 @@ _PROCESS_MORE = (
 _OWNER_TEXT = ("id", "name", "namespace", "pod", "container", "container_id", "job", "step", "project", "cgroup")
 _GPU_REASON_KEYS = set(GpuStatic.__dataclass_fields__) | set(GpuSample.__dataclass_fields__)
 _PROCESS_REASON_KEYS = set(GpuProcess.__dataclass_fields__)
+_MIG_REASON_KEYS = set(MigInstance.__dataclass_fields__) - {"index", "unavailable"}
+_MIG_USAGE_REASON_KEYS = set(MIG_USAGE_FIELDS)
+# A MIG device's whole numbers, as the JSON contract writes them (memory_total_bytes among them).
+_MIG_NUMBERS = (
+    "gpu_instance_id",
+    "compute_instance_id",
+    "memory_total_bytes",
+    "sm_count",
+    "slices",
+    "copy_engines",
+    "encoders",
+    "decoders",
+    "jpeg_decoders",
+    "ofa",
+)
 
 
 class _DamageError(Exception):
@@ -235,6 +259,8 @@ def _process(data: dict[str, Any], gpu: GpuStatic) -> GpuProcess:
         unavailable=freeze(_reasons(data, _PROCESS_REASON_KEYS)),
         owner=_owner(data.get("owner")),
         flags=flags,
+        gpu_instance_id=_whole(data.get("gpu_instance_id"), "gpu_instance_id"),
+        compute_instance_id=_whole(data.get("compute_instance_id"), "compute_instance_id"),
     )
 
 
@@ -311,15 +337,56 @@ def _nvlinks(item: dict[str, Any]) -> tuple[NvLink, ...] | None:
     )
 
 
+def _mig_device(value: Any, position: int) -> tuple[MigInstance, MigUsage | None]:
+    """One entry of ``mig_devices``: an object (the JSON contract), or a UUID (older recordings).
+
+    The usage is None where the entry has no memory readings at all (an older recording).
+    """
+    if type(value) is str:
+        return MigInstance(index=position, uuid=unescape_text(value)), None
+    if type(value) is not dict:
+        raise TypeError("a MIG device is neither an object nor a UUID")
+    index = _count(value.get("index", position), "MIG device index", MAX_MIG_DEVICES)
+    instance = MigInstance(
+        index=index,
+        uuid=_text(value.get("uuid"), "MIG device uuid"),
+        profile=_text(value.get("profile"), "MIG device profile"),
+        unavailable=freeze(_reasons(value, _MIG_REASON_KEYS)),
+        **{name: _whole(value.get(name), f"MIG device {name}") for name in _MIG_NUMBERS},
+    )
+    if not any(name in value for name in MIG_USAGE_FIELDS):
+        return instance, None
+    usage = MigUsage(
+        index=index,
+        unavailable=freeze(_reasons(value, _MIG_USAGE_REASON_KEYS)),
+        **{name: _whole(value.get(name), f"MIG device {name}") for name in MIG_USAGE_FIELDS},
+    )
+    return instance, usage
+
+
+def _mig_devices(item: dict[str, Any]) -> tuple[tuple[MigInstance, ...], tuple[MigUsage, ...] | None]:
+    """A GPU's MIG devices and their readings (None: no reading recorded, as in older recordings)."""
+    listed = _list(item.get("mig_devices"), "mig_devices")
+    if len(listed) > MAX_MIG_DEVICES:
+        raise ValueError(f"more than {MAX_MIG_DEVICES} MIG devices on a GPU")
+    devices = [_mig_device(entry, position) for position, entry in enumerate(listed)]
+    instances = tuple(instance for instance, _ in devices)
+    if len({instance.index for instance in instances}) != len(instances):
+        raise ValueError("two MIG devices with one index")
+    usage = tuple(u for _, u in devices if u is not None)
+    return instances, (usage if usage else None)
+
+
 def _gpu(item: dict[str, Any], timestamp: float) -> tuple[GpuStatic, GpuSample]:
     """The static and sampled fields of one GPU of a line (what its chart needs, processes aside)."""
     reasons = _reasons(item, _GPU_REASON_KEYS)
     flat = _with_readings(item)
+    instances, usage = _mig_devices(item)
+    if "mig_usage" in reasons:  # the GPU's per-instance readings are missing, and why
+        usage = None
     static = GpuStatic(
         index=_count(item["index"], "index", MAX_GPUS),
-        mig_instances=tuple(
-            MigInstance(index=i, uuid=u) for i, u in enumerate(_texts(item.get("mig_devices"), "mig_devices") or ())
-        ),
+        mig_instances=instances,
         unavailable=freeze({k: v for k, v in reasons.items() if k in _STATIC_KEYS}),
         **_fields(flat, _STATIC_FIELDS),
     )
@@ -329,6 +396,7 @@ def _gpu(item: dict[str, Any], timestamp: float) -> tuple[GpuStatic, GpuSample]:
         pstate=_pstate(item.get("pstate")),
         throttle_reasons=_texts(item.get("throttle_reasons"), "throttle_reasons"),
         nvlinks=_nvlinks(item),
+        mig_usage=usage,
         unavailable=freeze({k: v for k, v in reasons.items() if k in GpuSample.__dataclass_fields__}),
         **_fields(flat, _SAMPLE_FIELDS),
     )
