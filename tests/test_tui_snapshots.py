@@ -34,3 +34,10 @@ def utc():
 def test_scene(snap_compare, name, size):
     app, prepare = build(SCENES[name])
     assert snap_compare(app, terminal_size=size, run_before=prepare)
+
+
+@pytest.mark.parametrize("size", [(120, 50), (120, 40), (80, 24)], ids=["120x50", "120x40", "80x24"])
+def test_mig_scene(snap_compare, size):
+    """MIG: full panels with instance lines (120x50), compact lines in two columns (120x40) and in one (80x24)."""
+    app, prepare = build(SCENES["mig"])
+    assert snap_compare(app, terminal_size=size, run_before=prepare)

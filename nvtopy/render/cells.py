@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..model import Finding, GpuProcess, GpuSample, GpuState, GpuStatic, OwnerKind, Severity
+from ..model import Finding, GpuProcess, GpuSample, GpuState, GpuStatic, MigInstance, MigState, OwnerKind, Severity
 from ..textsafe import safe_text
 from .units import NA, fmt_age, fmt_bytes, fmt_celsius, fmt_duration, fmt_pstate, short_name
 
@@ -30,6 +30,7 @@ __all__ = [
     "DIM",
     "GOOD",
     "HOT",
+    "MIG_UTILIZATION_NOTE",
     "PLAIN",
     "PROCESS_CELL_KEYS",
     "REMOTE",
@@ -39,6 +40,7 @@ __all__ = [
     "ecc_cell",
     "finding_cell",
     "group_cells",
+    "group_instance_cell",
     "health_summary_cell",
     "host_label",
     "is_mine",
@@ -46,6 +48,13 @@ __all__ = [
     "lost_cell",
     "memory_cell",
     "memory_percent_text",
+    "mig_hides_utilization",
+    "mig_memory_cell",
+    "mig_mode_cell",
+    "mig_processes_cell",
+    "mig_profile_cell",
+    "mig_sm_cell",
+    "mig_uuid_cell",
     "name_cell",
     "note_cell",
     "owner_cell",
@@ -53,6 +62,7 @@ __all__ = [
     "power_cell",
     "process_cells",
     "process_flags_cell",
+    "process_instance_cell",
     "pstate_cell",
     "stalled_text",
     "temperature_cell",
@@ -146,6 +156,15 @@ def memory_cell(gpu: GpuState) -> Cell:
     return (f"{fmt_bytes(used)}/{fmt_bytes(total)}", DIM if used is None else PLAIN)
 
 
+def used_of_total(used: int | None, total: int | None) -> str:
+    """``"20.3/39.8GiB"``: one unit when both share it (a MIG instance's line is narrow), else ``"32MiB/9.8GiB"``."""
+    used_text, total_text = fmt_bytes(used), fmt_bytes(total)
+    unit = total_text.lstrip("0123456789.")
+    if used is not None and unit and used_text.endswith(unit) and total is not None:
+        return f"{used_text[: -len(unit)]}/{total_text}"
+    return f"{used_text}/{total_text}"
+
+
 def memory_percent_text(gpu: GpuState) -> str | None:
     percent = gpu.memory_used_percent
     return None if percent is None else f"{percent:.0f}%"
@@ -216,6 +235,63 @@ def note_cell(gpu: GpuState) -> Cell:
 def lost_cell() -> Cell:
     """The word for a GPU that fell off the bus or stopped answering."""
     return ("LOST", ALERT)
+
+
+# ----------------------------------------------------------------- MIG
+
+MIG_UTILIZATION_NOTE = "utilisation is not reported under MIG"
+"""Said once per MIG-enabled GPU where its utilisation would be: the driver reports none (NotSupported),
+and an N/A or an empty chart alone reads as an idle GPU."""
+
+
+def mig_hides_utilization(gpu: GpuState) -> bool:
+    """Whether the GPU's utilisation is missing because MIG is on (views explain it once instead of N/A)."""
+    return bool(gpu.static.mig_mode) and gpu.sample.utilization_gpu_percent is None and not gpu.lost
+
+
+def mig_mode_cell(static: GpuStatic) -> Cell | None:
+    """``("MIG", PLAIN)`` on a MIG-enabled GPU; ``("MIG on after reset", WARN)`` when an admin switched the mode
+    and the GPU waits for a reset (nothing changes until then); ``None`` when MIG is off and stays off."""
+    if static.mig_pending_change:
+        return (f"MIG {'on' if static.mig_mode_pending else 'off'} after reset", WARN)
+    return ("MIG", PLAIN) if static.mig_mode else None
+
+
+def mig_profile_cell(instance: MigInstance) -> Cell:
+    """``3g.40gb``: the driver's name for the instance's size (outside text, made safe here)."""
+    return (safe_text(instance.profile), PLAIN) if instance.profile else _MISSING
+
+
+def mig_memory_cell(state: MigState) -> Cell:
+    """``"20.3/39.8GiB"``: the instance's memory in use of its own; the used part N/A (dim) when not read."""
+    used, total = state.memory_used_bytes, state.memory_total_bytes
+    if used is None and total is None:
+        return _MISSING
+    return (used_of_total(used, total), DIM if used is None else PLAIN)
+
+
+def mig_sm_cell(instance: MigInstance) -> Cell:
+    """The streaming multiprocessors the instance computes with, as a bare number (views add "SMs")."""
+    return _MISSING if instance.sm_count is None else (str(instance.sm_count), PLAIN)
+
+
+def mig_processes_cell(gpu: GpuState, state: MigState) -> Cell:
+    """How many processes run on the instance; N/A when the GPU's process list could not be read."""
+    if gpu.processes_unavailable is not None:
+        return _MISSING
+    count = len(state.processes)
+    return (str(count), PLAIN if count else DIM)
+
+
+def mig_uuid_cell(instance: MigInstance) -> Cell:
+    """``MIG-...``: what CUDA_VISIBLE_DEVICES takes (outside text, made safe here)."""
+    return (safe_text(instance.uuid), DIM) if instance.uuid else _MISSING
+
+
+def process_instance_cell(process: GpuProcess) -> Cell:
+    """The MIG column: ``1/2/0`` (GPU/GI/CI) for a process on a MIG instance, a dim ``-`` on a whole GPU."""
+    label = process.instance_label
+    return ("-", DIM) if label is None else (label, PLAIN)
 
 
 # ----------------------------------------------------------------- health
@@ -386,3 +462,11 @@ def group_cells(group: Any, me: str | None) -> tuple[Cell, ...]:
         _value(None if group.running_seconds is None else fmt_duration(group.running_seconds)),
         (command, PLAIN),
     )
+
+
+def group_instance_cell(group: Any) -> Cell:
+    """A group's MIG column: the instance its processes share, a dim ``-`` when none is on MIG, else how many."""
+    labels = {p.instance_label for p in group.members}
+    if len(labels) == 1:
+        return process_instance_cell(group.members[0])
+    return (f"{len(labels - {None})} inst", DIM)

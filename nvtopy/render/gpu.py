@@ -16,19 +16,32 @@ and throughput, NVLinks) that the view drops first when space is short, and a
 GPU whose driver call is stuck: "not responding (N s)" in its title and its
 last values dimmed, so nobody mistakes them for live ones.
 
+MIG: a MIG-enabled GPU says "MIG" in its title ("MIG on after reset" in the
+warning colour while a mode change waits for a GPU reset) and gets one line per
+instance under its own lines, in the panel and in the compact view
+(:func:`mig_lines`): its GPU/GI/CI label, profile, memory bar, SMs, processes
+and, where the width allows, its UUID. The driver reports no utilisation under
+MIG, so the utilisation line says so once instead of drawing N/A or an empty
+chart that would read as an idle GPU.
+
 Text from outside (GPU names, bus ids, remote host names, notes that quote a
-peer's error, throttle reasons read from a recording, NVLink peers) goes through
-:func:`~nvtopy.textsafe.safe_text` here, before it becomes a :class:`Line`.
+peer's error, throttle reasons read from a recording, NVLink peers, MIG profiles
+and UUIDs) goes through :func:`~nvtopy.textsafe.safe_text` here or in
+:mod:`~nvtopy.render.cells`, before it becomes a :class:`Line`.
 """
 
 from __future__ import annotations
 
-from ..model import GpuState, Severity
+import dataclasses
+from dataclasses import dataclass
+
+from ..model import GpuState, MigState, Severity
 from ..textsafe import safe_text
 from .cells import (
     ALERT,
     BAD,
     DIM,
+    MIG_UTILIZATION_NOTE,
     REMOTE,
     RICH_STYLES,
     WARN,
@@ -40,6 +53,13 @@ from .cells import (
     lost_cell,
     memory_cell,
     memory_percent_text,
+    mig_hides_utilization,
+    mig_memory_cell,
+    mig_mode_cell,
+    mig_processes_cell,
+    mig_profile_cell,
+    mig_sm_cell,
+    mig_uuid_cell,
     name_cell,
     note_cell,
     percent_cell,
@@ -59,8 +79,11 @@ __all__ = [
     "PANEL_MIN_WIDTH",
     "bar",
     "compact_line",
+    "compact_lines",
     "has_interconnect",
     "interconnect_line",
+    "mig_lines",
+    "mig_rows",
     "panel_height",
     "panel_lines",
     "panel_title",
@@ -195,6 +218,8 @@ def panel_title(gpu: GpuState, width: int | None = None) -> Line:
         if gpu.note:
             return title
     _put(title, name_cell(static), "bold")
+    mig = _mig_title(gpu)
+    title.extend(mig)
     health = _health_title(gpu)
     bus = Line(f" · {safe_text(static.short_bus_id)}", "dim") if static.short_bus_id else Line()
     if width is not None and title.cells + bus.cells + health.cells > width:
@@ -202,6 +227,15 @@ def panel_title(gpu: GpuState, width: int | None = None) -> Line:
         if title.cells + health.cells > width:
             health.fit(max(6, width - title.cells))
     return title.extend(bus).extend(health)
+
+
+def _mig_title(gpu: GpuState) -> Line:
+    """`` · MIG`` on a MIG-enabled GPU, `` · MIG on after reset`` while a mode change waits (nothing when off)."""
+    cell = mig_mode_cell(gpu.static)
+    if cell is None:
+        return Line()
+    text, category = cell
+    return Line(" · ", "dim").add(text, RICH_STYLES[category] if category else "bold cyan")
 
 
 def _value(line: Line, cell: Cell, width: int = 0, emphasis: str = "") -> Line:
@@ -327,7 +361,8 @@ def _info_line(gpu: GpuState, width: int) -> Line:
 
 
 def panel_lines(gpu: GpuState, width: int, *, links: bool = False) -> list[Line]:
-    """The content lines of a full panel (four; five with ``links``), each exactly ``width`` cells.
+    """The content lines of a full panel (four; five with ``links``), each exactly ``width`` cells,
+    then :func:`mig_rows` lines, one per MIG instance.
 
     A GPU that is not responding keeps its last values, all dimmed: they are
     not live, and the title says how long the driver has been stuck.
@@ -354,11 +389,14 @@ def panel_lines(gpu: GpuState, width: int, *, links: bool = False) -> list[Line]
     mem.extend(bar(fraction, width - 4 - label.cells - 1, _load(fraction)))
     mem.add(" ").extend(label)
 
-    # Line 2: utilisation sparkline on a fixed 0-100 scale, current value, bandwidth.
-    tail = _value(Line(" "), percent_cell(sample.utilization_gpu_percent), 4, "bold")
-    _value(tail.add("  BW "), percent_cell(sample.utilization_memory_percent), 4)
-    utl = Line("UTL ", "bold")
-    utl.extend(sparkline(gpu.history.utilization_gpu_percent, width - 4 - tail.cells)).extend(tail)
+    # Line 2: utilisation sparkline on a fixed 0-100 scale, current value, bandwidth (under MIG: why there is none).
+    if mig_hides_utilization(gpu):
+        utl = _na(Line("UTL ", "bold")).add(f"  {MIG_UTILIZATION_NOTE}", "dim")
+    else:
+        tail = _value(Line(" "), percent_cell(sample.utilization_gpu_percent), 4, "bold")
+        _value(tail.add("  BW "), percent_cell(sample.utilization_memory_percent), 4)
+        utl = Line("UTL ", "bold")
+        utl.extend(sparkline(gpu.history.utilization_gpu_percent, width - 4 - tail.cells)).extend(tail)
 
     # Line 3: power against the enforced cap, temperature against slowdown, fan.
     right = Line("  ").extend(_temperature(gpu)).add("  FAN ")
@@ -371,14 +409,123 @@ def panel_lines(gpu: GpuState, width: int, *, links: bool = False) -> list[Line]
     pwr.extend(watts).extend(right)
 
     # Line 4: P-state, clocks, ECC, codecs in use, throttling. Line 5 (optional): PCIe and NVLink.
+    # Then one line per MIG instance.
     lines = [mem, utl, pwr, _info_line(gpu, width)]
     if links:
         lines.append(interconnect_line(gpu, width))
     lines = [line.fit(width) for line in lines]
+    lines.extend(mig_lines(gpu, width, head=Line("MIG ", "bold")))
     if not gpu.health.responding:
         for line in lines:
             line.restyle("dim")
     return lines
+
+
+# ----------------------------------------------------------------- MIG instances
+
+MIG_MIN_BAR = 8
+"""Cells an instance's memory bar keeps before its UUID is cut, then left out."""
+MIG_SHORT_UUID = 13
+"""``MIG-1a2b3c4d…``: the shortest UUID worth showing (enough to tell instances apart and find the rest)."""
+_MIG_UTILIZATION_SHORT = ("not reported under MIG", "under MIG")
+
+
+def mig_rows(gpu: GpuState) -> int:
+    """Lines the GPU's MIG instances add under it (panel and compact alike): one each; none when lost
+    or when a note stands for the GPU's readings."""
+    return 0 if gpu.note or gpu.lost else len(gpu.static.mig_instances)
+
+
+@dataclass(frozen=True, slots=True)
+class _MigColumns:
+    """Widths a GPU's instance lines share, so their bars and figures line up under each other."""
+
+    label: int
+    profile: int
+    memory: int
+    sms: int
+    processes: int
+    bar: int
+    uuid: int  # 0: left out (too narrow)
+
+
+def _sms_text(state: MigState) -> str:
+    return mig_sm_cell(state.instance)[0]
+
+
+def _processes_text(gpu: GpuState, state: MigState) -> str:
+    return mig_processes_cell(gpu, state)[0]
+
+
+def _mig_columns(gpu: GpuState, states: tuple[MigState, ...], width: int, head: int) -> _MigColumns:
+    """Fit label, profile, memory, SMs and processes first; the bar takes the rest, and the UUID what the bar
+    can spare (whole, else cut to :data:`MIG_SHORT_UUID`, else left out: the picker and ``--once`` show it)."""
+    label = max(len(s.label) for s in states)
+    profile = max(Line(mig_profile_cell(s.instance)[0]).cells for s in states)
+    memory = max(len(mig_memory_cell(s)[0]) for s in states)
+    sms = max(len(_sms_text(s)) for s in states)
+    processes = max(len(_processes_text(gpu, s)) for s in states)
+    # head, label, profile, bar, memory, "N SMs", "N procs", single spaces between
+    rest = width - (head + label + 1 + profile + 1 + 1 + memory + 1 + sms + 4 + 1 + processes + 6)
+    uuid = max(Line(mig_uuid_cell(s.instance)[0]).cells for s in states)
+    if rest >= MIG_MIN_BAR + 2 + uuid:
+        return _MigColumns(label, profile, memory, sms, processes, rest - 2 - uuid, uuid)
+    if uuid > MIG_SHORT_UUID and rest >= MIG_MIN_BAR + 2 + MIG_SHORT_UUID:
+        return _MigColumns(label, profile, memory, sms, processes, rest - 2 - MIG_SHORT_UUID, MIG_SHORT_UUID)
+    return _MigColumns(label, profile, memory, sms, processes, rest, 0)
+
+
+def _mig_line(gpu: GpuState, state: MigState, columns: _MigColumns, head: Line) -> Line:
+    """``MIG 1/2/0 3g.40gb ███░░░ 20.3/39.8GiB 60 SMs 2 procs  MIG-1a2b…``: one instance in the columns given."""
+    line = head.add(state.label.ljust(columns.label), "bold").add(" ")
+    text, category = mig_profile_cell(state.instance)
+    _put(line, (text + " " * (columns.profile - Line(text).cells), category), "cyan")
+    percent = state.memory_used_percent
+    fraction = None if percent is None else percent / 100
+    line.add(" ").extend(bar(fraction, columns.bar, _load(fraction)))
+    text, category = mig_memory_cell(state)
+    _put(line.add(" "), (text.rjust(columns.memory), category))
+    text, category = mig_sm_cell(state.instance)
+    _put(line.add(" "), (text.rjust(columns.sms), category)).add(" SMs", "dim")
+    text, category = mig_processes_cell(gpu, state)
+    word = " proc " if text == "1" else " procs"
+    _put(line.add(" "), (text.rjust(columns.processes), category)).add(word, "dim")
+    if columns.uuid:
+        line.add("  ").extend(_put(Line(), mig_uuid_cell(state.instance)).fit(columns.uuid))
+    return line
+
+
+def mig_lines(gpu: GpuState, width: int, *, head: Line | None = None, tree: bool = False) -> list[Line]:
+    """One line per MIG instance of ``gpu`` (:func:`mig_rows` of them), each exactly ``width`` cells.
+
+    ``head`` starts each line (the panel's ``MIG ``); ``tree``: a ``├``/``└`` branch instead, indented
+    under the GPU's index (the compact view). A GPU that is not responding has its instance lines dimmed.
+    """
+    if not mig_rows(gpu):
+        return []
+    states = gpu.mig
+    heads = [Line(" └ " if i == len(states) - 1 else " ├ ", "dim") for i in range(len(states))] if tree else []
+    head_cells = 3 if tree else (head.cells if head is not None else 0)
+    columns = _mig_columns(gpu, states, width, head_cells)
+    if columns.bar < MIG_MIN_BAR // 2 and head_cells:  # too narrow: the head gives the bar its cells
+        heads, head = [Line(" ") for _ in states] if tree else [], None
+        columns = _mig_columns(gpu, states, width, 1 if tree else 0)
+    columns = dataclasses.replace(columns, bar=max(MIG_MIN_BAR // 2, columns.bar))
+    lines = []
+    for i, state in enumerate(states):
+        start = heads[i] if tree else Line().extend(head) if head is not None else Line()
+        line = _mig_line(gpu, state, columns, start).fit(width)
+        lines.append(line.restyle("dim") if not gpu.health.responding else line)
+    return lines
+
+
+def _mig_utilization(width: int) -> Line:
+    """Where a MIG GPU's compact sparkline would be: why there is none, as long as ``width`` allows,
+    right-aligned so that it leads into the N/A after it."""
+    for text in (MIG_UTILIZATION_NOTE, *_MIG_UTILIZATION_SHORT):
+        if len(text) + 1 <= width:
+            return Line(text.rjust(width), "dim")
+    return Line().fit(width)
 
 
 COMPACT_WORD_WIDTH = 50
@@ -405,7 +552,12 @@ def _compact_extras(gpu: GpuState) -> list[Line]:
         reason = text.partition(" ")[2]  # the verdict is already at the start of the line
         return [Line(f"  {reason}", RICH_STYLES[category])]
     name = short_name(gpu.static.name)
-    return [Line(f"  {name} {safe_text(gpu.static.short_bus_id)}", "dim"), Line(f"  {name}", "dim")]
+    extras = [Line(f"  {name} {safe_text(gpu.static.short_bus_id)}", "dim"), Line(f"  {name}", "dim")]
+    mig = mig_mode_cell(gpu.static)
+    if mig is not None and mig[1] == WARN:  # a MIG mode change waiting for a reset: kept before the name
+        marker = Line(f"  {mig[0]}", RICH_STYLES[WARN])
+        return [Line().extend(marker).extend(extra) for extra in extras] + [marker]
+    return extras
 
 
 COMPACT_MIN_BARS = 24
@@ -466,10 +618,18 @@ def compact_line(gpu: GpuState, width: int) -> Line:
     mem_width = max(4, budget // 2)
     spark_width = max(4, budget - mem_width)
     values = bar(fraction, mem_width, _load(fraction)).extend(memory)
-    values.extend(sparkline(gpu.history.utilization_gpu_percent, spark_width)).extend(tail)
+    if mig_hides_utilization(gpu):
+        values.extend(_mig_utilization(spark_width)).extend(tail)
+    else:
+        values.extend(sparkline(gpu.history.utilization_gpu_percent, spark_width)).extend(tail)
     if not gpu.health.responding:
         values.restyle("dim")  # its last values: not live
     return line.extend(values).extend(extra).fit(width)
+
+
+def compact_lines(gpu: GpuState, width: int) -> list[Line]:
+    """A GPU's compact line, then one line per MIG instance, indented under it (:func:`mig_lines`)."""
+    return [compact_line(gpu, width), *mig_lines(gpu, width, tree=True)]
 
 
 def _stalled_values(gpu: GpuState, bars: int, extra_width: int, memory: Line, tail: Line) -> Line:

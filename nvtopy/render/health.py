@@ -13,6 +13,10 @@ Every missing reading says N/A *and why* (the reason the driver gave, from
 "N/A (no permission)" to run as root. Text from outside (finding sentences a
 recording carries, the events note, NVLink peers, user names, commands) goes
 through :func:`~nvtopy.textsafe.safe_text` before it becomes a line.
+
+A MIG-enabled GPU (or one whose MIG mode changes at its next reset) ends with a
+MIG section: the mode, and each instance with its profile, memory, SMs,
+processes and UUID -- what an Xid event's "(MIG GI 1 CI 0)" refers to.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from .cells import (
     BAD,
     DIM,
     GOOD,
+    MIG_UTILIZATION_NOTE,
     PLAIN,
     REMOTE,
     RICH_STYLES,
@@ -35,6 +40,13 @@ from .cells import (
     finding_cell,
     health_summary_cell,
     host_label,
+    mig_hides_utilization,
+    mig_memory_cell,
+    mig_mode_cell,
+    mig_processes_cell,
+    mig_profile_cell,
+    mig_sm_cell,
+    mig_uuid_cell,
     note_cell,
     process_flags_cell,
     stalled_text,
@@ -361,6 +373,26 @@ def _process_line(process: GpuProcess) -> Line:
     return line.add("  " + (safe_text(process.command) if process.command else NA), "dim")
 
 
+def _mig(gpu: GpuState) -> list[Line]:
+    """The MIG mode and each instance (label, profile, memory, SMs, processes, UUID); nothing when MIG is off."""
+    mode = mig_mode_cell(gpu.static)
+    if mode is None:
+        return []
+    text, category = mode
+    if category == PLAIN:
+        text = f"on · {len(gpu.static.mig_instances)} instances"
+    lines = [Line("  MIG", "bold"), _row("Mode", (text, category))]
+    if mig_hides_utilization(gpu):
+        lines.append(Line(_INDENT + MIG_UTILIZATION_NOTE, "dim"))
+    for state in gpu.mig:
+        line = Line(_SUB).add(f"{state.label:<8}", "bold").add(f"{mig_profile_cell(state.instance)[0]:<11}")
+        memory, memory_category = mig_memory_cell(state)
+        line.add(f"{memory:>14}", _style(memory_category)).add(f"  {mig_sm_cell(state.instance)[0]:>3} SMs", "dim")
+        line.add(f"  {mig_processes_cell(gpu, state)[0]:>3} procs", "dim")
+        lines.append(line.add("  " + mig_uuid_cell(state.instance)[0], "dim"))
+    return lines
+
+
 def gpu_health_lines(gpu: GpuState, now: float | None = None) -> list[Line]:
     """Everything known about one GPU's health, as lines of any length (a view wraps or cuts them).
 
@@ -378,6 +410,7 @@ def gpu_health_lines(gpu: GpuState, now: float | None = None) -> list[Line]:
     lines.extend(_pcie(gpu))
     lines.extend(_nvlink(gpu))
     lines.extend(_work(gpu))
+    lines.extend(_mig(gpu))
     return lines
 
 

@@ -4,6 +4,12 @@ Why apart from the widget: this is what users reason about ("sort by GPU memory,
 only my processes, matching 'train'"), so it is tested on its own, on plain
 snapshots, and the widget only draws what it returns. Everything here is
 O(n log n) in the number of processes.
+
+MIG: the MIG column (``1/2/0``: GPU/GI/CI) is shown only while some GPU has MIG
+instances, and the filter can narrow a GPU to some of its instances
+(:attr:`ProcessFilter.instances`): then only their processes are listed and
+:meth:`ProcessFilter.limit` gives the GPU as the panels show it, with only
+those instances. Filtering stays a view concern: the snapshot is never changed.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import GpuProcess, OwnerKind, ProcessType
+from ..model import GpuProcess, GpuState, MigInstance, OwnerKind, ProcessType
 from ..textsafe import safe_text
 from .cells import PROCESS_CELL_KEYS
 
@@ -22,7 +28,9 @@ __all__ = [
     "FLAGS_COLUMN",
     "FLAG_FILTERS",
     "GROUP_MODES",
+    "MIG_COLUMN",
     "Column",
+    "InstanceKey",
     "ProcessFilter",
     "ProcessGroup",
     "SortOrder",
@@ -30,6 +38,8 @@ __all__ = [
     "build_groups",
     "build_rows",
     "group_value",
+    "instance_key",
+    "instance_sort_value",
     "owner_label",
     "visible_columns",
 ]
@@ -89,22 +99,43 @@ and it is not in the ``s`` cycle; a click on its title sorts by it. At small
 widths it is the first of the priority-2 columns to go (a flagged row keeps a
 marker), unless the flag filter asked for flagged processes.
 """
-_BY_KEY = {c.key: c for c in (*COLUMNS, FLAGS_COLUMN)}
+
+
+def instance_sort_value(p: GpuProcess) -> tuple[int, int, int] | None:
+    """What the MIG column sorts by: GPU, GI, CI as numbers (``1/10/0`` after ``1/2/0``); None off MIG."""
+    if p.gpu_instance_id is None:
+        return None
+    return (p.gpu_index, p.gpu_instance_id, -1 if p.compute_instance_id is None else p.compute_instance_id)
+
+
+MIG_COLUMN = Column("mig", "MIG", 6, "left", instance_sort_value, False, 2)
+"""The MIG instance a process runs on (``1/2/0``: GPU/GI/CI; cells.process_instance_cell), after GPU.
+
+Apart from :data:`COLUMNS` because it is shown only while some GPU of the
+snapshot has MIG instances (a layout without MIG stays as it was). In the ``s``
+cycle then, right after GPU; at small widths it goes after OWNER, before USER.
+"""
+_BY_KEY = {c.key: c for c in (*COLUMNS, FLAGS_COLUMN, MIG_COLUMN)}
 MIN_COMMAND_WIDTH = 20
 # OWNER widens up to this on a wide terminal (``ns/pod`` names are long) while COMMAND keeps WIDE_COMMAND_WIDTH.
 WIDE_OWNER_WIDTH = 32
 WIDE_COMMAND_WIDTH = 60
 
 
-def visible_columns(width: int, *, flags: bool = False, keep_flags: bool = False) -> tuple[Column, ...]:
+def visible_columns(
+    width: int, *, flags: bool = False, keep_flags: bool = False, mig: bool = False
+) -> tuple[Column, ...]:
     """The columns that fit ``width`` cells, dropping low-priority ones while COMMAND would be too narrow.
 
-    Dropped first: TYPE, then HOST-MEM, then FLAGS (when shown), TIME, CPU%, SM% and OWNER (in that
+    Dropped first: TYPE, then HOST-MEM, then FLAGS (when shown), TIME, CPU%, SM%, OWNER and MIG (in that
     order), then USER. ``flags``: show FLAGS (some process has a flag); ``keep_flags``: never drop it
-    (the user filtered by flags). OWNER is 11 cells wide on a narrow terminal and grows up to
-    :data:`WIDE_OWNER_WIDTH` while COMMAND keeps :data:`WIDE_COMMAND_WIDTH` cells.
+    (the user filtered by flags); ``mig``: show MIG after GPU (some GPU has MIG instances). OWNER is
+    11 cells wide on a narrow terminal and grows up to :data:`WIDE_OWNER_WIDTH` while COMMAND keeps
+    :data:`WIDE_COMMAND_WIDTH` cells.
     """
     columns = list(COLUMNS)
+    if mig:
+        columns.insert(1, MIG_COLUMN)
     if flags or keep_flags:
         flag_column = dataclasses.replace(FLAGS_COLUMN, priority=0) if keep_flags else FLAGS_COLUMN
         columns.insert(len(columns) - 1, flag_column)
@@ -129,13 +160,19 @@ class SortOrder:
     column: str = "gpu"
     reverse: bool = False
 
-    def cycle(self, step: int) -> SortOrder:
-        """The next (or previous) column, in its natural direction (from FLAGS: its neighbours, TIME and COMMAND)."""
-        if self.column in COLUMN_KEYS:
-            index = (COLUMN_KEYS.index(self.column) + step) % len(COLUMN_KEYS)
+    def cycle(self, step: int, *, mig: bool = False) -> SortOrder:
+        """The next (or previous) column, in its natural direction (from FLAGS: its neighbours, TIME and COMMAND).
+
+        ``mig``: the MIG column is shown, and in the cycle after GPU (hidden, it is left where GPU's neighbour is).
+        """
+        keys = ("gpu", "mig", *COLUMN_KEYS[1:]) if mig else COLUMN_KEYS
+        if self.column in keys:
+            index = keys.index(self.column) + step
+        elif self.column == "mig":  # shown no more: step on from where it stood, between GPU and PID
+            index = keys.index("gpu") + (step if step > 0 else step + 1)
         else:  # FLAGS, which sits between TIME and COMMAND but is not in the cycle
-            index = COLUMN_KEYS.index("command") + (step - 1 if step > 0 else step)
-        key = COLUMN_KEYS[index % len(COLUMN_KEYS)]
+            index = keys.index("command") + (step - 1 if step > 0 else step)
+        key = keys[index % len(keys)]
         return SortOrder(key, _BY_KEY[key].descending_first)
 
     def by(self, key: str) -> SortOrder:
@@ -160,6 +197,34 @@ def _is_type(kind: ProcessType, wanted: str) -> bool:
 FLAG_FILTERS: tuple[str | None, ...] = (None, "flagged", "idle-held", "suspected-hang")
 """What the flag filter cycles through: everything, any flag, then each flag (GpuProcess.flags)."""
 
+InstanceKey = tuple[int, int, int | None]
+"""A MIG instance as the filter names it: GPU index, GPU instance id, compute instance id (None: any).
+
+Why ids and not the instance's UUID or NVML index: processes carry GPU and
+compute instance ids, so a process is matched without the GPU's static fields,
+and the key reads as the MIG column does (``1/2/0``)."""
+
+
+def instance_key(gpu_index: int, instance: MigInstance) -> InstanceKey | None:
+    """The filter's key of ``instance`` on GPU ``gpu_index``; None when its GPU instance id is unknown
+    (no process can be matched to it)."""
+    if instance.gpu_instance_id is None:
+        return None
+    return (gpu_index, instance.gpu_instance_id, instance.compute_instance_id)
+
+
+def _runs_on(process: GpuProcess, key: InstanceKey) -> bool:
+    """``process`` runs on the instance ``key`` names (as :meth:`~nvtopy.model.MigInstance.runs` decides)."""
+    gpu, gi, ci = key
+    if process.gpu_index != gpu or process.gpu_instance_id != gi:
+        return False
+    return ci is None or process.compute_instance_id is None or process.compute_instance_id == ci
+
+
+def _key_label(key: InstanceKey) -> str:
+    gpu, gi, ci = key
+    return f"{gpu}/{gi}/{'?' if ci is None else ci}"
+
 
 @dataclass(frozen=True, slots=True)
 class ProcessFilter:
@@ -170,10 +235,42 @@ class ProcessFilter:
     process_type: str | None = None  # "C" or "G"; C+G rows match both
     gpus: frozenset[int] | None = None  # None: every GPU of the snapshot
     flag: str | None = None  # FLAG_FILTERS: "flagged" (any flag), "idle-held", "suspected-hang"
+    # MIG instances chosen (the GPU picker): a GPU one of them is on shows only those; other GPUs are whole.
+    instances: frozenset[InstanceKey] = frozenset()
 
     @property
     def active(self) -> bool:
-        return bool(self.text or self.mine_only or self.process_type or self.gpus is not None or self.flag)
+        return bool(
+            self.text or self.mine_only or self.process_type or self.gpus is not None or self.flag or self.instances
+        )
+
+    def instances_of(self, gpu_index: int) -> frozenset[InstanceKey] | None:
+        """The instances GPU ``gpu_index`` is narrowed to; None: the whole GPU."""
+        keys = frozenset(key for key in self.instances if key[0] == gpu_index)
+        return keys or None
+
+    def shows_gpu(self, gpu_index: int) -> bool:
+        return self.gpus is None or gpu_index in self.gpus
+
+    def limit(self, gpu: GpuState) -> GpuState:
+        """``gpu`` as the views show it: narrowed to the chosen instances (their readings and processes), if any.
+
+        The GPU's own readings (memory, temperature, power, health) stay: the instances share the board.
+        """
+        keys = self.instances_of(gpu.index)
+        if keys is None:
+            return gpu
+        kept = tuple(m for m in gpu.static.mig_instances if instance_key(gpu.index, m) in keys)
+        indices = {m.index for m in kept}
+        sample = gpu.sample
+        if sample.mig_usage is not None:
+            sample = dataclasses.replace(sample, mig_usage=tuple(u for u in sample.mig_usage if u.index in indices))
+        return dataclasses.replace(
+            gpu,
+            static=dataclasses.replace(gpu.static, mig_instances=kept),
+            sample=sample,
+            processes=tuple(p for p in gpu.processes if any(_runs_on(p, key) for key in keys)),
+        )
 
     def replace(self, **changes: Any) -> ProcessFilter:
         return dataclasses.replace(self, **changes)
@@ -187,8 +284,12 @@ class ProcessFilter:
             labels.append("mine")
         if self.process_type:
             labels.append(f"type {self.process_type}")
-        if self.gpus is not None:
-            labels.append("GPUs " + (",".join(str(i) for i in sorted(self.gpus)) or "none"))
+        narrowed = {key[0] for key in self.instances}
+        whole = None if self.gpus is None else sorted(self.gpus - narrowed)
+        if whole is not None and (whole or not narrowed):  # a narrowed GPU is named by its instances
+            labels.append("GPUs " + (",".join(str(i) for i in whole) or "none"))
+        if self.instances:
+            labels.append("MIG " + ",".join(_key_label(key) for key in sorted(self.instances, key=_key_order)))
         if self.flag:
             labels.append(self.flag)
         return labels
@@ -196,6 +297,10 @@ class ProcessFilter:
     def matches(self, process: GpuProcess, me: str | None) -> bool:
         if self.gpus is not None and process.gpu_index not in self.gpus:
             return False
+        if self.instances:
+            keys = self.instances_of(process.gpu_index)
+            if keys is not None and not any(_runs_on(process, key) for key in keys):
+                return False
         if self.flag and not (process.flags if self.flag == "flagged" else self.flag in process.flags):
             return False
         if self.mine_only and (me is None or process.user != me):
@@ -209,9 +314,14 @@ class ProcessFilter:
                 or needle in (process.user or "").lower()
                 or needle in (process.command or "").lower()
                 or _owner_matches(process, needle)
+                or needle in (process.instance_label or "")
             ):
                 return False
         return True
+
+
+def _key_order(key: InstanceKey) -> tuple[int, int, int]:
+    return (key[0], key[1], -1 if key[2] is None else key[2])
 
 
 def _owner_matches(process: GpuProcess, needle: str) -> bool:
@@ -350,6 +460,8 @@ def _group_sort_value(group: ProcessGroup, column: str) -> Any:
         return group.label.lower() if group.value is not None else None
     if column == "flags":
         return sum(1 for p in group.members if p.flags) or None
+    if column == "mig":
+        return group.shared("mig")
     return {
         "gpu_memory": group.gpu_memory_bytes,
         "sm": group.sm_percent,

@@ -20,6 +20,14 @@ fixed columns. Below the tables, each GPU that is not OK gets its findings, one
 a line with its fix, and its last Xid events (time, number, meaning). A process
 flagged idle-held or suspected-hang says so in a Flags column, present only
 when some process has a flag.
+
+MIG: as nvidia-smi does, the MIG instances get a table of their own right
+after the GPUs, grouped by GPU in GPU order: each instance's ``GPU/GI/CI``
+label, profile, memory used/total, SMs, processes and UUID. Notes under it say
+once that the driver reports no utilisation under MIG (the Util column's N/A)
+and which GPUs change MIG mode at their next reset. The process table gets a
+MIG column (``1/2/0``) while some GPU has instances. Without MIG the output is
+as it was.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ from typing import IO
 
 from ..formats.contract import iso_timestamp
 from ..health.xid import describe_xid
-from ..model import GpuEvent, GpuProcess, GpuState, Severity, Snapshot
+from ..model import GpuEvent, GpuProcess, GpuState, MigState, Severity, Snapshot
 from ..textsafe import safe_text
 from .cells import (
     ALERT,
@@ -39,6 +47,7 @@ from .cells import (
     DIM,
     GOOD,
     HOT,
+    MIG_UTILIZATION_NOTE,
     PLAIN,
     PROCESS_CELL_KEYS,
     REMOTE,
@@ -51,12 +60,20 @@ from .cells import (
     lost_cell,
     memory_cell,
     memory_percent_text,
+    mig_hides_utilization,
+    mig_memory_cell,
+    mig_mode_cell,
+    mig_processes_cell,
+    mig_profile_cell,
+    mig_sm_cell,
+    mig_uuid_cell,
     name_cell,
     note_cell,
     percent_cell,
     power_cell,
     process_cells,
     process_flags_cell,
+    process_instance_cell,
     pstate_cell,
     stalled_text,
     temperature_cell,
@@ -65,7 +82,18 @@ from .cells import (
 )
 from .units import NA
 
-__all__ = ["GPU_COLUMNS", "PROCESS_COLUMNS", "gpu_row", "health_cell", "health_lines", "process_row", "render_snapshot"]
+__all__ = [
+    "GPU_COLUMNS",
+    "MIG_COLUMNS",
+    "PROCESS_COLUMNS",
+    "gpu_row",
+    "health_cell",
+    "health_lines",
+    "mig_notes",
+    "mig_row",
+    "process_row",
+    "render_snapshot",
+]
 
 RESET = "\x1b[0m"
 # ANSI codes of the style categories of render/cells.py (the TUI maps the same categories), and "bold" for titles.
@@ -220,6 +248,66 @@ def _gpu_table(snapshot: Snapshot) -> _Table:
     return table
 
 
+MIG_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("MIG", "<"),
+    ("Profile", "<"),
+    ("Memory", ">"),
+    ("SMs", ">"),
+    ("Procs", ">"),
+    ("UUID", "<"),
+)
+
+
+def mig_row(gpu: GpuState, state: MigState) -> list[Cell]:
+    """The cells of one MIG instance (the order of :data:`MIG_COLUMNS`): the words the TUI's instance lines show."""
+    memory, category = mig_memory_cell(state)
+    percent = state.memory_used_percent
+    return [
+        (state.label, PLAIN),
+        mig_profile_cell(state.instance),
+        (memory if percent is None else f"{memory} ({percent:.0f}%)", category),
+        mig_sm_cell(state.instance),
+        mig_processes_cell(gpu, state),
+        mig_uuid_cell(state.instance),
+    ]
+
+
+def _mig_table(snapshot: Snapshot) -> _Table | None:
+    """Every MIG instance, GPU by GPU; None when no GPU has one."""
+    rows = [mig_row(gpu, state) for gpu in snapshot.gpus if not gpu.note for state in gpu.mig]
+    if not rows:
+        return None
+    table = _Table(MIG_COLUMNS)
+    for row in rows:
+        table.add(*row)
+    return table
+
+
+def _gpu_list(indices: Sequence[int]) -> str:
+    return ("GPU " if len(indices) == 1 else "GPUs ") + ", ".join(str(i) for i in indices)
+
+
+def mig_notes(snapshot: Snapshot) -> list[Cell]:
+    """What the MIG table cannot say, each once: how to read a label, that utilisation is not reported under
+    MIG (the Util column's N/A), a MIG GPU without instances, and mode changes waiting for a reset."""
+    notes: list[Cell] = []
+    if any(gpu.mig for gpu in snapshot.gpus if not gpu.note):
+        notes.append(("MIG: GPU/GI/CI = GPU, GPU instance, compute instance (as in the MIG process column)", DIM))
+    hidden = [gpu.index for gpu in snapshot.gpus if not gpu.note and mig_hides_utilization(gpu)]
+    if hidden:
+        notes.append((f"{_gpu_list(hidden)}: {MIG_UTILIZATION_NOTE} (Util N/A); memory is, per instance", DIM))
+    for gpu in snapshot.gpus:
+        if gpu.note:
+            continue
+        mode = mig_mode_cell(gpu.static)
+        if mode is not None and mode[1] == WARN:  # "MIG on after reset": say what it is until then
+            now = "on" if gpu.static.mig_mode else "off"
+            notes.append((f"GPU {gpu.index}: {mode[0]} (MIG {now} until the next GPU reset)", WARN))
+        elif gpu.static.mig_mode and not gpu.static.mig_instances:
+            notes.append((f"GPU {gpu.index}: MIG on, no instance configured", DIM))
+    return notes
+
+
 # (title, alignment, key of render.processes.COLUMNS)
 PROCESS_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("GPU", ">", "gpu"),
@@ -243,14 +331,18 @@ def process_row(process: GpuProcess, me: str | None) -> list[Cell]:
 
 
 def _process_table(snapshot: Snapshot) -> _Table:
-    """The process table; a Flags column (``idle-held 12 min``, ``hang?``) before Command when a process has one.
+    """The process table; a Flags column (``idle-held 12 min``, ``hang?``) before Command when a process has one,
+    and a MIG column (``1/2/0``) after GPU when some GPU has MIG instances.
 
-    Why only then: flags are rare, and an empty column would cost every table its width.
+    Why only then: flags are rare, MIG is rarer, and an empty column would cost every table its width.
     """
     flagged = any(process.flags for process in snapshot.processes)
+    mig = any(gpu.static.mig_instances for gpu in snapshot.gpus)
     headers = [(title, align) for title, align, _ in PROCESS_COLUMNS]
     if flagged:
         headers.insert(-1, ("Flags", "<"))
+    if mig:
+        headers.insert(1, ("MIG", "<"))
     table = _Table(headers)
     me = snapshot.host.user
     for gpu in snapshot.gpus:
@@ -258,6 +350,8 @@ def _process_table(snapshot: Snapshot) -> _Table:
             row = process_row(process, me)
             if flagged:
                 row.insert(-1, process_flags_cell(process))
+            if mig:
+                row.insert(1, process_instance_cell(process))
             table.add(*row)
     return table
 
@@ -293,6 +387,10 @@ def health_lines(gpu: GpuState) -> list[Cell]:
     return lines
 
 
+def _styled(text: str, style: str, color: bool) -> str:
+    return f"{STYLES[style]}{text}{RESET}" if color and style else text
+
+
 def render_snapshot(snapshot: Snapshot, out: IO[str], *, color: bool, gpu_count: int | None = None) -> None:
     """Write ``snapshot``; ``gpu_count`` (GPUs on the machine) tells "none found" from "none selected".
 
@@ -313,6 +411,11 @@ def render_snapshot(snapshot: Snapshot, out: IO[str], *, color: bool, gpu_count:
         lines.append("No NVIDIA GPU found." if gpu_count == 0 else "No GPUs selected.")
     else:
         lines.extend(_gpu_table(snapshot).render(color, max_width))
+        mig = _mig_table(snapshot)
+        if mig is not None:
+            lines.append("")
+            lines.extend(mig.render(color, max_width))
+        lines.extend(_styled(text, style, color) for text, style in mig_notes(snapshot))
         lines.append("")
         if any(g.processes for g in snapshot.gpus):
             lines.extend(_process_table(snapshot).render(color, max_width))

@@ -24,6 +24,12 @@ finding, the Xid timeline, memory and link readings), ``f`` narrows the table
 to flagged processes. A GPU whose driver call is stuck is drawn "not
 responding" with its last values dimmed by the same refresh that draws the
 others: no key waits on the source.
+
+MIG: a MIG-enabled GPU shows its instances under its panel or compact line,
+the process table gets a MIG column (``1/2/0``: GPU/GI/CI) while some GPU has
+instances, and the GPU picker (``g``) lists each GPU's instances: choosing some
+narrows that GPU's panel and processes to them. The snapshot is never changed:
+:meth:`visible_gpus` applies the filter to what the views get.
 """
 
 from __future__ import annotations
@@ -44,13 +50,14 @@ from textual.widgets import Footer, Input, Static
 from ..backends.base import Backend, SignalOutcome
 from ..health.verdict import HealthThresholds
 from ..model import ALL_GROUPS, GpuProcess, GpuState, Severity, Snapshot
-from ..render.gpu import has_interconnect
+from ..render.gpu import has_interconnect, mig_rows
 from ..render.health import health_counts
 from ..render.processes import (
     COLUMNS,
     FLAG_FILTERS,
     GROUP_MODES,
     GROUP_TITLES,
+    MIG_COLUMN,
     ProcessFilter,
     ProcessGroup,
     SortOrder,
@@ -67,7 +74,7 @@ from .gpu_view import MODES, GpuView, plan_layout
 from .health_screen import HealthScreen
 from .messages import SnapshotReady, SourceFailed
 from .process_table import ProcessTable
-from .screens import ConfirmSignalScreen, GpuPickerScreen, HelpScreen
+from .screens import ConfirmSignalScreen, GpuChoice, GpuPickerScreen, HelpScreen
 
 __all__ = ["INTERVALS", "NvtopyApp"]
 
@@ -312,10 +319,15 @@ class NvtopyApp(App[None]):
     # ----------------------------------------------------------------- drawing
 
     def visible_gpus(self) -> tuple[GpuState, ...]:
+        """The GPUs the filter shows, each narrowed to its chosen MIG instances (if any)."""
         if self.snapshot is None:
             return ()
-        wanted = self.row_filter.gpus
-        return tuple(g for g in self.snapshot.gpus if wanted is None or g.index in wanted)
+        row_filter = self.row_filter
+        return tuple(row_filter.limit(g) for g in self.snapshot.gpus if row_filter.shows_gpu(g.index))
+
+    def mig_shown(self) -> bool:
+        """Whether the process table has its MIG column: some GPU of the snapshot has MIG instances."""
+        return self.snapshot is not None and any(g.static.mig_instances for g in self.snapshot.gpus)
 
     def refresh_view(self) -> None:
         """Redraw everything from the current snapshot, filter and sort (cheap when little changed)."""
@@ -335,7 +347,8 @@ class NvtopyApp(App[None]):
         else:
             gpu_view.message = "No GPUs selected (g to choose)"
         links = any(has_interconnect(g) for g in gpus)
-        plan = plan_layout(len(gpus), self.size.width, self.size.height, self.layout_mode, links=links)
+        extra = [mig_rows(g) for g in gpus]
+        plan = plan_layout(len(gpus), self.size.width, self.size.height, self.layout_mode, links=links, extra=extra)
         if gpu_view.styles.height is None or gpu_view.styles.height.value != plan.lines:
             gpu_view.styles.height = plan.lines
         gpu_view.show(gpus, plan)
@@ -360,6 +373,7 @@ class NvtopyApp(App[None]):
             order=self.order,
             flags=flags,
             keep_flags=self.row_filter.flag is not None,
+            mig=self.mig_shown(),
         )
         self._header_counts = (len(gpus), len(rows), len(everything))
         self._update_header(header)
@@ -483,17 +497,19 @@ class NvtopyApp(App[None]):
             return
         statics = [g.static for g in self.snapshot.gpus]
 
-        def chosen(result: frozenset[int] | None) -> None:
-            self.set_filter(gpus=result)
+        def chosen(result: GpuChoice | None) -> None:
+            if result is not None:  # None: cancelled
+                gpus, instances = result
+                self.set_filter(gpus=gpus, instances=instances)
 
-        self.push_screen(GpuPickerScreen(statics, self.row_filter.gpus), chosen)
+        self.push_screen(GpuPickerScreen(statics, self.row_filter.gpus, self.row_filter.instances), chosen)
 
     def set_sort(self, order: SortOrder) -> None:
         self.order = order
         self.refresh_view()
 
     def action_sort(self, step: int) -> None:
-        self.set_sort(self.order.cycle(step))
+        self.set_sort(self.order.cycle(step, mig=self.mig_shown()))
 
     def action_reverse(self) -> None:
         self.set_sort(self.order.flipped())
@@ -616,7 +632,7 @@ class NvtopyApp(App[None]):
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        for column in COLUMNS:
+        for column in (*COLUMNS[:1], MIG_COLUMN, *COLUMNS[1:]) if self.mig_shown() else COLUMNS:
             yield SystemCommand(
                 f"Sort by {column.title}",
                 f"Sort the process table by {column.title}",

@@ -6,11 +6,16 @@ terminal again. Which form is used depends on the number of GPUs and the
 terminal size (``auto``), or on the user's choice (``full`` / ``compact``).
 Full panels get a fifth line (PCIe and NVLink) only where the height allows
 it: that line is the first thing a small terminal gives up.
+
+A MIG-enabled GPU adds a line per instance under its panel (or its compact
+line): a row of the grid is as tall as its tallest GPU, and the shorter panels
+beside it stretch their borders to match.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rich.segment import Segment
@@ -20,7 +25,7 @@ from textual.widget import Widget
 
 from ..model import SAMPLE_FIELDS, GpuState
 from ..render.cells import BAD, HOT, RICH_STYLES
-from ..render.gpu import PANEL_MIN_WIDTH, compact_line, panel_height, panel_lines, panel_title
+from ..render.gpu import PANEL_MIN_WIDTH, compact_lines, mig_rows, panel_height, panel_lines, panel_title
 from ..render.styled import Line, style
 
 __all__ = ["MODES", "GpuView", "LayoutPlan", "plan_layout"]
@@ -41,33 +46,51 @@ class LayoutPlan:
         return panel_height(self.links)
 
 
+COMPACT_NARROW_GAIN = 0.75
+"""With MIG instances, compact lines go to narrower columns only if that saves a quarter of the lines."""
 FULL_SHARE = 0.45
 """The most of the terminal's height full panels take in ``auto`` (the process table needs the rest)."""
 
 
-def plan_layout(count: int, width: int, height: int, mode: str = "auto", *, links: bool = False) -> LayoutPlan:
+def _grid_lines(extra: Sequence[int], count: int, cols: int, base: int) -> int:
+    """Lines of ``count`` GPUs in rows of ``cols``: each row ``base`` lines plus its tallest GPU's ``extra``."""
+    return sum(base + max(extra[start : start + cols], default=0) for start in range(0, count, cols))
+
+
+def plan_layout(
+    count: int, width: int, height: int, mode: str = "auto", *, links: bool = False, extra: Sequence[int] = ()
+) -> LayoutPlan:
     """How to show ``count`` GPUs in a ``width`` x ``height`` terminal.
 
     ``auto`` uses full panels while they take at most ~45% of the height (the
     process table needs the rest), else compact lines, several per row when wide.
     ``links``: the GPUs have interconnect readings; full panels show them on a
     fifth line when that still fits the same share of the height (dropped first).
+    ``extra``: the lines each GPU adds under it, in order (its MIG instances:
+    :func:`~nvtopy.render.gpu.mig_rows`); a row is as tall as its tallest GPU.
     """
     if count == 0:
         return LayoutPlan("compact", 1, 1)
+    extra = tuple(extra) + (0,) * (count - len(extra))
     full_cols = max(1, min(count, width // PANEL_MIN_WIDTH))
     full_rows = math.ceil(count / full_cols)
     full_cols = math.ceil(count / full_rows)  # balance: 4 GPUs in 3 columns -> 2x2
     if mode != "compact":
-        if links and full_rows * panel_height(True) <= FULL_SHARE * height:
-            return LayoutPlan("full", full_cols, full_rows * panel_height(True), links=True)
-        full = LayoutPlan("full", full_cols, full_rows * panel_height(False))
+        with_links = _grid_lines(extra, count, full_cols, panel_height(True))
+        if links and with_links <= FULL_SHARE * height:
+            return LayoutPlan("full", full_cols, with_links, links=True)
+        full = LayoutPlan("full", full_cols, _grid_lines(extra, count, full_cols, panel_height(False)))
         if mode == "full" or full.lines <= FULL_SHARE * height:
             return full
     cols = max(1, min(count, width // 60))
-    if math.ceil(count / cols) > 0.4 * height:
-        cols = max(1, min(count, width // COMPACT_MIN_WIDTH))
-    return LayoutPlan("compact", cols, math.ceil(count / cols))
+    lines = _grid_lines(extra, count, cols, 1)
+    if lines > 0.4 * height:
+        narrow = max(1, min(count, width // COMPACT_MIN_WIDTH))
+        narrow_lines = _grid_lines(extra, count, narrow, 1)
+        # Narrower columns cut the lines; with MIG instances (a tall GPU) they may save little: not worth it then.
+        if not any(extra) or narrow_lines <= COMPACT_NARROW_GAIN * lines:
+            cols, lines = narrow, narrow_lines
+    return LayoutPlan("compact", cols, lines)
 
 
 class GpuView(Widget):
@@ -122,8 +145,10 @@ class GpuView(Widget):
         lines: list[Strip] = []
         links = self._plan.links
         for start in range(0, len(self._gpus), cols):
-            panels = [self._cached_panel(gpu, panel_width, links) for gpu in self._gpus[start : start + cols]]
-            for y in range(self._plan.panel_height):
+            row = self._gpus[start : start + cols]
+            height = self._plan.panel_height + max(mig_rows(gpu) for gpu in row)
+            panels = [self._cached_panel(gpu, panel_width, links, height) for gpu in row]
+            for y in range(height):
                 segments: list[Segment] = []
                 for i, panel in enumerate(panels):
                     if i:
@@ -133,30 +158,30 @@ class GpuView(Widget):
         return lines
 
     def _compact_lines(self, width: int) -> list[Strip]:
+        """Row by row, like the panel grid; a GPU's MIG instances follow it in its own column."""
         cols = self._plan.columns
         gap = 2
         cell = (width - gap * (cols - 1)) // cols
         lines = []
-        rows = math.ceil(len(self._gpus) / cols)
-        for r in range(rows):
-            segments: list[Segment] = []
-            for c in range(cols):
-                index = r * cols + c  # row by row, like the panel grid
-                if index >= len(self._gpus):
-                    break
-                if c:
-                    segments.append(Segment(" " * gap))
-                segments.extend(compact_line(self._gpus[index], cell).segments())
-            lines.append(_strip(segments, width))
+        blank = Line().fit(cell)
+        for start in range(0, len(self._gpus), cols):
+            blocks = [compact_lines(gpu, cell) for gpu in self._gpus[start : start + cols]]
+            for y in range(max(len(block) for block in blocks)):
+                segments: list[Segment] = []
+                for c, block in enumerate(blocks):
+                    if c:
+                        segments.append(Segment(" " * gap))
+                    segments.extend((block[y] if y < len(block) else blank).segments())
+                lines.append(_strip(segments, width))
         return lines
 
-    def _cached_panel(self, gpu: GpuState, width: int, links: bool) -> list[list[Segment]]:
+    def _cached_panel(self, gpu: GpuState, width: int, links: bool, height: int) -> list[list[Segment]]:
         """The panel's rows, redrawn only when something it shows changed (an idle GPU costs nothing)."""
-        key = (links, *_signature(gpu, width))
+        key = (links, height, *_signature(gpu, width))
         cached = self._panels.get(gpu.index)
         if cached is not None and cached[0] == key:
             return cached[1]
-        rows = _panel(gpu, width, links)
+        rows = _panel(gpu, width, links, height)
         self._panels[gpu.index] = (key, rows)
         return rows
 
@@ -170,7 +195,8 @@ _GAP = Segment(" ")
 
 
 def _signature(gpu: GpuState, width: int) -> tuple[object, ...]:
-    """Everything a panel shows: values (not their timestamp), the visible history, identity, width, health."""
+    """Everything a panel shows: values (not their timestamp), the visible history, identity, width, health,
+    and how many processes each MIG instance runs."""
     sample = gpu.sample
     return (
         width,
@@ -180,6 +206,8 @@ def _signature(gpu: GpuState, width: int) -> tuple[object, ...]:
         tuple(getattr(sample, name) for name in SAMPLE_FIELDS),
         gpu.history.utilization_gpu_percent[-width:],
         gpu.health,
+        gpu.processes_unavailable,
+        tuple(len(state.processes) for state in gpu.mig),
     )
 
 
@@ -193,8 +221,9 @@ def _strip(segments: list[Segment], width: int) -> Strip:
     return Strip(segments, width)
 
 
-def _panel(gpu: GpuState, width: int, links: bool = False) -> list[list[Segment]]:
-    """A bordered panel: :func:`~nvtopy.render.gpu.panel_height` rows of segments, each exactly ``width`` cells."""
+def _panel(gpu: GpuState, width: int, links: bool = False, height: int | None = None) -> list[list[Segment]]:
+    """A bordered panel of ``height`` rows (default: its own, :func:`~nvtopy.render.gpu.panel_height` plus its
+    MIG instances), each exactly ``width`` cells; a shorter panel's border stretches to a taller neighbour's."""
     border = style(RICH_STYLES[HOT] if gpu.lost else "bright_black")
     title = panel_title(gpu, max(0, width - 4))
     if gpu.lost:
@@ -203,7 +232,10 @@ def _panel(gpu: GpuState, width: int, links: bool = False) -> list[list[Segment]
         title.fit(max(0, width - 4))
     rows = [[Segment("╭─", border), *title.segments(), Segment("─" * max(0, width - 3 - title.cells) + "╮", border)]]
     left, right = Segment("│ ", border), Segment(" │", border)
-    for line in panel_lines(gpu, width - 4, links=links):
+    content = panel_lines(gpu, width - 4, links=links)
+    if height is not None:
+        content.extend(Line().fit(width - 4) for _ in range(height - 2 - len(content)))
+    for line in content:
         rows.append([left, *line.segments(), right])
     rows.append([Segment("╰" + "─" * (width - 2) + "╯", border)])
     return rows

@@ -13,7 +13,9 @@ draws its process table with; this widget only maps categories to styles and
 adds its own state (cursor, tags). The FLAGS column (real-work flags such as
 "idle-held 12 min", :func:`~nvtopy.render.cells.process_flags_cell`) appears
 only while some process has a flag; a flagged row is also marked with ``!``
-beside the tag marker, so it stands out where FLAGS had to give way. All text is drawn with rich ``Text`` (never
+beside the tag marker, so it stands out where FLAGS had to give way. The MIG
+column (``1/2/0``: the GPU, GPU instance and compute instance a process runs
+on) appears only while some GPU has MIG instances. All text is drawn with rich ``Text`` (never
 parsed as markup) after :func:`~nvtopy.textsafe.safe_text` has replaced
 control characters.
 """
@@ -41,8 +43,10 @@ from ..render.cells import (
     WARN,
     Cell,
     group_cells,
+    group_instance_cell,
     process_cells,
     process_flags_cell,
+    process_instance_cell,
 )
 from ..render.processes import Column, ProcessGroup, SortOrder, visible_columns
 from ..render.styled import style
@@ -130,6 +134,7 @@ class ProcessTable(ScrollView, can_focus=True):
         self._line_cache: dict[int, tuple[tuple[object, ...], Strip]] = {}
         self._shown: list[tuple[object, ...]] = []  # signature of each row line as last drawn
         self._flags = (False, False)  # FLAGS shown (some process has a flag), and kept at any width
+        self._mig = False  # MIG shown (some GPU has MIG instances)
         self.empty_message = "No GPU processes"
 
     # ----------------------------------------------------------------- data in
@@ -148,15 +153,17 @@ class ProcessTable(ScrollView, can_focus=True):
         order: SortOrder,
         flags: bool = False,
         keep_flags: bool = False,
+        mig: bool = False,
     ) -> None:
         """Show ``rows``; the cursor stays on its process (or group) if it is still there.
 
         ``flags``: show the FLAGS column (some process has a flag); ``keep_flags``: keep it
-        at any width (the user filters by flags).
+        at any width (the user filters by flags); ``mig``: show the MIG column (some GPU has instances).
         """
         header_changed = order != self._order
-        if (flags, keep_flags) != self._flags:
+        if (flags, keep_flags) != self._flags or mig != self._mig:
             self._flags = (flags, keep_flags)
+            self._mig = mig
             self._layout_width = -1  # the columns change: lay them out again, redraw every line
             self._shown = []
             header_changed = True
@@ -240,7 +247,7 @@ class ProcessTable(ScrollView, can_focus=True):
             placed = []
             x = 2  # a tag marker and a space come first
             flags, keep_flags = self._flags
-            columns = visible_columns(width - x, flags=flags, keep_flags=keep_flags)
+            columns = visible_columns(width - x, flags=flags, keep_flags=keep_flags, mig=self._mig)
             for column in columns:
                 cell = column.width if column.key != "command" else max(1, width - x)
                 placed.append(_Placed(column, x, cell))
@@ -250,14 +257,16 @@ class ProcessTable(ScrollView, can_focus=True):
         return self._placed
 
     def _cells_of(self, index: int) -> tuple[Cell, ...]:
-        """The row's cells in :data:`PROCESS_CELL_KEYS` order, then its FLAGS cell."""
+        """The row's cells in :data:`PROCESS_CELL_KEYS` order, then its FLAGS and MIG cells."""
         cells = self._cells.get(index)
         if cells is None:
             row = self.rows[index]
             if isinstance(row, ProcessGroup):
-                cells = self._cells[index] = (*group_cells(row, self._me), _group_flags_cell(row))
+                extra = (_group_flags_cell(row), group_instance_cell(row))
+                cells = self._cells[index] = (*group_cells(row, self._me), *extra)
             else:
-                cells = self._cells[index] = (*process_cells(row, self._me), process_flags_cell(row))
+                extra = (process_flags_cell(row), process_instance_cell(row))
+                cells = self._cells[index] = (*process_cells(row, self._me), *extra)
         return cells
 
     def _tagged(self, row: Row) -> bool:
@@ -358,3 +367,4 @@ def _group_flags_cell(group: ProcessGroup) -> Cell:
 
 _COLUMN_INDEX = {key: i for i, key in enumerate(PROCESS_CELL_KEYS)}
 _FLAGS_INDEX = _COLUMN_INDEX["flags"] = len(PROCESS_CELL_KEYS)
+_COLUMN_INDEX["mig"] = len(PROCESS_CELL_KEYS) + 1

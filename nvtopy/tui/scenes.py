@@ -196,6 +196,11 @@ SCENES: dict[str, Scene] = {
             edit=sick_gpus,
             keys=("h",),
         ),
+        Scene(
+            "mig",
+            "MIG: a GPU without it, GPUs with 3 and 7 instances, one switching MIG on at its next reset",
+            faults=("mig=3@1", "mig=7@2", "mig=pending@3"),
+        ),
     )
 }
 

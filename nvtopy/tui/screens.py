@@ -1,8 +1,9 @@
 """Modal screens: signal confirmation, GPU picker, help.
 
-Text that comes from the system (commands, user names, GPU names) is passed as
-rich ``Text`` / Textual ``Content`` objects, never as strings, which Textual
-would parse as markup.
+Text that comes from the system (commands, user names, GPU names, MIG profiles
+and UUIDs) is passed as rich ``Text`` / Textual ``Content`` objects, never as
+strings, which Textual would parse as markup, after
+:func:`~nvtopy.textsafe.safe_text`.
 """
 
 from __future__ import annotations
@@ -19,11 +20,18 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, SelectionList, Static
 from textual.widgets.selection_list import Selection
 
-from ..model import GpuProcess, GpuStatic
+from ..model import GpuProcess, GpuStatic, MigInstance
+from ..render.cells import mig_mode_cell, mig_profile_cell, mig_sm_cell, mig_uuid_cell
+from ..render.processes import InstanceKey, instance_key
 from ..render.units import NA, fmt_bytes, short_name
 from ..textsafe import safe_text
 
-__all__ = ["ConfirmSignalScreen", "GpuPickerScreen", "HelpScreen"]
+__all__ = ["ConfirmSignalScreen", "GpuChoice", "GpuPickerScreen", "HelpScreen"]
+
+GpuChoice = tuple[frozenset[int] | None, frozenset[InstanceKey]]
+"""What the GPU picker returns: the GPUs to show (None: all) and the MIG instances chosen on GPUs
+that are not shown whole (see :attr:`~nvtopy.render.processes.ProcessFilter.instances`)."""
+PickerValue = int | InstanceKey  # a GPU's index, or an instance's key
 
 # Styles: screens.tcss, beside this file (one file for the three dialogs).
 _STYLES = "screens.tcss"
@@ -85,31 +93,59 @@ class ConfirmSignalScreen(ModalScreen[bool]):
         self.dismiss(answer)
 
 
-class GpuPickerScreen(ModalScreen["frozenset[int] | None"]):
-    """Toggle which GPUs the panels and the process table show. Returns None when cancelled."""
+class GpuPickerScreen(ModalScreen["GpuChoice | None"]):
+    """Toggle which GPUs -- and which MIG instances -- the panels and the process table show.
+
+    A MIG-enabled GPU lists its instances under it. Its own entry stands for all of
+    them: toggling it toggles them all, and it is checked while they all are. A GPU
+    with only some instances checked is shown narrowed to them (their panel lines
+    and their processes). Returns None when cancelled.
+    """
 
     CSS_PATH = _STYLES
     BINDINGS = [
         Binding("enter", "apply", "Apply", show=False, priority=True),
         Binding("a", "all", "All", show=False),
+        Binding("n", "none", "None", show=False),
         Binding("escape", "cancel", "Cancel", show=False),
     ]
 
-    def __init__(self, gpus: Iterable[GpuStatic], shown: frozenset[int] | None) -> None:
+    def __init__(
+        self,
+        gpus: Iterable[GpuStatic],
+        shown: frozenset[int] | None,
+        instances: frozenset[InstanceKey] = frozenset(),
+    ) -> None:
         super().__init__()
         self.gpus = list(gpus)
         self.shown = shown
+        self.instances = instances
+        # Each GPU's instance keys (instances whose GPU instance id is unknown cannot be chosen: not listed).
+        self._keys: dict[int, list[InstanceKey]] = {
+            gpu.index: [k for k in (instance_key(gpu.index, m) for m in gpu.mig_instances) if k is not None]
+            for gpu in self.gpus
+        }
+
+    def _selections(self) -> list[Selection[PickerValue]]:
+        selections: list[Selection[PickerValue]] = []
+        for gpu in self.gpus:
+            shown = self.shown is None or gpu.index in self.shown
+            narrowed = {k for k in self.instances if k[0] == gpu.index}
+            selections.append(Selection(Content(_gpu_label(gpu)), gpu.index, shown and not narrowed))
+            instances = list(zip(self._keys[gpu.index], _choosable(gpu), strict=True))
+            for i, (key, instance) in enumerate(instances):
+                chosen = shown and (not narrowed or key in narrowed)
+                label = _instance_label(gpu.index, instance, last=i == len(instances) - 1)
+                selections.append(Selection(Content(label), key, chosen))
+        return selections
 
     def compose(self) -> ComposeResult:
-        selections = []
-        for gpu in self.gpus:
-            bus, uuid = safe_text(gpu.short_bus_id) or NA, safe_text(gpu.uuid) or NA  # from the driver or a peer
-            label = f"{gpu.index:>2}  {short_name(gpu.name):<18} {bus:<8} {uuid[:16]}"
-            selections.append(Selection(Content(label), gpu.index, self.shown is None or gpu.index in self.shown))
+        mig = any(self._keys.values())
         with Vertical():
-            yield Static(Text("Show which GPUs?", style="bold"))
-            yield SelectionList[int](*selections, id="gpus")
-            yield Static(Text("space toggles · a selects all · enter applies · esc cancels"), id="hint")
+            yield Static(Text("Show which GPUs" + (" and MIG instances?" if mig else "?"), style="bold"))
+            yield SelectionList[PickerValue](*self._selections(), id="gpus")
+            hint = "space toggles · a selects all · n none · enter applies · esc cancels"
+            yield Static(Text(hint), id="hint")
             with Horizontal(classes="buttons"):
                 yield Button("Apply", variant="primary", id="apply")
                 yield Button("Cancel", id="cancel")
@@ -117,16 +153,48 @@ class GpuPickerScreen(ModalScreen["frozenset[int] | None"]):
     def on_mount(self) -> None:
         self.query_one(SelectionList).focus()
 
+    def on_selection_list_selection_toggled(self, event: SelectionList.SelectionToggled[PickerValue]) -> None:
+        """Keep a MIG GPU's entry and its instances' in step (the user toggled one of them)."""
+        chooser: SelectionList[PickerValue] = self.query_one(SelectionList)
+        value = event.selection.value
+        if isinstance(value, int):
+            change = chooser.select if value in chooser.selected else chooser.deselect
+            for key in self._keys.get(value, ()):
+                change(key)
+            return
+        gpu = value[0]
+        if all(key in chooser.selected for key in self._keys[gpu]):
+            chooser.select(gpu)
+        else:
+            chooser.deselect(gpu)
+
+    def choice(self) -> GpuChoice:
+        """The GPUs shown whole or narrowed (None: every GPU, whole), and the instances of the narrowed ones."""
+        selected = set(self.query_one(SelectionList).selected)
+        gpus: set[int] = set()
+        instances: set[InstanceKey] = set()
+        for gpu in self.gpus:
+            keys = self._keys[gpu.index]
+            chosen = [key for key in keys if key in selected]
+            if gpu.index in selected or (keys and len(chosen) == len(keys)):
+                gpus.add(gpu.index)
+            elif chosen:
+                gpus.add(gpu.index)
+                instances.update(chosen)
+        everything = {g.index for g in self.gpus}
+        return (None if gpus == everything and not instances else frozenset(gpus), frozenset(instances))
+
     def action_apply(self) -> None:
-        chosen = frozenset(self.query_one(SelectionList).selected)
-        everything = frozenset(g.index for g in self.gpus)
-        self.dismiss(None if chosen == everything else chosen)
+        self.dismiss(self.choice())
 
     def action_all(self) -> None:
         self.query_one(SelectionList).select_all()
 
+    def action_none(self) -> None:
+        self.query_one(SelectionList).deselect_all()
+
     def action_cancel(self) -> None:
-        self.dismiss(self.shown if self.shown is not None else None)
+        self.dismiss(None)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()
@@ -134,6 +202,28 @@ class GpuPickerScreen(ModalScreen["frozenset[int] | None"]):
             self.action_apply()
         else:
             self.action_cancel()
+
+
+def _choosable(gpu: GpuStatic) -> list[MigInstance]:
+    """The instances the picker lists (those a process can be matched to: GPU instance id known)."""
+    return [m for m in gpu.mig_instances if instance_key(gpu.index, m) is not None]
+
+
+def _gpu_label(gpu: GpuStatic) -> str:
+    """``" 1  H100 80GB HBM3     2A:00.0  GPU-4f1c2b3a-…  MIG"``: bus id and UUID from the driver or a peer."""
+    bus, uuid = safe_text(gpu.short_bus_id) or NA, safe_text(gpu.uuid) or NA
+    label = f"{gpu.index:>2}  {short_name(gpu.name):<18} {bus:<8} {uuid[:16]}"
+    mig = mig_mode_cell(gpu)
+    return label if mig is None else f"{label}  {mig[0]}"
+
+
+def _instance_label(gpu_index: int, instance: MigInstance, *, last: bool) -> str:
+    """``"    ├ MIG 1/2/0   3g.40gb     60 SMs  MIG-8f03024c-…"``: one instance, under its GPU (``└`` the last)."""
+    profile = mig_profile_cell(instance)[0]
+    sms = mig_sm_cell(instance)[0]
+    uuid = mig_uuid_cell(instance)[0]
+    branch = "└" if last else "├"
+    return f"    {branch} MIG {instance.label(gpu_index):<7} {profile:<10} {sms:>3} SMs  {uuid[:48]}"
 
 
 class HelpScreen(ModalScreen[None]):
