@@ -87,7 +87,7 @@ def test_mig_gpu(fake_lib):
     assert result.returncode == 0, result.stderr
     gpu0, gpu1 = json.loads(result.stdout)["gpus"]
     assert gpu0["mig_mode"] is True and len(gpu0["mig_devices"]) == 3
-    assert all(m.startswith("MIG-") for m in gpu0["mig_devices"])
+    assert all(m["uuid"].startswith("MIG-") for m in gpu0["mig_devices"])
     assert gpu0["utilization_gpu_percent"] is None, "utilisation is not supported under MIG"
     assert gpu1["mig_mode"] is False and gpu1["utilization_gpu_percent"] is not None
     visible = nvtopy(
@@ -97,7 +97,7 @@ def test_mig_gpu(fake_lib):
         "--only-visible",
         FAKE_NVML_GPUS="2",
         FAKE_NVML_MIG="0",
-        CUDA_VISIBLE_DEVICES=gpu0["mig_devices"][1],
+        CUDA_VISIBLE_DEVICES=gpu0["mig_devices"][1]["uuid"],
     )
     assert [g["index"] for g in json.loads(visible.stdout)["gpus"]] == [0]
 
