@@ -167,7 +167,7 @@ def test_the_exporter_has_a_series_per_instance(fake_lib, workers):
                     used[sample.labels["GPU_I_ID"]] = sample.value
         assert set(used) == {"1", "2", "3"}, body[:2000]
         assert all(0 < mib < 20_500 for mib in used.values()), used
-        assert 'nvtopy_mig_device_info{' in body
+        assert "nvtopy_mig_device_info{" in body
     finally:
         proc.terminate()
         proc.wait(timeout=10)
