@@ -169,6 +169,33 @@ STATIC_FIELDS: tuple[str, ...] = tuple(
     if name not in ("index", "mig_instances", "unavailable", "host", "host_index")
 )
 
+GPM_PERCENT_FIELDS: tuple[str, ...] = (
+    "graphics_active_percent",  # time any graphics/compute engine was active (GPU-Util's meaning, measured)
+    "sm_active_percent",  # SMs busy: a GPU at 100 % util and 5 % SM active computes almost nothing
+    "sm_occupancy_percent",  # resident warps against the maximum
+    "tensor_active_percent",  # tensor pipes (any precision) busy
+    "dram_active_percent",  # DRAM bandwidth used against the maximum
+    "fp64_active_percent",  # non-tensor FP64 / FP32 / FP16 pipes busy
+    "fp32_active_percent",
+    "fp16_active_percent",
+    "decoder_active_percent",  # the mean over the GPU's video decoders (NVDEC)
+)
+GPM_RATE_FIELDS: tuple[str, ...] = (
+    "gpm_pcie_rx_bytes_per_s",  # measured by GPM over the interval (bytes/s)
+    "gpm_pcie_tx_bytes_per_s",
+    "gpm_nvlink_rx_bytes_per_s",
+    "gpm_nvlink_tx_bytes_per_s",
+)
+GPM_FIELDS: tuple[str, ...] = GPM_PERCENT_FIELDS + GPM_RATE_FIELDS
+MIG_GPM_FIELDS: tuple[str, ...] = (
+    "graphics_active_percent",
+    "sm_active_percent",
+    "sm_occupancy_percent",
+    "tensor_active_percent",
+    "dram_active_percent",
+)
+"""What a MIG instance reports of its own activity (``nvmlGpmMigSampleGet``)."""
+
 # Dynamic fields, grouped by the NVML calls that fill them. The poller reads
 # each group at its own cadence (fast every tick, slow every few seconds) and
 # keeps the last value of a group between reads.
@@ -205,6 +232,9 @@ SAMPLE_GROUPS: dict[str, tuple[str, ...]] = {
     "nvlink": ("nvlinks", "nvlink_rx_bytes_per_s", "nvlink_tx_bytes_per_s"),
     # Per MIG instance (a MIG-enabled GPU; () elsewhere): memory, read through each MIG device's handle.
     "mig": ("mig_usage",),
+    # GPU Performance Monitoring (Hopper and newer): how much of the GPU really works, averaged
+    # over the interval between two GPM samples (the figures of DCGM's profiling fields, without DCGM).
+    "gpm": GPM_FIELDS,
 }
 HEALTH_GROUPS: frozenset[str] = frozenset({"remapped_rows", "retired_pages", "pcie_link", "nvlink"})
 ALL_GROUPS: frozenset[str] = frozenset(SAMPLE_GROUPS)
@@ -301,6 +331,12 @@ class MigUsage(_Repr):
     index: int
     memory_used_bytes: int | None = None
     memory_free_bytes: int | None = None
+    # The instance's own activity from GPM (Hopper and newer), as on GpuSample; None: N/A, see unavailable.
+    graphics_active_percent: float | None = None
+    sm_active_percent: float | None = None
+    sm_occupancy_percent: float | None = None
+    tensor_active_percent: float | None = None
+    dram_active_percent: float | None = None
     unavailable: Reasons = field(default_factory=lambda: EMPTY_REASONS)
 
 
@@ -393,6 +429,21 @@ class GpuSample(_Repr):
     nvlink_rx_bytes_per_s: int | None = None  # all links, data payload
     nvlink_tx_bytes_per_s: int | None = None
     mig_usage: tuple[MigUsage, ...] | None = None  # per MIG instance; () when MIG is off or has no instance
+    # GPM (see GPM_FIELDS): percentages 0-100 as floats, rates in bytes/s; None: not supported (before Hopper),
+    # not permitted, or no interval measured yet (the first poll only takes the first sample).
+    graphics_active_percent: float | None = None
+    sm_active_percent: float | None = None
+    sm_occupancy_percent: float | None = None
+    tensor_active_percent: float | None = None
+    dram_active_percent: float | None = None
+    fp64_active_percent: float | None = None
+    fp32_active_percent: float | None = None
+    fp16_active_percent: float | None = None
+    decoder_active_percent: float | None = None
+    gpm_pcie_rx_bytes_per_s: float | None = None
+    gpm_pcie_tx_bytes_per_s: float | None = None
+    gpm_nvlink_rx_bytes_per_s: float | None = None
+    gpm_nvlink_tx_bytes_per_s: float | None = None
     unavailable: Reasons = field(default_factory=lambda: EMPTY_REASONS)
 
     def why(self, name: str) -> Reason | None:
@@ -493,6 +544,8 @@ class GpuHistory(_Repr):
     memory_used_percent: tuple[float | None, ...] = ()
     power_draw_w: tuple[float | None, ...] = ()
     temperature_c: tuple[int | None, ...] = ()
+    sm_active_percent: tuple[float | None, ...] = ()  # GPM (Hopper and newer): None where not measured
+    tensor_active_percent: tuple[float | None, ...] = ()
 
 
 HISTORY_LENGTH = 300
@@ -525,6 +578,8 @@ class HistoryBuffer:
                 100.0 * used / total if used is not None and total else None,
                 sample.power_draw_w,
                 sample.temperature_c,
+                sample.sm_active_percent,
+                sample.tensor_active_percent,
             )
         )
 
@@ -779,8 +834,12 @@ class ProcessOwner(_Repr):
 
 __all__ += [
     "EVENTS_PER_GPU",
+    "GPM_FIELDS",
+    "GPM_PERCENT_FIELDS",
+    "GPM_RATE_FIELDS",
     "HEALTH_GROUPS",
     "MIG_ATTRIBUTE_FIELDS",
+    "MIG_GPM_FIELDS",
     "MIG_USAGE_FIELDS",
     "OK_HEALTH",
     "Finding",

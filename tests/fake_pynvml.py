@@ -181,6 +181,12 @@ class FakeGpu:
     nvlinks: list[FakeNvLink] = field(default_factory=list)  # none: a PCIe board (link count 0)
     field_errors: dict[int, int] = field(default_factory=dict)  # field id -> return code of its entries
     event_types: int = DEFAULT_EVENT_TYPES  # nvmlDeviceGetSupportedEventTypes
+    # GPM: whether nvmlGpmQueryDeviceSupport says yes; each metric's value (an id absent: NOT_SUPPORTED),
+    # per-metric return codes, and per GPU instance (MIG) their own values.
+    gpm: bool = False
+    gpm_metrics: dict[int, float] = field(default_factory=dict)
+    gpm_codes: dict[int, int] = field(default_factory=dict)
+    gpm_mig: dict[int, dict[int, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         i = self.index
@@ -253,6 +259,8 @@ class FakeNvml:
         self.field_requests: list[list[Any]] = []  # the ids of every nvmlDeviceGetFieldValues call
         self.event_sets: list[FakeEventSet] = []
         self.event_waits: list[int] = []  # the timeout (ms) of every nvmlEventSetWait_v2
+        self.gpm_samples: dict[int, tuple[int, int | None] | None] = {}  # buffer address -> (gpu, gi) it holds
+        self._gpm_buffers: list[Any] = []  # keeps the buffers' memory alive
         self._events = threading.Condition()
 
     # ------------------------------------------------------------------ test controls
@@ -1019,3 +1027,76 @@ class FakeNvml:
                 raise pynvml.NVMLError_InvalidArgument()
             event_set.freed = True
             self._events.notify_all()
+
+
+def _address(sample: Any) -> int:
+    return ctypes.cast(sample, ctypes.c_void_p).value or 0
+
+
+def _gpm_methods() -> None:
+    """GPM on FakeNvml: opaque sample buffers that remember what they sampled; metrics from FakeGpu.gpm_*."""
+
+    def nvmlGpmQueryDeviceSupport(self: FakeNvml, handle: FakeHandle) -> Any:
+        gpu = self._device("nvmlGpmQueryDeviceSupport", handle)
+        return types.SimpleNamespace(version=1, isSupportedDevice=int(gpu.gpm))
+
+    def nvmlGpmSampleAlloc(self: FakeNvml) -> Any:
+        self._check("nvmlGpmSampleAlloc", None)
+        buffer = ctypes.create_string_buffer(16)
+        self._gpm_buffers.append(buffer)
+        sample = ctypes.cast(buffer, pynvml.c_nvmlGpmSample_t)
+        self.gpm_samples[_address(sample)] = None
+        return sample
+
+    def nvmlGpmSampleFree(self: FakeNvml, sample: Any) -> None:
+        self._check("nvmlGpmSampleFree", None)
+        if self.gpm_samples.pop(_address(sample), "gone") == "gone":
+            raise pynvml.NVMLError_InvalidArgument()
+
+    def nvmlGpmSampleGet(self: FakeNvml, handle: FakeHandle, sample: Any) -> Any:
+        gpu = self._device("nvmlGpmSampleGet", handle)
+        if not gpu.gpm:
+            raise pynvml.NVMLError_NotSupported()
+        self.gpm_samples[_address(sample)] = (gpu.index, None)
+        return sample
+
+    def nvmlGpmMigSampleGet(self: FakeNvml, handle: FakeHandle, gi: int, sample: Any) -> Any:
+        gpu = self._device("nvmlGpmMigSampleGet", handle, gi)
+        if not gpu.gpm or gpu.mig_mode[0] != 1:
+            raise pynvml.NVMLError_NotSupported()
+        if gi not in gpu.gpm_mig:
+            raise pynvml.NVMLError_NotFound()
+        self.gpm_samples[_address(sample)] = (gpu.index, gi)
+        return sample
+
+    def nvmlGpmMetricsGet(self: FakeNvml, request: Any) -> Any:
+        first, second = self.gpm_samples.get(_address(request.sample1)), self.gpm_samples.get(_address(request.sample2))
+        gpu_index = first[0] if first else None
+        self._check("nvmlGpmMetricsGet", gpu_index)
+        if request.version != pynvml.NVML_GPM_METRICS_GET_VERSION:
+            raise pynvml.NVMLError_ArgumentVersionMismatch()
+        if first is None or second is None or first != second or _address(request.sample1) == _address(request.sample2):
+            raise pynvml.NVMLError_InvalidArgument()
+        gpu = self.gpus[first[0]]
+        values = gpu.gpm_metrics if first[1] is None else gpu.gpm_mig[first[1]]
+        for slot in range(request.numMetrics):
+            metric = request.metrics[slot]
+            code = gpu.gpm_codes.get(
+                metric.metricId, 0 if metric.metricId in values else pynvml.NVML_ERROR_NOT_SUPPORTED
+            )
+            metric.nvmlReturn = code
+            metric.value = values.get(metric.metricId, 0.0) if code == 0 else 0.0
+        return request
+
+    for function in (
+        nvmlGpmQueryDeviceSupport,
+        nvmlGpmSampleAlloc,
+        nvmlGpmSampleFree,
+        nvmlGpmSampleGet,
+        nvmlGpmMigSampleGet,
+        nvmlGpmMetricsGet,
+    ):
+        setattr(FakeNvml, function.__name__, function)
+
+
+_gpm_methods()

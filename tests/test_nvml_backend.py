@@ -11,14 +11,22 @@ import pytest
 
 from nvtopy.backends.nvml import NvmlBackend
 from nvtopy.errors import BackendUnavailableError
-from nvtopy.model import ALL_GROUPS, SAMPLE_FIELDS, SAMPLE_GROUPS, STATIC_FIELDS, ProcessType, Reason
+from nvtopy.model import ALL_GROUPS, GPM_FIELDS, SAMPLE_FIELDS, SAMPLE_GROUPS, STATIC_FIELDS, ProcessType, Reason
 from nvtopy.sources.collector import Collector
 
 from .fake_pynvml import FakeGpu, FakeNvml, FakeProcess, FakeSample, now_us
 
 GIB = 1 << 30
 MIB = 1 << 20
-GROUP_ORDER = list(SAMPLE_GROUPS)  # a fixed order: a failure must not depend on set iteration order
+# GPM (Hopper and newer) has tests of its own (test_nvml_gpm.py): the fake's GPUs here lack it.
+NON_GPM_GROUPS = ALL_GROUPS - {"gpm"}
+NON_GPM_FIELDS = tuple(name for name in SAMPLE_FIELDS if name not in GPM_FIELDS)
+def non_gpm(reasons) -> dict:
+    """``reasons`` without the GPM fields (the fake's GPUs have no GPM: test_nvml_gpm.py covers it)."""
+    return {name: reason for name, reason in reasons.items() if name not in GPM_FIELDS}
+
+
+GROUP_ORDER = [g for g in SAMPLE_GROUPS if g != "gpm"]  # a fixed order: a failure must not depend on set order
 
 
 def two_gpus() -> FakeNvml:
@@ -124,7 +132,7 @@ def nonexistent_pid() -> int:
 
 
 def sample_dict(reading) -> dict:
-    return {name: reading.values.get(name) for name in SAMPLE_FIELDS}
+    return {name: reading.values.get(name) for name in NON_GPM_FIELDS}
 
 
 # --------------------------------------------------------------------- the fake itself
@@ -197,7 +205,7 @@ def test_host_info_and_static_fields_of_two_gpus(fake, make_backend):
 
 def test_every_dynamic_field_of_two_gpus(fake, make_backend):
     backend = make_backend(fake)
-    a100, h100 = backend.read_sample(0, ALL_GROUPS), backend.read_sample(1, ALL_GROUPS)
+    a100, h100 = backend.read_sample(0, NON_GPM_GROUPS), backend.read_sample(1, NON_GPM_GROUPS)
     assert not a100.lost and not h100.lost
     assert a100.unavailable == {} and h100.unavailable == {}
     assert sample_dict(a100) == {
@@ -323,7 +331,7 @@ def test_power_and_power_limit_not_supported_on_different_gpus(fake, make_backen
     assert h100.unavailable == {"power_limit_w": Reason.NOT_SUPPORTED}
     assert "power_draw_w" not in a100.values and a100.values["power_limit_w"] == 400.0
     assert "power_limit_w" not in h100.values and h100.values["power_draw_w"] == 350.25
-    assert len(a100.values) == len(h100.values) == len(SAMPLE_FIELDS) - 1
+    assert len(a100.values) == len(h100.values) == len(NON_GPM_FIELDS) - 1
     backend.read_sample(0, GROUP_ORDER)
     backend.read_sample(1, GROUP_ORDER)
     assert fake.gpu_count("nvmlDeviceGetPowerUsage", 0) == 1 and fake.gpu_count("nvmlDeviceGetPowerUsage", 1) == 2
@@ -336,7 +344,7 @@ def test_utilization_not_supported(fake, make_backend):
     h100 = snapshot.gpus[1].sample
     assert h100.utilization_gpu_percent is None and h100.utilization_memory_percent is None
     assert h100.why("utilization_gpu_percent") is h100.why("utilization_memory_percent") is Reason.NOT_SUPPORTED
-    assert set(h100.unavailable) == {"utilization_gpu_percent", "utilization_memory_percent"}
+    assert set(non_gpm(h100.unavailable)) == {"utilization_gpu_percent", "utilization_memory_percent"}
     assert h100.temperature_c == 71 and h100.memory_used_bytes == 1 * GIB
     assert snapshot.gpus[0].sample.utilization_gpu_percent == 50
     assert snapshot.gpus[1].history.utilization_gpu_percent == (None,)
@@ -351,7 +359,7 @@ def test_process_queries_not_supported(fake, make_backend):
     snapshot = collector.collect()
     g0, g1 = snapshot.gpus
     assert g0.processes == () and g0.processes_unavailable is Reason.NOT_SUPPORTED
-    assert not g0.lost and g0.sample.unavailable == {} and g0.sample.power_draw_w == 123.456
+    assert not g0.lost and non_gpm(g0.sample.unavailable) == {} and g0.sample.power_draw_w == 123.456
     assert [p.pid for p in g1.processes] == [os.getpid()] and g1.processes_unavailable is None
     assert fake.gpu_count("nvmlDeviceGetComputeRunningProcesses_v3", 0) == 1
     assert fake.gpu_count("nvmlDeviceGetComputeRunningProcesses_v2", 0) == 0, "NotSupported is no reason to downgrade"
@@ -494,7 +502,7 @@ def test_unknown_error_on_one_field_leaves_the_others(fake, make_backend):
     reading = backend.read_sample(0, GROUP_ORDER)
     assert not reading.lost
     assert reading.unavailable == {"temperature_c": Reason.UNKNOWN}
-    assert len(reading.values) == len(SAMPLE_FIELDS) - 1
+    assert len(reading.values) == len(NON_GPM_FIELDS) - 1
     assert reading.values["fan_percent"] == 30 and reading.values["compute_mode"] == "Default"
     again = backend.read_sample(0, GROUP_ORDER)
     assert again.unavailable == {} and again.values["temperature_c"] == 45, "Unknown is not remembered"
@@ -509,10 +517,10 @@ def test_unknown_error_persisting_on_one_field(fake, make_backend, clock):
         clock.advance(1)
         snapshot = collector.collect()
     h100 = snapshot.gpus[1]
-    assert not h100.lost and h100.sample.unavailable == {"power_draw_w": Reason.UNKNOWN}
+    assert not h100.lost and non_gpm(h100.sample.unavailable) == {"power_draw_w": Reason.UNKNOWN}
     assert h100.sample.temperature_c == 71 and h100.static.unavailable == {}
     assert fake.gpu_count("nvmlDeviceGetPowerUsage", 1) == 3, "Unknown is transient: asked again"
-    assert snapshot.gpus[0].sample.unavailable == {}
+    assert non_gpm(snapshot.gpus[0].sample.unavailable) == {}
 
 
 def test_lost_gpu_others_keep_reporting_and_it_is_reacquired_by_uuid(fake, make_backend, clock):
@@ -527,12 +535,12 @@ def test_lost_gpu_others_keep_reporting_and_it_is_reacquired_by_uuid(fake, make_
     snapshot = collector.collect()
     a100, h100 = snapshot.gpus
     assert h100.lost and h100.sample.lost
-    for name in SAMPLE_FIELDS:
+    for name in NON_GPM_FIELDS:
         assert getattr(h100.sample, name) is None, name
         assert h100.sample.why(name) is Reason.LOST, name
     assert h100.processes == () and h100.processes_unavailable is Reason.LOST
     assert h100.static.uuid == uuid1 and h100.static.name == "NVIDIA H100 80GB HBM3", "static fields stay"
-    assert not a100.lost and a100.sample.unavailable == {} and a100.sample.power_draw_w == 123.456
+    assert not a100.lost and non_gpm(a100.sample.unavailable) == {} and a100.sample.power_draw_w == 123.456
     assert a100.processes_unavailable is None
 
     # Still lost at the first retry (1 s later): the backoff doubles.
@@ -551,7 +559,7 @@ def test_lost_gpu_others_keep_reporting_and_it_is_reacquired_by_uuid(fake, make_
     snapshot = collector.collect()
     h100 = snapshot.gpus[1]
     assert fake.uuid_lookups == [uuid1, uuid1]
-    assert not h100.lost and h100.sample.unavailable == {}
+    assert not h100.lost and non_gpm(h100.sample.unavailable) == {}
     assert h100.sample.power_draw_w == 350.25 and h100.sample.temperature_c == 71
     assert [(p.pid, p.gpu_memory_bytes) for p in h100.processes] == [(os.getpid(), 64 * MIB)]
     assert fake.gpu_count("nvmlDeviceGetHandleByIndex", 1) == 1, "re-acquired by UUID, never by index"
@@ -586,9 +594,9 @@ def test_no_permission_on_handle(fake, make_backend):
     assert not h100.lost
     assert h100.static.unavailable == dict.fromkeys(STATIC_FIELDS, Reason.NO_PERMISSION)
     assert h100.static.uuid is None
-    assert h100.sample.unavailable == dict.fromkeys(SAMPLE_FIELDS, Reason.NO_PERMISSION)
+    assert non_gpm(h100.sample.unavailable) == dict.fromkeys(NON_GPM_FIELDS, Reason.NO_PERMISSION)
     assert h100.processes == () and h100.processes_unavailable is Reason.NO_PERMISSION
-    assert a100.static.unavailable == {} and a100.sample.unavailable == {} and a100.sample.fan_percent == 30
+    assert a100.static.unavailable == {} and non_gpm(a100.sample.unavailable) == {} and a100.sample.fan_percent == 30
     assert fake.gpu_count("nvmlDeviceGetHandleByIndex", 1) == 1
 
 

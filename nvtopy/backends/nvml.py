@@ -51,6 +51,7 @@ from ..model import (
 from .base import Backend, EventStream, NoEvents, ProcessReading, Reading, SignalOutcome
 from .host import PsutilInspector, current_username, in_foreign_pid_namespace
 from .nvml_events import Target, open_xid_events
+from .nvml_gpm import GpmState, NvmlGpmReaders
 from .nvml_health import NvLinkState, NvmlHealthReaders, field_value
 from .pidmap import GpuPids, PidMapper
 from .signals import send_signal_checked
@@ -96,8 +97,10 @@ class _Gpu:
         "backoff",
         "capacity",
         "covered",
+        "gpm",
         "handle",
         "index",
+        "mig_gis",
         "mig_handles",
         "mps_due",
         "nvlink",
@@ -120,9 +123,11 @@ class _Gpu:
         self.mps_due = 0.0  # monotonic time the MPS client list is next read while it is empty
         self.nvlink = NvLinkState()  # link count, last throughput counters, per-link static facts
         self.mig_handles: dict[int, Any] = {}  # MIG device index -> its handle (read with the static fields)
+        self.mig_gis: dict[int, int | None] = {}  # MIG device index -> its GPU instance id (GPM samples per GI)
+        self.gpm = GpmState()  # GPM support and sample buffers
 
 
-class NvmlBackend(NvmlHealthReaders, Backend):
+class NvmlBackend(NvmlHealthReaders, NvmlGpmReaders, Backend):
     """Reads real GPUs through NVML. Construct once; reuse for every sample."""
 
     kind = "nvml"
@@ -210,6 +215,8 @@ class NvmlBackend(NvmlHealthReaders, Backend):
         if self._closed:
             return
         self._closed = True
+        for gpu in getattr(self, "_gpus", ()):  # none when opening failed
+            self._gpm_free(gpu)
         try:
             self._count("nvmlShutdown")
             self._nvml.nvmlShutdown()
@@ -480,6 +487,7 @@ class NvmlBackend(NvmlHealthReaders, Backend):
         fail on its own (N/A with its reason); the parent's handle failing raises.
         """
         gpu.mig_handles = {}
+        gpu.mig_gis = {}
         count, reason = self._query(gpu, "mig_count", "nvmlDeviceGetMaxMigDeviceCount")
         if reason is not None or not count:
             return []
@@ -495,7 +503,9 @@ class NvmlBackend(NvmlHealthReaders, Backend):
                     self._failed(gpu, "mig_handle", "nvmlDeviceGetMigDeviceHandleByIndex", exc)
                 continue
             gpu.mig_handles[slot] = mig
-            instances.append(self._mig_instance(gpu, slot, mig))
+            instance = self._mig_instance(gpu, slot, mig)
+            gpu.mig_gis[slot] = instance.gpu_instance_id
+            instances.append(instance)
         return instances
 
     def _mig_instance(self, gpu: _Gpu, slot: int, mig: Any) -> MigInstance:
@@ -562,7 +572,8 @@ class NvmlBackend(NvmlHealthReaders, Backend):
         readers = self._group_readers()
         done: set[str] = set()
         try:
-            for group in groups:
+            # GPM before MIG: the first GPM read primes the instances' streams too (one wait for all).
+            for group in sorted(groups, key=lambda g: g != "gpm"):
                 readers[group](gpu, reading)
                 done.add(group)
         except (_LostError, _NoHandleError) as exc:
@@ -597,6 +608,7 @@ class NvmlBackend(NvmlHealthReaders, Backend):
             "pcie_link": self._read_pcie_link,
             "nvlink": self._read_nvlink,
             "mig": self._read_mig,
+            "gpm": self._read_gpm,
         }
 
     @staticmethod
@@ -641,10 +653,12 @@ class NvmlBackend(NvmlHealthReaders, Backend):
             memory, reason = self._mig_query(gpu, mig, "nvmlDeviceGetMemoryInfo", self._nvml.nvmlMemory_v2)
             if reason is Reason.NOT_SUPPORTED:
                 memory, reason = self._mig_query(gpu, mig, "nvmlDeviceGetMemoryInfo")
+            values, reasons = self._mig_gpm(gpu, gpu.mig_gis.get(slot))
             if reason is not None:
-                usage.append(MigUsage(slot, unavailable=freeze(dict.fromkeys(MIG_USAGE_FIELDS, reason))))
-                continue
-            usage.append(MigUsage(slot, int(memory.used), int(memory.free)))
+                reasons.update(dict.fromkeys(MIG_USAGE_FIELDS, reason))
+            else:
+                values.update(memory_used_bytes=int(memory.used), memory_free_bytes=int(memory.free))
+            usage.append(MigUsage(slot, unavailable=freeze(reasons), **values))
         reading.values["mig_usage"] = tuple(usage)
 
     def _read_utilization(self, gpu: _Gpu, reading: Reading) -> None:

@@ -29,6 +29,7 @@ call sleeps holding no lock: the other GPUs answer at once.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import math
 import os
 import random
@@ -41,12 +42,14 @@ from dataclasses import dataclass
 import psutil
 
 from ..model import (
+    MIG_GPM_FIELDS,
     SAMPLE_GROUPS,
     STATIC_FIELDS,
     GpuStatic,
     HostInfo,
     HostProcess,
     MigInstance,
+    MigUsage,
     OwnerKind,
     ProcessOwner,
     ProcessType,
@@ -70,6 +73,7 @@ from .sim_catalog import (
     sim_owner,
 )
 from .sim_faults import SimFaults
+from .sim_gpm import gpm_supported, gpm_values, mig_gpm_values
 from .sim_health import (
     SimEventStream,
     capped_sm_clock,
@@ -589,7 +593,31 @@ class SimulatedBackend(Backend):
                 values["memory_reserved_bytes"] = reserved
                 values["memory_free_bytes"] = total - reserved - used
             elif group == "mig":
-                values["mig_usage"] = mig_usage(instances, self._mig_used(index, now, jobs)) if instances else ()
+                values["mig_usage"] = self._mig_usage(index, now, jobs, instances, phi) if instances else ()
+            elif group == "gpm":
+                if not gpm_supported(model):
+                    for name in SAMPLE_GROUPS["gpm"]:
+                        reading.unavailable[name] = Reason.NOT_SUPPORTED
+                    continue
+                memory_util = work * 0.55 + 5 * math.sin(now / 5 + phi) if util else 0.0
+                rx = (work * 1.9 + 3) * MIB * (1 + 0.2 * math.sin(now / 2 + phi))
+                tx = (work * 0.7 + 1) * MIB * (1 + 0.2 * math.cos(now / 2 + phi))
+                link = float(model.nvlinks) * work / 100 * 0.2 * 25e9 if model.nvlinks else 0.0
+                values.update(
+                    gpm_values(
+                        util=util,
+                        memory_util=memory_util,
+                        decoder=100 * min(1.0, sum(j.workload.decoder for j in jobs)),
+                        tensor_share=self._tensor_share(index),
+                        stuck=index in self.faults.stuck,
+                        now=now,
+                        phase=phi,
+                        pcie_rx=rx,
+                        pcie_tx=tx,
+                        nvlink_rx=link,
+                        nvlink_tx=link * 0.97,
+                    )
+                )
             elif group == "utilization":
                 values["utilization_gpu_percent"] = round(util)
                 values["utilization_memory_percent"] = round(work * 0.55 + 5 * math.sin(now / 5 + phi)) if util else 0
@@ -654,6 +682,29 @@ class SimulatedBackend(Backend):
                     if name not in found:  # the board lacks it (no row remapping before Ampere, ...)
                         reading.unavailable[name] = Reason.NOT_SUPPORTED
         return reading
+
+    def _tensor_share(self, gpu: int) -> float:
+        """The share of SM time GPU ``gpu``'s jobs spend on tensor pipes (0.1-0.6, fixed per GPU)."""
+        return 0.1 + 0.5 * random.Random(f"tensor/{self.seed}/{gpu}").random()
+
+    def _mig_usage(
+        self, gpu: int, now: float, jobs: list[_Job], instances: tuple[MigInstance, ...], phase: float
+    ) -> tuple[MigUsage, ...]:
+        """Each instance's memory and, on Hopper and newer, its own GPM activity."""
+        usage = mig_usage(instances, self._mig_used(gpu, now, jobs))
+        busy = {instance.index for j in jobs if (instance := instance_of(j.pid, instances)) is not None}
+        by_index = {m.index: m for m in instances}
+        if not gpm_supported(self.model):
+            reasons = freeze(dict.fromkeys(MIG_GPM_FIELDS, Reason.NOT_SUPPORTED))
+            return tuple(dataclasses.replace(u, unavailable=reasons) for u in usage)
+        share = self._tensor_share(gpu)
+        return tuple(
+            dataclasses.replace(
+                u,
+                **mig_gpm_values(by_index[u.index], busy=u.index in busy, tensor_share=share, now=now, phase=phase),
+            )
+            for u in usage
+        )
 
     def _health_values(
         self, group: str, index: int, *, now: float, util: float, work: float, phi: float

@@ -54,6 +54,7 @@ CADENCE: dict[str, float] = {
     "utilization": 0.0,
     "power": 0.0,
     "processes": 0.0,
+    "gpm": 0.0,  # one GPM sample per GPU per interval: the pair of the last two gives the interval's figures
     "mig": 0.0,  # per-instance memory: one call per MIG instance, none on a GPU without MIG
     "temperature": 2.0,
     "clocks": 2.0,
