@@ -201,8 +201,9 @@ def test_readings_per_model(sim, model, gen, links, version, remapping):
 
 
 def _old_gaps(board):
-    """Fields the simulation already reported NotSupported before the health groups (fan, ECC)."""
+    """Fields the simulation reports NotSupported for other reasons than health (fan, ECC, GPM before Hopper)."""
     gaps = [] if board.fans else ["fan_percent"]
+    gaps += [] if int(board.compute_capability.split(".")[0]) >= 9 else list(SAMPLE_GROUPS["gpm"])
     return gaps + ([] if board.ecc else list(SAMPLE_GROUPS["ecc"]))
 
 

@@ -11,6 +11,13 @@ own cadence, no subprocesses -- with the groups a job cares about and without
 the psutil join (this process's own GPU memory comes from NVML's process list).
 The caller's thread only reads results. ``benchmarks/bench_sampler.py``
 measures the cost on a CPU-bound loop.
+
+The real work (Hopper and newer): ``sm_active_percent`` and
+``tensor_active_percent`` come from NVML's GPM, each sample the mean over the
+interval since the previous one; the summary's mean of them is how much of the
+GPU the job really used. On a GPU the sampler is limited to MIG devices of, they
+are the instances' own (weighted by their SMs when there are several). Where GPM
+does not measure them the summary has no entry for them -- never a 0.
 """
 
 from __future__ import annotations
@@ -21,16 +28,18 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from ..model import ALL_GROUPS, Snapshot
+from ..model import ALL_GROUPS, GpuState, Snapshot
 from ..sources.collector import Collector
 from ..sources.poller import Poller
 from .state import shared_backend
-from .usage import choose_gpus
+from .usage import activity, choose_gpus
 
 __all__ = ["METRICS", "Sampler", "Stats"]
 
-# What a training job watches. PCIe throughput (20 ms per call) and modes are left out.
+# What a training job watches. PCIe throughput (20 ms per call) and modes are left out; "gpm" (SM and
+# tensor activity, Hopper and newer) and "mig" (a slice's own memory and activity) are in.
 SAMPLER_GROUPS = ALL_GROUPS - {"pcie", "modes"}
+assert {"gpm", "mig"} <= SAMPLER_GROUPS
 METRICS = (
     "utilization_gpu_percent",
     "utilization_memory_percent",
@@ -40,7 +49,10 @@ METRICS = (
     "temperature_c",
     "power_draw_w",
     "clock_sm_mhz",
+    "sm_active_percent",  # GPM (Hopper and newer): the share of SMs active; a MIG slice's own
+    "tensor_active_percent",  # GPM: the share of time tensor pipes were active
 )
+_ACTIVITY = ("sm_active_percent", "tensor_active_percent")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,15 +65,37 @@ class Stats:
     samples: int
 
 
-def _value(snapshot_gpu: object, metric: str, pid: int) -> float | None:
+def _value(snapshot_gpu: GpuState, metric: str, pid: int, limited: bool = False) -> float | None:
     if metric == "memory_used_percent":
-        return snapshot_gpu.memory_used_percent  # type: ignore[attr-defined]
+        return snapshot_gpu.memory_used_percent
     if metric == "process_memory_bytes":
-        for proc in snapshot_gpu.processes:  # type: ignore[attr-defined]
+        for proc in snapshot_gpu.processes:
             if proc.pid == pid:
                 return proc.gpu_memory_bytes
         return None
-    return getattr(snapshot_gpu.sample, metric)  # type: ignore[attr-defined]
+    if metric in _ACTIVITY and limited:
+        return _slices_activity(snapshot_gpu, _ACTIVITY.index(metric))
+    return getattr(snapshot_gpu.sample, metric)
+
+
+def _slices_activity(gpu: GpuState, which: int) -> float | None:
+    """SM (``which`` 0) or tensor (1) activity of the MIG devices shown of ``gpu``: one's own, several by SMs.
+
+    None unless every device measured it (a mean over some of them would pass for all of them).
+    """
+    values: list[float] = []
+    weights: list[int] = []
+    for mig in gpu.mig:
+        value = activity(gpu, mig)[which]
+        if value is None:
+            return None
+        values.append(float(value))
+        weights.append(mig.instance.sm_count or 0)
+    if not values:
+        return None
+    if all(weights):
+        return sum(v * w for v, w in zip(values, weights, strict=True)) / sum(weights)
+    return sum(values) / len(values)
 
 
 class Sampler:
@@ -91,6 +125,7 @@ class Sampler:
         self._callbacks = list(callbacks)
         self._poller: Poller | None = None
         self._lock = threading.Lock()
+        self._limited: frozenset[int] = frozenset()  # GPUs limited to MIG devices: their activity is the slices'
 
     def add_callback(self, callback: Callable[[Snapshot], None]) -> None:
         self._callbacks.append(callback)
@@ -107,7 +142,9 @@ class Sampler:
                 return self
             backend = shared_backend()
             collector = Collector(backend, history=1)  # the sampler keeps its own history of snapshots
-            collector.select(choose_gpus(collector.statics(), self.gpus, self.only_visible, stacklevel=stacklevel))
+            selection = choose_gpus(collector.statics(), self.gpus, self.only_visible, stacklevel=stacklevel)
+            collector.select(selection)
+            self._limited = frozenset(selection.instances)
             poller = Poller(backend, interval=self.interval, groups=SAMPLER_GROUPS, join=False, collector=collector)
             poller.subscribe(self._received)
             self._poller = poller.start()
@@ -151,14 +188,19 @@ class Sampler:
         return list(self._history)
 
     def summary(self) -> dict[int, dict[str, Stats]]:
-        """Per GPU index, per metric (:data:`METRICS`): min, mean and max over the kept samples."""
+        """Per GPU index, per metric (:data:`METRICS`): min, mean and max over the kept samples.
+
+        A metric no sample had a value of has no entry (``sm_active_percent`` and
+        ``tensor_active_percent`` before Hopper, say): absent, never a 0.
+        """
         pid = os.getpid()
+        limited = self._limited
         values: dict[int, dict[str, list[float]]] = {}
         for snapshot in list(self._history):
             for gpu in snapshot.gpus:
                 per_gpu = values.setdefault(gpu.index, {})
                 for metric in METRICS:
-                    value = _value(gpu, metric, pid)
+                    value = _value(gpu, metric, pid, gpu.index in limited)
                     if value is not None:
                         per_gpu.setdefault(metric, []).append(float(value))
         return {

@@ -8,8 +8,9 @@
     def evaluate(): ...
 
 For each GPU this process uses: memory used at start, at end and at its peak
-during the call, mean utilisation, this process's own GPU memory as NVML sees
-it, and -- when the job's torch has initialised CUDA -- torch's allocated,
+during the call, mean utilisation, mean SM active and tensor active (NVML's GPM:
+Hopper and newer; None elsewhere, never 0), this process's own GPU memory as
+NVML sees it, and -- when the job's torch has initialised CUDA -- torch's allocated,
 reserved and peak-allocated memory, so the gap between what tensors use, what
 the caching allocator holds and what the driver counts is visible.
 
@@ -22,8 +23,8 @@ per-step view use :class:`nvtopy.Sampler`.
 
 MIG: when the job runs on a MIG slice (:func:`nvtopy.job_gpus` names it), the
 report is the slice's -- ``GPU 1 MIG 1/2/0 3g.40gb``, the instance's memory used
-and total, its processes -- with the GPU's own readings (utilisation, which the
-driver does not report under MIG) beside it. The background sampling reads whole
+and total, its processes, its own SM and tensor activity -- with the GPU's own
+readings (utilisation, which the driver does not report under MIG) beside it. The background sampling reads whole
 GPUs and picks each track's slice from them, so tracks on different slices of
 one GPU share its snapshots.
 """
@@ -45,13 +46,13 @@ from ..render.units import NA, fmt_bytes, short_name
 from ..selection import select_gpus
 from .state import shared_collector, unwatch, watch
 from .torchmem import cuda_torch, torch_memory
-from .usage import job_gpus
+from .usage import activity, activity_text, job_gpus
 
 __all__ = ["GpuUsage", "TorchUsage", "TrackReport", "track"]
 
 log = logging.getLogger("nvtopy.track")
 F = TypeVar("F", bound=Callable[..., Any])
-_GROUPS = frozenset({"memory", "utilization"})
+_GROUPS = frozenset({"memory", "utilization", "gpm"})  # "gpm": SM and tensor activity (Hopper and newer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +89,10 @@ class GpuUsage:
     mig_uuid: str | None = None
     mig_label: str | None = None  # "1/2/0": GPU, GPU instance, compute instance
     mig_profile: str | None = None  # "3g.40gb"
+    # GPM (Hopper and newer): mean share of SMs / of tensor pipes active over the samples; a MIG slice's own.
+    # None: not measured (before Hopper, not permitted), never 0.
+    sm_active_mean_percent: float | None = None
+    tensor_active_mean_percent: float | None = None
 
     @property
     def label(self) -> str:
@@ -126,6 +131,9 @@ class TrackReport:
                 f" of {fmt_bytes(gpu.memory_total_bytes)}), util "
                 + (NA if gpu.utilization_mean_percent is None else f"{gpu.utilization_mean_percent:.0f}%")
             )
+            work = activity_text(gpu.sm_active_mean_percent, gpu.tensor_active_mean_percent)
+            if work is not None:
+                line += f", {work}"
             if gpu.process_memory_peak_bytes is not None:
                 line += (
                     f"; this process {fmt_bytes(gpu.process_memory_start_bytes)}"
@@ -159,6 +167,34 @@ def _part(gpu: GpuState, mig_uuid: str | None) -> tuple[MigState | None, bool]:
     return found, found is not None
 
 
+class _Mean:
+    """A running mean of readings that may be missing: None until one is there."""
+
+    __slots__ = ("count", "total")
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self.count = 0
+
+    def add(self, value: float | None) -> None:
+        if value is not None:
+            self.total += value
+            self.count += 1
+
+    def plus(self, value: float | None) -> float | None:
+        """The mean with ``value`` (the end reading) added, without keeping it."""
+        total, count = self.total, self.count
+        if value is not None:
+            total, count = total + value, count + 1
+        return total / count if count else None
+
+
+def _activity(gpu: GpuState, mig_uuid: str | None) -> tuple[float | None, float | None]:
+    """SM and tensor activity of the GPU, or of its MIG device ``mig_uuid`` (None, None: not there)."""
+    mig, found = _part(gpu, mig_uuid)
+    return activity(gpu, mig) if found else (None, None)
+
+
 def _memory_used(gpu: GpuState, mig_uuid: str | None) -> int | None:
     """Memory used of the GPU, or of its MIG device ``mig_uuid``."""
     mig, found = _part(gpu, mig_uuid)
@@ -187,6 +223,8 @@ class _Accumulator:
         self.own_peak: dict[Target, int] = {}
         self.util_sum: dict[Target, float] = dict.fromkeys(self.targets, 0.0)
         self.util_count: dict[Target, int] = dict.fromkeys(self.targets, 0)
+        self.sm_active: dict[Target, _Mean] = {target: _Mean() for target in self.targets}
+        self.tensor_active: dict[Target, _Mean] = {target: _Mean() for target in self.targets}
         self.samples = 0
         self.torch_peak: dict[int, tuple[int, int]] = {}  # ordinal -> (allocated, reserved)
 
@@ -207,6 +245,9 @@ class _Accumulator:
                 if util is not None:
                     self.util_sum[target] += util
                     self.util_count[target] += 1
+                sm, tensor = _activity(gpu, target[1])
+                self.sm_active[target].add(sm)
+                self.tensor_active[target].add(tensor)
                 for proc in gpu.processes:
                     if proc.pid == me and proc.gpu_memory_bytes is not None:
                         old = self.own_peak.get(target, proc.gpu_memory_bytes)
@@ -344,6 +385,9 @@ class track:  # noqa: N801 - used like a function: ``with nvtopy.track(...)`` / 
             with acc.lock:
                 util_sum, util_count = acc.util_sum.get(target, 0.0), acc.util_count.get(target, 0)
                 peak, own_peak, samples = acc.peak.get(target), acc.own_peak.get(target), acc.samples
+                sm_mean, tensor_mean = acc.sm_active[target], acc.tensor_active[target]
+                sm_end, tensor_end = _activity(gpu, mig_uuid)  # the end reading, as for utilisation
+                sm_active, tensor_active = sm_mean.plus(sm_end), tensor_mean.plus(tensor_end)
             if gpu.sample.utilization_gpu_percent is not None:  # the end reading covers the call's last moments
                 util_sum += gpu.sample.utilization_gpu_percent
                 util_count += 1
@@ -367,6 +411,8 @@ class track:  # noqa: N801 - used like a function: ``with nvtopy.track(...)`` / 
                     mig_uuid=None if mig is None else mig.instance.uuid,
                     mig_label=None if mig is None else mig.label,
                     mig_profile=None if mig is None else mig.instance.profile,
+                    sm_active_mean_percent=sm_active,
+                    tensor_active_mean_percent=tensor_active,
                 )
             )
         return TrackReport(

@@ -15,6 +15,11 @@ A job on a MIG slice is reported as that slice: :func:`job_gpus` names the MIG
 device (:attr:`~nvtopy.api.jobgpus.JobGpus.instances`), and :func:`usage_lines`
 heads its line ``GPU 1 MIG 1/2/0 3g.40gb`` with the instance's memory, not the
 GPU's. Temperature and power are the GPU's: the slices share them.
+
+The real-work figures (Hopper and newer, from NVML's GPM): the share of SMs
+active and of tensor pipes active (:func:`activity`), the GPU's or, on a MIG
+slice, the instance's own. Where GPM does not measure them (before Hopper, not
+permitted, the first interval) they are ``None`` and the usage line leaves them out.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from .jobgpus import JobGpus, find_job_gpus
 from .state import shared_collector
 from .torchmem import cuda_torch, torch_memory
 
-__all__ = ["choose_gpus", "job_gpus", "print_usage", "snapshot", "usage_lines"]
+__all__ = ["activity", "choose_gpus", "job_gpus", "print_usage", "snapshot", "usage_lines"]
 
 
 def choose_gpus(
@@ -85,6 +90,21 @@ def job_gpus() -> JobGpus:
     return find_job_gpus(statics, processes_by_gpu=processes)
 
 
+def activity(gpu: GpuState, mig: MigState | None = None) -> tuple[float | None, float | None]:
+    """SM active and tensor active (%, GPM) of ``gpu`` or of its MIG device ``mig``; None where not measured."""
+    source = gpu.sample if mig is None else mig.usage
+    if source is None:
+        return None, None
+    return source.sm_active_percent, source.tensor_active_percent
+
+
+def activity_text(sm: float | None, tensor: float | None) -> str | None:
+    """``SM 52% tensor 26%``; an explicit N/A for one that is missing; None when neither is measured."""
+    if sm is None and tensor is None:
+        return None
+    return f"SM {NA if sm is None else f'{sm:.0f}%'} tensor {NA if tensor is None else f'{tensor:.0f}%'}"
+
+
 def _memory(used: int | None, total: int | None, percent: float | None) -> str:
     return f"{fmt_bytes(used)}/{fmt_bytes(total)} used" + (f" ({percent:.0f}%)" if percent is not None else "")
 
@@ -111,6 +131,9 @@ def _line(gpu: GpuState, mig: MigState | None, me: int) -> str:
         parts.append(f"this process {fmt_bytes(mine[0])}")
     util = sample.utilization_gpu_percent
     parts.append(f"util {NA if util is None else f'{util}%'}")
+    work = activity_text(*activity(gpu, mig))
+    if work is not None:
+        parts.append(work)
     if sample.temperature_c is not None:
         parts.append(f"{sample.temperature_c}°C")
     if sample.power_draw_w is not None:

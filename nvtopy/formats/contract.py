@@ -24,7 +24,10 @@ from typing import Any
 from .._version import __version__
 from ..health.xid import describe_xid
 from ..model import (
+    GPM_PERCENT_FIELDS,
+    GPM_RATE_FIELDS,
     MIG_ATTRIBUTE_FIELDS,
+    MIG_GPM_FIELDS,
     SAMPLE_GROUPS,
     Finding,
     GpuEvent,
@@ -39,12 +42,15 @@ from ..model import (
 from ..textsafe import escape_text as _esc
 
 __all__ = [
+    "GPM_KEYS",
+    "MIG_GPM_KEYS",
     "READINGS",
     "SCHEMA_VERSION",
     "dumps",
     "encode",
     "event_to_dict",
     "finding_to_dict",
+    "gpm_value",
     "gpu_to_dict",
     "health_to_dict",
     "iso_timestamp",
@@ -124,6 +130,21 @@ def process_to_dict(process: GpuProcess) -> dict[str, Any]:
     }
 
 
+# The real-work figures (NVML's GPM, Hopper and newer), under the model's names: percentages 0-100 with two
+# decimals (the figures are means over an interval: more digits would be noise), rates in whole bytes per second.
+# Why rounded here: a JSON reader (and a replay) gets what a person reads, and a CSV cell stays a plain number.
+GPM_KEYS: tuple[str, ...] = GPM_PERCENT_FIELDS + GPM_RATE_FIELDS
+MIG_GPM_KEYS: tuple[str, ...] = MIG_GPM_FIELDS
+_GPM_RATES = frozenset(GPM_RATE_FIELDS)
+
+
+def gpm_value(name: str, value: float | None) -> float | int | None:
+    """A GPM figure as JSON writes it: a percentage to two decimals, a rate in whole bytes per second."""
+    if value is None:
+        return None
+    return round(value) if name in _GPM_RATES else round(value, 2)
+
+
 # The MIG device object's keys, in output order, after its identity (index, uuid, ids, label, profile).
 MIG_MEMORY_KEYS: tuple[str, ...] = ("memory_total_bytes", "memory_used_bytes", "memory_free_bytes")
 MIG_COUNT_KEYS: tuple[str, ...] = tuple(f for f in MIG_ATTRIBUTE_FIELDS if f != "memory_total_bytes")
@@ -148,6 +169,7 @@ def mig_device_to_dict(mig: MigState, gpu_reason: Reason | None = None, *, proce
     if usage is None:
         missing = gpu_reason or Reason.NOT_AVAILABLE
         reasons.update(memory_used_bytes=missing, memory_free_bytes=missing)
+        reasons.update(dict.fromkeys(MIG_GPM_KEYS, missing))
     else:
         reasons.update(usage.unavailable)
     data: dict[str, Any] = {
@@ -163,6 +185,9 @@ def mig_device_to_dict(mig: MigState, gpu_reason: Reason | None = None, *, proce
     }
     for key in MIG_COUNT_KEYS:
         data[key] = getattr(instance, key)
+    # Its own activity (GPM: the GPU instance's, so compute instances of one GPU instance show the same).
+    for key in MIG_GPM_KEYS:
+        data[key] = None if usage is None else gpm_value(key, getattr(usage, key))
     if processes:
         data["process_count"] = len(mig.processes)
         data["pids"] = [p.pid for p in mig.processes]
@@ -313,6 +338,8 @@ def gpu_to_dict(gpu: GpuState, *, processes: bool = True) -> dict[str, Any]:
         "ecc_uncorrected_aggregate": sample.ecc_uncorrected_aggregate,
         "pcie_rx_bytes_per_s": sample.pcie_rx_bytes_per_s,
         "pcie_tx_bytes_per_s": sample.pcie_tx_bytes_per_s,
+        # The real work (GPM, Hopper and newer; null with a reason elsewhere): see GPM_KEYS.
+        **{key: gpm_value(key, getattr(sample, key)) for key in GPM_KEYS},
         "persistence_mode": sample.persistence_mode,
         "compute_mode": _esc(sample.compute_mode),
         "compute_capability": _esc(static.compute_capability),

@@ -39,6 +39,7 @@ from ..model import SAMPLE_GROUPS, GpuProcess, GpuState, Snapshot
 from ..textsafe import escape_text
 from .contract import (
     MIG_COUNT_KEYS,
+    MIG_GPM_KEYS,
     MIG_MEMORY_KEYS,
     encode,
     gpu_to_dict,
@@ -85,6 +86,10 @@ DEFAULT_GPU_FIELDS = (
     "throttle_reasons",
     "health_verdict",
     "health_findings",
+    # The real work (GPM, Hopper and newer; empty cells elsewhere): how much of the GPU computes.
+    "sm_active_percent",
+    "tensor_active_percent",
+    "dram_active_percent",
 )
 
 
@@ -224,6 +229,7 @@ MIG_FIELDS = tuple(
         "profile",
         *MIG_MEMORY_KEYS,
         *MIG_COUNT_KEYS,
+        *MIG_GPM_KEYS,
     )
 )
 _MIG_SET = frozenset(MIG_FIELDS)

@@ -15,9 +15,22 @@ reported under MIG or on some boards: the GPU's utilisation stands in for it
 then, and with neither nothing is flagged (unknown is not idle).
 
 Suspected hang: GPU utilisation at least ``hang_utilization_percent`` while
-power stays under ``hang_power_share`` of its limit, for ``hang_seconds`` --
-what a collective deadlocked in a spin-wait looks like (kernels "running",
-nothing computed).
+almost nothing is computed, for ``hang_seconds`` -- what a collective
+deadlocked in a spin-wait looks like (kernels "running", nothing computed).
+"Almost nothing" is judged by the best evidence the sample has:
+
+- SM activity, where GPM measures it (Hopper and newer): under
+  ``hang_sm_active_percent`` of the SMs active. It is the direct measurement, so
+  it wins over power: a GPU whose SMs are busy is not flagged even at low power
+  (a memory-bound or small-batch job can draw little), and one whose SMs idle is
+  flagged whatever it draws.
+- Power, where SM activity is N/A (before Hopper, GPM not permitted, the first
+  GPM interval not measured yet): under ``hang_power_share`` of the power limit.
+
+A sample that can tell neither (utilisation N/A -- as under MIG --, or neither
+SM activity nor power readable) keeps a running clock running and starts none.
+Which evidence the finding rests on is the current sample's:
+:func:`~nvtopy.health.verdict.assess` words it accordingly.
 """
 
 from __future__ import annotations
@@ -29,7 +42,7 @@ from collections.abc import Sequence
 from ..model import GpuProcess, GpuSample
 from .verdict import HealthThresholds
 
-__all__ = ["GpuWatch", "WatchResult"]
+__all__ = ["GpuWatch", "WatchResult", "looks_hung"]
 
 IDLE_HELD = "idle-held"
 SUSPECTED_HANG = "suspected-hang"
@@ -109,20 +122,19 @@ class GpuWatch:
         return now - since
 
     def _hang(self, sample: GpuSample, now: float) -> float | None:
-        """Seconds the GPU has looked busy at low power, once that has lasted ``hang_seconds``."""
-        limits = self.thresholds
-        util, power, cap = sample.utilization_gpu_percent, sample.power_draw_w, sample.power_limit_w
-        if util is None or power is None or not cap:
+        """Seconds the GPU has looked busy computing nothing, once that has lasted ``hang_seconds``."""
+        hung = looks_hung(sample, self.thresholds)
+        if hung is None:
             if self._hang_since is None:  # unknown: keep the clock running (if it runs), never start it
                 return None
-        elif util >= limits.hang_utilization_percent and power < limits.hang_power_share * cap:
+        elif hung:
             if self._hang_since is None:
                 self._hang_since = now
         else:
             self._hang_since = None
             return None
         lasted = now - self._hang_since
-        return lasted if lasted >= limits.hang_seconds else None
+        return lasted if lasted >= self.thresholds.hang_seconds else None
 
     def _replay_growth(self, sample: GpuSample, now: float) -> int | None:
         return _growth(self._replays, sample.pcie_replay_counter, now, self.thresholds.counter_window_s)
@@ -138,6 +150,24 @@ class GpuWatch:
                 grown.append(link.link)
         self._last_links = (sample.nvlinks, tuple(grown))
         return self._last_links[1]
+
+
+def looks_hung(sample: GpuSample, thresholds: HealthThresholds) -> bool | None:
+    """Whether this one sample looks like a hang (busy, computing nothing); None: it cannot tell.
+
+    SM activity decides where the sample has it; power only where it does not (see the module docstring).
+    """
+    util = sample.utilization_gpu_percent
+    if util is None:
+        return None
+    busy = util >= thresholds.hang_utilization_percent
+    sm = sample.sm_active_percent
+    if sm is not None:
+        return busy and sm < thresholds.hang_sm_active_percent
+    power, cap = sample.power_draw_w, sample.power_limit_w
+    if power is None or not cap:
+        return None
+    return busy and power < thresholds.hang_power_share * cap
 
 
 def _growth(readings: collections.deque[tuple[float, int]], value: int | None, now: float, window: float) -> int | None:

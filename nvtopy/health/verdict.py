@@ -48,7 +48,8 @@ class HealthThresholds:
     idle_held_seconds: float = 600.0  # ... at ~0 % SM for this long is "idle-held"
     idle_sm_percent: int = 1  # "~0 %": at most this
     hang_utilization_percent: int = 95  # a GPU this busy ...
-    hang_power_share: float = 0.30  # ... below this share of its power limit ...
+    hang_sm_active_percent: float = 10.0  # ... with under this % of its SMs active (GPM: Hopper and newer) ...
+    hang_power_share: float = 0.30  # ... or, where SM activity is N/A, below this share of its power limit ...
     hang_seconds: float = 300.0  # ... for this long is a "suspected hang" (a deadlocked collective)
     xid_window_s: float = 3600.0  # an Xid weighs on the verdict this long after it arrived
     counter_window_s: float = 600.0  # a counter (PCIe replays, NVLink errors) that grew within this is flagged
@@ -123,15 +124,7 @@ def assess(
             )
         )
     if inputs.suspected_hang_seconds is not None:
-        minutes = int(inputs.suspected_hang_seconds // 60)
-        add(
-            Finding(
-                warn,
-                "suspected-hang",
-                f"busy at low power for {minutes} min: a deadlocked collective?",
-                "check the job's logs; py-spy dump its processes",
-            )
-        )
+        add(Finding(warn, "suspected-hang", _hang_text(sample, inputs.suspected_hang_seconds), _HANG_ACTION))
 
     findings.sort(key=lambda f: -f.severity.rank)  # stable: rule order within a severity
     verdict = findings[0].severity if findings else Severity.OK
@@ -147,6 +140,25 @@ def assess(
         idle_held_bytes=inputs.idle_held_bytes,
         suspected_hang_seconds=inputs.suspected_hang_seconds,
     )
+
+
+_HANG_ACTION = "check the job's logs; py-spy dump its processes"
+
+
+def _hang_text(sample: GpuSample, seconds: float) -> str:
+    """The suspected hang in words, naming its evidence: SM activity where the sample has it, else power.
+
+    As :func:`nvtopy.health.realwork.looks_hung` decides: "busy at 100 % with 3 % of SMs active for
+    5 min" where GPM measures SM activity, "busy at low power for 5 min" elsewhere.
+    """
+    minutes = int(seconds // 60)
+    sm = sample.sm_active_percent
+    if sm is None:
+        return f"busy at low power for {minutes} min: a deadlocked collective?"
+    util = sample.utilization_gpu_percent
+    busy = "busy" if util is None else f"busy at {util} %"
+    active = f"{sm:.0f} %" if sm >= 0.5 or sm == 0 else "<1 %"  # never a 0 that is not
+    return f"{busy} with {active} of SMs active for {minutes} min: a deadlocked collective?"
 
 
 def _xid_findings(inputs: HealthInputs, limits: HealthThresholds, add: _Add) -> None:

@@ -19,7 +19,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..model import Finding, GpuProcess, GpuSample, GpuState, GpuStatic, MigInstance, MigState, OwnerKind, Severity
+from ..model import (
+    Finding,
+    GpuProcess,
+    GpuSample,
+    GpuState,
+    GpuStatic,
+    MigInstance,
+    MigState,
+    MigUsage,
+    OwnerKind,
+    Reason,
+    Severity,
+)
 from ..textsafe import safe_text
 from .units import NA, fmt_age, fmt_bytes, fmt_celsius, fmt_duration, fmt_pstate, short_name
 
@@ -36,7 +48,14 @@ __all__ = [
     "REMOTE",
     "RICH_STYLES",
     "WARN",
+    "ACTIVITY_WORDS",
+    "GPM_NOT_SUPPORTED",
     "Cell",
+    "activity_cell",
+    "activity_reason",
+    "activity_shown",
+    "gpu_little_work",
+    "little_work",
     "ecc_cell",
     "finding_cell",
     "group_cells",
@@ -48,7 +67,9 @@ __all__ = [
     "lost_cell",
     "memory_cell",
     "memory_percent_text",
+    "mig_activity_shown",
     "mig_hides_utilization",
+    "mig_activity_cell",
     "mig_memory_cell",
     "mig_mode_cell",
     "mig_processes_cell",
@@ -60,6 +81,7 @@ __all__ = [
     "owner_cell",
     "percent_cell",
     "power_cell",
+    "sm_active_cell",
     "process_cells",
     "process_flags_cell",
     "process_instance_cell",
@@ -235,6 +257,99 @@ def note_cell(gpu: GpuState) -> Cell:
 def lost_cell() -> Cell:
     """The word for a GPU that fell off the bus or stopped answering."""
     return ("LOST", ALERT)
+
+
+# ----------------------------------------------------------------- real work (GPM)
+
+GPM_NOT_SUPPORTED = "GPM needs Hopper or newer"
+"""Why SM, tensor and DRAM activity are N/A on a board before Hopper: said once, never drawn as 0."""
+_GPM_REASONS = {
+    Reason.NOT_SUPPORTED: GPM_NOT_SUPPORTED,
+    Reason.NO_PERMISSION: "no permission to read GPM",
+}
+LITTLE_WORK_BUSY = 80.0
+"""Utilisation (%) from which a GPU counts as busy for :func:`little_work`."""
+LITTLE_WORK_SM = 20.0
+"""SM active (%) under which a busy GPU does little real work (a stuck collective, a data-starved loop)."""
+ACTIVITY_WORDS = "busy, little work"
+"""What a busy GPU whose SMs barely work is called, in every view."""
+
+
+def activity_reason(reason: Reason | None) -> str:
+    """Why GPM figures are missing, in words: "GPM needs Hopper or newer", "no permission to read GPM", ..."""
+    if reason is None:
+        return "not reported"
+    return _GPM_REASONS.get(reason, str(reason))
+
+
+def activity_shown(sample: GpuSample) -> bool:
+    """Whether the GPU has GPM figures to draw: some value, or a reason worth its own line (no permission,
+    not measured yet). Not on a board without GPM (one short N/A says so) nor from a source without the fields."""
+    if sample.sm_active_percent is not None or sample.tensor_active_percent is not None:
+        return True
+    if sample.dram_active_percent is not None:
+        return True
+    reason = sample.why("sm_active_percent")
+    return reason is not None and reason is not Reason.NOT_SUPPORTED
+
+
+def mig_activity_shown(gpu: GpuState) -> bool:
+    """Whether the GPU's MIG instances get SM/tensor figures: some instance has one, or a reason other than
+    "not supported" (a board without GPM says it once for the whole GPU)."""
+    for state in gpu.mig:
+        usage = state.usage
+        if usage is None:
+            continue
+        if usage.sm_active_percent is not None or usage.tensor_active_percent is not None:
+            return True
+        reason = usage.unavailable.get("sm_active_percent")
+        if reason is not None and reason is not Reason.NOT_SUPPORTED:
+            return True
+    return False
+
+
+def activity_cell(value: float | None) -> Cell:
+    """One GPM percentage, ``"52%"``; a missing one is N/A (dim), never 0."""
+    return _MISSING if value is None else (f"{value:.0f}%", PLAIN)
+
+
+def _busy(sample: GpuSample) -> float | None:
+    """How busy the driver says the GPU is: its utilisation, else GPM's graphics-engine activity (under MIG)."""
+    if sample.utilization_gpu_percent is not None:
+        return float(sample.utilization_gpu_percent)
+    return sample.graphics_active_percent
+
+
+def little_work(busy: float | None, sm_active: float | None) -> bool:
+    """A GPU (or MIG instance) at high utilisation whose SMs barely work: "100 % busy" that is a spin.
+
+    Utilisation only says a kernel was resident; SM active says how many SMs did
+    something. A deadlocked NCCL collective or a data-starved input pipeline shows
+    the first without the second.
+    """
+    return busy is not None and sm_active is not None and busy >= LITTLE_WORK_BUSY and sm_active < LITTLE_WORK_SM
+
+
+def gpu_little_work(sample: GpuSample) -> bool:
+    """:func:`little_work` for a whole GPU (its utilisation, or its graphics activity where MIG hides that)."""
+    return little_work(_busy(sample), sample.sm_active_percent)
+
+
+def sm_active_cell(sample: GpuSample) -> Cell:
+    """SM active, ``"52%"``; in the warning colour on a busy GPU that does little work (:func:`little_work`)."""
+    text, category = activity_cell(sample.sm_active_percent)
+    return (text, WARN) if gpu_little_work(sample) else (text, category)
+
+
+def mig_activity_cell(usage: MigUsage | None, name: str) -> Cell:
+    """An instance's own GPM figure (``"sm_active_percent"``): ``"45%"``, or N/A (dim); its SM active in the
+    warning colour when the instance is busy and does little work."""
+    if usage is None:
+        return _MISSING
+    text, category = activity_cell(getattr(usage, name))
+    if name == "sm_active_percent" and little_work(usage.graphics_active_percent, usage.sm_active_percent):
+        return (text, WARN)
+    return (text, category)
 
 
 # ----------------------------------------------------------------- MIG

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from ..model import GpuState, MigState, Severity
 from ..textsafe import safe_text
 from .cells import (
+    ACTIVITY_WORDS,
     ALERT,
     BAD,
     DIM,
@@ -46,13 +47,19 @@ from .cells import (
     RICH_STYLES,
     WARN,
     Cell,
+    activity_cell,
+    activity_reason,
+    activity_shown,
     ecc_cell,
+    gpu_little_work,
     health_summary_cell,
     host_label,
     load_category,
     lost_cell,
     memory_cell,
     memory_percent_text,
+    mig_activity_cell,
+    mig_activity_shown,
     mig_hides_utilization,
     mig_memory_cell,
     mig_mode_cell,
@@ -65,6 +72,7 @@ from .cells import (
     percent_cell,
     power_cell,
     pstate_cell,
+    sm_active_cell,
     stalled_text,
     temperature_cell,
     throttle_cell,
@@ -77,6 +85,8 @@ __all__ = [
     "PANEL_HEIGHT",
     "PANEL_LINKS_HEIGHT",
     "PANEL_MIN_WIDTH",
+    "activity_line",
+    "activity_rows",
     "bar",
     "compact_line",
     "compact_lines",
@@ -84,6 +94,7 @@ __all__ = [
     "interconnect_line",
     "mig_lines",
     "mig_rows",
+    "panel_extra_rows",
     "panel_height",
     "panel_lines",
     "panel_title",
@@ -360,9 +371,103 @@ def _info_line(gpu: GpuState, width: int) -> Line:
     return info.extend(clocks).extend(rest)
 
 
+# ----------------------------------------------------------------- real work (GPM)
+
+ACTIVITY_MIN_SPARK = 16
+"""Cells the utilisation chart keeps before a board without GPM gives up saying why its SM figure is N/A."""
+_SM_SPARK_STYLE = "cyan"
+
+
+def activity_rows(gpu: GpuState) -> int:
+    """Lines the real-work figures add to a full panel: one on a GPU that has them (Hopper and newer, or a
+    reason worth a line), none on a board without GPM (its utilisation line says "SM N/A"), lost or noted."""
+    return 0 if gpu.note or gpu.lost or not activity_shown(gpu.sample) else 1
+
+
+def panel_extra_rows(gpu: GpuState) -> int:
+    """Lines a full panel has beyond :func:`panel_height`'s: its real-work line and its MIG instances."""
+    return activity_rows(gpu) + mig_rows(gpu)
+
+
+def _activity_tail(gpu: GpuState) -> Line:
+    """`` 52%  TNS  26%  DRAM  31%``: SM active (warning colour when busy with little work), tensor, DRAM."""
+    sample = gpu.sample
+    tail = _value(Line(" "), sm_active_cell(sample), 4, "bold")
+    _value(tail.add("  TNS ", "dim"), activity_cell(sample.tensor_active_percent), 4)
+    return _value(tail.add("  DRAM ", "dim"), activity_cell(sample.dram_active_percent), 4)
+
+
+def _utilisation_tail(gpu: GpuState, width: int = 0) -> Line:
+    """`` 85%  BW  48%``; with ``width``, padded before BW so that it ends where the real-work line ends."""
+    sample = gpu.sample
+    value = _value(Line(" "), percent_cell(sample.utilization_gpu_percent), 4, "bold")
+    bandwidth = _value(Line("  BW "), percent_cell(sample.utilization_memory_percent), 4)
+    return value.add(" " * max(0, width - value.cells - bandwidth.cells)).extend(bandwidth)
+
+
+def _no_activity_note(gpu: GpuState, room: int) -> Line:
+    """``  SM N/A: GPM needs Hopper or newer`` (dim) after the utilisation figures of a board without GPM,
+    as long as ``room`` allows (the reason goes first, then the whole note). Nothing from a source that
+    does not carry the fields at all (an old recording): no reason, nothing to explain."""
+    reason = gpu.sample.why("sm_active_percent")
+    if reason is None:
+        return Line()
+    for text in (f"  SM {NA}: {activity_reason(reason)}", f"  SM {NA}"):
+        if len(text) <= room:
+            return Line(text, RICH_STYLES[DIM])
+    return Line()
+
+
+def activity_line(gpu: GpuState, width: int, spark_width: int | None = None) -> Line:
+    """``SM  ▃▄▄▅▅  52%  TNS  26%  DRAM  31%``, exactly ``width`` cells: SM active over time and now, tensor
+    and DRAM activity.
+
+    A busy GPU whose SMs barely work (:func:`~nvtopy.render.cells.little_work`) says
+    "⚠ busy, little work" where the oldest part of its chart would be, and its SM
+    chart and figure turn to the warning colour: at a glance it must not look like a
+    GPU that computes. ``spark_width``: the chart's cells (the utilisation chart's, so
+    that both time axes line up); default: what the figures leave.
+    """
+    tail = _activity_tail(gpu)
+    chart = width - 4 - tail.cells if spark_width is None else spark_width
+    line = Line("SM  ", "bold")
+    style_name = _SM_SPARK_STYLE
+    if gpu_little_work(gpu.sample):
+        style_name = RICH_STYLES[WARN]
+        words = Line(f"⚠ {ACTIVITY_WORDS} ", RICH_STYLES[WARN])
+        if chart - words.cells >= 4:
+            line.extend(words)
+            chart -= words.cells
+    line.extend(sparkline(gpu.history.sm_active_percent, max(0, chart), style_name))
+    return line.extend(tail).fit(width)
+
+
+def utilisation_lines(gpu: GpuState, width: int) -> tuple[Line, list[Line]]:
+    """The utilisation line, and the real-work line under it where the GPU has one (:func:`activity_rows`).
+
+    Both charts get the same cells and end in the same column, so that "100 % busy"
+    sits right above "3 % SM active" and the two histories line up in time.
+    """
+    shown = activity_rows(gpu) > 0
+    if mig_hides_utilization(gpu):
+        utl = _na(Line("UTL ", "bold")).add(f"  {MIG_UTILIZATION_NOTE}", "dim")
+        return utl.fit(width), [activity_line(gpu, width)] if shown else []
+    if not shown:
+        tail = _utilisation_tail(gpu)
+        tail.extend(_no_activity_note(gpu, width - 4 - tail.cells - ACTIVITY_MIN_SPARK))
+        utl = Line("UTL ", "bold").extend(sparkline(gpu.history.utilization_gpu_percent, width - 4 - tail.cells))
+        return utl.extend(tail).fit(width), []
+    tail_width = max(_activity_tail(gpu).cells, _utilisation_tail(gpu).cells)
+    chart = max(0, width - 4 - tail_width)
+    utl = Line("UTL ", "bold").extend(sparkline(gpu.history.utilization_gpu_percent, chart))
+    utl.extend(_utilisation_tail(gpu, tail_width))
+    return utl.fit(width), [activity_line(gpu, width, chart)]
+
+
+
 def panel_lines(gpu: GpuState, width: int, *, links: bool = False) -> list[Line]:
-    """The content lines of a full panel (four; five with ``links``), each exactly ``width`` cells,
-    then :func:`mig_rows` lines, one per MIG instance.
+    """The content lines of a full panel (four; five with ``links``; one more for the real work where
+    :func:`activity_rows` says so), each exactly ``width`` cells, then :func:`mig_rows` lines, one per MIG instance.
 
     A GPU that is not responding keeps its last values, all dimmed: they are
     not live, and the title says how long the driver has been stuck.
@@ -390,13 +495,8 @@ def panel_lines(gpu: GpuState, width: int, *, links: bool = False) -> list[Line]
     mem.add(" ").extend(label)
 
     # Line 2: utilisation sparkline on a fixed 0-100 scale, current value, bandwidth (under MIG: why there is none).
-    if mig_hides_utilization(gpu):
-        utl = _na(Line("UTL ", "bold")).add(f"  {MIG_UTILIZATION_NOTE}", "dim")
-    else:
-        tail = _value(Line(" "), percent_cell(sample.utilization_gpu_percent), 4, "bold")
-        _value(tail.add("  BW "), percent_cell(sample.utilization_memory_percent), 4)
-        utl = Line("UTL ", "bold")
-        utl.extend(sparkline(gpu.history.utilization_gpu_percent, width - 4 - tail.cells)).extend(tail)
+    # Then, on Hopper and newer, the real-work line (SM active, tensor, DRAM), its chart aligned under it.
+    utl, activity = utilisation_lines(gpu, width)
 
     # Line 3: power against the enforced cap, temperature against slowdown, fan.
     right = Line("  ").extend(_temperature(gpu)).add("  FAN ")
@@ -410,7 +510,7 @@ def panel_lines(gpu: GpuState, width: int, *, links: bool = False) -> list[Line]
 
     # Line 4: P-state, clocks, ECC, codecs in use, throttling. Line 5 (optional): PCIe and NVLink.
     # Then one line per MIG instance.
-    lines = [mem, utl, pwr, _info_line(gpu, width)]
+    lines = [mem, utl, *activity, pwr, _info_line(gpu, width)]
     if links:
         lines.append(interconnect_line(gpu, width))
     lines = [line.fit(width) for line in lines]

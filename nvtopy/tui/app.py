@@ -50,7 +50,7 @@ from textual.widgets import Footer, Input, Static
 from ..backends.base import Backend, SignalOutcome
 from ..health.verdict import HealthThresholds
 from ..model import ALL_GROUPS, GpuProcess, GpuState, Severity, Snapshot
-from ..render.gpu import has_interconnect, mig_rows
+from ..render.gpu import has_interconnect, mig_rows, panel_extra_rows
 from ..render.health import health_counts
 from ..render.processes import (
     COLUMNS,
@@ -348,7 +348,9 @@ class NvtopyApp(App[None]):
             gpu_view.message = "No GPUs selected (g to choose)"
         links = any(has_interconnect(g) for g in gpus)
         extra = [mig_rows(g) for g in gpus]
-        plan = plan_layout(len(gpus), self.size.width, self.size.height, self.layout_mode, links=links, extra=extra)
+        tall = [panel_extra_rows(g) for g in gpus]
+        size = self.size
+        plan = plan_layout(len(gpus), size.width, size.height, self.layout_mode, links=links, extra=extra, panel_extra=tall)
         if gpu_view.styles.height is None or gpu_view.styles.height.value != plan.lines:
             gpu_view.styles.height = plan.lines
         gpu_view.show(gpus, plan)

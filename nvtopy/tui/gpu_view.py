@@ -8,7 +8,8 @@ Full panels get a fifth line (PCIe and NVLink) only where the height allows
 it: that line is the first thing a small terminal gives up.
 
 A MIG-enabled GPU adds a line per instance under its panel (or its compact
-line): a row of the grid is as tall as its tallest GPU, and the shorter panels
+line), and a GPU with GPM figures (Hopper and newer) a real-work line to its
+panel: a row of the grid is as tall as its tallest GPU, and the shorter panels
 beside it stretch their borders to match.
 """
 
@@ -25,7 +26,7 @@ from textual.widget import Widget
 
 from ..model import SAMPLE_FIELDS, GpuState
 from ..render.cells import BAD, HOT, RICH_STYLES
-from ..render.gpu import PANEL_MIN_WIDTH, compact_lines, mig_rows, panel_height, panel_lines, panel_title
+from ..render.gpu import PANEL_MIN_WIDTH, compact_lines, panel_extra_rows, panel_height, panel_lines, panel_title
 from ..render.styled import Line, style
 
 __all__ = ["MODES", "GpuView", "LayoutPlan", "plan_layout"]
@@ -58,7 +59,14 @@ def _grid_lines(extra: Sequence[int], count: int, cols: int, base: int) -> int:
 
 
 def plan_layout(
-    count: int, width: int, height: int, mode: str = "auto", *, links: bool = False, extra: Sequence[int] = ()
+    count: int,
+    width: int,
+    height: int,
+    mode: str = "auto",
+    *,
+    links: bool = False,
+    extra: Sequence[int] = (),
+    panel_extra: Sequence[int] | None = None,
 ) -> LayoutPlan:
     """How to show ``count`` GPUs in a ``width`` x ``height`` terminal.
 
@@ -68,18 +76,21 @@ def plan_layout(
     fifth line when that still fits the same share of the height (dropped first).
     ``extra``: the lines each GPU adds under it, in order (its MIG instances:
     :func:`~nvtopy.render.gpu.mig_rows`); a row is as tall as its tallest GPU.
+    ``panel_extra``: the lines each GPU's full panel adds (its real-work line too:
+    :func:`~nvtopy.render.gpu.panel_extra_rows`); default ``extra``.
     """
     if count == 0:
         return LayoutPlan("compact", 1, 1)
     extra = tuple(extra) + (0,) * (count - len(extra))
+    tall = extra if panel_extra is None else tuple(panel_extra) + (0,) * (count - len(panel_extra))
     full_cols = max(1, min(count, width // PANEL_MIN_WIDTH))
     full_rows = math.ceil(count / full_cols)
     full_cols = math.ceil(count / full_rows)  # balance: 4 GPUs in 3 columns -> 2x2
     if mode != "compact":
-        with_links = _grid_lines(extra, count, full_cols, panel_height(True))
+        with_links = _grid_lines(tall, count, full_cols, panel_height(True))
         if links and with_links <= FULL_SHARE * height:
             return LayoutPlan("full", full_cols, with_links, links=True)
-        full = LayoutPlan("full", full_cols, _grid_lines(extra, count, full_cols, panel_height(False)))
+        full = LayoutPlan("full", full_cols, _grid_lines(tall, count, full_cols, panel_height(False)))
         if mode == "full" or full.lines <= FULL_SHARE * height:
             return full
     cols = max(1, min(count, width // 60))
@@ -146,7 +157,7 @@ class GpuView(Widget):
         links = self._plan.links
         for start in range(0, len(self._gpus), cols):
             row = self._gpus[start : start + cols]
-            height = self._plan.panel_height + max(mig_rows(gpu) for gpu in row)
+            height = self._plan.panel_height + max(panel_extra_rows(gpu) for gpu in row)
             panels = [self._cached_panel(gpu, panel_width, links, height) for gpu in row]
             for y in range(height):
                 segments: list[Segment] = []
@@ -205,6 +216,7 @@ def _signature(gpu: GpuState, width: int) -> tuple[object, ...]:
         gpu.note,
         tuple(getattr(sample, name) for name in SAMPLE_FIELDS),
         gpu.history.utilization_gpu_percent[-width:],
+        gpu.history.sm_active_percent[-width:],
         gpu.health,
         gpu.processes_unavailable,
         tuple(len(state.processes) for state in gpu.mig),
