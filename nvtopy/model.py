@@ -514,7 +514,7 @@ class GpuProcess(_Repr):
     cuda_visible_devices: str | None = None  # from its environment, where readable: the GPUs it believes it has
     host_pid: int | None = None  # nvtopy in a container: the host pid NVML gave, proven to be local ``pid``
     # Real-work flags (nvtopy.health): "idle-held" (holds memory, computes nothing, for long),
-    # "suspected-hang" (its GPU looks busy at low power, as in a deadlocked collective).
+    # "suspected-hang" (its GPU looks busy while its SMs idle -- or, without GPM, busy at low power).
     flags: tuple[str, ...] = ()
     idle_seconds: float | None = None  # how long it has held memory at ~0 % SM; None: not idle (or unknown)
     gpu_instance_id: int | None = None  # the MIG instance it runs on (None: MIG off, or not named)
@@ -645,7 +645,7 @@ class GpuHealth(_Repr):
     stalled_seconds: float | None = None  # how long the outstanding call has run (None: it answered)
     throttle: str | None = None  # throttling in plain words: "HW slowdown: SM at 45 % of max"; None: not throttled
     idle_held_bytes: int | None = None  # GPU memory held by idle-held processes
-    suspected_hang_seconds: float | None = None  # how long the GPU has looked busy at low power
+    suspected_hang_seconds: float | None = None  # how long the GPU has looked busy and idle (SMs, else power)
 
     @property
     def last_xid(self) -> int | None:

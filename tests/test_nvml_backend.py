@@ -21,6 +21,8 @@ MIB = 1 << 20
 # GPM (Hopper and newer) has tests of its own (test_nvml_gpm.py): the fake's GPUs here lack it.
 NON_GPM_GROUPS = ALL_GROUPS - {"gpm"}
 NON_GPM_FIELDS = tuple(name for name in SAMPLE_FIELDS if name not in GPM_FIELDS)
+
+
 def non_gpm(reasons) -> dict:
     """``reasons`` without the GPM fields (the fake's GPUs have no GPM: test_nvml_gpm.py covers it)."""
     return {name: reason for name, reason in reasons.items() if name not in GPM_FIELDS}

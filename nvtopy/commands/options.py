@@ -182,7 +182,8 @@ def add_health_options(parser: argparse.ArgumentParser) -> None:
         type=_positive("minutes"),
         default=default.hang_seconds / 60,
         metavar="MINUTES",
-        help="a GPU at >= 95 %% utilisation under 30 %% of its power limit this long is a suspected hang "
+        help="a GPU at >= 95 %% utilisation with under 10 %% of its SMs active (without GPM: under 30 %% of its "
+        "power limit) this long is a suspected hang "
         f"(default {default.hang_seconds / 60:g})",
     )
 
