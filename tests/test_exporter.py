@@ -93,6 +93,11 @@ def _mask(reasons: tuple[str, ...] | None) -> float | None:
     return float(mask)
 
 
+def _ratio(percent: float | None) -> float | None:
+    """DCGM's profiling fields are ratios from 0 to 1; GPM gives percentages."""
+    return None if percent is None else percent / 100
+
+
 # dcgm name -> its value in dcgm-exporter's unit, from a GpuState (None: not available).
 EXPECTED: dict[str, Callable[[Any], float | None]] = {
     "DCGM_FI_DEV_GPU_UTIL": lambda g: g.sample.utilization_gpu_percent,
@@ -131,6 +136,19 @@ EXPECTED: dict[str, Callable[[Any], float | None]] = {
     "DCGM_FI_DEV_PCIE_LINK_WIDTH": lambda g: g.sample.pcie_link_width,
     "DCGM_FI_DEV_PCIE_MAX_LINK_GEN": lambda g: g.static.pcie_link_gen_max,
     "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH": lambda g: g.static.pcie_link_width_max,
+    # Profiling (dcgm_fields.h ids 1001-1012), from GPM: ratios 0-1, rates in bytes per second.
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": lambda g: _ratio(g.sample.graphics_active_percent),
+    "DCGM_FI_PROF_SM_ACTIVE": lambda g: _ratio(g.sample.sm_active_percent),
+    "DCGM_FI_PROF_SM_OCCUPANCY": lambda g: _ratio(g.sample.sm_occupancy_percent),
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": lambda g: _ratio(g.sample.tensor_active_percent),
+    "DCGM_FI_PROF_DRAM_ACTIVE": lambda g: _ratio(g.sample.dram_active_percent),
+    "DCGM_FI_PROF_PIPE_FP64_ACTIVE": lambda g: _ratio(g.sample.fp64_active_percent),
+    "DCGM_FI_PROF_PIPE_FP32_ACTIVE": lambda g: _ratio(g.sample.fp32_active_percent),
+    "DCGM_FI_PROF_PIPE_FP16_ACTIVE": lambda g: _ratio(g.sample.fp16_active_percent),
+    "DCGM_FI_PROF_PCIE_TX_BYTES": lambda g: g.sample.gpm_pcie_tx_bytes_per_s,
+    "DCGM_FI_PROF_PCIE_RX_BYTES": lambda g: g.sample.gpm_pcie_rx_bytes_per_s,
+    "DCGM_FI_PROF_NVLINK_TX_BYTES": lambda g: g.sample.gpm_nvlink_tx_bytes_per_s,
+    "DCGM_FI_PROF_NVLINK_RX_BYTES": lambda g: g.sample.gpm_nvlink_rx_bytes_per_s,
 }
 REQUIRED = (
     "DCGM_FI_DEV_GPU_UTIL",

@@ -96,7 +96,15 @@ def test_unknown_readings_are_left_out_never_zero(scrape):
 
 def test_nvlink_bandwidth_total_is_not_exported(scrape):
     """Its unit and type are disputed (dcgm.py says why): NVLink throughput is under nvtopy's names."""
-    assert not [name for name in scrape.families if name.startswith(("DCGM_FI_DEV_NVLINK", "DCGM_FI_PROF_"))]
+    assert not [name for name in scrape.families if name.startswith("DCGM_FI_DEV_NVLINK")]
+
+
+def test_nvmls_pcie_and_nvlink_throughput_never_pass_for_profiling_fields(scrape):
+    """DCGM_FI_PROF_{PCIE,NVLINK}_* come from GPM only (none here): NVML's throughput keeps nvtopy's names."""
+    assert scrape.samples("nvtopy_pcie_rx_bytes_per_second"), "NVML's PCIe throughput is exported"
+    for name in scrape.families:
+        if name.startswith(("DCGM_FI_PROF_PCIE", "DCGM_FI_PROF_NVLINK")):
+            assert scrape.samples(name) == [], name
 
 
 # --------------------------------------------------------------------------- nvtopy's names

@@ -15,11 +15,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nvtopy.backends.sim_faults import parse_fault_specs
 from nvtopy.commands.log import groups_for
-from nvtopy.formats.contract import gpu_to_dict, snapshot_to_dict
+from nvtopy.formats.contract import gpm_value, gpu_to_dict, snapshot_to_dict
 from nvtopy.formats.dcgm import GPU_LABELS, MIB, gpu_instance_profile
 from nvtopy.formats.prometheus import SnapshotCollector, parse_exposition
 from nvtopy.formats.writers import DEFAULT_GPU_FIELDS, GPU_FIELDS, MIG_FIELDS, CsvWriter, JsonlWriter
 from nvtopy.model import (
+    MIG_GPM_FIELDS,
     GpuProcess,
     GpuSample,
     GpuState,
@@ -56,6 +57,11 @@ MIG_KEYS = [
     "decoders",
     "jpeg_decoders",
     "ofa",
+    "graphics_active_percent",
+    "sm_active_percent",
+    "sm_occupancy_percent",
+    "tensor_active_percent",
+    "dram_active_percent",
     "process_count",
     "pids",
     "unavailable",
@@ -193,7 +199,11 @@ def test_replay_round_trip(tmp_path, mig_snapshot):
             assert after.static.mig_instances == before.static.mig_instances
             assert after.static.mig_mode == before.static.mig_mode
             assert after.static.mig_mode_pending == before.static.mig_mode_pending
-            assert (after.sample.mig_usage or ()) == (before.sample.mig_usage or ())
+            # The instances' GPM figures are recorded to two decimals (the JSON contract's rounding).
+            assert (after.sample.mig_usage or ()) == tuple(
+                dataclasses.replace(u, **{k: gpm_value(k, getattr(u, k)) for k in MIG_GPM_FIELDS})
+                for u in before.sample.mig_usage or ()
+            )
             assert [(p.pid, p.gpu_instance_id, p.compute_instance_id) for p in after.processes] == [
                 (p.pid, p.gpu_instance_id, p.compute_instance_id) for p in before.processes
             ]
@@ -594,7 +604,11 @@ def test_remote_reads_dcgm_exporters_mig_gpu():
         (0, 1, "3g.20gb"),
         (1, 2, "3g.20gb"),
     ]
-    assert values0["mig_usage"] == (MigUsage(0, 100 * MIB, 19900 * MIB), MigUsage(1, 200 * MIB, 19800 * MIB))
+    not_said = dict.fromkeys(MIG_GPM_FIELDS, Reason.NOT_AVAILABLE)  # no profiling series: the real work is N/A
+    assert values0["mig_usage"] == (
+        MigUsage(0, 100 * MIB, 19900 * MIB, unavailable=not_said),
+        MigUsage(1, 200 * MIB, 19800 * MIB, unavailable=not_said),
+    )
     shown = RemoteHosts(["n1:9400"])._snapshot([scrape])
     assert [(m.label, m.memory_used_bytes, m.memory_total_bytes) for m in shown.gpus[0].mig] == [
         ("0/1/?", 100 * MIB, 20000 * MIB),

@@ -104,7 +104,12 @@ def test_a_dcgm_exporter_exposition_is_understood():
     assert scrape.hostname == "dgx-3" and scrape.driver_version == "535.154.05"
     (s0, v0, _), (_, v1, _) = scrape.gpus
     assert (s0.uuid, s0.name, s0.bus_id) == ("GPU-aaaa", "NVIDIA A100-SXM4-80GB", "00000000:07:00.0")
-    assert v0 == {"utilization_gpu_percent": 87, "memory_used_bytes": 40960 * MIB, "energy_mj": 123456789}
+    assert v0 == {
+        "utilization_gpu_percent": 87,
+        "memory_used_bytes": 40960 * MIB,
+        "energy_mj": 123456789,
+        "tensor_active_percent": 50.0,  # dcgm's ratio 0.5, as the model's percentage
+    }
     assert v1 == {"utilization_gpu_percent": 3, "ecc_uncorrected_volatile": 2, "ecc_mode": True}
     assert scrape.processes == {}, "dcgm-exporter has no per-process series"
 

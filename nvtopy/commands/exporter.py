@@ -11,7 +11,10 @@ dashboard queries, so those keep dcgm's exact names and are typed gauge
 (PromQL's ``rate``/``increase`` work on them all the same). Per-process figures
 are ``nvtopy_process_*`` with ``pid``, ``user`` and ``command`` labels; a process
 that exits is gone from the next scrape. Unavailable values are left out, never 0.
-A MIG GPU's instances get dcgm-exporter's framebuffer series labelled
+The real work (NVML's GPM, Hopper and newer) is under DCGM's profiling names,
+``DCGM_FI_PROF_*`` (ratios 0-1, bytes per second), so dashboards that need DCGM's
+profiling module (12239's tensor panel, its current utilisation panel) work without it.
+A MIG GPU's instances get dcgm-exporter's framebuffer and profiling series labelled
 ``GPU_I_PROFILE``/``GPU_I_ID`` beside the GPU's own, and ``nvtopy_mig_device_*``
 per MIG device (:mod:`nvtopy.formats.prometheus`).
 
@@ -37,8 +40,10 @@ __all__ = ["build_parser", "parse_listen", "run"]
 
 log = logging.getLogger(__name__)
 
-# The exporter publishes everything but the modes (no dcgm name for them).
+# The exporter publishes everything but the modes (no dcgm name for them): "gpm" (the DCGM_FI_PROF_* series)
+# and "mig" (the GPU instances' series) included.
 EXPORTER_GROUPS = ALL_GROUPS - {"modes"}
+assert {"gpm", "mig"} <= EXPORTER_GROUPS
 
 
 def parse_listen(text: str) -> tuple[str, int]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import signal
 import sys
 import threading
@@ -35,7 +36,7 @@ from ..formats.writers import (
     CsvWriter,
     JsonlWriter,
 )
-from ..model import ALL_GROUPS, GROUP_OF_FIELD, HEALTH_GROUPS, Snapshot
+from ..model import ALL_GROUPS, GROUP_OF_FIELD, HEALTH_GROUPS, MIG_GPM_FIELDS, Snapshot
 from . import options
 
 if TYPE_CHECKING:
@@ -65,11 +66,13 @@ DERIVED_GROUPS: dict[str, frozenset[str]] = {
     "nvlinks_active": frozenset({"nvlink"}),
     "throttle_words": frozenset({"throttle", "clocks"}),
     "idle_held_bytes": frozenset({"utilization", "memory"}),
-    "suspected_hang_seconds": frozenset({"utilization", "power", "power_limit"}),
+    "suspected_hang_seconds": frozenset({"utilization", "power", "power_limit", "gpm"}),
     # MIG devices: their memory is read per instance. Every mig_* field asks for it: JSONL writes the devices'
     # objects whole for any of them, and it costs one call per MIG device (none on a GPU without MIG).
     "mig_devices": frozenset({"mig"}),
     **{name: frozenset({"mig"}) for name in MIG_FIELDS},
+    # A MIG device's own activity (GPM): read with the instances, from the GPM samples the backend takes.
+    **{f"mig_{name}": frozenset({"mig", "gpm"}) for name in MIG_GPM_FIELDS},
 }
 
 
@@ -84,6 +87,29 @@ def _parse_fields(values: list[str] | None, valid: tuple[str, ...], default: tup
         shown = unknown[0] if len(unknown[0]) <= 60 else unknown[0][:59] + "…"
         raise UsageError(f"--fields: unknown field {shown!r}; valid fields: {', '.join(valid)}")
     return fields
+
+
+def _existing_columns(path: str | None, valid: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The header of the CSV file a logger appends to, when every column in it is one of ``valid``; else None.
+
+    Why: without ``--fields`` a logger writes the default columns, and the defaults grow
+    between versions (health, then GPM); a logger restarted after an upgrade on its old
+    file must go on with that file's columns, or its rows would no longer match the header.
+    """
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8", newline="") as existing:
+            first = existing.readline(1 << 16)
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not first.endswith("\n"):
+        return None  # empty, or no whole header line: a new file for our purpose
+    try:
+        columns = next(csv.reader([first]), [])
+    except csv.Error:
+        return None
+    return tuple(columns) if columns and all(c in valid for c in columns) else None
 
 
 def build_parser(command: str) -> argparse.ArgumentParser:
@@ -162,6 +188,8 @@ def run(command: str, args: argparse.Namespace) -> int:
             return 0
         if fmt == "csv":
             valid, default = (PROCESS_FIELDS, DEFAULT_PROCESS_FIELDS) if processes else (GPU_FIELDS, DEFAULT_GPU_FIELDS)
+            if not args.fields:  # an existing file goes on with its own columns
+                default = _existing_columns(args.output, valid) or default
             writer_fields = _parse_fields(args.fields, valid, default)
         else:
             writer_fields = _parse_fields(args.fields, GPU_FIELDS, GPU_FIELDS) if args.fields else None

@@ -97,6 +97,7 @@ def _run_once(args: argparse.Namespace) -> int:
     from ..sources.collector import Collector
 
     backend = options.open_backend_within(args, args.timeout)
+    backend.one_shot = True  # GPM: wait the 0.1 s its first pair needs rather than print N/A
     collector = Collector(backend)
     try:
         # Each step waits up to the timeout for the GPUs it asks, never again for one already stuck.

@@ -5,7 +5,8 @@ thing: a Grafana dashboard built for dcgm-exporter (e.g. 12239) works unchanged
 on nvtopy's exporter, and nvtopy can show any exporter that speaks these names.
 
 Units follow dcgm-exporter: framebuffer memory in MiB, power in W, energy in
-mJ, clocks in MHz, utilisation and fan in percent. Labels: ``gpu``, ``UUID``,
+mJ, clocks in MHz, utilisation and fan in percent, profiling fields as ratios
+from 0 to 1 or in bytes per second. Labels: ``gpu``, ``UUID``,
 ``pci_bus_id``, ``device`` (``nvidia<index>``), ``modelName``, ``Hostname`` and
 ``DCGM_FI_DRIVER_VERSION``.
 
@@ -13,7 +14,7 @@ MIG: dcgm-exporter watches each GPU instance as an entity of its own and labels
 its series with the parent's labels plus ``GPU_I_PROFILE`` (the GPU instance's
 profile, ``3g.40gb``) and ``GPU_I_ID`` (NVML's GPU instance id). nvtopy exports
 per GPU instance what is the instance's own (:data:`INSTANCE_FIELDS`: the
-framebuffer used, free and total, in MiB) under those labels, and keeps the
+framebuffer used, free and total, in MiB, and its GPM activity) under those labels, and keeps the
 GPU's own series as they are. Two differences from dcgm-exporter's default
 (its "flex" mode exports a MIG GPU's instances only, every field repeated
 with the parent's values): the whole GPU's series stay (a query that sums
@@ -30,6 +31,16 @@ know), the PCIe replay counter [202], remapped rows [393-396], retired pages
 reports them (``DCGM_FI_DEV_RETIRED_PENDING`` too: DCGM's help says "number of
 pages" but its value is NVML's pending status, a yes or no).
 
+Profiling ("DCP") fields, from NVML's GPM (Hopper and newer; :data:`GPM_DCGM_FIELDS`): DCGM's
+``DCGM_FI_PROF_*`` names [1001-1012] with dcgm-exporter's help texts and types (gauges), in DCGM's
+units: the ``*_ACTIVE`` fields and ``DCGM_FI_PROF_SM_OCCUPANCY`` are ratios from 0 to 1 (GPM's
+percentage / 100), ``DCGM_FI_PROF_{PCIE,NVLINK}_{TX,RX}_BYTES`` rates in bytes per second (GPM's
+MiB/s * 1048576; the model holds bytes/s already). A GPU without GPM (before Hopper) has no
+such series: absent, never 0. Per GPU instance of a MIG GPU, the instance's own activity (its
+GPM, ``nvmlGpmMigSampleGet``) under the same names and ``GPU_I_PROFILE``/``GPU_I_ID``, as
+dcgm-exporter exports profiling fields per GPU instance. The pairing of GPM metrics with DCGM
+fields is by their descriptions (NVIDIA documents no identity between the two).
+
 Left out on purpose:
 
 - ``DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL`` [449]: DCGM documents it only as "NV Link
@@ -39,10 +50,14 @@ Left out on purpose:
   MB/s (KempnerInstitute/kempnerpulse#10). A value under that name would be read
   with a unit and a type nobody agrees on, so nvtopy exports NVLink throughput
   only under its own names, in bytes per second (:mod:`nvtopy.formats.prometheus`).
-- ``DCGM_FI_PROF_PCIE_TX_BYTES`` / ``RX_BYTES``: DCGM's profiling fields, which count
-  protocol headers as well as payload over DCGM's own sampling window. NVML's
-  PCIe throughput (a 20 ms window, nvmlDeviceGetPcieThroughput) is another
-  measurement: it is exported as ``nvtopy_pcie_{rx,tx}_bytes_per_second``.
+- NVML's PCIe throughput (a 20 ms window, nvmlDeviceGetPcieThroughput) under
+  ``DCGM_FI_PROF_PCIE_TX_BYTES`` / ``RX_BYTES``: those are profiling fields, which
+  count protocol headers as well as payload over the profiling interval. They are
+  exported from GPM's PCIe rates (also measured over an interval; paired with DCGM's
+  by description) where the GPU has GPM; NVML's 20 ms figure stays
+  ``nvtopy_pcie_{rx,tx}_bytes_per_second``.
+- ``decoder_active_percent`` (GPM's mean over the NVDECs): DCGM has per-decoder fields
+  only (``DCGM_FI_PROF_NVDEC0_ACTIVE``...); ``DCGM_FI_DEV_DEC_UTIL`` carries the decoder.
 """
 
 from __future__ import annotations
@@ -50,12 +65,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..model import THROTTLE_REASON_BITS, GpuState, HostInfo, MigState
+from ..model import MIG_GPM_FIELDS, THROTTLE_REASON_BITS, GpuState, HostInfo, MigState
 
 __all__ = [
     "FIELDS",
+    "GPM_DCGM_FIELDS",
     "GPU_LABELS",
     "INSTANCE_FIELDS",
+    "INSTANCE_GPM_FIELDS",
     "MIB",
     "MIG_LABELS",
     "DcgmField",
@@ -164,6 +181,8 @@ FLAG = (0, 1)  # yes or no, whole
 XID = (0, 2**32 - 1)  # an Xid number (NVML's eventData is 64-bit; Xids in use are below 200); 0 is "none"
 LINK_GEN = (0, 64)  # PCIe generation (1..6 today), whole
 LINK_WIDTH = (0, 64)  # PCIe lanes (x1..x32), whole
+RATIO = (0, 1)  # a profiling ratio (DCGM_FI_PROF_*_ACTIVE): the share of time or cycles
+BYTES_PER_S = (0, 2**50)  # a petabyte per second: no bus or link carries that
 
 
 def ranged(
@@ -196,6 +215,19 @@ _xid = ranged(XID, _to_int, whole=True)
 _whole_count = ranged(COUNT, _to_int, whole=True)
 _link_gen = ranged(LINK_GEN, _to_int, whole=True)
 _link_width = ranged(LINK_WIDTH, _to_int, whole=True)
+
+
+def _ratio(percent: object) -> float:
+    """GPM's percentage as DCGM's ratio (0-100 -> 0-1)."""
+    return float(percent) / 100  # type: ignore[arg-type]
+
+
+def _percent_of_ratio(ratio: float) -> float:
+    return ratio * 100
+
+
+_from_ratio = ranged(RATIO, _percent_of_ratio)
+_rate = ranged(BYTES_PER_S, float)
 
 
 FIELDS: tuple[DcgmField, ...] = (
@@ -359,6 +391,101 @@ FIELDS: tuple[DcgmField, ...] = (
         _link_width,
     ),
 )
+
+# ---- profiling (DCP) fields, from GPM. Help texts and types are dcgm-exporter's (etc/dcp-metrics-included.csv);
+# NVLink's bytes are not in its files: their texts follow its PCIe ones and DCGM's dcgm_fields.h ("the total
+# number of bytes of active NvLink tx data including both header and payload"), reported as a rate.
+GPM_DCGM_FIELDS: tuple[DcgmField, ...] = (
+    DcgmField(
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "Ratio of time the graphics engine is active.",
+        "graphics_active_percent",
+        _ratio,
+        _from_ratio,
+    ),
+    DcgmField(
+        "DCGM_FI_PROF_SM_ACTIVE",
+        "The ratio of cycles an SM has at least 1 warp assigned.",
+        "sm_active_percent",
+        _ratio,
+        _from_ratio,
+    ),
+    DcgmField(
+        "DCGM_FI_PROF_SM_OCCUPANCY",
+        "The ratio of number of warps resident on an SM.",
+        "sm_occupancy_percent",
+        _ratio,
+        _from_ratio,
+    ),
+    DcgmField(
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "Ratio of cycles the tensor (HMMA) pipe is active.",
+        "tensor_active_percent",
+        _ratio,
+        _from_ratio,
+    ),
+    DcgmField(
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        "Ratio of cycles the device memory interface is active sending or receiving data.",
+        "dram_active_percent",
+        _ratio,
+        _from_ratio,
+    ),
+    DcgmField(
+        "DCGM_FI_PROF_PIPE_FP64_ACTIVE",
+        "Ratio of cycles the fp64 pipes are active.",
+        "fp64_active_percent",
+        _ratio,
+        _from_ratio,
+    ),
+    DcgmField(
+        "DCGM_FI_PROF_PIPE_FP32_ACTIVE",
+        "Ratio of cycles the fp32 pipes are active.",
+        "fp32_active_percent",
+        _ratio,
+        _from_ratio,
+    ),
+    DcgmField(
+        "DCGM_FI_PROF_PIPE_FP16_ACTIVE",
+        "Ratio of cycles the fp16 pipes are active.",
+        "fp16_active_percent",
+        _ratio,
+        _from_ratio,
+    ),
+    DcgmField(
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        "The rate of data transmitted over the PCIe bus - including both protocol headers and data payloads - "
+        "in bytes per second.",
+        "gpm_pcie_tx_bytes_per_s",
+        _identity,
+        _rate,
+    ),
+    DcgmField(
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
+        "The rate of data received over the PCIe bus - including both protocol headers and data payloads - "
+        "in bytes per second.",
+        "gpm_pcie_rx_bytes_per_s",
+        _identity,
+        _rate,
+    ),
+    DcgmField(
+        "DCGM_FI_PROF_NVLINK_TX_BYTES",
+        "The rate of data transmitted over NVLink, all links - including both protocol headers and data payloads - "
+        "in bytes per second.",
+        "gpm_nvlink_tx_bytes_per_s",
+        _identity,
+        _rate,
+    ),
+    DcgmField(
+        "DCGM_FI_PROF_NVLINK_RX_BYTES",
+        "The rate of data received over NVLink, all links - including both protocol headers and data payloads - "
+        "in bytes per second.",
+        "gpm_nvlink_rx_bytes_per_s",
+        _identity,
+        _rate,
+    ),
+)
+FIELDS += GPM_DCGM_FIELDS
 BY_NAME = {field.name: field for field in FIELDS}
 
 
@@ -376,11 +503,25 @@ def gpu_labels(gpu: GpuState, host: HostInfo) -> dict[str, str]:
     }
 
 
-# What a GPU instance's series carry (its own framebuffer, MiB): dcgm name -> the MigState value.
-INSTANCE_FIELDS: dict[str, Callable[[MigState], int | None]] = {
+def _mig_usage_reader(name: str) -> Callable[[MigState], float | None]:
+    def read(mig: MigState) -> float | None:
+        return None if mig.usage is None else getattr(mig.usage, name)
+
+    return read
+
+
+# dcgm name -> the GPU's MIG_GPM_FIELDS field it carries, per GPU instance: what GPM measures of an instance.
+INSTANCE_GPM_FIELDS: dict[str, str] = {
+    field.name: field.attribute for field in GPM_DCGM_FIELDS if field.attribute in MIG_GPM_FIELDS
+}
+
+# What a GPU instance's series carry, in the model's units (converted by the field's to_metric): its own
+# framebuffer (MiB) and its own activity (GPM ratios): dcgm name -> the MigState value.
+INSTANCE_FIELDS: dict[str, Callable[[MigState], float | None]] = {
     "DCGM_FI_DEV_FB_USED": lambda mig: mig.memory_used_bytes,
     "DCGM_FI_DEV_FB_FREE": lambda mig: None if mig.usage is None else mig.usage.memory_free_bytes,
     "DCGM_FI_DEV_FB_TOTAL": lambda mig: mig.memory_total_bytes,
+    **{name: _mig_usage_reader(attribute) for name, attribute in INSTANCE_GPM_FIELDS.items()},
 }
 
 

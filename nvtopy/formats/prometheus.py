@@ -15,7 +15,11 @@ errors (labels :data:`LINK_LABELS`). ``nvtopy_gpu_mig_mode`` and
 ``nvtopy_gpu_mig_mode_pending`` (1/0) say whether MIG is on now and after the
 next reset.
 
-MIG instances: per GPU instance, dcgm-exporter's framebuffer series with its
+Profiling: dcgm-exporter's ``DCGM_FI_PROF_*`` series from GPM (Hopper and newer;
+ratios 0-1 and bytes per second, :data:`~nvtopy.formats.dcgm.GPM_DCGM_FIELDS`),
+absent on a GPU without GPM; ``--remote`` reads them back as percentages.
+
+MIG instances: per GPU instance, dcgm-exporter's framebuffer and profiling series with its
 ``GPU_I_PROFILE`` and ``GPU_I_ID`` labels (:mod:`nvtopy.formats.dcgm`); per MIG
 device (compute instance), ``nvtopy_mig_device_info`` (1, with its UUID and
 profile) and its memory, SM count and process count (labels
@@ -40,13 +44,26 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model import GpuProcess, GpuState, GpuStatic, MigInstance, MigUsage, OwnerKind, ProcessOwner, Severity, Snapshot
+from ..model import (
+    GpuProcess,
+    GpuState,
+    GpuStatic,
+    MigInstance,
+    MigUsage,
+    OwnerKind,
+    ProcessOwner,
+    Reason,
+    Severity,
+    Snapshot,
+    freeze,
+)
 from ..textsafe import escape_text, unescape_text
 from .dcgm import (
     BY_NAME,
     FIELDS,
     GPU_LABELS,
     INSTANCE_FIELDS,
+    INSTANCE_GPM_FIELDS,
     MIG_LABELS,
     DcgmField,
     gpu_instance_profile,
@@ -116,7 +133,8 @@ NVTOPY_FIELDS: tuple[DcgmField, ...] = (
     ),
     DcgmField(
         "nvtopy_gpu_suspected_hang_seconds",
-        "How long the GPU has looked busy at low power, as in a deadlocked collective (seconds).",
+        "How long the GPU has looked busy with its SMs idle (without GPM: at low power), "
+        "as in a deadlocked collective (seconds).",
         "health.suspected_hang_seconds",
         _float,
         ranged((0, SECONDS), float),
@@ -709,7 +727,14 @@ def _mig_of(
         used = device.get("memory_used_bytes")  # nvtopy's, in bytes; else the GPU instance's, in MiB
         if used is None:
             used = fb.get("DCGM_FI_DEV_FB_USED")
-        usage.append(MigUsage(number, used, fb.get("DCGM_FI_DEV_FB_FREE")))
+        # The GPU instance's own activity (GPM, as percentages): not said -> not available; out of range -> unknown.
+        gpm = {attribute: fb.get(name) for name, attribute in INSTANCE_GPM_FIELDS.items()}
+        reasons = {
+            attribute: Reason.UNKNOWN if name in fb else Reason.NOT_AVAILABLE
+            for name, attribute in INSTANCE_GPM_FIELDS.items()
+            if gpm[attribute] is None
+        }
+        usage.append(MigUsage(number, used, fb.get("DCGM_FI_DEV_FB_FREE"), unavailable=freeze(reasons), **gpm))
     return tuple(found), tuple(usage)
 
 
@@ -719,8 +744,8 @@ def parse_exposition(text: str, url: str) -> HostScrape:
     Raises ValueError (or another exception of the parser) for text that is not
     an exposition; values and counts that no GPU has are cut as the module says.
 
-    MIG: a series labelled ``GPU_I_ID`` is a GPU instance's. Its framebuffer
-    values are the instance's (:data:`~nvtopy.formats.dcgm.INSTANCE_FIELDS`); any
+    MIG: a series labelled ``GPU_I_ID`` is a GPU instance's. Its framebuffer and
+    profiling values are the instance's (:data:`~nvtopy.formats.dcgm.INSTANCE_FIELDS`); any
     other value is its GPU's (dcgm-exporter repeats them per instance, and has no
     whole-GPU series for a MIG GPU), used where the GPU has no series of its own.
     nvtopy's ``nvtopy_mig_device_*`` series name the MIG devices; without them

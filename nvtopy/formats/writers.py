@@ -7,6 +7,12 @@ the verdict, finding codes, the last Xid, the readings). JSONL: one JSON
 object per snapshot in the contract's names (:mod:`nvtopy.formats.contract`);
 with ``--fields``, a chosen health field is written under its flat name.
 
+The real work (GPM, Hopper and newer) is columns like any other, under the JSON
+contract's names and rounding (percentages to two decimals, whole bytes per second);
+``sm_active_percent``, ``tensor_active_percent`` and ``dram_active_percent`` close the
+default list (empty cells where GPM measures nothing). A MIG device's row has its own
+(``mig_sm_active_percent``, ...).
+
 Why each write is one call and flushed: a logger runs for days and gets killed;
 a killed logger must lose at most the sample in progress and leave a file every
 reader can parse.

@@ -35,6 +35,12 @@ the event is dated when this monitor first saw that Xid on that GPU. The
 findings' sentences are not exported; a host's verdict is shown without them.
 A dcgm-exporter host has no verdict: its GPUs read OK, with their last Xid.
 
+The real work comes back too: dcgm-exporter's profiling series (``DCGM_FI_PROF_*``,
+ratios 0-1 and bytes per second, from GPM on nvtopy's exporter) become the GPU's
+GPM fields (``sm_active_percent``, ... as percentages), and a MIG GPU instance's
+its own; a host that exports none (no GPM before Hopper, or dcgm-exporter without
+profiling) shows them N/A.
+
 MIG comes back as the exporter says it: the mode (``nvtopy_gpu_mig_mode``),
 the MIG devices (``nvtopy_mig_device_*``; from dcgm-exporter, one per GPU
 instance), each one's memory (the ``GPU_I_ID`` framebuffer series) and the
@@ -66,6 +72,7 @@ from .._version import __version__
 from ..errors import UsageError
 from ..formats.prometheus import HostScrape, parse_exposition
 from ..model import (
+    GPM_FIELDS,
     OK_HEALTH,
     GpuEvent,
     GpuHealth,
@@ -87,6 +94,8 @@ from .base import SnapshotSource
 __all__ = ["RemoteHosts", "metrics_url"]
 
 MAX_BYTES = 16 * 1024 * 1024
+# Sample fields whose absence from a host's answer is "not available" (its board or exporter has none), not a gap.
+_SAID_OR_NOT_AVAILABLE = ("fan_percent", "power_draw_w", *GPM_FIELDS)
 GRACE = 0.2  # how long past its deadline a poll waits for a fetch to report its own reason
 CHUNK = 64 * 1024
 
@@ -482,7 +491,9 @@ class RemoteHosts(SnapshotSource):
                 mig_mode_pending=remote_static.mig_mode_pending,
                 mig_instances=remote_static.mig_instances,
             )
-            reasons = {k: Reason.NOT_AVAILABLE for k in ("fan_percent", "power_draw_w") if k not in values}
+            # Not said by the host: fan and power (a board without them), the real work (no GPM there, or an
+            # exporter without profiling fields).
+            reasons = {k: Reason.NOT_AVAILABLE for k in _SAID_OR_NOT_AVAILABLE if k not in values}
             reasons.update({k: Reason.UNKNOWN for k, v in values.items() if v is None})  # out of range
             sample = GpuSample(now, lost=lost, unavailable=freeze(reasons), **values)
             processes = tuple(

@@ -18,11 +18,17 @@ of each GPU, its readings (``health.readings``) and the processes' flags, so a
 recording replays its events and verdicts exactly as they were recorded. A
 recording made before health existed replays with every GPU OK.
 
+The real work (GPM: ``sm_active_percent``, ``tensor_active_percent``, ... and the
+``gpm_*`` rates) is read like every other sample field, under its JSON name, as the
+recording has it (two decimals, whole bytes per second); an older recording has
+none: N/A.
+
 MIG comes back too: each GPU's ``mig_devices`` objects become its
 :class:`~nvtopy.model.MigInstance` (static) and :class:`~nvtopy.model.MigUsage`
-(the sample's ``mig_usage``), and processes keep their GPU and compute
-instance ids. A recording made before MIG devices were objects (a list of
-their UUIDs) replays with those UUIDs as devices whose other values are unknown.
+(the sample's ``mig_usage``, with each device's own GPM activity), and processes
+keep their GPU and compute instance ids. A recording made before MIG devices were
+objects (a list of their UUIDs) replays with those UUIDs as devices whose other
+values are unknown.
 
 A file cut short (a logger killed mid-line) or damaged is read up to its first
 bad line; the monitor shows what is valid and says where and why it stopped.
@@ -50,6 +56,7 @@ from ..formats.contract import READINGS
 from ..model import (
     EVENTS_PER_GPU,
     HISTORY_LENGTH,
+    MIG_GPM_FIELDS,
     MIG_USAGE_FIELDS,
     OK_HEALTH,
     Finding,
@@ -120,7 +127,7 @@ _OWNER_TEXT = ("id", "name", "namespace", "pod", "container", "container_id", "j
 _GPU_REASON_KEYS = set(GpuStatic.__dataclass_fields__) | set(GpuSample.__dataclass_fields__)
 _PROCESS_REASON_KEYS = set(GpuProcess.__dataclass_fields__)
 _MIG_REASON_KEYS = set(MigInstance.__dataclass_fields__) - {"index", "unavailable"}
-_MIG_USAGE_REASON_KEYS = set(MIG_USAGE_FIELDS)
+_MIG_USAGE_REASON_KEYS = set(MIG_USAGE_FIELDS) | set(MIG_GPM_FIELDS)
 # A MIG device's whole numbers, as the JSON contract writes them (memory_total_bytes among them).
 _MIG_NUMBERS = (
     "gpu_instance_id",
@@ -354,12 +361,14 @@ def _mig_device(value: Any, position: int) -> tuple[MigInstance, MigUsage | None
         unavailable=freeze(_reasons(value, _MIG_REASON_KEYS)),
         **{name: _whole(value.get(name), f"MIG device {name}") for name in _MIG_NUMBERS},
     )
-    if not any(name in value for name in MIG_USAGE_FIELDS):
+    if not any(name in value for name in (*MIG_USAGE_FIELDS, *MIG_GPM_FIELDS)):
         return instance, None
     usage = MigUsage(
         index=index,
         unavailable=freeze(_reasons(value, _MIG_USAGE_REASON_KEYS)),
         **{name: _whole(value.get(name), f"MIG device {name}") for name in MIG_USAGE_FIELDS},
+        # Its own activity (GPM; absent from recordings made before it: None).
+        **{name: _number(value.get(name), f"MIG device {name}") for name in MIG_GPM_FIELDS},
     )
     return instance, usage
 
