@@ -17,7 +17,7 @@ time.tzset()
 
 from nvtopy.tui.scenes import SCENES, build  # noqa: E402
 
-SIZES = {"compact": (120, 40), "help": (120, 44), "mig": (120, 50)}  # mig: tall enough for full panels
+SIZES = {"compact": (120, 40), "help": (120, 44), "mig": (120, 54)}  # mig: tall enough for full panels
 
 
 async def shoot(name: str, out: Path) -> Path:

@@ -462,12 +462,12 @@ async def test_v_cycles_auto_full_compact(sim):
         gpus = app.query_one("#gpus")
         assert app.layout_mode == "auto"
         assert gpus.plan.kind == "full", "4 GPUs fit as panels in 120x40"
-        assert gpus.size.height == 14, "two rows of 7-line panels (with the PCIe/NVLink line)"
+        assert gpus.size.height == 16, "two rows of 8-line panels (with the SM/tensor line and the PCIe/NVLink line)"
         await pilot.press("v")
         await pilot.pause()
         assert app.layout_mode == "full"
         assert gpus.plan.kind == "full"
-        assert gpus.size.height == 14
+        assert gpus.size.height == 16
         assert "view full" in header_line(app)
         await pilot.press("v")
         await pilot.pause()
@@ -481,7 +481,7 @@ async def test_v_cycles_auto_full_compact(sim):
         await pilot.pause()
         assert app.layout_mode == "auto"
         assert gpus.plan.kind == "full"
-        assert gpus.size.height == 14
+        assert gpus.size.height == 16
 
 
 async def test_auto_layout_with_16_gpus_in_80x24_is_compact_and_keeps_rows(sim):

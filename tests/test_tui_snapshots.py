@@ -30,14 +30,15 @@ def utc():
 
 
 @pytest.mark.parametrize("size", [(120, 40), (80, 24)], ids=["120x40", "80x24"])
-@pytest.mark.parametrize("name", ["main", "compact", "kill", "help", "filter", "faults", "workstation"])
+@pytest.mark.parametrize("name", ["main", "compact", "kill", "help", "filter", "faults", "workstation", "realwork"])
 def test_scene(snap_compare, name, size):
     app, prepare = build(SCENES[name])
     assert snap_compare(app, terminal_size=size, run_before=prepare)
 
 
-@pytest.mark.parametrize("size", [(120, 50), (120, 40), (80, 24)], ids=["120x50", "120x40", "80x24"])
+@pytest.mark.parametrize("size", [(120, 54), (120, 40), (80, 24)], ids=["120x54", "120x40", "80x24"])
 def test_mig_scene(snap_compare, size):
-    """MIG: full panels with instance lines (120x50), compact lines in two columns (120x40) and in one (80x24)."""
+    """MIG: full panels with instance lines and real-work lines (120x54), compact lines in two columns (120x40)
+    and in one (80x24)."""
     app, prepare = build(SCENES["mig"])
     assert snap_compare(app, terminal_size=size, run_before=prepare)

@@ -36,11 +36,14 @@ from ..textsafe import safe_text
 from .units import NA, fmt_age, fmt_bytes, fmt_celsius, fmt_duration, fmt_pstate, short_name
 
 __all__ = [
+    "ACTIVITY_WORDS",
     "ALERT",
     "BAD",
     "CATEGORIES",
     "DIM",
     "GOOD",
+    "GPM_NOT_SUPPORTED",
+    "GPM_NOT_SUPPORTED_SHORT",
     "HOT",
     "MIG_UTILIZATION_NOTE",
     "PLAIN",
@@ -48,28 +51,26 @@ __all__ = [
     "REMOTE",
     "RICH_STYLES",
     "WARN",
-    "ACTIVITY_WORDS",
-    "GPM_NOT_SUPPORTED",
     "Cell",
     "activity_cell",
     "activity_reason",
     "activity_shown",
-    "gpu_little_work",
-    "little_work",
     "ecc_cell",
     "finding_cell",
+    "gpu_little_work",
     "group_cells",
     "group_instance_cell",
     "health_summary_cell",
     "host_label",
     "is_mine",
+    "little_work",
     "load_category",
     "lost_cell",
     "memory_cell",
     "memory_percent_text",
+    "mig_activity_cell",
     "mig_activity_shown",
     "mig_hides_utilization",
-    "mig_activity_cell",
     "mig_memory_cell",
     "mig_mode_cell",
     "mig_processes_cell",
@@ -81,11 +82,11 @@ __all__ = [
     "owner_cell",
     "percent_cell",
     "power_cell",
-    "sm_active_cell",
     "process_cells",
     "process_flags_cell",
     "process_instance_cell",
     "pstate_cell",
+    "sm_active_cell",
     "stalled_text",
     "temperature_cell",
     "throttle_cell",
@@ -263,6 +264,8 @@ def lost_cell() -> Cell:
 
 GPM_NOT_SUPPORTED = "GPM needs Hopper or newer"
 """Why SM, tensor and DRAM activity are N/A on a board before Hopper: said once, never drawn as 0."""
+GPM_NOT_SUPPORTED_SHORT = "pre-Hopper"
+"""The same reason where a panel has no room for the sentence."""
 _GPM_REASONS = {
     Reason.NOT_SUPPORTED: GPM_NOT_SUPPORTED,
     Reason.NO_PERMISSION: "no permission to read GPM",

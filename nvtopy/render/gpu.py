@@ -16,6 +16,16 @@ and throughput, NVLinks) that the view drops first when space is short, and a
 GPU whose driver call is stuck: "not responding (N s)" in its title and its
 last values dimmed, so nobody mistakes them for live ones.
 
+The real work (GPM, Hopper and newer): under the utilisation line, ``SM`` charts
+how many SMs are active, aligned in time with the utilisation chart, then the
+tensor and DRAM activity. A GPU at high utilisation whose SMs barely work (a
+deadlocked collective, a starved input pipeline) says "⚠ busy, little work" in
+the warning colour there: 100 % busy must not look like 100 % computing. A
+board without GPM spends no line on it: its utilisation line ends with a dim
+"SM N/A (GPM needs Hopper or newer)" as the width allows. The compact line
+shows SM active beside utilisation; MIG instance lines their own SM and tensor
+activity, before their SM count and UUID.
+
 MIG: a MIG-enabled GPU says "MIG" in its title ("MIG on after reset" in the
 warning colour while a mode change waits for a GPU reset) and gets one line per
 instance under its own lines, in the panel and in the compact view
@@ -35,13 +45,14 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ..model import GpuState, MigState, Severity
+from ..model import GpuState, MigState, Reason, Severity
 from ..textsafe import safe_text
 from .cells import (
     ACTIVITY_WORDS,
     ALERT,
     BAD,
     DIM,
+    GPM_NOT_SUPPORTED_SHORT,
     MIG_UTILIZATION_NOTE,
     REMOTE,
     RICH_STYLES,
@@ -397,25 +408,33 @@ def _activity_tail(gpu: GpuState) -> Line:
     return _value(tail.add("  DRAM ", "dim"), activity_cell(sample.dram_active_percent), 4)
 
 
-def _utilisation_tail(gpu: GpuState, width: int = 0) -> Line:
-    """`` 85%  BW  48%``; with ``width``, padded before BW so that it ends where the real-work line ends."""
+def _utilisation_tail(gpu: GpuState) -> Line:
+    """`` 85%  BW  48%``: utilisation now and memory bandwidth busy time (NVML's figures)."""
     sample = gpu.sample
-    value = _value(Line(" "), percent_cell(sample.utilization_gpu_percent), 4, "bold")
-    bandwidth = _value(Line("  BW "), percent_cell(sample.utilization_memory_percent), 4)
-    return value.add(" " * max(0, width - value.cells - bandwidth.cells)).extend(bandwidth)
+    tail = _value(Line(" "), percent_cell(sample.utilization_gpu_percent), 4, "bold")
+    return _value(tail.add("  BW "), percent_cell(sample.utilization_memory_percent), 4)
 
 
 def _no_activity_note(gpu: GpuState, room: int) -> Line:
-    """``  SM N/A: GPM needs Hopper or newer`` (dim) after the utilisation figures of a board without GPM,
-    as long as ``room`` allows (the reason goes first, then the whole note). Nothing from a source that
+    """``  SM N/A (GPM needs Hopper or newer)`` (dim) after the utilisation figures of a board without GPM,
+    as long as ``room`` allows (then ``(pre-Hopper)``, then no reason, then no note). Nothing from a source that
     does not carry the fields at all (an old recording): no reason, nothing to explain."""
     reason = gpu.sample.why("sm_active_percent")
     if reason is None:
         return Line()
-    for text in (f"  SM {NA}: {activity_reason(reason)}", f"  SM {NA}"):
+    texts = [f"  SM {NA} ({activity_reason(reason)})", f"  SM {NA}"]
+    if reason is Reason.NOT_SUPPORTED:
+        texts.insert(1, f"  SM {NA} ({GPM_NOT_SUPPORTED_SHORT})")
+    for text in texts:
         if len(text) <= room:
             return Line(text, RICH_STYLES[DIM])
     return Line()
+
+
+def _activity_missing(gpu: GpuState) -> bool:
+    """Whether SM, tensor and DRAM activity are all N/A (no permission, not measured yet): one reason says it."""
+    sample = gpu.sample
+    return all(v is None for v in (sample.sm_active_percent, sample.tensor_active_percent, sample.dram_active_percent))
 
 
 def activity_line(gpu: GpuState, width: int, spark_width: int | None = None) -> Line:
@@ -426,8 +445,13 @@ def activity_line(gpu: GpuState, width: int, spark_width: int | None = None) -> 
     "⚠ busy, little work" where the oldest part of its chart would be, and its SM
     chart and figure turn to the warning colour: at a glance it must not look like a
     GPU that computes. ``spark_width``: the chart's cells (the utilisation chart's, so
-    that both time axes line up); default: what the figures leave.
+    that both time axes line up); default: what the figures leave. With no figure at
+    all (no permission, not measured yet) the line is ``SM  N/A (why)``: no empty chart.
     """
+    if _activity_missing(gpu):
+        return (
+            Line("SM  ", "bold").add(f"{NA} ({activity_reason(gpu.sample.why('sm_active_percent'))})", "dim").fit(width)
+        )
     tail = _activity_tail(gpu)
     chart = width - 4 - tail.cells if spark_width is None else spark_width
     line = Line("SM  ", "bold")
@@ -446,23 +470,23 @@ def utilisation_lines(gpu: GpuState, width: int) -> tuple[Line, list[Line]]:
     """The utilisation line, and the real-work line under it where the GPU has one (:func:`activity_rows`).
 
     Both charts get the same cells and end in the same column, so that "100 % busy"
-    sits right above "3 % SM active" and the two histories line up in time.
+    sits right above "3 % SM active" and the two histories line up in time (the
+    shorter utilisation figures leave the end of their line blank).
     """
     shown = activity_rows(gpu) > 0
     if mig_hides_utilization(gpu):
         utl = _na(Line("UTL ", "bold")).add(f"  {MIG_UTILIZATION_NOTE}", "dim")
         return utl.fit(width), [activity_line(gpu, width)] if shown else []
-    if not shown:
+    if not shown or _activity_missing(gpu):
         tail = _utilisation_tail(gpu)
-        tail.extend(_no_activity_note(gpu, width - 4 - tail.cells - ACTIVITY_MIN_SPARK))
+        if not shown:  # else the line under it says why
+            tail.extend(_no_activity_note(gpu, width - 4 - tail.cells - ACTIVITY_MIN_SPARK))
         utl = Line("UTL ", "bold").extend(sparkline(gpu.history.utilization_gpu_percent, width - 4 - tail.cells))
-        return utl.extend(tail).fit(width), []
-    tail_width = max(_activity_tail(gpu).cells, _utilisation_tail(gpu).cells)
-    chart = max(0, width - 4 - tail_width)
-    utl = Line("UTL ", "bold").extend(sparkline(gpu.history.utilization_gpu_percent, chart))
-    utl.extend(_utilisation_tail(gpu, tail_width))
+        return utl.extend(tail).fit(width), [activity_line(gpu, width)] if shown else []
+    tail = _utilisation_tail(gpu)
+    chart = max(0, width - 4 - max(_activity_tail(gpu).cells, tail.cells))
+    utl = Line("UTL ", "bold").extend(sparkline(gpu.history.utilization_gpu_percent, chart)).extend(tail)
     return utl.fit(width), [activity_line(gpu, width, chart)]
-
 
 
 def panel_lines(gpu: GpuState, width: int, *, links: bool = False) -> list[Line]:
@@ -543,10 +567,16 @@ class _MigColumns:
     label: int
     profile: int
     memory: int
-    sms: int
+    sms: int  # 0: left out (too narrow, and the instance's activity says more)
     processes: int
     bar: int
     uuid: int  # 0: left out (too narrow)
+    activity: tuple[str, ...] = ()  # the GPM figures shown (MIG_ACTIVITY, or its first, or none)
+
+
+MIG_ACTIVITY: tuple[tuple[str, str], ...] = (("SM", "sm_active_percent"), ("TNS", "tensor_active_percent"))
+"""An instance's own real-work figures, most useful first: what its line shows where the width allows."""
+_MIG_ACTIVITY_CELLS = 10  # "  SM   45%", "  TNS  19%": two spaces, the label in 3 cells, a space, the value in 4
 
 
 def _sms_text(state: MigState) -> str:
@@ -558,25 +588,44 @@ def _processes_text(gpu: GpuState, state: MigState) -> str:
 
 
 def _mig_columns(gpu: GpuState, states: tuple[MigState, ...], width: int, head: int) -> _MigColumns:
-    """Fit label, profile, memory, SMs and processes first; the bar takes the rest, and the UUID what the bar
-    can spare (whole, else cut to :data:`MIG_SHORT_UUID`, else left out: the picker and ``--once`` show it)."""
+    """Fit label, profile, memory and processes first; then, while the bar keeps half of
+    :data:`MIG_MIN_BAR`, the instances' own SM activity (Hopper and newer) and their SM count; then, while it
+    keeps all of it, their tensor activity and the UUID (whole, else cut to :data:`MIG_SHORT_UUID`, else left
+    out: the picker and ``--once`` show it). The bar takes what is left.
+
+    Why this order: the bar repeats the memory figure, the SM count is the profile's,
+    and the UUID is a copy-paste target; the activity is the one thing only this line
+    says about the instance now. Without GPM figures the SM count is always there.
+    """
     label = max(len(s.label) for s in states)
     profile = max(Line(mig_profile_cell(s.instance)[0]).cells for s in states)
     memory = max(len(mig_memory_cell(s)[0]) for s in states)
     sms = max(len(_sms_text(s)) for s in states)
     processes = max(len(_processes_text(gpu, s)) for s in states)
-    # head, label, profile, bar, memory, "N SMs", "N procs", single spaces between
-    rest = width - (head + label + 1 + profile + 1 + 1 + memory + 1 + sms + 4 + 1 + processes + 6)
+    # head, label, profile, bar, memory, "N procs", single spaces between
+    rest = width - (head + label + 1 + profile + 1 + 1 + memory + 1 + processes + 6)
+    shown = mig_activity_shown(gpu)
+    activity: tuple[str, ...] = ()
+    if shown and rest - _MIG_ACTIVITY_CELLS >= MIG_MIN_BAR // 2:
+        activity, rest = ("sm_active_percent",), rest - _MIG_ACTIVITY_CELLS
+    if not shown or rest - (sms + 5) >= MIG_MIN_BAR // 2:  # " N SMs"
+        rest -= sms + 5
+    else:
+        sms = 0
+    if activity and rest - _MIG_ACTIVITY_CELLS >= MIG_MIN_BAR:
+        activity, rest = (*activity, "tensor_active_percent"), rest - _MIG_ACTIVITY_CELLS
+    fixed = (label, profile, memory, sms, processes)
     uuid = max(Line(mig_uuid_cell(s.instance)[0]).cells for s in states)
     if rest >= MIG_MIN_BAR + 2 + uuid:
-        return _MigColumns(label, profile, memory, sms, processes, rest - 2 - uuid, uuid)
+        return _MigColumns(*fixed, rest - 2 - uuid, uuid, activity)
     if uuid > MIG_SHORT_UUID and rest >= MIG_MIN_BAR + 2 + MIG_SHORT_UUID:
-        return _MigColumns(label, profile, memory, sms, processes, rest - 2 - MIG_SHORT_UUID, MIG_SHORT_UUID)
-    return _MigColumns(label, profile, memory, sms, processes, rest, 0)
+        return _MigColumns(*fixed, rest - 2 - MIG_SHORT_UUID, MIG_SHORT_UUID, activity)
+    return _MigColumns(*fixed, rest, 0, activity)
 
 
 def _mig_line(gpu: GpuState, state: MigState, columns: _MigColumns, head: Line) -> Line:
-    """``MIG 1/2/0 3g.40gb ███░░░ 20.3/39.8GiB 60 SMs 2 procs  MIG-1a2b…``: one instance in the columns given."""
+    """``MIG 1/2/0 3g.40gb ███░░░ 20.3/39.8GiB 60 SMs 2 procs  SM  45% TNS 19%  MIG-1a2b…``: one instance
+    in the columns given."""
     line = head.add(state.label.ljust(columns.label), "bold").add(" ")
     text, category = mig_profile_cell(state.instance)
     _put(line, (text + " " * (columns.profile - Line(text).cells), category), "cyan")
@@ -585,11 +634,20 @@ def _mig_line(gpu: GpuState, state: MigState, columns: _MigColumns, head: Line) 
     line.add(" ").extend(bar(fraction, columns.bar, _load(fraction)))
     text, category = mig_memory_cell(state)
     _put(line.add(" "), (text.rjust(columns.memory), category))
-    text, category = mig_sm_cell(state.instance)
-    _put(line.add(" "), (text.rjust(columns.sms), category)).add(" SMs", "dim")
+    if columns.sms:
+        text, category = mig_sm_cell(state.instance)
+        _put(line.add(" "), (text.rjust(columns.sms), category)).add(" SMs", "dim")
     text, category = mig_processes_cell(gpu, state)
     word = " proc " if text == "1" else " procs"
     _put(line.add(" "), (text.rjust(columns.processes), category)).add(word, "dim")
+    for label, name in MIG_ACTIVITY:
+        if name in columns.activity:
+            text, category = mig_activity_cell(state.usage, name)
+            _put(
+                line.add(f"  {label:<3} ", "dim"),
+                (text.rjust(4), category),
+                "bold" if name == "sm_active_percent" else "",
+            )
     if columns.uuid:
         line.add("  ").extend(_put(Line(), mig_uuid_cell(state.instance)).fit(columns.uuid))
     return line
@@ -643,7 +701,8 @@ def _compact_verdict(gpu: GpuState, width: int) -> Line:
 
 def _compact_extras(gpu: GpuState) -> list[Line]:
     """What may end a compact line, longest first: the model and bus id (or the model alone) when all
-    is well, else the first reason, or how long the GPU has not responded."""
+    is well, "busy, little work" for a busy GPU whose SMs barely work, else the first reason, or how long
+    the GPU has not responded."""
     stalled = stalled_text(gpu)
     if stalled is not None:
         return [Line(f"  {stalled}", RICH_STYLES[ALERT]), Line(f" {stalled}", RICH_STYLES[ALERT])]
@@ -653,6 +712,9 @@ def _compact_extras(gpu: GpuState) -> list[Line]:
         return [Line(f"  {reason}", RICH_STYLES[category])]
     name = short_name(gpu.static.name)
     extras = [Line(f"  {name} {safe_text(gpu.static.short_bus_id)}", "dim"), Line(f"  {name}", "dim")]
+    if gpu_little_work(gpu.sample):  # busy, little work: the words say why SM active is in the warning colour
+        words = (f"  ⚠ {ACTIVITY_WORDS}", "  ⚠ little work", "  ⚠ SMs idle", "  ⚠")
+        extras = [Line(text, RICH_STYLES[WARN]) for text in words]
     mig = mig_mode_cell(gpu.static)
     if mig is not None and mig[1] == WARN:  # a MIG mode change waiting for a reset: kept before the name
         marker = Line(f"  {mig[0]}", RICH_STYLES[WARN])
@@ -668,8 +730,60 @@ COMPACT_EXTRA_MAX = 40
 on a very wide line: the bars get the rest."""
 
 
+def _compact_activity(gpu: GpuState) -> Line:
+    """`` SM  52%`` after a compact line's utilisation, in the warning colour when the GPU is busy with little
+    work; nothing on a board without GPM (no room to say why: the panel and ``--once`` do)."""
+    if not activity_shown(gpu.sample):
+        return Line()
+    text, category = sm_active_cell(gpu.sample)
+    return _put(Line(" SM ", "dim"), (text.rjust(4), category), "bold")
+
+
+def _compact_tail(gpu: GpuState, room: int) -> list[Line]:
+    """`` 85% SM  52%``, `` 65°C``, ``  494W``, `` P0 ``: the figures after the sparkline, as pieces that fit
+    in ``room`` cells.
+
+    On a narrow line the least telling go first -- the P-state, then the power, then
+    the temperature -- so that utilisation and SM active stay whole rather than the
+    line ending cut. The widths do not depend on the values: lines of one width keep
+    the same pieces, and their bars line up.
+    """
+    sample = gpu.sample
+    text, category = percent_cell(sample.utilization_gpu_percent)
+    pieces = [_put(Line(" "), (text.rjust(4), category), "bold").extend(_compact_activity(gpu))]
+    pieces.append(Line(" ").extend(_temperature(gpu, with_limit=False).fit(5)))
+    draw = sample.power_draw_w
+    pieces.append(Line(f" {NA:>5}", "dim") if draw is None else Line(f" {draw:4.0f}W"))
+    text, category = pstate_cell(sample)
+    pieces.append(_put(Line(), (" " + text.ljust(3), category)))
+    while len(pieces) > 1 and sum(piece.cells for piece in pieces) > room:
+        pieces.pop()
+    return pieces
+
+
+def _with_markers(pieces: list[Line], markers: Line, end: int) -> tuple[Line, int, int]:
+    """The tail with its markers (`` ⚠``, `` ECC!``), the cells left for the end, and the cells the bars give.
+
+    The markers take the end's cells first, then those of the last figures (the
+    P-state, the power, the temperature: dropped whole, the spare cells going to the
+    end), and only then the bars': the bars of a marked GPU still line up with the others'.
+    """
+    need = markers.cells - end
+    kept = list(pieces)
+    while need > 0 and len(kept) > 1:
+        need -= kept.pop().cells
+    tail = Line()
+    for piece in kept:
+        tail.extend(piece)
+    tail.extend(markers)
+    if end == 0 and need < 0:  # no end on this width: the spare cells stay blank (no two-cell name)
+        return tail.add(" " * -need), 0, 0
+    return tail, max(0, -need), max(0, need)
+
+
 def compact_line(gpu: GpuState, width: int) -> Line:
-    """One line per GPU: index, verdict, memory bar, utilisation sparkline, temperature, power, then the name.
+    """One line per GPU: index, verdict, memory bar, utilisation sparkline and SM active (Hopper and newer),
+    temperature, power, then the name.
 
     A GPU with a finding ends with its first reason instead of its name; one that
     is not responding ends with how long, and its last values are dimmed.
@@ -688,33 +802,26 @@ def compact_line(gpu: GpuState, width: int) -> Line:
     verdict = _compact_verdict(gpu, width)
     line.add(" " if verdict.cells > 1 or static.host is not None else "").extend(verdict)
     percent = memory_percent_text(gpu)
-    draw = sample.power_draw_w
-    tail = Line(" ")
-    text, category = percent_cell(sample.utilization_gpu_percent)
-    _put(tail, (text.rjust(4), category), "bold")
-    tail.add(" ").extend(_temperature(gpu, with_limit=False).fit(5))
-    if draw is None:
-        tail.add(f" {NA:>5}", "dim")
-    else:
-        tail.add(f" {draw:4.0f}W")
-    text, category = pstate_cell(sample)
-    _put(tail, (" " + text.ljust(3), category))
-    if throttle_cell(sample)[1] == WARN:
-        tail.add(" ⚠", RICH_STYLES[WARN])
-    if ecc_cell(sample)[1] == ALERT:  # uncorrected errors: the panel's count, as a marker
-        tail.add(" ECC!", RICH_STYLES[ALERT])
     memory = Line(f" {percent:>4} ") if percent is not None else Line(f" {NA:>4} ", "dim")
+    markers = Line()
+    if throttle_cell(sample)[1] == WARN:
+        markers.add(" ⚠", RICH_STYLES[WARN])
+    if ecc_cell(sample)[1] == ALERT:  # uncorrected errors: the panel's count, as a marker
+        markers.add(" ECC!", RICH_STYLES[ALERT])
+    pieces = _compact_tail(gpu, width - line.cells - memory.cells - 8)
     fraction = None if gpu.memory_used_percent is None else gpu.memory_used_percent / 100
-    budget = width - line.cells - memory.cells - tail.cells
+    budget = width - line.cells - memory.cells - sum(piece.cells for piece in pieces)
     # The end (name or reason) gets the same cells on every line of a width, so the bars line up.
     room = budget - COMPACT_MIN_BARS
     extra_width = min(room, max(COMPACT_EXTRA_MAX, room // 2)) if room >= _COMPACT_MIN_EXTRA else 0
+    budget -= extra_width
+    tail, extra_width, given = _with_markers(pieces, markers, extra_width)
+    budget -= given
     extras = _compact_extras(gpu)
     fitting = next((candidate for candidate in extras if candidate.cells <= extra_width), None)
     if not gpu.health.responding and fitting is None:  # "not responding" is never cut: the values make room
-        return line.extend(_stalled_values(gpu, budget - extra_width, extra_width, memory, tail)).fit(width)
+        return line.extend(_stalled_values(gpu, budget, extra_width, memory, tail)).fit(width)
     extra = (fitting or extras[-1]).fit(extra_width) if extra_width else Line()
-    budget -= extra_width
     mem_width = max(4, budget // 2)
     spark_width = max(4, budget - mem_width)
     values = bar(fraction, mem_width, _load(fraction)).extend(memory)

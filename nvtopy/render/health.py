@@ -14,6 +14,10 @@ Every missing reading says N/A *and why* (the reason the driver gave, from
 recording carries, the events note, NVLink peers, user names, commands) goes
 through :func:`~nvtopy.textsafe.safe_text` before it becomes a line.
 
+The Work section has the real work too (GPM: SM active, tensor, DRAM,
+occupancy), the evidence beside a suspected hang: "busy, little work" when a
+busy GPU's SMs barely work.
+
 A MIG-enabled GPU (or one whose MIG mode changes at its next reset) ends with a
 MIG section: the mode, and each instance with its profile, memory, SMs,
 processes and UUID -- what an Xid event's "(MIG GI 1 CI 0)" refers to.
@@ -28,6 +32,7 @@ from ..health.xid import describe_xid
 from ..model import GpuEvent, GpuProcess, GpuSample, GpuState, NvLink, Severity, Snapshot
 from ..textsafe import safe_text
 from .cells import (
+    ACTIVITY_WORDS,
     ALERT,
     BAD,
     DIM,
@@ -37,9 +42,14 @@ from .cells import (
     REMOTE,
     RICH_STYLES,
     WARN,
+    activity_cell,
+    activity_reason,
     finding_cell,
+    gpu_little_work,
     health_summary_cell,
     host_label,
+    mig_activity_cell,
+    mig_activity_shown,
     mig_hides_utilization,
     mig_memory_cell,
     mig_mode_cell,
@@ -49,6 +59,7 @@ from .cells import (
     mig_uuid_cell,
     note_cell,
     process_flags_cell,
+    sm_active_cell,
     stalled_text,
     verdict_cell,
 )
@@ -334,8 +345,42 @@ def _link_line(link: NvLink, growing: bool) -> Line:
     return line.add(safe_text(link.remote) if link.remote else NA, "" if link.remote else "dim")
 
 
+_ACTIVITY_READINGS = (
+    ("tensor", "tensor_active_percent"),
+    ("DRAM", "dram_active_percent"),
+    ("occupancy", "sm_occupancy_percent"),
+)
+
+
+def _real_work(sample: GpuSample) -> list[Line]:
+    """``SM active 52% · tensor 26% · DRAM 31% · occupancy 20%`` from GPM, with "busy, little work" when a busy
+    GPU's SMs barely work (the evidence beside a suspected hang); N/A with its reason before Hopper."""
+    names = ("sm_active_percent", *(name for _, name in _ACTIVITY_READINGS))
+    if all(getattr(sample, name) is None for name in names):
+        return [Line(f"{NA} ({activity_reason(sample.why('sm_active_percent'))})", _style(DIM))]
+    text, category = sm_active_cell(sample)
+    values = [Line("SM active ", "dim").add(text, _style(category))]
+    for label, name in _ACTIVITY_READINGS:
+        text, category = activity_cell(getattr(sample, name))
+        values.append(Line(f"{label} ", "dim").add(text, _style(category)))
+    if gpu_little_work(sample):
+        values.append(Line(f"{ACTIVITY_WORDS}: a stuck collective or a starved input?", _style(WARN)))
+    return values
+
+
+def _hang_words(sample: GpuSample, seconds: float) -> str:
+    """How long the GPU has looked hung, naming the evidence the health layer judged it by: its idle SMs
+    where GPM measures them (Hopper and newer), its low power elsewhere."""
+    sm = sample.sm_active_percent
+    if sm is None:
+        return f"busy at low power for {fmt_age(seconds)}: a deadlocked collective?"
+    active = f"{sm:.0f}" if sm >= 0.5 or sm == 0 else "<1"  # never a 0 that is not
+    return f"busy with {active} % of SMs active for {fmt_age(seconds)}: a deadlocked collective?"
+
+
 def _work(gpu: GpuState) -> list[Line]:
-    """Throttling in words, memory held by idle processes, a suspected hang, and the flagged processes."""
+    """Throttling in words, the real work (GPM), memory held by idle processes, a suspected hang, and the
+    flagged processes."""
     health, sample = gpu.health, gpu.sample
     if health.throttle is not None:
         harmful = any(f.code == "throttle" for f in health.findings)
@@ -349,12 +394,13 @@ def _work(gpu: GpuState) -> list[Line]:
     else:
         idle = ("none", DIM)
     if health.suspected_hang_seconds is not None:
-        hang = (f"busy at low power for {fmt_age(health.suspected_hang_seconds)}: a deadlocked collective?", WARN)
+        hang = (_hang_words(sample, health.suspected_hang_seconds), WARN)
     else:
         hang = ("no", DIM)
     lines = [
         Line("  Work", "bold"),
         _row("Throttling", throttle),
+        _row("Real work", *_real_work(sample)),
         _row("Idle-held memory", idle),
         _row("Suspected hang", hang),
     ]
@@ -374,7 +420,8 @@ def _process_line(process: GpuProcess) -> Line:
 
 
 def _mig(gpu: GpuState) -> list[Line]:
-    """The MIG mode and each instance (label, profile, memory, SMs, processes, UUID); nothing when MIG is off."""
+    """The MIG mode and each instance (label, profile, memory, SMs, processes, SM and tensor activity where
+    GPM measures them, UUID); nothing when MIG is off."""
     mode = mig_mode_cell(gpu.static)
     if mode is None:
         return []
@@ -384,11 +431,16 @@ def _mig(gpu: GpuState) -> list[Line]:
     lines = [Line("  MIG", "bold"), _row("Mode", (text, category))]
     if mig_hides_utilization(gpu):
         lines.append(Line(_INDENT + MIG_UTILIZATION_NOTE, "dim"))
+    activity = mig_activity_shown(gpu)
     for state in gpu.mig:
         line = Line(_SUB).add(f"{state.label:<8}", "bold").add(f"{mig_profile_cell(state.instance)[0]:<11}")
         memory, memory_category = mig_memory_cell(state)
         line.add(f"{memory:>14}", _style(memory_category)).add(f"  {mig_sm_cell(state.instance)[0]:>3} SMs", "dim")
         line.add(f"  {mig_processes_cell(gpu, state)[0]:>3} procs", "dim")
+        if activity:
+            for label, name in (("SM", "sm_active_percent"), ("TNS", "tensor_active_percent")):
+                text, category = mig_activity_cell(state.usage, name)
+                line.add(f"  {label} ", "dim").add(f"{text:>4}", _style(category))
         lines.append(line.add("  " + mig_uuid_cell(state.instance)[0], "dim"))
     return lines
 

@@ -21,9 +21,16 @@ a line with its fix, and its last Xid events (time, number, meaning). A process
 flagged idle-held or suspected-hang says so in a Flags column, present only
 when some process has a flag.
 
+The real work: SM Act, Tensor and DRAM columns (GPM, Hopper and newer) follow
+Util. Where they are N/A a note under the table says why, once per reason
+("GPUs 0, 1: SM, tensor and DRAM activity N/A: GPM needs Hopper or newer"), and
+a GPU busy with little work (high utilisation, few SMs active) gets a line in
+words: a pipe carries no colour.
+
 MIG: as nvidia-smi does, the MIG instances get a table of their own right
 after the GPUs, grouped by GPU in GPU order: each instance's ``GPU/GI/CI``
-label, profile, memory used/total, SMs, processes and UUID. Notes under it say
+label, profile, memory used/total, SMs, processes, its own SM, tensor and DRAM
+activity (where some instance reports it, or why not) and UUID. Notes under it say
 once that the driver reports no utilisation under MIG (the Util column's N/A)
 and which GPUs change MIG mode at their next reset. The process table gets a
 MIG column (``1/2/0``) while some GPU has instances. Without MIG the output is
@@ -42,6 +49,7 @@ from ..health.xid import describe_xid
 from ..model import GpuEvent, GpuProcess, GpuState, MigState, Severity, Snapshot
 from ..textsafe import safe_text
 from .cells import (
+    ACTIVITY_WORDS,
     ALERT,
     BAD,
     DIM,
@@ -53,13 +61,17 @@ from .cells import (
     REMOTE,
     WARN,
     Cell,
+    activity_cell,
+    activity_reason,
     ecc_cell,
     finding_cell,
+    gpu_little_work,
     health_summary_cell,
     host_label,
     lost_cell,
     memory_cell,
     memory_percent_text,
+    mig_activity_cell,
     mig_hides_utilization,
     mig_memory_cell,
     mig_mode_cell,
@@ -75,6 +87,7 @@ from .cells import (
     process_flags_cell,
     process_instance_cell,
     pstate_cell,
+    sm_active_cell,
     stalled_text,
     temperature_cell,
     throttle_cell,
@@ -83,9 +96,11 @@ from .cells import (
 from .units import NA
 
 __all__ = [
+    "ACTIVITY_COLUMNS",
     "GPU_COLUMNS",
     "MIG_COLUMNS",
     "PROCESS_COLUMNS",
+    "activity_notes",
     "gpu_row",
     "health_cell",
     "health_lines",
@@ -175,6 +190,9 @@ class _Table:
         return "  ".join(parts).rstrip()
 
 
+ACTIVITY_COLUMNS: tuple[tuple[str, str], ...] = (("SM Act", ">"), ("Tensor", ">"), ("DRAM", ">"))
+"""The real work, from GPM (Hopper and newer): SM active, tensor pipes active, DRAM bandwidth used, in %."""
+
 GPU_COLUMNS: tuple[tuple[str, str], ...] = (
     ("GPU", ">"),
     ("Name", "<"),
@@ -182,6 +200,7 @@ GPU_COLUMNS: tuple[tuple[str, str], ...] = (
     ("Temp", ">"),
     ("Fan", ">"),
     ("Util", ">"),
+    *ACTIVITY_COLUMNS,
     ("Memory", ">"),
     ("Power", ">"),
     ("P", "<"),
@@ -232,6 +251,9 @@ def gpu_row(gpu: GpuState) -> list[Cell]:
         temperature_cell(gpu),
         percent_cell(sample.fan_percent),
         percent_cell(sample.utilization_gpu_percent),
+        sm_active_cell(sample),
+        activity_cell(sample.tensor_active_percent),
+        activity_cell(sample.dram_active_percent),
         (memory if percent is None else f"{memory} ({percent})", category),
         power_cell(sample),
         pstate_cell(sample),
@@ -254,32 +276,52 @@ MIG_COLUMNS: tuple[tuple[str, str], ...] = (
     ("Memory", ">"),
     ("SMs", ">"),
     ("Procs", ">"),
+    *ACTIVITY_COLUMNS,
     ("UUID", "<"),
 )
+"""The MIG table's columns; the activity ones only where some instance says something of its activity
+(:func:`_mig_activity_known`)."""
+_MIG_ACTIVITY = ("sm_active_percent", "tensor_active_percent", "dram_active_percent")
 
 
-def mig_row(gpu: GpuState, state: MigState) -> list[Cell]:
-    """The cells of one MIG instance (the order of :data:`MIG_COLUMNS`): the words the TUI's instance lines show."""
+def mig_row(gpu: GpuState, state: MigState, *, activity: bool = True) -> list[Cell]:
+    """The cells of one MIG instance (the order of :data:`MIG_COLUMNS`, without the activity columns unless
+    ``activity``): the words the TUI's instance lines show."""
     memory, category = mig_memory_cell(state)
     percent = state.memory_used_percent
-    return [
+    cells = [
         (state.label, PLAIN),
         mig_profile_cell(state.instance),
         (memory if percent is None else f"{memory} ({percent:.0f}%)", category),
         mig_sm_cell(state.instance),
         mig_processes_cell(gpu, state),
-        mig_uuid_cell(state.instance),
     ]
+    if activity:
+        cells.extend(mig_activity_cell(state.usage, name) for name in _MIG_ACTIVITY)
+    return [*cells, mig_uuid_cell(state.instance)]
+
+
+def _mig_activity_known(states: Sequence[MigState]) -> bool:
+    """Whether some instance has an activity figure, or a reason for its absence (not supported before Hopper,
+    no permission): the columns say N/A then, and a note why. A source without the fields (a recording made
+    before them) gets no empty columns."""
+    for state in states:
+        usage = state.usage
+        if usage is not None and (usage.sm_active_percent is not None or "sm_active_percent" in usage.unavailable):
+            return True
+    return False
 
 
 def _mig_table(snapshot: Snapshot) -> _Table | None:
     """Every MIG instance, GPU by GPU; None when no GPU has one."""
-    rows = [mig_row(gpu, state) for gpu in snapshot.gpus if not gpu.note for state in gpu.mig]
-    if not rows:
+    pairs = [(gpu, state) for gpu in snapshot.gpus if not gpu.note for state in gpu.mig]
+    if not pairs:
         return None
-    table = _Table(MIG_COLUMNS)
-    for row in rows:
-        table.add(*row)
+    activity = _mig_activity_known([state for _, state in pairs])
+    titles = {title for title, _ in ACTIVITY_COLUMNS}
+    table = _Table([column for column in MIG_COLUMNS if activity or column[0] not in titles])
+    for gpu, state in pairs:
+        table.add(*mig_row(gpu, state, activity=activity))
     return table
 
 
@@ -305,6 +347,37 @@ def mig_notes(snapshot: Snapshot) -> list[Cell]:
             notes.append((f"GPU {gpu.index}: {mode[0]} (MIG {now} until the next GPU reset)", WARN))
         elif gpu.static.mig_mode and not gpu.static.mig_instances:
             notes.append((f"GPU {gpu.index}: MIG on, no instance configured", DIM))
+    return notes
+
+
+def _activity_missing(gpu: GpuState) -> bool:
+    """Whether the GPU's SM, tensor and DRAM columns are all N/A (its reason is then said once, below)."""
+    sample = gpu.sample
+    return all(v is None for v in (sample.sm_active_percent, sample.tensor_active_percent, sample.dram_active_percent))
+
+
+def activity_notes(snapshot: Snapshot) -> list[Cell]:
+    """What the SM Act, Tensor and DRAM columns cannot say: why they are N/A, once per reason
+    (``GPUs 0, 1: SM, tensor and DRAM activity N/A: GPM needs Hopper or newer``), and each GPU
+    that is busy with little work (a stuck collective, a starved input pipeline), in words,
+    for a pipe where the warning colour does not reach."""
+    gpus = [gpu for gpu in snapshot.gpus if not gpu.note and not gpu.lost]
+    by_reason: dict[str, list[int]] = {}
+    for gpu in gpus:
+        if _activity_missing(gpu):
+            by_reason.setdefault(activity_reason(gpu.sample.why("sm_active_percent")), []).append(gpu.index)
+    notes: list[Cell] = [
+        (f"{_gpu_list(indices)}: SM, tensor and DRAM activity {NA}: {reason}", DIM)
+        for reason, indices in by_reason.items()
+    ]
+    for gpu in gpus:
+        if gpu_little_work(gpu.sample):
+            sample = gpu.sample
+            busy = sample.utilization_gpu_percent
+            busy_text = f"{busy}% utilisation" if busy is not None else f"{sample.graphics_active_percent:.0f}% busy"
+            notes.append(
+                (f"GPU {gpu.index}: {ACTIVITY_WORDS}: {busy_text}, {sample.sm_active_percent:.0f}% SM active", WARN)
+            )
     return notes
 
 
@@ -411,6 +484,7 @@ def render_snapshot(snapshot: Snapshot, out: IO[str], *, color: bool, gpu_count:
         lines.append("No NVIDIA GPU found." if gpu_count == 0 else "No GPUs selected.")
     else:
         lines.extend(_gpu_table(snapshot).render(color, max_width))
+        lines.extend(_styled(text, style, color) for text, style in activity_notes(snapshot))
         mig = _mig_table(snapshot)
         if mig is not None:
             lines.append("")

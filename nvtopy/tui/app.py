@@ -350,7 +350,9 @@ class NvtopyApp(App[None]):
         extra = [mig_rows(g) for g in gpus]
         tall = [panel_extra_rows(g) for g in gpus]
         size = self.size
-        plan = plan_layout(len(gpus), size.width, size.height, self.layout_mode, links=links, extra=extra, panel_extra=tall)
+        plan = plan_layout(
+            len(gpus), size.width, size.height, self.layout_mode, links=links, extra=extra, panel_extra=tall
+        )
         if gpu_view.styles.height is None or gpu_view.styles.height.value != plan.lines:
             gpu_view.styles.height = plan.lines
         gpu_view.show(gpus, plan)

@@ -197,6 +197,11 @@ SCENES: dict[str, Scene] = {
             keys=("h",),
         ),
         Scene(
+            "realwork",
+            "The real-work meter: GPU 2 at 100 % utilisation with 3 % of its SMs active (a stuck collective)",
+            faults=("stuck@2",),
+        ),
+        Scene(
             "mig",
             "MIG: a GPU without it, GPUs with 3 and 7 instances, one switching MIG on at its next reset",
             faults=("mig=3@1", "mig=7@2", "mig=pending@3"),
