@@ -136,7 +136,9 @@ def test_the_log_writes_the_figures(fake_lib, workers):
     assert result.returncode == 0, result.stderr
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
     assert len(rows) == 4
-    for row in rows:
+    for row in rows[:2]:  # the first poll: GPM has one sample, no interval yet (a logger never waits)
+        assert all(row[name] == "" or 0.0 <= float(row[name]) <= 100.0 for name in REAL_WORK), row
+    for row in rows[2:]:
         for name in REAL_WORK:
             assert 0.0 <= float(row[name]) <= 100.0, row
 

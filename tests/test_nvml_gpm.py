@@ -51,12 +51,24 @@ def calls(fake: FakeNvml) -> dict[str, int]:
     return {name: fake.calls[name] for name in GPM_CALLS if fake.calls[name]}
 
 
-def test_the_first_read_waits_once_and_gives_every_figure(make_backend):
+def one_shot(make_backend, fake):
+    """A backend whose readings wait for a measurable pair (``nvtopy --once``), its GPUs' first samples taken."""
+    backend = make_backend(fake)
+    backend.one_shot = True
+    for index in range(len(fake.gpus)):
+        backend.read_static(index)
+    return backend
+
+
+def test_a_one_shot_reading_waits_once_and_gives_every_figure(make_backend):
     fake = machine()
     backend = make_backend(fake)
+    backend.one_shot = True
+    backend.read_static(1)  # the first sample, with the static fields
     started = time.monotonic()
     reading = backend.read_sample(1, ["gpm"])
-    assert time.monotonic() - started >= FIRST_PAIR_S, "two samples more than 100 ms apart"
+    waited = time.monotonic() - started
+    assert 0.05 < waited < 0.5, "the rest of the 120 ms between the two samples"
     values = reading.values
     assert not reading.unavailable
     assert (values["graphics_active_percent"], values["sm_active_percent"], values["tensor_active_percent"]) == (
@@ -76,21 +88,36 @@ def test_the_first_read_waits_once_and_gives_every_figure(make_backend):
     }
 
 
-def test_each_later_poll_is_one_sample_and_one_measurement_without_waiting(make_backend):
+def test_a_monitor_never_waits_the_first_poll_says_not_available(make_backend):
     fake = machine()
     backend = make_backend(fake)
+    backend.read_static(1)
+    started = time.monotonic()
+    reading = backend.read_sample(1, ["gpm"])
+    assert time.monotonic() - started < 0.05, "a poll never sleeps: it would count against the GPU's deadline"
+    assert reading.unavailable == dict.fromkeys(GPM_FIELDS, Reason.NOT_AVAILABLE)
+    assert fake.calls["nvmlGpmSampleGet"] == 1, "too soon for a pair: the first sample is kept, none taken"
+    time.sleep(FIRST_PAIR_S)
+    assert backend.read_sample(1, ["gpm"]).values["sm_active_percent"] == 52.5
+
+
+def test_each_later_poll_is_one_sample_and_one_measurement_without_waiting(make_backend):
+    fake = machine()
+    backend = one_shot(make_backend, fake)
     backend.read_sample(1, ["gpm"])
+    backend.one_shot = False
     before = calls(fake)
     started = time.monotonic()
     for _ in range(5):
         fake.gpus[1].gpm_metrics[2] = 10.0
+        time.sleep(FIRST_PAIR_S)
         assert backend.read_sample(1, ["gpm"]).values["sm_active_percent"] == 10.0
-    assert time.monotonic() - started < FIRST_PAIR_S
+    assert time.monotonic() - started < 6 * FIRST_PAIR_S + 0.2
     after = calls(fake)
     assert after["nvmlGpmSampleGet"] - before["nvmlGpmSampleGet"] == 5
     assert after["nvmlGpmMetricsGet"] - before["nvmlGpmMetricsGet"] == 5
     assert after["nvmlGpmSampleAlloc"] == before["nvmlGpmSampleAlloc"] == 2, "the two buffers are reused"
-    assert after["nvmlGpmQueryDeviceSupport"] == 1, "support is asked once"
+    assert fake.gpu_count("nvmlGpmQueryDeviceSupport", 1) == 1, "support is asked once"
 
 
 def test_a_gpu_without_gpm_is_na_and_never_asked_again(make_backend):
@@ -115,7 +142,7 @@ def test_a_driver_without_gpm_calls_is_na_and_never_asked_again(make_backend):
 
 def test_one_failing_metric_leaves_the_others(make_backend):
     fake = machine(gpm_codes={5: pynvml.NVML_ERROR_NO_PERMISSION, 10: pynvml.NVML_ERROR_UNKNOWN})
-    reading = make_backend(fake).read_sample(1, ["gpm"])
+    reading = one_shot(make_backend, fake).read_sample(1, ["gpm"])
     assert reading.unavailable == {
         "tensor_active_percent": Reason.NO_PERMISSION,
         "dram_active_percent": Reason.UNKNOWN,
@@ -127,13 +154,14 @@ def test_no_permission_to_sample_is_said_and_asked_again(make_backend):
     fake = machine()
     fake.fail("nvmlGpmSampleGet", pynvml.NVMLError_NoPermission, gpu=1, times=1)
     backend = make_backend(fake)
+    backend.one_shot = True
     assert backend.read_sample(1, ["gpm"]).unavailable["sm_active_percent"] is Reason.NO_PERMISSION
     assert backend.read_sample(1, ["gpm"]).values["sm_active_percent"] == 52.5, "a refusal is not remembered"
 
 
 def test_a_lost_gpu_while_sampling_is_lost(make_backend):
     fake = machine()
-    backend = make_backend(fake)
+    backend = one_shot(make_backend, fake)
     backend.read_sample(1, ["gpm"])
     fake.gpus[1].lost = True
     reading = backend.read_sample(1, ["gpm", "temperature"])
@@ -144,7 +172,7 @@ def test_values_past_100_percent_are_kept_at_100(make_backend):
     fake = machine()
     fake.gpus[1].gpm_metrics[2] = 100.4
     fake.gpus[1].gpm_metrics[5] = -0.1
-    values = make_backend(fake).read_sample(1, ["gpm"]).values
+    values = one_shot(make_backend, fake).read_sample(1, ["gpm"]).values
     assert values["sm_active_percent"] == 100.0 and values["tensor_active_percent"] == 0.0
 
 
@@ -154,16 +182,16 @@ def test_mig_instances_get_their_own_figures(make_backend):
         mig_slots=[FakeMig("MIG-aaaa", "3g.40gb", 1, 0), FakeMig("MIG-bbbb", "3g.40gb", 2, 0)],
         gpm_mig={1: {1: 80.0, 2: 60.0, 3: 30.0, 5: 40.0, 10: 20.0}, 2: {1: 0.0, 2: 0.0, 3: 0.0, 5: 0.0, 10: 0.0}},
     )
-    backend = make_backend(fake)
-    backend.read_static(1)
+    backend = one_shot(make_backend, fake)
     reading = backend.read_sample(1, ["mig", "gpm"])
     first, second = reading.values["mig_usage"]
     assert (first.sm_active_percent, first.tensor_active_percent, first.dram_active_percent) == (60.0, 40.0, 20.0)
     assert second.sm_active_percent == 0.0 and not second.unavailable
     assert reading.values["sm_active_percent"] == 52.5, "the whole GPU keeps its own figures"
-    assert fake.calls["nvmlGpmMigSampleGet"] == 4, "primed with the GPU: two samples per instance on the first poll"
+    assert fake.calls["nvmlGpmMigSampleGet"] == 4, "first samples with the static fields, then one per poll"
+    time.sleep(FIRST_PAIR_S)
     backend.read_sample(1, ["mig", "gpm"])
-    assert fake.calls["nvmlGpmMigSampleGet"] == 6, "then one per instance per poll"
+    assert fake.calls["nvmlGpmMigSampleGet"] == 6, "one per instance per poll"
 
 
 def test_mig_instances_on_a_board_without_gpm_say_why(make_backend):
@@ -181,7 +209,7 @@ def test_mig_instances_on_a_board_without_gpm_say_why(make_backend):
 
 def test_close_frees_the_sample_buffers(make_backend):
     fake = machine()
-    backend = make_backend(fake)
+    backend = one_shot(make_backend, fake)
     backend.read_sample(1, ["gpm"])
     assert len(fake.gpm_samples) == 2
     backend.close()
@@ -191,8 +219,9 @@ def test_close_frees_the_sample_buffers(make_backend):
 @pytest.mark.parametrize("groups", [["gpm"], ["gpm", "memory", "temperature"]])
 def test_gpm_costs_one_sample_and_one_measurement_per_poll(make_backend, groups):
     fake = machine()
-    backend = make_backend(fake)
+    backend = one_shot(make_backend, fake)
     backend.read_sample(1, groups)
+    time.sleep(FIRST_PAIR_S)
     before = sum(fake.gpu_calls[(name, 1)] for name, _ in list(fake.gpu_calls) if name.startswith("nvmlGpm"))
     backend.read_sample(1, groups)
     after = sum(fake.gpu_calls[(name, 1)] for name, _ in list(fake.gpu_calls) if name.startswith("nvmlGpm"))

@@ -100,6 +100,9 @@ class Backend(abc.ABC):
     """Reads GPUs. Implementations: :class:`NvmlBackend`, :class:`SimulatedBackend`."""
 
     kind: str = "abstract"
+    one_shot: bool = False
+    """A single reading follows (``nvtopy --once``, ``nvtopy.snapshot()``): a measurement over an
+    interval (GPM) waits for it once rather than say N/A; a monitor or logger never waits."""
 
     @abc.abstractmethod
     def host_info(self) -> HostInfo:

@@ -478,6 +478,8 @@ class NvmlBackend(NvmlHealthReaders, NvmlGpmReaders, Backend):
         for name in list(reasons):
             if name in values:
                 del reasons[name]
+        if "uuid" in values and reasons.get("name") is not Reason.LOST:
+            self._gpm_first(gpu)  # GPM measures between two samples: the first one now
         return GpuStatic(index=index, mig_instances=tuple(instances), unavailable=freeze(reasons), **values)
 
     def _mig_instances(self, gpu: _Gpu) -> list[MigInstance]:

@@ -7,9 +7,13 @@ spare buffer and asks ``nvmlGpmMetricsGet`` for the pair (the previous sample,
 this one); the two then swap, and this sample is the next pair's first. A MIG
 instance has its own pair (``nvmlGpmMigSampleGet``).
 
-The first poll has no previous sample. It takes one, waits :data:`FIRST_PAIR_S`
-and takes the second, so that a one-shot ``nvtopy --once`` shows figures too
-(NVML's guidance is samples more than 100 ms apart); later polls never wait.
+The first sample is taken with the GPU's static fields, so that the first poll
+can measure. NVML wants the two samples of a pair more than 100 ms apart
+(:data:`FIRST_PAIR_S`): a poll that comes sooner says N/A ("not available")
+and keeps its previous sample -- a monitor or logger never waits (a slow read
+would count against the GPU's deadline). A one-shot reading (``nvtopy --once``,
+``nvtopy.snapshot()``: the backend's ``one_shot``) waits out the rest instead,
+once, so that it shows figures too.
 
 Support is asked once per GPU (``nvmlGpmQueryDeviceSupport``): a board that
 says no, a driver that lacks the calls (FunctionNotFound), or NotSupported from
@@ -67,11 +71,12 @@ class _GpuLike(Protocol):
 class _Pair:
     """One stream of GPM samples (a GPU's, or a GPU instance's): the previous sample and a spare buffer."""
 
-    __slots__ = ("previous", "spare")
+    __slots__ = ("previous", "spare", "taken_at")
 
     def __init__(self) -> None:
         self.previous: Any = None  # filled: the next pair's first sample
         self.spare: Any = None
+        self.taken_at = 0.0  # monotonic time ``previous`` was taken
 
 
 class GpmState:
@@ -102,6 +107,7 @@ class NvmlGpmReaders:
     _reason: Callable[[BaseException], Reason]
     _failed: Callable[..., Reason]
     _count: Callable[[str], None]
+    one_shot: bool  # a single reading follows: wait for a measurable pair rather than say N/A
 
     # ----------------------------------------------------------------- support
 
@@ -130,27 +136,39 @@ class NvmlGpmReaders:
     def _read_gpm(self, gpu: _GpuLike, reading: Reading) -> None:
         """The interval's GPM figures of ``gpu``: one sample taken, the pair (previous, this) measured."""
         reason = self._gpm_reason(gpu)
-        if reason is None and gpu.gpm.gpu.previous is None:
-            reason = self._gpm_prime(gpu)
         if reason is None:
-            metrics = self._gpm_step(gpu, gpu.gpm.gpu, None)
+            metrics = self._gpm_measure(gpu, gpu.gpm.gpu, None)
             if isinstance(metrics, dict):
                 self._gpm_store(reading.values, reading.unavailable, metrics, GPM_FIELDS)
                 return
-            reason = metrics or Reason.NOT_AVAILABLE  # None: a first sample, figures from the next poll on
+            reason = metrics
         for name in GPM_FIELDS:
             reading.unavailable[name] = reason
 
-    def _gpm_prime(self, gpu: _GpuLike) -> Reason | None:
-        """The first poll: first samples of the GPU and its instances, then one wait, so the pairs mean something."""
-        state = gpu.gpm
-        first = self._gpm_step(gpu, state.gpu, None)
-        if isinstance(first, Reason):
-            return first
+    def _gpm_first(self, gpu: _GpuLike) -> None:
+        """The first samples of a GPU and its MIG instances, taken with its static fields (see the module doc)."""
+        try:
+            if self._gpm_reason(gpu) is not None:
+                return
+        except Exception:  # noqa: BLE001 - a lost GPU: its next read says so
+            return
+        self._gpm_step(gpu, gpu.gpm.gpu, None)
         for gi in self._gpu_instance_ids(gpu):
-            self._gpm_step(gpu, state.instances.setdefault(gi, _Pair()), gi)  # a failure shows on that instance
-        time.sleep(FIRST_PAIR_S)
-        return None
+            self._gpm_step(gpu, gpu.gpm.instances.setdefault(gi, _Pair()), gi)
+
+    def _gpm_measure(self, gpu: _GpuLike, pair: _Pair, gi: int | None) -> dict[int, tuple[int, float]] | Reason:
+        """The metrics of ``pair``'s interval up to now, or why there are none this poll."""
+        if pair.previous is None:
+            first = self._gpm_step(gpu, pair, gi)
+            if first is not None:
+                return first
+        age = time.monotonic() - pair.taken_at
+        if age < FIRST_PAIR_S:
+            if not self.one_shot:
+                return Reason.NOT_AVAILABLE  # too soon for a pair: the previous sample is kept for the next poll
+            time.sleep(FIRST_PAIR_S - age)
+        metrics = self._gpm_step(gpu, pair, gi)
+        return Reason.NOT_AVAILABLE if metrics is None else metrics
 
     def _gpm_step(self, gpu: _GpuLike, pair: _Pair, gi: int | None) -> dict[int, tuple[int, float]] | Reason | None:
         """Take one sample into ``pair``; the pair's metrics ({id: (return code, value)}), a Reason, or None (first).
@@ -176,10 +194,12 @@ class NvmlGpmReaders:
             return reason
         if pair.previous is None:
             pair.previous, pair.spare = pair.spare, None
+            pair.taken_at = time.monotonic()
             return None
         request = self._gpm_request(gpu)
         request.sample1, request.sample2 = pair.previous, pair.spare
         pair.previous, pair.spare = pair.spare, pair.previous  # this sample starts the next pair
+        pair.taken_at = time.monotonic()
         self._count("nvmlGpmMetricsGet")
         try:
             nvml.nvmlGpmMetricsGet(request)
@@ -247,10 +267,8 @@ class NvmlGpmReaders:
             reason = Reason.NOT_SUPPORTED
         if reason is None:
             pair = gpu.gpm.instances.setdefault(gi, _Pair())  # type: ignore[arg-type]
-            metrics = self._gpm_step(gpu, pair, gi)
-            if metrics is None:
-                reason = Reason.NOT_AVAILABLE  # its first sample: figures from the next poll on
-            elif isinstance(metrics, Reason):
+            metrics = self._gpm_measure(gpu, pair, gi)
+            if isinstance(metrics, Reason):
                 reason = metrics
             else:
                 self._gpm_store(values, reasons, metrics, MIG_GPM_FIELDS)
