@@ -152,7 +152,7 @@ def test_track_report_has_mean_sm_and_tensor_active(frozen) -> None:
     assert data["sm_active_mean_percent"] == gpu.sm_active_mean_percent
     assert data["tensor_active_mean_percent"] == gpu.tensor_active_mean_percent
     work = f"SM {sample.sm_active_percent:.0f}% tensor {sample.tensor_active_percent:.0f}%"
-    assert f"util {sample.utilization_gpu_percent}%, {work}; this process" in report.format()
+    assert f"util {sample.utilization_gpu_percent}%, {work}, energy 0 J; this process" in report.format()
 
 
 def test_track_without_gpm_is_none_and_its_line_unchanged(frozen) -> None:
@@ -164,7 +164,7 @@ def test_track_without_gpm_is_none_and_its_line_unchanged(frozen) -> None:
     assert data["sm_active_mean_percent"] is None and data["tensor_active_mean_percent"] is None
     text = report.format()
     assert "SM " not in text and "tensor" not in text
-    assert f"util {gpu.utilization_mean_percent:.0f}%; this process" in text, "as before GPM"
+    assert f"util {gpu.utilization_mean_percent:.0f}%, energy 0 J; this process" in text, "as before GPM (energy: frozen clock)"
 
 
 def test_track_on_a_mig_device_reports_the_instance(frozen) -> None:

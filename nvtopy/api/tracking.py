@@ -35,6 +35,7 @@ import dataclasses
 import functools
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -53,6 +54,7 @@ __all__ = ["GpuUsage", "TorchUsage", "TrackReport", "track"]
 log = logging.getLogger("nvtopy.track")
 F = TypeVar("F", bound=Callable[..., Any])
 _GROUPS = frozenset({"memory", "utilization", "gpm"})  # "gpm": SM and tensor activity (Hopper and newer)
+_ENDS = frozenset({"energy"})  # read at the start and the end only: the energy counter is a running total
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +95,9 @@ class GpuUsage:
     # None: not measured (before Hopper, not permitted), never 0.
     sm_active_mean_percent: float | None = None
     tensor_active_mean_percent: float | None = None
+    # Energy the GPU used during the call, from NVML's total-energy counter (Volta and newer); the whole
+    # GPU's, also on a MIG slice (the slices share it). None: no counter, or it went back (driver reload).
+    energy_joules: float | None = None
 
     @property
     def label(self) -> str:
@@ -134,6 +139,8 @@ class TrackReport:
             work = activity_text(gpu.sm_active_mean_percent, gpu.tensor_active_mean_percent)
             if work is not None:
                 line += f", {work}"
+            if gpu.energy_joules is not None:
+                line += f", energy {_fmt_energy(gpu.energy_joules)}" + (" (whole GPU)" if gpu.mig_label else "")
             if gpu.process_memory_peak_bytes is not None:
                 line += (
                     f"; this process {fmt_bytes(gpu.process_memory_start_bytes)}"
@@ -148,6 +155,25 @@ class TrackReport:
                 )
             lines.append(line)
         return "\n".join(lines)
+
+
+def _fmt_energy(joules: float) -> str:
+    """``812 J``, ``45.3 kJ``, ``2.41 kWh``: what a call used, in the unit that reads best."""
+    if joules < 10_000:
+        return f"{joules:.0f} J"
+    if joules < 3_600_000:
+        return f"{joules / 1000:.1f} kJ"
+    return f"{joules / 3_600_000:.2f} kWh"
+
+
+def _energy(before: GpuState | None, after: GpuState) -> float | None:
+    """Joules between two readings of the total-energy counter (mJ); None without one, or if it went back."""
+    if before is None:
+        return None
+    start, end = before.sample.energy_mj, after.sample.energy_mj
+    if start is None or end is None or end < start:
+        return None
+    return (end - start) / 1000.0
 
 
 def _max(*values: int | None) -> int | None:
@@ -313,7 +339,7 @@ class track:  # noqa: N801 - used like a function: ``with nvtopy.track(...)`` / 
             ordinals = dict(job.torch_ordinals)
         indices = list(dict.fromkeys(index for index, _ in targets))
         self._accumulator = _Accumulator(targets, ordinals, self.interval)
-        start = self._read(indices, ordinals, self._accumulator.groups)
+        start = self._read(indices, ordinals, self._accumulator.groups | _ENDS)
         self._start = {"indices": indices, "ordinals": ordinals, "reading": start, "wall": time.time()}
         self._t0 = time.perf_counter()
         watch(self._accumulator)
@@ -323,7 +349,7 @@ class track:  # noqa: N801 - used like a function: ``with nvtopy.track(...)`` / 
         elapsed = time.perf_counter() - self._t0
         unwatch(self._accumulator)
         try:
-            end = self._read(self._start["indices"], self._start["ordinals"], self._accumulator.groups)
+            end = self._read(self._start["indices"], self._start["ordinals"], self._accumulator.groups | _ENDS)
             self.report = self._build(elapsed, end, None if exc_type is None else exc_type.__name__)
             self._emit(self.report)
         except Exception:  # measuring must never break the measured code
@@ -413,6 +439,7 @@ class track:  # noqa: N801 - used like a function: ``with nvtopy.track(...)`` / 
                     mig_profile=None if mig is None else mig.instance.profile,
                     sm_active_mean_percent=sm_active,
                     tensor_active_mean_percent=tensor_active,
+                    energy_joules=_energy(before, gpu),
                 )
             )
         return TrackReport(
@@ -444,10 +471,18 @@ class track:  # noqa: N801 - used like a function: ``with nvtopy.track(...)`` / 
         )
 
     def _emit(self, report: TrackReport) -> None:
+        """To the callback; else to the logger; else, when no logging is set up at all, to stderr.
+
+        Why stderr: Python drops INFO records when nothing configured logging, so a
+        decorated function would report nothing visible -- the hand-written timing
+        decorators nvtopy replaces printed, and so does this then.
+        """
         if self.callback is not None:
             self.callback(report)
-        else:
+        elif self.logger.isEnabledFor(self.level) and self.logger.hasHandlers():
             self.logger.log(self.level, "%s", report.format())
+        elif not self.logger.hasHandlers():
+            print(report.format(), file=sys.stderr, flush=True)
 
 
 def _targets(gpus: Sequence[int | str]) -> list[Target]:
