@@ -483,6 +483,8 @@ class HostProcess(_Repr):
     owner: ProcessOwner | None = None  # read once per process (nvtopy.backends.owners); None: unknown
     ns_pid: int | None = None  # its pid inside its own PID namespace, when that differs
     cuda_visible_devices: str | None = None  # from its environment, where readable
+    ppid: int | None = None  # its parent's pid (None: unknown)
+    parents: tuple[ProcessRelative, ...] = ()  # its ancestors, nearest first, up to (not including) pid 1
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -519,6 +521,8 @@ class GpuProcess(_Repr):
     idle_seconds: float | None = None  # how long it has held memory at ~0 % SM; None: not idle (or unknown)
     gpu_instance_id: int | None = None  # the MIG instance it runs on (None: MIG off, or not named)
     compute_instance_id: int | None = None
+    ppid: int | None = None  # its parent's pid (None: unknown); the tree view hangs it under its parent
+    parents: tuple[ProcessRelative, ...] = ()  # its ancestors, nearest first, up to (not including) pid 1
 
     @property
     def instance_label(self) -> str | None:
@@ -671,6 +675,9 @@ class GpuState(_Repr):
     # A sentence about the process list, shown beside it (values stay): e.g. memory in use and no process visible.
     processes_hint: str | None = None
     health: GpuHealth = OK_HEALTH
+    # The GPU's long history for the charts (a nvtopy.sources.timeline.Timeline, or None): shared by every
+    # snapshot of its source, not copied; thread-safe, and read as of the snapshot's time. Not compared.
+    timeline: Any = field(default=None, compare=False)
 
     @property
     def index(self) -> int:
@@ -854,3 +861,45 @@ __all__ += [
     "Severity",
     "mig_profile",
 ]
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class ProcessRelative(_Repr):
+    """A parent or a child of a process, as the host names it: pid, name (``comm``), user. Outside text."""
+
+    pid: int
+    name: str | None = None
+    user: str | None = None
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class ProcessDetails(_Repr):
+    """What the process screen shows beyond the snapshot, read on demand by the backend (one process).
+
+    Read only for a process of this PID namespace, and only while ``pid`` is still the
+    process started at ``create_time``. A ``None`` field could not be read (``unavailable``
+    says why: no permission for another user's cwd, executable or environment). Every
+    string is outside text, kept as read: views escape it where they write it.
+    """
+
+    pid: int
+    create_time: float | None = None
+    cmdline: tuple[str, ...] | None = None  # the full argv
+    exe: str | None = None
+    cwd: str | None = None
+    user: str | None = None
+    uid: int | None = None
+    status: str | None = None
+    threads: int | None = None
+    parents: tuple[ProcessRelative, ...] = ()  # nearest first, up to pid 1 (included)
+    children: tuple[ProcessRelative, ...] = ()  # direct children (at most CHILDREN_SHOWN), by pid
+    children_count: int = 0  # all of them, when more than listed
+    cuda_visible_devices: str | None = None  # as its environment says now
+    environ_readable: bool = False  # False: unreadable (another user's process), so "unset" is not known
+    unavailable: Reasons = field(default_factory=lambda: EMPTY_REASONS)
+
+
+CHILDREN_SHOWN = 64
+"""Children a :class:`ProcessDetails` lists by name (a fork bomb or a big pool is counted, not listed)."""
+
+__all__ += ["CHILDREN_SHOWN", "ProcessDetails", "ProcessRelative"]

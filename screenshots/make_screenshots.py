@@ -17,7 +17,8 @@ time.tzset()
 
 from nvtopy.tui.scenes import SCENES, build  # noqa: E402
 
-SIZES = {"compact": (120, 40), "help": (120, 44), "mig": (120, 54)}  # mig: tall enough for full panels
+# mig: tall enough for full panels; charts: the history charts as a 200x50 terminal has room for them
+SIZES = {"compact": (120, 40), "help": (120, 44), "mig": (120, 54), "charts": (200, 50), "charts-gpu": (200, 50)}
 
 
 async def shoot(name: str, out: Path) -> Path:

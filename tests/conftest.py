@@ -34,6 +34,20 @@ without_nvml_driver = pytest.mark.skipif(_has_nvml(), reason="this machine has a
 FROZEN_TIME = 1_795_000_000.0  # a fixed Unix time: simulated values depend only on it
 
 
+@pytest.fixture(autouse=True)
+def isolated_preferences(tmp_path_factory, monkeypatch):
+    """No test sees the developer's own preferences: an empty XDG config directory of its own (so no
+    ~/.config/nvtopy/config.toml, and the column chooser writes there), no $NVTOPY_CONFIG, no NO_COLOR; and
+    the default cell palette again after the test (a colour-blind theme switches it for the process)."""
+    from nvtopy.render.cells import use_palette
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))
+    monkeypatch.delenv("NVTOPY_CONFIG", raising=False)
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    yield
+    use_palette("default")
+
+
 class ManualClock:
     """A clock tests advance by hand."""
 

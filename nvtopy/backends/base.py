@@ -20,7 +20,7 @@ import time
 from collections.abc import Collection
 from typing import Any, NamedTuple
 
-from ..model import GpuEvent, GpuStatic, HostInfo, HostProcess, RawGpuProcess, Reason
+from ..model import GpuEvent, GpuStatic, HostInfo, HostProcess, ProcessDetails, RawGpuProcess, Reason
 
 __all__ = ["Backend", "EventStream", "NoEvents", "ProcessReading", "Reading", "SignalOutcome", "driver_in_words"]
 
@@ -135,6 +135,16 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def send_signal(self, pid: int, create_time: float | None, signum: int) -> SignalOutcome:
         """Signal ``pid`` only if it is still the process created at ``create_time``."""
+
+    def process_details(self, pid: int, create_time: float | None) -> ProcessDetails | None:
+        """What the process screen shows beyond the snapshot (cwd, argv, parents, children, ...), read now.
+
+        None when ``pid`` is no longer the process started at ``create_time``, belongs to
+        another PID namespace, or this backend cannot tell (here: always). Never raises
+        for a process that vanished or is not readable; unreadable fields are None.
+        Called on the thread that owns the backend (the poller's), on demand.
+        """
+        return None
 
     def now(self) -> float:
         """The Unix time of this backend's readings (simulated time for the simulation)."""

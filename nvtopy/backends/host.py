@@ -22,10 +22,10 @@ from typing import Any
 
 import psutil
 
-from ..model import HostProcess, Reason, freeze
+from ..model import CHILDREN_SHOWN, HostProcess, ProcessDetails, ProcessRelative, Reason, freeze
 from .owners import OwnerResolver, ResolvedOwner
 
-__all__ = ["PsutilInspector", "in_foreign_pid_namespace", "username_for_uid"]
+__all__ = ["PsutilInspector", "in_foreign_pid_namespace", "read_process_details", "username_for_uid"]
 
 _USERNAMES: dict[int, str] = {}
 
@@ -72,6 +72,9 @@ class _Entry:
         "last_wall",
         "name",
         "owned",
+        "parents",
+        "parents_at",
+        "ppid",
         "process",
         "reasons",
         "retry_command",
@@ -102,10 +105,22 @@ class _Entry:
         # its arguments (a pid seen as it starts): read the command again instead of caching that.
         self.retry_command = False
         self.owned: ResolvedOwner | None = None  # owner, NSpid, CUDA_VISIBLE_DEVICES: read once, when opened
+        self.ppid: int | None = None  # the parent pid at the last reading
+        self.parents: tuple[ProcessRelative, ...] = ()  # the ancestors read for that parent
+        self.parents_at: float | None = None  # when (an ancestor may be re-parented: read again after a while)
 
 
 # How long after its start a process with an empty argv is read again (kernel threads keep theirs empty).
 _EXEC_WINDOW_S = 10.0
+# A process's ancestors are read when it is first seen and when its parent changes; an ancestor can be
+# re-parented too (its own parent exited): they are read again after this long.
+_PARENTS_TTL_S = 10.0
+# The longest ancestor chain read (a loop of reused pids, or an absurdly deep tree, stops here).
+_MAX_DEPTH = 32
+# How close two readings of a process's start time must be to be the same process (clock ticks are 10 ms).
+_SAME_START_S = 1e-3
+
+_Ancestor = tuple[ProcessRelative, int | None] | None  # (the ancestor, its parent) or None: unreadable
 
 
 def _join_cmdline(cmdline: list[str]) -> str:
@@ -160,7 +175,7 @@ class PsutilInspector:
                 except psutil.AccessDenied:
                     reasons["command"] = Reason.NO_PERMISSION
                 try:  # the dynamic facts too, from the same /proc reads: a new pid costs one pass
-                    first = (process.status(), process.cpu_times(), process.memory_info().rss)
+                    first = (process.status(), process.cpu_times(), process.memory_info().rss, process.ppid())
                 except psutil.Error:
                     first = None  # read again (and classified) by the regular path
         except psutil.ZombieProcess:
@@ -210,8 +225,9 @@ class PsutilInspector:
         for pid in list(self._entries):
             if pid not in wanted:
                 del self._entries[pid]
+        ancestors: dict[int, _Ancestor] = {}  # read once per call, shared by the processes of one job
         for pid in wanted:
-            result[pid] = self._inspect_one(pid, now)
+            result[pid] = self._inspect_one(pid, now, ancestors)
         # The entries hold each owner; the resolver's own cache keeps only the live ones (pruned only when it
         # holds more than the entries: nothing to do on a steady refresh).
         if len(self.resolver) > len(self._entries):
@@ -231,7 +247,7 @@ class PsutilInspector:
         if cmdline:
             entry.command, entry.retry_command = _join_cmdline(cmdline), False
 
-    def _inspect_one(self, pid: int, now: float) -> HostProcess | None:
+    def _inspect_one(self, pid: int, now: float, ancestors: dict[int, _Ancestor]) -> HostProcess | None:
         entry = self._entries.get(pid)
         if entry is not None and not entry.process.is_running():
             # Gone, or the pid now belongs to a new process (is_running compares
@@ -250,16 +266,18 @@ class PsutilInspector:
         cpu_percent: float | None = None
         rss: int | None = None
         times = None
+        ppid = entry.ppid
         status = "running"
         try:
             if entry.first is not None:
-                status, times, rss = entry.first
+                status, times, rss, ppid = entry.first
                 entry.first = None
             else:
                 with entry.process.oneshot():
                     status = entry.process.status()
                     times = entry.process.cpu_times()
                     rss = entry.process.memory_info().rss
+                    ppid = entry.process.ppid()  # from the stat line just read: free
         except psutil.ZombieProcess:
             status = psutil.STATUS_ZOMBIE
         except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
@@ -280,6 +298,9 @@ class PsutilInspector:
         for key, value in (("cpu_percent", cpu_percent), ("host_memory_bytes", rss)):
             if value is None:
                 reasons.setdefault(key, Reason.NOT_AVAILABLE)
+        if ppid != entry.ppid or entry.parents_at is None or now - entry.parents_at > _PARENTS_TTL_S:
+            entry.ppid, entry.parents_at = ppid, now
+            entry.parents = _chain(ppid, ancestors)
         owned = entry.owned
         return HostProcess(
             pid=pid,
@@ -295,6 +316,8 @@ class PsutilInspector:
             owner=owned.owner if owned else None,
             ns_pid=owned.ns_pid if owned else None,
             cuda_visible_devices=owned.cuda_visible_devices if owned else None,
+            ppid=entry.ppid,
+            parents=entry.parents,
         )
 
 
@@ -304,3 +327,127 @@ def current_username() -> str | None:
         return username_for_uid(os.getuid())
     except AttributeError:  # non-POSIX
         return None
+
+
+# --------------------------------------------------------------------- parents, children, details
+
+
+def _ancestor(pid: int, memo: dict[int, _Ancestor]) -> _Ancestor:
+    """``pid`` as a relative (name and user) and its own parent; None when it cannot be read."""
+    if pid in memo:
+        return memo[pid]
+    found: _Ancestor = None
+    try:
+        process = psutil.Process(pid)
+        with process.oneshot():
+            name = process.name()
+            parent = process.ppid()
+            try:
+                user: str | None = username_for_uid(process.uids().real)
+            except psutil.AccessDenied:
+                user = None
+        found = (ProcessRelative(pid, name or None, user), parent)
+    except (psutil.Error, OSError):
+        found = None
+    memo[pid] = found
+    return found
+
+
+def _chain(ppid: int | None, memo: dict[int, _Ancestor], *, until: int = 1) -> tuple[ProcessRelative, ...]:
+    """The ancestors from ``ppid`` up, nearest first; stops before pid ``until`` (and at an unreadable one).
+
+    ``until=0``: up to pid 1 included.
+    """
+    chain: list[ProcessRelative] = []
+    seen: set[int] = set()
+    pid = ppid
+    while pid is not None and pid > until and pid not in seen and len(chain) < _MAX_DEPTH:
+        seen.add(pid)
+        found = _ancestor(pid, memo)
+        if found is None:
+            break
+        relative, pid = found
+        chain.append(relative)
+    return tuple(chain)
+
+
+def _children(process: psutil.Process) -> tuple[tuple[ProcessRelative, ...], int]:
+    """Its direct children (the first :data:`CHILDREN_SHOWN`, by pid) and how many there are."""
+    try:
+        found = sorted(process.children(), key=lambda child: child.pid)
+    except (psutil.Error, OSError):
+        return (), 0
+    children: list[ProcessRelative] = []
+    for child in found[:CHILDREN_SHOWN]:
+        name = user = None
+        try:
+            with child.oneshot():
+                name = child.name() or None
+                user = username_for_uid(child.uids().real)
+        except (psutil.Error, OSError):
+            pass
+        children.append(ProcessRelative(child.pid, name, user))
+    return tuple(children), len(found)
+
+
+def read_process_details(pid: int, create_time: float | None) -> ProcessDetails | None:
+    """What the process screen shows of ``pid`` beyond the snapshot; None when it is no longer that process.
+
+    ``create_time``: the start time the snapshot gave; a pid that now belongs to another
+    process (or whose start time cannot be read to check) gives None, never another
+    process's details. Each field that cannot be read (another user's cwd, executable
+    or environment: no permission) is None with its reason. Reads ``/proc`` a dozen
+    times and lists the children (a pass over every pid): on demand, off the UI thread.
+    """
+    if create_time is None or pid <= 0:
+        return None
+    try:
+        process = psutil.Process(pid)
+        started = process.create_time()
+    except (psutil.Error, OSError):
+        return None
+    if abs(started - create_time) > _SAME_START_S:
+        return None
+    reasons: dict[str, Reason] = {}
+
+    def read(name: str, function: Callable[[], Any]) -> Any:
+        try:
+            return function()
+        except psutil.ZombieProcess:
+            reasons[name] = Reason.NOT_AVAILABLE
+        except psutil.AccessDenied:
+            reasons[name] = Reason.NO_PERMISSION
+        except (psutil.Error, OSError):
+            reasons[name] = Reason.NOT_AVAILABLE
+        return None
+
+    with process.oneshot():
+        cmdline = read("cmdline", process.cmdline)
+        status = read("status", process.status)
+        threads = read("threads", process.num_threads)
+        uids = read("user", process.uids)
+        ppid = read("parents", process.ppid)
+    exe = read("exe", process.exe) or None
+    cwd = read("cwd", process.cwd) or None
+    environ = read("cuda_visible_devices", process.environ)
+    if not process.is_running():  # it exited (or the pid was reused) while we read: nothing of it is current
+        return None
+    user = username_for_uid(uids.real) if uids is not None else None
+    children, count = _children(process)
+    return ProcessDetails(
+        pid=pid,
+        create_time=started,
+        cmdline=tuple(cmdline) if cmdline is not None else None,
+        exe=exe,
+        cwd=cwd,
+        user=user,
+        uid=uids.real if uids is not None else None,
+        status=status,
+        threads=threads,
+        parents=_chain(ppid, {}, until=0),
+        children=children,
+        children_count=count,
+        cuda_visible_devices=environ.get("CUDA_VISIBLE_DEVICES") if environ is not None else None,
+        environ_readable=environ is not None,
+        unavailable=freeze(reasons),
+    )

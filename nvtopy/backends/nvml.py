@@ -40,6 +40,7 @@ from ..model import (
     HostProcess,
     MigInstance,
     MigUsage,
+    ProcessDetails,
     ProcessType,
     RawGpuProcess,
     Reason,
@@ -49,7 +50,7 @@ from ..model import (
     mig_profile,
 )
 from .base import Backend, EventStream, NoEvents, ProcessReading, Reading, SignalOutcome
-from .host import PsutilInspector, current_username, in_foreign_pid_namespace
+from .host import PsutilInspector, current_username, in_foreign_pid_namespace, read_process_details
 from .nvml_events import Target, open_xid_events
 from .nvml_gpm import GpmState, NvmlGpmReaders
 from .nvml_health import NvLinkState, NvmlHealthReaders, field_value
@@ -979,6 +980,16 @@ class NvmlBackend(NvmlHealthReaders, NvmlGpmReaders, Backend):
                 False, f"pid {pid} belongs to another PID namespace (container) and is not mapped; nothing sent"
             )
         return send_signal_checked(pid, create_time, signum)
+
+    def process_details(self, pid: int, create_time: float | None) -> ProcessDetails | None:
+        """psutil's view of ``pid`` while it is the process started at ``create_time``.
+
+        A pid of another PID namespace is never looked up here (it would name an unrelated
+        local process), unless it is the local pid of a proven mapping, as for signals.
+        """
+        if self._foreign and (self._mapper is None or self._mapper.local(pid, create_time) is None):
+            return None
+        return read_process_details(pid, create_time)
 
 
 # --------------------------------------------------------------------- helpers

@@ -51,7 +51,9 @@ from ..model import (
     MigInstance,
     MigUsage,
     OwnerKind,
+    ProcessDetails,
     ProcessOwner,
+    ProcessRelative,
     ProcessType,
     RawGpuProcess,
     Reason,
@@ -59,7 +61,7 @@ from ..model import (
     freeze,
 )
 from .base import Backend, EventStream, ProcessReading, Reading, SignalOutcome
-from .host import PsutilInspector, current_username
+from .host import PsutilInspector, current_username, read_process_details
 from .signals import send_signal_checked, signal_name
 from .sim_catalog import (
     DISPLAY_OWNER,
@@ -124,6 +126,7 @@ class _Job:
     ns_pid: int | None = None
     cuda_visible_devices: str | None = None
     fixed_bytes: int | None = None  # GPU memory it holds whatever the others want (idle-held)
+    parents: tuple[ProcessRelative, ...] | None = None  # its ancestors (made when first asked: _parents)
 
     def alive(self, now: float) -> bool:
         return self.start <= now < self.end
@@ -816,6 +819,7 @@ class SimulatedBackend(Backend):
         denied = self.faults.access_denied and job.user != self._viewer
         cpu = max(0.0, job.cpu_percent * job.ramp(now) * (1 + 0.1 * math.sin(now / 4 + job.phase)))
         reasons = {"user": Reason.NO_PERMISSION, "command": Reason.NO_PERMISSION} if denied else {}
+        parents = self._parents(job)
         return HostProcess(
             pid=job.pid,
             user=None if denied else job.user,
@@ -829,6 +833,124 @@ class SimulatedBackend(Backend):
             owner=job.owner,
             ns_pid=job.ns_pid,
             cuda_visible_devices=None if denied else job.cuda_visible_devices,
+            ppid=parents[0].pid if parents else 1,
+            parents=parents,
+        )
+
+    # ----------------------------------------------------------------- parents and details
+
+    def _parents(self, job: _Job) -> tuple[ProcessRelative, ...]:
+        """A simulated process's ancestors (nearest first, pid 1 not included), as its owner would have them.
+
+        A pure function of the seed and the job, made once per job: a container's
+        process runs under its containerd shim (conmon for podman), a Slurm step under
+        slurmstepd, a session's under bash and sshd, a notebook kernel under
+        jupyter-lab, a service's under systemd (none here), a display server under gdm;
+        the ranks of the stuck fault share one torchrun launcher, and every session one
+        sshd daemon. Other ancestors take the pids just below their process's.
+        """
+        if job.parents is not None:
+            return job.parents
+        owner = job.owner
+        user = job.user
+
+        def near(step: int, name: str, who: str | None = user) -> ProcessRelative:
+            return ProcessRelative(job.pid - step, name, who)
+
+        kind = None if owner is None else owner.kind
+        chain: tuple[ProcessRelative, ...]
+        if job.real:
+            chain = ()
+        elif owner is DISPLAY_OWNER:
+            chain = (near(1, "gdm-x-session"), near(2, "gdm-session-wor", "root"))
+        elif kind in (OwnerKind.KUBERNETES, OwnerKind.DOCKER):
+            chain = (near(1, "containerd-shim", "root"),)
+        elif kind is OwnerKind.PODMAN:
+            chain = (near(1, "conmon"),)
+        elif kind is OwnerKind.SLURM:
+            step = f"{owner.job}.{owner.step}" if owner is not None else "?"
+            chain = (near(1, f"slurmstepd: [{step}]", "root"),)
+            if job is self._fault_jobs.get(("stuck", job.gpu)):  # every stuck rank: one launcher, one step
+                launcher = random.Random(f"launcher/{self.seed}")
+                first = self._fault_jobs.get(("stuck", min(self.faults.stuck)))
+                chain = (
+                    ProcessRelative(_STUCK_PIDS - 2 - launcher.randrange(100), "torchrun", (first or job).user),
+                    ProcessRelative(_STUCK_PIDS - 1, "slurmstepd: [stuck.0]", "root"),
+                )
+        elif kind is OwnerKind.USER_SESSION:
+            sshd = ProcessRelative(800 + random.Random(f"sshd/{self.seed}").randrange(99), "sshd", "root")
+            chain = (near(1, "bash"), near(2, "sshd"), sshd)
+            if job.workload is WORKLOADS[4]:  # a notebook kernel
+                chain = (near(1, "jupyter-lab"), near(2, "bash"), near(3, "sshd"), sshd)
+        elif kind is OwnerKind.HOST:
+            chain = (near(1, "bash"), near(2, "tmux: server"))
+        else:  # a service: systemd (pid 1) is its parent
+            chain = ()
+        job.parents = chain
+        return chain
+
+    def process_details(self, pid: int, create_time: float | None) -> ProcessDetails | None:
+        """A real pid's details from psutil; a simulated one's made up, deterministic (see :meth:`_parents`).
+
+        Another user's working directory, executable and environment are unreadable with the
+        ``access-denied`` fault, as they are on a real host for anyone but root.
+        """
+        self._driver_call(hang_only=True)  # host facts: only the hang fault holds them up
+        if self.faults.foreign:
+            return None
+        if pid in self._real_pids:
+            return read_process_details(pid, create_time)
+        now = self._clock()
+        job = self._find_job(pid, now)
+        if job is None or job.vanished or create_time is None or abs(job.start - create_time) > 1e-3:
+            return None
+        return self._details(job, now)
+
+    def _details(self, job: _Job, now: float) -> ProcessDetails:
+        rng = random.Random(f"details/{self.seed}/{job.pid}/{job.start}")
+        argv = tuple(job.workload.command.split())
+        head = argv[0]
+        exe = head if head.startswith("/") else "/usr/bin/python3.11" if head == "python" else f"/usr/bin/{head}"
+        owner = job.owner
+        kind = None if owner is None else owner.kind
+        if kind in (OwnerKind.KUBERNETES, OwnerKind.DOCKER, OwnerKind.PODMAN):
+            cwd = "/workspace"
+        elif kind is OwnerKind.SLURM:
+            cwd = f"/scratch/{job.user}/{owner.name if owner is not None and owner.name else 'job'}"
+        elif kind is OwnerKind.SYSTEMD_SERVICE:
+            cwd = "/"
+        elif job.workload is WORKLOADS[4]:
+            cwd = f"/home/{job.user}/notebooks"
+        else:
+            cwd = f"/home/{job.user}/projects/{head.rsplit('/', 1)[-1]}"
+        children: list[ProcessRelative] = []
+        if job.workload.kind != "G" and job.workload.command.startswith(("python", "/opt/conda/bin/python")):
+            workers = rng.randrange(0, 5)  # DataLoader workers: plain host processes
+            children = [ProcessRelative(job.pid + 1 + k, "pt_data_worker", job.user) for k in range(workers)]
+        for gpu in range(self._gpus):  # GPU processes started by this one (none in the schedules, but real pids)
+            for other in self._jobs(gpu, now):
+                mine = other.pid != job.pid and self._parents(other)[:1]
+                if mine and mine[0].pid == job.pid:
+                    children.append(ProcessRelative(other.pid, other.workload.command.split()[0], other.user))
+        denied = self.faults.access_denied and job.user != self._viewer and not self._root
+        hidden = ("exe", "cwd", "cuda_visible_devices") if denied else ()
+        parents = (*self._parents(job), ProcessRelative(1, "systemd", "root"))
+        return ProcessDetails(
+            pid=job.pid,
+            create_time=job.start,
+            cmdline=argv,
+            exe=None if denied else exe,
+            cwd=None if denied else cwd,
+            user=job.user,
+            uid=job.uid,
+            status="running" if job.intensity > 0 else "sleeping",
+            threads=rng.randrange(8, 96),
+            parents=parents,
+            children=tuple(sorted(children, key=lambda child: child.pid)),
+            children_count=len(children),
+            cuda_visible_devices=None if denied else job.cuda_visible_devices,
+            environ_readable=not denied,
+            unavailable=freeze(dict.fromkeys(hidden, Reason.NO_PERMISSION)),
         )
 
     # ----------------------------------------------------------------- acting on processes

@@ -27,7 +27,9 @@ from .options import (
 )
 
 if TYPE_CHECKING:
+    from ..config import Config
     from ..model import Snapshot
+    from ..tui.app import NvtopyApp
 
 __all__ = ["build_parser", "check_args", "run"]
 
@@ -48,9 +50,13 @@ def build_parser(command: str = "monitor") -> argparse.ArgumentParser:
     parser.add_argument(
         "--interval",
         type=interval_type,
-        default=1.0,
         metavar="SECONDS",
-        help=f"refresh interval (default 1.0; {MIN_INTERVAL} to {MAX_INTERVAL:.0f})",
+        help=f"refresh interval (default 1.0, or the config file's; {MIN_INTERVAL} to {MAX_INTERVAL:.0f})",
+    )
+    parser.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the effective configuration (config file and flags) as TOML, and exit",
     )
     tui = parser.add_argument_group("interactive monitor")
     tui.add_argument("--readonly", action="store_true", help="never send signals (the kill keys are disabled)")
@@ -62,8 +68,14 @@ def build_parser(command: str = "monitor") -> argparse.ArgumentParser:
     tui.add_argument(
         "--view",
         choices=("auto", "full", "compact"),
-        default="auto",
         help="GPU panels: full, one compact line per GPU, or chosen by terminal size (default auto; key v)",
+    )
+    tui.add_argument(
+        "--theme",
+        type=_theme,
+        metavar="NAME",
+        help="colours: a Textual theme (textual-dark, nord, gruvbox, ...) or 'colorblind' (blue/orange, never "
+        "red against green); default textual-dark",
     )
     options.add_timeout_option(
         parser, "with --once: how long to wait for the driver before a GPU is marked not responding"
@@ -71,6 +83,43 @@ def build_parser(command: str = "monitor") -> argparse.ArgumentParser:
     add_gpu_options(parser)
     options.add_health_options(parser)
     return parser
+
+
+def _theme(text: str) -> str:
+    from ..config import THEMES
+
+    if text not in THEMES:
+        raise argparse.ArgumentTypeError(f"unknown theme {text!r} (known: {', '.join(THEMES)})")
+    return text
+
+
+# The Config fields the monitor has flags for (besides the health thresholds, options.HEALTH_FLAGS).
+CONFIG_FLAGS = ("interval", "view", "theme")
+
+
+def _print_config(args: argparse.Namespace, config: Config) -> int:
+    """``--print-config``: the effective configuration as a config file (it reads back as the same settings)."""
+    from ..config import to_toml
+
+    path = options.config_file(args)
+    if path is None:
+        source = "no config file (no home directory): the defaults"
+    elif path.is_file():
+        troubled = " (with the warnings above)" if options.config_warnings(args) else ""
+        source = f"read from {path}{troubled}"
+    else:
+        source = f"{path} does not exist: the defaults"
+    header = ("nvtopy's effective configuration", source, "command-line flags win over the file")
+    sys.stdout.write(to_toml(config, header))
+    return 0
+
+
+def _configure(app: NvtopyApp, args: argparse.Namespace, config: Config) -> None:
+    """The app's starting state from the config (sort, columns, group-by, theme, ...) and its warnings."""
+    from ..tui.preferences import configure
+
+    configure(app, config, options.config_file(args))
+    app.startup_warnings = options.config_warnings(args)
 
 
 def _write_json(snapshot: Snapshot) -> None:
@@ -142,6 +191,7 @@ def _run_interactive(args: argparse.Namespace) -> int:
         layout=args.view,
         thresholds=options.health_thresholds(args),
     )
+    _configure(app, args, options.user_config(args, *CONFIG_FLAGS))
     app.run()
     for warning in warnings:
         warn_user(warning)
@@ -170,7 +220,9 @@ def _run_remote(args: argparse.Namespace) -> int:
         return 0
     from ..tui.app import NvtopyApp
 
-    NvtopyApp(source, layout=args.view).run()
+    app = NvtopyApp(source, layout=args.view)
+    _configure(app, args, options.user_config(args, *CONFIG_FLAGS))
+    app.run()
     return 0
 
 
@@ -181,7 +233,15 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
 
 
 def run(command: str, args: argparse.Namespace) -> int:
-    """The monitor, a snapshot, or other hosts' GPUs, as the options say."""
+    """The monitor, a snapshot, or other hosts' GPUs, as the options say; ``--print-config`` prints the config.
+
+    The config file's values stand where a flag was not given (``interval``, ``view``, ``theme``, the health
+    thresholds: :func:`options.user_config`).
+    """
+    config = options.user_config(args, *CONFIG_FLAGS)
+    if args.print_config:
+        return _print_config(args, config)
+    args.interval, args.view = config.interval, config.view
     if args.remote is not None:  # also --remote '': an error there, not a fall-through to NVML
         return _run_remote(args)
     if not args.once:

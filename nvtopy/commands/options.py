@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..backends.open import DEMO_GPUS, DEMO_PROCESSES, DEMO_SEED, BackendSpec, nvml_spec, simulated_spec
@@ -21,6 +22,7 @@ from ..sources.base import MIN_INTERVAL
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
+    from ..config import Config
     from ..health.verdict import HealthThresholds
     from ..selection import Selection
     from ..sources.base import SnapshotSource
@@ -35,6 +37,8 @@ __all__ = [
     "backend_opener",
     "backend_spec",
     "command_parser",
+    "config_file",
+    "config_warnings",
     "discard_stdout",
     "health_thresholds",
     "interval_type",
@@ -42,6 +46,7 @@ __all__ = [
     "open_backend_within",
     "release_backend",
     "resolve_selection",
+    "user_config",
     "warn_user",
 ]
 
@@ -157,15 +162,24 @@ def _positive(unit: str) -> Callable[[str], float]:
 
 
 def add_health_options(parser: argparse.ArgumentParser) -> None:
-    """The thresholds of the real-work flags (nvtopy.health.realwork): when a process is idle-held, a GPU hung."""
+    """The thresholds of the real-work flags (nvtopy.health.realwork): when a process is idle-held, a GPU hung.
+
+    Also ``--config``: the thresholds have keys in the config file (``[health]``), which these flags override.
+    Their defaults are None ("not given"): :func:`health_thresholds` takes the file's value then.
+    """
     from ..health.verdict import HealthThresholds
 
     default = HealthThresholds()
-    group = parser.add_argument_group("health flags")
+    parser.add_argument(
+        "--config",
+        metavar="PATH",
+        help="the config file to read (default $NVTOPY_CONFIG, else $XDG_CONFIG_HOME/nvtopy/config.toml, "
+        "i.e. ~/.config/nvtopy/config.toml); command-line flags win over it",
+    )
+    group = parser.add_argument_group("health flags (also [health] in the config file)")
     group.add_argument(
         "--idle-held-after",
         type=_positive("minutes"),
-        default=default.idle_held_seconds / 60,
         metavar="MINUTES",
         help="a process holding memory at ~0 %% SM this long is idle-held "
         f"(default {default.idle_held_seconds / 60:g})",
@@ -173,14 +187,12 @@ def add_health_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--idle-held-memory",
         type=_positive("GiB"),
-        default=default.idle_held_bytes / 2**30,
         metavar="GIB",
         help=f"... if it holds at least this much GPU memory (default {default.idle_held_bytes / 2**30:g})",
     )
     group.add_argument(
         "--hang-after",
         type=_positive("minutes"),
-        default=default.hang_seconds / 60,
         metavar="MINUTES",
         help="a GPU at >= 95 %% utilisation with under 10 %% of its SMs active (without GPM: under 30 %% of its "
         "power limit) this long is a suspected hang "
@@ -189,14 +201,52 @@ def add_health_options(parser: argparse.ArgumentParser) -> None:
 
 
 def health_thresholds(args: argparse.Namespace) -> HealthThresholds:
-    """The thresholds :func:`add_health_options` asked for."""
+    """The thresholds :func:`add_health_options` asked for: each flag given, else the config file's, else the
+    default."""
     from ..health.verdict import HealthThresholds
 
+    config = user_config(args)
     return HealthThresholds(
-        idle_held_seconds=args.idle_held_after * 60,
-        idle_held_bytes=int(args.idle_held_memory * 2**30),
-        hang_seconds=args.hang_after * 60,
+        idle_held_seconds=config.idle_held_after * 60,
+        idle_held_bytes=int(config.idle_held_memory * 2**30),
+        hang_seconds=config.hang_after * 60,
     )
+
+
+HEALTH_FLAGS = ("idle_held_after", "idle_held_memory", "hang_after")
+
+
+def config_file(args: argparse.Namespace) -> Path | None:
+    """The config file this run reads: ``--config``, else ``$NVTOPY_CONFIG``, else the XDG one (None: no home)."""
+    from ..config import config_path
+
+    given = getattr(args, "config", None)
+    return Path(given).expanduser() if given else config_path()
+
+
+def user_config(args: argparse.Namespace, *flags: str) -> Config:
+    """The config file's preferences with the flags the user gave (``flags``: the Config fields that have a flag
+    in this command besides the health thresholds; a flag left at None was not given).
+
+    The file is read once per run and each of its warnings printed once, one line on stderr (a bad file
+    is a warning and the defaults, never an error: see :mod:`nvtopy.config`).
+    """
+    from ..config import load_config
+
+    loaded = getattr(args, "_config_loaded", None)
+    if loaded is None:
+        loaded = load_config(getattr(args, "config", None) or None)  # None: $NVTOPY_CONFIG, else the XDG file
+        for warning in loaded[1]:
+            warn_user(warning)
+        args._config_loaded = loaded
+    config, _ = loaded
+    return config.merged(**{name: getattr(args, name, None) for name in (*HEALTH_FLAGS, *flags)})
+
+
+def config_warnings(args: argparse.Namespace) -> list[str]:
+    """The warnings reading the config file gave (after :func:`user_config`), for the monitor to show too."""
+    loaded = getattr(args, "_config_loaded", None)
+    return list(loaded[1]) if loaded is not None else []
 
 
 def open_backend_within(args: argparse.Namespace, timeout: float) -> Backend:

@@ -46,6 +46,7 @@ __all__ = [
     "GPM_NOT_SUPPORTED_SHORT",
     "HOT",
     "MIG_UTILIZATION_NOTE",
+    "PALETTES",
     "PLAIN",
     "PROCESS_CELL_KEYS",
     "REMOTE",
@@ -91,6 +92,7 @@ __all__ = [
     "temperature_cell",
     "throttle_cell",
     "throttle_labels",
+    "use_palette",
     "verdict_cell",
 ]
 
@@ -108,6 +110,7 @@ REMOTE = "remote"  # another host's name (nvtopy --remote)
 CATEGORIES = (PLAIN, DIM, GOOD, WARN, HOT, ALERT, BAD, REMOTE)
 
 # The rich style of each category (the TUI and the GPU panels); text.py has the ANSI codes.
+# Read at drawing time, never copied: :func:`use_palette` swaps the values in place.
 RICH_STYLES: dict[str, str] = {
     PLAIN: "",
     DIM: "dim",
@@ -118,6 +121,33 @@ RICH_STYLES: dict[str, str] = {
     BAD: "red",
     REMOTE: "magenta",
 }
+
+# The TUI's palettes. "colorblind": Okabe and Ito's colour-blind-safe colours -- OK in sky blue, a warning in
+# orange, an alert in vermillion (never green against red); what tells them apart survives every kind of
+# colour blindness, and bold and the background keep the alerts apart in grey too.
+PALETTES: dict[str, dict[str, str]] = {
+    "default": dict(RICH_STYLES),
+    "colorblind": {
+        PLAIN: "",
+        DIM: "dim",
+        GOOD: "#56B4E9",
+        WARN: "#E69F00",
+        HOT: "bold #D55E00",
+        ALERT: "bold white on #D55E00",
+        BAD: "#D55E00",
+        REMOTE: "#CC79A7",
+    },
+}
+
+
+def use_palette(name: str) -> None:
+    """Draw the categories in palette ``name`` ("default" or "colorblind"; anything else: "default") from now on.
+
+    One palette per process (the TUI's theme): the views read :data:`RICH_STYLES` each time they draw, and a
+    view that caches drawn lines redraws them when the theme changes.
+    """
+    RICH_STYLES.update(PALETTES.get(name, PALETTES["default"]))
+
 
 # Temperature bands below the GPU's own slowdown threshold (°C).
 TEMPERATURE_HOT_MARGIN = 5  # the driver is about to slow the clocks down

@@ -15,16 +15,18 @@ those instances. Filtering stays a view concern: the snapshot is never changed.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..config import COLUMN_IDS as CONFIG_COLUMN_IDS
 from ..model import GpuProcess, GpuState, MigInstance, OwnerKind, ProcessType
 from ..textsafe import safe_text
 from .cells import PROCESS_CELL_KEYS
 
 __all__ = [
     "COLUMNS",
+    "COLUMN_ORDER",
     "FLAGS_COLUMN",
     "FLAG_FILTERS",
     "GROUP_MODES",
@@ -116,6 +118,10 @@ snapshot has MIG instances (a layout without MIG stays as it was). In the ``s``
 cycle then, right after GPU; at small widths it goes after OWNER, before USER.
 """
 _BY_KEY = {c.key: c for c in (*COLUMNS, FLAGS_COLUMN, MIG_COLUMN)}
+COLUMN_ORDER: tuple[str, ...] = ("gpu", "mig", *COLUMN_KEYS[1:-1], "flags", "command")
+"""Every column in its default place (MIG and FLAGS where they appear): what the column chooser lists."""
+if COLUMN_ORDER != CONFIG_COLUMN_IDS:  # the config file names these columns (nvtopy/config.py)
+    raise AssertionError(f"process columns {COLUMN_ORDER} != config {CONFIG_COLUMN_IDS}")
 MIN_COMMAND_WIDTH = 20
 # OWNER widens up to this on a wide terminal (``ns/pod`` names are long) while COMMAND keeps WIDE_COMMAND_WIDTH.
 WIDE_OWNER_WIDTH = 32
@@ -123,7 +129,12 @@ WIDE_COMMAND_WIDTH = 60
 
 
 def visible_columns(
-    width: int, *, flags: bool = False, keep_flags: bool = False, mig: bool = False
+    width: int,
+    *,
+    flags: bool = False,
+    keep_flags: bool = False,
+    mig: bool = False,
+    chosen: Sequence[str] | None = None,
 ) -> tuple[Column, ...]:
     """The columns that fit ``width`` cells, dropping low-priority ones while COMMAND would be too narrow.
 
@@ -131,24 +142,33 @@ def visible_columns(
     order), then USER. ``flags``: show FLAGS (some process has a flag); ``keep_flags``: never drop it
     (the user filtered by flags); ``mig``: show MIG after GPU (some GPU has MIG instances). OWNER is
     11 cells wide on a narrow terminal and grows up to :data:`WIDE_OWNER_WIDTH` while COMMAND keeps
-    :data:`WIDE_COMMAND_WIDTH` cells.
+    :data:`WIDE_COMMAND_WIDTH` cells. ``chosen``: the user's columns in their order (the column chooser,
+    ``columns`` in the config; None: :data:`COLUMN_ORDER`); MIG and FLAGS among them still show only
+    when there is something to show.
     """
-    columns = list(COLUMNS)
-    if mig:
-        columns.insert(1, MIG_COLUMN)
-    if flags or keep_flags:
-        flag_column = dataclasses.replace(FLAGS_COLUMN, priority=0) if keep_flags else FLAGS_COLUMN
-        columns.insert(len(columns) - 1, flag_column)
+    if chosen is None:
+        columns = list(COLUMNS)
+        if mig:
+            columns.insert(1, MIG_COLUMN)
+        if flags or keep_flags:
+            columns.insert(len(columns) - 1, FLAGS_COLUMN)
+    else:
+        hidden = {"mig"} if not mig else set()
+        hidden |= {"flags"} if not (flags or keep_flags) else set()
+        columns = [_BY_KEY[key] for key in chosen if key in _BY_KEY and key not in hidden]
+    if keep_flags and FLAGS_COLUMN in columns:
+        columns[columns.index(FLAGS_COLUMN)] = dataclasses.replace(FLAGS_COLUMN, priority=0)
     order = {c.key: i for i, c in enumerate(columns)}
+    command = MIN_COMMAND_WIDTH if any(c.key == "command" for c in columns) else 0
     while True:
         fixed = sum(c.width + 1 for c in columns if c.key != "command")
-        if width - fixed >= MIN_COMMAND_WIDTH:
+        if width - fixed >= command:
             break
         droppable = [c for c in columns if c.priority > 0]
         if not droppable:
             break
         columns.remove(max(droppable, key=lambda c: (c.priority, order[c.key])))
-    spare = width - fixed - WIDE_COMMAND_WIDTH
+    spare = width - fixed - (WIDE_COMMAND_WIDTH if command else 0)
     owner = _BY_KEY["owner"]
     if spare > 0 and owner in columns:
         columns[columns.index(owner)] = dataclasses.replace(owner, width=min(WIDE_OWNER_WIDTH, owner.width + spare))

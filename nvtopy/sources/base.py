@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from concurrent.futures import Future
 
     from ..backends.base import SignalOutcome
-    from ..model import Snapshot
+    from ..model import ProcessDetails, Snapshot
 
 __all__ = ["MIN_INTERVAL", "SnapshotSource"]
 
@@ -74,6 +74,10 @@ class SnapshotSource:
       :class:`~nvtopy.backends.base.SignalOutcome`. A source that cannot signal
       completes it at once with a refusal saying ``signal_refusal``; one that can
       sends the signal on its own thread (the one that owns the backend).
+    - ``can_inspect``; ``process_details(pid, create_time)`` returns a future of the
+      :class:`~nvtopy.model.ProcessDetails` the process screen shows (cwd, argv,
+      parents, children), read on the source's thread; None when the source has no
+      host to ask (a replay, remote hosts) or the process is gone.
     - ``can_step``; ``step(count)`` shows the snapshot ``count`` away (negative: back).
     - ``can_change_speed``; ``speed``, ``faster()``, ``slower()``: the playing speed.
 
@@ -100,6 +104,8 @@ class SnapshotSource:
         self._stopping = False
         self._paused = False
         self._refresh_once = False
+        # Set by a wake that only hands the thread a request to run (process details): no snapshot follows it.
+        self._quiet_wake = False
         self._thread: threading.Thread | None = None
         self.latest: Snapshot | None = None
         self.open_error: BaseException | None = None
@@ -209,6 +215,21 @@ class SnapshotSource:
         future.set_result(SignalOutcome(False, self.signal_refusal or _CANNOT_SIGNAL))
         return future
 
+    can_inspect = False
+    """Whether :meth:`process_details` can answer (a live local source)."""
+
+    def process_details(self, pid: int, create_time: float | None) -> Future[ProcessDetails | None]:
+        """Read what the process screen shows of ``pid`` beyond the snapshot, if it is still that process.
+
+        Here: None at once (a source without a host to ask overrides nothing). Never raises;
+        the future may hold the error of a read that failed.
+        """
+        from concurrent.futures import Future
+
+        future: Future[ProcessDetails | None] = Future()
+        future.set_result(None)
+        return future
+
     def step(self, count: int) -> None:
         """Pause and show the snapshot ``count`` away (negative: back); only when :attr:`can_step`."""
         raise NotImplementedError(f"{type(self).__name__} cannot step")
@@ -258,8 +279,21 @@ class SnapshotSource:
                     _log().exception("%s failed", self.thread_name)
                 if not self._paused:
                     timeout = max(0.0, self._interval - (time.monotonic() - started))
-            self._wake.wait(timeout)
+            self._wait(timeout, before)
+
+    def _wait(self, timeout: float | None, before: Callable[[], None] | None) -> None:
+        """Wait ``timeout`` (None: until woken); a quiet wake runs ``before`` (the requests) and waits on."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self._wake.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
             self._wake.clear()
+            quiet, self._quiet_wake = self._quiet_wake, False
+            if not quiet or self._stopping or self._refresh_once or (deadline is None and not self._paused):
+                return
+            if before is not None:
+                before()
+            if deadline is not None and time.monotonic() >= deadline:
+                return
 
     def _run(self) -> None:
         raise NotImplementedError

@@ -43,6 +43,7 @@ from ..model import (
 )
 from ..selection import Selection
 from .events import EventLog
+from .timeline import Timeline
 from .workers import GpuWorkers
 
 __all__ = ["HINT_MIN_BYTES", "Collector", "only_instances", "processes_hint"]
@@ -51,13 +52,14 @@ __all__ = ["HINT_MIN_BYTES", "Collector", "only_instances", "processes_hint"]
 class _GpuMemo:
     """What the collector remembers of one GPU between reads."""
 
-    __slots__ = ("history", "last", "never_read", "reasons", "static", "values", "watch")
+    __slots__ = ("history", "last", "never_read", "reasons", "static", "timeline", "values", "watch")
 
     def __init__(self, static: GpuStatic, history: int, thresholds: HealthThresholds) -> None:
         self.static = static
         self.values: dict[str, Any] = {}
         self.reasons: dict[str, Reason] = {}
         self.history = HistoryBuffer(history)
+        self.timeline = Timeline()  # the charts' long history (min/mean/max buckets, bounded)
         self.never_read: set[str] = set(ALL_GROUPS)
         self.watch = GpuWatch(thresholds)
         self.last: GpuState | None = None  # what the last snapshot showed (a stalled GPU keeps showing it)
@@ -283,7 +285,7 @@ class Collector:
             if memo is None or _placeholder(memo.static):
                 fresh = self._new_memo(answer.static)
                 if memo is not None:
-                    fresh.history, fresh.watch = memo.history, memo.watch
+                    fresh.history, fresh.watch, fresh.timeline = memo.history, memo.watch, memo.timeline
                 memo = fresh
             else:
                 memo.static = answer.static
@@ -315,7 +317,16 @@ class Collector:
             hint = unmapped_hint(rows) or hint
         watched = memo.watch.observe(sample, rows, now)
         health = self._assess(memo, sample, now, watched=watched)
-        state = GpuState(memo.static, sample, watched.rows, rows_reason, history, processes_hint=hint, health=health)
+        state = GpuState(
+            memo.static,
+            sample,
+            watched.rows,
+            rows_reason,
+            history,
+            processes_hint=hint,
+            health=health,
+            timeline=memo.timeline,
+        )
         keep = self.instances.get(memo.static.index)
         if keep is not None:
             state = only_instances(state, keep)
@@ -441,6 +452,7 @@ class Collector:
     @staticmethod
     def _record(memo: _GpuMemo, sample: GpuSample) -> GpuHistory:
         memo.history.append(memo.static, sample)
+        memo.timeline.record(memo.static, sample)
         return memo.history.history()
 
 
@@ -523,6 +535,8 @@ def _row(
         owner=info.owner if info else None,
         ns_pid=info.ns_pid if info else None,
         cuda_visible_devices=info.cuda_visible_devices if info else None,
+        ppid=info.ppid if info else None,
+        parents=info.parents if info else (),
         gpu_instance_id=raw.gpu_instance_id,
         compute_instance_id=raw.compute_instance_id,
     )

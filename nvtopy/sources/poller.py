@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 
 from ..backends.base import Backend, SignalOutcome, driver_in_words
 from ..health.verdict import HealthThresholds
-from ..model import ALL_GROUPS, HISTORY_LENGTH, Snapshot
+from ..model import ALL_GROUPS, HISTORY_LENGTH, ProcessDetails, Snapshot
 from ..selection import Selection
 from .base import MIN_INTERVAL, SnapshotSource
 from .collector import Collector
@@ -95,6 +95,7 @@ class Poller(SnapshotSource):
 
     thread_name = "nvtopy-poller"
     signal_refusal = None
+    can_inspect = True
 
     def __init__(
         self,
@@ -189,20 +190,37 @@ class Poller(SnapshotSource):
 
         return self.submit(send)
 
-    def submit(self, function: Callable[[], T]) -> Future[T]:
+    def process_details(self, pid: int, create_time: float | None) -> Future[ProcessDetails | None]:
+        """Read ``pid``'s details on the poller thread, between two polls; no poll follows.
+
+        The caller waits with a deadline of its own: a thread stuck in the driver
+        answers late (the future completes then), never the UI thread.
+        """
+
+        def read() -> ProcessDetails | None:
+            backend = self.backend
+            return None if backend is None else backend.process_details(pid, create_time)
+
+        return self.submit(read, refresh=False)
+
+    def submit(self, function: Callable[[], T], *, refresh: bool = True) -> Future[T]:
         """Run ``function`` on the poller thread (which owns the backend) between two polls.
 
         Why: a backend is used by one thread only; actions such as sending a
         signal go through here instead of racing the poll. Without a running
-        thread the function runs at once on the caller's thread. A poll follows,
-        so the effect shows up in the next snapshot.
+        thread the function runs at once on the caller's thread. A poll follows
+        (``refresh=False``: none, for a read that changes nothing), so the effect
+        shows up in the next snapshot.
         """
         future: Future[T] = Future()
         if not self.running:
             _run_into(function, future)
             return future
         self._requests.append((function, future))
-        self._refresh_once = True
+        if refresh:
+            self._refresh_once = True
+        else:
+            self._quiet_wake = True
         self._wake.set()
         return future
 

@@ -90,6 +90,7 @@ from ..model import (
 )
 from ..textsafe import safe_text
 from .base import SnapshotSource
+from .timeline import Timeline
 
 __all__ = ["RemoteHosts", "metrics_url"]
 
@@ -396,6 +397,7 @@ class RemoteHosts(SnapshotSource):
         self.urls = [t.url for t in self.targets]  # without credentials
         self.timeout = min(timeout, max(0.2, interval))
         self._history: dict[tuple[str, int], HistoryBuffer] = {}  # (host URL, the host's GPU index)
+        self._timelines: dict[tuple[str, int], Timeline] = {}  # same key: the charts' long history
         self._xid_seen: dict[tuple[str, int], tuple[int, float]] = {}  # same key -> (last Xid, when first seen)
         self._sequence = 0
         self._last: list[HostScrape] = []
@@ -504,8 +506,14 @@ class RemoteHosts(SnapshotSource):
             if history is None:
                 history = self._history[key] = HistoryBuffer()
             history.append(static, sample)
+            timeline = self._timelines.get(key)
+            if timeline is None:
+                timeline = self._timelines[key] = Timeline()
+            timeline.record(static, sample)
             health = self._health(key, scrape.health.get(remote_static.index), index, now)
-            gpus.append(GpuState(static, sample, processes, history=history.history(), health=health))
+            gpus.append(
+                GpuState(static, sample, processes, history=history.history(), health=health, timeline=timeline)
+            )
         if scrape.note:
             static = GpuStatic(index=first + len(gpus), host=scrape.hostname)
             gpus.append(GpuState(static, GpuSample(now), note=scrape.note))

@@ -30,6 +30,11 @@ the process table gets a MIG column (``1/2/0``: GPU/GI/CI) while some GPU has
 instances, and the GPU picker (``g``) lists each GPU's instances: choosing some
 narrows that GPU's panel and processes to them. The snapshot is never changed:
 :meth:`visible_gpus` applies the filter to what the views get.
+
+Preferences: the CLI sets the starting sort, grouping, columns, theme and chart
+window from the config file (:func:`~nvtopy.tui.preferences.configure`); ``o``
+opens the column chooser, whose choice is written back to that file. The
+``colorblind`` theme recolours nvtopy's own cells too (:mod:`.themes`).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import asyncio
 import signal as signals
 import time
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 
 from rich.text import Text
 from textual import on
@@ -45,11 +51,13 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.screen import Screen
+from textual.theme import Theme
 from textual.widgets import Footer, Input, Static
 
 from ..backends.base import Backend, SignalOutcome
 from ..health.verdict import HealthThresholds
 from ..model import ALL_GROUPS, GpuProcess, GpuState, Severity, Snapshot
+from ..render.cells import ALERT, RICH_STYLES, WARN
 from ..render.gpu import has_interconnect, mig_rows, panel_extra_rows
 from ..render.health import health_counts
 from ..render.processes import (
@@ -65,16 +73,22 @@ from ..render.processes import (
     build_groups,
     build_rows,
 )
+from ..render.tree import AncestorRow
 from ..render.units import NA
 from ..sources.base import SnapshotSource
 from ..sources.collector import Collector
 from ..sources.poller import Poller
 from ..textsafe import safe_text
+from .charts import MODE_WORDS, ChartView, spare_rows, window_label
+from .columns_screen import ColumnsScreen
 from .gpu_view import MODES, GpuView, plan_layout
 from .health_screen import HealthScreen
 from .messages import SnapshotReady, SourceFailed
+from .preferences import apply_chart_window, remember_columns
+from .process_screen import ProcessHistory, ProcessScreen
 from .process_table import ProcessTable
 from .screens import ConfirmSignalScreen, GpuChoice, GpuPickerScreen, HelpScreen
+from .themes import apply_palette, honour_no_color, register_themes
 
 __all__ = ["INTERVALS", "NvtopyApp"]
 
@@ -152,6 +166,13 @@ class NvtopyApp(App[None]):
             tooltip="Send SIGINT to the selected or tagged processes (asks first)",
         ),
         Binding("v", "cycle_layout", "View", tooltip="GPU view: auto, full panels, compact lines"),
+        Binding(
+            "o",
+            "choose_columns",
+            "Columns",
+            show=False,
+            tooltip="Choose, hide and reorder the process table's columns",
+        ),
         Binding("p", "toggle_pause", "Pause", tooltip="Pause or resume refreshing"),
         Binding(
             "h",
@@ -159,6 +180,25 @@ class NvtopyApp(App[None]):
             "Health",
             tooltip="GPU health: findings and fixes, Xid events, memory and link readings",
         ),
+        Binding(
+            "enter",
+            "open_process",
+            "Details",
+            show=False,
+            tooltip="Open the process screen: history, cwd, parents, children",
+        ),
+        Binding(
+            "w",
+            "toggle_tree",
+            "Tree",
+            show=False,
+            tooltip="Tree view: processes under their parents",
+        ),
+        Binding(
+            "z", "zoom(1)", "Zoom", show=False, tooltip="History charts: a longer window (1 min, 10 min, 1 h, 24 h)"
+        ),
+        Binding("Z", "zoom(-1)", "Zoom in", show=False, tooltip="History charts: a shorter window"),
+        Binding("c", "cycle_charts", "Charts", show=False, tooltip="History charts: per metric, per GPU, off"),
         Binding("plus,equals_sign", "interval(-1)", "Faster refresh", show=False, tooltip="Faster (replay: speed up)"),
         Binding("minus", "interval(1)", "Slower refresh", show=False, tooltip="Slower (replay: slow down)"),
         Binding("full_stop", "step(1)", "Step", show=False, tooltip="Refresh now (replay: next snapshot)"),
@@ -187,7 +227,16 @@ class NvtopyApp(App[None]):
         self.order = SortOrder()
         self.group_by: str | None = None  # None, "user", "owner" or "gpu" (GROUP_MODES)
         self.tags = Tags()
+        self.tree_view = False  # the process table as a tree (w); group-by turns it off
+        self.process_history = ProcessHistory()  # per-process figures for the process screen (view-side)
         self._poll = poll
+        # Preferences (nvtopy.tui.preferences.configure sets them from the config file before the app runs).
+        register_themes(self)
+        honour_no_color(self)  # NO_COLOR: grey, also for the plain segments the Line-API widgets draw
+        self.columns: tuple[str, ...] | None = None  # the process table's columns in order (None: the defaults)
+        self.config_path: Path | None = None  # where the column chooser remembers (None: the XDG config file)
+        self.startup_warnings: list[str] = []  # shown once the app runs (a bad config file)
+        self.chart_window: float | None = None  # the history charts' first window, seconds (None: theirs)
         self.snapshots_applied = 0
         self.last_outcomes: list[SignalOutcome] = []
         self._last_header: Text | None = None
@@ -235,12 +284,19 @@ class NvtopyApp(App[None]):
     def compose(self) -> ComposeResult:
         yield HeaderBar(Text(" nvtopy  starting...", style="bold"), id="header")
         yield GpuView(id="gpus")
+        yield ChartView(id="charts")
         yield ProcessTable(id="processes")
         yield Input(placeholder="filter: pid, user, owner or command text (enter keeps it, esc clears)", id="filter")
         yield Footer()
 
     def on_mount(self) -> None:
         self.query_one(ProcessTable).focus()
+        self.query_one(ProcessTable).set_columns(self.columns)
+        apply_chart_window(self)
+        apply_palette(self.theme)  # nvtopy's cell colours follow the theme (colorblind: Okabe-Ito)
+        self.theme_changed_signal.subscribe(self, self._theme_changed)
+        for warning in self.startup_warnings:  # a bad config file: also on stderr, before and after the app
+            self.notify(safe_text(warning), severity="warning", timeout=15, markup=False)
         self.source.subscribe(self._from_source)
         self.source.subscribe_failure(self._failed_in_source)
         self.set_interval(0.5, self._show_waiting)
@@ -308,12 +364,28 @@ class NvtopyApp(App[None]):
         self.snapshot = message.snapshot
         self._snapshot_at = time.monotonic()
         self.snapshots_applied += 1
+        self.process_history.add(message.snapshot)
         self.refresh_view()
         for screen in self.screen_stack:
             if isinstance(screen, HealthScreen):  # open (perhaps under the help): it follows the live snapshots
                 screen.show(message.snapshot, self.visible_gpus())
+            elif isinstance(screen, ProcessScreen):
+                screen.show(message.snapshot)
 
     def on_resize(self) -> None:
+        self.refresh_view()
+
+    def _theme_changed(self, theme: Theme) -> None:
+        """A new theme (the command palette's "Change theme"): nvtopy's cells take its palette, cached lines go."""
+        apply_palette(theme.name)
+        try:
+            gpu_view = self.query_one(GpuView)
+            table = self.query_one(ProcessTable)
+        except NoMatches:
+            return
+        gpu_view._panels.clear()  # panels are cached by what they show, not by colour
+        table.restyle()
+        self._last_header = None
         self.refresh_view()
 
     # ----------------------------------------------------------------- drawing
@@ -378,9 +450,13 @@ class NvtopyApp(App[None]):
             flags=flags,
             keep_flags=self.row_filter.flag is not None,
             mig=self.mig_shown(),
+            tree=self.tree_view and self.group_by is None,
         )
         self._header_counts = (len(gpus), len(rows), len(everything))
         self._update_header(header)
+        filter_shown = self.query_one("#filter", Input).has_class("shown")
+        spare = spare_rows(size.height, plan.lines, filter_shown)
+        self.query_one(ChartView).show(snapshot, gpus, spare, table_rows=len(shown) + 1)  # rows to spare: charts
 
     def _update_header(self, header: HeaderBar | None = None) -> None:
         """The header line, led by how long the driver has kept the poll (or every shown GPU) waiting when stuck."""
@@ -425,6 +501,8 @@ class NvtopyApp(App[None]):
             text.append("│ filter: ", style="bold yellow")
             text.append(" ".join(labels), style="yellow")
             text.append(f" ({shown_rows}/{all_rows}) ", style="yellow")
+        if self.tree_view:
+            text.append("│ tree ", style="bold cyan")
         if self.group_by is not None:
             text.append(f"│ grouped by {GROUP_TITLES[self.group_by]} ", style="bold cyan")
         if self.tags.keys:
@@ -447,11 +525,11 @@ class NvtopyApp(App[None]):
             return
         text.append("│ ")
         if fail:
-            text.append(f"{fail} FAIL", style="bold white on red")
+            text.append(f"{fail} FAIL", style=RICH_STYLES[ALERT])  # the theme's palette (colorblind: no red)
             if warn:
                 text.append(" · ")
         if warn:
-            text.append(f"{warn} WARN", style="bold yellow")
+            text.append(f"{warn} WARN", style=f"bold {RICH_STYLES[WARN]}")
         text.append(" (h) ", style="dim")
 
     # ----------------------------------------------------------------- filters and sort
@@ -527,6 +605,8 @@ class NvtopyApp(App[None]):
         previous = table.selected
         was = {p.key for p in _members(previous)} if previous is not None else set()
         self.group_by = mode
+        if mode is not None:
+            self.tree_view = False  # groups are not drawn as a tree
         self.refresh_view()
         index = next((i for i, row in enumerate(table.rows) if any(p.key in was for p in _members(row))), 0)
         table.move_cursor(index)
@@ -536,11 +616,68 @@ class NvtopyApp(App[None]):
         self.set_group(following)
         self.notify(f"grouped by {GROUP_TITLES[following]}" if following else "not grouped", timeout=2)
 
+    def action_toggle_tree(self) -> None:
+        """The process table as a tree (processes under their parents) or as a list; a tree is never grouped."""
+        table = self.query_one(ProcessTable)
+        previous = table.selected
+        was = {p.key for p in _members(previous)} if isinstance(previous, (GpuProcess, ProcessGroup)) else set()
+        self.tree_view = not self.tree_view
+        if self.tree_view:
+            self.group_by = None
+        self.refresh_view()
+        index = next((i for i, row in enumerate(table.rows) if row.key in was), None)
+        if index is not None:
+            table.move_cursor(index)
+
+    def action_open_process(self) -> None:
+        """The process screen of the selected process (history, command line, cwd, parents, children...)."""
+        selected = self.query_one(ProcessTable).selected
+        if isinstance(selected, ProcessGroup):
+            self.notify("a group: ungroup (b) or open one of its processes", severity="warning", timeout=3)
+            return
+        if isinstance(selected, AncestorRow):
+            self.notify(f"pid {selected.pid} uses no GPU: open one of the processes under it", timeout=3)
+            return
+        if selected is None or self.snapshot is None or isinstance(self.screen, ProcessScreen):
+            return
+        self.push_screen(ProcessScreen(selected, self.snapshot, self.process_history, readonly=self.readonly))
+
     @on(ProcessTable.HeaderClicked)
     def _header_clicked(self, event: ProcessTable.HeaderClicked) -> None:
         self.set_sort(self.order.by(event.column))
 
     # ----------------------------------------------------------------- view and refresh
+
+    def action_choose_columns(self) -> None:
+        """The column chooser; what it applies is remembered in the config file (``columns``)."""
+        if isinstance(self.screen, ColumnsScreen):
+            return
+        table = self.query_one(ProcessTable)
+
+        def chosen(columns: tuple[str, ...] | None) -> None:
+            if columns is None:  # cancelled
+                return
+            self.columns = columns
+            table.set_columns(columns)
+            self.refresh_view()
+            message, saved = remember_columns(columns, self.config_path)
+            self.notify(safe_text(message), severity="information" if saved else "warning", timeout=4, markup=False)
+
+        self.push_screen(ColumnsScreen(table.columns), chosen)
+
+    def action_zoom(self, step: int) -> None:
+        """The history charts' window: 1 min, 10 min, 1 h, 24 h (``step`` -1: back)."""
+        charts = self.query_one(ChartView)
+        window = charts.zoom(step)
+        self.refresh_view()
+        self.notify(f"history: {window_label(window)}{charts.no_room()}", timeout=2)
+
+    def action_cycle_charts(self) -> None:
+        """The history charts: one per metric (GPUs overlaid), one per GPU, none."""
+        charts = self.query_one(ChartView)
+        mode = charts.cycle_mode()
+        self.refresh_view()
+        self.notify(f"history charts: {MODE_WORDS[mode]}{charts.no_room()}", timeout=2)
 
     def action_cycle_layout(self) -> None:
         self.layout_mode = MODES[(MODES.index(self.layout_mode) + 1) % len(MODES)]
@@ -605,6 +742,8 @@ class NvtopyApp(App[None]):
             "sort": "Sorting",
             "reverse": "Sorting",
             "cycle_group": "Sorting",
+            "toggle_tree": "View",
+            "open_process": "View",
             "tag": "Processes",
             "untag": "Processes",
             "signal": "Processes",
@@ -613,6 +752,9 @@ class NvtopyApp(App[None]):
             "interval": "View",
             "step": "View",
             "health": "View",
+            "zoom": "View",
+            "cycle_charts": "View",
+            "choose_columns": "View",
         }
         seen = set()
         for binding in self.BINDINGS:
@@ -650,6 +792,7 @@ class NvtopyApp(App[None]):
                 lambda m=mode: self.set_group(m),
             )
         yield SystemCommand("Only my processes", "Toggle showing only your processes", self.action_toggle_mine)
+        yield SystemCommand("Tree view", "Processes under their parents, or the plain list", self.action_toggle_tree)
         yield SystemCommand("GPU health", "Findings, Xid events, memory and link readings", self.action_health)
         for flag in FLAG_FILTERS:
             title = f"{flag} processes" if flag else "every process (no flag filter)"
@@ -661,6 +804,9 @@ class NvtopyApp(App[None]):
         yield SystemCommand("Choose GPUs", "Pick the GPUs to show", self.action_pick_gpus)
         yield SystemCommand("Clear filters", "Show every process of every GPU", self.action_clear_filters)
         yield SystemCommand("Pause or resume", "Stop or restart refreshing", self.action_toggle_pause)
+        yield SystemCommand(
+            "Choose columns", "Show, hide and reorder the process table's columns", self.action_choose_columns
+        )
         for mode in MODES:
             yield SystemCommand(f"GPU view: {mode}", f"Show GPUs as {mode} panels", lambda m=mode: self._set_layout(m))
 
@@ -680,7 +826,7 @@ class NvtopyApp(App[None]):
                 self.tags.keys -= {p.key for p in process.members}
             else:
                 self.tags.keys |= {p.key for p in process.members}
-        else:
+        elif not isinstance(process, AncestorRow):  # a tree's ancestor uses no GPU: never tagged
             self.tags.toggle(process)
         table.move_cursor(table.cursor + 1)
         self.refresh_view()
@@ -694,7 +840,9 @@ class NvtopyApp(App[None]):
         table = self.query_one(ProcessTable)
         shown = [p for row in table.rows for p in (row.members if isinstance(row, ProcessGroup) else (row,))]
         selected = table.selected
-        targets = [p for p in shown if p.key in self.tags.keys] or (
+        if isinstance(selected, AncestorRow):  # a tree's ancestor uses no GPU: not a target
+            selected = None
+        targets = [p for p in shown if p.key in self.tags.keys and isinstance(p, GpuProcess)] or (
             list(selected.members) if isinstance(selected, ProcessGroup) else [selected] if selected is not None else []
         )
         unique: dict[tuple[int, float | None], GpuProcess] = {}
@@ -703,15 +851,22 @@ class NvtopyApp(App[None]):
         return list(unique.values())
 
     def action_signal(self, name: str) -> None:
-        if self.readonly:
-            why = "--readonly" if self.source.can_signal else "a replay or remote view"
-            self.notify(f"read-only ({why}): sending signals is disabled", severity="warning")
-            return
-        targets = self.signal_targets()
         selected = self.query_one(ProcessTable).selected
         group = None
         if isinstance(selected, ProcessGroup) and not self.tags.keys:
             group = selected.label if selected.mode == "gpu" else f"{GROUP_TITLES[selected.mode]} {selected.label}"
+        self.confirm_signal(self.signal_targets(), name, group=group)
+
+    def confirm_signal(self, targets: list[GpuProcess], name: str, *, group: str | None = None) -> None:
+        """Ask before sending ``name`` to ``targets`` (the table's, or the process screen's), then send it.
+
+        Read-only and pids of another PID namespace refuse here; the dialog captures each
+        target's start time, which the source checks before it signals.
+        """
+        if self.readonly:
+            why = "--readonly" if self.source.can_signal else "a replay or remote view"
+            self.notify(f"read-only ({why}): sending signals is disabled", severity="warning")
+            return
         if not targets:
             self.notify("no process selected", severity="warning")
             return

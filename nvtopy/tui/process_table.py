@@ -18,6 +18,10 @@ column (``1/2/0``: the GPU, GPU instance and compute instance a process runs
 on) appears only while some GPU has MIG instances. All text is drawn with rich ``Text`` (never
 parsed as markup) after :func:`~nvtopy.textsafe.safe_text` has replaced
 control characters.
+
+Tree view (``tree=True``): the rows come in :func:`~nvtopy.render.tree.build_tree`'s
+order, each command led by its tree glyphs, and the non-GPU ancestors of GPU
+processes (:class:`~nvtopy.render.tree.AncestorRow`) are rows of their own, dimmed.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from ..render.cells import (
 )
 from ..render.processes import Column, ProcessGroup, SortOrder, visible_columns
 from ..render.styled import style
+from ..render.tree import AncestorRow, ancestor_cells, build_tree
 
 __all__ = ["ProcessTable"]
 
@@ -61,7 +66,7 @@ _STYLE_HEADER_SORTED = Style(bold=True, reverse=True, color="cyan")
 _STYLE_GROUP = Style(bold=True)
 _FLAG_MARK = "!"  # beside the tag marker: the row has a real-work flag (idle-held, suspected hang)
 
-Row = GpuProcess | ProcessGroup  # a process, or processes folded into a group (group-by)
+Row = GpuProcess | ProcessGroup | AncestorRow  # a process, processes folded into a group, a tree's ancestor
 
 
 def _cell_style(category: str, tagged: bool) -> Style | None:
@@ -135,6 +140,8 @@ class ProcessTable(ScrollView, can_focus=True):
         self._shown: list[tuple[object, ...]] = []  # signature of each row line as last drawn
         self._flags = (False, False)  # FLAGS shown (some process has a flag), and kept at any width
         self._mig = False  # MIG shown (some GPU has MIG instances)
+        self._chosen: tuple[str, ...] | None = None  # the user's columns in order (None: the defaults)
+        self._prefixes: list[str] = []  # the tree view: each row's glyphs ([]: not a tree)
         self.empty_message = "No GPU processes"
 
     # ----------------------------------------------------------------- data in
@@ -154,12 +161,20 @@ class ProcessTable(ScrollView, can_focus=True):
         flags: bool = False,
         keep_flags: bool = False,
         mig: bool = False,
+        tree: bool = False,
     ) -> None:
         """Show ``rows``; the cursor stays on its process (or group) if it is still there.
 
         ``flags``: show the FLAGS column (some process has a flag); ``keep_flags``: keep it
-        at any width (the user filters by flags); ``mig``: show the MIG column (some GPU has instances).
+        at any width (the user filters by flags); ``mig``: show the MIG column (some GPU has instances);
+        ``tree``: show the processes of ``rows`` under their parents (groups are not drawn as a tree).
         """
+        if tree:
+            entries = build_tree([row for row in rows if isinstance(row, GpuProcess)])
+            rows = [entry.row for entry in entries]
+            self._prefixes = [entry.prefix for entry in entries]
+        else:
+            self._prefixes = []
         header_changed = order != self._order
         if (flags, keep_flags) != self._flags or mig != self._mig:
             self._flags = (flags, keep_flags)
@@ -247,9 +262,10 @@ class ProcessTable(ScrollView, can_focus=True):
             placed = []
             x = 2  # a tag marker and a space come first
             flags, keep_flags = self._flags
-            columns = visible_columns(width - x, flags=flags, keep_flags=keep_flags, mig=self._mig)
+            columns = visible_columns(width - x, flags=flags, keep_flags=keep_flags, mig=self._mig, chosen=self._chosen)
+            rest = width - x - sum(c.width + 1 for c in columns if c.key != "command")  # COMMAND's, wherever it is
             for column in columns:
-                cell = column.width if column.key != "command" else max(1, width - x)
+                cell = column.width if column.key != "command" else max(1, rest)
                 placed.append(_Placed(column, x, cell))
                 x += cell + 1
             self._placed = placed
@@ -263,10 +279,17 @@ class ProcessTable(ScrollView, can_focus=True):
             row = self.rows[index]
             if isinstance(row, ProcessGroup):
                 extra = (_group_flags_cell(row), group_instance_cell(row))
-                cells = self._cells[index] = (*group_cells(row, self._me), *extra)
+                cells = (*group_cells(row, self._me), *extra)
+            elif isinstance(row, AncestorRow):
+                cells = (*ancestor_cells(row, self._me), ("", PLAIN), ("", PLAIN))
             else:
                 extra = (process_flags_cell(row), process_instance_cell(row))
-                cells = self._cells[index] = (*process_cells(row, self._me), *extra)
+                cells = (*process_cells(row, self._me), *extra)
+            if self._prefixes and self._prefixes[index]:  # the tree's glyphs lead the command
+                text, category = cells[_COMMAND_INDEX]
+                glyphs = (self._prefixes[index] + text, category)
+                cells = (*cells[:_COMMAND_INDEX], glyphs, *cells[_COMMAND_INDEX + 1 :])
+            self._cells[index] = cells
         return cells
 
     def _tagged(self, row: Row) -> bool:
@@ -298,6 +321,24 @@ class ProcessTable(ScrollView, can_focus=True):
         self._shown = []
 
     def on_resize(self) -> None:
+        self._shown = []
+        self.refresh()
+
+    @property
+    def columns(self) -> tuple[str, ...] | None:
+        """The columns the user chose, in order (None: the defaults); see :meth:`set_columns`."""
+        return self._chosen
+
+    def set_columns(self, columns: tuple[str, ...] | None) -> None:
+        """Show ``columns`` in this order (None: the defaults); MIG and FLAGS still only when there is something
+        to show, and narrow terminals still drop the least important first."""
+        if columns != self._chosen:
+            self._chosen = columns
+            self.restyle()
+
+    def restyle(self) -> None:
+        """Lay out and draw every line again (new columns, or new colours: the theme changed)."""
+        self._layout_width = -1
         self._shown = []
         self.refresh()
 
@@ -366,5 +407,6 @@ def _group_flags_cell(group: ProcessGroup) -> Cell:
 
 
 _COLUMN_INDEX = {key: i for i, key in enumerate(PROCESS_CELL_KEYS)}
+_COMMAND_INDEX = _COLUMN_INDEX["command"]
 _FLAGS_INDEX = _COLUMN_INDEX["flags"] = len(PROCESS_CELL_KEYS)
 _COLUMN_INDEX["mig"] = len(PROCESS_CELL_KEYS) + 1

@@ -53,6 +53,7 @@ class Scene:
     samples: int = 90
     extra: dict[str, object] = field(default_factory=dict)
     edit: Callable[[Snapshot], Snapshot] | None = None  # applied to the last snapshot before the app gets it
+    history: bool = False  # every sample reaches the process screen's history (the app gets only the last)
 
 
 _GIB = 2**30
@@ -206,6 +207,32 @@ SCENES: dict[str, Scene] = {
             "MIG: a GPU without it, GPUs with 3 and 7 instances, one switching MIG on at its next reset",
             faults=("mig=3@1", "mig=7@2", "mig=pending@3"),
         ),
+        Scene(
+            "charts",
+            "History charts: the last ten minutes of four H100s, one chart per metric (z zooms, c changes)",
+            samples=660,
+            keys=("z",),
+        ),
+        Scene(
+            "charts-gpu",
+            "History charts, one per GPU: utilisation, memory, power (of its limit) and SM activity on 0-100 %",
+            gpus=3,
+            samples=120,
+            faults=("stuck@2",),
+            keys=("c",),
+        ),
+        Scene(
+            "tree",
+            "The tree view (w): processes under their parents, a torchrun launcher's ranks on two GPUs",
+            faults=("stuck@1", "stuck@2"),
+            keys=("w",),
+        ),
+        Scene(
+            "process",
+            "The process screen (enter): history, command line, cwd, parents, CUDA_VISIBLE_DEVICES",
+            keys=("down", "down", "enter"),
+            history=True,
+        ),
     )
 }
 
@@ -229,7 +256,9 @@ def build(scene: Scene) -> tuple[NvtopyApp, Callable[[Pilot[None]], Awaitable[No
     async def prepare(pilot: Pilot[None]) -> None:
         for _ in range(scene.samples):
             clock.now += 1.0
-            poller.poll_once(slow=True)
+            snapshot = poller.poll_once(slow=True)
+            if scene.history:  # the app would coalesce them (a newer snapshot replaces an unprocessed one)
+                app.process_history.add(snapshot)
         if scene.edit is not None and poller.latest is not None:
             app.post_message(SnapshotReady(scene.edit(poller.latest)))
         await pilot.pause()

@@ -1,0 +1,570 @@
+"""The user's preferences: ``config.toml`` in the XDG config directory, read, checked, printed, updated.
+
+Where: ``$NVTOPY_CONFIG`` if set, else ``$XDG_CONFIG_HOME/nvtopy/config.toml``
+(``~/.config/nvtopy/config.toml`` when ``XDG_CONFIG_HOME`` is unset or not an
+absolute path, as the XDG spec says); ``nvtopy --config PATH`` wins over both.
+
+What: :class:`Config` (every key, its default). Command-line flags win over
+the file: the commands merge only the flags the user actually gave
+(:meth:`Config.merged`). A file that cannot be read, is not TOML, or holds a
+bad value is never fatal: :func:`load_config` returns the defaults -- for the
+whole file, not only for the bad key, so a half-applied file never surprises --
+and one warning line naming the file, the line and the key (``config.toml line
+7: 'interval': must be a number from 0.1 to 86400; using defaults``). An
+unknown key (a typo, or a key of a newer nvtopy) is one warning line too, and
+is ignored: the rest of the file applies.
+
+Why pure (no Textual, no rich, nothing but the standard library): every command
+reads it (the health thresholds apply to ``log`` and the exporter too) and
+``nvtopy --once --json`` must start fast. The names it checks against (process
+table columns, Textual's themes, the health defaults) are restated here and
+kept equal to their owners by tests and by :mod:`nvtopy.render.processes`.
+
+The column chooser remembers its choice with :func:`save_columns`: it rewrites
+the ``columns = [...]`` entry only (inserting it if missing) and keeps every
+other line, comment included; it refuses to touch a file that is not valid TOML
+and checks its own edit before writing it (atomically, beside the file).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "CHART_WINDOWS",
+    "COLORBLIND_THEME",
+    "COLUMN_IDS",
+    "DEFAULT_THEME",
+    "GROUP_BY",
+    "THEMES",
+    "VIEWS",
+    "Config",
+    "ConfigWriteError",
+    "config_path",
+    "load_config",
+    "parse_config",
+    "parse_sort",
+    "save_columns",
+    "to_toml",
+]
+
+MIN_INTERVAL = 0.1  # = nvtopy.sources.base.MIN_INTERVAL (a test keeps them equal)
+MAX_INTERVAL = 86400.0  # = nvtopy.commands.options.MAX_INTERVAL
+MAX_THRESHOLD = 1e6  # the health flags' range, as on the command line (options._positive)
+
+VIEWS = ("auto", "full", "compact")
+# The process table's columns, in their default order (render/processes.py checks it has exactly these).
+# MIG is shown only while some GPU has MIG instances, FLAGS only while some process is flagged.
+COLUMN_IDS = (
+    "gpu",
+    "mig",
+    "pid",
+    "user",
+    "owner",
+    "type",
+    "gpu_memory",
+    "sm",
+    "cpu",
+    "host_memory",
+    "time",
+    "flags",
+    "command",
+)
+GROUP_BY = ("none", "user", "owner", "gpu")
+CHART_WINDOWS = ("1m", "10m", "1h", "24h")
+SORT_DIRECTIONS = ("asc", "desc")
+DEFAULT_THEME = "textual-dark"
+COLORBLIND_THEME = "colorblind"
+# Textual 8's built-in themes (tests/test_config.py keeps this equal to textual.theme.BUILTIN_THEMES), then ours.
+TEXTUAL_THEMES = (
+    "textual-dark",
+    "textual-light",
+    "nord",
+    "gruvbox",
+    "catppuccin-mocha",
+    "dracula",
+    "tokyo-night",
+    "monokai",
+    "flexoki",
+    "catppuccin-latte",
+    "catppuccin-frappe",
+    "catppuccin-macchiato",
+    "solarized-light",
+    "solarized-dark",
+    "rose-pine",
+    "rose-pine-moon",
+    "rose-pine-dawn",
+    "atom-one-dark",
+    "atom-one-light",
+    "ansi-dark",
+    "ansi-light",
+)
+THEMES = (*TEXTUAL_THEMES, COLORBLIND_THEME)
+
+FILE_NAME = "config.toml"
+ENV_PATH = "NVTOPY_CONFIG"
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Every preference and its default. Health thresholds in the command line's units (minutes, GiB)."""
+
+    interval: float = 1.0  # seconds between refreshes of the monitor
+    view: str = "auto"  # GPU panels: auto, full, compact
+    columns: tuple[str, ...] = COLUMN_IDS  # the process table's columns, in order; those left out are hidden
+    sort: str = "gpu"  # a column, optionally followed by " asc" or " desc" (default: the column's own direction)
+    group_by: str = "none"  # none, user, owner, gpu
+    theme: str = DEFAULT_THEME  # a Textual theme, or "colorblind"
+    chart_window: str | None = None  # 1m, 10m, 1h, 24h; None: the monitor's own default
+    idle_held_after: float = 10.0  # [health] minutes at ~0 % SM before a process holding memory is idle-held
+    idle_held_memory: float = 1.0  # [health] GiB a process must hold to be idle-held
+    hang_after: float = 5.0  # [health] minutes busy with idle SMs before a GPU is a suspected hang
+
+    def merged(self, **flags: Any) -> Config:
+        """This config with the flags the user gave (a None value is a flag not given: the file's value stays)."""
+        given = {name: value for name, value in flags.items() if value is not None}
+        return dataclasses.replace(self, **given) if given else self
+
+    @property
+    def group_mode(self) -> str | None:
+        """``group_by`` as the app names it: None for "none"."""
+        return None if self.group_by == "none" else self.group_by
+
+
+# key in the file -> (Config field, check). [health] keys are named "health.<key>".
+TOP_LEVEL_KEYS = ("interval", "view", "columns", "sort", "group_by", "theme", "chart_window")
+HEALTH_KEYS = ("idle_held_after", "idle_held_memory", "hang_after")
+
+
+class ConfigWriteError(Exception):
+    """The column choice could not be written; ``str()`` is one line for the user."""
+
+
+# ----------------------------------------------------------------- where
+
+
+def config_path(environ: Mapping[str, str] | None = None) -> Path | None:
+    """The config file to read: ``$NVTOPY_CONFIG``, else the XDG one; None when there is no home to find it in."""
+    env = os.environ if environ is None else environ
+    explicit = env.get(ENV_PATH)
+    if explicit:
+        return Path(explicit).expanduser()
+    base = env.get("XDG_CONFIG_HOME", "")
+    if base and os.path.isabs(base):
+        return Path(base) / "nvtopy" / FILE_NAME
+    home = env.get("HOME")
+    if not home:
+        try:
+            home = str(Path.home())
+        except (RuntimeError, KeyError):  # no HOME and no passwd entry: no config
+            return None
+    return Path(home) / ".config" / "nvtopy" / FILE_NAME
+
+
+# ----------------------------------------------------------------- reading
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
+) -> tuple[Config, list[str]]:
+    """The config of ``path`` (default :func:`config_path`), and warning lines (without ``nvtopy: warning:``).
+
+    A missing default file is no warning (most users have none); a missing file
+    named by ``--config`` or ``$NVTOPY_CONFIG`` is. Never raises for anything in
+    or about the file.
+    """
+    env = os.environ if environ is None else environ
+    explicit = path is not None or bool(env.get(ENV_PATH))
+    where = Path(path).expanduser() if path is not None else config_path(env)
+    if where is None:
+        return Config(), []
+    try:
+        data = where.read_bytes()
+    except FileNotFoundError:
+        return Config(), ([f"config file {where}: no such file; using defaults"] if explicit else [])
+    except IsADirectoryError:
+        return Config(), [f"config file {where}: is a directory; using defaults"]
+    except OSError as exc:
+        return Config(), [f"config file {where}: cannot read it ({exc.strerror or exc}); using defaults"]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        return Config(), [f"{where} line {line}: not UTF-8 text; using defaults"]
+    return parse_config(text, str(where))
+
+
+def _toml() -> Any:
+    """tomllib (Python 3.11+); None on an older Python (the config file is then ignored, with a warning)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        return None
+    return tomllib
+
+
+_DECODE_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
+
+
+def parse_config(text: str, name: str = FILE_NAME) -> tuple[Config, list[str]]:
+    """``text`` (a config file's contents; ``name`` for messages) checked: the config and warning lines.
+
+    Any error: every default, and the first error only, one line. Unknown keys: one line each, ignored.
+    """
+    toml = _toml()
+    if toml is None:
+        return Config(), [f"{name}: reading it needs Python 3.11 or newer; using defaults"]
+    try:
+        data = toml.loads(text)
+    except toml.TOMLDecodeError as exc:
+        message = str(exc)
+        found = _DECODE_POSITION.search(message)
+        if found is not None:
+            problem = message[: found.start()]
+            where = f"{name} line {found.group(1)}"
+            problem = f"{problem[:1].lower()}{problem[1:]} (column {found.group(2)})"
+        else:  # "(at end of document)" and the like
+            where, problem = name, message[:1].lower() + message[1:]
+        return Config(), [f"{where}: not valid TOML: {problem}; using defaults"]
+    lines = _KeyLines(text)
+    warnings: list[str] = []
+    values: dict[str, Any] = {}
+    try:
+        for key, value in data.items():
+            if key == "health":
+                if not isinstance(value, dict):
+                    raise _BadValueError("health", "must be a table ([health])")
+                for sub, threshold in value.items():
+                    if sub not in HEALTH_KEYS:
+                        warnings.append(_unknown(name, lines, f"health.{sub}", HEALTH_KEYS))
+                        continue
+                    values[sub] = _check_threshold(
+                        f"health.{sub}", threshold, "GiB" if sub == "idle_held_memory" else "minutes"
+                    )
+            elif key in TOP_LEVEL_KEYS:
+                values[key] = _CHECKS[key](value)
+            else:
+                warnings.append(_unknown(name, lines, key, (*TOP_LEVEL_KEYS, "health")))
+    except _BadValueError as bad:
+        line = lines.find(bad.key)
+        where = name if line is None else f"{name} line {line}"
+        return Config(), [f"{where}: '{bad.key}': {bad.problem}; using defaults"]
+    return Config(**values), warnings
+
+
+class _BadValueError(Exception):
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(problem)
+        self.key = key
+        self.problem = problem
+
+
+def _unknown(name: str, lines: _KeyLines, key: str, known: Sequence[str]) -> str:
+    line = lines.find(key)
+    where = name if line is None else f"{name} line {line}"
+    return f"{where}: unknown key '{key}' ignored (known: {', '.join(known)})"
+
+
+def _number(value: Any) -> float | None:
+    """A TOML integer or float as a float; None for anything else (a bool is no number)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return None if math.isnan(number) else number
+
+
+def _check_interval(value: Any) -> float:
+    number = _number(value)
+    if number is None or not MIN_INTERVAL <= number <= MAX_INTERVAL:
+        raise _BadValueError("interval", f"must be a number from {MIN_INTERVAL:g} to {MAX_INTERVAL:.0f} (seconds)")
+    return number
+
+
+def _check_threshold(key: str, value: Any, unit: str) -> float:
+    number = _number(value)
+    if number is None or not 0 <= number <= MAX_THRESHOLD:
+        raise _BadValueError(key, f"must be a number of {unit} from 0 to {MAX_THRESHOLD:.0f}")
+    return number
+
+
+def _one_of(key: str, choices: Sequence[str]) -> Any:
+    def check(value: Any) -> str:
+        if not isinstance(value, str) or value not in choices:
+            raise _BadValueError(key, f"must be one of {', '.join(choices)}" + _got(value))
+        return value
+
+    return check
+
+
+def _shown(value: Any) -> str:
+    """The bad value, short, for the message: ``'fast'``, ``12``, ``array``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | int | float):
+        return repr(value)[:40]
+    return {list: "an array", dict: "a table"}.get(type(value), type(value).__name__)
+
+
+def _got(value: Any) -> str:
+    return f" (not {_shown(value)})"
+
+
+def _check_theme(value: Any) -> str:
+    if not isinstance(value, str) or value not in THEMES:
+        raise _BadValueError("theme", f"unknown theme {_shown(value)} (known: {', '.join(THEMES)})")
+    return value
+
+
+def _check_columns(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise _BadValueError(
+            "columns", f'must be a list of column names, e.g. ["pid", "gpu_memory", "command"]{_got(value)}'
+        )
+    if not value:
+        raise _BadValueError("columns", "must name at least one column")
+    seen: set[str] = set()
+    for item in value:
+        if item not in COLUMN_IDS:
+            raise _BadValueError("columns", f"unknown column {item[:40]!r} (known: {', '.join(COLUMN_IDS)})")
+        if item in seen:
+            raise _BadValueError("columns", f"{item!r} is listed twice")
+        seen.add(item)
+    return tuple(value)
+
+
+def parse_sort(text: str) -> tuple[str, bool | None]:
+    """``"gpu_memory desc"`` -> ("gpu_memory", True): the column and whether descending (None: its own way).
+
+    Raises ValueError with the problem in words.
+    """
+    words = text.split()
+    if not 1 <= len(words) <= 2:
+        raise ValueError('must be a column, optionally followed by asc or desc, e.g. "gpu_memory desc"')
+    column = words[0]
+    if column not in COLUMN_IDS:
+        raise ValueError(f"unknown column {column[:40]!r} (known: {', '.join(COLUMN_IDS)})")
+    if len(words) == 1:
+        return column, None
+    if words[1] not in SORT_DIRECTIONS:
+        raise ValueError(f"the direction must be asc or desc (not {words[1][:20]!r})")
+    return column, words[1] == "desc"
+
+
+def _check_sort(value: Any) -> str:
+    if not isinstance(value, str):
+        raise _BadValueError(
+            "sort", f'must be a column, optionally followed by asc or desc, e.g. "gpu_memory desc"{_got(value)}'
+        )
+    try:
+        column, descending = parse_sort(value)
+    except ValueError as exc:
+        raise _BadValueError("sort", str(exc)) from None
+    return column if descending is None else f"{column} {'desc' if descending else 'asc'}"
+
+
+_CHECKS = {
+    "interval": _check_interval,
+    "view": _one_of("view", VIEWS),
+    "columns": _check_columns,
+    "sort": _check_sort,
+    "group_by": _one_of("group_by", GROUP_BY),
+    "theme": _check_theme,
+    "chart_window": _one_of("chart_window", CHART_WINDOWS),
+}
+
+
+# ----------------------------------------------------------------- where a key is, for messages
+
+_HEADER = re.compile(r"""^\s*\[\[?\s*([^\[\]#]*?)\s*\]\]?\s*(?:#.*)?$""")
+_BARE_OR_QUOTED = r"""(?:{name}|"{name}"|'{name}')"""
+
+
+class _KeyLines:
+    """Finds the line (1-based) where a key is set: ``interval`` at the top level, ``health.hang_after`` in
+    ``[health]`` (or as a dotted key at the top level). Good enough for messages; None when not found."""
+
+    def __init__(self, text: str) -> None:
+        self.lines = text.splitlines()
+
+    def find(self, dotted: str) -> int | None:
+        parts = dotted.split(".")
+        table, key = (parts[0], parts[-1]) if len(parts) > 1 else ("", parts[0])
+        own = re.compile(rf"^\s*{_BARE_OR_QUOTED.format(name=re.escape(key))}\s*=")
+        whole = re.compile(
+            r"^\s*" + r"\s*\.\s*".join(_BARE_OR_QUOTED.format(name=re.escape(p)) for p in parts) + r"\s*="
+        )
+        header = re.compile(rf"^\s*\[\s*{_BARE_OR_QUOTED.format(name=re.escape(dotted))}\s*\]")
+        section = ""
+        for number, line in enumerate(self.lines, start=1):
+            found = _HEADER.match(line)
+            if found is not None:
+                section = found.group(1).replace('"', "").replace("'", "").replace(" ", "")
+                if not table and header.match(line):  # the key is a table itself: [health]
+                    return number
+                continue
+            if (section == table and own.match(line)) or (not section and table and whole.match(line)):
+                return number
+        return None
+
+
+# ----------------------------------------------------------------- printing
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, tuple | list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"no TOML for {value!r}")
+
+
+_COMMENTS = {
+    "interval": f"seconds between refreshes, {MIN_INTERVAL:g} to {MAX_INTERVAL:.0f}",
+    "view": "GPU panels: " + ", ".join(VIEWS),
+    "columns": "process table columns, in order; left out: hidden (" + ", ".join(COLUMN_IDS) + ")",
+    "sort": 'a column, optionally followed by "asc" or "desc"',
+    "group_by": ", ".join(GROUP_BY),
+    "theme": 'a Textual theme, or "colorblind"',
+    "chart_window": ", ".join(CHART_WINDOWS),
+    "idle_held_after": "minutes at ~0 % SM before a process holding memory is idle-held",
+    "idle_held_memory": "GiB of GPU memory a process must hold to be idle-held",
+    "hang_after": "minutes busy with idle SMs before a GPU is a suspected hang",
+}
+
+
+def to_toml(config: Config, header: Sequence[str] = ()) -> str:
+    """``config`` as a config file (every key, with a comment), after ``header`` comment lines."""
+    out = [f"# {line}" for line in header]
+    if out:
+        out.append("")
+    for key in TOP_LEVEL_KEYS:
+        value = getattr(config, key)
+        out.append(f"# {_COMMENTS[key]}")
+        out.append(
+            f"{key} = {_toml_value(value)}" if value is not None else f"# {key}: not set (the monitor's default)"
+        )
+    out.append("")
+    out.append("[health]")
+    for key in HEALTH_KEYS:
+        out.append(f"# {_COMMENTS[key]}")
+        out.append(f"{key} = {_toml_value(getattr(config, key))}")
+    return "\n".join(out) + "\n"
+
+
+# ----------------------------------------------------------------- remembering the columns
+
+
+def save_columns(path: str | os.PathLike[str], columns: Sequence[str]) -> None:
+    """Set ``columns = [...]`` in the config file at ``path`` (created if missing), keeping everything else.
+
+    Raises :class:`ConfigWriteError` (one line) when the file cannot be read or
+    written (a read-only directory), is not valid TOML, or the edit would not
+    read back as exactly ``columns`` -- the file is then left as it was.
+    """
+    columns = list(columns)
+    unknown = [c for c in columns if c not in COLUMN_IDS]
+    if unknown or not columns:
+        raise ConfigWriteError(f"not a column list: {columns!r}")
+    target = Path(os.path.realpath(Path(path).expanduser()))  # a symlinked dotfile stays a symlink
+    try:
+        text = target.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        text = ""
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigWriteError(f"cannot read {target}: {getattr(exc, 'strerror', None) or exc}") from None
+    toml = _toml()
+    if toml is None:
+        raise ConfigWriteError("writing the config needs Python 3.11 or newer")
+    try:
+        toml.loads(text)
+    except toml.TOMLDecodeError:
+        raise ConfigWriteError(f"{target} is not valid TOML: fix it first (nvtopy left it as it is)") from None
+    updated = _set_top_level(text, "columns", _toml_value(columns))
+    try:
+        check = toml.loads(updated).get("columns")
+    except toml.TOMLDecodeError:
+        check = None
+    if check != columns:
+        raise ConfigWriteError(f"cannot update 'columns' in {target} safely: edit it by hand")
+    _write_atomically(target, updated)
+
+
+def _write_atomically(target: Path, text: str) -> None:
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        mode = target.stat().st_mode & 0o7777 if target.exists() else None
+        with open(temporary, "w", encoding="utf-8") as out:
+            out.write(text)
+        if mode is not None:
+            os.chmod(temporary, mode)
+        os.replace(temporary, target)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise ConfigWriteError(f"cannot write {target}: {exc.strerror or exc}") from None
+
+
+def _set_top_level(text: str, key: str, value: str) -> str:
+    """``text`` with the top-level ``key = ...`` (one line or a multi-line array) replaced, or inserted before
+    the first table (at the end when there is none)."""
+    lines = text.splitlines(keepends=True)
+    entry = f"{key} = {value}\n"
+    assignment = re.compile(rf"^\s*{_BARE_OR_QUOTED.format(name=re.escape(key))}\s*=")
+    for number, line in enumerate(lines):
+        if _HEADER.match(line):
+            break
+        if assignment.match(line):
+            end = _value_end(lines, number)
+            return "".join([*lines[:number], entry, *lines[end + 1 :]])
+    else:
+        number = len(lines)
+    before = lines[:number]
+    if before and not before[-1].endswith("\n"):
+        before[-1] += "\n"
+    after = lines[number:]
+    spacer = ["\n"] if after else []
+    return "".join([*before, entry, *spacer, *after])
+
+
+def _value_end(lines: list[str], start: int) -> int:
+    """The index of the last line of the value that begins on ``lines[start]`` (brackets balanced, strings and
+    comments skipped)."""
+    depth = 0
+    for index in range(start, len(lines)):
+        line = lines[index]
+        position = line.index("=") + 1 if index == start else 0
+        quote = ""
+        while position < len(line):
+            char = line[position]
+            if quote:
+                if char == "\\" and quote == '"':
+                    position += 1
+                elif char == quote:
+                    quote = ""
+            elif char in "\"'":
+                quote = char
+            elif char == "#":
+                break
+            elif char in "[{":
+                depth += 1
+            elif char in "]}":
+                depth -= 1
+            position += 1
+        if depth <= 0:
+            return index
+    return len(lines) - 1

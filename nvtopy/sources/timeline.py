@@ -1,0 +1,256 @@
+"""A GPU's long history for the charts: min / mean / max per time bucket, at three resolutions.
+
+Why buckets, not points: the charts zoom from a minute to a day. A day of
+one-second points is 86,400 per metric per GPU; a chart 100 cells wide draws
+200 braille dots. So each GPU keeps three tiers (:data:`TIERS`): 1-second
+buckets for the last 10 minutes, 10-second buckets for the last hour and
+1-minute buckets for the last 24 hours. Every sample goes into all three, and a
+bucket keeps the lowest, mean and highest value of its samples: a one-second
+spike still shows at the 24-hour zoom, as the top of its minute.
+
+Memory is bounded and preallocated by nothing: a tier grows to its capacity
+(plus :data:`SLACK` buckets, cut off in one go), then stays there. A bucket is
+its number (8 bytes) and three 4-byte floats per metric (:data:`METRICS`, 8):
+104 bytes. The most a live GPU holds is :func:`bound_bytes`: about 260 kB
+(``tests/test_timeline.py`` fills 24 hours and more with tracemalloc watching).
+A replay keeps the whole recording instead (``bounded=False``: the charts of
+any position of it are there at once), some 116 bytes per recorded second per GPU.
+
+Threads: one thread appends (the poller's, the replay's index pass, the remote
+scraper's), the UI thread reads. Both take the timeline's lock, held for a few
+array writes or for copying the slices a chart asks for (C-level copies of at
+most ~1,500 floats), so neither waits noticeably. Snapshots share the timeline
+of their GPU instead of copying it: a view reads it *as of* the snapshot's time
+(``end``), so an older snapshot still draws what it showed -- as long as its
+window has not been dropped from the tiers.
+
+Values are stored as float32: percentages, watts and bytes per second to 7
+significant digits, more than a chart cell can show. A bucket where a metric
+had no value (N/A, a lost GPU) holds NaN for it: a gap, never a zero.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import threading
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from ..model import GpuSample, GpuStatic
+
+__all__ = [
+    "METRICS",
+    "SLACK",
+    "TIERS",
+    "WINDOWS",
+    "Series",
+    "Timeline",
+    "bound_bytes",
+    "metric_values",
+]
+
+METRICS: tuple[str, ...] = (
+    "utilization",  # utilization_gpu_percent
+    "memory",  # memory used, % of the total
+    "power",  # power_draw_w
+    "sm_active",  # GPM sm_active_percent (Hopper and newer)
+    "pcie_rx",  # bytes/s: NVML's PCIe counter, else GPM's
+    "pcie_tx",
+    "nvlink_rx",  # bytes/s, all links
+    "nvlink_tx",
+)
+_INDEX = {name: i for i, name in enumerate(METRICS)}
+
+TIERS: tuple[tuple[int, int], ...] = ((1, 600), (10, 360), (60, 1440))
+"""(bucket seconds, buckets kept): 10 minutes at 1 s, 1 hour at 10 s, 24 hours at 1 min."""
+
+WINDOWS: tuple[float, ...] = (60.0, 600.0, 3600.0, 86400.0)
+"""The chart windows the monitor cycles through: 1 min, 10 min, 1 h, 24 h."""
+
+SLACK = 32
+"""Buckets a full tier may grow past its capacity before its oldest are cut in one go (amortised)."""
+
+MAX_POINTS = 1500
+"""A window is read from the finest tier that covers it in at most this many buckets."""
+
+_NAN = float("nan")
+_BUCKET_BYTES = 8 + 3 * 4 * len(METRICS)
+
+
+_COLUMNS = 1 + 3 * len(METRICS)  # arrays per tier
+_ARRAY_OVERHEAD = 64 + 8 * 8  # an array object, and the most room it reserves beyond 1/16 of its length
+
+
+def bound_bytes(tiers: Sequence[tuple[int, int]] = TIERS) -> int:
+    """The most a bounded timeline's buckets take: (capacity + slack + 1) buckets per tier, 104 bytes each,
+    plus the room arrays reserve as they grow (1/16) and the array objects themselves."""
+    buckets = sum(capacity + SLACK + 1 for _, capacity in tiers)
+    return buckets * _BUCKET_BYTES * 17 // 16 + len(tiers) * _COLUMNS * _ARRAY_OVERHEAD
+
+
+class Series(NamedTuple):
+    """One metric over a window, from one tier, oldest first. A bucket starts at ``bucket * step`` seconds.
+
+    Buckets without any sample are absent; a bucket with samples but none of this
+    metric has NaN in ``lo``, ``mean`` and ``hi``.
+    """
+
+    step: float
+    buckets: Sequence[int]
+    lo: Sequence[float]
+    mean: Sequence[float]
+    hi: Sequence[float]
+
+
+EMPTY_SERIES = Series(1.0, (), (), (), ())
+
+
+def metric_values(static: GpuStatic, sample: GpuSample) -> tuple[float | None, ...]:
+    """A sample's value of each of :data:`METRICS` (None: not read, not supported, or the GPU is lost)."""
+    if sample.lost:
+        return (None,) * len(METRICS)
+    used, total = sample.memory_used_bytes, static.memory_total_bytes
+    pcie_rx = sample.pcie_rx_bytes_per_s
+    pcie_tx = sample.pcie_tx_bytes_per_s
+    nvlink_rx = sample.nvlink_rx_bytes_per_s
+    nvlink_tx = sample.nvlink_tx_bytes_per_s
+    return (
+        sample.utilization_gpu_percent,
+        100.0 * used / total if used is not None and total else None,
+        sample.power_draw_w,
+        sample.sm_active_percent,
+        pcie_rx if pcie_rx is not None else sample.gpm_pcie_rx_bytes_per_s,
+        pcie_tx if pcie_tx is not None else sample.gpm_pcie_tx_bytes_per_s,
+        nvlink_rx if nvlink_rx is not None else sample.gpm_nvlink_rx_bytes_per_s,
+        nvlink_tx if nvlink_tx is not None else sample.gpm_nvlink_tx_bytes_per_s,
+    )
+
+
+class _Tier:
+    """Buckets of one size, oldest first: their numbers, and per metric min / mean / max (float32)."""
+
+    __slots__ = ("buckets", "capacity", "counts", "hi", "lo", "mean", "step", "sums")
+
+    def __init__(self, step: int, capacity: int | None) -> None:
+        self.step = step
+        self.capacity = capacity  # None: keep every bucket (a replay)
+        self.buckets: array[int] = array("q")
+        self.lo: list[array[float]] = [array("f") for _ in METRICS]
+        self.mean: list[array[float]] = [array("f") for _ in METRICS]
+        self.hi: list[array[float]] = [array("f") for _ in METRICS]
+        # The newest bucket's running sum and count per metric (its mean is written on every sample).
+        self.sums = [0.0] * len(METRICS)
+        self.counts = [0] * len(METRICS)
+
+    def add(self, when: float, values: Sequence[float | None]) -> None:
+        bucket = math.floor(when / self.step)
+        buckets = self.buckets
+        if not buckets or bucket > buckets[-1]:
+            buckets.append(bucket)
+            for column in (*self.lo, *self.mean, *self.hi):
+                column.append(_NAN)
+            self.sums = [0.0] * len(METRICS)
+            self.counts = [0] * len(METRICS)
+            if self.capacity is not None and len(buckets) > self.capacity + SLACK:
+                self._cut(bucket - self.capacity)
+        # else: the same bucket, or the clock went back -- folded into the newest bucket
+        sums, counts = self.sums, self.counts
+        for m, value in enumerate(values):
+            if value is None:
+                continue
+            value = float(value)
+            if math.isnan(value):  # no reading
+                continue
+            lo, hi = self.lo[m], self.hi[m]
+            if counts[m] == 0:
+                lo[-1] = hi[-1] = value
+                sums[m] = value
+                counts[m] = 1
+            else:
+                lo[-1] = min(lo[-1], value)
+                hi[-1] = max(hi[-1], value)
+                sums[m] += value
+                counts[m] += 1
+            self.mean[m][-1] = sums[m] / counts[m]
+
+    def _cut(self, oldest: int) -> None:
+        """Drop the buckets before ``oldest``."""
+        cut = bisect_left(self.buckets, oldest)
+        if cut:
+            del self.buckets[:cut]
+            for column in (*self.lo, *self.mean, *self.hi):
+                del column[:cut]
+
+    def covers(self, window: float) -> bool:
+        return self.capacity is None or self.capacity * self.step >= window
+
+    def read(self, metric: int, start: float, end: float) -> Series:
+        first = bisect_left(self.buckets, math.floor(start / self.step))
+        last = bisect_right(self.buckets, math.floor(end / self.step))
+        return Series(
+            float(self.step),
+            self.buckets[first:last],
+            self.lo[metric][first:last],
+            self.mean[metric][first:last],
+            self.hi[metric][first:last],
+        )
+
+    def nbytes(self) -> int:
+        columns = (self.buckets, *self.lo, *self.mean, *self.hi)
+        return sum(sys.getsizeof(column) for column in columns)
+
+
+class Timeline:
+    """One GPU's history at every tier. Thread-safe: one writer, any number of readers (see the module)."""
+
+    __slots__ = ("_lock", "_tiers", "appended", "newest")
+
+    def __init__(self, tiers: Sequence[tuple[int, int]] = TIERS, *, bounded: bool = True) -> None:
+        """``bounded=False``: keep every bucket (a replay keeps its whole recording)."""
+        self._lock = threading.Lock()
+        self._tiers = tuple(_Tier(step, capacity if bounded else None) for step, capacity in tiers)
+        self.appended = 0  # samples taken in: a view can tell new data from none
+        self.newest: float | None = None  # the time of the newest sample
+
+    def __repr__(self) -> str:  # a GpuState's repr names it; its contents would be thousands of numbers
+        return f"Timeline({self.appended} samples)"
+
+    def record(self, static: GpuStatic, sample: GpuSample) -> None:
+        """Take in ``sample``'s values (:func:`metric_values`) at its time."""
+        self.add(sample.timestamp, metric_values(static, sample))
+
+    def add(self, when: float, values: Sequence[float | None]) -> None:
+        """Take in one value per metric (in :data:`METRICS` order; None: none) at Unix time ``when``."""
+        if not math.isfinite(when):
+            return
+        with self._lock:
+            for tier in self._tiers:
+                tier.add(when, values)
+            self.appended += 1
+            if self.newest is None or when > self.newest:
+                self.newest = when
+
+    def series(self, metric: str, window: float, end: float) -> Series:
+        """``metric`` over the ``window`` seconds up to ``end`` (Unix time), from the finest tier that covers it.
+
+        A tier covers a window when it keeps that long and gives at most
+        :data:`MAX_POINTS` buckets for it: 1 min and 10 min come from the 1-s
+        buckets, 1 h from the 10-s ones, 24 h from the minutes.
+        """
+        index = _INDEX[metric]
+        with self._lock:
+            tiers = self._tiers
+            chosen = tiers[-1]
+            for tier in tiers:
+                if tier.covers(window) and window / tier.step <= MAX_POINTS:
+                    chosen = tier
+                    break
+            return chosen.read(index, end - window, end)
+
+    def nbytes(self) -> int:
+        """Bytes the buckets take now: the arrays, with the room they reserved."""
+        with self._lock:
+            return sum(tier.nbytes() for tier in self._tiers)

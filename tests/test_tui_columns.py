@@ -1,0 +1,237 @@
+"""The column chooser (``o``): hide, reorder, apply, cancel; the table follows and the choice is remembered.
+
+Each test runs with its own empty XDG config directory (conftest), which is
+where the chooser writes ``columns``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from textual.widgets import SelectionList
+
+from nvtopy.config import COLUMN_IDS, Config, load_config
+from nvtopy.render.processes import visible_columns
+from nvtopy.tui.app import NvtopyApp
+from nvtopy.tui.columns_screen import ColumnsScreen
+from nvtopy.tui.preferences import configure
+from nvtopy.tui.screens import HelpScreen
+
+from .tui_helpers import started, widget_lines
+
+SIZE = (160, 40)
+INTERVAL = 2.0
+
+
+def config_file() -> Path:
+    return Path(os.environ["XDG_CONFIG_HOME"]) / "nvtopy" / "config.toml"
+
+
+def header(app) -> str:
+    return widget_lines(app.query_one("#processes"))[0]
+
+
+def titles(app) -> list[str]:
+    return [word.rstrip("▲▼") for word in header(app).split()]
+
+
+def chooser(app) -> SelectionList:
+    assert isinstance(app.screen, ColumnsScreen)
+    return app.screen.query_one(SelectionList)
+
+
+async def open_chooser(pilot, app) -> ColumnsScreen:
+    await pilot.press("o")
+    await pilot.pause()
+    assert isinstance(app.screen, ColumnsScreen)
+    return app.screen
+
+
+async def highlight(pilot, app, key: str) -> None:
+    """Move the chooser's highlight to column ``key`` with the arrow keys."""
+    screen = app.screen
+    target = screen.order.index(key)
+    await pilot.press("home", *["down"] * target)
+    await pilot.pause()
+    assert chooser(app).highlighted == target
+
+
+def app_of(sim) -> NvtopyApp:
+    return NvtopyApp.for_backend(sim(gpus=2, seed=1, processes_per_gpu=3), interval=INTERVAL)
+
+
+async def test_o_lists_every_column_shown_first_and_ticked(sim):
+    app = app_of(sim)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        screen = await open_chooser(pilot, app)
+        assert screen.order == list(COLUMN_IDS)
+        assert chooser(app).selected == list(COLUMN_IDS)
+        assert chooser(app).has_focus
+
+
+async def test_hide_and_reorder_then_apply_changes_the_table_and_is_remembered(sim):
+    app = app_of(sim)
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await started(pilot, app)
+        assert titles(app) == [
+            "GPU",
+            "PID",
+            "USER",
+            "OWNER",
+            "TYPE",
+            "GPU-MEM",
+            "SM%",
+            "CPU%",
+            "HOST-MEM",
+            "TIME",
+            "COMMAND",
+        ]
+        await open_chooser(pilot, app)
+        await highlight(pilot, app, "owner")
+        await pilot.press("space")  # hide OWNER
+        await highlight(pilot, app, "gpu_memory")
+        await pilot.press("shift+up", "shift+up", "shift+up", "shift+up", "shift+up", "shift+up")  # to the top
+        await highlight(pilot, app, "pid")
+        await pilot.press("right_square_bracket")  # PID one further down (the [ ] keys)
+        await pilot.pause()
+        screen = app.screen
+        assert screen.order[:4] == ["gpu_memory", "gpu", "mig", "user"]
+        assert "owner" not in chooser(app).selected
+        await pilot.press("enter")
+        await pilot.pause()
+        assert not isinstance(app.screen, ColumnsScreen)
+        assert titles(app) == ["GPU-MEM", "GPU", "USER", "PID", "TYPE", "SM%", "CPU%", "HOST-MEM", "TIME", "COMMAND"]
+        chosen = (
+            "gpu_memory",
+            "gpu",
+            "mig",
+            "user",
+            "pid",
+            "type",
+            "sm",
+            "cpu",
+            "host_memory",
+            "time",
+            "flags",
+            "command",
+        )
+        assert app.columns == chosen
+        # Remembered: the config file in the XDG directory now says so, and nothing else.
+        assert load_config(config_file()) == (Config(columns=chosen), [])
+        assert any("columns remembered in" in n.message for n in app._notifications)
+        # Reopened, the chooser lists the shown columns first, in their order, then the hidden one.
+        await open_chooser(pilot, app)
+        assert app.screen.order == [*chosen, "owner"]
+        assert chooser(app).selected == list(chosen)
+
+
+async def test_cancel_changes_nothing(sim):
+    app = app_of(sim)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        before = header(app)
+        await open_chooser(pilot, app)
+        await highlight(pilot, app, "user")
+        await pilot.press("space", "shift+up")
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, ColumnsScreen)
+        assert header(app) == before
+        assert app.columns is None
+        assert not config_file().exists()
+
+
+async def test_defaults_key_and_an_empty_choice(sim):
+    app = app_of(sim)
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await started(pilot, app)
+        await open_chooser(pilot, app)
+        chooser(app).deselect_all()
+        await pilot.press("enter")  # nothing ticked: the chooser stays open and says why
+        await pilot.pause()
+        assert isinstance(app.screen, ColumnsScreen)
+        assert any("at least one column" in n.message for n in app._notifications)
+        await highlight(pilot, app, "time")
+        await pilot.press("left_square_bracket")  # TIME one up (the [ ] keys)
+        await pilot.pause()
+        assert app.screen.order.index("time") == COLUMN_IDS.index("time") - 1
+        await pilot.press("d")  # back to the defaults: every column, in its place
+        await pilot.pause()
+        assert app.screen.order == list(COLUMN_IDS)
+        assert chooser(app).selected == list(COLUMN_IDS)
+
+
+async def test_the_buttons_apply_and_cancel(sim):
+    app = app_of(sim)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await open_chooser(pilot, app)
+        await highlight(pilot, app, "type")
+        await pilot.press("space")
+        await pilot.click("#apply")
+        await pilot.pause()
+        assert "TYPE" not in titles(app)
+        await open_chooser(pilot, app)
+        await pilot.click("#cancel")
+        await pilot.pause()
+        assert not isinstance(app.screen, ColumnsScreen)
+        assert "TYPE" not in titles(app)
+
+
+async def test_a_config_file_that_cannot_be_written_still_applies_and_says_so(sim, tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    app = app_of(sim)
+    app.config_path = blocker / "config.toml"
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await started(pilot, app)
+        await open_chooser(pilot, app)
+        await highlight(pilot, app, "user")
+        await pilot.press("space", "enter")
+        await pilot.pause()
+        assert "USER" not in titles(app)
+        warnings = [n.message for n in app._notifications if n.severity == "warning"]
+        assert warnings == [f"columns applied, not remembered: cannot read {blocker / 'config.toml'}: Not a directory"]
+
+
+async def test_columns_from_the_config_file_at_start(sim):
+    app = app_of(sim)
+    configure(app, Config(columns=("command", "pid", "gpu_memory"), sort="gpu_memory"))
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        assert titles(app) == ["COMMAND", "PID", "GPU-MEM"]
+        line = widget_lines(app.query_one("#processes"))[1]
+        process = app.query_one("#processes").rows[0]
+        # COMMAND first takes the width the others leave: PID and GPU-MEM still end the line.
+        assert line.split()[-2] == str(process.pid)
+        assert line.index(f" {process.pid} ") > 100
+
+
+async def test_help_and_palette_name_the_chooser(sim):
+    app = app_of(sim)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        view = dict(app.screen.sections)["View"]
+        assert ("o", "Choose, hide and reorder the process table's columns") in view
+        commands = [c.title for c in app.get_system_commands(app.screen)]
+        assert "Choose columns" in commands
+
+
+def test_visible_columns_follow_the_choice():
+    keys = [c.key for c in visible_columns(200, chosen=("command", "mig", "pid", "flags"))]
+    assert keys == ["command", "pid"], "MIG and FLAGS only while there is something to show"
+    keys = [c.key for c in visible_columns(200, mig=True, flags=True, chosen=("command", "mig", "pid", "flags"))]
+    assert keys == ["command", "mig", "pid", "flags"]
+    # Narrow: the least important go first, in the chosen order otherwise.
+    keys = [c.key for c in visible_columns(50, chosen=("time", "type", "pid", "user", "command"))]
+    assert keys == ["time", "pid", "user", "command"]
+    # Without COMMAND nothing needs its 20 cells: more columns fit.
+    keys = [c.key for c in visible_columns(50, chosen=("pid", "user", "owner", "type", "gpu_memory"))]
+    assert keys == ["pid", "user", "owner", "type", "gpu_memory"]
+    assert visible_columns(120) == visible_columns(120, chosen=COLUMN_IDS)
+    assert visible_columns(120, mig=True, flags=True) == visible_columns(120, mig=True, flags=True, chosen=COLUMN_IDS)
