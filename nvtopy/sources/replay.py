@@ -14,7 +14,7 @@ snapshot is parsed again when it is shown, a few are kept for stepping back
 and forth, and the sparklines' history is rebuilt from the lines before it.
 The history charts (:mod:`~nvtopy.sources.timeline`) are filled in that one
 pass: every GPU's values of every line, in min/mean/max buckets of 1 s, 10 s
-and 1 min, about 116 bytes per recorded second per GPU; a snapshot's charts read
+and 1 min, about 120 bytes per recorded second per GPU; a snapshot's charts read
 them as of its time, so stepping anywhere costs nothing.
 
 Health comes back whole: the verdict, findings, event timeline and Xid counts

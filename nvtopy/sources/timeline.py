@@ -8,13 +8,14 @@ buckets for the last 10 minutes, 10-second buckets for the last hour and
 bucket keeps the lowest, mean and highest value of its samples: a one-second
 spike still shows at the 24-hour zoom, as the top of its minute.
 
-Memory is bounded and preallocated by nothing: a tier grows to its capacity
+Memory is bounded and nothing is allocated ahead: a tier grows to its capacity
 (plus :data:`SLACK` buckets, cut off in one go), then stays there. A bucket is
 its number (8 bytes) and three 4-byte floats per metric (:data:`METRICS`, 8):
-104 bytes. The most a live GPU holds is :func:`bound_bytes`: about 260 kB
-(``tests/test_timeline.py`` fills 24 hours and more with tracemalloc watching).
-A replay keeps the whole recording instead (``bounded=False``: the charts of
-any position of it are there at once), some 116 bytes per recorded second per GPU.
+104 bytes. The most a live GPU holds is :func:`bound_bytes`, 286 kB; a full day
+of samples measures about 273 kB (``tests/test_timeline.py`` fills 24 hours with
+tracemalloc watching). A replay keeps the whole recording instead
+(``bounded=False``: the charts of any position of it are there at once), about
+120 bytes per recorded second per GPU.
 
 Threads: one thread appends (the poller's, the replay's index pass, the remote
 scraper's), the UI thread reads. Both take the timeline's lock, held for a few
