@@ -152,9 +152,13 @@ class NvmlGpmReaders:
                 return
         except Exception:  # noqa: BLE001 - a lost GPU: its next read says so
             return
-        self._gpm_step(gpu, gpu.gpm.gpu, None)
+        # Only streams without a sample: a static re-read (the GPU came back) must not spend a pair.
+        if gpu.gpm.gpu.previous is None:
+            self._gpm_step(gpu, gpu.gpm.gpu, None)
         for gi in self._gpu_instance_ids(gpu):
-            self._gpm_step(gpu, gpu.gpm.instances.setdefault(gi, _Pair()), gi)
+            pair = gpu.gpm.instances.setdefault(gi, _Pair())
+            if pair.previous is None:
+                self._gpm_step(gpu, pair, gi)
 
     def _gpm_measure(self, gpu: _GpuLike, pair: _Pair, gi: int | None) -> dict[int, tuple[int, float]] | Reason:
         """The metrics of ``pair``'s interval up to now, or why there are none this poll."""
