@@ -38,6 +38,7 @@ format: install
 bench: install                ## the project's own benchmarks (simulated backend)
 	$(BIN)/python benchmarks/bench_tui.py $(ARGS)
 	$(BIN)/python benchmarks/bench_sampler.py $(ARGS)
+	$(BIN)/python benchmarks/bench_host.py
 
 bench-peers: install          ## nvtopy vs nvitop and gpustat on ../shared/fake-nvml (skips without it)
 	$(BIN)/python benchmarks/bench_peers.py $(ARGS)

@@ -64,6 +64,11 @@ def _wait_zombie(pid: int) -> None:
     raise AssertionError(f"pid {pid} did not become a zombie")
 
 
+def _psutil_path_only(monkeypatch) -> None:
+    """The inspector reads every refresh through psutil (as where /proc cannot answer)."""
+    monkeypatch.setattr(hostprocs, "read_stat", lambda pid: None)
+
+
 def _unused_pid() -> int:
     pid = 2**22 + 1  # above PID_MAX_LIMIT (2**22), the highest pid_max: never assigned
     assert not psutil.pid_exists(pid)
@@ -71,7 +76,12 @@ def _unused_pid() -> int:
 
 
 def _patch(monkeypatch, name: str, replacement) -> None:
-    """Replace the psutil.Process method ``name``, keeping what oneshot() needs of memoized methods."""
+    """Replace the psutil.Process method ``name``, keeping what oneshot() needs of memoized methods.
+
+    The inspector's /proc fast path is switched off too (these tests drive psutil's path); the fast
+    path has tests of its own below.
+    """
+    _psutil_path_only(monkeypatch)
     original = getattr(psutil.Process, name)
     for attr in ("cache_activate", "cache_deactivate"):
         if hasattr(original, attr):
@@ -385,6 +395,7 @@ def test_pid_reuse_rereads_the_process(spawn, monkeypatch):
     assert inspector.inspect([child.pid])[child.pid].command == first.command
 
     # is_running() is False once the create time differs (psutil's PID reuse check): look again.
+    _psutil_path_only(monkeypatch)
     monkeypatch.setattr(psutil.Process, "is_running", lambda self: False)
     reused = inspector.inspect([child.pid])[child.pid]
     assert reused is not None

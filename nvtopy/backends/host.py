@@ -5,8 +5,10 @@ Why a stateful inspector rather than ``psutil.Process(pid)`` per row:
 - CPU % needs two readings of a process's CPU time; we keep the previous one.
 - The command line, user and create time of a pid never change while it lives,
   so they are read once per (pid, create time) and reused -- the hot path per
-  refresh is one ``/proc/<pid>/stat`` + ``statm`` read inside ``oneshot()``.
-- PIDs are reused: an entry is only trusted while the create time matches.
+  refresh is one ``/proc/<pid>/stat`` + ``statm`` read (:mod:`.procstat`; psutil
+  where that cannot answer).
+- PIDs are reused: an entry is only trusted while the create time matches (the
+  kernel's start time in clock ticks, on the hot path).
 
 It also answers whether NVML's pids can be resolved here at all: NVML reports
 host pids, so inside a container without ``--pid=host`` they belong to another
@@ -24,6 +26,7 @@ import psutil
 
 from ..model import CHILDREN_SHOWN, HostProcess, ProcessDetails, ProcessRelative, Reason, freeze
 from .owners import OwnerResolver, ResolvedOwner
+from .procstat import CLOCK_TICKS, Stat, read_stat
 
 __all__ = ["PsutilInspector", "in_foreign_pid_namespace", "read_process_details", "username_for_uid"]
 
@@ -78,6 +81,7 @@ class _Entry:
         "process",
         "reasons",
         "retry_command",
+        "start_ticks",
         "uid",
         "user",
     )
@@ -108,6 +112,9 @@ class _Entry:
         self.ppid: int | None = None  # the parent pid at the last reading
         self.parents: tuple[ProcessRelative, ...] = ()  # the ancestors read for that parent
         self.parents_at: float | None = None  # when (an ancestor may be re-parented: read again after a while)
+        # The kernel's start time (clock ticks after boot) where /proc/<pid>/stat agreed with psutil's
+        # create time when the pid was opened: the refreshes then read /proc directly (None: psutil's path).
+        self.start_ticks: int | None = None
 
 
 # How long after its start a process with an empty argv is read again (kernel threads keep theirs empty).
@@ -194,6 +201,7 @@ class PsutilInspector:
             process, create_time, user=user, uid=uid, name=name, command=command, reasons=reasons, first=first
         )
         entry.retry_command = retry
+        entry.start_ticks = _start_ticks(pid, create_time)
         return entry
 
     @staticmethod
@@ -249,7 +257,14 @@ class PsutilInspector:
 
     def _inspect_one(self, pid: int, now: float, ancestors: dict[int, _Ancestor]) -> HostProcess | None:
         entry = self._entries.get(pid)
-        if entry is not None and not entry.process.is_running():
+        stat: Stat | None = None
+        if entry is not None and entry.start_ticks is not None:
+            stat = read_stat(pid)  # None: gone or unreadable -- psutil's path below tells which
+            if stat is not None and stat.start_ticks != entry.start_ticks:
+                # The pid now belongs to a new process: forget the cached facts and look again.
+                del self._entries[pid]
+                entry, stat = None, None
+        if entry is not None and stat is None and not entry.process.is_running():
             # Gone, or the pid now belongs to a new process (is_running compares
             # create times): forget the cached facts and look again.
             del self._entries[pid]
@@ -268,8 +283,11 @@ class PsutilInspector:
         times = None
         ppid = entry.ppid
         status = "running"
+        busy: float | None = None
         try:
-            if entry.first is not None:
+            if stat is not None:
+                status, busy, rss, ppid = stat.status, stat.cpu_seconds, stat.rss_bytes, stat.ppid
+            elif entry.first is not None:
                 status, times, rss, ppid = entry.first
                 entry.first = None
             else:
@@ -287,6 +305,7 @@ class PsutilInspector:
             reasons["cpu_percent"] = reasons["host_memory_bytes"] = Reason.NO_PERMISSION
         if times is not None:
             busy = times.user + times.system
+        if busy is not None:
             if entry.last_cpu is not None and entry.last_wall is not None and now > entry.last_wall:
                 cpu_percent = max(0.0, 100.0 * (busy - entry.last_cpu) / (now - entry.last_wall))
             elif entry.create_time is not None and now > entry.create_time:
@@ -319,6 +338,25 @@ class PsutilInspector:
             ppid=entry.ppid,
             parents=entry.parents,
         )
+
+
+def _start_ticks(pid: int, create_time: float | None) -> int | None:
+    """The start time /proc/<pid>/stat gives, where it is the process psutil opened (else None: psutil's path).
+
+    psutil's create time is boot time + start ticks / clock ticks per second: a
+    reading that disagrees by more than a tick is another process (the pid was
+    reused between the two reads), or a /proc that does not say what psutil saw.
+    """
+    if create_time is None:
+        return None
+    stat = read_stat(pid)
+    if stat is None:
+        return None
+    try:
+        started = psutil.boot_time() + stat.start_ticks / CLOCK_TICKS
+    except (psutil.Error, OSError):
+        return None
+    return stat.start_ticks if abs(started - create_time) <= 1.5 / CLOCK_TICKS else None
 
 
 def current_username() -> str | None:
