@@ -3,9 +3,12 @@
 It uses ../shared/fake-nvml (a stand-in libnvidia-ml.so.1 that counts NVML calls)
 and its ``peer_overhead.py``: every monitor runs in a detached 200x50 tmux with
 8 simulated GPUs and 64 real ``sleep`` processes reported as GPU processes, at a
-1 s refresh; then the one-shot commands are timed. Peers come from a venv of
-their own (nvitop 1.7.2, gpustat 1.1.1). Absolute figures drift between
-machines, so the verdicts are ratios to nvitop measured in the same run.
+1 s refresh; then the one-shot commands are timed; then the exporters,
+``nvtopy exporter`` against nvitop-exporter, each scraped once a second as
+Prometheus scrapes (``bench_exporter.py``). Peers come from a venv of their own
+(nvitop 1.7.2, gpustat 1.1.1, nvitop-exporter 1.7.2). Absolute figures drift
+between machines, so the verdicts are ratios to nvitop (nvitop-exporter) measured
+in the same run.
 
 Skips (exit 0, with a message) where ../shared/fake-nvml is absent.
 """
@@ -22,13 +25,14 @@ import sys
 import time
 from pathlib import Path
 
+import bench_exporter
 from ptyrun import PtyRun
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".cache"
 RESULTS = ROOT / "benchmarks" / "results"
 SOURCE = Path(os.environ.get("NVTOPY_FAKE_NVML_DIR", ROOT.parent / "shared" / "fake-nvml"))
-PEERS = {"nvitop": "1.7.2", "gpustat": "1.1.1"}
+PEERS = {"nvitop": "1.7.2", "gpustat": "1.1.1", "nvitop-exporter": "1.7.2"}
 
 # Targets of the performance issue, as ratios to nvitop measured in the same run.
 TARGETS = {
@@ -42,6 +46,16 @@ RSS_LIMIT_MIB = 60.0
 
 def run(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, check=True, text=True, **kwargs)  # type: ignore[call-overload]
+
+
+def why_skip() -> str | None:
+    """Why the peer benchmarks cannot run here (None: they can)."""
+    if not (SOURCE / "fake_nvml.c").exists():
+        return f"{SOURCE} not found (it ships beside the project's checkout, not in it)"
+    for tool in ("make", "cc"):
+        if shutil.which(tool) is None:
+            return f"'{tool}' is not installed"
+    return None
 
 
 def prepare_fake() -> Path:
@@ -108,13 +122,10 @@ def main() -> int:
     parser.add_argument("-d", "--duration", type=float, default=20.0, help="seconds per monitor run")
     parser.add_argument("--oneshot", type=int, default=10, help="runs per one-shot command")
     args = parser.parse_args()
-    if not (SOURCE / "fake_nvml.c").exists():
-        print(f"bench-peers skipped: {SOURCE} not found (it ships beside the project's checkout, not in it)")
+    skipped = why_skip() or (None if shutil.which("tmux") else "'tmux' is not installed")
+    if skipped:
+        print(f"bench-peers skipped: {skipped}")
         return 0
-    for tool in ("tmux", "make", "cc"):
-        if shutil.which(tool) is None:
-            print(f"bench-peers skipped: '{tool}' is not installed")
-            return 0
     fake = prepare_fake()
     venv = prepare_peers()
     # Peers' bytecode was compiled by pip; compile ours too (an editable checkout under
@@ -154,6 +165,7 @@ def main() -> int:
         f"{nvtopy} --once --json",
     )
     frames = first_frames(fake, venv, nvtopy, 5)
+    exporters = bench_exporter.compare(fake, venv, nvtopy, repeat=args.repeat, duration=args.duration)
     by_tool = {r["tool"]: r for r in monitors}
     by_cmd = {str(r["cmd"]).replace(nvtopy, "nvtopy"): r for r in oneshots}
     nvitop, mine = by_tool["nvitop"], by_tool["nvtopy"]
@@ -185,11 +197,15 @@ def main() -> int:
     rss_ok = float(mine["peak_rss_mib"]) <= RSS_LIMIT_MIB
     verdicts["peak_rss"] = rss_ok
     print(f"  peak RSS      {mine['peak_rss_mib']} MiB (target <= {RSS_LIMIT_MIB:g})  {'ok' if rss_ok else 'MISSED'}")
+    exporter_summary = bench_exporter.report(exporters, args.repeat)
+    ratios.update(exporter_summary["ratios"])
+    verdicts.update(exporter_summary["verdicts"])
     summary = {
         "when": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)),
         "monitors": monitors,
         "oneshots": oneshots,
         "first_frames_s": frames,
+        "exporters": exporters,
         "ratios_to_nvitop": ratios,
         "verdicts": verdicts,
     }

@@ -62,9 +62,11 @@ MAX_THRESHOLD = 1e6  # the health flags' range, as on the command line (options.
 
 VIEWS = ("auto", "full", "compact")
 # The process table's columns, in their default order (render/processes.py checks it has exactly these).
-# MIG is shown only while some GPU has MIG instances, FLAGS only while some process is flagged.
+# HOST is shown only while the snapshot spans other hosts, MIG only while some GPU has MIG instances, FLAGS
+# only while some process is flagged.
 COLUMN_IDS = (
     "gpu",
+    "host",
     "mig",
     "pid",
     "user",

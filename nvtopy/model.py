@@ -523,6 +523,7 @@ class GpuProcess(_Repr):
     compute_instance_id: int | None = None
     ppid: int | None = None  # its parent's pid (None: unknown); the tree view hangs it under its parent
     parents: tuple[ProcessRelative, ...] = ()  # its ancestors, nearest first, up to (not including) pid 1
+    host: str | None = None  # the host it runs on, when that is not this one (--remote, --prometheus); outside text
 
     @property
     def instance_label(self) -> str | None:

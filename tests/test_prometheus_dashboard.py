@@ -20,34 +20,28 @@ are stopped whatever happens.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
-import os
-import re
-import shutil
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-PROMETHEUS = shutil.which("prometheus")
-pytestmark = pytest.mark.skipif(
-    PROMETHEUS is None,
-    reason="prometheus is not on PATH (Debian: apt-get install prometheus): the dashboard needs a real server",
+from .prometheus_fixtures import (
+    DATA_S,
+    STARTUP_S,
+    Server,
+    prometheus,
+    requires_prometheus,
+    scrape_config,
+    start_exporter,
+    stop,
+    targets_up,
+    wait,
 )
 
-STARTUP_S = 60.0  # the exporter answering, Prometheus ready (a cold start on a busy CI runner)
-DATA_S = 60.0  # until every panel has data: a few scrapes at 1 s
+pytestmark = requires_prometheus
 
 # The dashboard's panels: (title, older query, current query), exactly as its JSON has them.
 PANELS: tuple[tuple[str, str, str], ...] = (
@@ -104,8 +98,6 @@ LEGEND_LABELS = {
     "Tensor Core Utilization": ("Hostname", "gpu"),
 }
 ALL = ".*"  # Grafana's "All" for a variable
-# Any free port (it says which), a poll every half second: a scrape each second sees fresh values.
-EXPORTER = (sys.executable, "-m", "nvtopy", "exporter", "--demo", "--listen", "127.0.0.1:0", "--interval", "0.5")
 
 
 def _fill(query: str) -> str:
@@ -121,80 +113,6 @@ def _queries() -> list[tuple[str, str]]:
     ]
 
 
-# Never through a proxy from the environment: both servers are on loopback.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def _get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
-    try:
-        with _OPENER.open(url, timeout=timeout) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait(what: str, deadline_s: float, check: Any, logs: list[Path]) -> Any:
-    """Call ``check`` until it returns something true, at most ``deadline_s`` seconds; fail saying what and why."""
-    end = time.monotonic() + deadline_s
-    last: Any = None
-    while time.monotonic() < end:
-        try:
-            last = check()
-        except (OSError, ValueError) as exc:  # not listening yet, or an answer cut short
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(0.2)
-    tails = "\n".join(f"--- {log.name}:\n{log.read_text(errors='replace')[-2000:]}" for log in logs if log.exists())
-    pytest.fail(f"{what}: nothing within {deadline_s:.0f} s (last: {last!r})\n{tails}")
-
-
-def _stop(process: subprocess.Popen[bytes] | None) -> None:
-    """SIGTERM, then SIGKILL after 10 s: the process (started in a session of its own) never outlives the test."""
-    if process is None or process.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=10)
-
-
-@dataclass
-class Server:
-    """A Prometheus server that has scraped nvtopy's exporter."""
-
-    url: str
-    target: str  # the exporter's host:port, Prometheus's ``instance`` label
-    logs: list[Path]
-    seconds_to_data: float  # from starting the exporter until every panel had data
-
-    def query(self, promql: str) -> list[dict[str, Any]]:
-        status, body = _get(f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": promql}))
-        answer = json.loads(body)
-        assert status == 200 and answer["status"] == "success", f"{promql}: {status} {answer}"
-        assert answer["data"]["resultType"] == "vector", promql
-        return answer["data"]["result"]
-
-    def label_values(self, label: str, match: str) -> list[str]:
-        """Grafana's ``label_values(match, label)``, through the API it uses."""
-        url = f"{self.url}/api/v1/label/{label}/values?" + urllib.parse.urlencode({"match[]": match})
-        status, body = _get(url)
-        answer = json.loads(body)
-        assert status == 200 and answer["status"] == "success", answer
-        return answer["data"]
-
-
 def _all_panels_have_data(server: Server) -> bool:
     return all(_values(server.query(q)) for _, q in _queries())
 
@@ -205,69 +123,17 @@ def _values(result: list[dict[str, Any]]) -> list[float]:
 
 @contextlib.contextmanager
 def _prometheus_on_nvtopy(tmp: Path, *exporter_args: str) -> Iterator[Server]:
-    exporter_log, prometheus_log = tmp / "exporter.log", tmp / "prometheus.log"
-    logs = [exporter_log, prometheus_log]
-    exporter: subprocess.Popen[bytes] | None = None
-    prometheus: subprocess.Popen[bytes] | None = None
+    logs: list[Path] = []
     started = time.monotonic()
+    exporter, target = start_exporter(tmp, "exporter", *exporter_args, logs=logs)
     try:
-        with exporter_log.open("wb") as out:
-            exporter = subprocess.Popen(
-                [*EXPORTER, *exporter_args],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-        def exporter_port() -> str | None:
-            assert exporter is not None and exporter.poll() is None, "the exporter exited"
-            found = re.search(r"serving http://127\.0\.0\.1:(\d+)/metrics", exporter_log.read_text(errors="replace"))
-            return found.group(1) if found else None
-
-        target = f"127.0.0.1:{_wait('the exporter', STARTUP_S, exporter_port, logs)}"
-        _wait("the exporter's /metrics", STARTUP_S, lambda: _get(f"http://{target}/metrics")[0] == 200, logs)
-
-        config = tmp / "prometheus.yml"
-        config.write_text(
-            "global:\n"
-            "  scrape_interval: 1s\n"
-            "  evaluation_interval: 1s\n"
-            "scrape_configs:\n"
-            "  - job_name: nvtopy\n"
-            "    scrape_timeout: 1s\n"
-            "    static_configs:\n"
-            f"      - targets: ['{target}']\n",
-            encoding="utf-8",
-        )
-        web = f"127.0.0.1:{_free_port()}"
-        with prometheus_log.open("wb") as out:
-            prometheus = subprocess.Popen(
-                [
-                    str(PROMETHEUS),
-                    f"--config.file={config}",
-                    f"--storage.tsdb.path={tmp / 'data'}",
-                    f"--web.listen-address={web}",
-                    "--log.level=warn",
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                cwd=tmp,
-            )
-        server = Server(f"http://{web}", target, logs, 0.0)
-
-        def ready() -> bool:
-            assert prometheus is not None and prometheus.poll() is None, "prometheus exited"
-            return _get(f"{server.url}/-/ready")[0] == 200
-
-        _wait("prometheus ready", STARTUP_S, ready, logs)
-        _wait("a successful scrape of nvtopy", DATA_S, lambda: _values(server.query('up{job="nvtopy"}')) == [1.0], logs)
-        _wait("data in every panel", DATA_S, lambda: _all_panels_have_data(server), logs)
-        server.seconds_to_data = time.monotonic() - started
-        yield server
+        with prometheus(tmp, scrape_config([target]), [target], logs) as server:
+            wait("a successful scrape of nvtopy", DATA_S, lambda: targets_up(server), logs)
+            wait("data in every panel", DATA_S, lambda: _all_panels_have_data(server), logs)
+            server.seconds_to_data = time.monotonic() - started
+            yield server
     finally:
-        _stop(prometheus)
-        _stop(exporter)
+        stop(exporter)
 
 
 @pytest.fixture(scope="module")

@@ -493,8 +493,10 @@ def test_once_shows_good_hosts_beside_every_kind_of_bad_one(good):
     assert sum("node-good/" in line and "RTX 4090" in line for line in lines) == 2
     for bad in peers[:5]:
         (line,) = [line for line in lines if bad.address in line]
-        assert f"127.0.0.1 {bad.address}" in line  # the host's name, then why it could not be read
-    assert sum("weird/0" in line for line in lines) == 1, "the host with absurd values is shown, values N/A"
+        # The host's name (host:port: they all share 127.0.0.1), then why it could not be read.
+        assert f"{bad.address} {bad.address}" in line
+    # (its processes name it too, in the Host column)
+    assert sum("weird/0" in line and "Test GPU" in line for line in lines) == 1, "the host with absurd values is shown"
     data = json.loads(as_json.stdout)
     gpus = data["gpus"]
     names = [g["name"] for g in gpus]

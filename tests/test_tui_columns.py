@@ -92,12 +92,12 @@ async def test_hide_and_reorder_then_apply_changes_the_table_and_is_remembered(s
         await highlight(pilot, app, "owner")
         await pilot.press("space")  # hide OWNER
         await highlight(pilot, app, "gpu_memory")
-        await pilot.press("shift+up", "shift+up", "shift+up", "shift+up", "shift+up", "shift+up")  # to the top
+        await pilot.press(*["shift+up"] * 7)  # to the top
         await highlight(pilot, app, "pid")
         await pilot.press("right_square_bracket")  # PID one further down (the [ ] keys)
         await pilot.pause()
         screen = app.screen
-        assert screen.order[:4] == ["gpu_memory", "gpu", "mig", "user"]
+        assert screen.order[:5] == ["gpu_memory", "gpu", "host", "mig", "user"]
         assert "owner" not in chooser(app).selected
         await pilot.press("enter")
         await pilot.pause()
@@ -106,6 +106,7 @@ async def test_hide_and_reorder_then_apply_changes_the_table_and_is_remembered(s
         chosen = (
             "gpu_memory",
             "gpu",
+            "host",
             "mig",
             "user",
             "pid",

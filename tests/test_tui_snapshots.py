@@ -57,7 +57,7 @@ def test_column_chooser(snap_compare):
 
     async def edit(pilot) -> None:
         await pilot.pause()
-        await pilot.press("down", "down", "down", "down", "space")  # OWNER hidden
+        await pilot.press("down", "down", "down", "down", "down", "space")  # OWNER hidden
         await pilot.press("down", "down", "shift+up", "shift+up")  # GPU-MEM above OWNER and USER
         await pilot.pause()
 

@@ -19,6 +19,12 @@ A MIG GPU's instances get dcgm-exporter's framebuffer and profiling series label
 per MIG device (:mod:`nvtopy.formats.prometheus`).
 
 It binds to 127.0.0.1 unless told otherwise: a wider address is an explicit choice.
+With ``--tls-cert``/``--tls-key`` it serves HTTPS, and with ``--tls-client-ca`` only
+to clients whose certificate that CA signed (mutual TLS): the files are checked
+before anything starts, and a bad one is a one-line usage error.
+
+A scrape costs no rendering: the exposition of each snapshot is made once, as
+bytes, and every scrape of that snapshot shares them (:class:`~nvtopy.formats.prometheus.Exposition`).
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from ..model import ALL_GROUPS
 from . import options
 from .httpserver import serve
 
-__all__ = ["build_parser", "parse_listen", "run"]
+__all__ = ["build_parser", "parse_listen", "run", "tls_from_args"]
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +96,42 @@ def build_parser(command: str) -> argparse.ArgumentParser:
         "--interval", type=options.interval_type, default=1.0, metavar="SECONDS", help="collection interval (default 1)"
     )
     options.add_timeout_option(parser, "seconds a GPU's stuck driver call is waited for before it is marked")
+    tls = parser.add_argument_group("TLS (HTTPS) and mutual TLS")
+    tls.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this PEM certificate (chain)")
+    tls.add_argument("--tls-key", metavar="FILE", help="the certificate's PEM private key (unencrypted)")
+    tls.add_argument(
+        "--tls-client-ca",
+        metavar="FILE",
+        help="mutual TLS: only clients with a certificate signed by a CA in this PEM file may scrape",
+    )
     options.add_gpu_options(parser)
+    parser.add_argument(
+        "--demo-hostname",
+        type=_hostname,
+        metavar="NAME",
+        help="simulated GPUs: the Hostname they report (default demo-node; several exporters of one fleet)",
+    )
     options.add_health_options(parser)
     return parser
+
+
+def _hostname(text: str) -> str:
+    """A ``--demo-hostname``: printable, no spaces (a Hostname label that a Prometheus query can match)."""
+    if not text or not text.isprintable() or any(c.isspace() for c in text) or len(text) > 253:
+        raise argparse.ArgumentTypeError(f"invalid hostname {text!r}")
+    return text
+
+
+def tls_from_args(args: argparse.Namespace) -> Any:
+    """The ``ssl.SSLContext`` the TLS options ask for, or None for plain HTTP. Raises UsageError."""
+    cert, key, client_ca = args.tls_cert, args.tls_key, args.tls_client_ca
+    if cert is None:
+        if key is not None or client_ca is not None:
+            raise UsageError(f"{'--tls-key' if key is not None else '--tls-client-ca'} needs --tls-cert")
+        return None
+    from .httpserver import tls_context
+
+    return tls_context(cert, key, client_ca)
 
 
 def run(command: str, args: argparse.Namespace) -> int:
@@ -100,6 +139,7 @@ def run(command: str, args: argparse.Namespace) -> int:
     from ..sources.poller import Poller
 
     host, port = parse_listen(args.listen)
+    tls = tls_from_args(args)  # before the backend: a bad file is told at once
     backend = options.open_backend_within(args, args.timeout)
     poller = None
     collector = None
@@ -120,14 +160,21 @@ def run(command: str, args: argparse.Namespace) -> int:
             events=True,
             stall_after=args.timeout,
         )
-        server, _ = serve(poller, host, port)
+        server, _ = serve(poller, host, port, tls=tls)
         poller.start()
         bound = server.server_address[1]
-        print(f"nvtopy exporter: serving http://{host}:{bound}/metrics (Ctrl-C stops)", file=sys.stderr, flush=True)
-        if not _is_loopback(host):
+        scheme = "http" if tls is None else "https"
+        mutual = " (clients need a certificate signed by --tls-client-ca)" if args.tls_client_ca else ""
+        print(
+            f"nvtopy exporter: serving {scheme}://{host}:{bound}/metrics{mutual} (Ctrl-C stops)",
+            file=sys.stderr,
+            flush=True,
+        )
+        if not _is_loopback(host) and not args.tls_client_ca:
             print(
                 f"nvtopy: warning: listening on {host}: "
-                "anyone who can reach this port can read GPU and process metrics",
+                "anyone who can reach this port can read GPU and process metrics"
+                + ("" if tls is None else " (--tls-client-ca restricts it to clients with a certificate)"),
                 file=sys.stderr,
                 flush=True,
             )

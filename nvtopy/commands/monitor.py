@@ -1,4 +1,4 @@
-"""``nvtopy`` itself: the interactive monitor, ``--once`` / ``--json`` snapshots, ``--remote``.
+"""``nvtopy`` itself: the interactive monitor, ``--once`` / ``--json`` snapshots, ``--remote``, ``--prometheus``.
 
 Why the lazy imports: ``nvtopy --once --json`` is run from scripts and cron jobs
 and must start fast, so neither Textual nor rich is imported unless the chosen
@@ -66,6 +66,17 @@ def build_parser(command: str = "monitor") -> argparse.ArgumentParser:
         help="show other hosts' GPUs, read from their exporters (nvtopy exporter or dcgm-exporter), e.g. node2:9400",
     )
     tui.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="show every GPU a Prometheus server has from dcgm-exporter or nvtopy exporters, grouped by host, "
+        "e.g. http://prom:9090 (read-only; two queries per refresh)",
+    )
+    tui.add_argument(
+        "--where",
+        metavar="MATCHERS",
+        help="with --prometheus: only the series these PromQL label matchers select, e.g. 'Hostname=~\"node[1-4]\"'",
+    )
+    tui.add_argument(
         "--view",
         choices=("auto", "full", "compact"),
         help="GPU panels: full, one compact line per GPU, or chosen by terminal size (default auto; key v)",
@@ -78,7 +89,9 @@ def build_parser(command: str = "monitor") -> argparse.ArgumentParser:
         "red against green); default textual-dark",
     )
     options.add_timeout_option(
-        parser, "with --once: how long to wait for the driver before a GPU is marked not responding"
+        parser,
+        "with --once: how long to wait for the driver before a GPU is marked not responding; "
+        "with --prometheus: each query's deadline",
     )
     add_gpu_options(parser)
     options.add_health_options(parser)
@@ -248,10 +261,51 @@ def _run_remote(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_prometheus(args: argparse.Namespace) -> int:
+    """The fleet a Prometheus server knows of: the monitor, or one snapshot (``--once``, ``--json``).
+
+    Usage errors (the URL, ``--where``) are one line and exit 2 before anything is asked;
+    with ``--once``, a server that cannot be read is one line and exit 1, and a matcher
+    the server refuses (a bad regex) is a usage error.
+    """
+    from ..sources.fleet import PrometheusFleet
+    from ..sources.prometheus_api import PrometheusError
+
+    if args.gpus or args.only_visible or args.demo or args.demo_gpus is not None:
+        raise UsageError("--prometheus shows the whole fleet: it cannot be combined with --gpus or --demo")
+    source = PrometheusFleet(
+        args.prometheus, where=args.where or "", interval=max(args.interval, 1.0), timeout=args.timeout
+    )
+    if args.once:
+        try:
+            snapshot = source.read_once()
+        except PrometheusError as exc:
+            if args.where and exc.error_type == "bad_data":
+                raise UsageError(f"--where: the server refused it: {exc}") from None
+            raise
+        if args.json:
+            _write_json(snapshot)
+        else:
+            from ..render.text import render_snapshot
+
+            render_snapshot(snapshot, sys.stdout, color=not args.no_color)
+        return 0
+    from ..tui.app import NvtopyApp
+
+    app = NvtopyApp(source, layout=args.view)
+    _configure(app, args, options.user_config(args, *CONFIG_FLAGS))
+    app.run()
+    return 0
+
+
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Combinations argparse cannot express: a usage error, one line."""
     if args.json and not args.once:
         parser.error("--json needs --once (or use 'nvtopy log --format jsonl')")
+    if args.where is not None and args.prometheus is None:
+        parser.error("--where needs --prometheus URL")
+    if args.prometheus is not None and args.remote is not None:
+        parser.error("--prometheus and --remote are two ways to see other hosts: give one")
 
 
 def run(command: str, args: argparse.Namespace) -> int:
@@ -264,6 +318,8 @@ def run(command: str, args: argparse.Namespace) -> int:
     if args.print_config:
         return _print_config(args, config)
     args.interval, args.view = config.interval, config.view
+    if args.prometheus is not None:  # also --prometheus '': an error there, not a fall-through to NVML
+        return _run_prometheus(args)
     if args.remote is not None:  # also --remote '': an error there, not a fall-through to NVML
         return _run_remote(args)
     if not args.once:

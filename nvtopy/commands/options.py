@@ -310,6 +310,7 @@ def backend_spec(args: argparse.Namespace, *, close_at_exit: bool = True) -> Bac
         args.demo_fault,
         args.demo_procs not in (None, DEMO_PROCESSES),  # as before: an explicit default alone is no demo
         args.demo_steady,
+        getattr(args, "demo_hostname", None) is not None,  # nvtopy exporter's
     )
     if not (args.demo or any(demo_options)):
         return nvml_spec(close_at_exit=close_at_exit)
@@ -320,6 +321,7 @@ def backend_spec(args: argparse.Namespace, *, close_at_exit: bool = True) -> Bac
         faults=args.demo_fault,
         processes_per_gpu=args.demo_procs,
         steady=args.demo_steady,
+        **({"hostname": args.demo_hostname} if getattr(args, "demo_hostname", None) is not None else {}),
     )
 
 
@@ -372,6 +374,7 @@ COMMANDS = {
     "replay": ("replay", "replay a recording in the monitor"),
     "exporter": ("exporter", "serve Prometheus metrics under dcgm-exporter's names"),
     "doctor": ("doctor", "check the driver, GPUs and setup for common problems; print each fix"),
+    "report": ("report", "accounting: GPU-hours, energy and peak memory per user, owner, GPU or host"),
 }
 
 

@@ -126,6 +126,8 @@ def process_to_dict(process: GpuProcess) -> dict[str, Any]:
         "gpu_instance_id": process.gpu_instance_id,
         "compute_instance_id": process.compute_instance_id,
         "instance_label": process.instance_label,
+        # The host it runs on (--remote, --prometheus: as its GPU's "host"); null on this host.
+        "host": _esc(process.host),
         "unavailable": {k: v.value for k, v in process.unavailable.items()},
     }
 

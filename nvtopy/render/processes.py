@@ -10,19 +10,26 @@ instances, and the filter can narrow a GPU to some of its instances
 (:attr:`ProcessFilter.instances`): then only their processes are listed and
 :meth:`ProcessFilter.limit` gives the GPU as the panels show it, with only
 those instances. Filtering stays a view concern: the snapshot is never changed.
+
+Hosts: the HOST column (``node2/3``: the host and the GPU's own index there,
+beside the GPU column's global index) is shown only while the snapshot spans
+other hosts (``--remote``, ``--prometheus``: some GPU's ``static.host`` is set);
+the filter text matches the host name, and sorting by HOST keeps a host's GPUs
+in order. A local snapshot's table is as it was.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import COLUMN_IDS as CONFIG_COLUMN_IDS
 from ..model import GpuProcess, GpuState, MigInstance, OwnerKind, ProcessType
 from ..textsafe import safe_text
-from .cells import PROCESS_CELL_KEYS
+from .cells import DIM, PROCESS_CELL_KEYS, REMOTE, Cell, host_label
+from .units import NA
 
 __all__ = [
     "COLUMNS",
@@ -30,6 +37,7 @@ __all__ = [
     "FLAGS_COLUMN",
     "FLAG_FILTERS",
     "GROUP_MODES",
+    "HOST_COLUMN",
     "MIG_COLUMN",
     "Column",
     "InstanceKey",
@@ -39,7 +47,11 @@ __all__ = [
     "Tags",
     "build_groups",
     "build_rows",
+    "group_host_cell",
     "group_value",
+    "host_cell",
+    "host_labels",
+    "host_sort_value",
     "instance_key",
     "instance_sort_value",
     "owner_label",
@@ -117,9 +129,56 @@ Apart from :data:`COLUMNS` because it is shown only while some GPU of the
 snapshot has MIG instances (a layout without MIG stays as it was). In the ``s``
 cycle then, right after GPU; at small widths it goes after OWNER, before USER.
 """
-_BY_KEY = {c.key: c for c in (*COLUMNS, FLAGS_COLUMN, MIG_COLUMN)}
-COLUMN_ORDER: tuple[str, ...] = ("gpu", "mig", *COLUMN_KEYS[1:-1], "flags", "command")
-"""Every column in its default place (MIG and FLAGS where they appear): what the column chooser lists."""
+
+
+def host_sort_value(p: GpuProcess) -> tuple[str, int] | None:
+    """What the HOST column sorts by: the host, then the GPU (a host's GPUs stay in order); None: a local one."""
+    return None if p.host is None else (p.host, p.gpu_index)
+
+
+HOST_COLUMN = Column("host", "HOST", 14, "left", host_sort_value, False, 1)
+"""The host a process runs on, with its GPU's own index there (``node2/3``; :func:`host_cell`), after GPU.
+
+Apart from :data:`COLUMNS` because it is shown only while the snapshot spans other
+hosts (``--remote``, ``--prometheus``): a local table stays as it was. The GPU column
+keeps the global index (what ``g`` and the panels use). In the ``s`` cycle then,
+right after GPU; at small widths it outlasts every column but GPU, PID, GPU-MEM and
+COMMAND (priority 1, after USER): on a fleet, which host a process is on is the
+first thing to know.
+"""
+WIDE_HOST_WIDTH = 24  # the widest HOST gets (an FQDN, host:port): longer names are cut with an ellipsis
+
+
+def host_labels(gpus: Iterable[GpuState]) -> dict[int, str] | None:
+    """``{global GPU index: "node2/3"}`` when some GPU is another host's (the HOST column is shown); None for
+    a local snapshot (it is hidden). The labels are made safe for a terminal here (host names are outside text)."""
+    labels = {gpu.index: label for gpu in gpus if (label := host_label(gpu.static)) is not None}
+    return labels or None
+
+
+def host_cell(process: GpuProcess, labels: Mapping[int, str]) -> Cell:
+    """The HOST column: ``node2/3`` (its GPU's label in ``labels``, from :func:`host_labels`), else the process's
+    own host (made safe); N/A (dim) for a process of no known host."""
+    label = labels.get(process.gpu_index)
+    if label is None and process.host is not None:
+        label = safe_text(process.host)
+    return (NA, DIM) if label is None else (label, REMOTE)
+
+
+def group_host_cell(group: ProcessGroup, labels: Mapping[int, str]) -> Cell:
+    """A group's HOST: its one GPU's label (group-by GPU), the host all its processes share, or how many hosts."""
+    if len(group.gpus) == 1:
+        return host_cell(group.members[0], labels)
+    hosts = {p.host for p in group.members}
+    if len(hosts) == 1:
+        (host,) = hosts
+        return (NA, DIM) if host is None else (safe_text(host), REMOTE)
+    return (f"{len(hosts)} hosts", DIM)
+
+
+_BY_KEY = {c.key: c for c in (*COLUMNS, FLAGS_COLUMN, MIG_COLUMN, HOST_COLUMN)}
+COLUMN_ORDER: tuple[str, ...] = ("gpu", "host", "mig", *COLUMN_KEYS[1:-1], "flags", "command")
+"""Every column in its default place (HOST, MIG and FLAGS where they appear): what the column chooser lists."""
 if COLUMN_ORDER != CONFIG_COLUMN_IDS:  # the config file names these columns (nvtopy/config.py)
     raise AssertionError(f"process columns {COLUMN_ORDER} != config {CONFIG_COLUMN_IDS}")
 MIN_COMMAND_WIDTH = 20
@@ -135,27 +194,35 @@ def visible_columns(
     keep_flags: bool = False,
     mig: bool = False,
     chosen: Sequence[str] | None = None,
+    hosts: bool | int = False,
 ) -> tuple[Column, ...]:
     """The columns that fit ``width`` cells, dropping low-priority ones while COMMAND would be too narrow.
 
     Dropped first: TYPE, then HOST-MEM, then FLAGS (when shown), TIME, CPU%, SM%, OWNER and MIG (in that
-    order), then USER. ``flags``: show FLAGS (some process has a flag); ``keep_flags``: never drop it
-    (the user filtered by flags); ``mig``: show MIG after GPU (some GPU has MIG instances). OWNER is
-    11 cells wide on a narrow terminal and grows up to :data:`WIDE_OWNER_WIDTH` while COMMAND keeps
-    :data:`WIDE_COMMAND_WIDTH` cells. ``chosen``: the user's columns in their order (the column chooser,
-    ``columns`` in the config; None: :data:`COLUMN_ORDER`); MIG and FLAGS among them still show only
-    when there is something to show.
+    order), then USER, then HOST. ``flags``: show FLAGS (some process has a flag); ``keep_flags``: never
+    drop it (the user filtered by flags); ``mig``: show MIG after GPU (some GPU has MIG instances);
+    ``hosts``: show HOST after GPU (the snapshot spans other hosts); a number: as wide as that (its widest
+    label, at most :data:`WIDE_HOST_WIDTH`). OWNER is 11 cells wide on a narrow terminal and grows up to
+    :data:`WIDE_OWNER_WIDTH` while COMMAND keeps :data:`WIDE_COMMAND_WIDTH` cells. ``chosen``: the
+    user's columns in their order (the column chooser, ``columns`` in the config; None:
+    :data:`COLUMN_ORDER`); HOST, MIG and FLAGS among them still show only when there is something to show.
     """
     if chosen is None:
         columns = list(COLUMNS)
         if mig:
             columns.insert(1, MIG_COLUMN)
+        if hosts:
+            columns.insert(1, HOST_COLUMN)
         if flags or keep_flags:
             columns.insert(len(columns) - 1, FLAGS_COLUMN)
     else:
         hidden = {"mig"} if not mig else set()
+        hidden |= {"host"} if not hosts else set()
         hidden |= {"flags"} if not (flags or keep_flags) else set()
         columns = [_BY_KEY[key] for key in chosen if key in _BY_KEY and key not in hidden]
+    if hosts is not True and hosts and HOST_COLUMN in columns:  # as wide as its widest label
+        width_of_host = max(len(HOST_COLUMN.title), min(int(hosts), WIDE_HOST_WIDTH))
+        columns[columns.index(HOST_COLUMN)] = dataclasses.replace(HOST_COLUMN, width=width_of_host)
     if keep_flags and FLAGS_COLUMN in columns:
         columns[columns.index(FLAGS_COLUMN)] = dataclasses.replace(FLAGS_COLUMN, priority=0)
     order = {c.key: i for i, c in enumerate(columns)}
@@ -180,15 +247,16 @@ class SortOrder:
     column: str = "gpu"
     reverse: bool = False
 
-    def cycle(self, step: int, *, mig: bool = False) -> SortOrder:
+    def cycle(self, step: int, *, mig: bool = False, hosts: bool = False) -> SortOrder:
         """The next (or previous) column, in its natural direction (from FLAGS: its neighbours, TIME and COMMAND).
 
-        ``mig``: the MIG column is shown, and in the cycle after GPU (hidden, it is left where GPU's neighbour is).
+        ``mig``: the MIG column is shown, and in the cycle after GPU (hidden, it is left where GPU's neighbour is);
+        ``hosts``: so is HOST, right after GPU (before MIG).
         """
-        keys = ("gpu", "mig", *COLUMN_KEYS[1:]) if mig else COLUMN_KEYS
+        keys = ("gpu", *(("host",) if hosts else ()), *(("mig",) if mig else ()), *COLUMN_KEYS[1:])
         if self.column in keys:
             index = keys.index(self.column) + step
-        elif self.column == "mig":  # shown no more: step on from where it stood, between GPU and PID
+        elif self.column in ("mig", "host"):  # shown no more: step on from where it stood, between GPU and PID
             index = keys.index("gpu") + (step if step > 0 else step + 1)
         else:  # FLAGS, which sits between TIME and COMMAND but is not in the cycle
             index = keys.index("command") + (step - 1 if step > 0 else step)
@@ -335,6 +403,7 @@ class ProcessFilter:
                 or needle in (process.command or "").lower()
                 or _owner_matches(process, needle)
                 or needle in (process.instance_label or "")
+                or needle in (process.host or "").lower()
             ):
                 return False
         return True
@@ -428,7 +497,7 @@ class ProcessGroup:
     @classmethod
     def of(cls, mode: str, value: str | int | None, members: Iterable[GpuProcess]) -> ProcessGroup:
         members = tuple(members)
-        unique = {(p.pid, p.create_time): p for p in members}.values()
+        unique = {(p.host, p.pid, p.create_time): p for p in members}.values()  # pids repeat across hosts
         return cls(
             mode=mode,
             value=value,
@@ -456,7 +525,7 @@ class ProcessGroup:
 
     def targets(self) -> list[GpuProcess]:
         """Its processes, one entry each (a process on two GPUs is signalled once)."""
-        return list({(p.pid, p.create_time): p for p in self.members}.values())
+        return list({(p.host, p.pid, p.create_time): p for p in self.members}.values())
 
     def shared(self, column: str) -> Any:
         """The value every member has in ``column`` (user, owner, type), else None."""
@@ -482,6 +551,9 @@ def _group_sort_value(group: ProcessGroup, column: str) -> Any:
         return sum(1 for p in group.members if p.flags) or None
     if column == "mig":
         return group.shared("mig")
+    if column == "host":
+        hosts = {p.host for p in group.members}
+        return (hosts.pop(), min(group.gpus)) if len(hosts) == 1 and None not in hosts else None
     return {
         "gpu_memory": group.gpu_memory_bytes,
         "sm": group.sm_percent,

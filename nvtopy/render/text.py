@@ -94,6 +94,7 @@ from .cells import (
     throttle_cell,
     verdict_cell,
 )
+from .processes import host_cell, host_labels
 from .units import NA
 
 __all__ = [
@@ -406,17 +407,21 @@ def process_row(process: GpuProcess, me: str | None) -> list[Cell]:
 
 def _process_table(snapshot: Snapshot) -> _Table:
     """The process table; a Flags column (``idle-held 12 min``, ``hang?``) before Command when a process has one,
-    and a MIG column (``1/2/0``) after GPU when some GPU has MIG instances.
+    a MIG column (``1/2/0``) after GPU when some GPU has MIG instances, and a Host column (``node2/3``: the
+    host and the GPU's index there) right after GPU when the GPUs are other hosts' (``--remote``).
 
     Why only then: flags are rare, MIG is rarer, and an empty column would cost every table its width.
     """
     flagged = any(process.flags for process in snapshot.processes)
     mig = any(gpu.static.mig_instances for gpu in snapshot.gpus)
+    hosts = host_labels(snapshot.gpus)
     headers = [(title, align) for title, align, _ in PROCESS_COLUMNS]
     if flagged:
         headers.insert(-1, ("Flags", "<"))
     if mig:
         headers.insert(1, ("MIG", "<"))
+    if hosts is not None:
+        headers.insert(1, ("Host", "<"))
     table = _Table(headers)
     me = snapshot.host.user
     for gpu in snapshot.gpus:
@@ -426,6 +431,8 @@ def _process_table(snapshot: Snapshot) -> _Table:
                 row.insert(-1, process_flags_cell(process))
             if mig:
                 row.insert(1, process_instance_cell(process))
+            if hosts is not None:
+                row.insert(1, host_cell(process, hosts))
             table.add(*row)
     return table
 

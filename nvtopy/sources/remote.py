@@ -5,6 +5,9 @@ names, without per-process series); the monitor scrapes each one's
 ``/metrics`` over HTTP every interval, parses it with prometheus-client's
 parser and shows every host's GPUs, titled with the host's name. A host that
 does not answer is marked unreachable and asked again at the next refresh.
+Hosts that report the same hostname are told apart by their ``host:port``
+(:func:`host_names`), and a host keeps its name while it is down; each process
+row carries its host too (``GpuProcess.host``), for the table's HOST column.
 
 One host never stops the others. Each host is fetched and parsed on its own
 daemon thread, and whatever goes wrong there (refused, not HTTP at all, HTTP
@@ -56,6 +59,7 @@ dcgm-exporter's, so its dashboards work as they are.
 from __future__ import annotations
 
 import base64
+import collections
 import contextlib
 import http.client
 import socket
@@ -72,31 +76,20 @@ from .._version import __version__
 from ..errors import UsageError
 from ..formats.prometheus import HostScrape, parse_exposition
 from ..model import (
-    GPM_FIELDS,
-    OK_HEALTH,
-    GpuEvent,
-    GpuHealth,
-    GpuProcess,
     GpuSample,
     GpuState,
     GpuStatic,
-    HistoryBuffer,
     HostInfo,
-    ProcessType,
-    Reason,
-    Severity,
     Snapshot,
-    freeze,
 )
 from ..textsafe import safe_text
 from .base import SnapshotSource
-from .timeline import Timeline
+from .hostscrape import HostGpus
+from .hostscrape import process as _process  # noqa: F401 - its old name here (tests read remote rows with it)
 
-__all__ = ["RemoteHosts", "metrics_url"]
+__all__ = ["RemoteHosts", "host_names", "metrics_url"]
 
 MAX_BYTES = 16 * 1024 * 1024
-# Sample fields whose absence from a host's answer is "not available" (its board or exporter has none), not a gap.
-_SAID_OR_NOT_AVAILABLE = ("fan_percent", "power_draw_w", *GPM_FIELDS)
 GRACE = 0.2  # how long past its deadline a poll waits for a fetch to report its own reason
 CHUNK = 64 * 1024
 
@@ -159,6 +152,30 @@ class _Target:
     @property
     def hostname(self) -> str:
         return urllib.parse.urlsplit(self.url).hostname or self.label
+
+
+def host_names(targets: Sequence[_Target], reported: Sequence[str | None]) -> list[str]:
+    """What each target's GPUs are titled with: the hostname its exporter reported (``None``: never
+    answered, so the URL's host), except where two targets would share a name: those are ``host:port``.
+
+    Why: two exporters that report the same hostname (``demo-node``, a container's default
+    name, a copied config) would be two indistinguishable ``demo-node/0``. A name never
+    depends on whether the host answers right now -- ``reported`` is the last name each
+    ever reported -- so a host that goes down keeps its title, and so do the others. The
+    same netloc given twice (two paths on one server) is numbered: ``host:port#2``.
+    """
+    names = [said or target.hostname for target, said in zip(targets, reported, strict=True)]
+    counts = collections.Counter(names)
+    names = [target.label if counts[name] > 1 else name for target, name in zip(targets, names, strict=True)]
+    counts = collections.Counter(names)
+    seen: collections.Counter[str] = collections.Counter()
+    unique = []
+    for name in names:
+        if counts[name] > 1:
+            seen[name] += 1
+            name = f"{name}#{seen[name]}"
+        unique.append(name)
+    return unique
 
 
 # ----------------------------------------------------------------- fetching, with one deadline
@@ -389,17 +406,16 @@ class RemoteHosts(SnapshotSource):
     """
 
     thread_name = "nvtopy-remote"
-    signal_refusal = "processes of remote hosts cannot be signalled from here"
+    signal_refusal = "read-only: processes on other hosts cannot be signalled from here"
 
     def __init__(self, urls: Sequence[str], interval: float = 2.0, timeout: float = 2.0) -> None:
         super().__init__(interval)
         self.targets = [_Target.of(u) for u in urls]
         self.urls = [t.url for t in self.targets]  # without credentials
         self.timeout = min(timeout, max(0.2, interval))
-        self._history: dict[tuple[str, int], HistoryBuffer] = {}  # (host URL, the host's GPU index)
-        self._timelines: dict[tuple[str, int], Timeline] = {}  # same key: the charts' long history
-        self._xid_seen: dict[tuple[str, int], tuple[int, float]] = {}  # same key -> (last Xid, when first seen)
+        self._gpus = HostGpus()  # each GPU's history, timeline and Xid dates, by (host URL, the host's GPU index)
         self._sequence = 0
+        self._reported: list[str | None] = [None] * len(self.targets)  # each target's last reported hostname
         self._last: list[HostScrape] = []
         self._jobs: dict[int, _Job] = {}  # target position -> its latest fetch
         self._changed = threading.Event()  # a fetch ended, or stop() was called
@@ -450,9 +466,20 @@ class RemoteHosts(SnapshotSource):
             self._publish(snapshot)
         return snapshot
 
+    def names(self, scrapes: Sequence[HostScrape]) -> list[str]:
+        """Each host's title (:func:`host_names`), ``scrapes`` in target order; remembers what each reported."""
+        if len(scrapes) != len(self.targets):  # not one per target: each as it says
+            return [s.hostname for s in scrapes]
+        for position, scrape in enumerate(scrapes):
+            if scrape.error is None:
+                self._reported[position] = scrape.hostname
+        return host_names(self.targets, self._reported)
+
     def _snapshot(self, scrapes: list[HostScrape]) -> Snapshot:
         now = time.time()
         gpus: list[GpuState] = []
+        for scrape, name in zip(scrapes, self.names(scrapes), strict=True):
+            scrape.hostname = name  # this fetch's own object (status_line counts its error, if any, below)
         for scrape in scrapes:
             if scrape.error is None:
                 try:
@@ -477,100 +504,7 @@ class RemoteHosts(SnapshotSource):
 
     def _host_gpus(self, scrape: HostScrape, first: int, now: float) -> list[GpuState]:
         """One host's GPUs, numbered from ``first``, then a line saying what was left out (if anything)."""
-        gpus: list[GpuState] = []
-        for remote_static, values, lost in scrape.gpus:
-            index = first + len(gpus)
-            static = GpuStatic(
-                index=index,
-                host=scrape.hostname,
-                host_index=remote_static.index,
-                **{k: getattr(remote_static, k) for k in ("uuid", "name", "bus_id")},
-                memory_total_bytes=remote_static.memory_total_bytes,
-                temperature_slowdown_c=remote_static.temperature_slowdown_c,
-                pcie_link_gen_max=remote_static.pcie_link_gen_max,
-                pcie_link_width_max=remote_static.pcie_link_width_max,
-                mig_mode=remote_static.mig_mode,
-                mig_mode_pending=remote_static.mig_mode_pending,
-                mig_instances=remote_static.mig_instances,
-            )
-            # Not said by the host: fan and power (a board without them), the real work (no GPM there, or an
-            # exporter without profiling fields).
-            reasons = {k: Reason.NOT_AVAILABLE for k in _SAID_OR_NOT_AVAILABLE if k not in values}
-            reasons.update({k: Reason.UNKNOWN for k, v in values.items() if v is None})  # out of range
-            sample = GpuSample(now, lost=lost, unavailable=freeze(reasons), **values)
-            processes = tuple(
-                _process(row, index, static.uuid, now) for row in scrape.processes.get(remote_static.index, [])
-            )
-            key = (scrape.url, remote_static.index)
-            history = self._history.get(key)
-            if history is None:
-                history = self._history[key] = HistoryBuffer()
-            history.append(static, sample)
-            timeline = self._timelines.get(key)
-            if timeline is None:
-                timeline = self._timelines[key] = Timeline()
-            timeline.record(static, sample)
-            health = self._health(key, scrape.health.get(remote_static.index), index, now)
-            gpus.append(
-                GpuState(static, sample, processes, history=history.history(), health=health, timeline=timeline)
-            )
-        if scrape.note:
-            static = GpuStatic(index=first + len(gpus), host=scrape.hostname)
-            gpus.append(GpuState(static, GpuSample(now), note=scrape.note))
-        return gpus
-
-    def _health(self, key: tuple[str, int], said: dict[str, Any] | None, index: int, now: float) -> GpuHealth:
-        """What the host's exporter said of a GPU's health (values already range-checked; None: not said).
-
-        The last Xid becomes one event, dated when this monitor first saw it on this GPU (an
-        exporter says which Xid came last, not when): a new Xid, or another one, gets a new date.
-        """
-        if not said:
-            self._xid_seen.pop(key, None)
-            return OK_HEALTH
-        last = said.get("last_xid")
-        events: tuple[GpuEvent, ...] = ()
-        if last:  # 0: none happened; None: not said (or out of range)
-            seen = self._xid_seen.get(key)
-            if seen is None or seen[0] != last:
-                seen = self._xid_seen[key] = (last, now)
-            events = (GpuEvent(seen[1], index, "xid", last),)
-        else:
-            self._xid_seen.pop(key, None)
-        responding = said.get("responding")
-        return GpuHealth(
-            verdict=said.get("verdict") or Severity.OK,
-            events=events,
-            xid_counts=tuple(sorted((said.get("xid_counts") or {}).items())),
-            responding=True if responding is None else responding,
-            stalled_seconds=said.get("stalled_seconds"),
-            idle_held_bytes=said.get("idle_held_bytes"),
-            suspected_hang_seconds=said.get("suspected_hang_seconds"),
-        )
+        return self._gpus.gpus(scrape, first, now)
 
     def _run(self) -> None:
         self._run_periodic(self.poll_once)
-
-
-def _process(row: dict[str, Any], index: int, uuid: str | None, now: float) -> GpuProcess:
-    """A process row of a remote GPU; its values were range-checked when parsed (None where not)."""
-    started = row.get("start_time_seconds")
-    return GpuProcess(
-        gpu_index=index,
-        gpu_uuid=uuid,
-        pid=row["pid"],
-        type=ProcessType(row["type"]),
-        gpu_memory_bytes=row.get("gpu_memory_bytes"),
-        sm_percent=row.get("sm_utilization_percent"),
-        memory_percent=row.get("memory_utilization_percent"),
-        user=row.get("user"),
-        command=row.get("command"),
-        cpu_percent=row.get("cpu_percent"),
-        host_memory_bytes=row.get("host_memory_bytes"),
-        create_time=started,
-        running_seconds=None if started is None else max(0.0, now - started),
-        owner=row.get("owner"),
-        idle_seconds=row.get("idle_held_seconds"),
-        gpu_instance_id=row.get("gpu_instance_id"),
-        compute_instance_id=row.get("compute_instance_id"),
-    )

@@ -127,6 +127,7 @@ _PROCESS_MORE = (
     "host_pid",
     "cuda_visible_devices",
     "idle_seconds",
+    "host",  # another host's process (a recording of --remote or --prometheus)
 )
 _OWNER_TEXT = ("id", "name", "namespace", "pod", "container", "container_id", "job", "step", "project", "cgroup")
 _GPU_REASON_KEYS = set(GpuStatic.__dataclass_fields__) | set(GpuSample.__dataclass_fields__)

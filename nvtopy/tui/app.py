@@ -65,6 +65,7 @@ from ..render.processes import (
     FLAG_FILTERS,
     GROUP_MODES,
     GROUP_TITLES,
+    HOST_COLUMN,
     MIG_COLUMN,
     ProcessFilter,
     ProcessGroup,
@@ -72,6 +73,7 @@ from ..render.processes import (
     Tags,
     build_groups,
     build_rows,
+    host_labels,
 )
 from ..render.tree import AncestorRow
 from ..render.units import NA
@@ -81,7 +83,7 @@ from ..sources.poller import Poller
 from ..textsafe import safe_text
 from .charts import MODE_WORDS, ChartView, spare_rows, window_label
 from .columns_screen import ColumnsScreen
-from .gpu_view import MODES, GpuView, plan_layout
+from .gpu_view import MODES, GpuView, host_groups, plan_layout
 from .health_screen import HealthScreen
 from .messages import SnapshotReady, SourceFailed
 from .preferences import apply_chart_window, remember_columns
@@ -102,6 +104,8 @@ SIGNALS = {"SIGTERM": signals.SIGTERM, "SIGKILL": signals.SIGKILL, "SIGINT": sig
 QUIT_WAIT = 0.1
 # A poll (or opening the backend) taking longer than this is shown in the header, with its duration.
 STALL_AFTER = 2.0
+# A host whose newest reading is this many refresh intervals older than the snapshot is "stale" in its header.
+STALE_INTERVALS = 3
 
 
 def _members(row: GpuProcess | ProcessGroup) -> tuple[GpuProcess, ...]:
@@ -401,6 +405,10 @@ class NvtopyApp(App[None]):
         """Whether the process table has its MIG column: some GPU of the snapshot has MIG instances."""
         return self.snapshot is not None and any(g.static.mig_instances for g in self.snapshot.gpus)
 
+    def hosts_shown(self) -> bool:
+        """Whether the process table has its HOST column: the snapshot spans other hosts (--remote, --prometheus)."""
+        return self.snapshot is not None and any(g.static.host is not None for g in self.snapshot.gpus)
+
     def refresh_view(self) -> None:
         """Redraw everything from the current snapshot, filter and sort (cheap when little changed)."""
         snapshot = self.snapshot
@@ -422,12 +430,22 @@ class NvtopyApp(App[None]):
         extra = [mig_rows(g) for g in gpus]
         tall = [panel_extra_rows(g) for g in gpus]
         size = self.size
+        # Several hosts' GPUs: compact lines under a header per host (nothing changes for a local snapshot).
+        groups = [len(g.gpus) for g in host_groups(gpus)] if any(g.static.host is not None for g in gpus) else []
         plan = plan_layout(
-            len(gpus), size.width, size.height, self.layout_mode, links=links, extra=extra, panel_extra=tall
+            len(gpus),
+            size.width,
+            size.height,
+            self.layout_mode,
+            links=links,
+            extra=extra,
+            panel_extra=tall,
+            groups=groups,
         )
         if gpu_view.styles.height is None or gpu_view.styles.height.value != plan.lines:
             gpu_view.styles.height = plan.lines
-        gpu_view.show(gpus, plan)
+        interval = snapshot.interval or self.source.interval
+        gpu_view.show(gpus, plan, now=snapshot.timestamp, stale_after=STALE_INTERVALS * interval)
         everything = snapshot.processes
         self.tags.prune(everything)
         me = snapshot.host.user
@@ -451,6 +469,7 @@ class NvtopyApp(App[None]):
             keep_flags=self.row_filter.flag is not None,
             mig=self.mig_shown(),
             tree=self.tree_view and self.group_by is None,
+            hosts=host_labels(snapshot.gpus),
         )
         self._header_counts = (len(gpus), len(rows), len(everything))
         self._update_header(header)
@@ -591,7 +610,7 @@ class NvtopyApp(App[None]):
         self.refresh_view()
 
     def action_sort(self, step: int) -> None:
-        self.set_sort(self.order.cycle(step, mig=self.mig_shown()))
+        self.set_sort(self.order.cycle(step, mig=self.mig_shown(), hosts=self.hosts_shown()))
 
     def action_reverse(self) -> None:
         self.set_sort(self.order.flipped())
@@ -778,7 +797,8 @@ class NvtopyApp(App[None]):
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        for column in (*COLUMNS[:1], MIG_COLUMN, *COLUMNS[1:]) if self.mig_shown() else COLUMNS:
+        shown = (*((HOST_COLUMN,) if self.hosts_shown() else ()), *((MIG_COLUMN,) if self.mig_shown() else ()))
+        for column in (*COLUMNS[:1], *shown, *COLUMNS[1:]):
             yield SystemCommand(
                 f"Sort by {column.title}",
                 f"Sort the process table by {column.title}",
@@ -863,9 +883,13 @@ class NvtopyApp(App[None]):
         Read-only and pids of another PID namespace refuse here; the dialog captures each
         target's start time, which the source checks before it signals.
         """
-        if self.readonly:
-            why = "--readonly" if self.source.can_signal else "a replay or remote view"
-            self.notify(f"read-only ({why}): sending signals is disabled", severity="warning")
+        if self.readonly:  # the source's own sentence when it cannot signal (remote hosts: "read-only: ...")
+            refusal = self.source.signal_refusal
+            if refusal is None:
+                message = "read-only (--readonly): sending signals is disabled"
+            else:
+                message = refusal if refusal.startswith("read-only") else f"read-only: {refusal}"
+            self.notify(safe_text(message), severity="warning", markup=False)
             return
         if not targets:
             self.notify("no process selected", severity="warning")

@@ -3,9 +3,9 @@
 Every column is listed, the shown ones first in their order, then the hidden
 ones in their default order. ``space`` shows or hides the highlighted column,
 ``shift+up`` / ``shift+down`` (or ``[`` / ``]``) move it, ``d`` brings back the
-defaults, ``enter`` applies and ``esc`` cancels. MIG and FLAGS appear in the
-table only while there is something to show (a GPU with MIG instances, a
-flagged process) even when chosen; COMMAND takes the width that is left.
+defaults, ``enter`` applies and ``esc`` cancels. HOST, MIG and FLAGS appear in
+the table only while there is something to show (GPUs of other hosts, a GPU with
+MIG instances, a flagged process) even when chosen; COMMAND takes the width that is left.
 
 The screen returns the chosen columns (or None when cancelled); the app applies
 them and remembers them in the config file (:func:`nvtopy.config.save_columns`).
@@ -24,13 +24,14 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, SelectionList, Static
 from textual.widgets.selection_list import Selection
 
-from ..render.processes import COLUMN_ORDER, COLUMNS, FLAGS_COLUMN, MIG_COLUMN
+from ..render.processes import COLUMN_ORDER, COLUMNS, FLAGS_COLUMN, HOST_COLUMN, MIG_COLUMN
 
 __all__ = ["DESCRIPTIONS", "ColumnsScreen"]
 
-_TITLES = {c.key: c.title for c in (*COLUMNS, MIG_COLUMN, FLAGS_COLUMN)}
+_TITLES = {c.key: c.title for c in (*COLUMNS, HOST_COLUMN, MIG_COLUMN, FLAGS_COLUMN)}
 DESCRIPTIONS = {
     "gpu": "the GPU's index",
+    "host": "host/its GPU index (--remote, --prometheus)",
     "mig": "MIG instance GPU/GI/CI (while a GPU has MIG)",
     "pid": "process id",
     "user": "user name (other users' dimmed)",

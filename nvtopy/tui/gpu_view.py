@@ -11,6 +11,17 @@ A MIG-enabled GPU adds a line per instance under its panel (or its compact
 line), and a GPU with GPM figures (Hopper and newer) a real-work line to its
 panel: a row of the grid is as tall as its tallest GPU, and the shorter panels
 beside it stretch their borders to match.
+
+Many hosts (``--remote``, ``--prometheus``): compact lines are grouped under a
+one-line header per host -- its name, how many GPUs it has, and whether it
+answers (reachable, stale with the age of its newest sample, unreachable). Its
+GPUs stay in the source's order; the global index and ``host/index`` lead each
+line as before. Full panels name their host in the title and get no header.
+
+Hundreds of GPUs: the view takes at most :data:`SCROLL_SHARE` of the terminal
+(the process table needs the rest) and scrolls with the mouse wheel, its last
+line saying which GPUs are shown. Only the compact lines in view are built: at
+512 GPUs a refresh draws the ~100 in view, not 512.
 """
 
 from __future__ import annotations
@@ -20,16 +31,37 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rich.segment import Segment
+from textual import events
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
 from ..model import SAMPLE_FIELDS, GpuState
-from ..render.cells import BAD, HOT, RICH_STYLES
-from ..render.gpu import PANEL_MIN_WIDTH, compact_lines, panel_extra_rows, panel_height, panel_lines, panel_title
+from ..render.cells import BAD, DIM, HOT, REMOTE, RICH_STYLES, WARN
+from ..render.gpu import (
+    PANEL_MIN_WIDTH,
+    compact_lines,
+    mig_rows,
+    panel_extra_rows,
+    panel_height,
+    panel_lines,
+    panel_title,
+)
 from ..render.styled import Line, style
+from ..render.units import fmt_age
+from ..textsafe import safe_text
 
-__all__ = ["MODES", "GpuView", "LayoutPlan", "plan_layout"]
+__all__ = [
+    "MODES",
+    "SCROLL_SHARE",
+    "GpuView",
+    "HostGroup",
+    "LayoutPlan",
+    "host_groups",
+    "host_header",
+    "host_state",
+    "plan_layout",
+]
 
 MODES = ("auto", "full", "compact")
 COMPACT_MIN_WIDTH = 38
@@ -39,8 +71,14 @@ COMPACT_MIN_WIDTH = 38
 class LayoutPlan:
     kind: str  # "full" or "compact"
     columns: int
-    lines: int
+    lines: int  # the lines the view takes on the screen
     links: bool = False  # full panels: with the interconnect line (PCIe, NVLink)
+    content: int | None = None  # the lines there are when more than fit (the view scrolls); None: all fit
+    hosts: bool = False  # compact lines grouped under a header line per host
+
+    @property
+    def scrolls(self) -> bool:
+        return self.content is not None
 
     @property
     def panel_height(self) -> int:
@@ -51,11 +89,33 @@ COMPACT_NARROW_GAIN = 0.75
 """With MIG instances, compact lines go to narrower columns only if that saves a quarter of the lines."""
 FULL_SHARE = 0.45
 """The most of the terminal's height full panels take in ``auto`` (the process table needs the rest)."""
+SCROLL_SHARE = 0.6
+"""The most of the terminal's height the GPU view takes: with more GPUs than fit, it scrolls."""
 
 
 def _grid_lines(extra: Sequence[int], count: int, cols: int, base: int) -> int:
     """Lines of ``count`` GPUs in rows of ``cols``: each row ``base`` lines plus its tallest GPU's ``extra``."""
     return sum(base + max(extra[start : start + cols], default=0) for start in range(0, count, cols))
+
+
+def _compact_total(extra: Sequence[int], groups: Sequence[int], count: int, cols: int) -> int:
+    """Compact lines of ``count`` GPUs in rows of ``cols``; with ``groups`` (GPUs per host, in order), each host
+    starts a row of its own under a header line."""
+    if not groups:
+        return _grid_lines(extra, count, cols, 1)
+    total, start = 0, 0
+    for size in groups:
+        total += 1 + _grid_lines(extra[start : start + size], size, cols, 1)
+        start += size
+    return total
+
+
+def _capped(plan: LayoutPlan, height: int) -> LayoutPlan:
+    """``plan`` within :data:`SCROLL_SHARE` of ``height``: taller, it keeps that many lines and scrolls."""
+    cap = max(3, int(SCROLL_SHARE * height))
+    if plan.lines <= cap:
+        return plan
+    return LayoutPlan(plan.kind, plan.columns, cap, plan.links, content=plan.lines, hosts=plan.hosts)
 
 
 def plan_layout(
@@ -67,6 +127,7 @@ def plan_layout(
     links: bool = False,
     extra: Sequence[int] = (),
     panel_extra: Sequence[int] | None = None,
+    groups: Sequence[int] = (),
 ) -> LayoutPlan:
     """How to show ``count`` GPUs in a ``width`` x ``height`` terminal.
 
@@ -77,7 +138,9 @@ def plan_layout(
     ``extra``: the lines each GPU adds under it, in order (its MIG instances:
     :func:`~nvtopy.render.gpu.mig_rows`); a row is as tall as its tallest GPU.
     ``panel_extra``: the lines each GPU's full panel adds (its real-work line too:
-    :func:`~nvtopy.render.gpu.panel_extra_rows`); default ``extra``.
+    :func:`~nvtopy.render.gpu.panel_extra_rows`); default ``extra``. ``groups``: how many GPUs each host
+    has, in order (:func:`host_groups`), when the GPUs are several hosts': compact lines get a header per
+    host. A plan taller than :data:`SCROLL_SHARE` of the height scrolls (``content``: all its lines).
     """
     if count == 0:
         return LayoutPlan("compact", 1, 1)
@@ -92,16 +155,69 @@ def plan_layout(
             return LayoutPlan("full", full_cols, with_links, links=True)
         full = LayoutPlan("full", full_cols, _grid_lines(tall, count, full_cols, panel_height(False)))
         if mode == "full" or full.lines <= FULL_SHARE * height:
-            return full
+            return _capped(full, height)
+    groups = tuple(groups) if sum(groups) == count else ()
     cols = max(1, min(count, width // 60))
-    lines = _grid_lines(extra, count, cols, 1)
+    lines = _compact_total(extra, groups, count, cols)
     if lines > 0.4 * height:
         narrow = max(1, min(count, width // COMPACT_MIN_WIDTH))
-        narrow_lines = _grid_lines(extra, count, narrow, 1)
+        narrow_lines = _compact_total(extra, groups, count, narrow)
         # Narrower columns cut the lines; with MIG instances (a tall GPU) they may save little: not worth it then.
         if not any(extra) or narrow_lines <= COMPACT_NARROW_GAIN * lines:
             cols, lines = narrow, narrow_lines
-    return LayoutPlan("compact", cols, lines)
+    return _capped(LayoutPlan("compact", cols, lines, hosts=bool(groups)), height)
+
+
+# ----------------------------------------------------------------- hosts
+
+
+@dataclass(frozen=True, slots=True)
+class HostGroup:
+    """GPUs of one host that follow each other in the view (None: local GPUs)."""
+
+    host: str | None
+    gpus: tuple[GpuState, ...]
+
+
+def host_groups(gpus: Sequence[GpuState]) -> list[HostGroup]:
+    """``gpus`` in runs of the same ``static.host``, in their order (a source lists a host's GPUs together)."""
+    groups: list[HostGroup] = []
+    start = 0
+    for i in range(1, len(gpus) + 1):
+        if i == len(gpus) or gpus[i].static.host != gpus[start].static.host:
+            groups.append(HostGroup(gpus[start].static.host, tuple(gpus[start:i])))
+            start = i
+    return groups
+
+
+def host_state(group: HostGroup, now: float | None = None, stale_after: float | None = None) -> tuple[str, str]:
+    """Whether a host answers, in words, and its style category: ``reachable``; ``stale 45 s`` when its newest
+    reading is older than ``stale_after`` seconds at ``now``, or ``stale`` when its source said so in its lines
+    (``--prometheus``: a host that stopped reporting); ``unreachable`` when nothing of it could be read (its
+    lines are notes saying why); ``see below`` for lines that are only remarks (a partial answer)."""
+    readings = [gpu for gpu in group.gpus if not gpu.note]
+    if not readings:
+        if any(gpu.lost for gpu in group.gpus):
+            return ("unreachable", HOT)
+        if any((gpu.note or "").startswith("stale") for gpu in group.gpus):
+            return ("stale", WARN)
+        return ("see below", WARN)
+    if now is not None and stale_after is not None:
+        age = now - max(gpu.sample.timestamp for gpu in readings)
+        if age > stale_after:
+            return (f"stale {fmt_age(age)}", WARN)
+    return ("reachable", DIM)
+
+
+def host_header(group: HostGroup, width: int, now: float | None = None, stale_after: float | None = None) -> Line:
+    """``── node3 · 8 GPUs · reachable ─────``: the line over a host's compact lines (its name is outside text)."""
+    count = sum(1 for gpu in group.gpus if gpu.static.host_index is not None)  # its GPUs, read or stale
+    words, category = host_state(group, now, stale_after)
+    line = Line("── ", "bright_black").add(safe_text(group.host or "local"), f"bold {RICH_STYLES[REMOTE]}")
+    if count:
+        line.add(f" · {count} GPU{'s' if count != 1 else ''}")
+    line.add(" · ").add(words, RICH_STYLES[category]).add(" ")
+    return line.add("─" * max(0, width - line.cells), "bright_black").fit(width)
 
 
 class GpuView(Widget):
@@ -117,31 +233,73 @@ class GpuView(Widget):
         self._plan = LayoutPlan("compact", 1, 1)
         self._lines: list[Strip] = []
         self._panels: dict[int, tuple[tuple[object, ...], list[list[Segment]]]] = {}
+        self._now: float | None = None
+        self._stale_after: float | None = None
+        self.top = 0  # the first line shown when the view scrolls (more GPUs than fit)
         self.message = "waiting for the first sample..."
 
     @property
     def plan(self) -> LayoutPlan:
         return self._plan
 
-    def show(self, gpus: tuple[GpuState, ...], plan: LayoutPlan) -> None:
-        """Draw ``gpus`` with ``plan``; only lines whose content changed are refreshed."""
+    def show(
+        self,
+        gpus: tuple[GpuState, ...],
+        plan: LayoutPlan,
+        *,
+        now: float | None = None,
+        stale_after: float | None = None,
+    ) -> None:
+        """Draw ``gpus`` with ``plan``; only lines whose content changed are refreshed.
+
+        ``now`` and ``stale_after``: a host whose newest reading is older than ``stale_after``
+        seconds at ``now`` (the snapshot's time) is said to be stale in its header.
+        """
         self._gpus = gpus
         self._plan = plan
+        self._now = now
+        self._stale_after = stale_after
         self._rebuild()
 
     def on_resize(self) -> None:
         self._rebuild()
 
+    def scroll_lines(self, step: int) -> None:
+        """Scroll a view with more GPUs than fit by ``step`` lines (negative: up)."""
+        if self._plan.content is None:
+            return
+        self.top += step
+        self._rebuild()
+
+    def on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
+        if self._plan.scrolls:
+            event.stop()
+            self.scroll_lines(3)
+
+    def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        if self._plan.scrolls:
+            event.stop()
+            self.scroll_lines(-3)
+
     def _rebuild(self) -> None:
         width = self.size.width
         if width <= 0:
             return
+        plan = self._plan
+        rows = max(1, plan.lines - 1) if plan.scrolls else None  # a scrolling view says what it shows last
+        if rows is not None:
+            self.top = max(0, min(self.top, (plan.content or 0) - rows))
+        else:
+            self.top = 0
         if not self._gpus:
             lines = [_strip(Line(self.message or "No GPUs to show", "dim").fit(width).segments(), width)]
-        elif self._plan.kind == "full":
+        elif plan.kind == "full":
             lines = self._full_lines(width)
+            if rows is not None:
+                lines = lines[self.top : self.top + rows]
+                lines.append(_strip(self._position_line(width, *self._full_shown(rows)).segments(), width))
         else:
-            lines = self._compact_lines(width)
+            lines = self._compact_lines(width, rows)
         old = self._lines
         self._lines = lines
         for y, strip in enumerate(lines):
@@ -168,23 +326,79 @@ class GpuView(Widget):
                 lines.append(_strip(segments, width))
         return lines
 
-    def _compact_lines(self, width: int) -> list[Strip]:
-        """Row by row, like the panel grid; a GPU's MIG instances follow it in its own column."""
+    def _compact_rows(self) -> list[tuple[HostGroup | None, tuple[GpuState, ...], int]]:
+        """The compact view's rows, none drawn yet: a host's header (with its group), or up to ``columns`` GPUs
+        side by side, each with how many lines it takes (a GPU's MIG instances add theirs)."""
+        cols = self._plan.columns
+        groups = host_groups(self._gpus) if self._plan.hosts else [HostGroup(None, self._gpus)]
+        rows: list[tuple[HostGroup | None, tuple[GpuState, ...], int]] = []
+        for group in groups:
+            if self._plan.hosts:
+                rows.append((group, (), 1))
+            gpus = group.gpus
+            for start in range(0, len(gpus), cols):
+                chunk = gpus[start : start + cols]
+                rows.append((None, chunk, 1 + max(mig_rows(gpu) for gpu in chunk)))
+        return rows
+
+    def _compact_lines(self, width: int, rows_shown: int | None = None) -> list[Strip]:
+        """Row by row, like the panel grid; a GPU's MIG instances follow it in its own column; a host's header
+        over its GPUs. ``rows_shown``: the view scrolls, and only the lines from :attr:`top` that fit are built
+        (the last line then says which GPUs are shown)."""
         cols = self._plan.columns
         gap = 2
         cell = (width - gap * (cols - 1)) // cols
-        lines = []
+        lines: list[Strip] = []
         blank = Line().fit(cell)
+        first = self.top if rows_shown is not None else 0
+        end = first + rows_shown if rows_shown is not None else None
+        y0 = 0  # the line the row starts at
+        shown: list[int] = []
+        for group, chunk, height in self._compact_rows():
+            if end is not None and y0 >= end:
+                break
+            if y0 + height <= first:
+                y0 += height
+                continue
+            if group is not None:
+                block_lines = [_strip(host_header(group, width, self._now, self._stale_after).segments(), width)]
+            else:
+                blocks = [compact_lines(gpu, cell) for gpu in chunk]
+                block_lines = []
+                for y in range(height):
+                    segments: list[Segment] = []
+                    for c, block in enumerate(blocks):
+                        if c:
+                            segments.append(Segment(" " * gap))
+                        segments.extend((block[y] if y < len(block) else blank).segments())
+                    block_lines.append(_strip(segments, width))
+                if y0 >= first:
+                    shown.extend(gpu.index for gpu in chunk)
+            lines.extend(block_lines[max(0, first - y0) :])
+            y0 += height
+        if rows_shown is None:
+            return lines
+        lines = lines[:rows_shown]
+        return [*lines, _strip(self._position_line(width, shown[:1], shown[-1:]).segments(), width)]
+
+    def _full_shown(self, rows: int) -> tuple[list[int], list[int]]:
+        """The first and last GPU whose panel starts in the lines shown (full panels that scroll)."""
+        cols = self._plan.columns
+        starts: list[int] = []
+        y = 0
         for start in range(0, len(self._gpus), cols):
-            blocks = [compact_lines(gpu, cell) for gpu in self._gpus[start : start + cols]]
-            for y in range(max(len(block) for block in blocks)):
-                segments: list[Segment] = []
-                for c, block in enumerate(blocks):
-                    if c:
-                        segments.append(Segment(" " * gap))
-                    segments.extend((block[y] if y < len(block) else blank).segments())
-                lines.append(_strip(segments, width))
-        return lines
+            row = self._gpus[start : start + cols]
+            if self.top <= y < self.top + rows:
+                starts.extend(gpu.index for gpu in row)
+            y += self._plan.panel_height + max(panel_extra_rows(gpu) for gpu in row)
+        return starts[:1], starts[-1:]
+
+    def _position_line(self, width: int, first: list[int], last: list[int]) -> Line:
+        """The last line of a view that scrolls: which GPUs it shows of how many, and how to see the rest."""
+        where = f"GPUs {first[0]}-{last[0]}" if first and last else "GPUs"
+        below = self.top + max(1, self._plan.lines - 1) < (self._plan.content or 0)
+        arrows = ("↑" if self.top else " ") + ("↓" if below else " ")
+        return Line(f" {arrows} {where} of {len(self._gpus)} · the mouse wheel scrolls", RICH_STYLES[DIM]).fit(width)
 
     def _cached_panel(self, gpu: GpuState, width: int, links: bool, height: int) -> list[list[Segment]]:
         """The panel's rows, redrawn only when something it shows changed (an idle GPU costs nothing)."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import COLUMN_IDS, Config, ConfigWriteError, config_path, parse_sort, save_columns
-from ..render.processes import COLUMNS, FLAGS_COLUMN, MIG_COLUMN, SortOrder
+from ..render.processes import COLUMNS, FLAGS_COLUMN, HOST_COLUMN, MIG_COLUMN, SortOrder
 from .themes import known_theme
 
 __all__ = ["CHART_WINDOW_SECONDS", "apply_chart_window", "configure", "remember_columns", "sort_order"]
@@ -25,7 +25,7 @@ __all__ = ["CHART_WINDOW_SECONDS", "apply_chart_window", "configure", "remember_
 # The config's chart windows in seconds (the history charts' windows, nvtopy.sources.timeline.WINDOWS).
 CHART_WINDOW_SECONDS = {"1m": 60.0, "10m": 600.0, "1h": 3600.0, "24h": 86400.0}
 
-_DESCENDING_FIRST = {c.key: c.descending_first for c in (*COLUMNS, MIG_COLUMN, FLAGS_COLUMN)}
+_DESCENDING_FIRST = {c.key: c.descending_first for c in (*COLUMNS, HOST_COLUMN, MIG_COLUMN, FLAGS_COLUMN)}
 
 
 def sort_order(text: str) -> SortOrder:

@@ -15,7 +15,8 @@ adds its own state (cursor, tags). The FLAGS column (real-work flags such as
 only while some process has a flag; a flagged row is also marked with ``!``
 beside the tag marker, so it stands out where FLAGS had to give way. The MIG
 column (``1/2/0``: the GPU, GPU instance and compute instance a process runs
-on) appears only while some GPU has MIG instances. All text is drawn with rich ``Text`` (never
+on) appears only while some GPU has MIG instances, the HOST column (``node2/3``) only while the
+rows are other hosts' (``--remote``, ``--prometheus``). All text is drawn with rich ``Text`` (never
 parsed as markup) after :func:`~nvtopy.textsafe.safe_text` has replaced
 control characters.
 
@@ -26,6 +27,7 @@ processes (:class:`~nvtopy.render.tree.AncestorRow`) are rows of their own, dimm
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from rich.cells import cell_len, set_cell_size
@@ -53,7 +55,7 @@ from ..render.cells import (
     process_flags_cell,
     process_instance_cell,
 )
-from ..render.processes import Column, ProcessGroup, SortOrder, visible_columns
+from ..render.processes import Column, ProcessGroup, SortOrder, group_host_cell, host_cell, visible_columns
 from ..render.styled import style
 from ..render.tree import AncestorRow, ancestor_cells, build_tree
 
@@ -141,6 +143,8 @@ class ProcessTable(ScrollView, can_focus=True):
         self._shown: list[tuple[object, ...]] = []  # signature of each row line as last drawn
         self._flags = (False, False)  # FLAGS shown (some process has a flag), and kept at any width
         self._mig = False  # MIG shown (some GPU has MIG instances)
+        self._hosts: Mapping[int, str] | None = None  # HOST shown: each GPU's "node2/3" (None: a local table)
+        self._host_width = 0  # the widest of those labels (0: no HOST column)
         self._chosen: tuple[str, ...] | None = None  # the user's columns in order (None: the defaults)
         self._prefixes: list[str] = []  # the tree view: each row's glyphs ([]: not a tree)
         self.empty_message = "No GPU processes"
@@ -163,12 +167,15 @@ class ProcessTable(ScrollView, can_focus=True):
         keep_flags: bool = False,
         mig: bool = False,
         tree: bool = False,
+        hosts: Mapping[int, str] | None = None,
     ) -> None:
         """Show ``rows``; the cursor stays on its process (or group) if it is still there.
 
         ``flags``: show the FLAGS column (some process has a flag); ``keep_flags``: keep it
         at any width (the user filters by flags); ``mig``: show the MIG column (some GPU has instances);
-        ``tree``: show the processes of ``rows`` under their parents (groups are not drawn as a tree).
+        ``tree``: show the processes of ``rows`` under their parents (groups are not drawn as a tree);
+        ``hosts``: show the HOST column, each GPU's label by its global index
+        (:func:`~nvtopy.render.processes.host_labels`; None: a local table, no HOST).
         """
         if tree:
             entries = build_tree([row for row in rows if isinstance(row, GpuProcess)])
@@ -177,15 +184,18 @@ class ProcessTable(ScrollView, can_focus=True):
         else:
             self._prefixes = []
         header_changed = order != self._order
-        if (flags, keep_flags) != self._flags or mig != self._mig:
+        host_width = 0 if hosts is None else max((cell_len(label) for label in hosts.values()), default=4)
+        if (flags, keep_flags) != self._flags or mig != self._mig or host_width != self._host_width:
             self._flags = (flags, keep_flags)
             self._mig = mig
+            self._host_width = host_width
             self._layout_width = -1  # the columns change: lay them out again, redraw every line
             self._shown = []
             header_changed = True
         self._order = order
         self._me = me
         self._tags = tags
+        self._hosts = hosts
         self.rows = rows
         self._cells = {}  # formatted lazily, visible rows only: drawing 1000 processes costs what 30 do
         if self._cursor_key is not None:
@@ -263,7 +273,14 @@ class ProcessTable(ScrollView, can_focus=True):
             placed = []
             x = 2  # a tag marker and a space come first
             flags, keep_flags = self._flags
-            columns = visible_columns(width - x, flags=flags, keep_flags=keep_flags, mig=self._mig, chosen=self._chosen)
+            columns = visible_columns(
+                width - x,
+                flags=flags,
+                keep_flags=keep_flags,
+                mig=self._mig,
+                chosen=self._chosen,
+                hosts=self._host_width,
+            )
             rest = width - x - sum(c.width + 1 for c in columns if c.key != "command")  # COMMAND's, wherever it is
             for column in columns:
                 cell = column.width if column.key != "command" else max(1, rest)
@@ -274,17 +291,18 @@ class ProcessTable(ScrollView, can_focus=True):
         return self._placed
 
     def _cells_of(self, index: int) -> tuple[Cell, ...]:
-        """The row's cells in :data:`PROCESS_CELL_KEYS` order, then its FLAGS and MIG cells."""
+        """The row's cells in :data:`PROCESS_CELL_KEYS` order, then its FLAGS, MIG and HOST cells."""
         cells = self._cells.get(index)
         if cells is None:
             row = self.rows[index]
+            hosts = self._hosts or {}
             if isinstance(row, ProcessGroup):
-                extra = (_group_flags_cell(row), group_instance_cell(row))
+                extra = (_group_flags_cell(row), group_instance_cell(row), group_host_cell(row, hosts))
                 cells = (*group_cells(row, self._me), *extra)
             elif isinstance(row, AncestorRow):
-                cells = (*ancestor_cells(row, self._me), ("", PLAIN), ("", PLAIN))
+                cells = (*ancestor_cells(row, self._me), ("", PLAIN), ("", PLAIN), ("", PLAIN))
             else:
-                extra = (process_flags_cell(row), process_instance_cell(row))
+                extra = (process_flags_cell(row), process_instance_cell(row), host_cell(row, hosts))
                 cells = (*process_cells(row, self._me), *extra)
             if self._prefixes and self._prefixes[index]:  # the tree's glyphs lead the command
                 text, category = cells[_COMMAND_INDEX]
@@ -438,3 +456,4 @@ _COLUMN_INDEX = {key: i for i, key in enumerate(PROCESS_CELL_KEYS)}
 _COMMAND_INDEX = _COLUMN_INDEX["command"]
 _FLAGS_INDEX = _COLUMN_INDEX["flags"] = len(PROCESS_CELL_KEYS)
 _COLUMN_INDEX["mig"] = len(PROCESS_CELL_KEYS) + 1
+_COLUMN_INDEX["host"] = len(PROCESS_CELL_KEYS) + 2

@@ -1,0 +1,262 @@
+"""The exporters side by side: ``nvtopy exporter`` against nvitop-exporter, scraped as Prometheus scrapes them.
+
+Both run on ../shared/fake-nvml (8 simulated GPUs, 64 real ``sleep`` processes
+reported as GPU processes, ``FAKE_NVML_PIDS``) at a 1 s interval, and a scraper
+here fetches ``/metrics`` once a second for ``--duration`` seconds with
+Prometheus's own request headers (OpenMetrics preferred, gzip), a new connection
+each time, reading the whole answer. Measured per exporter: steady CPU % of its
+process (``/proc/PID/stat``, after ``--warmup`` seconds), peak RSS (``VmHWM``),
+and the scrape latency (connect to last byte), median and p95. The exporters
+take turns (interleaved), ``--repeat`` times; the table shows the medians of the
+repeats. Then nvtopy alone with 512 processes (64 per GPU): its scrape median.
+
+Standalone (``.venv/bin/python benchmarks/bench_exporter.py``) or as part of
+``make bench-peers``; skips (exit 0) where ../shared/fake-nvml is absent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+# What Prometheus 2.x/3.x sends (scrape_protocols' defaults), so each exporter answers as it answers Prometheus.
+ACCEPT = (
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+    "text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+)
+
+# The issue's aims: nvtopy's steady CPU against nvitop-exporter's in the same run, and its scrape at 512 processes.
+CPU_RATIO_TARGET = 0.2
+SCRAPE_MEDIAN_512_MS = 10.0
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as file:
+        fields = file.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
+
+
+def _peak_rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as file:
+        for line in file:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _scrape(port: int, timeout: float = 5.0) -> tuple[float, int]:
+    """(seconds from connect to the last byte, bytes) of one scrape as Prometheus makes it."""
+    started = time.perf_counter()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", "/metrics", headers={"Accept": ACCEPT, "Accept-Encoding": "gzip"})
+        response = conn.getresponse()
+        body = response.read()
+        if response.status != 200:
+            raise RuntimeError(f"HTTP {response.status}")
+    finally:
+        conn.close()
+    return time.perf_counter() - started, len(body)
+
+
+def _wait_ready(proc: subprocess.Popen[bytes], port: int, needle: bytes, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"exited with {proc.returncode}")
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn.request("GET", "/metrics")
+            if needle in conn.getresponse().read():
+                return
+        except OSError:
+            pass
+        finally:
+            conn.close()
+        time.sleep(0.2)
+    raise RuntimeError(f"no metrics on port {port} after {timeout:g} s")
+
+
+def exporter_commands(venv: Path, nvtopy: str, port: int) -> dict[str, tuple[list[str], bytes]]:
+    """name -> (argv serving /metrics on 127.0.0.1:port at a 1 s interval, a metric name its answer holds)."""
+    return {
+        "nvitop-exporter": (
+            [str(venv / "bin" / "nvitop-exporter"), "--bind-address=127.0.0.1", f"--port={port}", "--interval=1"],
+            b"gpu_utilization_Percentage",
+        ),
+        "nvtopy exporter": (
+            [nvtopy, "exporter", "--listen", f"127.0.0.1:{port}", "--interval", "1"],
+            b"nvtopy_process_gpu_memory_bytes",
+        ),
+    }
+
+
+def run_exporter(
+    argv: list[str], needle: bytes, port: int, env: dict[str, str], *, duration: float, warmup: float, log: Path
+) -> dict[str, Any]:
+    """Start an exporter, scrape it once a second, measure it; stop it."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        _wait_ready(proc, port, needle)
+        started = time.monotonic()
+        latencies: list[float] = []
+        sizes: list[int] = []
+        cpu_start = t_start = None
+        tick = 0
+        while True:
+            now = time.monotonic()
+            if cpu_start is None and now - started >= warmup:
+                cpu_start, t_start = _cpu_seconds(proc.pid), now
+            if now - started >= warmup + duration:
+                break
+            latency, size = _scrape(port)
+            if cpu_start is not None:
+                latencies.append(latency)
+                sizes.append(size)
+            tick += 1
+            time.sleep(max(0.0, started + tick - time.monotonic()))
+        cpu_end, t_end = _cpu_seconds(proc.pid), time.monotonic()
+        assert cpu_start is not None and t_start is not None
+        rss = _peak_rss_mib(proc.pid)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    ordered = sorted(latencies)
+    return {
+        "cpu_pct_steady": round(100 * (cpu_end - cpu_start) / (t_end - t_start), 2),
+        "peak_rss_mib": round(rss, 1),
+        "scrape_median_ms": round(1000 * statistics.median(ordered), 2),
+        "scrape_p95_ms": round(1000 * ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))], 2),
+        "scrapes": len(ordered),
+        "bytes_median": int(statistics.median(sizes)),
+    }
+
+
+def _median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for key in runs[0]:
+        values = [run[key] for run in runs]
+        merged[key] = round(statistics.median(values), 2)
+        merged[f"{key}_runs"] = values
+    return merged
+
+
+def compare(
+    fake: Path, venv: Path, nvtopy: str, *, repeat: int = 3, duration: float = 20.0, warmup: float = 5.0
+) -> dict[str, Any]:
+    """Both exporters at 64 processes (interleaved, ``repeat`` times), then nvtopy at 512; medians."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {}
+    for processes, names in ((64, ("nvitop-exporter", "nvtopy exporter")), (512, ("nvtopy exporter",))):
+        sleepers = [
+            subprocess.Popen(["sleep", str(int(4 * (duration + warmup) * repeat + 600))]) for _ in range(processes)
+        ]
+        env = dict(
+            os.environ,
+            LD_LIBRARY_PATH=str(fake / "build"),
+            FAKE_NVML_GPUS="8",
+            FAKE_NVML_PIDS=",".join(str(p.pid) for p in sleepers),
+        )
+        env.pop("NVTOPY_DEBUG", None)
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+        try:
+            for rep in range(repeat):
+                for name in names:
+                    port = _free_port()
+                    argv, needle = exporter_commands(venv, nvtopy, port)[name]
+                    log = RESULTS / f"exporter-{name.split()[0]}-{processes}-{rep + 1}.log"
+                    runs[name].append(run_exporter(argv, needle, port, env, duration=duration, warmup=warmup, log=log))
+        finally:
+            for sleeper in sleepers:
+                sleeper.kill()
+                sleeper.wait()
+        for name in names:
+            results[f"{name} @{processes}"] = _median_of(runs[name])
+    return results
+
+
+def report(results: dict[str, Any], repeat: int) -> dict[str, Any]:
+    """Print the table and the verdicts; returns {"ratios": ..., "verdicts": ...}."""
+    print(f"\n# exporters: 8 GPUs, 1 s interval, one Prometheus-like scrape a second, median of {repeat} runs")
+    print("| exporter @ processes | steady CPU % | peak RSS MiB | scrape median ms | scrape p95 ms | answer bytes |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, r in results.items():
+        print(
+            f"| {name} | {r['cpu_pct_steady']} | {r['peak_rss_mib']} | {r['scrape_median_ms']} | "
+            f"{r['scrape_p95_ms']} | {r['bytes_median']} |"
+        )
+    peer, mine, big = results["nvitop-exporter @64"], results["nvtopy exporter @64"], results["nvtopy exporter @512"]
+    ratios = {
+        "exporter_cpu": mine["cpu_pct_steady"] / max(peer["cpu_pct_steady"], 1e-9),
+        "exporter_rss": mine["peak_rss_mib"] / max(peer["peak_rss_mib"], 1e-9),
+        "exporter_scrape_median": mine["scrape_median_ms"] / max(peer["scrape_median_ms"], 1e-9),
+    }
+    verdicts = {
+        "exporter_cpu": ratios["exporter_cpu"] <= CPU_RATIO_TARGET,
+        "exporter_scrape_512": big["scrape_median_ms"] <= SCRAPE_MEDIAN_512_MS,
+    }
+    print("\n# nvtopy exporter / nvitop-exporter (same run) against the targets")
+    print(
+        f"  steady CPU     {ratios['exporter_cpu']:5.2f}x  (target <= {CPU_RATIO_TARGET}x)  "
+        f"{'ok' if verdicts['exporter_cpu'] else 'MISSED'}"
+    )
+    print(f"  peak RSS       {ratios['exporter_rss']:5.2f}x")
+    print(f"  scrape median  {ratios['exporter_scrape_median']:5.2f}x")
+    print(
+        f"  scrape median at 512 processes: {big['scrape_median_ms']} ms (target <= {SCRAPE_MEDIAN_512_MS:g} ms)  "
+        f"{'ok' if verdicts['exporter_scrape_512'] else 'MISSED'}"
+    )
+    return {"ratios": ratios, "verdicts": verdicts}
+
+
+def main() -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import bench_peers
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-r", "--repeat", type=int, default=3, help="interleaved repetitions (medians)")
+    parser.add_argument("-d", "--duration", type=float, default=20.0, help="seconds of scraping per run")
+    parser.add_argument("-w", "--warmup", type=float, default=5.0, help="seconds left out of the CPU figure")
+    args = parser.parse_args()
+    skipped = bench_peers.why_skip()
+    if skipped:
+        print(f"bench-exporter skipped: {skipped}")
+        return 0
+    fake = bench_peers.prepare_fake()
+    venv = bench_peers.prepare_peers()
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "nvtopy")], check=True)
+    nvtopy = str(Path(sys.executable).with_name("nvtopy"))
+    results = compare(fake, venv, nvtopy, repeat=args.repeat, duration=args.duration, warmup=args.warmup)
+    summary = report(results, args.repeat)
+    when = time.strftime("%Y-%m-%d %H:%M:%S")
+    (RESULTS / "exporters.json").write_text(json.dumps({"when": when, "results": results, **summary}, indent=2))
+    print(f"\n  details: {RESULTS / 'exporters.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

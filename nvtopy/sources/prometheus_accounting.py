@@ -1,0 +1,336 @@
+"""``nvtopy report --prometheus URL``: the accounting figures from a Prometheus server's history.
+
+Six range queries, whatever the size of the fleet (one per metric group, each
+answering for every host at once), over ``[end - since, end]`` at one ``step``:
+
+- which processes exist: ``count by (GPU, user, owner labels) (last_over_time(nvtopy_process_X[step])
+  or ...)`` over a few of nvtopy's ``nvtopy_process_*`` series (any one of them may be N/A): per GPU,
+  user and owner, how many processes it has (one series for all processes of one owner on a GPU:
+  what the figures need, and a smaller answer than one series per process);
+- their GPU memory: ``sum by (the same) (last_over_time(nvtopy_process_gpu_memory_bytes[step]))``;
+- per GPU, dcgm-exporter's (and nvtopy's) SM activity, utilisation and power averaged over each
+  step (``avg_over_time(...[step])``: NVML's own utilisation is an average over the past too),
+  and the total-energy counter (``last_over_time(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION[step])``, mJ).
+
+Whole GPUs only (``GPU_I_ID=""``: a MIG instance's series are not the GPU's). The
+answers are turned into the same :class:`~nvtopy.formats.accounting.Observation`
+a recording gives, one per GPU per step, and summed by the same
+:class:`~nvtopy.formats.accounting.Ledger`: the figures mean exactly what they
+mean for recordings. A host that stopped reporting has no points for those steps:
+a gap, not counted (staleness does this on the server, ``[step]`` windows bound the look-back).
+
+Everything in an answer is outside text and outside numbers: labels are cut and
+unescaped as nvtopy's exporter escaped them, values out of range or not finite
+are missing, and the series read are bounded (:data:`MAX_SERIES` per query).
+The server is reached only through the client given (``PrometheusClient``), whose
+every request has a deadline.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from ..errors import UsageError
+from ..formats.accounting import Holding, Ledger, Observation, Report, owner_key
+from ..formats.prometheus import MAX_GPU_INDEX, MAX_LABEL, OWNER_LABELS
+from ..model import OwnerKind, ProcessOwner
+from ..textsafe import unescape_text
+from .prometheus_api import parse_matchers
+
+__all__ = [
+    "MAX_POINTS",
+    "MAX_SERIES",
+    "RangeClient",
+    "account",
+    "default_step",
+    "queries",
+    "where_text",
+]
+
+MAX_POINTS = 11_000
+"""Points a range query may ask per series: Prometheus refuses more (its own limit)."""
+
+MAX_SERIES = 200_000
+"""Series read per query; more are left out (and said so): an answer that large is a broken server."""
+
+MIN_STEP = 15.0
+"""The shortest default step: Prometheus' usual scrape interval (a shorter step only repeats points)."""
+
+GROUP_LABELS = ", ".join(("Hostname", "instance", "gpu", "UUID", "user", *OWNER_LABELS))
+"""What the process queries keep of a process's labels: its GPU, its user, its owner (all any key needs)."""
+
+PROCESS_SERIES = ("gpu_memory_bytes", "start_time_seconds", "cpu_percent", "sm_utilization_percent")
+"""``nvtopy_process_*`` series whose presence shows a process: one is enough (each can be N/A)."""
+
+
+class RangeClient(Protocol):
+    """What is used of :class:`nvtopy.sources.prometheus_api.PrometheusClient`."""
+
+    queries: int
+
+    warnings: list[str]
+
+    def query_range(
+        self, expr: str, start: float, end: float, step: float
+    ) -> list[tuple[dict[str, str], list[tuple[float, float]]]]: ...
+
+
+def where_text(text: str | None) -> str:
+    """``--where``: PromQL label matchers (``Hostname=~"node[1-4]",job="gpu"``), parsed and written back quoted.
+
+    Parsed (:func:`~nvtopy.sources.prometheus_api.parse_matchers`), never pasted: they
+    go inside each query's braces, where a ``}`` or an unclosed quote would change the
+    query itself. ``""`` for none; a one-line usage error for what is not matchers.
+    """
+    if text is None:
+        return ""
+    return ", ".join(str(m) for m in parse_matchers(text))
+
+
+def default_step(seconds: float) -> float:
+    """About 1,440 points over the period (a minute per point for a day), at least :data:`MIN_STEP`."""
+    return max(MIN_STEP, float(math.ceil(seconds / 1440)))
+
+
+def queries(step: float, where: str = "") -> dict[str, str]:
+    """The range queries, by what they read (``where``: label matchers as :func:`where_text` writes them)."""
+    window = f"[{_duration(step)}]"
+    extra = f",{where}" if where else ""
+    gpu = f'{{GPU_I_ID=""{extra}}}'
+    # One series per process and its GPU, user and owner: any of its series (or: the first that has it), counted
+    # per GPU, user and owner (processes of one owner on one GPU are one series: a bounded answer).
+    processes = " or ".join(f"last_over_time(nvtopy_process_{name}{{{where}}}{window})" for name in PROCESS_SERIES)
+    return {
+        "processes": f"count by ({GROUP_LABELS}) ({processes})",
+        "memory": f"sum by ({GROUP_LABELS}) (last_over_time(nvtopy_process_gpu_memory_bytes{{{where}}}{window}))",
+        "sm_active": f"avg_over_time(DCGM_FI_PROF_SM_ACTIVE{gpu}{window})",
+        "utilization": f"avg_over_time(DCGM_FI_DEV_GPU_UTIL{gpu}{window})",
+        "energy": f"last_over_time(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu}{window})",
+        "power": f"avg_over_time(DCGM_FI_DEV_POWER_USAGE{gpu}{window})",
+    }
+
+
+def _duration(seconds: float) -> str:
+    """A PromQL duration: whole milliseconds (``60s``, ``1500ms``)."""
+    ms = max(1, round(seconds * 1000))
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+
+# ----------------------------------------------------------------- labels and values, trusting nothing
+
+
+def _label(labels: dict[str, str], name: str) -> str | None:
+    """A label's text, unescaped as nvtopy's exporter escaped it, at most MAX_LABEL characters; None if empty."""
+    value = labels.get(name)
+    if not isinstance(value, str) or not value:
+        return None
+    return (unescape_text(value[: MAX_LABEL * 4]) or "")[:MAX_LABEL] or None
+
+
+def _gpu_index(labels: dict[str, str]) -> int | None:
+    text = labels.get("gpu")
+    if not isinstance(text, str) or not text or len(text) > 4 or not (text.isascii() and text.isdigit()):
+        return None
+    value = int(text)
+    return value if value <= MAX_GPU_INDEX else None
+
+
+def _gpu_ident(labels: dict[str, str]) -> tuple[str, str, int] | None:
+    """(host, identity on the host, index) of a series' GPU: its UUID where given, else its index."""
+    index = _gpu_index(labels)
+    if index is None:
+        return None
+    host = _label(labels, "Hostname") or _label(labels, "instance") or "?"
+    uuid = _label(labels, "UUID")
+    return host, uuid or f"#{index}", index
+
+
+def _owner(labels: dict[str, str]) -> ProcessOwner | None:
+    """The owner nvtopy's exporter put in a process's labels (``owner_kind``, ``pod``, ``slurm_job``, ...)."""
+    container, pod = _label(labels, "container"), _label(labels, "pod")
+    namespace, job = _label(labels, "namespace"), _label(labels, "slurm_job")
+    text = labels.get("owner_kind") or ""
+    try:
+        kind: OwnerKind | None = OwnerKind(text) if len(text) <= 32 else None
+    except ValueError:
+        kind = None
+    if kind is None:  # another exporter, or an older nvtopy: what the labels show
+        kind = OwnerKind.KUBERNETES if pod else OwnerKind.SLURM if job else OwnerKind.DOCKER if container else None
+        if kind is None:
+            return None
+    return ProcessOwner(kind=kind, namespace=namespace, pod=pod, container=container, job=job)
+
+
+_NUMBERS = frozenset((int, float))  # a value of another type (bool, text) from a fake or broken client: none
+
+
+def _series_key(labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """A process series' identity: its labels without the metric name (the queries' answers differ in it)."""
+    return tuple(sorted((k, v) for k, v in labels.items() if k != "__name__"))
+
+
+def _points(
+    answer: Sequence[tuple[dict[str, str], Sequence[tuple[float, float]]]], name: str, notes: list[str]
+) -> Sequence[tuple[dict[str, str], Sequence[tuple[float, float]]]]:
+    if len(answer) > MAX_SERIES:
+        notes.append(f"{name}: {len(answer) - MAX_SERIES} series beyond {MAX_SERIES} left out")
+        return answer[:MAX_SERIES]
+    return answer
+
+
+# ----------------------------------------------------------------- the report
+
+
+class _Gpu:
+    """One GPU's readings on the query's time grid (NaN: no point), and its processes per grid point."""
+
+    __slots__ = ("energy", "index", "power", "processes", "sm", "utilization")
+
+    def __init__(self, index: int, points: int) -> None:
+        self.index = index
+        empty = array("d", [math.nan]) * points
+        self.sm = array("d", empty)
+        self.utilization = array("d", empty)
+        self.energy = array("d", empty)
+        self.power = array("d", empty)
+        self.processes: dict[int, list[Holding]] = {}
+
+
+def account(
+    client: RangeClient,
+    *,
+    by: Sequence[str],
+    start: float,
+    end: float,
+    step: float,
+    where: str = "",
+    idle_percent: float | None = None,
+) -> Report:
+    """The report of ``[start, end]`` at ``step`` from the server ``client`` reaches (:data:`queries`).
+
+    Each answer is folded into arrays on the time grid (8 bytes a point) and dropped
+    before the next query: a day of a fleet of 512 GPUs is a few tens of megabytes
+    here, not the hundreds its answers take as Python objects.
+
+    Raises whatever the client raises (``PrometheusError``: one line) and
+    :class:`~nvtopy.errors.UsageError` for a period of more than :data:`MAX_POINTS` steps.
+    """
+    if (end - start) / step > MAX_POINTS:
+        raise UsageError(
+            f"--step {_duration(step)} gives more than {MAX_POINTS} points over the period "
+            f"(Prometheus' limit): use --step {_duration(math.ceil((end - start) / MAX_POINTS))} or more"
+        )
+    ledger = Ledger(by, idle_percent=idle_percent)  # usage errors (--by) before any query
+    asked = queries(step, where)
+    notes: list[str] = []
+    points = round((end - start) / step) + 1
+    gpus: dict[tuple[str, str], _Gpu] = {}
+
+    def gpu_of(labels: dict[str, str]) -> _Gpu | None:
+        ident = _gpu_ident(labels)
+        if ident is None:
+            return None
+        host, on_host, index = ident
+        gpu = gpus.get((host, on_host))
+        if gpu is None:
+            gpu = gpus[(host, on_host)] = _Gpu(index, points)
+        return gpu
+
+    def slot(timestamp: object) -> int | None:
+        """The grid point of a sample's time (a range query answers on the grid; anything else is ignored)."""
+        if type(timestamp) not in _NUMBERS:
+            return None
+        at = (timestamp - start) / step  # type: ignore[operator]
+        i = round(at)
+        return i if 0 <= i < points and abs(at - i) < 1e-3 else None
+
+    def ask(name: str) -> Sequence[tuple[dict[str, str], Sequence[tuple[float, float]]]]:
+        answer = _points(client.query_range(asked[name], start, end, step), name, notes)
+        # A partial answer (a shard or a remote-read source failed): said, not hidden.
+        notes.extend(f"prometheus warned ({name}): {warning}" for warning in getattr(client, "warnings", ())[:3])
+        return answer
+
+    readings: dict[str, tuple[Callable[[_Gpu], array[float]], float, float]] = {
+        "sm_active": (lambda g: g.sm, 1.0, 100.0),  # a ratio: as a percentage
+        "utilization": (lambda g: g.utilization, 100.0, 1.0),
+        "energy": (lambda g: g.energy, 2.0**64, 1.0),
+        "power": (lambda g: g.power, 1e6, 1.0),
+    }
+    for name, (field, highest, scale) in readings.items():
+        for labels, series in ask(name):
+            gpu = gpu_of(labels)
+            if gpu is None:
+                continue
+            values = field(gpu)
+            for timestamp, value in series:  # a loop per point: inlined checks (a day of a fleet is millions)
+                if type(value) in _NUMBERS and 0 <= value <= highest and type(timestamp) in _NUMBERS:
+                    at = (timestamp - start) / step
+                    i = round(at)
+                    if 0 <= i < points and abs(at - i) < 1e-3:  # on the grid (a range query's points are)
+                        values[i] = value * scale
+    memory: dict[tuple[tuple[str, str], ...], dict[int, int]] = {}
+    for labels, series in ask("memory"):
+        used = memory[_series_key(labels)] = {}
+        for timestamp, value in series:
+            if type(value) in _NUMBERS and 0 <= value < 2**64:
+                i = slot(timestamp)
+                if i is not None:
+                    used[i] = int(value)
+    any_process = False
+    for labels, series in ask("processes"):
+        any_process = True
+        gpu = gpu_of(labels)
+        if gpu is None:
+            continue
+        user, owner = _label(labels, "user"), owner_key(_owner(labels))
+        used = memory.pop(_series_key(labels), {})
+        made: dict[tuple[int | None, int], Holding] = {}  # one Holding per figure, not per point
+        held = gpu.processes
+        for timestamp, count in series:
+            if type(count) not in _NUMBERS or not 1 <= count <= MAX_SERIES:
+                continue
+            i = slot(timestamp)
+            if i is None:
+                continue
+            bytes_used = used.get(i)
+            holding = made.get((bytes_used, int(count)))
+            if holding is None:
+                holding = made[(bytes_used, int(count))] = Holding(user, owner, bytes_used, int(count))
+            entry = held.get(i)
+            if entry is None:
+                held[i] = [holding]
+            else:
+                entry.append(holding)
+    memory.clear()
+    nan = math.isnan
+    observed = bool(gpus)
+    while gpus:  # each GPU's arrays go once it is folded in
+        (host, on_host), gpu = gpus.popitem()
+        uuid = None if on_host.startswith("#") else on_host
+        sm, utilization, energy, power, processes = gpu.sm, gpu.utilization, gpu.energy, gpu.power, gpu.processes
+        for i in range(points):
+            held_now = processes.get(i)
+            if held_now is None and nan(sm[i]) and nan(utilization[i]) and nan(energy[i]) and nan(power[i]):
+                continue  # no point at all: the GPU did not report then
+            activity = sm[i] if not nan(sm[i]) else utilization[i]
+            ledger.add(
+                Observation(
+                    host=host,
+                    gpu=gpu.index,
+                    uuid=uuid,
+                    timestamp=start + i * step,
+                    activity_percent=None if nan(activity) else activity,
+                    energy_mj=None if nan(energy[i]) else energy[i],
+                    power_w=None if nan(power[i]) else power[i],
+                    holdings=tuple(held_now or ()),
+                )
+            )
+    if observed and not any_process:
+        notes.append(
+            "no nvtopy_process_* series: dcgm-exporter reports no processes, so no GPU is held "
+            "(run 'nvtopy exporter' on the nodes for per-user figures)"
+        )
+    return ledger.report(notes)
