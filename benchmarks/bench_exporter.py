@@ -9,6 +9,9 @@ process (``/proc/PID/stat``, after ``--warmup`` seconds), peak RSS (``VmHWM``),
 and the scrape latency (connect to last byte), median and p95. The exporters
 take turns (interleaved), ``--repeat`` times; the table shows the medians of the
 repeats. Then nvtopy alone with 512 processes (64 per GPU): its scrape median.
+First, the rendering alone (simulated GPUs, no driver needed): the CPU to build and
+write one snapshot's text, nvtopy's renderer against prometheus-client's
+``generate_latest``, and its gzip at level 1 against level 9.
 
 Standalone (``.venv/bin/python benchmarks/bench_exporter.py``) or as part of
 ``make bench-peers``; skips (exit 0) where ../shared/fake-nvml is absent.
@@ -233,6 +236,69 @@ def report(results: dict[str, Any], repeat: int) -> dict[str, Any]:
     return {"ratios": ratios, "verdicts": verdicts}
 
 
+def render_cost(processes_per_gpu: int, runs: int = 30) -> dict[str, float]:
+    """CPU ms (median of ``runs``) to render one snapshot of 8 simulated GPUs: nvtopy's way and the library's."""
+    import gzip
+    import zlib
+
+    from prometheus_client.exposition import generate_latest
+
+    from nvtopy.backends.simulated import SimulatedBackend
+    from nvtopy.commands.exporter import EXPORTER_GROUPS
+    from nvtopy.formats.prometheus import SnapshotCollector, TextRenderer
+    from nvtopy.sources.collector import Collector
+    from nvtopy.sources.poller import Poller
+
+    backend = SimulatedBackend(gpus=8, processes_per_gpu=processes_per_gpu, steady=True)
+    poller = Poller(backend, interval=1.0, groups=EXPORTER_GROUPS, collector=Collector(backend, history=1))
+    snapshot = poller.poll_once(slow=True)
+    collector, renderer = SnapshotCollector(poller), TextRenderer()
+
+    class Families:
+        def collect(self) -> list[Any]:
+            return collector.families(snapshot)
+
+    def cpu_ms(work: Any) -> float:
+        for _ in range(5):  # warm: an exporter renders every second, its allocator and caches are warm
+            work()
+        times = []
+        for _ in range(runs):
+            started = time.process_time()
+            work()
+            times.append(1000 * (time.process_time() - started))
+        return round(statistics.median(times), 2)
+
+    renderer.render(collector.families(snapshot))  # as in a running exporter: the series seen before
+    text = renderer.render(collector.families(snapshot))
+    assert text == generate_latest(Families())  # type: ignore[arg-type]
+
+    def deflate() -> None:
+        packer = zlib.compressobj(1, zlib.DEFLATED, -zlib.MAX_WBITS)
+        packer.compress(text)
+        packer.flush(zlib.Z_SYNC_FLUSH)
+        zlib.crc32(text)
+
+    return {
+        "processes": sum(len(gpu.processes) for gpu in snapshot.gpus),
+        "text_bytes": len(text),
+        "nvtopy_ms": cpu_ms(lambda: renderer.render(collector.families(snapshot))),
+        "generate_latest_ms": cpu_ms(lambda: generate_latest(Families())),  # type: ignore[arg-type]
+        "gzip1_ms": cpu_ms(deflate),
+        "gzip9_ms": cpu_ms(lambda: gzip.compress(text)),
+    }
+
+
+def report_render(costs: list[dict[str, float]]) -> None:
+    print("\n# rendering one snapshot, 8 simulated GPUs (CPU ms, median of 30)")
+    print("| processes | text bytes | nvtopy | generate_latest | gzip level 1 | gzip level 9 |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for c in costs:
+        print(
+            f"| {c['processes']} | {c['text_bytes']} | {c['nvtopy_ms']} | {c['generate_latest_ms']} | "
+            f"{c['gzip1_ms']} | {c['gzip9_ms']} |"
+        )
+
+
 def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import bench_peers
@@ -242,6 +308,8 @@ def main() -> int:
     parser.add_argument("-d", "--duration", type=float, default=20.0, help="seconds of scraping per run")
     parser.add_argument("-w", "--warmup", type=float, default=5.0, help="seconds left out of the CPU figure")
     args = parser.parse_args()
+    costs = [render_cost(8), render_cost(64)]
+    report_render(costs)
     skipped = bench_peers.why_skip()
     if skipped:
         print(f"bench-exporter skipped: {skipped}")
@@ -253,7 +321,8 @@ def main() -> int:
     results = compare(fake, venv, nvtopy, repeat=args.repeat, duration=args.duration, warmup=args.warmup)
     summary = report(results, args.repeat)
     when = time.strftime("%Y-%m-%d %H:%M:%S")
-    (RESULTS / "exporters.json").write_text(json.dumps({"when": when, "results": results, **summary}, indent=2))
+    record = {"when": when, "render": costs, "results": results, **summary}
+    (RESULTS / "exporters.json").write_text(json.dumps(record, indent=2))
     print(f"\n  details: {RESULTS / 'exporters.json'}")
     return 0
 

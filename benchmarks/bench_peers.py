@@ -166,6 +166,7 @@ def main() -> int:
     )
     frames = first_frames(fake, venv, nvtopy, 5)
     exporters = bench_exporter.compare(fake, venv, nvtopy, repeat=args.repeat, duration=args.duration)
+    render_costs = [bench_exporter.render_cost(8), bench_exporter.render_cost(64)]
     by_tool = {r["tool"]: r for r in monitors}
     by_cmd = {str(r["cmd"]).replace(nvtopy, "nvtopy"): r for r in oneshots}
     nvitop, mine = by_tool["nvitop"], by_tool["nvtopy"]
@@ -197,6 +198,7 @@ def main() -> int:
     rss_ok = float(mine["peak_rss_mib"]) <= RSS_LIMIT_MIB
     verdicts["peak_rss"] = rss_ok
     print(f"  peak RSS      {mine['peak_rss_mib']} MiB (target <= {RSS_LIMIT_MIB:g})  {'ok' if rss_ok else 'MISSED'}")
+    bench_exporter.report_render(render_costs)
     exporter_summary = bench_exporter.report(exporters, args.repeat)
     ratios.update(exporter_summary["ratios"])
     verdicts.update(exporter_summary["verdicts"])
@@ -206,6 +208,7 @@ def main() -> int:
         "oneshots": oneshots,
         "first_frames_s": frames,
         "exporters": exporters,
+        "exporter_render": render_costs,
         "ratios_to_nvitop": ratios,
         "verdicts": verdicts,
     }

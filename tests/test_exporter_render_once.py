@@ -35,7 +35,7 @@ from nvtopy.backends.sim_faults import parse_fault_specs
 from nvtopy.commands.exporter import EXPORTER_GROUPS
 from nvtopy.commands.httpserver import serve
 from nvtopy.formats import prometheus
-from nvtopy.formats.prometheus import Exposition, SnapshotCollector, TextRenderer
+from nvtopy.formats.prometheus import Exposition, SnapshotCollector, TextRenderer, age_families
 from nvtopy.sources.collector import Collector
 from nvtopy.sources.poller import Poller
 
@@ -294,3 +294,33 @@ def test_a_changed_label_is_never_served_from_the_cache():
     after.add_metric(['evil" x="1'], 1.0)
     assert renderer.render([after]) == _generate_latest([after])
     assert b'command="evil\\" x=\\"1"' in renderer.render([after])
+
+
+def test_a_process_whose_labels_change_is_never_served_from_the_kept_labels(served, clock):
+    """The collector keeps each process's label dict between snapshots: a changed command or user shows at once."""
+    ex = served(steady=True)
+    collector = SnapshotCollector(ex.poller)
+    before = ex.poller.latest
+    collector.families(before)
+    gpu = before.gpus[0]
+    proc = gpu.processes[0]
+    renamed = dataclasses.replace(proc, command='evil" x="1', user="mallory")
+    changed_gpu = dataclasses.replace(gpu, processes=(renamed, *gpu.processes[1:]))
+    after = dataclasses.replace(before, gpus=(changed_gpu, *before.gpus[1:]))
+
+    class Source:
+        latest = after
+
+    text = _generate_latest(collector.families(after) + age_families(after))
+    assert text == _reference(Source()), "what a fresh collector makes of the changed snapshot"
+    assert b'command="evil\\" x=\\"1"' in text and b'user="mallory"' in text
+
+
+@pytest.mark.parametrize("query", ["name[]=DCGM_FI_DEV_GPU_TEMP", "name%5B%5D=DCGM_FI_DEV_GPU_TEMP"])
+def test_a_name_filter_is_still_prometheus_clients(served, query):
+    """``?name[]=`` selects families, as prometheus-client's app does (rendered for that request, not cached)."""
+    ex = served()
+    _, body = _get(f"{ex.url}?{query}")
+    families = {line.split()[2] for line in body.decode().splitlines() if line.startswith("# TYPE ")}
+    assert families == {"DCGM_FI_DEV_GPU_TEMP"}
+    assert ex.renders == []

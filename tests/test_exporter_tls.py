@@ -36,6 +36,8 @@ from nvtopy.errors import UsageError
 from nvtopy.sources.collector import Collector
 from nvtopy.sources.poller import Poller
 
+from .prometheus_fixtures import DATA_S, prometheus, requires_prometheus, wait
+
 ROOT = Path(__file__).resolve().parents[1]
 OPENSSL = shutil.which("openssl")
 pytestmark = pytest.mark.skipif(OPENSSL is None, reason="the openssl CLI is needed to make test certificates")
@@ -449,3 +451,42 @@ def test_cli_serves_https_with_mutual_tls(certs):
     assert proc.returncode == 0, stderr
     assert f"serving https://127.0.0.1:{port}/metrics" in stderr
     assert "Traceback" not in stderr
+
+
+# ---------------------------------------------------------------- a real Prometheus, with the README's configuration
+
+
+def _readme_scrape_config(certs: Certs, target: str) -> str:
+    """The README's ``scheme: https`` scrape configuration, its paths and target replaced by this test's."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = [b.split("```", 1)[0] for b in readme.split("```yaml\n")[1:]]
+    (config,) = [b for b in blocks if "scheme: https" in b and "tls_config:" in b]
+    for documented, here in (
+        ("/etc/prometheus/tls/ca.pem", certs["ca.pem"]),
+        ("/etc/prometheus/tls/prometheus.pem", certs["client.pem"]),
+        ("/etc/prometheus/tls/prometheus.key", certs["client.key"]),
+        ("['node1:9400', 'node2:9400']", f"['{target}']"),
+    ):
+        assert documented in config, f"the README's configuration no longer has {documented}"
+        config = config.replace(documented, here)
+    return "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n" + config
+
+
+@requires_prometheus
+def test_prometheus_scrapes_it_with_the_readmes_configuration(exporter, certs, tmp_path):
+    ex = exporter(mutual=True)
+    target = f"127.0.0.1:{ex.port}"
+    config = _readme_scrape_config(certs, target)
+    # The same job without Prometheus's certificate: the control, which the exporter refuses.
+    job = config.split("scrape_configs:\n", 1)[1]
+    config += "\n".join(line for line in job.splitlines() if "cert_file" not in line and "key_file" not in line)
+    config = config.replace("job_name: gpus", "job_name: nocert", 2).replace("job_name: nocert", "job_name: gpus", 1)
+    assert config.count("cert_file") == 1 and "job_name: nocert" in config
+    logs: list[Path] = []
+    with prometheus(tmp_path, config, [target], logs) as server:
+        wait("a scrape over mutual TLS", DATA_S, lambda: server.values('up{job="gpus"}') == [1.0], logs)
+        assert len(server.query('DCGM_FI_DEV_GPU_UTIL{job="gpus"}')) == 2
+        wait(
+            "the scrape without a certificate to fail", DATA_S, lambda: server.values('up{job="nocert"}') == [0.0], logs
+        )
+        assert server.query('DCGM_FI_DEV_GPU_UTIL{job="nocert"}') == []

@@ -14,8 +14,8 @@ handshake included), and the number of waiting connections is capped
 
 Scrapes are answered from :class:`~nvtopy.formats.prometheus.Exposition`: the
 bytes of the latest snapshot (and their gzip), made once per snapshot and
-shared. Anything else (``name[]`` filters, other methods) goes to
-prometheus-client's own WSGI app.
+shared (a ``name[]`` filter gets the families it names). Other methods go to
+prometheus-client's own WSGI app, as they always did.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import NvtopyError, UsageError
-from ..formats.prometheus import Exposition, SnapshotCollector
+from ..formats.prometheus import Exposition
 from ..sources.base import SnapshotSource
 from ..textsafe import safe_text
 
@@ -411,19 +411,23 @@ def metrics_app(exposition: Exposition, fallback: Callable[..., Iterable[bytes]]
     """The WSGI app: a GET is answered with ``exposition``'s bytes; anything else goes to ``fallback``.
 
     ``fallback`` is prometheus-client's app over the same source: it answers
-    OPTIONS, other methods, ``/favicon.ico`` and ``name[]``-filtered scrapes
-    (rare, and rendered for each, as prometheus-client does). Any path serves
-    the metrics, as prometheus-client's app does.
+    OPTIONS, other methods and ``/favicon.ico`` as it always did. A ``name[]``
+    filter (rare) gets the families it names, rendered for that request. Any
+    path serves the metrics, as prometheus-client's app does.
     """
+    from urllib.parse import parse_qs
+
     from prometheus_client.exposition import gzip_accepted
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        if (
-            environ.get("REQUEST_METHOD") != "GET"
-            or environ.get("PATH_INFO") == "/favicon.ico"
-            or "name[]" in environ.get("QUERY_STRING", "")
-        ):
+        if environ.get("REQUEST_METHOD") != "GET" or environ.get("PATH_INFO") == "/favicon.ico":
             return fallback(environ, start_response)
+        query = environ.get("QUERY_STRING")
+        names = parse_qs(query).get("name[]") if query else None  # as prometheus-client reads it (name%5B%5D too)
+        if names:
+            body = exposition.selected(names)
+            start_response("200 OK", [("Content-Type", exposition.content_type), ("Content-Length", str(len(body)))])
+            return [body]
         gzip = gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", ""))
         chunks = exposition.chunks(gzip=gzip)
         headers = [("Content-Type", exposition.content_type), ("Content-Length", str(sum(map(len, chunks))))]
@@ -503,12 +507,11 @@ def serve(source: Any, host: str, port: int, *, tls: ssl.SSLContext | None = Non
     """
     from prometheus_client import CollectorRegistry, make_wsgi_app
 
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(source))
+    fallback = make_wsgi_app(CollectorRegistry(auto_describe=False))  # OPTIONS, 405, favicon: it renders nothing
     exposition = Exposition(source)
     try:
         family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-        server = _server_class()((sockaddr[0], port), family, metrics_app(exposition, make_wsgi_app(registry)), tls)
+        server = _server_class()((sockaddr[0], port), family, metrics_app(exposition, fallback), tls)
     except OSError as exc:
         raise NvtopyError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     server.exposition = exposition
