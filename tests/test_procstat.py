@@ -140,3 +140,14 @@ def test_unreadable_proc_falls_back_to_psutil(child, monkeypatch):
     monkeypatch.setattr(hostprocs, "read_stat", lambda pid, proc="/proc": None)
     info = inspector.inspect([child.pid])[child.pid]
     assert info is not None and info.host_memory_bytes
+
+
+def test_read_stat_refuses_a_cut_line(tmp_path):
+    """A stat line that one read did not end (no newline) is not parsed: the caller asks psutil instead."""
+    (tmp_path / "42").mkdir()
+    rest = "S 7 1 1 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 1 0 123456 1000 300"
+    (tmp_path / "42" / "stat").write_bytes(f"42 (x) {rest}".encode())
+    (tmp_path / "42" / "statm").write_bytes(b"1000 300 100 1 0 200 0\n")
+    assert read_stat(42, proc=str(tmp_path)) is None
+    (tmp_path / "42" / "stat").write_bytes(f"42 (x) {rest}\n".encode())
+    assert read_stat(42, proc=str(tmp_path)) is not None

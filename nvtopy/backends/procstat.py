@@ -1,11 +1,17 @@
 """A live process's per-refresh facts straight from ``/proc/<pid>/stat`` and ``statm`` (Linux).
 
+``statm`` stays, though the stat line has an ``rss`` field: on recent kernels the two
+differ (40 to 50 pages for a shell on Linux 6.18), ``stat`` reading the batched per-CPU
+RSS counters where ``statm`` sums them, an error that grows with threads and cores; and
+``statm`` is what psutil, top and nvitop show.
+
 Why not psutil here: the monitor reads every GPU process once a second, and
 psutil's steady path for one process -- ``is_running()`` (which builds a second
 ``Process`` to compare create times) then ``status``/``cpu_times``/``ppid``/
 ``memory_info`` under ``oneshot()`` -- opens four files and costs about
-124 µs; the inspector's whole steady read with these two files costs about 42 µs
-(``make bench``: ``benchmarks/bench_host.py``, 64 processes). At 64 processes
+134 µs; the inspector's whole steady read with these two files costs about 29 µs
+(``make bench``: ``benchmarks/bench_host.py``, 64 processes; 42 µs before the files
+were read with ``os.read`` rather than ``open()``). At 64 processes
 psutil's path was most of the poller's CPU. psutil still reads everything else (user, command line, the first sight of
 a pid, other systems): this module only answers for a pid psutil opened, and the
 inspector falls back to psutil whenever it returns ``None``.
@@ -64,10 +70,8 @@ def read_stat(pid: int, proc: str = "/proc") -> Stat | None:
     vanished process from an unreadable one.
     """
     try:
-        with open(f"{proc}/{pid}/stat", "rb") as file:
-            data = file.read()
-        with open(f"{proc}/{pid}/statm", "rb") as file:
-            statm = file.read()
+        data = _read_line(f"{proc}/{pid}/stat")
+        statm = _read_line(f"{proc}/{pid}/statm")
         # The command name (field 2) is in parentheses and may hold spaces or ')': cut at the last one.
         fields = data[data.rindex(b")") + 2 :].split()
         state = fields[0].decode("ascii", "replace")
@@ -80,3 +84,24 @@ def read_stat(pid: int, proc: str = "/proc") -> Stat | None:
         )
     except (OSError, ValueError, IndexError):
         return None
+
+
+_READ_SIZE = 4096  # /proc/<pid>/stat is about 300 bytes (its command name at most 64), statm about 40
+_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+
+
+def _read_line(path: str) -> bytes:
+    """The one line of a small /proc file, in one ``read`` system call; ValueError if it did not end.
+
+    Why not ``open()``: it builds a FileIO and a BufferedReader around the descriptor
+    and stats the file, twice the cost of the read itself (11 against 22 µs a file here,
+    twice a process a refresh). procfs makes the whole text at the first read.
+    """
+    fd = os.open(path, _FLAGS)
+    try:
+        data = os.read(fd, _READ_SIZE)
+    finally:
+        os.close(fd)
+    if not data.endswith(b"\n"):
+        raise ValueError(f"{path}: no whole line in one read")
+    return data
