@@ -249,12 +249,14 @@ def _shutdown(server: Any) -> None:
 def exporter(sim) -> Iterator[Callable[..., Exporter]]:
     """A factory: an exporter over a simulated backend, one snapshot taken, no poller thread."""
     servers = []
+    pollers: list[Poller] = []
 
     def make(*, poll: bool = True, faults: list[str] | None = None, **kwargs: Any) -> Exporter:
         if faults is not None:
             kwargs["faults"] = parse_fault_specs(faults)
         backend = sim(**kwargs)
         poller = Poller(backend, interval=1.0, groups=EXPORTER_GROUPS, collector=Collector(backend, history=1))
+        pollers.append(poller)
         if poll:
             poller.poll_once()
         server, thread = serve(poller, "127.0.0.1", 0)
@@ -265,6 +267,9 @@ def exporter(sim) -> Iterator[Callable[..., Exporter]]:
     yield make
     for server in servers:
         _shutdown(server)
+    for poller in pollers:  # their collectors' GPU worker threads end (a later test counts nvtopy threads)
+        if poller.collector is not None:
+            poller.collector.close()
 
 
 # ---------------------------------------------------------------- GPU metrics

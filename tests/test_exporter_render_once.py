@@ -92,6 +92,7 @@ def served(sim, monkeypatch) -> Iterator[Callable[..., Served]]:
 
     monkeypatch.setattr(Exposition, "_render", counted)
     servers = []
+    pollers: list[Poller] = []
 
     def make(*, faults: list[str] | None = None, gpus: int = 4, **kwargs: Any) -> Served:
         if faults:
@@ -99,6 +100,7 @@ def served(sim, monkeypatch) -> Iterator[Callable[..., Served]]:
             kwargs["faults"] = parse_fault_specs(faults, gpus=gpus, model=find_model(model))
         backend = sim(gpus=gpus, **kwargs)
         poller = Poller(backend, interval=1.0, groups=EXPORTER_GROUPS, collector=Collector(backend, history=1))
+        pollers.append(poller)
         server, _ = serve(poller, "127.0.0.1", 0)
         servers.append(server)
         poller.poll_once(slow=True)  # published after serve(): what a running exporter sees
@@ -107,6 +109,9 @@ def served(sim, monkeypatch) -> Iterator[Callable[..., Served]]:
     yield make
     for server in servers:
         _shutdown(server)
+    for poller in pollers:  # their collectors' GPU worker threads end
+        if poller.collector is not None:
+            poller.collector.close()
 
 
 # ---------------------------------------------------------------- once per snapshot

@@ -218,6 +218,42 @@ def test_the_collector_feeds_one_timeline_per_gpu(sim, clock):
     assert "Timeline(5 samples)" in repr(last.gpus[0])
 
 
+def test_a_collector_without_charts_keeps_no_timeline(sim, clock, monkeypatch):
+    """The exporter, ``log``, ``--once`` and the API pass ``timeline=False``: no buckets, no work per poll."""
+    recorded = []
+    monkeypatch.setattr(Timeline, "record", lambda self, *args: recorded.append(args))
+    collector = Collector(sim(gpus=2, seed=3), timeline=False)
+    for _ in range(3):
+        snapshot = collector.collect()
+        clock.advance(1)
+    assert [gpu.timeline for gpu in snapshot.gpus] == [None, None]
+    assert recorded == []
+    Collector(sim(gpus=1, seed=3)).collect()
+    assert len(recorded) == 1  # the default (the monitor's) keeps one
+
+
+@pytest.mark.parametrize(
+    ("module", "call"),
+    [
+        (
+            "nvtopy.commands.exporter",
+            "Collector(backend, history=1, thresholds=options.health_thresholds(args), timeline=False)",
+        ),
+        (
+            "nvtopy.commands.log",
+            "Collector(backend, history=1, thresholds=options.health_thresholds(args), timeline=False)",
+        ),
+        ("nvtopy.commands.monitor", "Collector(backend, timeline=False)"),
+        ("nvtopy.api.sampler", "Collector(backend, history=1, timeline=False)"),
+    ],
+)
+def test_views_without_charts_ask_for_no_timeline(module, call):
+    import importlib
+    import inspect
+
+    assert call in inspect.getsource(importlib.import_module(module))
+
+
 def test_a_replay_feeds_the_charts_from_the_whole_recording(tmp_path, sim, clock):
     collector = Collector(sim(gpus=2, seed=5))
     lines = []

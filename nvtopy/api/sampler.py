@@ -141,7 +141,7 @@ class Sampler:
             if self._poller is not None:
                 return self
             backend = shared_backend()
-            collector = Collector(backend, history=1)  # the sampler keeps its own history of snapshots
+            collector = Collector(backend, history=1, timeline=False)  # the sampler keeps its own history of snapshots
             selection = choose_gpus(collector.statics(), self.gpus, self.only_visible, stacklevel=stacklevel)
             collector.select(selection)
             self._limited = frozenset(selection.instances)

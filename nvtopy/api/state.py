@@ -141,7 +141,7 @@ def shared_collector(purpose: str) -> Iterator[Collector]:
     with _lock:
         collector = _collectors.get(purpose)
         if collector is None:
-            collector = _collectors[purpose] = Collector(shared_backend())
+            collector = _collectors[purpose] = Collector(shared_backend(), timeline=False)
         yield collector
 
 
@@ -202,7 +202,7 @@ def _sample(backend: Backend) -> None:
                 return
         try:
             if collector is None:
-                collector = Collector(backend, indices=[], history=1)
+                collector = Collector(backend, indices=[], history=1, timeline=False)
             collector.select(sorted({i for w in active for i in w.indices}))
             groups = frozenset().union(*(w.groups for w in active))
             snapshot = collector.collect(groups, join=False, process_utilization=False)

@@ -202,7 +202,7 @@ def run(command: str, args: argparse.Namespace) -> int:
     poller: Poller | None = None
     try:
         out, is_new = _open_output(path)
-        collector = Collector(backend, history=1, thresholds=options.health_thresholds(args))
+        collector = Collector(backend, history=1, thresholds=options.health_thresholds(args), timeline=False)
         collector.read_statics(args.timeout)
         collector.select(options.resolve_selection(args, collector))
         poller = Poller(

@@ -160,7 +160,7 @@ def _run_once(args: argparse.Namespace) -> int:
 
     backend = options.open_backend_within(args, args.timeout)
     backend.one_shot = True  # GPM: wait the 0.1 s its first pair needs rather than print N/A
-    collector = Collector(backend)
+    collector = Collector(backend, timeline=False)
     try:
         # Each step waits up to the timeout for the GPUs it asks, never again for one already stuck.
         collector.read_statics(args.timeout)

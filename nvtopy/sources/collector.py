@@ -54,12 +54,13 @@ class _GpuMemo:
 
     __slots__ = ("history", "last", "never_read", "reasons", "static", "timeline", "values", "watch")
 
-    def __init__(self, static: GpuStatic, history: int, thresholds: HealthThresholds) -> None:
+    def __init__(self, static: GpuStatic, history: int, thresholds: HealthThresholds, timeline: bool = True) -> None:
         self.static = static
         self.values: dict[str, Any] = {}
         self.reasons: dict[str, Reason] = {}
         self.history = HistoryBuffer(history)
-        self.timeline = Timeline()  # the charts' long history (min/mean/max buckets, bounded)
+        # The charts' long history (min/mean/max buckets, bounded); None where nothing draws charts.
+        self.timeline: Timeline | None = Timeline() if timeline else None
         self.never_read: set[str] = set(ALL_GROUPS)
         self.watch = GpuWatch(thresholds)
         self.last: GpuState | None = None  # what the last snapshot showed (a stalled GPU keeps showing it)
@@ -91,9 +92,16 @@ class Collector:
         *,
         thresholds: HealthThresholds | None = None,
         events: EventLog | None = None,
+        timeline: bool = True,
     ) -> None:
-        """``events``: the log an :class:`~nvtopy.sources.events.EventWatcher` fills (None: no timeline)."""
+        """``events``: the log an :class:`~nvtopy.sources.events.EventWatcher` fills (None: no timeline).
+
+        ``timeline=False``: keep no long history for charts (each GPU state's ``timeline``
+        is None). What has no charts to draw -- the exporter, ``nvtopy log``, the Python
+        API -- saves its cost per poll and its 24 h of buckets (about 273 kB a GPU).
+        """
         self.backend = backend
+        self._timeline = timeline
         self.host = backend.host_info()
         self._history_length = history
         self._memos: dict[int, _GpuMemo] = {}
@@ -151,7 +159,7 @@ class Collector:
         return memo
 
     def _new_memo(self, static: GpuStatic) -> _GpuMemo:
-        memo = self._memos[static.index] = _GpuMemo(static, self._history_length, self.thresholds)
+        memo = self._memos[static.index] = _GpuMemo(static, self._history_length, self.thresholds, self._timeline)
         return memo
 
     def select(self, indices: Iterable[int] | Selection) -> None:
@@ -452,7 +460,8 @@ class Collector:
     @staticmethod
     def _record(memo: _GpuMemo, sample: GpuSample) -> GpuHistory:
         memo.history.append(memo.static, sample)
-        memo.timeline.record(memo.static, sample)
+        if memo.timeline is not None:
+            memo.timeline.record(memo.static, sample)
         return memo.history.history()
 
 
