@@ -933,3 +933,16 @@ def test_an_empty_mps_list_is_asked_again_only_every_recheck_interval(fake, make
     for _ in range(3):  # while it has clients, every refresh
         collector.collect()
     assert fake.gpu_count("nvmlDeviceGetMPSComputeRunningProcesses_v3", 0) == asked + 3
+
+
+def test_process_utilization_samples_are_read_out_of_pynvml_structures():
+    """The fields come through ctypes' own getter (not pynvml's decoding one), older samples without enc/dec too."""
+    from types import SimpleNamespace
+
+    from nvtopy.backends.nvml import _UtilSample
+
+    raw = pynvml.c_nvmlProcessUtilizationSample_t(pid=4242, timeStamp=1_700_000_000_000_000, smUtil=55, memUtil=21)
+    raw.encUtil, raw.decUtil = 3, 4
+    assert _UtilSample.of(raw) == (4242, 1_700_000_000_000_000, 55, 21, 3, 4)
+    old = SimpleNamespace(pid=7, timeStamp=1, smUtil=9, memUtil=8)
+    assert _UtilSample.of(old) == (7, 1, 9, 8, 0, 0)
