@@ -372,3 +372,21 @@ def test_any_order_of_access_gives_what_playing_in_order_gives(recording, tmp_pa
         assert snapshot_to_dict(snapshot) | {"history": [g.history for g in snapshot.gpus]} == in_order[position]
         assert snapshots.cached <= 4
     assert len(in_order[119]["history"][0].timestamps) == 20
+
+
+def test_owner_from_dict_is_owner_to_dicts_inverse_and_trusts_nothing():
+    """The one decoder of recorded owners (replay and report): round trip, escapes undone, bad input refused."""
+    from nvtopy.formats.contract import owner_from_dict, owner_to_dict
+    from nvtopy.model import OwnerKind, ProcessOwner
+
+    owner = ProcessOwner(kind=OwnerKind.KUBERNETES, namespace="ml", pod="train-\x1b[31m0", container="c", uid=1000)
+    data = owner_to_dict(owner)
+    assert "\x1b" not in str(data), "written escaped"
+    assert owner_from_dict(data) == owner
+    assert owner_from_dict(None) is None
+    assert owner_from_dict({"kind": "a-kind-from-the-future", "pod": "p"}).kind is OwnerKind.CGROUP
+    assert owner_from_dict({"kind": "slurm", "uid": -1}).uid is None
+    assert owner_from_dict({"kind": "slurm", "uid": 1.5}).uid is None
+    for bad in ([], {"kind": 3}, {"kind": "slurm", "job": 7}):
+        with pytest.raises(TypeError):
+            owner_from_dict(bad)

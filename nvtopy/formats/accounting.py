@@ -53,7 +53,7 @@ from ..errors import UsageError
 from ..health.verdict import HealthThresholds
 from ..model import OwnerKind, ProcessOwner, Snapshot
 from ..textsafe import escape_text, unescape_text
-from .contract import encode, iso_timestamp
+from .contract import encode, iso_timestamp, owner_from_dict
 
 __all__ = [
     "DEFINITIONS",
@@ -184,7 +184,6 @@ def observations(snapshot: Snapshot) -> Iterator[Observation]:
 
 
 _LIMIT = 2**64  # a figure beyond this (or not finite) is no reading, as nvtopy replay reads it
-_OWNER_NAMES = ("namespace", "pod", "container", "container_id", "job")
 
 
 def _figure(value: Any, name: str) -> float | None:
@@ -203,23 +202,6 @@ def _recorded_text(value: Any, name: str) -> str | None:
     if type(value) is not str:
         raise TypeError(f"{name} is not text")
     return unescape_text(value)
-
-
-def _recorded_owner(value: Any) -> str:
-    """:func:`owner_key` of a recorded owner object (``null``: unknown)."""
-    if value is None:
-        return NO_OWNER
-    if type(value) is not dict:
-        raise TypeError("owner is not an object")
-    kind = value.get("kind")
-    if type(kind) is not str:
-        raise TypeError("owner kind is not text")
-    try:
-        owner_kind = OwnerKind(kind)
-    except ValueError:
-        return NO_OWNER  # a kind this version does not know: no owner it can name
-    names = {name: _recorded_text(value.get(name), f"owner {name}") for name in _OWNER_NAMES}
-    return owner_key(ProcessOwner(kind=owner_kind, **names))
 
 
 def observations_from_record(data: Any) -> list[Observation]:
@@ -269,7 +251,7 @@ def observations_from_record(data: Any) -> list[Observation]:
             holdings.append(
                 Holding(
                     _recorded_text(process.get("user"), "user"),
-                    _recorded_owner(process.get("owner")),
+                    owner_key(owner_from_dict(process.get("owner"))),
                     None if memory is None else int(memory),
                 )
             )

@@ -35,11 +35,13 @@ from ..model import (
     GpuState,
     MigState,
     NvLink,
+    OwnerKind,
     ProcessOwner,
     Reason,
     Snapshot,
 )
 from ..textsafe import escape_text as _esc
+from ..textsafe import unescape_text
 
 __all__ = [
     "GPM_KEYS",
@@ -56,6 +58,7 @@ __all__ = [
     "iso_timestamp",
     "mig_device_to_dict",
     "nvlink_to_dict",
+    "owner_from_dict",
     "owner_to_dict",
     "process_to_dict",
     "snapshot_to_dict",
@@ -95,6 +98,36 @@ def owner_to_dict(owner: ProcessOwner | None) -> dict[str, Any] | None:
         data[name] = _esc(getattr(owner, name))
     data["uid"] = owner.uid
     return data
+
+
+def owner_from_dict(value: Any) -> ProcessOwner | None:
+    """:func:`owner_to_dict`'s inverse, trusting nothing: the names unescaped, ``None`` for ``null``.
+
+    The one decoder of a recorded owner (replay and ``report`` both read recordings). A kind
+    this version does not know reads as ``cgroup`` (an owner it cannot name). Raises
+    TypeError for an owner that is no object, or a name that is not text.
+    """
+    if value is None:
+        return None
+    if type(value) is not dict:
+        raise TypeError("owner is not an object")
+    kind = value.get("kind")
+    if type(kind) is not str:
+        raise TypeError("owner kind is not text")
+    try:
+        owner_kind = OwnerKind(kind)
+    except ValueError:
+        owner_kind = OwnerKind.CGROUP
+    names: dict[str, str | None] = {}
+    for name in OWNER_STRING_FIELDS:
+        text = value.get(name)
+        if text is not None and type(text) is not str:
+            raise TypeError(f"owner {name} is not text")
+        names[name] = None if text is None else unescape_text(text)
+    uid = value.get("uid")
+    if uid is not None and (type(uid) is not int or not 0 <= uid < 2**32):
+        uid = None  # not a uid (a float, a negative or huge number): unknown, as a bad figure is N/A
+    return ProcessOwner(kind=owner_kind, uid=uid, **names)
 
 
 def process_to_dict(process: GpuProcess) -> dict[str, Any]:

@@ -88,8 +88,15 @@ __all__ = [
     "SnapshotCollector",
     "TextRenderer",
     "age_families",
+    "mig_device_sample",
+    "mig_of",
+    "owner_from_labels",
     "parse_exposition",
     "pod_labels",
+    "process_value",
+    "scraped_label",
+    "scraped_whole",
+    "xid_count",
 ]
 
 
@@ -854,16 +861,20 @@ class HostScrape:
     note: str | None = None  # what was left out (GPUs, processes beyond the caps), shown beside the GPUs
 
 
-def _label(labels: dict[str, str], name: str, limit: int = MAX_LABEL) -> str | None:
-    """A label's text (nvtopy's exporter escapes it: undone), at most ``limit`` characters; None if empty."""
+def scraped_label(labels: dict[str, str], name: str, limit: int = MAX_LABEL) -> str | None:
+    """A label's text (nvtopy's exporter escapes it: undone), at most ``limit`` characters; None if empty.
+
+    Shared by every reader of scraped or queried series (``--remote``, ``--prometheus``, ``report``):
+    a value that is not text (a hostile server's JSON) is no label.
+    """
     value = labels.get(name)
-    if not value:
+    if not isinstance(value, str) or not value:
         return None
     value = unescape_text(value[: limit * 4]) or ""  # an escape is at most 4 characters
     return value[:limit] or None
 
 
-def _whole(text: str | None, highest: int) -> int | None:
+def scraped_whole(text: str | None, highest: int) -> int | None:
     """A label holding a whole number from 0 to ``highest``, else None (a 5,000-digit one too)."""
     if not text or len(text) > len(str(highest)) or not (text.isascii() and text.isdigit()):
         return None
@@ -871,10 +882,10 @@ def _whole(text: str | None, highest: int) -> int | None:
     return value if value <= highest else None
 
 
-def _owner_from_labels(labels: dict[str, str]) -> ProcessOwner | None:
+def owner_from_labels(labels: dict[str, str]) -> ProcessOwner | None:
     """The owner a process's labels name (:data:`OWNER_LABELS`); ``None`` when they name none."""
-    container, pod = _label(labels, "container"), _label(labels, "pod")
-    namespace, job = _label(labels, "namespace"), _label(labels, "slurm_job")
+    container, pod = scraped_label(labels, "container"), scraped_label(labels, "pod")
+    namespace, job = scraped_label(labels, "namespace"), scraped_label(labels, "slurm_job")
     text = labels.get("owner_kind") or ""
     try:
         kind = OwnerKind(text) if len(text) <= 32 else None
@@ -905,9 +916,9 @@ _SKIPPED = "nvtopy_nvlink_link_"  # the prefix of the series parse_exposition do
 MAX_XIDS_PER_GPU = 256  # distinct Xids a GPU claims; NVIDIA's catalogue has fewer than 200
 
 
-def _xid_count(health: dict[str, Any], xid: str | None, value: float) -> None:
+def xid_count(health: dict[str, Any], xid: str | None, value: float) -> None:
     """One ``nvtopy_xid_events_total{xid}`` sample into ``health["xid_counts"]`` (bounded, range-checked)."""
-    number = _whole(xid, 2**32 - 1)
+    number = scraped_whole(xid, 2**32 - 1)
     count = _whole_value(value)
     counts = health.setdefault("xid_counts", {})
     if number is None or count is None or (number not in counts and len(counts) >= MAX_XIDS_PER_GPU):
@@ -922,7 +933,7 @@ def _whole_value(value: float) -> int | None:
     return int(value)
 
 
-def _process_value(name: str, value: float) -> float | int | None:
+def process_value(name: str, value: float) -> float | int | None:
     low, high, whole = PROCESS_VALUES[name]
     if not low <= value <= high:  # NaN and the infinities fail this too
         return None
@@ -939,9 +950,9 @@ _MIG_DEVICE_VALUES: dict[str, tuple[str, float]] = {
 }
 
 
-def _mig_device_sample(devices: dict[int, dict[str, Any]], name: str, labels: dict[str, str], value: float) -> None:
+def mig_device_sample(devices: dict[int, dict[str, Any]], name: str, labels: dict[str, str], value: float) -> None:
     """One ``nvtopy_mig_device_*`` sample into its GPU's ``devices`` (by MIG device index; bounded)."""
-    number = _whole(labels.get("mig_device"), MAX_MIG_PER_GPU - 1)
+    number = scraped_whole(labels.get("mig_device"), MAX_MIG_PER_GPU - 1)
     if number is None:
         return
     device = devices.get(number)
@@ -949,13 +960,13 @@ def _mig_device_sample(devices: dict[int, dict[str, Any]], name: str, labels: di
         if len(devices) >= MAX_MIG_PER_GPU:
             return
         device = devices[number] = {
-            "gpu_instance_id": _whole(labels.get("GPU_I_ID"), MAX_INSTANCE_ID),
-            "compute_instance_id": _whole(labels.get("compute_instance_id"), MAX_INSTANCE_ID),
-            "profile": _label(labels, "GPU_I_PROFILE"),
+            "gpu_instance_id": scraped_whole(labels.get("GPU_I_ID"), MAX_INSTANCE_ID),
+            "compute_instance_id": scraped_whole(labels.get("compute_instance_id"), MAX_INSTANCE_ID),
+            "profile": scraped_label(labels, "GPU_I_PROFILE"),
         }
     if name == "nvtopy_mig_device_info":
-        device["uuid"] = _label(labels, "mig_uuid")
-        device["profile"] = _label(labels, "mig_profile") or device["profile"]
+        device["uuid"] = scraped_label(labels, "mig_uuid")
+        device["profile"] = scraped_label(labels, "mig_profile") or device["profile"]
         return
     known = _MIG_DEVICE_VALUES.get(name)
     if known is not None:
@@ -964,7 +975,7 @@ def _mig_device_sample(devices: dict[int, dict[str, Any]], name: str, labels: di
         device[key] = whole if whole is not None and whole <= highest else None
 
 
-def _mig_of(
+def mig_of(
     gpu_instances: dict[int, dict[str, Any]], devices: dict[int, dict[str, Any]]
 ) -> tuple[tuple[MigInstance, ...], tuple[MigUsage, ...]]:
     """A remote GPU's ``mig_instances`` and ``mig_usage`` from its GPU instances' and MIG devices' series.
@@ -1048,12 +1059,12 @@ def parse_exposition(text: str, url: str) -> HostScrape:
             is_process = sample.name.startswith("nvtopy_process_")
             if not is_process and len(reported) <= 100_000:
                 reported.add(gpu.lstrip("0") or "0")
-            index = _whole(gpu, MAX_GPU_INDEX)
+            index = scraped_whole(gpu, MAX_GPU_INDEX)
             if index is None:
                 continue
             if is_process:
                 metric = sample.name.removeprefix("nvtopy_process_")
-                pid = _whole(labels.get("pid"), MAX_PID)
+                pid = scraped_whole(labels.get("pid"), MAX_PID)
                 if not pid or metric not in PROCESS_VALUES:
                     continue
                 row = processes.get((index, pid))
@@ -1064,29 +1075,29 @@ def parse_exposition(text: str, url: str) -> HostScrape:
                         continue
                     kind = labels.get("type") or "C"
                     row = processes[(index, pid)] = {
-                        "user": _label(labels, "user"),
-                        "command": _label(labels, "command", MAX_COMMAND),
+                        "user": scraped_label(labels, "user"),
+                        "command": scraped_label(labels, "command", MAX_COMMAND),
                         "type": kind if kind in ("C", "G", "C+G") else "C",
-                        "owner": _owner_from_labels(labels),
-                        "gpu_instance_id": _whole(labels.get("GPU_I_ID"), MAX_INSTANCE_ID),
-                        "compute_instance_id": _whole(labels.get("compute_instance_id"), MAX_INSTANCE_ID),
+                        "owner": owner_from_labels(labels),
+                        "gpu_instance_id": scraped_whole(labels.get("GPU_I_ID"), MAX_INSTANCE_ID),
+                        "compute_instance_id": scraped_whole(labels.get("compute_instance_id"), MAX_INSTANCE_ID),
                     }
-                row[metric] = _process_value(metric, sample.value)
+                row[metric] = process_value(metric, sample.value)
                 continue
             static = statics.get(index)
             if static is None:
                 static = statics[index] = {
-                    "uuid": _label(labels, "UUID"),
-                    "bus_id": _label(labels, "pci_bus_id"),
-                    "name": _label(labels, "modelName"),
+                    "uuid": scraped_label(labels, "UUID"),
+                    "bus_id": scraped_label(labels, "pci_bus_id"),
+                    "name": scraped_label(labels, "modelName"),
                 }
-            host = _label(labels, "Hostname") or host
-            driver = _label(labels, "DCGM_FI_DRIVER_VERSION") or driver
+            host = scraped_label(labels, "Hostname") or host
+            driver = scraped_label(labels, "DCGM_FI_DRIVER_VERSION") or driver
             if sample.name.startswith(_MIG_DEVICE_PREFIX):
-                _mig_device_sample(devices[index], sample.name, labels, sample.value)
+                mig_device_sample(devices[index], sample.name, labels, sample.value)
                 continue
             gi_text = labels.get("GPU_I_ID")
-            gi = _whole(gi_text, MAX_INSTANCE_ID) if gi_text else None
+            gi = scraped_whole(gi_text, MAX_INSTANCE_ID) if gi_text else None
             if gi_text and gi is None:
                 continue  # an instance no GPU has: nothing of it is read
             if sample.name == "nvtopy_gpu_lost":
@@ -1094,7 +1105,7 @@ def parse_exposition(text: str, url: str) -> HostScrape:
                 continue
             if sample.name == "nvtopy_xid_events_total":
                 if gi is None:
-                    _xid_count(health[index], labels.get("xid"), sample.value)
+                    xid_count(health[index], labels.get("xid"), sample.value)
                 continue
             name = sample.name
             if name not in _ALL_BY_NAME and name.endswith("_total"):
@@ -1107,7 +1118,7 @@ def parse_exposition(text: str, url: str) -> HostScrape:
                 of_gpu = instances[index]
                 if gi not in of_gpu and len(of_gpu) >= MAX_MIG_PER_GPU:
                     continue
-                gpu_instance = of_gpu.setdefault(gi, {"profile": _label(labels, "GPU_I_PROFILE")})
+                gpu_instance = of_gpu.setdefault(gi, {"profile": scraped_label(labels, "GPU_I_PROFILE")})
                 if name in INSTANCE_FIELDS:
                     gpu_instance[name] = value
                     continue
@@ -1132,7 +1143,7 @@ def parse_exposition(text: str, url: str) -> HostScrape:
             health[index] = {**said["health"], **health[index]}
     for index in set(instances) | set(devices):
         if index in statics:
-            mig_instances, values[index]["mig_usage"] = _mig_of(instances.get(index, {}), devices.get(index, {}))
+            mig_instances, values[index]["mig_usage"] = mig_of(instances.get(index, {}), devices.get(index, {}))
             statics[index]["mig_instances"] = mig_instances
             statics[index].setdefault("mig_mode", True)  # instances exist: MIG is on
     scrape = HostScrape(url=url, hostname=host, driver_version=driver)

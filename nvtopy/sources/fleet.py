@@ -75,13 +75,13 @@ from ..formats.prometheus import (
     OWNER_LABELS,
     PROCESS_VALUES,
     HostScrape,
-    _label,
-    _mig_device_sample,
-    _mig_of,
-    _owner_from_labels,
-    _process_value,
-    _whole,
-    _xid_count,
+    mig_device_sample,
+    mig_of,
+    owner_from_labels,
+    process_value,
+    scraped_label,
+    scraped_whole,
+    xid_count,
 )
 from ..model import GpuSample, GpuState, GpuStatic, HostInfo, Snapshot
 from .base import SnapshotSource
@@ -237,7 +237,7 @@ _INDEX_CACHE: dict[str, int] = {str(i): i for i in range(MAX_GPUS_PER_HOST)}
 
 def _gpu_index(text: str | None) -> int | None:
     index = _INDEX_CACHE.get(text)  # type: ignore[arg-type]
-    return index if index is not None else _whole(text, MAX_GPU_INDEX)
+    return index if index is not None else scraped_whole(text, MAX_GPU_INDEX)
 
 
 @dataclass
@@ -288,10 +288,10 @@ def _route(gpu: _Gpu, name: str, labels: dict[str, str], value: float, slow: dic
         return
     if name == "nvtopy_xid_events_total":
         if not labels.get("GPU_I_ID"):
-            _xid_count(gpu.health, labels.get("xid"), value)
+            xid_count(gpu.health, labels.get("xid"), value)
         return
     if name.startswith("nvtopy_mig_device_"):
-        _mig_device_sample(gpu.devices, name, labels, value)
+        mig_device_sample(gpu.devices, name, labels, value)
         return
     route = _ROUTES.get(name)
     if route is None:
@@ -301,14 +301,14 @@ def _route(gpu: _Gpu, name: str, labels: dict[str, str], value: float, slow: dic
     gi_text = labels.get("GPU_I_ID")
     target = gpu.static if kind == "static" else gpu.health if kind == "health" else gpu.values
     if gi_text:
-        gi = _whole(gi_text, MAX_INSTANCE_ID)
+        gi = scraped_whole(gi_text, MAX_INSTANCE_ID)
         if gi is None:
             return  # an instance no GPU has: nothing of it is read
         if name in INSTANCE_FIELDS:
             instances = gpu.instances
             if gi not in instances and len(instances) >= MAX_MIG_PER_GPU:
                 return
-            instances.setdefault(gi, {"profile": _label(labels, "GPU_I_PROFILE")})[name] = said
+            instances.setdefault(gi, {"profile": scraped_label(labels, "GPU_I_PROFILE")})[name] = said
             return
         target.setdefault(attribute, said)  # the GPU's own series, where it has one, wins
         if slow is not None:
@@ -322,7 +322,7 @@ def _route(gpu: _Gpu, name: str, labels: dict[str, str], value: float, slow: dic
 def _process_row(host: _Host, index: int, name: str, labels: dict[str, str], value: float) -> None:
     """One ``nvtopy_process_*`` value into its process's row (at most MAX_PROCESSES_PER_HOST rows a host)."""
     metric = name[len("nvtopy_process_") :]
-    pid = _whole(labels.get("pid"), MAX_PID)
+    pid = scraped_whole(labels.get("pid"), MAX_PID)
     if not pid or metric not in PROCESS_VALUES:
         return
     row = host.processes.get((index, pid))
@@ -331,7 +331,7 @@ def _process_row(host: _Host, index: int, name: str, labels: dict[str, str], val
             host.processes_left_out += 1
             return
         row = host.processes[(index, pid)] = {}
-    row[metric] = _process_value(metric, value)
+    row[metric] = process_value(metric, value)
 
 
 def _scrape(host: _Host, name: str) -> HostScrape:
@@ -342,7 +342,7 @@ def _scrape(host: _Host, name: str) -> HostScrape:
         gpu = host.gpus[index]
         static, values = dict(gpu.static), gpu.values
         if gpu.instances or gpu.devices:
-            static["mig_instances"], values["mig_usage"] = _mig_of(gpu.instances, gpu.devices)
+            static["mig_instances"], values["mig_usage"] = mig_of(gpu.instances, gpu.devices)
             static.setdefault("mig_mode", True)  # instances exist: MIG is on
         if any(key.startswith("ecc_") for key in values):
             values["ecc_mode"] = True  # dcgm has no ECC-mode metric: counters are exported only when it is on
@@ -356,12 +356,12 @@ def _scrape(host: _Host, name: str) -> HostScrape:
         kind = labels.get("type") or "C"
         row = {
             "pid": pid,
-            "user": _label(labels, "user"),
-            "command": _label(labels, "command", MAX_COMMAND),
+            "user": scraped_label(labels, "user"),
+            "command": scraped_label(labels, "command", MAX_COMMAND),
             "type": kind if kind in ("C", "G", "C+G") else "C",
-            "owner": _owner_from_labels(labels),
-            "gpu_instance_id": _whole(labels.get("GPU_I_ID"), MAX_INSTANCE_ID),
-            "compute_instance_id": _whole(labels.get("compute_instance_id"), MAX_INSTANCE_ID),
+            "owner": owner_from_labels(labels),
+            "gpu_instance_id": scraped_whole(labels.get("GPU_I_ID"), MAX_INSTANCE_ID),
+            "compute_instance_id": scraped_whole(labels.get("compute_instance_id"), MAX_INSTANCE_ID),
             **said,
         }
         scrape.processes.setdefault(index, []).append(row)
@@ -379,11 +379,11 @@ def _scrape(host: _Host, name: str) -> HostScrape:
 
 def _pod_hint(pod: dict[str, str]) -> str | None:
     """The pod (or Slurm job) dcgm-exporter says holds a GPU, for a GPU without process rows."""
-    name, namespace = _label(pod, "pod"), _label(pod, "namespace")
-    job = _label(pod, "hpc_job")
+    name, namespace = scraped_label(pod, "pod"), scraped_label(pod, "namespace")
+    job = scraped_label(pod, "hpc_job")
     if name:
         held = f"pod {namespace}/{name}" if namespace else f"pod {name}"
-        container = _label(pod, "container")
+        container = scraped_label(pod, "container")
         return f"held by {held}" + (f" (container {container})" if container else "")
     if job:
         return f"held by Slurm job {job}"
@@ -573,7 +573,7 @@ class PrometheusFleet(SnapshotSource):
                 continue
             if name is None:
                 if "pid" in labels:
-                    pid = _whole(labels.get("pid"), MAX_PID)
+                    pid = scraped_whole(labels.get("pid"), MAX_PID)
                     if pid:
                         host.process_labels[(index, pid)] = labels
                 else:
@@ -613,16 +613,16 @@ class PrometheusFleet(SnapshotSource):
         static = gpu.static
         for attribute, label in _IDENTITY:
             if static.get(attribute) is None:
-                static[attribute] = _label(labels, label)
+                static[attribute] = scraped_label(labels, label)
         if not gpu.pod:
             gpu.pod = {k: labels[k] for k in _POD_LABELS if labels.get(k)}
-        host.driver = _label(labels, "DCGM_FI_DRIVER_VERSION") or host.driver
+        host.driver = scraped_label(labels, "DCGM_FI_DRIVER_VERSION") or host.driver
 
     # ----------------------------------------------------------------- the snapshot
 
     def _titles(self) -> None:
         """Each host's title: its Hostname, or its instance (host:port) where the Hostname is shared or missing."""
-        said = {key: _label({"h": key[1]}, "h") or key[0] or "unknown" for key in self._known}
+        said = {key: scraped_label({"h": key[1]}, "h") or key[0] or "unknown" for key in self._known}
         counts = collections.Counter(said.values())
         for key, name in said.items():
             title = (key[0] or name) if counts[name] > 1 else name

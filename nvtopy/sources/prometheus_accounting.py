@@ -35,9 +35,7 @@ from typing import Protocol
 
 from ..errors import UsageError
 from ..formats.accounting import Holding, Ledger, Observation, Report, owner_key
-from ..formats.prometheus import MAX_GPU_INDEX, MAX_LABEL, OWNER_LABELS
-from ..model import OwnerKind, ProcessOwner
-from ..textsafe import unescape_text
+from ..formats.prometheus import MAX_GPU_INDEX, OWNER_LABELS, owner_from_labels, scraped_label
 from .prometheus_api import parse_matchers
 
 __all__ = [
@@ -122,14 +120,6 @@ def _duration(seconds: float) -> str:
 # ----------------------------------------------------------------- labels and values, trusting nothing
 
 
-def _label(labels: dict[str, str], name: str) -> str | None:
-    """A label's text, unescaped as nvtopy's exporter escaped it, at most MAX_LABEL characters; None if empty."""
-    value = labels.get(name)
-    if not isinstance(value, str) or not value:
-        return None
-    return (unescape_text(value[: MAX_LABEL * 4]) or "")[:MAX_LABEL] or None
-
-
 def _gpu_index(labels: dict[str, str]) -> int | None:
     text = labels.get("gpu")
     if not isinstance(text, str) or not text or len(text) > 4 or not (text.isascii() and text.isdigit()):
@@ -143,25 +133,9 @@ def _gpu_ident(labels: dict[str, str]) -> tuple[str, str, int] | None:
     index = _gpu_index(labels)
     if index is None:
         return None
-    host = _label(labels, "Hostname") or _label(labels, "instance") or "?"
-    uuid = _label(labels, "UUID")
+    host = scraped_label(labels, "Hostname") or scraped_label(labels, "instance") or "?"
+    uuid = scraped_label(labels, "UUID")
     return host, uuid or f"#{index}", index
-
-
-def _owner(labels: dict[str, str]) -> ProcessOwner | None:
-    """The owner nvtopy's exporter put in a process's labels (``owner_kind``, ``pod``, ``slurm_job``, ...)."""
-    container, pod = _label(labels, "container"), _label(labels, "pod")
-    namespace, job = _label(labels, "namespace"), _label(labels, "slurm_job")
-    text = labels.get("owner_kind") or ""
-    try:
-        kind: OwnerKind | None = OwnerKind(text) if len(text) <= 32 else None
-    except ValueError:
-        kind = None
-    if kind is None:  # another exporter, or an older nvtopy: what the labels show
-        kind = OwnerKind.KUBERNETES if pod else OwnerKind.SLURM if job else OwnerKind.DOCKER if container else None
-        if kind is None:
-            return None
-    return ProcessOwner(kind=kind, namespace=namespace, pod=pod, container=container, job=job)
 
 
 _NUMBERS = frozenset((int, float))  # a value of another type (bool, text) from a fake or broken client: none
@@ -285,7 +259,7 @@ def account(
         gpu = gpu_of(labels)
         if gpu is None:
             continue
-        user, owner = _label(labels, "user"), owner_key(_owner(labels))
+        user, owner = scraped_label(labels, "user"), owner_key(owner_from_labels(labels))
         used = memory.pop(_series_key(labels), {})
         made: dict[tuple[int | None, int], Holding] = {}  # one Holding per figure, not per point
         held = gpu.processes

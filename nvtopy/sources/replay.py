@@ -56,7 +56,7 @@ from typing import IO, Any, overload
 
 from ..backends.pidmap import unmapped_hint
 from ..errors import NvtopyError
-from ..formats.contract import READINGS
+from ..formats.contract import READINGS, owner_from_dict
 from ..model import (
     EVENTS_PER_GPU,
     HISTORY_LENGTH,
@@ -75,8 +75,6 @@ from ..model import (
     MigInstance,
     MigUsage,
     NvLink,
-    OwnerKind,
-    ProcessOwner,
     ProcessType,
     Reason,
     Severity,
@@ -129,7 +127,6 @@ _PROCESS_MORE = (
     "idle_seconds",
     "host",  # another host's process (a recording of --remote or --prometheus)
 )
-_OWNER_TEXT = ("id", "name", "namespace", "pod", "container", "container_id", "job", "step", "project", "cgroup")
 _GPU_REASON_KEYS = set(GpuStatic.__dataclass_fields__) | set(GpuSample.__dataclass_fields__)
 _PROCESS_REASON_KEYS = set(GpuProcess.__dataclass_fields__)
 _MIG_REASON_KEYS = set(MigInstance.__dataclass_fields__) - {"index", "unavailable"}
@@ -237,27 +234,6 @@ def _reasons(data: dict[str, Any], allowed: set[str]) -> dict[str, Reason]:
     return {k: Reason(v) for k, v in (data.get("unavailable") or {}).items() if k in allowed}
 
 
-def _owner(value: Any) -> ProcessOwner | None:
-    """A process's owner object, its names unescaped; a kind this version does not know reads as ``cgroup``."""
-    if value is None:
-        return None
-    if type(value) is not dict:
-        raise TypeError("owner is not an object")
-    kind = value.get("kind")
-    if type(kind) is not str:
-        raise TypeError("owner kind is not text")
-    try:
-        owner_kind = OwnerKind(kind)
-    except ValueError:
-        owner_kind = OwnerKind.CGROUP
-    uid = _number(value.get("uid"), "owner uid")
-    return ProcessOwner(
-        kind=owner_kind,
-        uid=int(uid) if uid is not None else None,
-        **{name: _text(value.get(name), f"owner {name}") for name in _OWNER_TEXT},
-    )
-
-
 def _process(data: dict[str, Any], gpu: GpuStatic) -> GpuProcess:
     status = _text(data.get("status", "running"), "status")
     flags = _texts(data.get("flags"), "flags") or ()
@@ -270,7 +246,7 @@ def _process(data: dict[str, Any], gpu: GpuStatic) -> GpuProcess:
         status="running" if status is None else status,
         foreign=bool(_flag(data.get("foreign", False), "foreign")),
         unavailable=freeze(_reasons(data, _PROCESS_REASON_KEYS)),
-        owner=_owner(data.get("owner")),
+        owner=owner_from_dict(data.get("owner")),
         flags=flags,
         gpu_instance_id=_whole(data.get("gpu_instance_id"), "gpu_instance_id"),
         compute_instance_id=_whole(data.get("compute_instance_id"), "compute_instance_id"),
