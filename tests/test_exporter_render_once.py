@@ -329,3 +329,29 @@ def test_a_name_filter_is_still_prometheus_clients(served, query):
     families = {line.split()[2] for line in body.decode().splitlines() if line.startswith("# TYPE ")}
     assert families == {"DCGM_FI_DEV_GPU_TEMP"}
     assert ex.renders == []
+
+
+@pytest.mark.parametrize("faults", [None, ["mig=3@1", "lost@2"]], ids=["plain", "mig-and-lost"])
+def test_families_reused_between_snapshots_never_show_stale_values(served, clock, faults):
+    """A family whose inputs did not change is reused whole (no samples, no text made again); a scrape still
+    equals prometheus-client's own text of a fresh collector, snapshot after snapshot."""
+    ex = served(faults=faults)
+    collector = SnapshotCollector(ex.poller)  # one kept from snapshot to snapshot, as the exporter's is
+    renderer = TextRenderer()
+    before: list[Any] = []
+    reused = rebuilt = 0
+    for step in range(8):
+        clock.advance(1 if step % 3 else 7)  # every tick, and slow groups coming due
+        snapshot = ex.poller.poll_once()
+        _, body = _get(ex.url)
+        reference = _reference(ex.poller)
+        assert body == reference, f"snapshot {step}: the served text went stale"
+        families = collector.families(snapshot)
+        kept = {id(f) for f in before}
+        reused += sum(1 for f in families if id(f) in kept)
+        rebuilt += sum(1 for f in families if id(f) not in kept)
+        text = renderer.render([*families, *age_families(snapshot)])
+        assert text.split(b"# HELP nvtopy_snapshot_age")[0] == reference.split(b"# HELP nvtopy_snapshot_age")[0]
+        before = families
+    assert reused > 0, "unchanged families are reused"
+    assert rebuilt > len(before), "changed ones are built again"

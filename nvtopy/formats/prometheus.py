@@ -352,6 +352,11 @@ class SnapshotCollector:
         self._cache: tuple[Snapshot | None, list[Any]] | None = None
         # What a process's labels are made of -> its label dict, for the processes of the last snapshot built.
         self._process_labels: dict[tuple[Any, ...], dict[str, str]] = {}
+        # Family name -> (what it was built from, the family): the last snapshot's families, each reused
+        # whole by the next snapshot when its inputs are the same (most are: slow groups, static fields,
+        # idle processes), so neither its samples nor, in TextRenderer, its text are made again.
+        self._reused: dict[str, tuple[Any, Any]] = {}
+        self._reused_processes: dict[str, tuple[Any, Any]] = {}
 
     def describe(self) -> list[Any]:
         return []  # metrics depend on the GPUs present: not known at registration
@@ -399,21 +404,31 @@ class SnapshotCollector:
         # once), so they are added as samples rather than through add_metric.
         series_of = [({name: gpu_label[name] for name in GPU_LABELS} | pod_labels(gpu)) for gpu, gpu_label in labels]
         instances = self._gpu_instances(labels)
+        # The label dicts are made anew per snapshot: a family is reused only if they are equal too.
+        series_key = (
+            tuple(tuple(series.items()) for series in series_of),
+            tuple(tuple(s.items()) for _, s in instances),
+        )
+        previous, reused = self._reused, {}
         for metric, read in _gpu_readers():
-            family = GaugeMetricFamily(metric.name, metric.help, labels=list(GPU_LABELS))
-            for (gpu, _), series in zip(labels, series_of, strict=True):
-                if gpu.lost and not metric.when_lost:
-                    continue
-                raw = read(gpu)
-                if raw is not None:
-                    family.samples.append(Sample(metric.name, series, metric.to_metric(raw)))
-            read = INSTANCE_FIELDS.get(metric.name)
-            if read is not None:
-                for mig, series in instances:  # after the GPUs' own: dcgm-exporter's GPU instance series
-                    raw = read(mig)
+            raws = tuple(None if gpu.lost and not metric.when_lost else read(gpu) for gpu, _ in labels)
+            read_instance = INSTANCE_FIELDS.get(metric.name)
+            instance_raws = () if read_instance is None else tuple(read_instance(mig) for mig, _ in instances)
+            inputs = (series_key, raws, instance_raws)
+            last = previous.get(metric.name)
+            if last is not None and last[0] == inputs:
+                family = last[1]
+            else:
+                family = GaugeMetricFamily(metric.name, metric.help, labels=list(GPU_LABELS))
+                for raw, series in zip(raws, series_of, strict=True):
                     if raw is not None:
                         family.samples.append(Sample(metric.name, series, metric.to_metric(raw)))
+                for raw, (_, series) in zip(instance_raws, instances if instance_raws else (), strict=True):
+                    if raw is not None:  # after the GPUs' own: dcgm-exporter's GPU instance series
+                        family.samples.append(Sample(metric.name, series, metric.to_metric(raw)))
+            reused[metric.name] = (inputs, family)
             head.append(family)
+        self._reused = reused
         head.extend(self._mig_devices(labels))
         head.extend(self._xid_counts(labels))
         head.extend(self._nvlinks(labels))
@@ -556,6 +571,7 @@ class SnapshotCollector:
         # A process's labels change only with what they are made of (its command, user, owner...): one label dict
         # per process, kept from one snapshot to the next, and shared by its seven families' samples.
         previous, kept = self._process_labels, {}
+        rows: list[tuple[dict[str, str], GpuProcess]] = []
         for gpu in snapshot.gpus:
             uuid = gpu.static.uuid
             for proc in gpu.processes:
@@ -575,12 +591,27 @@ class SnapshotCollector:
                 if series is None:
                     series = self._process_series(gpu.index, uuid, proc, hostname)
                 kept[key] = series
-                for key_, (_, attribute) in families.items():
-                    value = getattr(proc, attribute)
-                    if value is not None:
-                        made[key_].samples.append(Sample(names[key_], series, float(value)))
+                rows.append((series, proc))
         self._process_labels = kept  # the processes gone are forgotten
-        yield from made.values()
+        # A family is reused whole when its processes (the same label dicts, compared by identity first) and
+        # their values are the same as in the last snapshot: start times and GPU memory mostly are.
+        all_series = tuple(series for series, _ in rows)
+        last, reused = self._reused_processes, {}
+        for key_, (_, attribute) in families.items():
+            values = tuple(getattr(proc, attribute) for _, proc in rows)
+            inputs = (all_series, values)
+            cached = last.get(key_)
+            if cached is not None and cached[0] == inputs:
+                family = cached[1]
+            else:
+                family = made[key_]
+                name = names[key_]
+                for series, value in zip(all_series, values, strict=True):
+                    if value is not None:
+                        family.samples.append(Sample(name, series, float(value)))
+            reused[key_] = (inputs, family)
+            yield family
+        self._reused_processes = reused
 
     @staticmethod
     def _process_series(gpu_index: int, uuid: str | None, proc: GpuProcess, hostname: str) -> dict[str, str]:
@@ -639,6 +670,10 @@ class TextRenderer:
         self._labels: dict[tuple[tuple[str, str], ...], str] = {}  # the last render's label texts
         self._values: dict[float, str] = {}  # the last render's value texts
         self._names: dict[str, str] = {}
+        # id of a family -> (the family, its text) of the last render: a family object rendered again (the
+        # SnapshotCollector reuses those whose inputs did not change) is not formatted again. The entry
+        # holds the family, so no other object can have its id meanwhile.
+        self._texts: dict[int, tuple[Any, str]] = {}
 
     def render(self, families: Iterable[Any]) -> bytes:
         from prometheus_client.openmetrics.exposition import escape_label_name, escape_metric_name
@@ -648,9 +683,21 @@ class TextRenderer:
         old_values, values = self._values, {}
         same: dict[int, str] = {}  # id of a label dict -> its text, in this render (families share dicts)
         names = self._names
+        old_texts, texts = self._texts, {}
         out: list[str] = []
         append = out.append
+        pending: Any = None  # the family whose text is out[start:]
+        start = 0
         for family in families:
+            if pending is not None:  # the previous family's lines become one text, kept for the next render
+                texts[id(pending)] = (pending, _joined(out, start))
+            done = old_texts.get(id(family))
+            if done is not None and done[0] is family:
+                append(done[1])
+                texts[id(family)] = done
+                pending = None
+                continue
+            pending, start = family, len(out)
             known = _TEXT_TYPES.get(family.type)
             samples = family.samples
             special = {family.name + suffix for suffix in _OPENMETRICS_ONLY}
@@ -699,11 +746,21 @@ class TextRenderer:
                     append(f"{sample_name}{text} {shown}\n")
                 else:
                     append(f"{sample_name}{text} {shown} {int(float(stamp) * 1000):d}\n")
+        if pending is not None:
+            texts[id(pending)] = (pending, _joined(out, start))
+        self._texts = texts
         self._labels = labels  # a series gone from this render is forgotten
         self._values = values
         if len(names) > 4096:
             names.clear()
         return "".join(out).encode("utf-8")
+
+
+def _joined(out: list[str], start: int) -> str:
+    """``out[start:]`` replaced by their concatenation, which is returned."""
+    text = "".join(out[start:])
+    out[start:] = [text]
+    return text
 
 
 def _quoted(value: str) -> str:
