@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
 from ..errors import UsageError
@@ -244,8 +245,13 @@ def _run_remote(args: argparse.Namespace) -> int:
     if not urls:  # '', ' ', ',': never a fall-through to the local GPUs
         raise UsageError("--remote: give at least one URL, e.g. --remote node2:9400")
     source = RemoteHosts(urls, interval=max(args.interval, 1.0))
+    return _show(args, source, source.poll_once)
+
+
+def _show(args: argparse.Namespace, source: Any, read_once: Callable[[], Snapshot]) -> int:
+    """A source of other hosts' GPUs (``--remote``, ``--prometheus``) as ``--once``, ``--json`` or the monitor."""
     if args.once:
-        snapshot = source.poll_once()
+        snapshot = read_once()
         if args.json:
             _write_json(snapshot)
         else:
@@ -276,26 +282,16 @@ def _run_prometheus(args: argparse.Namespace) -> int:
     source = PrometheusFleet(
         args.prometheus, where=args.where or "", interval=max(args.interval, 1.0), timeout=args.timeout
     )
-    if args.once:
+
+    def read_once() -> Snapshot:
         try:
-            snapshot = source.read_once()
+            return source.read_once()
         except PrometheusError as exc:
             if args.where and exc.error_type == "bad_data":
                 raise UsageError(f"--where: the server refused it: {exc}") from None
             raise
-        if args.json:
-            _write_json(snapshot)
-        else:
-            from ..render.text import render_snapshot
 
-            render_snapshot(snapshot, sys.stdout, color=not args.no_color)
-        return 0
-    from ..tui.app import NvtopyApp
-
-    app = NvtopyApp(source, layout=args.view)
-    _configure(app, args, options.user_config(args, *CONFIG_FLAGS))
-    app.run()
-    return 0
+    return _show(args, source, read_once)
 
 
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -52,8 +52,8 @@ from typing import Any
 from ..errors import UsageError
 from ..health.verdict import HealthThresholds
 from ..model import OwnerKind, ProcessOwner, Snapshot
-from ..textsafe import escape_text, unescape_text
-from .contract import encode, iso_timestamp, owner_from_dict
+from ..textsafe import escape_text
+from .contract import encode, iso_timestamp, owner_from_dict, recorded_text
 
 __all__ = [
     "DEFINITIONS",
@@ -196,14 +196,6 @@ def _figure(value: Any, name: str) -> float | None:
     return value if -_LIMIT < value < _LIMIT else None  # NaN and the infinities fail this too
 
 
-def _recorded_text(value: Any, name: str) -> str | None:
-    if value is None:
-        return None
-    if type(value) is not str:
-        raise TypeError(f"{name} is not text")
-    return unescape_text(value)
-
-
 def observations_from_record(data: Any) -> list[Observation]:
     """The observations of one recorded snapshot (a line of ``nvtopy record``, parsed as JSON), read directly.
 
@@ -222,7 +214,7 @@ def observations_from_record(data: Any) -> list[Observation]:
     timestamp = datetime.fromisoformat(stamp[:64]).timestamp()
     if not math.isfinite(timestamp):
         raise ValueError("timestamp is not a time")
-    hostname = _recorded_text(data["hostname"], "hostname")
+    hostname = recorded_text(data["hostname"], "hostname")
     if hostname is None:
         raise TypeError("hostname is not text")
     gpus = data["gpus"]
@@ -250,16 +242,16 @@ def observations_from_record(data: Any) -> list[Observation]:
             memory = _figure(process.get("gpu_memory_bytes"), "gpu_memory_bytes")
             holdings.append(
                 Holding(
-                    _recorded_text(process.get("user"), "user"),
+                    recorded_text(process.get("user"), "user"),
                     owner_key(owner_from_dict(process.get("owner"))),
                     None if memory is None else int(memory),
                 )
             )
         out.append(
             Observation(
-                host=_recorded_text(gpu.get("host"), "host") or hostname,
+                host=recorded_text(gpu.get("host"), "host") or hostname,
                 gpu=host_index if host_index is not None else index,
-                uuid=_recorded_text(gpu.get("uuid"), "uuid"),
+                uuid=recorded_text(gpu.get("uuid"), "uuid"),
                 timestamp=timestamp,
                 activity_percent=activity if activity is not None else utilization,
                 energy_mj=_figure(gpu.get("energy_mj"), "energy_mj"),

@@ -61,6 +61,7 @@ __all__ = [
     "owner_from_dict",
     "owner_to_dict",
     "process_to_dict",
+    "recorded_text",
     "snapshot_to_dict",
 ]
 
@@ -100,6 +101,15 @@ def owner_to_dict(owner: ProcessOwner | None) -> dict[str, Any] | None:
     return data
 
 
+def recorded_text(value: Any, name: str) -> str | None:
+    """A recorded string, unescaped as the writers escaped it; ``null`` is None. Raises TypeError for a non-string."""
+    if value is None:
+        return None
+    if type(value) is not str:
+        raise TypeError(f"{name} is not text")
+    return unescape_text(value)
+
+
 def owner_from_dict(value: Any) -> ProcessOwner | None:
     """:func:`owner_to_dict`'s inverse, trusting nothing: the names unescaped, ``None`` for ``null``.
 
@@ -118,12 +128,7 @@ def owner_from_dict(value: Any) -> ProcessOwner | None:
         owner_kind = OwnerKind(kind)
     except ValueError:
         owner_kind = OwnerKind.CGROUP
-    names: dict[str, str | None] = {}
-    for name in OWNER_STRING_FIELDS:
-        text = value.get(name)
-        if text is not None and type(text) is not str:
-            raise TypeError(f"owner {name} is not text")
-        names[name] = None if text is None else unescape_text(text)
+    names = {name: recorded_text(value.get(name), f"owner {name}") for name in OWNER_STRING_FIELDS}
     uid = value.get("uid")
     if uid is not None and (type(uid) is not int or not 0 <= uid < 2**32):
         uid = None  # not a uid (a float, a negative or huge number): unknown, as a bad figure is N/A

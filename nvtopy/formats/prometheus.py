@@ -93,6 +93,7 @@ __all__ = [
     "owner_from_labels",
     "parse_exposition",
     "pod_labels",
+    "process_from_labels",
     "process_value",
     "scraped_label",
     "scraped_whole",
@@ -939,6 +940,23 @@ def scraped_whole(text: str | None, highest: int) -> int | None:
     return value if value <= highest else None
 
 
+def process_from_labels(labels: dict[str, str]) -> dict[str, Any]:
+    """What a process's series labels say of it (user, command, type, owner, MIG instances), trusting nothing.
+
+    One reading of nvtopy's ``nvtopy_process_*`` labels for every reader of them: a
+    scraped exporter (``--remote``) and a Prometheus server (``--prometheus``).
+    """
+    kind = labels.get("type") or "C"
+    return {
+        "user": scraped_label(labels, "user"),
+        "command": scraped_label(labels, "command", MAX_COMMAND),
+        "type": kind if kind in ("C", "G", "C+G") else "C",
+        "owner": owner_from_labels(labels),
+        "gpu_instance_id": scraped_whole(labels.get("GPU_I_ID"), MAX_INSTANCE_ID),
+        "compute_instance_id": scraped_whole(labels.get("compute_instance_id"), MAX_INSTANCE_ID),
+    }
+
+
 def owner_from_labels(labels: dict[str, str]) -> ProcessOwner | None:
     """The owner a process's labels name (:data:`OWNER_LABELS`); ``None`` when they name none."""
     container, pod = scraped_label(labels, "container"), scraped_label(labels, "pod")
@@ -1130,15 +1148,7 @@ def parse_exposition(text: str, url: str) -> HostScrape:
                         if len(left_out) < 1_000_000:
                             left_out.add((index, pid))
                         continue
-                    kind = labels.get("type") or "C"
-                    row = processes[(index, pid)] = {
-                        "user": scraped_label(labels, "user"),
-                        "command": scraped_label(labels, "command", MAX_COMMAND),
-                        "type": kind if kind in ("C", "G", "C+G") else "C",
-                        "owner": owner_from_labels(labels),
-                        "gpu_instance_id": scraped_whole(labels.get("GPU_I_ID"), MAX_INSTANCE_ID),
-                        "compute_instance_id": scraped_whole(labels.get("compute_instance_id"), MAX_INSTANCE_ID),
-                    }
+                    row = processes[(index, pid)] = process_from_labels(labels)
                 row[metric] = process_value(metric, sample.value)
                 continue
             static = statics.get(index)

@@ -63,7 +63,6 @@ from typing import Any
 
 from ..formats.dcgm import FIELDS, INSTANCE_FIELDS
 from ..formats.prometheus import (
-    MAX_COMMAND,
     MAX_GPU_INDEX,
     MAX_GPUS_PER_HOST,
     MAX_INSTANCE_ID,
@@ -77,7 +76,7 @@ from ..formats.prometheus import (
     HostScrape,
     mig_device_sample,
     mig_of,
-    owner_from_labels,
+    process_from_labels,
     process_value,
     scraped_label,
     scraped_whole,
@@ -352,18 +351,7 @@ def _scrape(host: _Host, name: str) -> HostScrape:
     for (index, pid), said in sorted(host.processes.items()):
         if index not in host.gpus:
             continue  # a process of a GPU without GPU series has nowhere to be shown
-        labels = host.process_labels.get((index, pid), {})
-        kind = labels.get("type") or "C"
-        row = {
-            "pid": pid,
-            "user": scraped_label(labels, "user"),
-            "command": scraped_label(labels, "command", MAX_COMMAND),
-            "type": kind if kind in ("C", "G", "C+G") else "C",
-            "owner": owner_from_labels(labels),
-            "gpu_instance_id": scraped_whole(labels.get("GPU_I_ID"), MAX_INSTANCE_ID),
-            "compute_instance_id": scraped_whole(labels.get("compute_instance_id"), MAX_INSTANCE_ID),
-            **said,
-        }
+        row = {"pid": pid, **process_from_labels(host.process_labels.get((index, pid), {})), **said}
         scrape.processes.setdefault(index, []).append(row)
     notes = []
     reported = len(host.gpus_reported | {str(index) for index in host.gpus})

@@ -56,7 +56,7 @@ from typing import IO, Any, overload
 
 from ..backends.pidmap import unmapped_hint
 from ..errors import NvtopyError
-from ..formats.contract import READINGS, owner_from_dict
+from ..formats.contract import READINGS, owner_from_dict, recorded_text
 from ..model import (
     EVENTS_PER_GPU,
     HISTORY_LENGTH,
@@ -159,14 +159,6 @@ def _excerpt(value: object, limit: int = 100) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _text(value: Any, name: str) -> str | None:
-    if value is None:
-        return None
-    if type(value) is not str:
-        raise TypeError(f"{name} is not text")
-    return unescape_text(value)
-
-
 def _number(value: Any, name: str) -> int | float | None:
     """A figure as recorded; one that is not finite or beyond 2**64 is no reading (None: N/A)."""
     if value is None:
@@ -196,10 +188,10 @@ def _texts(value: Any, name: str) -> tuple[str, ...] | None:
         return None
     if type(value) is not list:
         raise TypeError(f"{name} is not a list")
-    return tuple(_text(item, name) or "" for item in value)
+    return tuple(recorded_text(item, name) or "" for item in value)
 
 
-_CONVERT: dict[str, Callable[[Any, str], Any]] = {"int": _number, "float": _number, "str": _text, "bool": _flag}
+_CONVERT: dict[str, Callable[[Any, str], Any]] = {"int": _number, "float": _number, "str": recorded_text, "bool": _flag}
 
 
 def _converters(cls: Any, names: Iterable[str]) -> tuple[tuple[str, Callable[[Any, str], Any]], ...]:
@@ -235,7 +227,7 @@ def _reasons(data: dict[str, Any], allowed: set[str]) -> dict[str, Reason]:
 
 
 def _process(data: dict[str, Any], gpu: GpuStatic) -> GpuProcess:
-    status = _text(data.get("status", "running"), "status")
+    status = recorded_text(data.get("status", "running"), "status")
     flags = _texts(data.get("flags"), "flags") or ()
     return GpuProcess(
         gpu_index=gpu.index,
@@ -320,7 +312,7 @@ def _nvlinks(item: dict[str, Any]) -> tuple[NvLink, ...] | None:
             rx_bytes_per_s=_whole(link.get("rx_bytes_per_s"), "NVLink rx_bytes_per_s"),
             tx_bytes_per_s=_whole(link.get("tx_bytes_per_s"), "NVLink tx_bytes_per_s"),
             errors=_whole(link.get("errors"), "NVLink errors"),
-            remote=_text(link.get("remote"), "NVLink remote"),
+            remote=recorded_text(link.get("remote"), "NVLink remote"),
         )
         for link in (_object(entry, "NVLink") for entry in _list(links, "NVLink links"))
     )
@@ -338,8 +330,8 @@ def _mig_device(value: Any, position: int) -> tuple[MigInstance, MigUsage | None
     index = _count(value.get("index", position), "MIG device index", MAX_MIG_DEVICES)
     instance = MigInstance(
         index=index,
-        uuid=_text(value.get("uuid"), "MIG device uuid"),
-        profile=_text(value.get("profile"), "MIG device profile"),
+        uuid=recorded_text(value.get("uuid"), "MIG device uuid"),
+        profile=recorded_text(value.get("profile"), "MIG device profile"),
         unavailable=freeze(_reasons(value, _MIG_REASON_KEYS)),
         **{name: _whole(value.get(name), f"MIG device {name}") for name in _MIG_NUMBERS},
     )
@@ -398,9 +390,9 @@ def _finding(data: Any) -> Finding:
     data = _object(data, "finding")
     return Finding(
         severity=Severity(data["severity"]),
-        code=_text(data["code"], "finding code") or "",
-        text=_text(data["text"], "finding text") or "",
-        action=_text(data.get("action"), "finding action"),
+        code=recorded_text(data["code"], "finding code") or "",
+        text=recorded_text(data["text"], "finding text") or "",
+        action=recorded_text(data.get("action"), "finding action"),
     )
 
 
@@ -412,7 +404,7 @@ def _event(data: Any, gpu_index: int) -> GpuEvent:
     return GpuEvent(
         timestamp=timestamp,
         gpu_index=gpu_index,
-        kind=_text(data.get("kind", "xid"), "event kind") or "xid",
+        kind=recorded_text(data.get("kind", "xid"), "event kind") or "xid",
         xid=_whole(data.get("xid"), "xid"),
         gpu_instance_id=_whole(data.get("gpu_instance_id"), "gpu_instance_id"),
         compute_instance_id=_whole(data.get("compute_instance_id"), "compute_instance_id"),
@@ -440,10 +432,10 @@ def _health(item: dict[str, Any], gpu_index: int) -> GpuHealth:
         findings=tuple(_finding(f) for f in _list(data.get("findings"), "findings")),
         events=tuple(_event(e, gpu_index) for e in _list(data.get("events"), "events")[-EVENTS_PER_GPU:]),
         xid_counts=_xid_counts(data.get("xid_counts")),
-        events_note=_text(data.get("events_note"), "events_note"),
+        events_note=recorded_text(data.get("events_note"), "events_note"),
         responding=True if responding is None else responding,
         stalled_seconds=_number(data.get("stalled_seconds"), "stalled_seconds"),
-        throttle=_text(data.get("throttle"), "throttle"),
+        throttle=recorded_text(data.get("throttle"), "throttle"),
         idle_held_bytes=_whole(data.get("idle_held_bytes"), "idle_held_bytes"),
         suspected_hang_seconds=_number(data.get("suspected_hang_seconds"), "suspected_hang_seconds"),
     )
@@ -478,15 +470,15 @@ def snapshot_from_dict(
     TypeError or AttributeError on a line that is not a snapshot.
     """
     timestamp = _timestamp(data)
-    hostname = _text(data["hostname"], "hostname")
+    hostname = recorded_text(data["hostname"], "hostname")
     if hostname is None:
         raise TypeError("hostname is not text")
     host = HostInfo(
         hostname=hostname,
-        driver_version=_text(data.get("driver_version"), "driver_version"),
-        cuda_driver_version=_text(data.get("cuda_driver_version"), "cuda_driver_version"),
-        nvml_version=_text(data.get("nvml_version"), "nvml_version"),
-        backend=f"replay of {_text(data.get('backend'), 'backend') or 'nvml'}",
+        driver_version=recorded_text(data.get("driver_version"), "driver_version"),
+        cuda_driver_version=recorded_text(data.get("cuda_driver_version"), "cuda_driver_version"),
+        nvml_version=recorded_text(data.get("nvml_version"), "nvml_version"),
+        backend=f"replay of {recorded_text(data.get('backend'), 'backend') or 'nvml'}",
     )
     gpus = []
     for item in _gpu_items(data):
