@@ -642,3 +642,18 @@ def simulated_exposition(hostname: str, seed: int, gpus: int = 8, *, faults: Seq
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(poller))
     return generate_latest(registry).decode("utf-8")
+
+
+def shutdown_server(server: Any) -> None:
+    """``server.shutdown(); server.server_close()``, without waiting out serve_forever's 0.5 s poll.
+
+    The serving loop checks for shutdown only when its select returns: a connection wakes it.
+    """
+    stopper = threading.Thread(target=server.shutdown)
+    stopper.start()
+    address = server.server_address[:2]
+    while stopper.is_alive():
+        with contextlib.suppress(OSError), socket.create_connection(address, timeout=1):
+            pass
+        stopper.join(0.01)
+    server.server_close()

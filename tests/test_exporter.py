@@ -37,6 +37,8 @@ from nvtopy.sources.collector import Collector
 from nvtopy.sources.poller import Poller
 from nvtopy.textsafe import unescape_text
 
+from .prometheus_fixtures import shutdown_server
+
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1024 * 1024
 DCGM_LABELS = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION"}
@@ -230,21 +232,6 @@ class Exporter:
         return Scrape(body)
 
 
-def _shutdown(server: Any) -> None:
-    """``server.shutdown(); server.server_close()``, without waiting out serve_forever's 0.5 s poll.
-
-    The serving loop checks for shutdown only when its select returns: a connection wakes it.
-    """
-    stopper = threading.Thread(target=server.shutdown)
-    stopper.start()
-    address = server.server_address[:2]
-    while stopper.is_alive():
-        with contextlib.suppress(OSError), socket.create_connection(address, timeout=1):
-            pass
-        stopper.join(0.01)
-    server.server_close()
-
-
 @pytest.fixture
 def exporter(sim) -> Iterator[Callable[..., Exporter]]:
     """A factory: an exporter over a simulated backend, one snapshot taken, no poller thread."""
@@ -266,7 +253,7 @@ def exporter(sim) -> Iterator[Callable[..., Exporter]]:
 
     yield make
     for server in servers:
-        _shutdown(server)
+        shutdown_server(server)
     for poller in pollers:  # their collectors' GPU worker threads end (a later test counts nvtopy threads)
         if poller.collector is not None:
             poller.collector.close()
@@ -663,7 +650,7 @@ def test_serves_on_ipv6_loopback(exporter):
         assert status == 200
         assert len(Scrape(body).samples("DCGM_FI_DEV_GPU_UTIL")) == 1
     finally:
-        _shutdown(server)
+        shutdown_server(server)
 
 
 # ---------------------------------------------------------------- --listen

@@ -9,11 +9,9 @@ and owners, so the faster renderer cannot drift from the library it stands in fo
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import gzip
 import math
-import socket
 import threading
 import urllib.request
 import zlib
@@ -39,6 +37,8 @@ from nvtopy.formats.prometheus import Exposition, SnapshotCollector, TextRendere
 from nvtopy.sources.collector import Collector
 from nvtopy.sources.poller import Poller
 
+from .prometheus_fixtures import shutdown_server
+
 # Quotes, backslashes, a newline, control characters, non-UTF-8 argv: what label escaping exists for.
 HOSTILE = "python -c \"print('x')\" C:\\temp\\x.py --sep=\\n\nrm\x1b[31m\x07 r\udcffsum \u00e9\u6f22"
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -50,16 +50,6 @@ def _get(url: str, *, gzip_ok: bool = False) -> tuple[dict[str, str], bytes]:
     with _OPENER.open(request, timeout=10) as response:
         assert response.status == 200
         return dict(response.headers.items()), response.read()
-
-
-def _shutdown(server: Any) -> None:
-    stopper = threading.Thread(target=server.shutdown)
-    stopper.start()
-    while stopper.is_alive():
-        with contextlib.suppress(OSError), socket.create_connection(server.server_address[:2], timeout=1):
-            pass
-        stopper.join(0.01)
-    server.server_close()
 
 
 def _reference(source: Any) -> bytes:
@@ -108,7 +98,7 @@ def served(sim, monkeypatch) -> Iterator[Callable[..., Served]]:
 
     yield make
     for server in servers:
-        _shutdown(server)
+        shutdown_server(server)
     for poller in pollers:  # their collectors' GPU worker threads end
         if poller.collector is not None:
             poller.collector.close()
@@ -176,7 +166,7 @@ def test_nothing_is_rendered_before_the_first_scrape(served, clock):
 def test_a_closed_server_renders_no_more(served, clock):
     ex = served()
     _get(ex.url)
-    _shutdown(ex.server)
+    shutdown_server(ex.server)
     clock.advance(1.0)
     ex.poller.poll_once()
     assert len(ex.renders) == 1, "the poller outlives the server: its snapshots are not rendered for nobody"

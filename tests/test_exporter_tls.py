@@ -36,7 +36,7 @@ from nvtopy.errors import UsageError
 from nvtopy.sources.collector import Collector
 from nvtopy.sources.poller import Poller
 
-from .prometheus_fixtures import DATA_S, prometheus, requires_prometheus, wait
+from .prometheus_fixtures import DATA_S, prometheus, requires_prometheus, shutdown_server, wait
 
 ROOT = Path(__file__).resolve().parents[1]
 OPENSSL = shutil.which("openssl")
@@ -160,16 +160,6 @@ class Exporter:
         return f"https://127.0.0.1:{self.port}/metrics"
 
 
-def _shutdown(server: Any) -> None:
-    stopper = threading.Thread(target=server.shutdown)
-    stopper.start()
-    while stopper.is_alive():
-        with contextlib.suppress(OSError), socket.create_connection(server.server_address[:2], timeout=1):
-            pass
-        stopper.join(0.01)
-    server.server_close()
-
-
 @pytest.fixture
 def exporter(sim, certs) -> Iterator[Callable[..., Exporter]]:
     """A factory: an exporter over a simulated backend on 127.0.0.1, HTTPS with ``certs``' server certificate."""
@@ -186,7 +176,7 @@ def exporter(sim, certs) -> Iterator[Callable[..., Exporter]]:
 
     yield make
     for server in servers:
-        _shutdown(server)
+        shutdown_server(server)
 
 
 def _scrape(url: str, context: ssl.SSLContext | None, timeout: float = 5.0) -> str:
