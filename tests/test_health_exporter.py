@@ -25,7 +25,8 @@ from nvtopy.model import GpuEvent, GpuHealth, Severity, Snapshot
 from nvtopy.sources.remote import RemoteHosts
 from nvtopy.textsafe import unescape_text
 
-from .test_exporter import Scrape, _free_port, _running, _shutdown, _stop, _wait_for_metrics, http_get
+from .prometheus_fixtures import shutdown_server
+from .test_exporter import Scrape, _free_port, _running, _stop, _wait_for_metrics, http_get
 from .test_health_formats import FAILING, GIB, LINKS, NOW, PEER, READINGS, STALLED, UNWATCHED, health_snapshot
 
 LINK_LABELS = {"gpu", "UUID", "Hostname", "link"}
@@ -214,7 +215,7 @@ def test_scrapes_answer_while_a_driver_call_hangs():
             assert Scrape(body).value("nvtopy_gpu_responding", gpu="1") == 0
     finally:
         stuck.set()
-        _shutdown(server)
+        shutdown_server(server)
 
 
 def test_exporter_with_a_hung_simulated_gpu_keeps_answering():
