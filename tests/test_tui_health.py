@@ -42,7 +42,7 @@ from nvtopy.tui.health_screen import HealthScreen
 from nvtopy.tui.scenes import SCENES, build
 from nvtopy.tui.screens import HelpScreen
 
-from .tui_helpers import header_line, pids, screen_text, table_of, wait_until, widget_lines
+from .tui_helpers import header_line, pids, screen_text, table_of, wait_until, widget_lines, widget_strips
 
 GIB = 2**30
 MIB = 2**20
@@ -366,6 +366,34 @@ async def test_health_screen_updates_live():
         assert "not responding (47 s)" in health_text(app)
         await show(pilot, app, snapshot_of(healthy_gpu(), healthy_gpu(2)))
         assert "not responding" not in health_text(app) and "2 GPUs: 2 OK" in screen_text(app)
+
+
+async def test_health_screen_counts_follow_the_colorblind_theme_and_a_theme_change():
+    """The title's FAIL / WARN / OK counts are drawn in the theme's palette, read when drawn (not at import)."""
+
+    def count_colours() -> set[str]:
+        found = set()
+        for strip in widget_strips(app.screen.query_one("#health-title")):
+            for segment in strip:
+                for color in (segment.style.color, segment.style.bgcolor) if segment.style else ():
+                    if color is not None:
+                        found.add(color.triplet.hex.upper() if color.triplet else color.name)
+        return found
+
+    app = NvtopyApp(FixedSource(), poll=False)
+    app.theme = "colorblind"
+    async with app.run_test(size=(120, 40)) as pilot:
+        await show(pilot, app, snapshot_of(healthy_gpu(), sick_gpu()))
+        await pilot.press("h")
+        await pilot.pause()
+        assert "2 GPUs: 1 FAIL · 1 OK" in screen_text(app)
+        colours = count_colours()
+        assert {"#D55E00", "#56B4E9"} <= colours and not colours & {"red", "green"}, colours
+        app.theme = "textual-dark"  # the command palette's "Change theme", with the screen open
+        await pilot.pause()
+        await show(pilot, app, snapshot_of(healthy_gpu(), sick_gpu()))  # the next snapshot recolours the counts
+        colours = count_colours()
+        assert colours and not colours & {"#D55E00", "#56B4E9"}, colours
 
 
 async def test_health_screen_opens_before_the_first_snapshot():

@@ -75,6 +75,29 @@ async def test_the_colorblind_theme_recolours_panels_and_table_and_a_theme_chang
         assert _segment_colours(app, "#gpus") & {"#56B4E9", "#E69F00", "#D55E00"}
 
 
+async def test_a_theme_changed_under_an_open_screen_recolours_the_monitor_once_it_closes(sim):
+    """The health screen on top: the change still drops the monitor's cached panels and table lines."""
+    from nvtopy.tui.health_screen import HealthScreen
+
+    backend = sim(gpus=2, seed=1, processes_per_gpu=3, faults=_hot())
+    app = NvtopyApp.for_backend(backend, interval=2.0)
+    app.theme = "colorblind"
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        assert _segment_colours(app, "#gpus") & {"#56B4E9", "#E69F00", "#D55E00"}
+        await pilot.press("h")
+        await pilot.pause()
+        assert isinstance(app.screen, HealthScreen)
+        app.theme = "nord"
+        await pilot.pause()
+        await pilot.press("escape")
+        app.source.poll_once(slow=True)  # the same readings (the clock stands still): every panel is cached
+        await pilot.pause()
+        await pilot.pause()
+        panel = _segment_colours(app, "#gpus")
+        assert panel and not panel & {"#56B4E9", "#E69F00", "#D55E00"}, panel
+
+
 def _hot():
     from nvtopy.backends.sim_faults import parse_fault_specs
 

@@ -32,7 +32,9 @@ from ..render.styled import Line
 
 __all__ = ["HealthScreen"]
 
-_COUNT_STYLE = {Severity.FAIL: RICH_STYLES[ALERT], Severity.WARN: RICH_STYLES[WARN], Severity.OK: RICH_STYLES[GOOD]}
+# Categories, not styles: RICH_STYLES is read when the title is drawn, so the theme's palette applies
+# (copying the styles here at import time kept the default red and green under "colorblind").
+_COUNT_CATEGORY = {Severity.FAIL: ALERT, Severity.WARN: WARN, Severity.OK: GOOD}
 
 
 def _text(lines: Sequence[Line]) -> Text:
@@ -99,7 +101,12 @@ class HealthScreen(ModalScreen[None]):
             self._signature = signature
             body.update(_text(lines))
         counts = health_counts(self._gpus)
-        title_signature = (tuple(counts.items()), len(self._gpus), len(snapshot.gpus))
+        title_signature = (
+            tuple(counts.items()),
+            len(self._gpus),
+            len(snapshot.gpus),
+            tuple(RICH_STYLES[c] for c in _COUNT_CATEGORY.values()),  # a theme change recolours it
+        )
         if title_signature != self._title_signature:
             self._title_signature = title_signature
             title.update(self._title(counts, len(snapshot.gpus)), layout=False)
@@ -109,7 +116,8 @@ class HealthScreen(ModalScreen[None]):
         text = Text(" GPU health ", style="bold reverse", end="")
         shown = len(self._gpus)
         text.append(f"  {shown} GPU{'s' if shown != 1 else ''}" + (f" of {total}" if shown != total else "") + ": ")
-        parts = [(f"{counts[s]} {s.value}", _COUNT_STYLE[s]) for s in (Severity.FAIL, Severity.WARN, Severity.OK)]
+        worst_first = (Severity.FAIL, Severity.WARN, Severity.OK)
+        parts = [(f"{counts[s]} {s.value}", RICH_STYLES[_COUNT_CATEGORY[s]]) for s in worst_first]
         for i, (words, style) in enumerate(p for p in parts if not p[0].startswith("0 ")):
             if i:
                 text.append(" · ", style="dim")
