@@ -151,6 +151,7 @@ def _run_captured(monkeypatch, argv: list[str]) -> NvtopyApp:
                 await started(pilot, app)
                 app.seen_notifications = [n.message for n in app._notifications]  # type: ignore[attr-defined]
                 app.seen_titles = app.query_one("#processes")._placed  # type: ignore[attr-defined]
+                app.seen_chart_window = app.query_one("#charts").window  # type: ignore[attr-defined]
 
         asyncio.run(session())
         captured.append(app)
@@ -202,6 +203,50 @@ def test_a_bad_config_file_is_a_warning_in_the_monitor_too(monkeypatch, capsys):
     assert app.startup_warnings == [line]
     assert line in app.seen_notifications
     assert app.source.interval == 1.0 and app.layout_mode == "auto"
+
+
+def _recording(tmp_path, sim) -> Path:
+    """A short recording of a simulated node, as ``nvtopy record`` writes it."""
+    import json
+
+    from nvtopy.formats.contract import snapshot_to_dict
+    from nvtopy.sources.collector import Collector
+
+    collector = Collector(sim(gpus=2, seed=3, processes_per_gpu=2), timeline=False)
+    path = tmp_path / "run.jsonl"
+    lines = []
+    for _ in range(4):
+        collector.backend._clock.advance(1)
+        lines.append(json.dumps(snapshot_to_dict(collector.collect()), separators=(",", ":")))
+    path.write_text("\n".join(lines) + "\n")
+    collector.close()
+    return path
+
+
+def test_replay_starts_as_the_config_file_says(monkeypatch, tmp_path, sim):
+    path = _write_config(
+        'view = "compact"\ncolumns = ["pid", "gpu_memory", "command"]\nsort = "pid desc"\n'
+        'group_by = "user"\ntheme = "colorblind"\nchart_window = "10m"\n'
+    )
+    app = _run_captured(monkeypatch, ["replay", str(_recording(tmp_path, sim))])
+    assert app.layout_mode == "compact"
+    assert [p.column.key for p in app.seen_titles] == ["pid", "gpu_memory", "command"]
+    assert app.order == SortOrder("pid", True) and app.group_by == "user"
+    assert app.theme == "colorblind" and app.seen_chart_window == 600.0
+    assert app.config_path == path and app.readonly
+
+
+def test_replay_flags_win_and_a_bad_file_is_one_warning(monkeypatch, tmp_path, sim, capsys):
+    recording = str(_recording(tmp_path, sim))
+    path = _write_config('view = "compact"\ntheme = "colorblind"\n')
+    app = _run_captured(monkeypatch, ["replay", recording, "--view", "full", "--theme", "nord"])
+    assert (app.layout_mode, app.theme) == ("full", "nord")
+    path.write_text('view = "wide"\n')
+    app = _run_captured(monkeypatch, ["replay", recording, "--config", str(path)])
+    line = f"{path} line 1: 'view': must be one of auto, full, compact (not 'wide'); using defaults"
+    assert capsys.readouterr().err == f"nvtopy: warning: {line}\n"
+    assert app.startup_warnings == [line] and line in app.seen_notifications
+    assert app.layout_mode == "auto"
 
 
 @pytest.mark.parametrize("argv", [["--demo", "--once"], ["--demo", "--once", "--json"]])

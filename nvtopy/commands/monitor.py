@@ -82,13 +82,7 @@ def build_parser(command: str = "monitor") -> argparse.ArgumentParser:
         choices=("auto", "full", "compact"),
         help="GPU panels: full, one compact line per GPU, or chosen by terminal size (default auto; key v)",
     )
-    tui.add_argument(
-        "--theme",
-        type=_theme,
-        metavar="NAME",
-        help="colours: a Textual theme (textual-dark, nord, gruvbox, ...) or 'colorblind' (blue/orange, never "
-        "red against green); default textual-dark",
-    )
+    tui.add_argument("--theme", type=options.theme_name, metavar="NAME", help=options.THEME_HELP)
     options.add_timeout_option(
         parser,
         "with --once: how long to wait for the driver before a GPU is marked not responding; "
@@ -97,14 +91,6 @@ def build_parser(command: str = "monitor") -> argparse.ArgumentParser:
     add_gpu_options(parser)
     options.add_health_options(parser)
     return parser
-
-
-def _theme(text: str) -> str:
-    from ..config import THEMES
-
-    if text not in THEMES:
-        raise argparse.ArgumentTypeError(f"unknown theme {text!r} (known: {', '.join(THEMES)})")
-    return text
 
 
 # The Config fields the monitor has flags for (besides the health thresholds, options.HEALTH_FLAGS).

@@ -161,6 +161,31 @@ def _positive(unit: str) -> Callable[[str], float]:
     return parse
 
 
+def add_config_option(parser: argparse.ArgumentParser) -> None:
+    """``--config PATH``: the config file a command reads instead of the usual one (:func:`config_file`)."""
+    parser.add_argument(
+        "--config",
+        metavar="PATH",
+        help="the config file to read (default $NVTOPY_CONFIG, else $XDG_CONFIG_HOME/nvtopy/config.toml, "
+        "i.e. ~/.config/nvtopy/config.toml); command-line flags win over it",
+    )
+
+
+def theme_name(text: str) -> str:
+    """``--theme``'s check: a Textual theme or "colorblind" (argparse prints the known ones)."""
+    from ..config import THEMES
+
+    if text not in THEMES:
+        raise argparse.ArgumentTypeError(f"unknown theme {text!r} (known: {', '.join(THEMES)})")
+    return text
+
+
+THEME_HELP = (
+    "colours: a Textual theme (textual-dark, nord, gruvbox, ...) or 'colorblind' (blue/orange, never "
+    "red against green); default textual-dark"
+)
+
+
 def add_health_options(parser: argparse.ArgumentParser) -> None:
     """The thresholds of the real-work flags (nvtopy.health.realwork): when a process is idle-held, a GPU hung.
 
@@ -170,12 +195,7 @@ def add_health_options(parser: argparse.ArgumentParser) -> None:
     from ..health.verdict import HealthThresholds
 
     default = HealthThresholds()
-    parser.add_argument(
-        "--config",
-        metavar="PATH",
-        help="the config file to read (default $NVTOPY_CONFIG, else $XDG_CONFIG_HOME/nvtopy/config.toml, "
-        "i.e. ~/.config/nvtopy/config.toml); command-line flags win over it",
-    )
+    add_config_option(parser)
     group = parser.add_argument_group("health flags (also [health] in the config file)")
     group.add_argument(
         "--idle-held-after",

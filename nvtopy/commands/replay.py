@@ -21,17 +21,27 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--speed", type=float, default=1.0, metavar="X", help="playback speed (default 1; keys + and -)"
     )
-    parser.add_argument("--view", choices=("auto", "full", "compact"), default="auto", help="GPU panels (key v)")
+    parser.add_argument(
+        "--view", choices=("auto", "full", "compact"), help="GPU panels (default: the config file's, else auto; key v)"
+    )
+    parser.add_argument("--theme", type=options.theme_name, metavar="NAME", help=options.THEME_HELP)
+    options.add_config_option(parser)
     return parser
 
 
 def run(command: str, args: argparse.Namespace) -> int:
+    """The recording in the monitor, dressed as the config file says (view, theme, columns, sort, group-by,
+    chart window); its health verdicts are the recorded ones, so the file's ``[health]`` thresholds do not apply."""
     if not 0 < args.speed <= 1000:
         raise UsageError("--speed must be more than 0 and at most 1000")
     recording = load_recording(args.file)
+    config = options.user_config(args, "view", "theme")  # a bad file: one line, then the defaults
     from ..tui.app import NvtopyApp
+    from ..tui.preferences import configure
 
     player = ReplayPlayer(recording, speed=args.speed)
-    app = NvtopyApp(player, layout=args.view)  # read-only: a replay cannot signal
+    app = NvtopyApp(player, layout=config.view)  # read-only: a replay cannot signal
+    configure(app, config, options.config_file(args))
+    app.startup_warnings = options.config_warnings(args)
     app.run()
     return 0
