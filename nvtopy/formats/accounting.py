@@ -52,7 +52,7 @@ from typing import Any
 from ..errors import UsageError
 from ..health.verdict import HealthThresholds
 from ..model import OwnerKind, ProcessOwner, Snapshot
-from ..textsafe import escape_text
+from ..textsafe import escape_text, formula_safe
 from .contract import encode, iso_timestamp, owner_from_dict, recorded_text
 
 __all__ = [
@@ -560,21 +560,15 @@ def sort_rows(report: Report, name: str, *, reverse: bool = False) -> tuple[Row,
 
 # ----------------------------------------------------------------- CSV and JSON
 
-_FORMULA_START = ("=", "+", "-", "@")
-
 
 def _text_cell(value: str) -> str:
     """Outside text (a user, an owner, a host) for a CSV cell: escaped as every nvtopy file is
-    (:func:`~nvtopy.textsafe.escape_text`), and never read as a formula by a spreadsheet.
-
-    A cell starting with ``=``, ``+``, ``-`` or ``@`` is a formula to Excel, LibreOffice and
-    Google Sheets (``=HYPERLINK(...)`` as a user name): it gets a leading ``'``, which they
-    show as text. The lone ``-`` (no owner) is left as it is: it is ours, and no formula.
+    (:func:`~nvtopy.textsafe.escape_text`), and never read as a formula by a spreadsheet
+    (:func:`~nvtopy.textsafe.formula_safe`). The lone ``-`` (no owner) is left as it is: it is
+    ours, and no formula.
     """
     text = escape_text(value) or ""
-    if text.startswith(_FORMULA_START) and text != NO_OWNER:
-        return "'" + text
-    return text
+    return text if text == NO_OWNER else formula_safe(text)
 
 
 def _number(value: float | None, digits: int = 6) -> float | None:

@@ -42,7 +42,7 @@ from collections.abc import Iterator
 from typing import IO, Any
 
 from ..model import SAMPLE_GROUPS, GpuProcess, GpuState, Snapshot
-from ..textsafe import escape_text
+from ..textsafe import escape_text, formula_safe
 from .contract import (
     MIG_COUNT_KEYS,
     MIG_GPM_KEYS,
@@ -262,16 +262,19 @@ def _list_item(text: str) -> str:
 def _cell(value: Any) -> str:
     """One CSV cell. Strings (and list items) arrive escaped exactly once: the JSON
     contract's builders and :meth:`_CsvWriter.rows` apply ``escape_text``, so a cell
-    is always valid UTF-8 with no control characters (no row broken in two)."""
+    is always valid UTF-8 with no control characters (no row broken in two); a text
+    cell that a spreadsheet would run as a formula starts with ``'`` (``formula_safe``)."""
     if value is None:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (list, tuple)):
-        return ";".join(_list_item(str(v)) for v in value)
+        return formula_safe(";".join(_list_item(str(v)) for v in value))
     if isinstance(value, float):
         return f"{value:g}" if abs(value) < 1e15 else f"{value:.0f}"
-    return str(value)
+    if isinstance(value, str):  # a process name, a command line, a user, a driver string: a spreadsheet's text
+        return formula_safe(value)
+    return str(value)  # an int: a negative one stays a number
 
 
 class CsvWriter:
