@@ -33,6 +33,7 @@ class Stuck(SimulatedBackend):
         self.release = threading.Event()
         self.static_too = static_too
         self.reads: dict[int, int] = {}
+        self.process_reads: dict[int, int] = {}
         super().__init__(*args, **kwargs)
 
     def _block(self, index: int) -> None:
@@ -48,6 +49,11 @@ class Stuck(SimulatedBackend):
         self.reads[index] = self.reads.get(index, 0) + 1
         self._block(index)
         return super().read_sample(index, groups)
+
+    def read_processes(self, index, *, utilization=True):
+        self.process_reads[index] = self.process_reads.get(index, 0) + 1
+        self._block(index)
+        return super().read_processes(index, utilization=utilization)
 
 
 @pytest.fixture
@@ -175,6 +181,51 @@ def test_static_fields_of_a_stuck_gpu_do_not_hold_up_the_selection(stuck_backend
     assert later.gpu(2).static.uuid, "the real static fields arrive with the late answer"
     assert later.gpu(2).health.responding
     collector.close()
+
+
+def test_looking_up_processes_first_waits_once_for_a_stuck_gpu(stuck_backend):
+    """``--once``'s head start (Collector.look_up_processes) keeps the deadline: a GPU stuck there costs its wait
+    there, and collect() neither waits for it again nor calls it a second time."""
+    backend = stuck_backend({1})
+    collector = Collector(backend)
+    collector.read_statics(1.0)
+    started = time.monotonic()
+    collector.look_up_processes(0.3)
+    looked_up = time.monotonic() - started
+    snapshot = collector.collect(deadline=0.3, stall_after=0.0)
+    assert looked_up < 1.0 and time.monotonic() - started < 1.0, "0.3 s once, not twice"
+    assert backend.process_reads[1] == 1 and 1 not in backend.reads, "no second call into the stuck GPU"
+    assert not snapshot.gpu(1).health.responding
+    assert snapshot.gpu(0).health.responding and snapshot.gpu(0).processes
+    collector.close()
+
+
+def test_looking_up_processes_first_changes_no_row(sim, clock, monkeypatch):
+    """The head start only moves the first host look-up earlier: the same rows, each process looked up once."""
+    seen: list[set[int]] = []
+
+    def rows(look_up: bool) -> list[tuple]:
+        backend = sim(gpus=3, seed=4, processes_per_gpu=3)
+        inspect = backend.inspect_processes
+
+        def spy(pids):
+            seen.append(set(pids))
+            return inspect(pids)
+
+        monkeypatch.setattr(backend, "inspect_processes", spy)
+        collector = Collector(backend, timeline=False)
+        collector.read_statics(2.0)
+        if look_up:
+            collector.look_up_processes(2.0)
+        snapshot = collector.collect(deadline=2.0)
+        collector.close()
+        return [(p.pid, p.user, p.command, p.gpu_memory_bytes) for g in snapshot.gpus for p in g.processes]
+
+    plain = rows(False)
+    assert len(seen) == 1
+    seen.clear()
+    assert rows(True) == plain and len(plain) >= 3
+    assert len(seen) == 2 and seen[0] == seen[1] == {pid for pid, *_ in plain}, "looked up before collect()"
 
 
 def test_without_a_deadline_the_gpus_are_read_in_turn_on_the_callers_thread(sim):

@@ -231,6 +231,33 @@ def test_cpu_percent_first_sight_and_between_readings(spawn, monkeypatch):
     assert "cpu_percent" not in third.unavailable
 
 
+def test_cpu_percent_is_not_measured_over_less_than_its_shortest_window(spawn, monkeypatch):
+    """A reading 0.1 s after the last (``--once`` looks its processes up just before reading them) repeats the
+    last figure and keeps the baseline: CPU time counts in 10 ms ticks, so 0.1 s would be 10 % a tick."""
+    child = spawn()
+    created = psutil.Process(child.pid).create_time()
+    busy = {"user": 1.0, "system": 1.0}
+    real_cpu_times = psutil.Process.cpu_times
+    _patch(
+        monkeypatch,
+        "cpu_times",
+        lambda self: FakeTimes(busy["user"], busy["system"]) if self.pid == child.pid else real_cpu_times(self),
+    )
+    now = [created + 4.0]
+    inspector = PsutilInspector(clock=lambda: now[0])
+    assert inspector.inspect([child.pid])[child.pid].cpu_percent == pytest.approx(50.0)  # the lifetime average
+    now[0] += 0.1
+    busy["user"] += 0.1  # a tick's worth of noise would read as 100 %
+    assert inspector.inspect([child.pid])[child.pid].cpu_percent == pytest.approx(50.0), "too soon: the last figure"
+    now[0] += 0.4
+    busy["user"] += 0.15
+    # Measured from the baseline kept at the first reading: 0.25 s of CPU over 0.5 s.
+    assert inspector.inspect([child.pid])[child.pid].cpu_percent == pytest.approx(100.0 * 0.25 / 0.5)
+    now[0] += 0.5
+    busy["user"] += 0.1
+    assert inspector.inspect([child.pid])[child.pid].cpu_percent == pytest.approx(20.0)
+
+
 def test_cpu_percent_unknown_before_the_process_started(spawn, monkeypatch):
     child = spawn()
     created = psutil.Process(child.pid).create_time()

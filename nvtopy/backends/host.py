@@ -72,6 +72,7 @@ class _Entry:
         "create_time",
         "first",
         "last_cpu",
+        "last_percent",
         "last_wall",
         "name",
         "owned",
@@ -105,6 +106,7 @@ class _Entry:
         self.first = first  # (status, cpu times, rss) read with the static facts, used once
         self.last_cpu: float | None = None  # user+system seconds at the previous reading
         self.last_wall: float | None = None
+        self.last_percent: float | None = None  # the CPU % last reported (a too-short window repeats it)
         # An empty argv is read in the instant between a process's exec and the kernel setting up
         # its arguments (a pid seen as it starts): read the command again instead of caching that.
         self.retry_command = False
@@ -124,6 +126,10 @@ _EXEC_WINDOW_S = 10.0
 _PARENTS_TTL_S = 10.0
 # The longest ancestor chain read (a loop of reused pids, or an absurdly deep tree, stops here).
 _MAX_DEPTH = 32
+# The shortest span a CPU % is measured over: CPU time counts in 10 ms clock ticks, so 0.2 s is 5 % a tick.
+# A reading sooner than that (``nvtopy --once`` looks its processes up ~0.1 s before it reads them) repeats
+# the last figure, or the lifetime average at first sight, and keeps its baseline for the next reading.
+_MIN_CPU_WINDOW_S = 0.2
 # How close two readings of a process's start time must be to be the same process (clock ticks are 10 ms).
 _SAME_START_S = 1e-3
 
@@ -306,12 +312,17 @@ class PsutilInspector:
         if times is not None:
             busy = times.user + times.system
         if busy is not None:
-            if entry.last_cpu is not None and entry.last_wall is not None and now > entry.last_wall:
-                cpu_percent = max(0.0, 100.0 * (busy - entry.last_cpu) / (now - entry.last_wall))
+            window = None if entry.last_wall is None else now - entry.last_wall
+            if entry.last_cpu is not None and window is not None and window >= _MIN_CPU_WINDOW_S:
+                cpu_percent = max(0.0, 100.0 * (busy - entry.last_cpu) / window)
+            elif window is not None and 0 <= window < _MIN_CPU_WINDOW_S and entry.last_percent is not None:
+                cpu_percent = entry.last_percent  # too soon to measure: the last figure, baseline kept
             elif entry.create_time is not None and now > entry.create_time:
                 # First sight: the lifetime average, as ps(1) reports it.
                 cpu_percent = max(0.0, 100.0 * busy / (now - entry.create_time))
-            entry.last_cpu, entry.last_wall = busy, now
+            if window is None or not 0 <= window < _MIN_CPU_WINDOW_S:
+                entry.last_cpu, entry.last_wall = busy, now
+            entry.last_percent = cpu_percent
         if status == psutil.STATUS_ZOMBIE:
             status = "zombie"
         for key, value in (("cpu_percent", cpu_percent), ("host_memory_bytes", rss)):

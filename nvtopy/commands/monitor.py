@@ -152,6 +152,7 @@ def _run_once(args: argparse.Namespace) -> int:
         # Each step waits up to the timeout for the GPUs it asks, never again for one already stuck.
         collector.read_statics(args.timeout)
         collector.select(resolve_selection(args, collector))
+        collector.look_up_processes(args.timeout)  # while the GPM pair matures (Collector.look_up_processes)
         snapshot = collector.collect(deadline=args.timeout)
         _print_once(args, snapshot, backend.device_count())
     finally:
