@@ -80,7 +80,7 @@ COLUMN_IDS = (
     "flags",
     "command",
 )
-GROUP_BY = ("none", "user", "owner", "gpu")
+GROUP_BY = ("none", "user", "owner", "gpu", "host")
 CHART_WINDOWS = ("1m", "10m", "1h", "24h")
 SORT_DIRECTIONS = ("asc", "desc")
 DEFAULT_THEME = "textual-dark"
@@ -123,7 +123,7 @@ class Config:
     view: str = "auto"  # GPU panels: auto, full, compact
     columns: tuple[str, ...] = COLUMN_IDS  # the process table's columns, in order; those left out are hidden
     sort: str = "gpu"  # a column, optionally followed by " asc" or " desc" (default: the column's own direction)
-    group_by: str = "none"  # none, user, owner, gpu
+    group_by: str = "none"  # none, user, owner, gpu, host
     theme: str = DEFAULT_THEME  # a Textual theme, or "colorblind"
     chart_window: str | None = None  # 1m, 10m, 1h, 24h; None: the monitor's own default
     idle_held_after: float = 10.0  # [health] minutes at ~0 % SM before a process holding memory is idle-held

@@ -20,6 +20,7 @@ import tomllib
 from nvtopy.commands import dispatch, log, options
 from nvtopy.config import (
     COLUMN_IDS,
+    GROUP_BY,
     THEMES,
     Config,
     ConfigWriteError,
@@ -162,7 +163,7 @@ def test_parse_sort(text, column, descending):
         ),
         (
             'group_by = "team"\n',
-            "config.toml line 1: 'group_by': must be one of none, user, owner, gpu (not 'team'); using defaults",
+            "config.toml line 1: 'group_by': must be one of none, user, owner, gpu, host (not 'team'); using defaults",
         ),
         (
             'theme = "neon"\n',
@@ -299,7 +300,7 @@ def test_names_agree_with_textual_the_cli_and_the_health_rules():
     assert defaults.idle_held_memory * 2**30 == health.idle_held_bytes
     assert defaults.hang_after * 60 == health.hang_seconds
     assert COLUMN_IDS == COLUMN_ORDER
-    assert [None if g == "none" else g for g in ("none", "user", "owner", "gpu")] == list(GROUP_MODES)
+    assert [None if g == "none" else g for g in GROUP_BY] == list(GROUP_MODES)
     assert set(MODES) == {"auto", "full", "compact"}
 
 

@@ -297,6 +297,38 @@ async def test_typing_a_host_name_filters_to_its_processes(sim):
         assert rows and {p.host for p in rows} == {"node-b"}
 
 
+async def test_b_groups_a_fleet_by_host_and_skips_it_on_one_host(sim):
+    snapshot = fleet(sim, ["node-a", "node-b", "node-c"])
+    app = NvtopyApp(FleetSource(), poll=False)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await shown(pilot, app, snapshot)
+        seen = []
+        for _ in range(5):
+            await pilot.press("b")
+            await pilot.pause()
+            seen.append(app.group_by)
+        assert seen == ["user", "owner", "gpu", "host", None], "b cycles through host on a fleet"
+        await pilot.press("b", "b", "b", "b")
+        await pilot.pause()
+        rows = app.query_one("#processes").rows
+        assert [(g.value, g.processes, len(g.gpus)) for g in sorted(rows, key=lambda g: g.value)] == [
+            (host, len([p for p in snapshot.processes if p.host == host]), 2) for host in ("node-a", "node-b", "node-c")
+        ]
+        table = "\n".join(widget_lines(app.query_one("#processes")))
+        assert "▸ node-b: " in table and "grouped by host" in header_line(app)
+        await shown(pilot, app, local(sim))  # one machine: the group is "this host", and b no longer offers it
+        assert "▸ this host: " in "\n".join(widget_lines(app.query_one("#processes")))
+        await pilot.press("b")
+        await pilot.pause()
+        assert app.group_by is None
+        seen = []
+        for _ in range(4):
+            await pilot.press("b")
+            await pilot.pause()
+            seen.append(app.group_by)
+        assert seen == ["user", "owner", "gpu", None]
+
+
 @pytest.mark.parametrize("key", ["K", "T", "I"])
 async def test_signal_keys_on_a_fleet_say_it_is_read_only(sim, key):
     snapshot = fleet(sim, ["node-a", "node-b"])

@@ -484,13 +484,13 @@ async def test_help_and_palette_name_the_group_key():
         await show(pilot, app)
         rows = [row for _, section in app.help_sections() for row in section]
         assert ("b", next(d for k, d in rows if k == "b")) in rows
-        assert "Group processes by" in next(d for k, d in rows if k == "b")
+        assert "Group by: none, user, owner, GPU" in next(d for k, d in rows if k == "b")
         titles = [c.title for c in app.get_system_commands(app.screen)]
         assert {"Group by user", "Group by owner", "Group by GPU", "Group by nothing"} <= set(titles)
         await pilot.press("question_mark")
         await pilot.pause()
         assert isinstance(app.screen, HelpScreen)
-        assert "Group processes by" in screen_text(app)
+        assert "Group by: none, user, owner, GPU" in screen_text(app)
 
 
 @pytest.mark.parametrize("size", [(80, 24), (200, 50)], ids=["80x24", "200x50"])

@@ -586,7 +586,9 @@ def group_cells(group: Any, me: str | None) -> tuple[Cell, ...]:
     owner = next(iter(owners)) if len(owners) == 1 else (_count(len(owners), "owner"), DIM)
     types = {p.type.value for p in members}
     kind = (types.pop(), PLAIN) if len(types) == 1 else ("*", PLAIN)
-    if group.value is None:
+    if group.value is None and group.mode == "host":
+        label = "this host"  # the local machine's processes, beside other hosts' (--remote)
+    elif group.value is None:
         label = f"{NA} {group.mode}"
     elif group.mode == "gpu":
         label = f"GPU {group.value}"

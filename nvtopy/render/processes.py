@@ -37,7 +37,9 @@ __all__ = [
     "FLAGS_COLUMN",
     "FLAG_FILTERS",
     "GROUP_MODES",
+    "GROUP_TITLES",
     "HOST_COLUMN",
+    "HOST_GROUPING",
     "MIG_COLUMN",
     "Column",
     "InstanceKey",
@@ -457,16 +459,22 @@ class Tags:
 
 # ----------------------------------------------------------------- group-by
 
-GROUP_MODES: tuple[str | None, ...] = (None, "user", "owner", "gpu")
-GROUP_TITLES = {"user": "user", "owner": "owner", "gpu": "GPU"}
+GROUP_MODES: tuple[str | None, ...] = (None, "user", "owner", "gpu", "host")
+GROUP_TITLES = {"user": "user", "owner": "owner", "gpu": "GPU", "host": "host"}
+HOST_GROUPING = "host"
+"""The group mode that only means something when the table spans hosts (``--remote``, ``--prometheus``): the
+``b`` key skips it otherwise."""
 
 
 def group_value(process: GpuProcess, mode: str) -> str | int | None:
-    """The value ``process`` is grouped by: its user, its owner's label, or its GPU (None: unknown)."""
+    """The value ``process`` is grouped by: its user, its owner's label, its GPU, or its host (None: unknown;
+    for the host, this machine's own processes)."""
     if mode == "user":
         return "?" if process.foreign else process.user
     if mode == "owner":
         return owner_label(process)
+    if mode == "host":
+        return process.host
     return process.gpu_index
 
 
@@ -483,7 +491,7 @@ class ProcessGroup:
     CPU and host memory count it once; GPU memory and SM% add up per GPU.
     """
 
-    mode: str  # "user", "owner" or "gpu"
+    mode: str  # "user", "owner", "gpu" or "host"
     value: str | int | None  # what its processes share (None: unknown)
     members: tuple[GpuProcess, ...]  # one entry per (GPU, process), in table order
     gpus: tuple[int, ...]
@@ -518,9 +526,10 @@ class ProcessGroup:
 
     @property
     def label(self) -> str:
-        """The shared value in words (unescaped): ``alice``, ``ns/pod``, ``GPU 3``; N/A when unknown."""
+        """The shared value in words (unescaped): ``alice``, ``ns/pod``, ``GPU 3``, ``node2:9400``; N/A when
+        unknown ("this host" for the local machine's processes)."""
         if self.value is None:
-            return "N/A"
+            return "this host" if self.mode == "host" else "N/A"
         return f"GPU {self.value}" if self.mode == "gpu" else str(self.value)
 
     def targets(self) -> list[GpuProcess]:

@@ -66,6 +66,7 @@ from ..render.processes import (
     GROUP_MODES,
     GROUP_TITLES,
     HOST_COLUMN,
+    HOST_GROUPING,
     MIG_COLUMN,
     ProcessFilter,
     ProcessGroup,
@@ -150,7 +151,7 @@ class NvtopyApp(App[None]):
             "cycle_group",
             "Group",
             show=False,
-            tooltip="Group processes by: none, user, owner, GPU (totals per group; T/K/I signal the whole group)",
+            tooltip="Group by: none, user, owner, GPU, host (totals per group; T/K/I signal the whole group)",
         ),
         Binding(
             "space", "tag", "Tag", show=False, tooltip="Tag or untag the selected process (signals go to all tagged)"
@@ -229,7 +230,7 @@ class NvtopyApp(App[None]):
         self.snapshot: Snapshot | None = None
         self.row_filter = ProcessFilter()
         self.order = SortOrder()
-        self.group_by: str | None = None  # None, "user", "owner" or "gpu" (GROUP_MODES)
+        self.group_by: str | None = None  # None, "user", "owner", "gpu" or "host" (GROUP_MODES)
         self.tags = Tags()
         self.tree_view = False  # the process table as a tree (w); group-by turns it off
         self.process_history = ProcessHistory()  # per-process figures for the process screen (view-side)
@@ -630,8 +631,16 @@ class NvtopyApp(App[None]):
         index = next((i for i, row in enumerate(table.rows) if any(p.key in was for p in _members(row))), 0)
         table.move_cursor(index)
 
+    def group_modes(self) -> tuple[str | None, ...]:
+        """The group-by modes ``b`` cycles through: by host only while the table spans hosts."""
+        if self.hosts_shown():
+            return GROUP_MODES
+        return tuple(mode for mode in GROUP_MODES if mode != HOST_GROUPING)
+
     def action_cycle_group(self) -> None:
-        following = GROUP_MODES[(GROUP_MODES.index(self.group_by) + 1) % len(GROUP_MODES)]
+        modes = self.group_modes()
+        # by host on one host now (a fleet that went, or the config's): host is the last mode, so None follows
+        following = modes[(modes.index(self.group_by) + 1) % len(modes)] if self.group_by in modes else None
         self.set_group(following)
         self.notify(f"grouped by {GROUP_TITLES[following]}" if following else "not grouped", timeout=2)
 
@@ -804,7 +813,7 @@ class NvtopyApp(App[None]):
                 f"Sort the process table by {column.title}",
                 lambda key=column.key: self.set_sort(SortOrder(key, SortOrder().by(key).reverse)),
             )
-        for mode in GROUP_MODES:
+        for mode in self.group_modes():
             title = GROUP_TITLES[mode] if mode else "nothing"
             yield SystemCommand(
                 f"Group by {title}",
