@@ -335,6 +335,20 @@ def test_history_sums_gpus_keeps_points_and_forgets_the_gone():
     assert history.series((1, 1000.0)) is None, "gone and not on screen: forgotten"
 
 
+def test_history_memory_stays_within_its_stated_bound():
+    """64 processes for 800 snapshots: 300 points each, at most 10.3 KiB a process, times kept exactly."""
+    history = ProcessHistory()
+    rows = [_row(pid, host_memory_bytes=3_000_000_123 + pid, cpu_percent=12.5) for pid in range(1, 65)]
+    start = 1_764_000_000.0  # a Unix time: a float32 of it would be off by up to two minutes
+    for i in range(800):
+        history.add(_proc_snapshot(start + i, *rows, seq=i))
+    assert len(history) == 64
+    assert history.nbytes() <= 64 * 10.3 * 1024, f"{history.nbytes() / 64:.0f} bytes a process"
+    series = history.series((7, 1000.0))
+    assert len(series.timestamps) == 300 and series.timestamps[-1] == start + 799, "the newest 300, to the second"
+    assert series.rss[-1] == pytest.approx(3_000_000_130, rel=1e-6) and series.cpu[-1] == 12.5
+
+
 def test_history_tracks_a_bounded_number_and_always_the_pinned():
     history = ProcessHistory(points=10, tracked=1)
     history.pin((3, 1000.0))
