@@ -41,7 +41,12 @@ from .base import MIN_INTERVAL, SnapshotSource
 from .collector import Collector
 from .events import WAIT_S, EventWatcher
 
-__all__ = ["CADENCE", "FAST_GROUPS", "SLOW_GROUPS", "STALL_INTERVALS", "WAIT_SHARE", "Poller"]
+__all__ = ["CADENCE", "FAST_GROUPS", "MONITOR_GROUPS", "SLOW_GROUPS", "STALL_INTERVALS", "WAIT_SHARE", "Poller"]
+
+# What the monitor's panels show. Persistence/compute mode and energy are not drawn, so the
+# monitor never asks the driver for them. PCIe throughput is (the interconnect
+# line and the health screen): it samples for 20 ms a call, at its slow cadence.
+MONITOR_GROUPS = ALL_GROUPS - {"modes", "energy"}
 
 # Seconds between two reads of each field group; 0 = every tick. An interval
 # longer than a group's cadence reads it every tick. Chosen from how fast each

@@ -56,7 +56,7 @@ from textual.widgets import Footer, Input, Static
 
 from ..backends.base import Backend, SignalOutcome
 from ..health.verdict import HealthThresholds
-from ..model import ALL_GROUPS, GpuProcess, GpuState, Severity, Snapshot
+from ..model import GpuProcess, GpuState, Severity, Snapshot
 from ..render.cells import ALERT, RICH_STYLES, WARN
 from ..render.gpu import has_interconnect, mig_rows, panel_extra_rows
 from ..render.health import health_counts
@@ -80,7 +80,7 @@ from ..render.tree import AncestorRow
 from ..render.units import NA
 from ..sources.base import SnapshotSource
 from ..sources.collector import Collector
-from ..sources.poller import Poller
+from ..sources.poller import MONITOR_GROUPS, Poller
 from ..textsafe import safe_text
 from .charts import MODE_WORDS, ChartView, spare_rows, window_label
 from .columns_screen import ColumnsScreen
@@ -96,10 +96,7 @@ from .themes import apply_palette, honour_no_color, register_themes
 __all__ = ["INTERVALS", "NvtopyApp"]
 
 INTERVALS = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0)
-# What the panels show. Persistence/compute mode and energy are not drawn, so the
-# monitor never asks the driver for them. PCIe throughput is (the interconnect
-# line and the health screen): it samples for 20 ms a call, at its slow cadence.
-TUI_GROUPS = ALL_GROUPS - {"modes", "energy"}
+TUI_GROUPS = MONITOR_GROUPS  # what the panels show (sources.poller says why)
 SIGNALS = {"SIGTERM": signals.SIGTERM, "SIGKILL": signals.SIGKILL, "SIGINT": signals.SIGINT}
 # At quit, the longest wait for an idle source thread to end; one inside a driver call is not waited for.
 QUIT_WAIT = 0.1
