@@ -591,7 +591,9 @@ def test_no_process_in_the_period_is_a_report_of_nothing(tmp_path, capsys):
         (["REC", "--by", "team"], 2, "--by: unknown key 'team'; valid: user, owner, gpu, host"),
         ([], 2, "give recordings (FILE ...) or --prometheus URL"),
         (["REC", "--prometheus", "http://x:9090"], 2, "give recordings (FILE ...) or --prometheus URL, not both"),
-        (["REC", "--where", 'a="b"'], 2, "--where and --step apply to --prometheus only"),
+        (["REC", "--where", 'a="b"'], 2, "--where, --step and --ca-file apply to --prometheus only"),
+        (["REC", "--ca-file", "ca.pem"], 2, "--where, --step and --ca-file apply to --prometheus only"),
+        (["--prometheus", "https://x:9090", "--ca-file", "DIR"], 2, "--ca-file 'DIR': cannot be read (Is a directory)"),
     ],
 )
 def test_bad_input_is_one_line_and_an_exit_code(recording, tmp_path, capsys, monkeypatch, argv, code, message):

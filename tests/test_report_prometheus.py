@@ -225,9 +225,10 @@ def fake_server(monkeypatch):
     fleet = Fleet(hosts=3, gpus=2)
     made: list[FakeClient] = []
 
-    def client(url, *, timeout=5.0):
+    def client(url, *, timeout=5.0, ca_file=None):
         made.append(FakeClient(fleet))
         made[-1].timeout = timeout
+        made[-1].ca_file = ca_file
         return made[-1]
 
     monkeypatch.setattr(prometheus_api, "PrometheusClient", client)
@@ -249,7 +250,13 @@ def test_cli_json_from_prometheus(fake_server, capsys):
     assert {r["user"]: r["held_gpu_hours"] for r in data["rows"]} == pytest.approx(
         {"user0": 2.0, "user1": 2.0, "user2": 2.0}, abs=0.01
     )
-    assert fake_server.made[0].timeout == 5.0
+    assert fake_server.made[0].timeout == 5.0 and fake_server.made[0].ca_file is None
+
+
+def test_cli_ca_file_reaches_the_client(fake_server, capsys):
+    code, _, err = run_report(capsys, "--prometheus", "https://prom:9090", "--ca-file", "/etc/pki/fleet-ca.pem")
+    assert (code, err) == (0, "")
+    assert fake_server.made[0].ca_file == "/etc/pki/fleet-ca.pem"
 
 
 def test_cli_table_from_prometheus(fake_server, capsys):
@@ -303,7 +310,7 @@ def test_cli_a_server_error_is_one_line(monkeypatch, capsys, error, said):
         queries = 0
         warnings: list[str] = []
 
-        def __init__(self, url, *, timeout):
+        def __init__(self, url, *, timeout, ca_file=None):
             pass
 
         def query_range(self, *args):

@@ -78,6 +78,12 @@ def build_parser(command: str = "monitor") -> argparse.ArgumentParser:
         help="with --prometheus: only the series these PromQL label matchers select, e.g. 'Hostname=~\"node[1-4]\"'",
     )
     tui.add_argument(
+        "--ca-file",
+        metavar="PEM",
+        help="with --remote or --prometheus: verify https:// servers against the CA certificates in this file "
+        "instead of the system's (a private CA)",
+    )
+    tui.add_argument(
         "--view",
         choices=("auto", "full", "compact"),
         help="GPU panels: full, one compact line per GPU, or chosen by terminal size (default auto; key v)",
@@ -231,7 +237,7 @@ def _run_remote(args: argparse.Namespace) -> int:
     urls = [u for u in args.remote.split(",") if u.strip()]
     if not urls:  # '', ' ', ',': never a fall-through to the local GPUs
         raise UsageError("--remote: give at least one URL, e.g. --remote node2:9400")
-    source = RemoteHosts(urls, interval=max(args.interval, 1.0))
+    source = RemoteHosts(urls, interval=max(args.interval, 1.0), ca_file=args.ca_file)
     return _show(args, source, source.poll_once)
 
 
@@ -267,7 +273,11 @@ def _run_prometheus(args: argparse.Namespace) -> int:
     if args.gpus or args.only_visible or args.demo or args.demo_gpus is not None:
         raise UsageError("--prometheus shows the whole fleet: it cannot be combined with --gpus or --demo")
     source = PrometheusFleet(
-        args.prometheus, where=args.where or "", interval=max(args.interval, 1.0), timeout=args.timeout
+        args.prometheus,
+        where=args.where or "",
+        interval=max(args.interval, 1.0),
+        timeout=args.timeout,
+        ca_file=args.ca_file,
     )
 
     def read_once() -> Snapshot:
@@ -289,6 +299,8 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         parser.error("--where needs --prometheus URL")
     if args.prometheus is not None and args.remote is not None:
         parser.error("--prometheus and --remote are two ways to see other hosts: give one")
+    if args.ca_file is not None and args.prometheus is None and args.remote is None:
+        parser.error("--ca-file needs --remote or --prometheus (the servers it verifies)")
 
 
 def run(command: str, args: argparse.Namespace) -> int:

@@ -95,6 +95,11 @@ def build_parser(command: str) -> argparse.ArgumentParser:
         help="only series with these labels (PromQL matchers), e.g. 'Hostname=~\"node[1-4]\"'",
     )
     source.add_argument(
+        "--ca-file",
+        metavar="PEM",
+        help="verify an https:// server against the CA certificates in this file instead of the system's",
+    )
+    source.add_argument(
         "--step",
         metavar="DURATION",
         help="seconds between the points read (default: the period / 1440, at least 15s; at least the scrape interval)",
@@ -247,7 +252,7 @@ def _report_prometheus(
     where = where_text(args.where)
     step = parse_duration(args.step, "--step") if args.step is not None else default_step(period)
     key_columns(by)  # usage errors before the server is asked anything
-    client = PrometheusClient(args.prometheus, timeout=args.timeout)
+    client = PrometheusClient(args.prometheus, timeout=args.timeout, ca_file=args.ca_file)
     shown = getattr(client, "url", args.prometheus)  # the URL without its credentials (user:password@)
     end = _align(time.time(), step)
     try:
@@ -372,8 +377,8 @@ def run(command: str, args: argparse.Namespace) -> int:
     if not args.prometheus:
         if not args.files:
             raise UsageError("give recordings (FILE ...) or --prometheus URL")
-        if args.where is not None or args.step is not None:
-            raise UsageError("--where and --step apply to --prometheus only")
+        if args.where is not None or args.step is not None or args.ca_file is not None:
+            raise UsageError("--where, --step and --ca-file apply to --prometheus only")
         report = _report_recordings(args, by, since)
         count = len(set(args.files))
         source_text = f"{report.observations} observations from {count} recording{'s' if count != 1 else ''}"

@@ -432,10 +432,11 @@ class PrometheusFleet(SnapshotSource):
         timeout: float = 5.0,
         stale_after: float | None = None,
         client: PrometheusClient | None = None,
+        ca_file: str | None = None,
     ) -> None:
         super().__init__(interval)
         self.where = parse_matchers(where)  # UsageError, at once
-        self.client = client or PrometheusClient(url, timeout=timeout)
+        self.client = client or PrometheusClient(url, timeout=timeout, ca_file=ca_file)
         self.stale_after = stale_after  # None: three of each host's scrape intervals
         self.refresh_seconds: float | None = None  # how long the last refresh took (its queries and the build)
         # The CPU this process spent on it (decoding the answers, building the snapshot): the server's time not in it.

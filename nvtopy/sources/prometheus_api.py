@@ -18,7 +18,8 @@ is checked by a test:
   is not JSON, a result that is not a vector (or a matrix for a range query);
 - **credentials** in the URL (``http://user:pw@prom:9090``) are sent as HTTP basic
   auth and never shown: the client is named by its URL without them;
-- **TLS** (``https://``) verifies the server's certificate against the system's CAs;
+- **TLS** (``https://``) verifies the server's certificate against the system's CAs, or only those of
+  ``--ca-file`` (:mod:`nvtopy.sources.https`);
 - queries are POSTed form-encoded, so a long label matcher fits; ``NaN`` and
   ``±Inf`` values parse (as floats); Prometheus's ``warnings`` (a partial answer)
   are kept in :attr:`PrometheusClient.warnings`.
@@ -47,6 +48,7 @@ from typing import Any
 
 from .._version import __version__
 from ..errors import NvtopyError, UsageError
+from .https import client_context
 
 __all__ = [
     "MAX_BYTES",
@@ -381,7 +383,9 @@ class PrometheusClient:
     server gives up too). One request at a time; :meth:`abort` may come from any thread.
     """
 
-    def __init__(self, url: str, *, timeout: float = 5.0, max_bytes: int = MAX_BYTES) -> None:
+    def __init__(
+        self, url: str, *, timeout: float = 5.0, max_bytes: int = MAX_BYTES, ca_file: str | None = None
+    ) -> None:
         text = url.strip()
         if not text:
             raise UsageError("--prometheus: empty URL")
@@ -415,7 +419,7 @@ class PrometheusClient:
             password = urllib.parse.unquote(parts.password or "")
             self._authorization = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
         self._call: _Call | None = None
-        self._ssl: Any = None
+        self._ssl: Any = client_context(ca_file)  # --ca-file: read now (a usage error); None: made when first needed
 
     def __repr__(self) -> str:
         return f"PrometheusClient({self.url!r})"
@@ -490,7 +494,7 @@ class PrometheusClient:
         if self._ssl is None:
             import ssl
 
-            self._ssl = ssl.create_default_context()  # the system's CAs; the host name is checked
+            self._ssl = ssl.create_default_context()  # the system's CAs (--ca-file: see .https); the host name too
         return http.client.HTTPSConnection(self._host, self._port, timeout=timeout, context=self._ssl)
 
     def _post(self, path: str, form: dict[str, str]) -> dict[str, Any]:

@@ -86,6 +86,7 @@ from ..textsafe import safe_text
 from .base import SnapshotSource
 from .hostscrape import HostGpus
 from .hostscrape import process as _process  # noqa: F401 - its old name here (tests read remote rows with it)
+from .https import client_context
 
 __all__ = ["RemoteHosts", "host_names", "metrics_url"]
 
@@ -192,8 +193,11 @@ class _TooLargeError(Exception):
 class _Job:
     """One fetch of one host, on its own daemon thread; ``abort()`` shuts its sockets from any thread."""
 
-    def __init__(self, target: _Target, deadline: float, timeout: float, changed: threading.Event) -> None:
+    def __init__(
+        self, target: _Target, deadline: float, timeout: float, changed: threading.Event, tls: Any = None
+    ) -> None:
         self.target = target
+        self.tls = tls  # the ssl.SSLContext https:// is verified with (None: the system's CAs)
         self.deadline = deadline
         self.timeout = timeout
         self.done = threading.Event()
@@ -284,7 +288,7 @@ class _HTTPHandler(urllib.request.HTTPHandler):
 
 class _HTTPSHandler(urllib.request.HTTPSHandler):
     def __init__(self, job: _Job) -> None:
-        super().__init__()
+        super().__init__(context=job.tls)
         self._job = job
 
     def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
@@ -408,9 +412,13 @@ class RemoteHosts(SnapshotSource):
     thread_name = "nvtopy-remote"
     signal_refusal = "read-only: processes on other hosts cannot be signalled from here"
 
-    def __init__(self, urls: Sequence[str], interval: float = 2.0, timeout: float = 2.0) -> None:
+    def __init__(
+        self, urls: Sequence[str], interval: float = 2.0, timeout: float = 2.0, ca_file: str | None = None
+    ) -> None:
+        """``ca_file``: verify https:// hosts against only the CAs of this PEM file (:mod:`.https`)."""
         super().__init__(interval)
         self.targets = [_Target.of(u) for u in urls]
+        self._tls = client_context(ca_file)  # read now: a bad file is a usage error before anything is asked
         self.urls = [t.url for t in self.targets]  # without credentials
         self.timeout = min(timeout, max(0.2, interval))
         self._gpus = HostGpus()  # each GPU's history, timeline and Xid dates, by (host URL, the host's GPU index)
@@ -442,7 +450,7 @@ class RemoteHosts(SnapshotSource):
         for position, target in enumerate(self.targets):
             job = self._jobs.get(position)
             if job is None or job.done.is_set():  # never a second fetch while one is stuck (DNS, a handshake)
-                job = self._jobs[position] = _Job(target, deadline, self.timeout, self._changed).start()
+                job = self._jobs[position] = _Job(target, deadline, self.timeout, self._changed, self._tls).start()
             jobs.append(job)
         end = deadline + GRACE
         while not self._stopping:
