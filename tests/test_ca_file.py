@@ -6,8 +6,6 @@ certificates a private CA signed, with throwaway certificates made by the ``open
 from __future__ import annotations
 
 import ssl
-import subprocess
-import sys
 
 import pytest
 
@@ -18,6 +16,7 @@ from nvtopy.sources.prometheus_api import PrometheusClient, PrometheusError
 from nvtopy.sources.remote import RemoteHosts
 
 from .test_exporter_tls import OPENSSL, Certs, certs  # noqa: F401
+from .test_fleet import run_cli
 from .test_prometheus_api import serve, vector  # noqa: F401
 from .test_remote import exporter_poller
 
@@ -94,30 +93,12 @@ def test_no_ca_file_leaves_the_system_cas():
     assert client_context(None) is None
 
 
-def _nvtopy(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "nvtopy", *args], capture_output=True, text=True, timeout=60)
-
-
-@pytest.mark.parametrize(
-    ("args", "said"),
-    [
-        (["--ca-file", "ca.pem", "--once"], "--ca-file needs --remote or --prometheus"),
-        (["--remote", "https://127.0.0.1:1", "--ca-file", "/nonexistent/ca.pem", "--once"], "cannot be read"),
-        (["--prometheus", "https://127.0.0.1:1", "--ca-file", "/nonexistent/ca.pem", "--once"], "cannot be read"),
-    ],
-)
-def test_cli_usage_errors_are_one_line(args, said):
-    result = _nvtopy(*args)
-    assert result.returncode == 2, result.stderr
-    assert said in result.stderr and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
-
-
 def test_cli_reads_a_fleet_behind_a_private_ca(sim, certs):
     poller = exporter_poller(sim, gpus=1, seed=3, hostname="node-z")
     server, _ = serve_exporter(poller, "127.0.0.1", 0, tls=_server_context(certs))
     try:
         url = f"https://127.0.0.1:{server.server_address[1]}"
-        result = _nvtopy("--remote", url, "--ca-file", certs["ca.pem"], "--once", "--json")
+        result = run_cli("--remote", url, "--ca-file", certs["ca.pem"], "--once", "--json")
     finally:
         server.shutdown()
         server.server_close()
