@@ -587,7 +587,7 @@ def group_cells(group: Any, me: str | None) -> tuple[Cell, ...]:
     types = {p.type.value for p in members}
     kind = (types.pop(), PLAIN) if len(types) == 1 else ("*", PLAIN)
     if group.value is None and group.mode == "host":
-        label = "this host"  # the local machine's processes, beside other hosts' (--remote)
+        label = group.label  # "this host": the local machine's processes, beside other hosts' (--remote)
     elif group.value is None:
         label = f"{NA} {group.mode}"
     elif group.mode == "gpu":

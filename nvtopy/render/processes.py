@@ -473,7 +473,7 @@ def group_value(process: GpuProcess, mode: str) -> str | int | None:
         return "?" if process.foreign else process.user
     if mode == "owner":
         return owner_label(process)
-    if mode == "host":
+    if mode == HOST_GROUPING:
         return process.host
     return process.gpu_index
 
@@ -529,7 +529,7 @@ class ProcessGroup:
         """The shared value in words (unescaped): ``alice``, ``ns/pod``, ``GPU 3``, ``node2:9400``; N/A when
         unknown ("this host" for the local machine's processes)."""
         if self.value is None:
-            return "this host" if self.mode == "host" else "N/A"
+            return "this host" if self.mode == HOST_GROUPING else "N/A"
         return f"GPU {self.value}" if self.mode == "gpu" else str(self.value)
 
     def targets(self) -> list[GpuProcess]:

@@ -70,7 +70,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
 from ..errors import UsageError
@@ -87,6 +87,9 @@ from .base import SnapshotSource
 from .hostscrape import HostGpus
 from .hostscrape import process as _process  # noqa: F401 - its old name here (tests read remote rows with it)
 from .https import client_context
+
+if TYPE_CHECKING:
+    import ssl
 
 __all__ = ["RemoteHosts", "host_names", "metrics_url"]
 
@@ -194,7 +197,12 @@ class _Job:
     """One fetch of one host, on its own daemon thread; ``abort()`` shuts its sockets from any thread."""
 
     def __init__(
-        self, target: _Target, deadline: float, timeout: float, changed: threading.Event, tls: Any = None
+        self,
+        target: _Target,
+        deadline: float,
+        timeout: float,
+        changed: threading.Event,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.target = target
         self.tls = tls  # the ssl.SSLContext https:// is verified with (None: the system's CAs)

@@ -96,7 +96,6 @@ from .themes import apply_palette, honour_no_color, register_themes
 __all__ = ["INTERVALS", "NvtopyApp"]
 
 INTERVALS = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0)
-TUI_GROUPS = MONITOR_GROUPS  # what the panels show (sources.poller says why)
 SIGNALS = {"SIGTERM": signals.SIGTERM, "SIGKILL": signals.SIGKILL, "SIGINT": signals.SIGINT}
 # At quit, the longest wait for an idle source thread to end; one inside a driver call is not waited for.
 QUIT_WAIT = 0.1
@@ -272,7 +271,7 @@ class NvtopyApp(App[None]):
         poller = Poller(
             backend,
             interval=interval,
-            groups=TUI_GROUPS,
+            groups=MONITOR_GROUPS,  # what the panels show (sources.poller says why)
             opener=opener,
             select=select,
             waiting_for=waiting_for,
