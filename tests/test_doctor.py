@@ -66,7 +66,6 @@ from nvtopy.commands.doctor import (
 )
 from nvtopy.commands.doctor import diagnose as judge
 from nvtopy.commands.options import COMMANDS
-from nvtopy.errors import UsageError
 from nvtopy.model import GpuSample, GpuStatic, HostInfo, Reason
 from nvtopy.textsafe import unescape_text
 
@@ -789,11 +788,8 @@ def test_demo_persistence_off_is_a_warning_not_a_failure(capsys):
 
 
 def require_faults(*specs: str) -> list[str]:
-    """``--demo-fault`` arguments, or a skip where the simulation does not know the spec (yet)."""
-    try:
-        parse_fault_specs(specs, 4)
-    except UsageError as exc:
-        pytest.skip(f"the simulation lacks this fault: {exc}")
+    """``--demo-fault`` arguments; the simulation must know every spec (a spec it lost is a failure, never a skip)."""
+    parse_fault_specs(specs, 4)  # raises UsageError, failing the test, where a spec is unknown
     return [arg for spec in specs for arg in ("--demo-fault", spec)]
 
 
