@@ -149,6 +149,26 @@ def test_a_stuck_gpu_gets_no_second_call_and_comes_back_with_its_late_answer(stu
     collector.close()
 
 
+def test_a_stuck_gpu_costs_the_poll_nothing_after_its_first_wait(stuck_backend):
+    """Only reads started now are waited for: once GPU 1 is stuck, a collection with a long deadline returns
+    as soon as the others answer (waiting for the stuck read again would cost every poll the whole deadline)."""
+    backend = stuck_backend({1})
+    collector = Collector(backend)
+    try:
+        collector.collect(deadline=0.3, stall_after=0.0)  # the one wait the stuck GPU costs
+        started = time.monotonic()
+        for _ in range(3):
+            snapshot = collector.collect(deadline=10.0, stall_after=0.0)
+            assert not snapshot.gpu(1).health.responding
+        elapsed = time.monotonic() - started
+        assert elapsed < 5.0, f"three polls took {elapsed:.1f} s: each waited for the stuck GPU again"
+        assert backend.reads[1] == 1, "the stuck GPU got a second call"
+        assert backend.reads[0] == 4 and backend.reads[2] == 4
+    finally:
+        backend.release.set()
+        collector.close()
+
+
 def test_a_stuck_gpu_keeps_its_last_values_until_stall_after(stuck_backend):
     backend = stuck_backend(set())
     collector = Collector(backend)
