@@ -228,7 +228,10 @@ class PsutilInspector:
         return _Entry(process, create_time, user=None, uid=None, name=None, command=None, reasons=reasons)
 
     def inspect(self, pids: Collection[int]) -> dict[int, HostProcess | None]:
-        """Return host facts per pid; ``None`` for a pid that vanished (the caller drops its row).
+        """Return host facts per pid; ``None`` for a pid this PID namespace has no process for.
+
+        The caller tells a process it saw exit (its row goes) from a pid never seen here (a row
+        not visible from this PID namespace: NVML listed it).
 
         Entries of pids no longer asked about are forgotten, so memory stays
         bounded by the number of live GPU processes.
