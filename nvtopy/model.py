@@ -48,6 +48,7 @@ class Reason(str, enum.Enum):
     UNKNOWN = "unknown"
     NOT_AVAILABLE = "not_available"  # the driver answered "N/A" (e.g. per-process memory under MIG/WDDM)
     NOT_RESPONDING = "not_responding"  # a driver call on this GPU is stuck: nothing read yet (nvtopy.sources.workers)
+    NOT_VISIBLE = "not_visible"  # NVML lists the pid, this PID namespace has no such process: nothing to read
 
     def __str__(self) -> str:  # "not supported" reads better in a UI than the enum repr
         return self.value.replace("_", " ")
@@ -509,7 +510,7 @@ class GpuProcess(_Repr):
     create_time: float | None = None
     running_seconds: float | None = None
     status: str = "running"
-    foreign: bool = False  # pid belongs to another PID namespace: no user/command, never killed
+    foreign: bool = False  # pid not visible from this PID namespace (NVML lists it): no user/command, never killed
     unavailable: Reasons = field(default_factory=lambda: EMPTY_REASONS)
     owner: ProcessOwner | None = None  # the container, pod, Slurm job or service it runs in (None: unknown)
     ns_pid: int | None = None  # its pid as its own (container's) PID namespace sees it, when that differs

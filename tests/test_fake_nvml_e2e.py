@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from .conftest import needs_fake_nvml
+from .conftest import FAKE_NVML_SRC, needs_fake_nvml
 from .test_cli import check_contract
 
 pytestmark = needs_fake_nvml
@@ -180,3 +180,103 @@ def test_mps_clients_are_listed(fake_lib, workers):
     text = nvtopy(fake_lib, "--once", "--no-color", FAKE_NVML_GPUS="2", FAKE_NVML_PIDS=pids, FAKE_NVML_PROC_TYPE="mps")
     assert text.returncode == 0, text.stderr
     assert text.stdout.count(" M ") == len(workers) and "No GPU processes" not in text.stdout
+
+
+# --------------------------------------------------------------------------- pids this namespace lacks
+
+
+def _pids_none_can_have(count: int) -> list[int]:
+    """Pids above the kernel's pid_max: no process here has them (a container's, a captured machine's)."""
+    with open("/proc/sys/kernel/pid_max") as handle:
+        top = int(handle.read())
+    return [top + 1000 + k for k in range(count)]
+
+
+def _host_sees_nvml_pids() -> bool:
+    """False where nvtopy itself runs in a nested PID namespace: then every NVML pid is a host pid (not visible)."""
+    from nvtopy.backends.host import in_foreign_pid_namespace
+
+    return not in_foreign_pid_namespace()
+
+
+def test_pids_this_namespace_lacks_are_rows_never_hidden(fake_lib, workers):
+    """The driver lists pids no process here has, with their memory: rows marked not visible, in JSON and text.
+
+    GPU 1 lists only such pids: its memory in use is theirs, so no "no process is visible" hint either.
+    """
+    gone = _pids_none_can_have(2)
+    pids = ",".join(map(str, [workers[0], gone[0], workers[1], gone[1]]))  # pid k on GPU k mod 2
+    result = nvtopy(fake_lib, "--once", "--json", FAKE_NVML_GPUS="2", FAKE_NVML_PIDS=pids)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    check_contract(data)
+    gpu0, gpu1 = data["gpus"]
+    assert sorted(p["pid"] for p in gpu0["processes"]) == sorted(workers[:2])
+    if _host_sees_nvml_pids():
+        assert all(not p["foreign"] and p["command"] == "sleep 120" for p in gpu0["processes"])
+    assert sorted(p["pid"] for p in gpu1["processes"]) == gone
+    for row in gpu1["processes"]:
+        assert row["foreign"] is True and row["type"] == "C" and row["gpu_memory_bytes"] > 0
+        assert row["user"] is None and row["command"] is None and row["cpu_percent"] is None
+        assert row["host_memory_bytes"] is None and row["create_time"] is None
+        assert row["unavailable"]["user"] == row["unavailable"]["command"] == "not_visible"
+    hint = gpu1["processes_hint"]
+    assert hint and "no process is visible" not in hint and "never signalled" in hint
+    assert all(str(pid) in hint for pid in gone)
+
+    text = nvtopy(fake_lib, "--once", "--no-color", FAKE_NVML_GPUS="2", FAKE_NVML_PIDS=pids)
+    assert text.returncode == 0, text.stderr
+    lines = [line for line in text.stdout.splitlines() if any(f" {pid} " in line for pid in gone)]
+    assert len(lines) == 2 and all("(not visible from this PID namespace)" in line for line in lines), text.stdout
+    assert "no process is visible" not in text.stdout
+
+
+CAPTURE = FAKE_NVML_SRC.parent / "nvidia-smi-captures" / "rtx-4090-x8-busy-535.154.05-gpud.txt"
+
+
+@pytest.mark.skipif(not CAPTURE.exists(), reason="../shared/nvidia-smi-captures is not available")
+def test_a_real_capture_keeps_every_process_the_driver_lists(fake_lib, workers, tmp_path):
+    """A real ``nvidia-smi -q`` of eight busy RTX 4090s, served by fake-nvml: every listed process is a row.
+
+    The first captured pid is replaced by a live process (joined as usual), the others by pids none
+    can have here, as on the captured machine seen from elsewhere: each keeps its type and the exact
+    GPU memory nvidia-smi printed. GPU 5 lists none and uses none: no row, no hint.
+    """
+    profile, expected = tmp_path / "capture.profile", tmp_path / "expected.json"
+    convert = subprocess.run(
+        [
+            sys.executable,
+            str(FAKE_NVML_SRC / "capture.py"),
+            str(CAPTURE),
+            "-o",
+            str(profile),
+            "--expected",
+            str(expected),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert convert.returncode == 0, convert.stderr
+    captured = [(g["index"], p) for g in json.loads(expected.read_text())["gpus"] for p in g["processes"] or []]
+    assert len(captured) == 7
+    pids = [workers[0], *_pids_none_can_have(len(captured) - 1)]
+    result = nvtopy(
+        fake_lib, "--once", "--json", FAKE_NVML_PROFILE=str(profile), FAKE_NVML_PROFILE_PIDS=",".join(map(str, pids))
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    check_contract(data)
+    rows = {(g["index"], p["pid"]): p for g in data["gpus"] for p in g["processes"]}
+    assert sorted(rows) == sorted((index, pid) for (index, _), pid in zip(captured, pids, strict=True))
+    for (index, process), pid in zip(captured, pids, strict=True):
+        row = rows[(index, pid)]
+        assert (row["type"], row["gpu_memory_bytes"]) == (process["type"], process["used_memory"])
+        if pid == workers[0]:
+            if _host_sees_nvml_pids():
+                assert not row["foreign"] and row["command"] == "sleep 120"
+        else:
+            assert row["foreign"] and row["user"] is None and row["unavailable"]["command"] == "not_visible"
+    by_index = {g["index"]: g for g in data["gpus"]}
+    assert by_index[5]["processes"] == [] and by_index[5]["processes_hint"] is None
+    assert all("no process is visible" not in (g["processes_hint"] or "") for g in data["gpus"])

@@ -447,32 +447,71 @@ def test_pid_reuse_resets_cpu_baseline(spawn, monkeypatch):
 # --------------------------------------------------------------------------- PID namespaces
 
 
+HOST_NAMESPACE = "pid:[4026531836]"  # the initial PID namespace's fixed inode (PROC_PID_INIT_INO)
+CONTAINER_NAMESPACE = "pid:[4026532190]"
+ONE_LEVEL = "Name:\tpython\nNSpid:\t1234\nNSsid:\t1\n"
+NESTED = "Name:\tpython\nNSpid:\t1234\t7\nNSsid:\t1\t1\n"
+
+
 @pytest.mark.parametrize(
     ("content", "expected"),
     [
-        ("Name:\tpython\nNSpid:\t1234\nNSsid:\t1\n", False),
-        ("Name:\tpython\nNSpid:\t1234\t7\nNSsid:\t1\t1\n", True),
+        (ONE_LEVEL, False),
+        (NESTED, True),
         ("Name:\tpython\nNSpid:\t1234\t56\t7\n", True),
         ("Name:\tpython\nPid:\t1234\nPPid:\t1\n", False),
         ("", False),
     ],
 )
-def test_in_foreign_pid_namespace(tmp_path, content, expected):
+def test_in_foreign_pid_namespace_by_nspid_where_the_link_is_unreadable(tmp_path, content, expected):
     status = tmp_path / "status"
     status.write_text(content, encoding="ascii")
-    assert in_foreign_pid_namespace(str(status)) is expected
+    assert in_foreign_pid_namespace(str(status), str(tmp_path / "no-link")) is expected
 
 
-def test_in_foreign_pid_namespace_missing_file(tmp_path):
-    assert in_foreign_pid_namespace(str(tmp_path / "absent")) is False
+@pytest.mark.parametrize(
+    ("link", "content", "expected"),
+    [
+        (HOST_NAMESPACE, ONE_LEVEL, False),
+        (HOST_NAMESPACE, NESTED, False),  # the initial namespace whatever NSpid says
+        (CONTAINER_NAMESPACE, NESTED, True),
+        (CONTAINER_NAMESPACE, ONE_LEVEL, True),  # a container with its own /proc: NSpid shows one level
+        ("not a namespace", NESTED, True),  # not a pid:[N] link: NSpid decides
+    ],
+)
+def test_in_foreign_pid_namespace_by_the_namespace_link(tmp_path, link, content, expected):
+    status, namespace = tmp_path / "status", tmp_path / "pid"
+    status.write_text(content, encoding="ascii")
+    namespace.symlink_to(link)
+    assert in_foreign_pid_namespace(str(status), str(namespace)) is expected
 
 
-def test_in_foreign_pid_namespace_of_this_process_matches_nspid():
-    with open("/proc/self/status", encoding="ascii", errors="replace") as status:
-        nspid = [line.split()[1:] for line in status if line.startswith("NSpid:")]
-    if not nspid:
-        pytest.skip("kernel without NSpid")
-    assert in_foreign_pid_namespace() is (len(nspid[0]) > 1)
+def test_a_container_with_its_own_proc_is_a_foreign_pid_namespace(tmp_path, monkeypatch):
+    """Docker and Kubernetes mount a /proc of the container's namespace: NSpid has one level there, as on the host.
+
+    Only the namespace link tells; taken for the host, NVML's host pids were looked up as local ones.
+    """
+    status = tmp_path / "status"
+    status.write_text(ONE_LEVEL, encoding="ascii")
+    real_readlink = os.readlink
+    monkeypatch.setattr(
+        os,
+        "readlink",
+        lambda path, *a, **k: CONTAINER_NAMESPACE if str(path) == "/proc/self/ns/pid" else real_readlink(path, *a, **k),
+    )
+    assert in_foreign_pid_namespace(str(status)) is True
+
+
+def test_in_foreign_pid_namespace_missing_files(tmp_path):
+    assert in_foreign_pid_namespace(str(tmp_path / "absent"), str(tmp_path / "absent-link")) is False
+
+
+def test_in_foreign_pid_namespace_of_this_process_matches_its_namespace_link():
+    try:
+        link = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        pytest.skip("no /proc/self/ns/pid")
+    assert in_foreign_pid_namespace() is (link != HOST_NAMESPACE)
 
 
 def test_username_for_uid_unknown_uid_is_numeric():

@@ -634,11 +634,39 @@ def test_process_memory_none_and_zero_are_distinct(fake, make_backend, sleeper):
     assert zero.gpu_memory_bytes == 0 and "gpu_memory_bytes" not in zero.unavailable
 
 
-def test_vanished_pid_is_dropped(fake, make_backend, sleeper):
+def test_a_pid_this_namespace_lacks_is_listed_not_visible(fake, make_backend, sleeper):
+    """NVML lists a pid with its memory that no process here has (a container, a captured machine): a row."""
     gone = nonexistent_pid()
-    fake.gpus[0].compute_procs = [FakeProcess(gone), FakeProcess(sleeper.pid)]
-    rows = Collector(make_backend(fake)).collect().gpus[0].processes
-    assert [p.pid for p in rows] == [sleeper.pid]
+    fake.gpus[0].compute_procs = [FakeProcess(gone, 3 * MIB), FakeProcess(sleeper.pid)]
+    state = Collector(make_backend(fake)).collect().gpus[0]
+    rows = {p.pid: p for p in state.processes}
+    assert sorted(rows) == sorted([gone, sleeper.pid])
+    hidden = rows[gone]
+    assert hidden.foreign and not rows[sleeper.pid].foreign
+    assert (hidden.type, hidden.gpu_memory_bytes, hidden.gpu_index) == (ProcessType.COMPUTE, 3 * MIB, 0)
+    assert (hidden.user, hidden.command, hidden.cpu_percent, hidden.host_memory_bytes) == (None, None, None, None)
+    assert hidden.create_time is None, "no start time: a signal could not be checked, so none is ever sent"
+    for name in ("user", "command", "cpu_percent", "host_memory_bytes", "running_seconds"):
+        assert hidden.unavailable[name] is Reason.NOT_VISIBLE
+    assert state.processes_hint is not None and f"pid {gone}" in state.processes_hint
+    assert "not visible from this PID namespace" in state.processes_hint
+    assert "no process is visible" not in state.processes_hint
+
+
+def test_a_process_seen_here_that_exits_is_dropped(fake, make_backend):
+    """Only a pid the host had and no longer has is left out: it exited after NVML's list (NVML may list it a while)."""
+    child = subprocess.Popen(["sleep", "30"])
+    fake.gpus[0].compute_procs = [FakeProcess(child.pid, 5 * MIB)]
+    collector = Collector(make_backend(fake))
+    try:
+        assert [p.pid for p in collector.collect().gpus[0].processes] == [child.pid]
+    finally:
+        child.kill()
+        child.wait()
+    for _ in range(2):  # and it stays out while NVML still lists it
+        assert collector.collect().gpus[0].processes == ()
+    fake.gpus[0].compute_procs = []
+    assert collector.collect().gpus[0].processes == ()
 
 
 def test_mig_instance_ids_are_kept(fake, make_backend):

@@ -684,6 +684,47 @@ def test_slurm_job_from_the_environment_alone(tree: Tree) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("cgroup", "kind"),
+    [
+        ("0::/user.slice/user-1000.slice/session-3.scope\n", OwnerKind.USER_SESSION),  # a login session
+        ("0::/user.slice/user-1000.slice\n", OwnerKind.USER_SESSION),
+        ("0::/user.slice/user-1000.slice/user@1000.service/app.slice/jupyter.service\n", OwnerKind.SYSTEMD_SERVICE),
+        # A user can create a unit of their own named slurmd.service: not slurmd's.
+        ("0::/user.slice/user-1000.slice/user@1000.service/app.slice/slurmd.service\n", OwnerKind.SYSTEMD_SERVICE),
+        ("0::/system.slice/jupyterhub.service\n", OwnerKind.SYSTEMD_SERVICE),
+        ("0::/system.slice/slurmdbd.service\n", OwnerKind.SYSTEMD_SERVICE),
+        ("11:devices:/user.slice/user-1000.slice/session-3.scope\n0::/\n", OwnerKind.USER_SESSION),  # hybrid v1
+        (f"0::/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{PODMAN_ID}.scope\n", OwnerKind.PODMAN),
+        (f"0::/kubepods/burstable/pod{POD_UID}/{CONTAINERD_ID}\n", OwnerKind.KUBERNETES),
+    ],
+)
+def test_slurm_environment_never_overrides_a_cgroup_that_proves_another_owner(
+    tree: Tree, cgroup: str, kind: OwnerKind
+) -> None:
+    """Anyone can export SLURM_JOB_ID: from a login session it would bill the job and put them in its group kill."""
+    tree.process(300, cgroup, SLURM_ENV)
+    owner = tree.resolver().resolve(300, 1.0).owner
+    assert owner is not None and owner.kind is kind, owner
+    assert owner.job is None and owner.name != SLURM_ENV["SLURM_JOB_NAME"]
+
+
+@pytest.mark.parametrize(
+    "cgroup",
+    [
+        "0::/system.slice/slurmd.service\n",  # proctrack/linuxproc under systemd
+        "0::/system.slice/slurmd@node7.service\n",  # one of several slurmd on a node
+        "0::/\n",  # the root cgroup: no systemd, no Slurm cgroup plugin
+        "0::/opt-batch/task-7\n",  # a layout nvtopy does not know: it names no owner
+    ],
+)
+def test_slurm_environment_names_the_job_where_the_cgroup_says_nothing(tree: Tree, cgroup: str) -> None:
+    tree.process(300, cgroup, SLURM_ENV)
+    owner = tree.resolver().resolve(300, 1.0).owner
+    assert owner is not None and owner.kind is OwnerKind.SLURM
+    assert (owner.job, owner.step, owner.name) == ("1392969", "0", "llama-finetune")
+
+
 def test_slurm_environment_never_overrides_a_container(tree: Tree) -> None:
     tree.process(300, f"0::/system.slice/docker-{DOCKER_ID}.scope\n", SLURM_ENV)
     owner = tree.resolver().resolve(300, 1.0).owner

@@ -378,7 +378,8 @@ def test_process_words():
     assert row["zombie"]["Command"] == ("python train.py <defunct>", cells.BAD)
     assert row["another user's zombie"]["Command"] == ("python train.py <defunct>", cells.BAD)
     foreign = row["foreign pid namespace"]
-    assert foreign["User"] == ("?", cells.DIM) and foreign["Command"] == ("(pid of another PID namespace)", cells.DIM)
+    assert foreign["User"] == ("?", cells.DIM)
+    assert foreign["Command"] == ("(not visible from this PID namespace)", cells.DIM)
     denied = row["no permission"]
     assert denied["User"] == ("N/A", cells.DIM) and denied["Command"] == ("N/A (no permission)", cells.DIM)
     assert row["N/A memory and SM"]["SM%"] == ("N/A", cells.DIM) and row["N/A memory and SM"]["Type"] == ("C+G", "")

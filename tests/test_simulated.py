@@ -147,7 +147,12 @@ def test_fault_process_faults(sim):
 
     full = collect(sim(gpus=8, seed=5))
     vanished = collect(sim(gpus=8, seed=5, faults=parse_fault_specs(["vanished"])))
-    assert len(vanished.processes) < len(full.processes), "vanished pids are dropped by the join"
+    assert [p.pid for p in vanished.processes] == [p.pid for p in full.processes], "NVML listed them: rows kept"
+    gone = [p for p in vanished.processes if p.foreign]
+    assert gone, "some pids the host does not have"
+    for proc in gone:
+        assert proc.user is None and proc.command is None and proc.gpu_memory_bytes is not None
+        assert proc.unavailable["command"] is Reason.NOT_VISIBLE
 
     foreign = collect(sim(gpus=2, faults=parse_fault_specs(["foreign"])))
     assert foreign.processes and all(p.foreign and p.user is None for p in foreign.processes)

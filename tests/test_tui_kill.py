@@ -19,6 +19,7 @@ import pytest
 from nvtopy.backends.sim_catalog import Workload
 from nvtopy.backends.sim_faults import parse_fault_specs
 from nvtopy.tui.app import NvtopyApp
+from nvtopy.tui.process_screen import ProcessScreen
 from nvtopy.tui.screens import ConfirmSignalScreen
 
 from .tui_helpers import SendSpy, more_snapshots, pids, screen_text, select, started, table_of, wait_until, widget_lines
@@ -275,7 +276,7 @@ async def test_foreign_pids_cannot_be_signalled(sim):
         await started(pilot, app)
         rows = table_of(app).rows
         assert rows and all(p.foreign for p in rows)
-        assert "(pid of another PID namespace)" in widget_lines(table_of(app))[1]
+        assert "(not visible from this PID namespace)" in widget_lines(table_of(app))[1]
         stack = list(app.screen_stack)
         for key in ("T", "K"):
             await pilot.press(key)
@@ -283,9 +284,62 @@ async def test_foreign_pids_cannot_be_signalled(sim):
             assert list(app.screen_stack) == stack, "no dialog"
         notes = list(app._notifications)
         assert [n.severity for n in notes] == ["error", "error"]
-        assert f"pid {rows[0].pid} belongs to another PID namespace" in notes[0].message
+        assert f"pid {rows[0].pid} is not visible from this PID namespace" in notes[0].message
         assert spy.calls == []
         assert app.last_outcomes == []
+
+
+async def test_a_pid_this_namespace_lacks_is_listed_and_never_signalled(sim, spawn):
+    """NVML lists a pid the host does not have (a container, a captured machine): a row, refused by every kill path.
+
+    The ``vanished`` fault lists such pids beside a real process on one GPU: the row's own K, the tagged
+    rows' K, its process screen's K and the GPU group's K (``b``) all refuse with one line naming it,
+    and nothing is sent to anyone.
+    """
+    child = spawn()
+    backend = sim(gpus=1, seed=1, real_pids=[child.pid], faults=parse_fault_specs(["vanished"]))
+    spy = SendSpy(backend)
+    app = NvtopyApp.for_backend(backend, interval=INTERVAL)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        hidden = [p for p in table_of(app).rows if p.foreign]
+        assert hidden, "the driver listed a pid the host does not have: it is a row"
+        row = hidden[0]
+        assert row.gpu_memory_bytes and row.user is None and row.command is None and row.create_time is None
+        assert child.pid in pids(app)
+        line = next(line for line in widget_lines(table_of(app)) if f" {row.pid} " in line)
+        assert "(not visible from this PID namespace)" in line
+        stack = list(app.screen_stack)
+
+        await select(pilot, app, lambda p: p.pid == row.pid)
+        await pilot.press("K")  # the row itself
+        await pilot.press("space")
+        await select(pilot, app, lambda p: p.pid == child.pid)
+        await pilot.press("space", "K")  # tagged, with a visible one
+        assert len(app.tags.keys) == 2
+        app.tags.keys.clear()
+        await select(pilot, app, lambda p: p.pid == row.pid)
+        await pilot.press("enter")  # its process screen
+        await pilot.pause()
+        assert isinstance(app.screen, ProcessScreen)
+        await pilot.press("K", "escape")
+        await pilot.pause()
+        for _ in range(4):  # its GPU's group
+            if app.group_by == "gpu":
+                break
+            await pilot.press("b")
+        assert app.group_by == "gpu"
+        await pilot.press("home", "K")
+        await pilot.pause()
+
+        assert list(app.screen_stack) == stack, "no dialog"
+        notes = [n.message for n in app._notifications if n.severity == "error"]
+        assert len(notes) == 4, notes
+        for note in notes:
+            assert f"pid {row.pid}" in note and "is not visible from this PID namespace" in note, note
+            assert "nothing sent" in note
+        assert spy.calls == [] and app.last_outcomes == []
+        assert child.poll() is None, "the visible process of the refused group is untouched"
 
 
 async def test_nothing_selected_opens_no_dialog(sim):

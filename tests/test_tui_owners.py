@@ -561,3 +561,42 @@ async def test_sigterm_to_a_gpu_group_kills_its_real_processes(sim, spawn):
                 assert child.returncode == -signal.SIGTERM
             else:
                 assert child.poll() is None, "other GPUs' processes are spared"
+
+
+async def test_a_slurm_job_id_exported_from_a_login_session_joins_no_job_group(sim, spawn, tmp_path):
+    """Real processes, owners read from fixture cgroup and environ files: a job's task, and a session's
+    process whose environment claims the same job. ``b`` by owner, ``K`` on the job: only the job's task.
+    """
+    from nvtopy.backends.owners import OwnerResolver
+
+    task, intruder = spawn(), spawn()
+    env = b"SLURM_JOB_ID=1392969\0SLURM_JOB_NAME=llama-finetune\0SLURM_STEP_ID=0\0"
+    for child, cgroup in (
+        (task, "0::/system.slice/slurmstepd.scope/job_1392969/step_0/user/task_0\n"),
+        (intruder, "0::/user.slice/user-1000.slice/session-3.scope\n"),
+    ):
+        base = tmp_path / str(child.pid)
+        base.mkdir()
+        (base / "cgroup").write_text(cgroup)
+        (base / "environ").write_bytes(env)
+    backend = sim(gpus=1, real_pids=[task.pid, intruder.pid], processes_per_gpu=0, clock=time.time)
+    backend._inspector.resolver = OwnerResolver(proc_root=str(tmp_path))
+    app = NvtopyApp.for_backend(backend, interval=2.0)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(pilot, app)
+        owners = {p.pid: p.owner for p in table_of(app).rows}
+        assert owners[task.pid] is not None and owners[task.pid].job == "1392969"
+        assert owners[intruder.pid] is not None and owners[intruder.pid].kind is OwnerKind.USER_SESSION
+        for _ in range(4):
+            if app.group_by == "owner":
+                break
+            await pilot.press("b")
+        groups = {g.value: g for g in table_of(app).rows}
+        job = groups["slurm 1392969.0"]
+        assert [p.pid for p in job.members] == [task.pid]
+        await pilot.press("home", *["down"] * table_of(app).rows.index(job), "K")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmSignalScreen)
+        assert [p.pid for p in app.screen.targets] == [task.pid], "the session's process is no target"
+        await pilot.press("n")
+    assert task.poll() is None and intruder.poll() is None

@@ -299,7 +299,7 @@ async def test_a_pid_of_another_namespace_is_never_asked_about():
         await pilot.press("enter")
         await pilot.pause()
         assert isinstance(app.screen, ProcessScreen)
-        assert "another PID namespace" in app.screen.plain_text()
+        assert "not visible from this PID namespace" in app.screen.plain_text()
         assert asked == []
 
 

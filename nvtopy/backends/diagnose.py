@@ -426,7 +426,7 @@ class HostFacts:
     cuda_visible_devices: str | None = None
     cuda_device_order: str | None = None
     bindings: PythonBindings = field(default_factory=PythonBindings)
-    foreign_pid_namespace: bool = False  # NSpid lists more than one pid: NVML's pids are not ours
+    foreign_pid_namespace: bool = False  # not the initial PID namespace: NVML pids are not ours
     container: str | None = None  # "docker", "podman", "kubernetes", "containerd", "lxc", "container"; None: none seen
     proc_options: Mapping[str, str] | None = None  # /proc's mount options; None: unreadable
     euid: int | None = None

@@ -47,13 +47,27 @@ def username_for_uid(uid: int) -> str:
     return name
 
 
-def in_foreign_pid_namespace(status_path: str = "/proc/self/status") -> bool:
-    """True when this process lives in a nested PID namespace (NSpid lists more than one pid).
+# The initial PID namespace's inode (the kernel's PROC_PID_INIT_INO, 0xEFFFFFFC: fixed since Linux 3.8).
+_INIT_PID_NAMESPACE = f"pid:[{0xEFFFFFFC}]"
 
-    NVML always reports pids of the initial namespace. In a nested one those pids
-    are either invisible or, worse, collide with unrelated local processes.
-    Kernels without NSpid (< 4.1) or non-Linux systems are assumed to be the host.
+
+def in_foreign_pid_namespace(status_path: str = "/proc/self/status", namespace_path: str = "/proc/self/ns/pid") -> bool:
+    """True when this process does not live in the initial PID namespace, whose pids NVML reports.
+
+    Inside a nested namespace NVML's pids are either invisible or, worse, collide with
+    unrelated local processes. The namespace link tells (``pid:[N]``, N the initial
+    namespace's fixed inode on the host); ``NSpid`` does not always: it lists the pid from
+    the namespace that mounted ``/proc`` down, so a container with its own ``/proc`` (Docker,
+    Kubernetes) shows one level, as the host does. Where the link cannot be read, ``NSpid``
+    listing more than one pid is the sign; kernels without it (< 4.1) or non-Linux systems
+    are assumed to be the host.
     """
+    try:
+        link = os.readlink(namespace_path)
+    except (OSError, ValueError):
+        link = ""
+    if link.startswith("pid:["):
+        return link != _INIT_PID_NAMESPACE
     try:
         with open(status_path, encoding="ascii", errors="replace") as status:
             for line in status:
@@ -228,7 +242,10 @@ class PsutilInspector:
         return _Entry(process, create_time, user=None, uid=None, name=None, command=None, reasons=reasons)
 
     def inspect(self, pids: Collection[int]) -> dict[int, HostProcess | None]:
-        """Return host facts per pid; ``None`` for a pid that vanished (the caller drops its row).
+        """Return host facts per pid; ``None`` for a pid this PID namespace has no process for.
+
+        The caller tells a process it saw exit (its row goes) from a pid never seen here (a row
+        not visible from this PID namespace: NVML listed it).
 
         Entries of pids no longer asked about are forgotten, so memory stays
         bounded by the number of live GPU processes.

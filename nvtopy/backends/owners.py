@@ -12,7 +12,8 @@ subprocess -- so naming an owner costs a few small reads, once per process:
   and ``<log>/pods/<ns>_<pod>_<uid>/<container>/``: namespace, pod and container
   names (Kubernetes names cannot contain ``_``);
 - ``/proc/<pid>/environ``: ``SLURM_JOB_NAME`` (trusted only when its
-  ``SLURM_JOB_ID`` matches the job of the cgroup path) and ``CUDA_VISIBLE_DEVICES``;
+  ``SLURM_JOB_ID`` matches the job of the cgroup path; ``SLURM_JOB_ID`` names a job
+  by itself only where the cgroup names no other owner) and ``CUDA_VISIBLE_DEVICES``;
   readable for the process's own user or root only;
 - ``/proc/<pid>/status``: ``NSpid``, the pid as the process's own PID namespace
   (its container) sees it.
@@ -421,10 +422,13 @@ class OwnerResolver:
 def _with_slurm_env(owner: ProcessOwner, env: dict[str, str] | None) -> ProcessOwner:
     """Add the job name from the environment, when its job id matches the cgroup's.
 
-    Without a Slurm cgroup (``proctrack/linuxproc``: tasks stay in ``slurmd.service``
-    or a session) a process whose environment holds a numeric ``SLURM_JOB_ID`` and
-    whose cgroup names no container or job is taken as that job's, its step from
-    ``SLURM_STEP_ID``.
+    Without a Slurm cgroup (``proctrack/linuxproc``: tasks stay in ``slurmd.service``, or
+    in the root cgroup without systemd) a process whose environment holds a numeric
+    ``SLURM_JOB_ID`` is taken as that job's, its step from ``SLURM_STEP_ID`` -- but only
+    where the cgroup says nothing of the owner (:func:`_cgroup_leaves_owner_open`). Why:
+    any user can set the variable, and a cgroup that proves another owner (a login
+    session, a user or system service, a container) must not be overridden by it: their
+    GPU use would be billed to the job, and ``b`` + ``K`` on the job would signal them.
     """
     if not env:
         return owner
@@ -434,11 +438,27 @@ def _with_slurm_env(owner: ProcessOwner, env: dict[str, str] | None) -> ProcessO
     name = _cut(env.get("SLURM_JOB_NAME"))
     if owner.kind is OwnerKind.SLURM:
         return replace(owner, name=name) if owner.job == job_id else owner
-    if _RANK[owner.kind] < _RANK[OwnerKind.SLURM]:
+    if _cgroup_leaves_owner_open(owner):
         step = env.get("SLURM_STEP_ID", "").strip()
         step = step if step and len(step) <= 64 and "/" not in step else None
         return ProcessOwner(kind=OwnerKind.SLURM, id=job_id, name=name, job=job_id, step=step, cgroup=owner.cgroup)
     return owner
+
+
+def _cgroup_leaves_owner_open(owner: ProcessOwner) -> bool:
+    """Whether a cgroup says nothing of who owns the process, so its environment may name a Slurm job.
+
+    The root cgroup and a path of no layout nvtopy knows name no owner (only root places a
+    process there). ``slurmd``'s own system service is where ``proctrack/linuxproc`` leaves a
+    job's tasks: it names Slurm itself, not another owner. Everything else proves an owner:
+    a session, any other service (a user's own ``slurmd.service`` under ``user@<uid>.service``
+    included: a user can create that), a container or a pod.
+    """
+    if owner.kind in (OwnerKind.HOST, OwnerKind.CGROUP):
+        return True
+    if owner.kind is OwnerKind.SYSTEMD_SERVICE and owner.uid is None and owner.name:
+        return owner.name == "slurmd" or owner.name.startswith(("slurmd@", "slurmd-"))
+    return False
 
 
 def _ns_pid(status: str | None) -> int | None:

@@ -294,8 +294,13 @@ class PidMapper:
             self._proven[hosts[0]] = PidMapping(hosts[0], local_pid, start, rule)
 
 
-def unmapped_hint(rows: Sequence[GpuProcess]) -> str | None:
-    """A sentence naming the foreign (unmapped) rows of one GPU and their GPU memory; None when all mapped."""
+def unmapped_hint(rows: Sequence[GpuProcess], *, host_pids: bool = True) -> str | None:
+    """A sentence naming the rows of one GPU not visible here (``foreign``) and their GPU memory; None when none.
+
+    ``host_pids``: nvtopy knows it runs in a nested PID namespace, so NVML's pids are the host's
+    and the rows are those no rule mapped to a local process. Otherwise the pids are simply not
+    in this PID namespace (a container it could not tell it was in, a captured machine).
+    """
     foreign = [row for row in rows if row.foreign]
     if not foreign:
         return None
@@ -305,7 +310,13 @@ def unmapped_hint(rows: Sequence[GpuProcess]) -> str | None:
         memory += f" ({len(foreign) - len(known)} not reported)"
     pids = ", ".join(str(row.pid) for row in foreign[:8]) + (", ..." if len(foreign) > 8 else "")
     noun = "process" if len(foreign) == 1 else "processes"
+    if host_pids:
+        return (
+            f"{len(foreign)} {noun} of another PID namespace not mapped to a local one ({memory}): "
+            f"host pid {pids}; shown without user or command and never signalled"
+        )
+    verb = "is" if len(foreign) == 1 else "are"
     return (
-        f"{len(foreign)} {noun} of another PID namespace not mapped to a local one ({memory}): "
-        f"host pid {pids}; shown without user or command and never signalled"
+        f"{len(foreign)} {noun} the driver lists {verb} not visible from this PID namespace ({memory}): "
+        f"pid {pids}; shown without user or command and never signalled"
     )

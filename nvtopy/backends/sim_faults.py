@@ -9,7 +9,7 @@ Spec syntax (``--demo-fault``, repeatable): ``NAME[=ARG][@GPUS]``, GPUS being
     unsupported=processes       process lists NotSupported everywhere
     no-process-memory           per-process memory reported as N/A (MIG, WDDM)
     access-denied               processes of other users: user/command unreadable
-    vanished                    some listed pids no longer exist on the host
+    vanished                    some listed pids do not exist on the host (not visible here)
     foreign                     pids from another PID namespace (container)
     ecc@3                       uncorrected ECC errors on GPU 3
     hot@0                       GPU 0 runs above its slowdown temperature

@@ -46,6 +46,7 @@ __all__ = [
     "GPM_NOT_SUPPORTED_SHORT",
     "HOT",
     "MIG_UTILIZATION_NOTE",
+    "NOT_VISIBLE",
     "PALETTES",
     "PLAIN",
     "PROCESS_CELL_KEYS",
@@ -154,6 +155,10 @@ TEMPERATURE_HOT_MARGIN = 5  # the driver is about to slow the clocks down
 TEMPERATURE_WARM_MARGIN = 15  # warm: worth watching under load
 
 _MISSING: Cell = (NA, DIM)
+
+# What every view says of a pid NVML lists that this PID namespace has no process for (``GpuProcess.foreign``):
+# a container without the host's PID namespace, a captured machine. Its row is kept, never signalled.
+NOT_VISIBLE = "not visible from this PID namespace"
 
 _THROTTLE_LABELS = {
     "sw_power_cap": "power cap",
@@ -499,7 +504,7 @@ def process_flags_cell(process: GpuProcess) -> Cell:
 
 
 def is_mine(process: GpuProcess, me: str | None) -> bool:
-    """A process of the user nvtopy runs as (never one of another PID namespace: its owner is unknown)."""
+    """A process of the user nvtopy runs as (never one not visible from this PID namespace: its owner is unknown)."""
     return not process.foreign and process.user == me
 
 
@@ -518,7 +523,7 @@ def owner_cell(process: GpuProcess) -> Cell:
     """Who the process runs under, by its short label: ``web-1``, ``ns/pod``, ``slurm 1234.0``, ``nginx``.
 
     ``"-"`` (dim) for a plain host process (no container, job or service); N/A (dim)
-    when unknown (not resolved, or a pid of another PID namespace). The names come
+    when unknown (not resolved, or a pid not visible from this PID namespace). The names come
     from the runtime's files or the process's environment: outside text, made safe here.
     """
     owner = process.owner
@@ -540,7 +545,7 @@ def process_cells(process: GpuProcess, me: str | None) -> tuple[Cell, ...]:
     """
     if process.foreign:
         user: Cell = ("?", DIM)
-        command: Cell = ("(pid of another PID namespace)", DIM)
+        command: Cell = (f"({NOT_VISIBLE})", DIM)
     else:
         user = (safe_text(process.user), PLAIN if is_mine(process, me) else DIM) if process.user else _MISSING
         if process.command:

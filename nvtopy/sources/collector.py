@@ -52,7 +52,7 @@ __all__ = ["HINT_MIN_BYTES", "Collector", "only_instances", "processes_hint"]
 class _GpuMemo:
     """What the collector remembers of one GPU between reads."""
 
-    __slots__ = ("history", "last", "never_read", "reasons", "static", "timeline", "values", "watch")
+    __slots__ = ("exited", "history", "last", "never_read", "reasons", "seen", "static", "timeline", "values", "watch")
 
     def __init__(self, static: GpuStatic, history: int, thresholds: HealthThresholds, timeline: bool = True) -> None:
         self.static = static
@@ -64,6 +64,10 @@ class _GpuMemo:
         self.never_read: set[str] = set(ALL_GROUPS)
         self.watch = GpuWatch(thresholds)
         self.last: GpuState | None = None  # what the last snapshot showed (a stalled GPU keeps showing it)
+        # The pids of its last rows that the host knew, and those of them it no longer has while NVML still
+        # lists them: exited (dropped), where a pid the host never had is a row "not visible from here".
+        self.seen: frozenset[int] = frozenset()
+        self.exited: frozenset[int] = frozenset()
 
 
 class _GpuRead(NamedTuple):
@@ -347,12 +351,13 @@ class Collector:
         rows_reason: Reason | None = None
         proc_reading = answer.processes
         if proc_reading is not None:
-            rows = self._rows(memo.static, proc_reading.processes, host, now)
+            rows = self._rows(memo, proc_reading.processes, host, now)
             rows_reason = proc_reading.unavailable
         history = self._record(memo, sample)
-        hint = None if proc_reading is None else processes_hint(sample, rows, rows_reason)
-        if proc_reading is not None and self.backend.pids_are_foreign():
-            hint = unmapped_hint(rows) or hint
+        hint = None
+        if proc_reading is not None:
+            foreign = self.backend.pids_are_foreign()
+            hint = unmapped_hint(rows, host_pids=foreign) or processes_hint(sample, rows, rows_reason)
         watched = memo.watch.observe(sample, rows, now)
         health = self._assess(memo, sample, now, watched=watched)
         state = GpuState(
@@ -436,11 +441,20 @@ class Collector:
         return self.backend.inspect_processes(pids) if pids else {}
 
     def _rows(
-        self, static: GpuStatic, raws: list[RawGpuProcess], host: dict[int, HostProcess | None] | None, now: float
+        self, memo: _GpuMemo, raws: list[RawGpuProcess], host: dict[int, HostProcess | None] | None, now: float
     ) -> tuple[GpuProcess, ...]:
-        """Join NVML's rows with the host's facts; ``host=None``: no join, every row kept as NVML gave it."""
+        """Join NVML's rows with the host's facts; ``host=None``: no join, every row kept as NVML gave it.
+
+        Why a pid the host does not have is still a row: NVML listed it with its GPU memory (a
+        container without the host's PID namespace, a captured machine). It is marked ``foreign``
+        (not visible from this PID namespace): no user or command, never signalled. Only a pid the
+        host had at an earlier read and no longer has is left out: it exited after NVML's list.
+        """
+        static = memo.static
         foreign = self.backend.pids_are_foreign()
         rows = []
+        seen: set[int] = set()
+        exited: set[int] = set()
         for raw in raws:
             reasons: dict[str, Reason] = {}
             if raw.gpu_memory_bytes is None:
@@ -455,18 +469,23 @@ class Collector:
                 rows.append(dataclasses.replace(row, host_pid=raw.pid))
                 continue
             if foreign:
-                for name in ("user", "command", "cpu_percent", "host_memory_bytes", "running_seconds"):
-                    reasons[name] = Reason.NO_PERMISSION
-                rows.append(_row(static, raw, None, now, reasons, foreign=True))
+                rows.append(_not_visible_row(static, raw, now, reasons))
                 continue
             if host is None:
                 rows.append(_row(static, raw, None, now, reasons, foreign=False))
                 continue
             info = host.get(raw.pid)
             if info is None:
-                continue  # the process exited between NVML's list and the host lookup
+                if raw.pid in memo.seen or raw.pid in memo.exited:
+                    exited.add(raw.pid)  # the host had it: it exited between NVML's list and the host lookup
+                else:
+                    rows.append(_not_visible_row(static, raw, now, reasons))
+                continue
+            seen.add(raw.pid)
             reasons.update(info.unavailable)
             rows.append(_row(static, raw, info, now, reasons, foreign=False))
+        if host is not None and not foreign:
+            memo.seen, memo.exited = frozenset(seen), frozenset(exited)
         return tuple(rows)
 
     @staticmethod
@@ -537,6 +556,16 @@ def _static_incomplete(static: GpuStatic) -> bool:
 def _placeholder(static: GpuStatic) -> bool:
     """A GPU's static fields made up while its first read was stuck (nothing known but its index)."""
     return static.unavailable.get("uuid") is Reason.NOT_RESPONDING
+
+
+# What a row NVML lists but this PID namespace cannot see lacks: everything the host would have told.
+_NOT_VISIBLE_FIELDS = ("user", "command", "cpu_percent", "host_memory_bytes", "running_seconds")
+
+
+def _not_visible_row(static: GpuStatic, raw: RawGpuProcess, now: float, reasons: dict[str, Reason]) -> GpuProcess:
+    """A pid NVML lists that has no process here: NVML's figures, the host's fields N/A (not visible)."""
+    reasons.update(dict.fromkeys(_NOT_VISIBLE_FIELDS, Reason.NOT_VISIBLE))
+    return _row(static, raw, None, now, reasons, foreign=True)
 
 
 def _row(

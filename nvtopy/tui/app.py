@@ -57,7 +57,7 @@ from textual.widgets import Footer, Input, Static
 from ..backends.base import Backend, SignalOutcome
 from ..health.verdict import HealthThresholds
 from ..model import GpuProcess, GpuState, Severity, Snapshot
-from ..render.cells import ALERT, RICH_STYLES, WARN
+from ..render.cells import ALERT, NOT_VISIBLE, RICH_STYLES, WARN
 from ..render.gpu import has_interconnect, mig_rows, panel_extra_rows
 from ..render.health import health_counts
 from ..render.processes import (
@@ -885,8 +885,8 @@ class NvtopyApp(App[None]):
     def confirm_signal(self, targets: list[GpuProcess], name: str, *, group: str | None = None) -> None:
         """Ask before sending ``name`` to ``targets`` (the table's, or the process screen's), then send it.
 
-        Read-only and pids of another PID namespace refuse here; the dialog captures each
-        target's start time, which the source checks before it signals.
+        Read-only, and pids not visible from this PID namespace (a group holding one: all of it), refuse
+        here; the dialog captures each target's start time, which the source checks before it signals.
         """
         if self.readonly:  # the source's own sentence when it cannot signal (remote hosts: "read-only: ...")
             refusal = self.source.signal_refusal
@@ -901,9 +901,9 @@ class NvtopyApp(App[None]):
             return
         foreign = [p for p in targets if p.foreign]
         if foreign:
+            others = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
             self.notify(
-                f"pid {foreign[0].pid} belongs to another PID namespace (nvtopy runs in a container): "
-                "it cannot be signalled from here",
+                f"pid {foreign[0].pid}{others} is {NOT_VISIBLE}: it cannot be signalled from here; nothing sent",
                 severity="error",
             )
             return

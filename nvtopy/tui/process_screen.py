@@ -44,6 +44,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from ..model import GpuProcess, OwnerKind, ProcessDetails, ProcessOwner, ProcessRelative, Snapshot
+from ..render.cells import NOT_VISIBLE
 from ..render.styled import Line
 from ..render.units import NA, fmt_bytes, fmt_duration, short_name
 from ..selection import parse_cuda_visible_devices
@@ -578,7 +579,7 @@ class ProcessScreen(ModalScreen[None]):
         if process.host_pid is not None:
             pid.append(f"  (host pid {process.host_pid})", style="dim")
         if process.foreign:
-            pid.append("  of another PID namespace: nothing more can be read here", style="dim")
+            pid.append(f"  {NOT_VISIBLE}: nothing more can be read here", style="dim")
         table.add_row("PID", pid)
         if details is not None and details.cmdline:
             table.add_row("Command", Text(safe_text(shlex.join(details.cmdline))))
@@ -649,7 +650,7 @@ class ProcessScreen(ModalScreen[None]):
         value = details.cuda_visible_devices if details is not None else process.cuda_visible_devices
         readable = details.environ_readable if details is not None else process.cuda_visible_devices is not None
         if process.foreign:
-            return Text(f"{NA} (a process of another PID namespace)", style="dim")
+            return Text(f"{NA} ({NOT_VISIBLE})", style="dim")
         if value is None and not readable:
             reason = details.unavailable.get("cuda_visible_devices") if details is not None else None
             why = f"{reason}: another user's environment" if reason is not None else "not read"
