@@ -13,8 +13,10 @@ import io
 import json
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
 from nvtopy.formats.contract import snapshot_to_dict
+from nvtopy.formats.prometheus import SnapshotCollector
 from nvtopy.formats.writers import CsvWriter
 from nvtopy.health.verdict import MAX_XID_FINDINGS, HealthInputs, HealthThresholds, assess
 from nvtopy.health.xid import MAX_XIDS_PER_GPU, XID_CATALOGUE, describe_xid
@@ -233,3 +235,22 @@ def test_a_dcgm_exporters_zero_is_none():
         'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-a"} 5\n'
     )
     assert gpus[0].health.last_xid is None and gpus[0].health.events == (), "no Xid count says one came"
+
+
+def test_an_exporter_reusing_its_families_still_tells_an_xid_0_that_came_since(sim, clock):
+    class Source:
+        latest = None
+
+    backend = sim(gpus=1)
+    log = EventLog()
+    log.watching = True
+    collector = Collector(backend, events=log)
+    source = Source()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(source))
+    source.latest = collector.collect()
+    ((before, _),) = gpu_health_series(generate_latest(registry).decode(), "DCGM_FI_DEV_XID_ERRORS", 0)
+    log.add([GpuEvent(clock(), 0, xid=0)])
+    source.latest = collector.collect()
+    ((after, value),) = gpu_health_series(generate_latest(registry).decode(), "DCGM_FI_DEV_XID_ERRORS", 0)
+    assert "err_code" not in before and after["err_code"] == "0" and value == 0, "the same value, a new series"
