@@ -190,6 +190,20 @@ def test_the_window_ignores_a_clock_that_is_not_finite_and_folds_one_going_back(
         XidWindow(float("nan"))
 
 
+def test_a_shorter_window_counts_its_own_minutes_and_a_quiet_hour_counts_none():
+    window = XidWindow()
+    t0 = 1_794_999_600.0  # a whole minute
+    for i in range(600):
+        window.add(t0 + i, 13)  # ten minutes of one a second
+    assert window.recent(t0 + 599) == ((13, WARN, 600, t0 + 599),)
+    assert window.recent(t0 + 599, 120)[0].count == 180, "the last two minutes and the minute they start in"
+    assert window.recent(t0 + 599 + WINDOW)[0].count == 60, "an hour after the last: still in, with its minute"
+    assert window.recent(t0 + 600 + WINDOW) == (), "a second more: out, with no new event to prune them"
+    window.add(t0 + 599 + WINDOW + 1, 13)
+    assert window.recent(t0 + 599 + WINDOW + 1) == ((13, WARN, 1, t0 + 600 + WINDOW),)
+    assert window.size() == (1, 1), "the old buckets went when a new one opened"
+
+
 def test_the_collector_weighs_xids_over_its_own_window(sim, clock):
     backend = sim(gpus=1)
     short = Collector(backend, thresholds=HealthThresholds(xid_window_s=60))

@@ -11,7 +11,8 @@ newest arrival of each Xid.
 
 Bounds: the buckets of one window (61 at most, older ones are dropped as new
 ones open), each counting at most :data:`~nvtopy.health.xid.MAX_XIDS_PER_GPU`
-keys. An Xid number past that many distinct numbers within the window is counted
+keys: about 1 MiB a GPU at the very worst (256 numbers every minute of the hour),
+a few kB for a real storm (ten numbers). An Xid number past that many distinct numbers within the window is counted
 with the others of its severity (:attr:`XidCount.xid` None): a flood of made-up
 numbers can grow neither memory nor the findings, and cannot push a FAIL-level
 Xid out of the verdict.
@@ -61,7 +62,7 @@ _Key = int | Severity  # an Xid number, or the severity its uncounted numbers ar
 class XidWindow:
     """Per Xid, the events of the last ``window_s`` seconds and the newest arrival (see the module)."""
 
-    __slots__ = ("_buckets", "_newest", "_step", "window_s")
+    __slots__ = ("_buckets", "_newest", "_step", "_totals", "window_s")
 
     def __init__(self, window_s: float = XID_WINDOW_S, buckets: int = BUCKETS) -> None:
         if not (math.isfinite(window_s) and window_s > 0 and buckets > 0):
@@ -71,6 +72,9 @@ class XidWindow:
         # (bucket number, events per key), oldest first; bucket n holds [n * step, (n + 1) * step).
         self._buckets: collections.deque[tuple[int, dict[_Key, int]]] = collections.deque()
         self._newest: dict[_Key, float] = {}  # key -> its newest arrival
+        # key -> its events in all the buckets kept: a read subtracts the few buckets that fell out of its
+        # window instead of adding up all 61 (at 256 numbers a minute, 0.7 ms instead of 7 a GPU and snapshot).
+        self._totals: dict[_Key, int] = {}
 
     def add(self, when: float, xid: int) -> None:
         """Count one Xid ``xid`` that arrived at Unix time ``when`` (a clock gone back folds into the newest bucket)."""
@@ -85,6 +89,7 @@ class XidWindow:
             self._forget(when)
         counts = buckets[-1][1]
         counts[key] = counts.get(key, 0) + 1
+        self._totals[key] = self._totals.get(key, 0) + 1
         last = newest.get(key)
         if last is None or when > last:
             newest[key] = when
@@ -93,9 +98,14 @@ class XidWindow:
         """Drop the buckets and the Xids that no window ending at ``now`` or later can reach."""
         since = now - self.window_s
         first = math.floor(since / self._step)
-        buckets = self._buckets
+        buckets, totals = self._buckets, self._totals
         while buckets and buckets[0][0] < first:
-            buckets.popleft()
+            for key, count in buckets.popleft()[1].items():
+                left = totals[key] - count
+                if left:
+                    totals[key] = left
+                else:
+                    del totals[key]
         newest = self._newest
         for key in [key for key, when in newest.items() if when < since]:
             del newest[key]
@@ -109,16 +119,16 @@ class XidWindow:
         window = self.window_s if window_s is None else min(window_s, self.window_s)
         since = now - window
         first = math.floor(since / self._step)
-        totals: dict[_Key, int] = {}
-        for number, counts in reversed(self._buckets):
-            if number < first:
+        totals = dict(self._totals)
+        for number, counts in self._buckets:  # oldest first: those before the window, usually none or one
+            if number >= first:
                 break
             for key, count in counts.items():
-                totals[key] = totals.get(key, 0) + count
+                totals[key] -= count
         found = []
         for key, count in totals.items():
             newest = self._newest.get(key)
-            if newest is None or newest < since:
+            if newest is None or newest < since or not count:
                 continue
             if isinstance(key, Severity):
                 found.append(XidCount(None, key, count, newest))
