@@ -11,11 +11,11 @@ newest arrival of each Xid.
 
 Bounds: the buckets of one window (61 at most, older ones are dropped as new
 ones open), each counting at most :data:`~nvtopy.health.xid.MAX_XIDS_PER_GPU`
-keys: about 1 MiB a GPU at the very worst (256 numbers every minute of the hour),
-a few kB for a real storm (ten numbers). An Xid number past that many distinct numbers within the window is counted
-with the others of its severity (:attr:`XidCount.xid` None): a flood of made-up
-numbers can grow neither memory nor the findings, and cannot push a FAIL-level
-Xid out of the verdict.
+keys: about 1 MiB a GPU at the very worst (256 numbers every minute of the
+hour), a few kB for a real storm (ten numbers). An Xid number past that many
+distinct numbers within the window is counted with the others of its severity
+(:attr:`XidCount.xid` None): a flood of made-up numbers can grow neither memory
+nor the findings, and cannot push a FAIL-level Xid out of the verdict.
 
 Precision: whether an Xid is within the window is exact (its newest arrival is
 kept, so a FAIL lasts exactly ``xid_window_s`` after the last one); its count
