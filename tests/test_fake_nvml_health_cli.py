@@ -168,6 +168,41 @@ def test_xid_events_reach_the_log(fake_lib, workers):
     assert last[2]["health"]["events"] == [] and last[2]["health"]["events_note"] is None, "watched, none came"
 
 
+def test_a_reset_level_xid_outlasts_an_xid_storm_in_the_log(fake_lib, workers):
+    """Issue 23: 64 minor Xids after an Xid 48 pushed it out of the timeline and FAIL dropped to WARN.
+
+    The fake driver's storm sends GPU 1 only Xids of the application and unknown numbers
+    (31, 45, 0, 65535, 12345678: it cycles ten numbers over two GPUs).
+    """
+    result = subprocess.run(
+        [sys.executable, "-m", "nvtopy", "log", "--format", "jsonl", "--count", "10", "--interval", "0.5"],
+        capture_output=True,
+        text=True,
+        env=_env(
+            fake_lib,
+            {
+                "FAKE_NVML_GPUS": "2",
+                "FAKE_NVML_PIDS": workers,
+                "FAKE_NVML_XID": "1:48@1",
+                "FAKE_NVML_XID_STORM": "200@1.5",
+            },
+        ),
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = [{gpu["index"]: gpu["health"] for gpu in json.loads(line)["gpus"]} for line in result.stdout.splitlines()]
+    after = [row[1] for row in rows if "48" in row[1]["xid_counts"]]
+    stormed = [health for health in after if sum(health["xid_counts"].values()) > 64 + 1]
+    assert stormed, f"the storm did not pass the timeline's 64 events: {[r[1]['xid_counts'] for r in rows]}"
+    for health in after:
+        assert health["verdict"] == "FAIL", health["findings"]
+        texts = [finding["text"] for finding in health["findings"]]
+        assert "Xid 48: double-bit ECC error" in texts
+        for xid, count in health["xid_counts"].items():  # all within the hour: the findings count every one
+            times = f" x{count}" if count > 1 else ""
+            assert any(text.startswith(f"Xid {xid}{times}: ") for text in texts), (xid, count, texts)
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

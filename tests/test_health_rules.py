@@ -14,6 +14,7 @@ from nvtopy.health.realwork import GpuWatch
 from nvtopy.health.throttle import summarize_throttle
 from nvtopy.health.verdict import RETIRED_PAGES_LIMIT, HealthInputs, HealthThresholds, assess, worst
 from nvtopy.health.xid import XID_CATALOGUE, describe_xid
+from nvtopy.health.xid_window import XidWindow
 from nvtopy.model import GpuEvent, GpuProcess, GpuSample, GpuStatic, NvLink, ProcessType, Severity
 
 GIB = 1 << 30
@@ -65,6 +66,13 @@ def sample(**changes: object) -> GpuSample:
 
 
 def inputs(**changes: object) -> HealthInputs:
+    """The inputs at T0; ``events`` are counted into the Xid window as the event log counts them."""
+    if "events" in changes and "recent_xids" not in changes:
+        window = XidWindow()
+        for event in changes["events"]:  # type: ignore[attr-defined]
+            if event.xid is not None:
+                window.add(event.timestamp, event.xid)
+        changes["recent_xids"] = window.recent(T0)
     return HealthInputs(now=T0, **changes)  # type: ignore[arg-type]
 
 
@@ -252,7 +260,7 @@ def test_xid_older_than_window_is_ignored() -> None:
 
 def test_only_recent_xids_are_counted() -> None:
     window = HealthThresholds().xid_window_s
-    events = (xid(13, age=window + 10), xid(13, age=10))
+    events = (xid(13, age=window + 130), xid(13, age=10))  # counted to the minute: two minutes out
     assert only(assess(STATIC, HEALTHY, inputs(events=events)), "xid").text.startswith("Xid 13: ")
 
 

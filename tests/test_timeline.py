@@ -34,6 +34,23 @@ def test_a_bucket_keeps_lowest_mean_and_highest():
     assert (one.lo[0], one.mean[0], one.hi[0]) == (10.0, 45.0, 90.0)
 
 
+@pytest.mark.parametrize("window", WINDOWS)
+def test_a_spike_and_a_dip_fed_mid_bucket_stay_its_top_and_bottom_at_every_zoom(window):
+    """Issue 23, item 15: every test fed its largest value last, so a bucket that kept its last value
+    instead of its highest passed them all. Here no bucket of any tier ends on its extreme: the spike
+    (97 %) and the dip (3 %) come in the middle of their second, ten seconds and minute."""
+    timeline = Timeline()
+    spike, dip = T0 + 65.5, T0 + 74.25  # second 65 and 74: in the 10-s buckets 60 and 70, in minute 1
+    for quarter in range(4 * 120):  # four samples a second for two minutes, 20 % but for the two
+        when = T0 + quarter / 4
+        timeline.add(when, values(utilization=97.0 if when == spike else 3.0 if when == dip else 20.0))
+    s = timeline.series("utilization", window, T0 + 119.75)
+    top = list(s.buckets).index(math.floor(spike / s.step))
+    bottom = list(s.buckets).index(math.floor(dip / s.step))
+    assert s.hi[top] == 97.0 and max(s.hi) == 97.0, f"the spike is the top of its {s.step:g}-s bucket"
+    assert s.lo[bottom] == 3.0 and min(s.lo) == 3.0, f"the dip is the bottom of its {s.step:g}-s bucket"
+
+
 def test_tiers_aggregate_the_same_samples_at_their_own_size():
     timeline = Timeline()
     for second in range(120):  # two minutes, util = the second

@@ -248,6 +248,37 @@ def test_gaps_stay_empty_short_ones_are_held_and_peaks_show():
     assert any(char in BRAILLE for char in plot[0]), "the one-sample spike to 100 % shows at the top"
 
 
+@pytest.mark.parametrize("window", [3600.0, 86400.0])
+def test_a_spike_that_is_not_the_last_of_its_bucket_or_column_shows_at_the_long_zooms(window):
+    """Issue 23, item 15: a bucket (or a dot column) that kept its last value instead of its highest
+    passed every test, which fed the largest value last; the spike would vanish at the 1 h and 24 h
+    zooms. Here it comes first in its bucket (10 s at 1 h, a minute at 24 h) and its dot column."""
+    width, height, end = 64, 12, 1_794_999_600.0
+    dot = window / (2 * (width - len("100%") - 1))  # a dot column's seconds (the value axis takes 5 cells)
+    bucket = 10.0 if window == 3600 else 60.0
+    column = math.floor((end - window / 2) / dot)  # a column in the middle of the window
+    spike = math.ceil(column * dot / bucket) * bucket  # the first sample of the column's first whole bucket
+    assert spike + bucket < (column + 1) * dot, "the premise: the spike's bucket is not the column's last"
+    timeline = Timeline()
+    for when in range(int(end - window) + 5, int(end) + 1, 5):  # a sample every 5 s: the spike is not the last
+        timeline.add(float(when), (100.0 if when == spike else 10.0, None, None, None, None, None, None, None))
+    s = timeline.series("utilization", window, end)
+    assert s.step == bucket
+    lines = chart_lines(
+        Line("util"),
+        [Trace("cyan", s.step, s.buckets, s.lo, s.mean, s.hi)],
+        width,
+        height,
+        window=window,
+        end=end,
+        top=100,
+        axis=lambda v: f"{v:.0f}%",
+    )
+    plot = [line.plain[5:] for line in lines[1:-1]]
+    peaks = [x for x, char in enumerate(plot[0]) if char in BRAILLE]
+    assert peaks == [int(column - math.floor(end / dot) + 2 * (width - 5) - 1) // 2], "one peak, the spike's"
+
+
 def test_memo_draws_what_a_fresh_chart_draws():
     timeline = Timeline()
     end = 1_794_999_600.0

@@ -26,7 +26,12 @@ one series per GPU instance, as dcgm-exporter has.
 Health (DCGM field ids in brackets, from DCGM's ``dcgm_fields.h``): the last
 Xid (``DCGM_FI_DEV_XID_ERRORS`` [230], 0 when none has happened; left out when
 events are not watched, since 0 would then claim something nvtopy cannot
-know), the PCIe replay counter [202], remapped rows [393-396], retired pages
+know). Once an Xid has come, the series also carries dcgm-exporter's labels of
+that row (its "attributes", since 3.3.6): ``err_code`` (the Xid) and ``err_msg``
+(its meaning, :func:`xid_labels`). So "none" (``0``, no ``err_code``) and an
+Xid 0 (``0`` with ``err_code="0"``) differ, which the value alone cannot say:
+``DCGM_FI_DEV_XID_ERRORS{err_code!=""}`` selects the GPUs that had one.
+The PCIe replay counter [202], remapped rows [393-396], retired pages
 [390-392], the PCIe link now and at most [235-238]. Flags are 1/0, as DCGM
 reports them (``DCGM_FI_DEV_RETIRED_PENDING`` too: DCGM's help says "number of
 pages" but its value is NVML's pending status, a yes or no).
@@ -65,6 +70,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..health.xid import describe_xid
 from ..model import MIG_GPM_FIELDS, THROTTLE_REASON_BITS, GpuState, HostInfo, MigState
 
 __all__ = [
@@ -83,6 +89,7 @@ __all__ = [
     "ranged",
     "throttle_mask",
     "throttle_names",
+    "xid_labels",
 ]
 
 MIB = 1024 * 1024
@@ -102,6 +109,8 @@ class DcgmField:
     counter: bool = False  # dcgm-exporter's type; exposed as a gauge (see exporter.py)
     read: Callable[[GpuState], object] | None = None  # where the value is not one attribute as it is
     when_lost: bool = False  # exported for a lost GPU too (its health: a lost GPU is the worst case)
+    # Labels of a GPU's series beyond the GPU's own (dcgm-exporter's "attributes"); None: none.
+    labels: Callable[[GpuState], dict[str, str] | None] | None = None
 
     def value(self, gpu: GpuState) -> float | None:
         if self.read is not None:
@@ -162,6 +171,19 @@ def last_xid_metric(gpu: GpuState) -> int | None:
     if health.events_note is not None and not health.xid_counts:
         return None  # not watched: "no Xid" would be a claim nvtopy cannot make
     return 0
+
+
+def xid_labels(gpu: GpuState) -> dict[str, str] | None:
+    """``err_code`` and ``err_msg`` of ``DCGM_FI_DEV_XID_ERRORS`` once an Xid has come (None: none has).
+
+    Why: the value is the last Xid and 0 when none came, so an Xid 0 (a number outside NVIDIA's
+    catalogue that a driver can still report) read as "none"; the label says one came. The names
+    are dcgm-exporter's; its message texts are NVIDIA's, nvtopy's the catalogue's meaning.
+    """
+    last = gpu.health.last_xid
+    if last is None:
+        return None
+    return {"err_code": str(last), "err_msg": describe_xid(last).meaning}
 
 
 # What a value read from an exporter (``nvtopy --remote``) may be, in the metric's unit. A
@@ -312,6 +334,7 @@ FIELDS: tuple[DcgmField, ...] = (
         _identity,
         _xid,
         read=last_xid_metric,
+        labels=xid_labels,
     ),
     DcgmField(
         "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",

@@ -48,6 +48,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..health.xid import MAX_XIDS_PER_GPU
 from ..model import (
     GpuProcess,
     GpuState,
@@ -415,15 +416,18 @@ class SnapshotCollector:
             raws = tuple(None if gpu.lost and not metric.when_lost else read(gpu) for gpu, _ in labels)
             read_instance = INSTANCE_FIELDS.get(metric.name)
             instance_raws = () if read_instance is None else tuple(read_instance(mig) for mig, _ in instances)
-            inputs = (series_key, raws, instance_raws)
+            more = () if metric.labels is None else tuple(metric.labels(gpu) for gpu, _ in labels)
+            inputs = (series_key, raws, instance_raws, more)
             last = previous.get(metric.name)
             if last is not None and last[0] == inputs:
                 family = last[1]
             else:
                 family = GaugeMetricFamily(metric.name, metric.help, labels=list(GPU_LABELS))
-                for raw, series in zip(raws, series_of, strict=True):
+                for i, (raw, series) in enumerate(zip(raws, series_of, strict=True)):
                     if raw is not None:
-                        family.samples.append(Sample(metric.name, series, metric.to_metric(raw)))
+                        extra = more[i] if more else None
+                        series_labels = series | extra if extra else series
+                        family.samples.append(Sample(metric.name, series_labels, metric.to_metric(raw)))
                 for raw, (_, series) in zip(instance_raws, instances if instance_raws else (), strict=True):
                     if raw is not None:  # after the GPUs' own: dcgm-exporter's GPU instance series
                         family.samples.append(Sample(metric.name, series, metric.to_metric(raw)))
@@ -987,8 +991,6 @@ def owner_from_labels(labels: dict[str, str]) -> ProcessOwner | None:
 
 
 _SKIPPED = "nvtopy_nvlink_link_"  # the prefix of the series parse_exposition does not read
-
-MAX_XIDS_PER_GPU = 256  # distinct Xids a GPU claims; NVIDIA's catalogue has fewer than 200
 
 
 def xid_count(health: dict[str, Any], xid: str | None, value: float) -> None:

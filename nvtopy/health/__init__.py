@@ -1,7 +1,8 @@
 """What is wrong with a GPU, in plain words: the health layer.
 
 Pure functions and small trackers over the model (no driver, no threads, no
-Textual): the Xid catalogue (:mod:`.xid`), throttling in words
+Textual): the Xid catalogue (:mod:`.xid`), the Xids of the verdict's window
+counted whole (:mod:`.xid_window`), throttling in words
 (:mod:`.throttle`), the real-work flags that need time (:mod:`.realwork`:
 idle-held processes, a suspected hang) and the one verdict per GPU
 (:mod:`.verdict`). The collector calls them once per snapshot; every view

@@ -9,7 +9,8 @@ Error Management", "Dynamic Page Retirement"):
 
 - FAIL: the GPU is lost or not responding; row remapping failed; page
   retirement reached its limit; an Xid that needs a reset, a reboot or a
-  support case, in the last ``xid_window_s``.
+  support case, in the last ``xid_window_s`` (counted whole by
+  :mod:`.xid_window`, never from the bounded timeline shown).
 - WARN: a reset is pending (rows remapped, pages retired); uncorrectable ECC
   errors since the driver loaded; a PCIe link below its maximum (width always;
   generation only while the GPU works: links train down at idle, which is
@@ -28,8 +29,9 @@ from dataclasses import dataclass
 from ..model import Finding, GpuEvent, GpuHealth, GpuSample, GpuStatic, Severity
 from .throttle import summarize_throttle
 from .xid import describe_xid
+from .xid_window import XID_WINDOW_S, XidCount
 
-__all__ = ["RETIRED_PAGES_LIMIT", "HealthInputs", "HealthThresholds", "assess", "worst"]
+__all__ = ["MAX_XID_FINDINGS", "RETIRED_PAGES_LIMIT", "HealthInputs", "HealthThresholds", "assess", "worst"]
 
 _Add = Callable[[Finding], None]  # ``findings.append``, as the rule helpers take it
 
@@ -38,6 +40,9 @@ RETIRED_PAGES_LIMIT = 64
 
 BUSY_UTILIZATION = 10
 """Utilisation (%) above which a PCIe link below its maximum generation is a downgrade, not power saving."""
+
+MAX_XID_FINDINGS = 8
+"""Xid numbers with a finding of their own; the rest of the window's Xids share one (of their worst severity)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +56,7 @@ class HealthThresholds:
     hang_sm_active_percent: float = 10.0  # ... with under this % of its SMs active (GPM: Hopper and newer) ...
     hang_power_share: float = 0.30  # ... or, where SM activity is N/A, below this share of its power limit ...
     hang_seconds: float = 300.0  # ... for this long is a "suspected hang" (a deadlocked collective)
-    xid_window_s: float = 3600.0  # an Xid weighs on the verdict this long after it arrived
+    xid_window_s: float = XID_WINDOW_S  # an Xid weighs on the verdict this long after it arrived (its counts too)
     counter_window_s: float = 600.0  # a counter (PCIe replays, NVLink errors) that grew within this is flagged
 
 
@@ -60,8 +65,11 @@ class HealthInputs:
     """What the rules need beyond the GPU's own readings: time-dependent facts the collector tracks."""
 
     now: float
-    events: tuple[GpuEvent, ...] = ()
+    events: tuple[GpuEvent, ...] = ()  # the timeline shown (bounded): evidence, not what the verdict counts
     xid_counts: tuple[tuple[int, int], ...] = ()
+    # The Xids within ``xid_window_s`` counted whole (health.xid_window.XidWindow.recent), newest first:
+    # what the Xid findings and the verdict come from.
+    recent_xids: tuple[XidCount, ...] = ()
     events_note: str | None = None
     responding: bool = True
     stalled_seconds: float | None = None
@@ -94,7 +102,7 @@ def assess(
     if sample.lost:
         add(Finding(fail, "lost", "lost: the GPU stopped answering", "check dmesg for Xid 79; reboot the node"))
 
-    _xid_findings(inputs, limits, add)
+    _xid_findings([entry for entry in inputs.recent_xids if inputs.now - entry.newest <= limits.xid_window_s], add)
     _memory_findings(sample, add)
     _link_findings(static, sample, inputs, add)
 
@@ -161,17 +169,30 @@ def _hang_text(sample: GpuSample, seconds: float) -> str:
     return f"{busy} with {active} of SMs active for {minutes} min: a deadlocked collective?"
 
 
-def _xid_findings(inputs: HealthInputs, limits: HealthThresholds, add: _Add) -> None:
-    """One finding per Xid number seen within the window, the most recent first."""
-    recent: dict[int, int] = {}
-    for event in reversed(inputs.events):
-        if event.xid is None or inputs.now - event.timestamp > limits.xid_window_s:
-            continue
-        recent[event.xid] = recent.get(event.xid, 0) + 1
-    for xid, count in recent.items():
-        info = describe_xid(xid)
-        times = f" x{count}" if count > 1 else ""
-        add(Finding(info.severity, "xid", f"Xid {xid}{times}: {info.meaning}", info.action))
+def _xid_findings(recent: Sequence[XidCount], add: _Add) -> None:
+    """One finding per Xid number within the window, worst then most recent first, with its count there.
+
+    Past :data:`MAX_XID_FINDINGS` numbers (and for the numbers the window counts together), one
+    finding says how many more events came, at the worst severity among them: the verdict never
+    loses an Xid, and a storm of distinct numbers does not become a page of findings.
+    """
+    ranked = sorted(recent, key=lambda entry: -entry.severity.rank)  # stable: most recent first within a severity
+    numbered = [entry for entry in ranked if entry.xid is not None]
+    for entry in numbered[:MAX_XID_FINDINGS]:
+        info = describe_xid(entry.xid)  # type: ignore[arg-type]  # numbered: never None
+        times = f" x{entry.count}" if entry.count > 1 else ""
+        add(Finding(entry.severity, "xid", f"Xid {entry.xid}{times}: {info.meaning}", info.action))
+    rest = numbered[MAX_XID_FINDINGS:] + [entry for entry in ranked if entry.xid is None]
+    if rest:
+        events = sum(entry.count for entry in rest)
+        add(
+            Finding(
+                worst([entry.severity for entry in rest]),
+                "xid",
+                f"{events} more Xid event{'s' if events != 1 else ''} of other numbers",
+                "see the Xid timeline and dmesg (NVRM: Xid) for each",
+            )
+        )
 
 
 def _memory_findings(sample: GpuSample, add: _Add) -> None:

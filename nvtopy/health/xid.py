@@ -17,7 +17,11 @@ from typing import NamedTuple
 
 from ..model import Severity
 
-__all__ = ["XID_CATALOGUE", "XidInfo", "describe_xid"]
+__all__ = ["MAX_XIDS_PER_GPU", "XID_CATALOGUE", "XidInfo", "describe_xid"]
+
+MAX_XIDS_PER_GPU = 256
+"""Distinct Xid numbers counted apart per GPU (NVIDIA's catalogue has fewer than 200): what a GPU, a driver
+or a peer claims past that is bounded, never grown without end."""
 
 
 class XidInfo(NamedTuple):

@@ -114,7 +114,9 @@ class Collector:
         self._host_map: dict[int, int] = {}  # foreign pids: host pid -> proven local pid (backends.pidmap)
         self.indices: list[int] = list(indices) if indices is not None else list(range(backend.device_count()))
         self.thresholds = thresholds or HealthThresholds()
-        self.events = events if events is not None else EventLog()
+        self.events = events if events is not None else EventLog(window_s=self.thresholds.xid_window_s)
+        if self.events.window_s < self.thresholds.xid_window_s:
+            raise ValueError("the event log keeps a shorter Xid window than the verdict weighs")
         self._workers: GpuWorkers | None = None
         self.instances: dict[int, frozenset[str]] = {}  # GPU -> the MIG device UUIDs (lower case) shown of it
 
@@ -403,11 +405,12 @@ class Collector:
         stalled: float | None = None,
     ) -> GpuHealth:
         index = memo.static.index
-        events, counts = self.events.timeline(index)
+        events, counts, recent = self.events.read(index, now, self.thresholds.xid_window_s)
         inputs = HealthInputs(
             now=now,
             events=events,
             xid_counts=counts,
+            recent_xids=recent,
             events_note=self.events.note(index),
             responding=stalled is None,
             stalled_seconds=stalled,

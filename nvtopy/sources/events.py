@@ -7,8 +7,11 @@ timeout (:data:`WAIT_S`), so it costs nothing while idle and notices a stop
 within that time; it is a daemon and is never joined (a wait stuck in the
 driver must not hold up quit). :class:`EventLog` is what it fills and what the
 collector reads each snapshot: per GPU the last :data:`~nvtopy.model.EVENTS_PER_GPU`
-events and a count per Xid that only grows (the exporter's
-``nvtopy_xid_events_total``).
+events (the timeline people read), a count per Xid that only grows (the
+exporter's ``nvtopy_xid_events_total``), and every Xid of the verdict's window
+counted whole (:class:`~nvtopy.health.xid_window.XidWindow`): the verdict and
+its counts come from what happened in the window, never from the bounded
+timeline, which a storm of minor Xids turns over in seconds.
 
 NVML reports only events that happen while a set is registered: the timeline
 starts when nvtopy does (``--once`` has none; it says so).
@@ -22,6 +25,8 @@ import threading
 from collections.abc import Callable
 
 from ..backends.base import Backend, EventStream
+from ..health.xid import MAX_XIDS_PER_GPU
+from ..health.xid_window import XID_WINDOW_S, XidCount, XidWindow
 from ..model import EVENTS_PER_GPU, GpuEvent
 
 __all__ = ["WAIT_S", "EventLog", "EventWatcher"]
@@ -33,25 +38,37 @@ log = logging.getLogger(__name__)
 
 
 class EventLog:
-    """Per-GPU bounded event timelines and whole counts per Xid; safe to share between two threads."""
+    """Per-GPU bounded event timelines, whole counts per Xid, and the Xids of the verdict's window;
+    safe to share between two threads."""
 
-    def __init__(self, per_gpu: int = EVENTS_PER_GPU) -> None:
+    def __init__(self, per_gpu: int = EVENTS_PER_GPU, *, window_s: float = XID_WINDOW_S) -> None:
+        """``window_s``: how long an Xid weighs on the verdict (``HealthThresholds.xid_window_s``)."""
         self._lock = threading.Lock()
         self._per_gpu = max(1, per_gpu)
+        self.window_s = window_s
         self._events: dict[int, collections.deque[GpuEvent]] = {}
         self._counts: dict[int, collections.Counter[int]] = {}
+        self._recent: dict[int, XidWindow] = {}
         self.notes: dict[int | None, str] = {}
         self.watching = False  # True once a watcher has opened its stream
 
     def add(self, events: list[GpuEvent]) -> None:
         with self._lock:
             for event in events:
-                timeline = self._events.get(event.gpu_index)
+                index = event.gpu_index
+                timeline = self._events.get(index)
                 if timeline is None:
-                    timeline = self._events[event.gpu_index] = collections.deque(maxlen=self._per_gpu)
+                    timeline = self._events[index] = collections.deque(maxlen=self._per_gpu)
                 timeline.append(event)
-                if event.xid is not None:
-                    self._counts.setdefault(event.gpu_index, collections.Counter())[event.xid] += 1
+                if event.xid is None:
+                    continue
+                counts = self._counts.setdefault(index, collections.Counter())
+                if event.xid in counts or len(counts) < MAX_XIDS_PER_GPU:  # a flood of numbers stays bounded
+                    counts[event.xid] += 1
+                window = self._recent.get(index)
+                if window is None:
+                    window = self._recent[index] = XidWindow(self.window_s)
+                window.add(event.timestamp, event.xid)
 
     def timeline(self, index: int) -> tuple[tuple[GpuEvent, ...], tuple[tuple[int, int], ...]]:
         """GPU ``index``'s events (oldest first) and its (xid, count) pairs (by xid)."""
@@ -59,6 +76,17 @@ class EventLog:
             events = tuple(self._events.get(index, ()))
             counts = tuple(sorted(self._counts.get(index, {}).items()))
         return events, counts
+
+    def read(
+        self, index: int, now: float, window_s: float | None = None
+    ) -> tuple[tuple[GpuEvent, ...], tuple[tuple[int, int], ...], tuple[XidCount, ...]]:
+        """GPU ``index``'s :meth:`timeline` and its Xids within ``window_s`` (at most the log's window) before
+        ``now``, each counted whole, newest first: read at once, so the counts since the start and those of
+        the window agree."""
+        with self._lock:
+            window = self._recent.get(index)
+            recent = () if window is None else window.recent(now, window_s)
+            return tuple(self._events.get(index, ())), tuple(sorted(self._counts.get(index, {}).items())), recent
 
     def note(self, index: int) -> str | None:
         """Why GPU ``index``'s events are not watched (None: they are)."""

@@ -118,13 +118,17 @@ class HostGpus:
 
         The last Xid becomes one event, dated when this monitor first saw it on this GPU (an
         exporter says which Xid came last, not when): a new Xid, or another one, gets a new date.
+        A last Xid of 0 is "none happened" unless the host counted Xid 0 events
+        (``nvtopy_xid_events_total{xid="0"}``: an nvtopy exporter after an Xid 0); dcgm-exporter
+        counts none, and its 0 is "none".
         """
         if not said:
             self._xid_seen.pop(key, None)
             return OK_HEALTH
         last = said.get("last_xid")
+        counts = said.get("xid_counts") or {}
         events: tuple[GpuEvent, ...] = ()
-        if last:  # 0: none happened; None: not said (or out of range)
+        if last or (last == 0 and counts.get(0)):  # None: not said (or out of range)
             seen = self._xid_seen.get(key)
             if seen is None or seen[0] != last:
                 seen = self._xid_seen[key] = (last, now)
@@ -135,7 +139,7 @@ class HostGpus:
         return GpuHealth(
             verdict=said.get("verdict") or Severity.OK,
             events=events,
-            xid_counts=tuple(sorted((said.get("xid_counts") or {}).items())),
+            xid_counts=tuple(sorted(counts.items())),
             responding=True if responding is None else responding,
             stalled_seconds=said.get("stalled_seconds"),
             idle_held_bytes=said.get("idle_held_bytes"),
