@@ -1,0 +1,126 @@
+"""One rule for every reading: outside its physical range a value is N/A "out of range" -- never clamped, never 0.
+
+A driver (or a corrupt GPM sample pair) can give NaN, an infinity, 1e308, a
+negative or 250 %; a recording or another host can say anything. Before, NaN
+showed as 0 % and raised a false suspected hang, an infinity killed ``nvtopy log``
+and ``--once --json`` with an OverflowError, and a negative or a 100.4 % was
+clamped. Here: the rule on the model itself (:mod:`nvtopy.ranges`), then each
+way in -- the NVML backend (a fake ``pynvml``), the simulation's ``gpm-absurd``
+fault, a recording, a peer's exposition -- and each way out: JSON null, a blank
+CSV cell, no exporter sample, N/A on screen, health rules that do not guess.
+The same on the real nvidia-ml-py path is in ``test_fake_nvml_gpm.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+
+import pytest
+
+from nvtopy.backends.sim_faults import parse_fault_specs
+from nvtopy.model import (
+    GpuProcess,
+    GpuSample,
+    GpuStatic,
+    MigUsage,
+    NvLink,
+    ProcessType,
+    Reason,
+    Snapshot,
+)
+from nvtopy.ranges import FIELD_RANGES, within
+from nvtopy.sources.collector import Collector
+
+H100 = "H100 80GB HBM3"
+NVTOPY = [sys.executable, "-m", "nvtopy"]
+# What no percentage can be: FAKE_NVML_GPM_ABSURD's values, and just past each end.
+ABSURD = (math.nan, math.inf, -math.inf, 1e308, -42.0, 250.0, 100.4, -0.1)
+# FAKE_NVML_GPM_ABSURD's names (../shared/fake-nvml/README.md), which the gpm-absurd fault takes too.
+ABSURD_KINDS = ("nan", "inf", "-inf", "huge", "neg", "over")
+
+
+def _snapshot(sim, faults: list[str], gpus: int = 3, model: str = H100) -> Snapshot:
+    return Collector(sim(gpus=gpus, model=model, faults=parse_fault_specs(faults, gpus=gpus))).collect()
+
+
+# ----------------------------------------------------------------- the rule, on the model
+
+
+def _numeric_fields(cls: type) -> set[str]:
+    return {
+        name
+        for name, spec in cls.__dataclass_fields__.items()  # type: ignore[attr-defined]
+        if spec.type in ("int | None", "float | None")
+    }
+
+
+@pytest.mark.parametrize(
+    ("cls", "not_readings"),
+    [
+        (GpuStatic, {"host_index"}),  # an index on another host: a name, not a reading
+        (GpuSample, set()),
+        (MigUsage, set()),
+        (NvLink, set()),
+        (GpuProcess, {"uid", "ppid", "ns_pid", "host_pid", "gpu_instance_id", "compute_instance_id"}),  # ids
+    ],
+)
+def test_every_reading_of_the_model_has_a_range(cls, not_readings):
+    """A reading added without a range would let NaN and 1e308 through again: it must be named here or there."""
+    missing = _numeric_fields(cls) - not_readings - set(FIELD_RANGES)
+    assert not missing, f"{cls.__name__}: no range in nvtopy.ranges.FIELD_RANGES for {sorted(missing)}"
+
+
+@pytest.mark.parametrize("value", ABSURD, ids=repr)
+def test_a_percentage_outside_0_to_100_is_none_out_of_range(value):
+    sample = GpuSample(
+        0.0,
+        sm_active_percent=value,
+        utilization_gpu_percent=value,
+        tensor_active_percent=26.0,
+        unavailable={"fan_percent": Reason.NOT_SUPPORTED},
+    )
+    for name in ("sm_active_percent", "utilization_gpu_percent"):
+        assert getattr(sample, name) is None and sample.why(name) is Reason.OUT_OF_RANGE, name
+    assert sample.tensor_active_percent == 26.0 and sample.why("tensor_active_percent") is None
+    assert sample.why("fan_percent") is Reason.NOT_SUPPORTED, "a reason already given stays"
+    assert dataclasses.replace(sample, timestamp=1.0).unavailable == sample.unavailable, "replace keeps it"
+
+
+@pytest.mark.parametrize(
+    ("cls", "name", "bad", "good"),
+    [
+        (GpuSample, "power_draw_w", (math.inf, -1.0, 1e308, 4_294_967.295), (0.0, 700.5, 2700.0)),
+        (GpuSample, "temperature_c", (2**32 - 1, -300, math.nan), (-40, 0, 95)),
+        (GpuSample, "memory_used_bytes", (-1, 2**64, 10**400), (0, 80 << 30, 2**64 - 1)),
+        (GpuSample, "gpm_pcie_rx_bytes_per_s", (-0.1, math.inf, 1e308), (0.0, 250.0 * 2**20)),
+        (GpuSample, "pstate", (16, 32, -1), (0, 15)),
+        (GpuStatic, "power_max_limit_w", (math.nan, -5.0, 1e30), (700.0,)),
+        (MigUsage, "sm_active_percent", (math.nan, 250.0, -0.1), (0.0, 100.0)),
+        (GpuProcess, "sm_percent", (101, 2**32 - 1, -1), (0, 100)),
+        (GpuProcess, "cpu_percent", (math.inf, -0.5), (0.0, 1600.0)),
+        (GpuProcess, "create_time", (math.nan, math.inf, -1.0), (1_700_000_000.0,)),
+    ],
+)
+def test_each_reading_keeps_what_fits_and_refuses_what_does_not(cls, name, bad, good):
+    def made(value: object) -> object:
+        if cls is GpuSample:
+            return GpuSample(0.0, **{name: value})
+        if cls is GpuStatic:
+            return GpuStatic(0, **{name: value})
+        if cls is MigUsage:
+            return MigUsage(0, **{name: value})
+        return GpuProcess(0, None, 1, ProcessType.COMPUTE, None, **{name: value})
+
+    for value in good:
+        assert getattr(made(value), name) == value and within(name, value), (name, value)
+    for value in bad:
+        item = made(value)
+        assert getattr(item, name) is None and item.unavailable[name] is Reason.OUT_OF_RANGE, (name, value)
+        assert not within(name, value)
+
+
+def test_an_nvlink_outside_its_range_is_none():
+    link = NvLink(0, active=True, rx_bytes_per_s=-5, tx_bytes_per_s=2**60, errors=3)
+    assert (link.rx_bytes_per_s, link.tx_bytes_per_s, link.errors) == (None, None, 3)
