@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import sys
 
 import pytest
 
 from nvtopy.backends.sim_faults import parse_fault_specs
+from nvtopy.health.realwork import SUSPECTED_HANG
 from nvtopy.model import (
     GpuProcess,
     GpuSample,
@@ -32,6 +34,8 @@ from nvtopy.model import (
 )
 from nvtopy.ranges import FIELD_RANGES, within
 from nvtopy.sources.collector import Collector
+
+from .fake_pynvml import FakeGpu, FakeMig, FakeNvml, FakeProcess, FakeSample, now_us
 
 H100 = "H100 80GB HBM3"
 NVTOPY = [sys.executable, "-m", "nvtopy"]
@@ -124,3 +128,78 @@ def test_each_reading_keeps_what_fits_and_refuses_what_does_not(cls, name, bad, 
 def test_an_nvlink_outside_its_range_is_none():
     link = NvLink(0, active=True, rx_bytes_per_s=-5, tx_bytes_per_s=2**60, errors=3)
     assert (link.rx_bytes_per_s, link.tx_bytes_per_s, link.errors) == (None, None, 3)
+
+
+# ----------------------------------------------------------------- from the NVML driver (a fake pynvml)
+
+
+def _h100(**fields) -> FakeNvml:
+    gpm = {1: 97.0, 2: 52.5, 3: 20.0, 5: 26.0, 10: 31.0, 11: 2.0, 12: 18.0, 13: 6.0, 20: 100.0, 21: 250.0, 30: 10.0}
+    fields.setdefault("gpm_metrics", gpm)
+    return FakeNvml([FakeGpu(0, name="NVIDIA H100 80GB HBM3", compute_capability=(9, 0), gpm=True, **fields)])
+
+
+def _measuring(make_backend, fake: FakeNvml):
+    """A backend whose GPM readings wait for a measurable pair (as ``--once``), so each collect has figures."""
+    backend = make_backend(fake)
+    backend.one_shot = True
+    return backend
+
+
+def test_driver_numbers_no_gpu_has_are_na_never_shown(make_backend):
+    """Unsigned garbage from the driver (2**32 - 1) is out of range wherever it lands: 4.3 MW, 4e9 degrees."""
+    fake = _h100(util_gpu=2**32 - 1, temperature=2**32 - 1, power_usage_mw=2**32 - 1, fan=2**32 - 1)
+    sample = Collector(_measuring(make_backend, fake)).collect().gpus[0].sample
+    for name in ("utilization_gpu_percent", "temperature_c", "power_draw_w", "fan_percent"):
+        assert getattr(sample, name) is None and sample.why(name) is Reason.OUT_OF_RANGE, name
+    assert sample.memory_used_bytes == 10 << 30, "the rest is read as usual"
+
+
+def test_nan_sm_activity_on_a_busy_gpu_raises_no_suspected_hang(make_backend, clock):
+    """NaN read as 0 % SM active made a busy GPU drawing 650 W look hung after 5 min: N/A is unknown, not 0."""
+    fake = _h100(util_gpu=100, power_usage_mw=650_000, power_limit_mw=700_000)
+    fake.gpus[0].gpm_metrics[2] = math.nan
+    fake.gpus[0].compute_procs = [FakeProcess(os.getpid(), 4 << 30)]
+    backend = _measuring(make_backend, fake)
+    backend.now = clock  # the readings' time: the manual clock (NVML's backend dates them by the wall clock)
+    collector = Collector(backend)
+    states = []
+    for _ in range(3):
+        states.append(collector.collect().gpus[0])
+        clock.advance(200)  # 400 s in all: past the 5 min a hang needs
+    for state in states:
+        assert state.health.suspected_hang_seconds is None
+        assert "suspected-hang" not in [f.code for f in state.health.findings]
+        assert all(SUSPECTED_HANG not in p.flags for p in state.processes)
+    sample = states[-1].sample
+    assert sample.sm_active_percent is None and sample.why("sm_active_percent") is Reason.OUT_OF_RANGE
+    assert sample.utilization_gpu_percent == 100
+
+
+def test_a_process_with_garbage_utilization_only_is_na_not_idle(make_backend):
+    """Some drivers give samples past 100 %: one among good ones is skipped; alone, it is N/A -- not 0 % (idle)."""
+    fake = _h100()
+    me, parent = os.getpid(), os.getppid()
+    fake.gpus[0].compute_procs = [FakeProcess(me, 1 << 30), FakeProcess(parent, 1 << 30)]
+    fake.gpus[0].samples = [
+        FakeSample(me, sm=250, mem=5, timestamp_us=now_us(-0.05)),  # garbage, and all there is of it
+        FakeSample(parent, sm=40, mem=9, timestamp_us=now_us(-0.3)),
+        FakeSample(parent, sm=4_000_000_000, mem=7, timestamp_us=now_us(-0.1)),  # garbage: the good one stays
+    ]
+    rows = {p.pid: p for p in Collector(_measuring(make_backend, fake)).collect().gpus[0].processes}
+    assert rows[me].sm_percent is None and rows[me].unavailable["sm_percent"] is Reason.OUT_OF_RANGE
+    assert rows[me].memory_percent == 5, "the sample's other figure is within its range"
+    assert (rows[parent].sm_percent, rows[parent].memory_percent) == (40, 9)
+
+
+def test_a_mig_instances_absurd_gpm_is_na_and_its_neighbours_keep_theirs(make_backend):
+    fake = _h100(
+        mig_mode=(1, 1),
+        mig_slots=[FakeMig("MIG-aaaa", "3g.40gb", 1, 0), FakeMig("MIG-bbbb", "3g.40gb", 2, 0)],
+        gpm_mig={1: {1: math.inf, 2: math.inf, 3: 1.0, 5: -1.0, 10: 250.0}, 2: {1: 80.0, 2: 60.0, 3: 30.0, 5: 40.0}},
+    )
+    first, second = Collector(_measuring(make_backend, fake)).collect().gpus[0].sample.mig_usage
+    for name in ("graphics_active_percent", "sm_active_percent", "tensor_active_percent", "dram_active_percent"):
+        assert getattr(first, name) is None and first.unavailable[name] is Reason.OUT_OF_RANGE, name
+    assert first.sm_occupancy_percent == 1.0
+    assert (second.sm_active_percent, second.tensor_active_percent) == (60.0, 40.0)
