@@ -14,6 +14,7 @@ The same on the real nvidia-ml-py path is in ``test_fake_nvml_gpm.py``.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import sys
@@ -21,6 +22,9 @@ import sys
 import pytest
 
 from nvtopy.backends.sim_faults import parse_fault_specs
+from nvtopy.formats.accounting import observations, observations_from_record
+from nvtopy.formats.contract import snapshot_to_dict
+from nvtopy.formats.prometheus import parse_exposition
 from nvtopy.health.realwork import SUSPECTED_HANG
 from nvtopy.model import (
     GpuProcess,
@@ -34,6 +38,8 @@ from nvtopy.model import (
 )
 from nvtopy.ranges import FIELD_RANGES, within
 from nvtopy.sources.collector import Collector
+from nvtopy.sources.hostscrape import HostGpus
+from nvtopy.sources.replay import snapshot_from_dict
 
 from .fake_pynvml import FakeGpu, FakeMig, FakeNvml, FakeProcess, FakeSample, now_us
 
@@ -203,3 +209,59 @@ def test_a_mig_instances_absurd_gpm_is_na_and_its_neighbours_keep_theirs(make_ba
         assert getattr(first, name) is None and first.unavailable[name] is Reason.OUT_OF_RANGE, name
     assert first.sm_occupancy_percent == 1.0
     assert (second.sm_active_percent, second.tensor_active_percent) == (60.0, 40.0)
+
+
+# ----------------------------------------------------------------- from a recording and from a peer
+
+
+def _recorded_line(sim) -> dict:
+    """One recorded line with a figure of every kind no GPU gives (json writes NaN and Infinity; 1e400 reads as inf)."""
+    data = snapshot_to_dict(_snapshot(sim, [], gpus=1))
+    gpu = data["gpus"][0]
+    gpu.update(
+        sm_active_percent=math.nan,
+        tensor_active_percent=250.0,
+        dram_active_percent=-0.1,
+        utilization_gpu_percent=101,
+        power_draw_w=math.inf,
+        temperature_c=10**30,
+    )
+    text = json.dumps(data).replace('"temperature_c": 1000000000000000000000000000000', '"temperature_c": 1e400')
+    return json.loads(text)
+
+
+def test_replay_reads_a_recorded_absurd_figure_as_na_out_of_range(sim):
+    data = _recorded_line(sim)
+    sample = snapshot_from_dict(data, {}).gpus[0].sample
+    for name in (
+        "tensor_active_percent",
+        "dram_active_percent",
+        "utilization_gpu_percent",
+        "sm_active_percent",
+        "power_draw_w",
+        "temperature_c",
+    ):
+        assert getattr(sample, name) is None and sample.why(name) == "out_of_range", name
+    assert sample.memory_used_bytes is not None
+    assert observations_from_record(data) == list(observations(snapshot_from_dict(data, {}))), "report reads the same"
+    assert observations_from_record(data)[0].activity_percent is None, "not 250 % busy"
+
+
+def test_a_peers_out_of_range_process_values_say_so():
+    gpu = 'gpu="0",UUID="GPU-0",Hostname="peer"'
+    labels = f'{gpu},pid="100",type="C",user="u",command="c"'
+    text = (
+        f"DCGM_FI_DEV_GPU_UTIL{{{gpu}}} 10\n"
+        f"DCGM_FI_PROF_SM_ACTIVE{{{gpu}}} NaN\n"
+        f"nvtopy_process_sm_utilization_percent{{{labels}}} 250\n"
+        f"nvtopy_process_cpu_percent{{{labels}}} +Inf\n"
+        f"nvtopy_process_start_time_seconds{{{labels}}} -1\n"
+        f"nvtopy_process_gpu_memory_bytes{{{labels}}} 1048576\n"
+    )
+    (state,) = HostGpus().gpus(parse_exposition(text, "http://peer:9400/metrics"), 0, 1_800_000_000.0)
+    (process,) = state.processes
+    for name in ("sm_percent", "cpu_percent", "create_time", "running_seconds"):
+        assert getattr(process, name) is None and process.unavailable.get(name) == "out_of_range", name
+    assert state.sample.sm_active_percent is None and state.sample.why("sm_active_percent") == "out_of_range"
+    assert process.gpu_memory_bytes == 1048576 and "gpu_memory_bytes" not in process.unavailable
+    assert "memory_percent" not in process.unavailable, "a series not said is no claim"
