@@ -13,20 +13,31 @@ The same on the real nvidia-ml-py path is in ``test_fake_nvml_gpm.py``.
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io
 import json
 import math
 import os
+import subprocess
 import sys
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
+from nvtopy.backends import sim_faults
 from nvtopy.backends.sim_faults import parse_fault_specs
+from nvtopy.errors import UsageError
 from nvtopy.formats.accounting import observations, observations_from_record
 from nvtopy.formats.contract import snapshot_to_dict
-from nvtopy.formats.prometheus import parse_exposition
+from nvtopy.formats.prometheus import SnapshotCollector, parse_exposition
+from nvtopy.formats.writers import CsvWriter
 from nvtopy.health.realwork import SUSPECTED_HANG
 from nvtopy.model import (
+    GPM_FIELDS,
+    GPM_PERCENT_FIELDS,
+    GPM_RATE_FIELDS,
+    MIG_GPM_FIELDS,
     GpuProcess,
     GpuSample,
     GpuStatic,
@@ -209,6 +220,96 @@ def test_a_mig_instances_absurd_gpm_is_na_and_its_neighbours_keep_theirs(make_ba
         assert getattr(first, name) is None and first.unavailable[name] is Reason.OUT_OF_RANGE, name
     assert first.sm_occupancy_percent == 1.0
     assert (second.sm_active_percent, second.tensor_active_percent) == (60.0, 40.0)
+
+
+# ----------------------------------------------------------------- the simulation's gpm-absurd fault
+
+
+def test_gpm_absurd_parses_as_fake_nvml_names_its_values():
+    faults = parse_fault_specs(["gpm-absurd=huge@1", "gpm-absurd=NaN@2"], gpus=4)
+    assert faults.gpm_absurd[1] == 1e308 and math.isnan(faults.gpm_absurd[2])
+    assert tuple(sim_faults.GPM_ABSURD_VALUES) == ABSURD_KINDS
+    assert parse_fault_specs(["gpm-absurd=neg"]).gpm_absurd == {None: -42.0}, "every GPU by default"
+    for spec in ("gpm-absurd", "gpm-absurd=3", "gpm-absurd=nan@7"):
+        with pytest.raises(UsageError, match="gpm-absurd"):
+            parse_fault_specs([spec], gpus=4)
+
+
+@pytest.mark.parametrize("kind", ABSURD_KINDS)
+def test_gpm_absurd_makes_that_gpus_figures_na(sim, kind):
+    snapshot = _snapshot(sim, [f"gpm-absurd={kind}@1", "mig=2@2", f"gpm-absurd={kind}@2"])
+    healthy, absurd, mig = (gpu.sample for gpu in snapshot.gpus)
+    rates_real = kind == "over"  # 250 MiB/s is a rate a bus carries
+    for name in GPM_FIELDS:
+        assert getattr(healthy, name) is not None, name
+        if name in GPM_RATE_FIELDS and rates_real:
+            assert getattr(absurd, name) == 250.0 * 2**20
+            continue
+        assert getattr(absurd, name) is None and absurd.why(name) is Reason.OUT_OF_RANGE, name
+    for usage in mig.mig_usage:
+        assert all(usage.unavailable[name] is Reason.OUT_OF_RANGE for name in MIG_GPM_FIELDS), usage
+
+
+def test_gpm_absurd_before_hopper_is_still_not_supported(sim):
+    snapshot = _snapshot(sim, ["gpm-absurd=nan"], gpus=1, model="A100-SXM4-80GB")
+    assert snapshot.gpus[0].sample.why("sm_active_percent") is Reason.NOT_SUPPORTED
+
+
+# ----------------------------------------------------------------- every way out: JSON, CSV, exporter, screen
+
+
+def test_json_is_null_with_the_reason_csv_blank_and_the_exporter_leaves_the_sample_out(sim):
+    snapshot = _snapshot(sim, ["gpm-absurd=inf@1"], gpus=2)
+    data = json.loads(json.dumps(snapshot_to_dict(snapshot), allow_nan=False))  # no NaN or Infinity written
+    good, bad = data["gpus"]
+    for name in GPM_PERCENT_FIELDS:
+        assert isinstance(good[name], float) and bad[name] is None and bad["unavailable"][name] == "out_of_range"
+
+    out = io.StringIO()
+    CsvWriter(out, ["index", *GPM_FIELDS], processes=False, header=True).write(snapshot)
+    good_row, bad_row = csv.DictReader(io.StringIO(out.getvalue()))
+    assert all(bad_row[name] == "" for name in GPM_FIELDS) and good_row["sm_active_percent"] != ""
+
+    class Latest:
+        latest = snapshot
+
+    registry = CollectorRegistry()
+    registry.register(SnapshotCollector(Latest()))
+    text = generate_latest(registry).decode()
+    sm_lines = [line for line in text.splitlines() if line.startswith("DCGM_FI_PROF_SM_ACTIVE{")]
+    assert len(sm_lines) == 1 and 'gpu="0"' in sm_lines[0], "GPU 1 has no sample: absent, never 0 or +Inf"
+    assert "Inf" not in text and "NaN" not in text
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*NVTOPY, *args], capture_output=True, text=True, timeout=120)
+
+
+DEMO = ("--demo", "--demo-model", H100, "--demo-gpus", "2", "--demo-fault", "gpm-absurd=inf@1")
+
+
+def test_once_json_and_text_survive_an_infinite_figure():
+    result = _run(*DEMO, "--once", "--json")
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    good, bad = json.loads(result.stdout)["gpus"]
+    assert bad["sm_active_percent"] is None and bad["unavailable"]["sm_active_percent"] == "out_of_range"
+    assert good["sm_active_percent"] is not None
+    text = _run(*DEMO, "--once")
+    assert text.returncode == 0 and "GPU 1: SM, tensor and DRAM activity N/A: out of range" in text.stdout
+
+
+@pytest.mark.parametrize("kind", ["inf", "huge", "nan"])
+def test_log_keeps_writing_whatever_the_driver_says(kind):
+    """An OverflowError used to end a running log after its first row: the data after it was lost."""
+    fields = "index,sm_active_percent,gpm_pcie_rx_bytes_per_s,utilization_gpu_percent"
+    args = ("--demo", "--demo-model", H100, "--demo-gpus", "2", "--demo-fault", f"gpm-absurd={kind}@1")
+    result = _run("log", *args, "--count", "3", "--interval", "0.1", "--fields", fields)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert len(rows) == 6, result.stdout
+    for row in rows:
+        if row["index"] == "1":
+            assert row["sm_active_percent"] == row["gpm_pcie_rx_bytes_per_s"] == "" and row["utilization_gpu_percent"]
 
 
 # ----------------------------------------------------------------- from a recording and from a peer
