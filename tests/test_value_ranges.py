@@ -40,6 +40,7 @@ from nvtopy.model import (
     MIG_GPM_FIELDS,
     GpuProcess,
     GpuSample,
+    GpuState,
     GpuStatic,
     MigUsage,
     NvLink,
@@ -48,6 +49,9 @@ from nvtopy.model import (
     Snapshot,
 )
 from nvtopy.ranges import FIELD_RANGES, within
+from nvtopy.render.cells import ACTIVITY_WORDS
+from nvtopy.render.gpu import compact_line, panel_lines
+from nvtopy.render.health import gpu_health_lines
 from nvtopy.sources.collector import Collector
 from nvtopy.sources.hostscrape import HostGpus
 from nvtopy.sources.replay import snapshot_from_dict
@@ -279,6 +283,31 @@ def test_json_is_null_with_the_reason_csv_blank_and_the_exporter_leaves_the_samp
     sm_lines = [line for line in text.splitlines() if line.startswith("DCGM_FI_PROF_SM_ACTIVE{")]
     assert len(sm_lines) == 1 and 'gpu="0"' in sm_lines[0], "GPU 1 has no sample: absent, never 0 or +Inf"
     assert "Inf" not in text and "NaN" not in text
+
+
+def test_the_views_draw_na_out_of_range_never_nan_nor_the_figure():
+    """The panel, the compact line and the health screen drew "nan%", "TNS 250%" and "DRAM -1%"."""
+    static = GpuStatic(0, uuid="GPU-0", name="NVIDIA H100 80GB HBM3", memory_total_bytes=80 << 30)
+    sample = GpuSample(
+        1.0,
+        utilization_gpu_percent=100,
+        memory_used_bytes=40 << 30,
+        power_draw_w=650.0,
+        power_limit_w=700.0,
+        graphics_active_percent=100.0,
+        sm_active_percent=math.nan,
+        tensor_active_percent=250.0,
+        dram_active_percent=-1.0,
+    )
+    state = GpuState(static, sample)
+    panel = [line.plain for line in panel_lines(state, 80)]
+    assert "SM  N/A (out of range)" in panel[2], panel
+    real_work = next(line.plain for line in gpu_health_lines(state) if "Real work" in line.plain)
+    assert real_work.split("Real work")[1].strip() == "N/A (out of range)"
+    drawn = "\n".join([*panel, real_work, compact_line(state, 100).plain])
+    for figure in ("nan", "inf", "250%", "-1%"):
+        assert figure not in drawn, figure
+    assert ACTIVITY_WORDS not in drawn, "an unknown SM activity is not 'little work'"
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
