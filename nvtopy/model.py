@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from .ranges import FIELD_RANGES
+
 __all__ = [
     "EMPTY_REASONS",
     "HISTORY_LENGTH",
@@ -49,6 +51,7 @@ class Reason(str, enum.Enum):
     NOT_AVAILABLE = "not_available"  # the driver answered "N/A" (e.g. per-process memory under MIG/WDDM)
     NOT_RESPONDING = "not_responding"  # a driver call on this GPU is stuck: nothing read yet (nvtopy.sources.workers)
     NOT_VISIBLE = "not_visible"  # NVML lists the pid, this PID namespace has no such process: nothing to read
+    OUT_OF_RANGE = "out_of_range"  # NaN, infinite, negative or past what any GPU can have (nvtopy.ranges)
 
     def __str__(self) -> str:  # "not supported" reads better in a UI than the enum repr
         return self.value.replace("_", " ")
@@ -71,6 +74,55 @@ class _Repr:
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__dataclass_fields__)  # type: ignore[attr-defined]
         return f"{type(self).__name__}({fields})"
+
+
+class _Ranged(_Repr):
+    """Readings that hold to :mod:`nvtopy.ranges`: a value outside its field's range is ``None``, and why.
+
+    Why here, when the object is built: values come from the driver, the simulation,
+    recordings and other hosts, and every one of those must follow the same rule (N/A
+    with the reason ``out_of_range``; never clamped, never 0, never an OverflowError
+    further on). Checked once per object, so no entry point can forget it. A class
+    with an ``unavailable`` map gets the reason there; :class:`NvLink` has none (its
+    ``None`` says "not readable").
+    """
+
+    __slots__ = ()
+
+    def __post_init__(self) -> None:
+        # nvtopy.ranges.fits, inlined: this runs for every reading built (~2 us for a GpuSample's 43 fields).
+        bad: list[str] | None = None
+        for name, low, high in _ranged_fields(type(self)):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            try:
+                if low <= value <= high:  # NaN and the infinities fail this
+                    continue
+            except TypeError:  # not a number at all
+                pass
+            if bad is None:
+                bad = []
+            bad.append(name)
+        if bad is None:
+            return
+        for name in bad:
+            object.__setattr__(self, name, None)
+        reasons = getattr(self, "unavailable", None)
+        if reasons is not None:
+            object.__setattr__(self, "unavailable", freeze({**reasons, **dict.fromkeys(bad, Reason.OUT_OF_RANGE)}))
+
+
+_RANGED_FIELDS: dict[type, tuple[tuple[str, int, int], ...]] = {}
+
+
+def _ranged_fields(cls: type) -> tuple[tuple[str, int, int], ...]:
+    """(field, lowest, highest) for each field of ``cls`` that has a range (worked out once per class)."""
+    fields = _RANGED_FIELDS.get(cls)
+    if fields is None:
+        names = cls.__dataclass_fields__  # type: ignore[attr-defined]
+        fields = _RANGED_FIELDS[cls] = tuple((name, *FIELD_RANGES[name]) for name in names if name in FIELD_RANGES)
+    return fields
 
 
 def freeze(mapping: Mapping[str, Reason] | None) -> Reasons:
@@ -115,7 +167,7 @@ class HostInfo(_Repr):
 
 
 @dataclass(frozen=True, slots=True, repr=False)
-class GpuStatic(_Repr):
+class GpuStatic(_Ranged):
     """Fields that never change while the driver is loaded: read once, cached by the poller."""
 
     index: int
@@ -244,7 +296,7 @@ GROUP_OF_FIELD: dict[str, str] = {f: g for g, fields in SAMPLE_GROUPS.items() fo
 
 
 @dataclass(frozen=True, slots=True, repr=False)
-class NvLink(_Repr):
+class NvLink(_Ranged):
     """One NVLink of a GPU, as its last health reading saw it. ``None``: not readable."""
 
     link: int
@@ -326,7 +378,7 @@ def mig_profile(device_name: str) -> str | None:
 
 
 @dataclass(frozen=True, slots=True, repr=False)
-class MigUsage(_Repr):
+class MigUsage(_Ranged):
     """One MIG instance's readings at one poll, matched to its :class:`MigInstance` by ``index``."""
 
     index: int
@@ -384,7 +436,7 @@ class MigState(_Repr):
 
 
 @dataclass(frozen=True, slots=True, repr=False)
-class GpuSample(_Repr):
+class GpuSample(_Ranged):
     """One reading of a GPU's dynamic fields. ``None`` = unavailable, see ``unavailable``."""
 
     timestamp: float
@@ -489,7 +541,7 @@ class HostProcess(_Repr):
 
 
 @dataclass(frozen=True, slots=True, repr=False)
-class GpuProcess(_Repr):
+class GpuProcess(_Ranged):
     """One row of the process table: a pid on one GPU, joined with host information."""
 
     gpu_index: int

@@ -197,3 +197,41 @@ def test_the_exporter_serves_dcgm_profiling_fields(fake_lib, workers):
 def test_the_exporter_on_a100_has_no_profiling_series(fake_lib):
     body = _scrape(fake_lib, "DCGM_FI_DEV_GPU_TEMP{", FAKE_NVML_MODEL=A100)
     assert "DCGM_FI_DEV_GPU_TEMP{" in body and "DCGM_FI_PROF_SM_ACTIVE{" not in body, "absent, never 0"
+
+
+@pytest.mark.parametrize("absurd", ["nan", "inf", "-inf", "huge", "neg", "over"])
+def test_gpm_values_no_gpu_gives_are_na_out_of_range(fake_lib, absurd):
+    """FAKE_NVML_GPM_ABSURD: NaN used to read as 0 %, inf and 1e308 to end --once --json with an OverflowError."""
+    result = nvtopy(fake_lib, "--once", "--json", FAKE_NVML_MODEL=H100, FAKE_NVML_GPM_ABSURD=absurd)
+    assert "internal error" not in result.stderr
+    for gpu in gpus_of(result):
+        for name in REAL_WORK:
+            assert gpu[name] is None and gpu["unavailable"][name] == "out_of_range", (name, gpu[name])
+        if absurd == "over":  # 250 MiB/s is a rate a bus carries: only the percentages are impossible
+            assert gpu["gpm_pcie_rx_bytes_per_s"] == 250 << 20
+        else:
+            assert gpu["gpm_pcie_rx_bytes_per_s"] is None
+        assert gpu["utilization_gpu_percent"] is not None, "the rest is read as usual"
+
+
+@pytest.mark.parametrize("absurd", ["inf", "huge"])
+def test_a_running_log_survives_absurd_gpm_values(fake_lib, absurd):
+    """The OverflowError ended `nvtopy log` at its first GPM row, and every row after it was lost."""
+    fields = "index,sm_active_percent,tensor_active_percent,utilization_gpu_percent"
+    result = nvtopy(
+        fake_lib,
+        "log",
+        "--count",
+        "3",
+        "--interval",
+        "0.2",
+        "--fields",
+        fields,
+        FAKE_NVML_MODEL=H100,
+        FAKE_NVML_GPM_ABSURD=absurd,
+    )
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert len(rows) == 6, result.stdout
+    assert all(row["sm_active_percent"] == row["tensor_active_percent"] == "" for row in rows)
+    assert all(row["utilization_gpu_percent"] != "" for row in rows)

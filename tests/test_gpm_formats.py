@@ -329,7 +329,7 @@ HOSTILE = "\n".join(
 )
 
 
-def test_remote_values_out_of_range_are_unknown_never_shown():
+def test_remote_values_out_of_range_are_na_out_of_range_never_shown():
     scrape = parse_exposition(HOSTILE + "\n", "http://evil:9400/metrics")
     (gpu,) = RemoteHosts(["evil:9400"])._snapshot([scrape]).gpus
     sample = gpu.sample
@@ -341,10 +341,10 @@ def test_remote_values_out_of_range_are_unknown_never_shown():
         "gpm_pcie_rx_bytes_per_s",
         "gpm_pcie_tx_bytes_per_s",
     ):
-        assert getattr(sample, field) is None and sample.unavailable[field] is Reason.UNKNOWN, field
+        assert getattr(sample, field) is None and sample.unavailable[field] is Reason.OUT_OF_RANGE, field
     assert sample.sm_occupancy_percent == 25.0 and sample.gpm_nvlink_rx_bytes_per_s == 1048576.0
     (usage,) = sample.mig_usage
-    assert usage.sm_active_percent is None and usage.unavailable["sm_active_percent"] is Reason.UNKNOWN
+    assert usage.sm_active_percent is None and usage.unavailable["sm_active_percent"] is Reason.OUT_OF_RANGE
     assert usage.graphics_active_percent == 50.0
     assert sample.graphics_active_percent is None, "an instance's value never passes for the GPU's"
 

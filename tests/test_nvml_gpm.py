@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 
 import pynvml
@@ -9,6 +10,7 @@ import pytest
 
 from nvtopy.backends.nvml_gpm import FIRST_PAIR_S
 from nvtopy.model import GPM_FIELDS, MIG_GPM_FIELDS, Reason
+from nvtopy.sources.collector import Collector
 
 from .fake_pynvml import FakeGpu, FakeMig, FakeNvml
 
@@ -168,12 +170,36 @@ def test_a_lost_gpu_while_sampling_is_lost(make_backend):
     assert reading.lost and reading.unavailable["sm_active_percent"] is Reason.LOST
 
 
-def test_values_past_100_percent_are_kept_at_100(make_backend):
+@pytest.mark.parametrize("value", [100.4, 250.0, -0.1, -42.0, math.nan, math.inf, -math.inf, 1e308])
+def test_a_percentage_no_gpu_gives_is_na_out_of_range_never_clamped(make_backend, value):
     fake = machine()
-    fake.gpus[1].gpm_metrics[2] = 100.4
-    fake.gpus[1].gpm_metrics[5] = -0.1
-    values = one_shot(make_backend, fake).read_sample(1, ["gpm"]).values
-    assert values["sm_active_percent"] == 100.0 and values["tensor_active_percent"] == 0.0
+    fake.gpus[1].gpm_metrics[2] = value  # SM active
+    fake.gpus[1].gpm_metrics[30] = value  # one decoder: the decoders' mean is no figure either
+    sample = Collector(one_shot(make_backend, fake)).collect().gpus[1].sample
+    for name in ("sm_active_percent", "decoder_active_percent"):
+        assert getattr(sample, name) is None and sample.why(name) is Reason.OUT_OF_RANGE, (name, value)
+    assert sample.tensor_active_percent == 26.0 and sample.why("tensor_active_percent") is None, "the others stay"
+
+
+@pytest.mark.parametrize("value", [-0.1, math.nan, math.inf, -math.inf, 1e308])
+def test_a_rate_no_link_carries_is_na_out_of_range(make_backend, value):
+    fake = machine()
+    fake.gpus[1].gpm_metrics[21] = value  # PCIe RX, MiB/s
+    sample = Collector(one_shot(make_backend, fake)).collect().gpus[1].sample
+    assert sample.gpm_pcie_rx_bytes_per_s is None and sample.why("gpm_pcie_rx_bytes_per_s") is Reason.OUT_OF_RANGE
+    assert sample.gpm_pcie_tx_bytes_per_s == 100.0 * MIB
+
+
+def test_a_mig_instances_absurd_figure_is_na_out_of_range(make_backend):
+    fake = machine(
+        mig_mode=(1, 1),
+        mig_slots=[FakeMig("MIG-aaaa", "3g.40gb", 1, 0)],
+        gpm_mig={1: {1: 80.0, 2: math.nan, 3: 30.0, 5: 1e308, 10: -3.0}},
+    )
+    usage = Collector(one_shot(make_backend, fake)).collect().gpus[1].sample.mig_usage[0]
+    for name in ("sm_active_percent", "tensor_active_percent", "dram_active_percent"):
+        assert getattr(usage, name) is None and usage.unavailable[name] is Reason.OUT_OF_RANGE, name
+    assert (usage.graphics_active_percent, usage.sm_occupancy_percent) == (80.0, 30.0)
 
 
 def test_mig_instances_get_their_own_figures(make_backend):

@@ -916,10 +916,18 @@ class NvmlBackend(NvmlHealthReaders, NvmlGpmReaders, Backend):
             self._failed(gpu, key, name, exc)
             return None
         latest: dict[int, Any] = {}
+        garbage: dict[int, Any] = {}
         for sample in sorted(map(_UtilSample.of, samples), key=lambda s: s.timeStamp):
-            if sample.smUtil > 100 or sample.memUtil > 100 or sample.pid not in pids:
-                continue  # garbage values seen on some drivers; pids no longer listed
+            if sample.pid not in pids:
+                continue  # pids no longer listed
+            if sample.smUtil > 100 or sample.memUtil > 100:  # garbage values seen on some drivers
+                garbage[sample.pid] = sample
+                continue
             latest[sample.pid] = sample
+        # A pid with garbage samples only keeps one: the model makes its figures N/A ("out of range"), never
+        # the 0 % of a process without samples.
+        for pid, sample in garbage.items():
+            latest.setdefault(pid, sample)
         return latest
 
     # ----------------------------------------------------------------- host processes and signals

@@ -19,7 +19,9 @@ Support is asked once per GPU (``nvmlGpmQueryDeviceSupport``): a board that
 says no, a driver that lacks the calls (FunctionNotFound), or NotSupported from
 any GPM call makes every GPM field ``NOT_SUPPORTED`` from then on, and nothing
 is asked again. Each metric carries its own return code: one that fails is N/A
-with its reason, the others are kept.
+with its reason, the others are kept. A value is kept as the driver gave it:
+one no GPU can have (NaN, an infinity, a negative or 250 % from a buggy driver or
+a corrupt sample pair) is N/A "out of range" by :mod:`nvtopy.ranges`, never clamped.
 
 Mixed into :class:`nvtopy.backends.nvml.NvmlBackend` (like ``nvml_health``), so
 it shares the call counting, the NotSupported memory and the lost-GPU handling.
@@ -32,6 +34,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..model import GPM_FIELDS, MIG_GPM_FIELDS, Reason
+from ..ranges import within
 from .base import Reading
 
 __all__ = ["FIRST_PAIR_S", "GPM_METRICS", "GpmState", "NvmlGpmReaders"]
@@ -242,8 +245,10 @@ class NvmlGpmReaders:
         for name in fields:
             if name == "decoder_active_percent":
                 decoders = [value for code, value in (metrics.get(m, (-1, 0.0)) for m in _DECODERS) if code == _SUCCESS]
-                if decoders:
-                    values[name] = _percent(sum(decoders) / len(decoders))
+                if decoders and not all(within(name, value) for value in decoders):
+                    unavailable[name] = Reason.OUT_OF_RANGE  # their mean could hide one no decoder gives
+                elif decoders:
+                    values[name] = sum(decoders) / len(decoders)
                 else:
                     unavailable[name] = Reason.NOT_SUPPORTED
                 continue
@@ -251,7 +256,8 @@ class NvmlGpmReaders:
             if code != _SUCCESS:
                 unavailable[name] = self._code_reason(code)
                 continue
-            values[name] = max(0.0, value) * _MIB if name in _RATES else _percent(value)
+            # As the driver gave it: one outside its range (NaN, inf, negative, 250 %) is N/A, said by the model.
+            values[name] = value * _MIB if name in _RATES else value
 
     def _code_reason(self, code: int) -> Reason:
         """A per-metric return code as a reason (the codes of nvml.h)."""
@@ -293,8 +299,3 @@ class NvmlGpmReaders:
                 self._nvml.nvmlGpmSampleFree(buffer)
             except Exception:  # noqa: BLE001 - closing: nothing useful to report
                 pass
-
-
-def _percent(value: float) -> float:
-    """A percentage as reported, kept within 0-100 (a driver rounding past 100 is not 'more than busy')."""
-    return min(100.0, max(0.0, value))

@@ -51,6 +51,10 @@ GPU health (the scenarios of fake-nvml's FAKE_NVML_* knobs, same semantics)::
     stuck                       the GPU looks busy and computes nothing (a deadlocked collective): 100 %
                                 utilisation, under 25 % of its power limit, SM clock at max, its compute
                                 processes at 100 % SM; a long-lived job (torchrun) is always among them
+    gpm-absurd=VALUE            every GPM figure of those GPUs (Hopper and newer; their MIG instances too) is
+                                a value no GPU gives, as from a buggy driver or a corrupt sample pair
+                                (FAKE_NVML_GPM_ABSURD): nan, inf, -inf, huge (1e308), neg (-42) or over (250;
+                                the rates are in MiB/s, as NVML gives them, so 250 MiB/s is a real rate)
 
 MIG (not a fault, a configuration; here so that one spec syntax drives the simulation)::
 
@@ -80,7 +84,7 @@ from ..model import SAMPLE_GROUPS
 if TYPE_CHECKING:
     from .sim_catalog import GpuModel
 
-__all__ = ["FAULT_NAMES", "Hang", "SimFaults", "XidFault", "parse_fault_specs"]
+__all__ = ["FAULT_NAMES", "GPM_ABSURD_VALUES", "Hang", "SimFaults", "XidFault", "parse_fault_specs"]
 
 # Groups that can be made NotSupported: the sample groups plus the process queries.
 UNSUPPORTABLE = frozenset(SAMPLE_GROUPS) | {"processes", "process_utilization"}
@@ -145,6 +149,7 @@ class SimFaults:
     idle_held: set[int] = field(default_factory=set)
     stuck: set[int] = field(default_factory=set)
     mig: dict[int | None, int | str] = field(default_factory=dict)  # instance count, or "pending"
+    gpm_absurd: dict[int | None, float] = field(default_factory=dict)  # the value every GPM metric gives
 
     def latency(self, index: int | None = None) -> float:
         """Seconds a backend call on GPU ``index`` (None: bound to no GPU) takes."""
@@ -203,6 +208,7 @@ FAULT_NAMES = (
     "idle-held",
     "stuck",
     "mig",
+    "gpm-absurd",
 )
 _HEALTH_WITH_ARG = frozenset(
     {
@@ -216,6 +222,7 @@ _HEALTH_WITH_ARG = frozenset(
         "nvlink-errors",
         "hang",
         "mig",
+        "gpm-absurd",
     }
 )
 _PER_GPU = frozenset({"lost", "no-permission", "unsupported", "ecc", "hot", "slow", "events-unsupported"}) | (
@@ -228,6 +235,15 @@ MAX_AFTER_SECONDS = 365 * 86400.0  # a delay beyond a year of simulated time is 
 MAX_NVLINKS = 18  # NVML_NVLINK_MAX_LINKS
 PCIE_WIDTHS = (1, 2, 4, 8, 12, 16, 32)
 _MAX_COUNT = 2**32 - 1  # NVML's counters are unsigned int
+# gpm-absurd's values: FAKE_NVML_GPM_ABSURD's names and numbers.
+GPM_ABSURD_VALUES: dict[str, float] = {
+    "nan": math.nan,
+    "inf": math.inf,
+    "-inf": -math.inf,
+    "huge": 1e308,
+    "neg": -42.0,
+    "over": 250.0,
+}
 _HELP = {
     "xid": "give the Xid number, and optionally ':' and the seconds after opening (e.g. xid=79 or xid=48:30)",
     "remapped": "give CORR/UNC/PENDING/FAILURE: two counts and two flags 0 or 1 (e.g. remapped=0/3/1/0)",
@@ -241,6 +257,7 @@ _HELP = {
     "nvlink-down": f"give link numbers 0-{MAX_NVLINKS - 1} joined with '/' (e.g. nvlink-down=0/3)",
     "nvlink-errors": "give the error count of each link (e.g. nvlink-errors=12)",
     "mig": "give the number of MIG instances, 0-7, or 'pending' (e.g. mig=3@1 or mig=pending@0)",
+    "gpm-absurd": f"give the value every GPM figure takes: {', '.join(GPM_ABSURD_VALUES)} (e.g. gpm-absurd=nan@1)",
     "hang": (
         f"give the seconds each call blocks, more than 0 and at most {MAX_SLOW_SECONDS:g}, and optionally ':' "
         "and the real seconds after opening it starts (e.g. hang=30 or hang=5:10@1)"
@@ -386,6 +403,10 @@ def _parse_health(
             raise UsageError(f"--demo-fault {spec!r}: the {model.name} has no MIG (A100, H100 and H200 do)")
         value: int | str = arg.lower() if arg.lower() == "pending" else _count(arg, 7)
         _store(faults.mig, selected, value)
+    elif name == "gpm-absurd":
+        if arg.lower() not in GPM_ABSURD_VALUES:
+            raise _BadArgError(arg)
+        _store(faults.gpm_absurd, selected, GPM_ABSURD_VALUES[arg.lower()])
     elif name == "hang":
         seconds, colon, after = arg.partition(":")
         hang = Hang(

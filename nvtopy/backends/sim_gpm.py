@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import math
 
-from ..model import GPM_FIELDS, MIG_GPM_FIELDS, MigInstance
+from ..model import GPM_FIELDS, GPM_RATE_FIELDS, MIG_GPM_FIELDS, MigInstance
 from .sim_catalog import GpuModel
 
-__all__ = ["STUCK_SM_ACTIVE_PERCENT", "gpm_supported", "gpm_values", "mig_gpm_values"]
+__all__ = ["STUCK_SM_ACTIVE_PERCENT", "absurd_gpm_values", "gpm_supported", "gpm_values", "mig_gpm_values"]
 
 MIB = 1024 * 1024
 STUCK_SM_ACTIVE_PERCENT = 3.0  # a spinning collective: the engine "active", almost no SM doing work
@@ -85,3 +85,10 @@ def mig_gpm_values(
     }
     assert set(values) == set(MIG_GPM_FIELDS)
     return values
+
+
+def absurd_gpm_values(value: float, fields: tuple[str, ...]) -> dict[str, float]:
+    """``fields`` as a buggy driver gives them (the ``gpm-absurd`` fault): every metric ``value``, the rates
+    in MiB/s as NVML's are (so ``over``, 250, is a real rate), as FAKE_NVML_GPM_ABSURD does. Not clamped here:
+    what the model makes of it is the point."""
+    return {name: value * MIB if name in GPM_RATE_FIELDS else value for name in fields}

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 import psutil
 
 from ..model import (
+    GPM_FIELDS,
     MIG_GPM_FIELDS,
     SAMPLE_GROUPS,
     STATIC_FIELDS,
@@ -75,7 +76,7 @@ from .sim_catalog import (
     sim_owner,
 )
 from .sim_faults import SimFaults
-from .sim_gpm import gpm_supported, gpm_values, mig_gpm_values
+from .sim_gpm import absurd_gpm_values, gpm_supported, gpm_values, mig_gpm_values
 from .sim_health import (
     SimEventStream,
     capped_sm_clock,
@@ -621,6 +622,9 @@ class SimulatedBackend(Backend):
                         nvlink_tx=link * 0.97,
                     )
                 )
+                absurd = self.faults.on_gpu(self.faults.gpm_absurd, index)
+                if absurd is not None:
+                    values.update(absurd_gpm_values(absurd, GPM_FIELDS))
             elif group == "utilization":
                 values["utilization_gpu_percent"] = round(util)
                 values["utilization_memory_percent"] = round(work * 0.55 + 5 * math.sin(now / 5 + phi)) if util else 0
@@ -701,10 +705,15 @@ class SimulatedBackend(Backend):
             reasons = freeze(dict.fromkeys(MIG_GPM_FIELDS, Reason.NOT_SUPPORTED))
             return tuple(dataclasses.replace(u, unavailable=reasons) for u in usage)
         share = self._tensor_share(gpu)
+        absurd = self.faults.on_gpu(self.faults.gpm_absurd, gpu)
         return tuple(
             dataclasses.replace(
                 u,
-                **mig_gpm_values(by_index[u.index], busy=u.index in busy, tensor_share=share, now=now, phase=phase),
+                **(
+                    mig_gpm_values(by_index[u.index], busy=u.index in busy, tensor_share=share, now=now, phase=phase)
+                    if absurd is None
+                    else absurd_gpm_values(absurd, MIG_GPM_FIELDS)
+                ),
             )
             for u in usage
         )

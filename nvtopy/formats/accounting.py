@@ -52,6 +52,7 @@ from typing import Any
 from ..errors import UsageError
 from ..health.verdict import HealthThresholds
 from ..model import OwnerKind, ProcessOwner, Snapshot
+from ..ranges import within
 from ..textsafe import escape_text, formula_safe
 from .contract import encode, iso_timestamp, owner_from_dict, recorded_text
 
@@ -187,13 +188,14 @@ _LIMIT = 2**64  # a figure beyond this (or not finite) is no reading, as nvtopy 
 
 
 def _figure(value: Any, name: str) -> float | None:
-    """A recorded figure: a number, or None (null, not finite, beyond 2**64); anything else is damage."""
+    """A recorded figure: a number, or None (null, not finite, beyond 2**64, outside the field's range as
+    :mod:`nvtopy.ranges` has it, as replay's model reads it); anything else is damage."""
     if value is None:
         return None
     kind = type(value)
     if kind is not int and kind is not float:
         raise TypeError(f"{name} is not a number")
-    return value if -_LIMIT < value < _LIMIT else None  # NaN and the infinities fail this too
+    return value if -_LIMIT < value < _LIMIT and within(name, value) else None  # NaN and the infinities fail this
 
 
 def observations_from_record(data: Any) -> list[Observation]:

@@ -72,6 +72,7 @@ from dataclasses import dataclass
 
 from ..health.xid import describe_xid
 from ..model import MIG_GPM_FIELDS, THROTTLE_REASON_BITS, GpuState, HostInfo, MigState
+from ..ranges import BYTES_PER_S, COUNT, FAN_PERCENT, LINK_GEN, LINK_WIDTH, MHZ, PERCENT, PSTATE, TEMPERATURE_C, WATTS
 
 __all__ = [
     "FIELDS",
@@ -186,25 +187,16 @@ def xid_labels(gpu: GpuState) -> dict[str, str] | None:
     return {"err_code": str(last), "err_msg": describe_xid(last).meaning}
 
 
-# What a value read from an exporter (``nvtopy --remote``) may be, in the metric's unit. A
-# value outside its range, or not finite (+Inf, -Inf and NaN are valid exposition), reads as
-# unavailable: None, shown N/A -- never an exception, a "nan" or a 300-digit number. The
-# ranges are generous: they reject what no GPU can report, not what is merely unusual.
-PERCENT = (0, 100)  # utilisation, encoder, decoder: NVML's range
-FAN_PERCENT = (0, 200)  # NVML: a fan's speed "may exceed 100%" on some boards
-TEMPERATURE_C = (-60, 250)  # a reading or a threshold outside is a broken sensor
-WATTS = (0, 20_000)  # a board, or a superchip module, draws a few kW at most
-MHZ = (0, 100_000)
-PSTATE = (0, 15)  # P0..P15, whole; NVML's 32 ("unknown") is out of range, so N/A
-COUNT = (0, 2**64 - 1)  # energy (mJ) and ECC errors: NVML's unsigned 64-bit counters
+# What a value read from an exporter (``nvtopy --remote``) may be, in the metric's unit: the
+# model's ranges (nvtopy.ranges) where the units agree, and these where DCGM's differ. A value
+# outside its range, or not finite (+Inf, -Inf and NaN are valid exposition), reads as
+# unavailable: None, shown N/A ("out of range") -- never an exception, a "nan" or a 300-digit
+# number. PSTATE and the link's generation and width are whole; NVML's pstate 32 is N/A.
 FB_MIB = (0, (2**64 - MIB) // MIB)  # framebuffer memory in MiB: its bytes fit in 64 bits
 MASK = (0, 2**64 - 1)  # the throttle-reason bitmask, whole
 FLAG = (0, 1)  # yes or no, whole
 XID = (0, 2**32 - 1)  # an Xid number (NVML's eventData is 64-bit; Xids in use are below 200); 0 is "none"
-LINK_GEN = (0, 64)  # PCIe generation (1..6 today), whole
-LINK_WIDTH = (0, 64)  # PCIe lanes (x1..x32), whole
 RATIO = (0, 1)  # a profiling ratio (DCGM_FI_PROF_*_ACTIVE): the share of time or cycles
-BYTES_PER_S = (0, 2**50)  # a petabyte per second: no bus or link carries that
 
 
 def ranged(

@@ -62,6 +62,7 @@ from ..model import (
     Snapshot,
     freeze,
 )
+from ..ranges import BYTES, BYTES_PER_S, FIELD_RANGES, SECONDS, fits
 from ..textsafe import escape_text, unescape_text
 from .dcgm import (
     BY_NAME,
@@ -83,6 +84,7 @@ __all__ = [
     "MIG_DEVICE_SERIES",
     "NVTOPY_FIELDS",
     "POD_LABELS",
+    "PROCESS_FIELDS",
     "PROCESS_LABELS",
     "Exposition",
     "HostScrape",
@@ -112,9 +114,6 @@ def _float(value: object) -> float:
     return float(value)  # type: ignore[arg-type]
 
 
-SECONDS = 10 * 365 * 86400  # ten years: longer is no stall or hang a GPU had
-BYTES_PER_S = 2**50  # a petabyte per second: no link carries that
-
 NVTOPY_FIELDS: tuple[DcgmField, ...] = (
     DcgmField(
         "nvtopy_gpu_health",
@@ -137,7 +136,7 @@ NVTOPY_FIELDS: tuple[DcgmField, ...] = (
         "How long the outstanding driver call of a GPU that does not respond has run (seconds).",
         "health.stalled_seconds",
         _float,
-        ranged((0, SECONDS), float),
+        ranged(SECONDS, float),
         when_lost=True,
     ),
     DcgmField(
@@ -145,7 +144,7 @@ NVTOPY_FIELDS: tuple[DcgmField, ...] = (
         "GPU memory held by processes that compute nothing, for long (bytes).",
         "health.idle_held_bytes",
         _float,
-        ranged((0, 2**64 - 1), round),
+        ranged(BYTES, round),
     ),
     DcgmField(
         "nvtopy_gpu_suspected_hang_seconds",
@@ -153,35 +152,35 @@ NVTOPY_FIELDS: tuple[DcgmField, ...] = (
         "as in a deadlocked collective (seconds).",
         "health.suspected_hang_seconds",
         _float,
-        ranged((0, SECONDS), float),
+        ranged(SECONDS, float),
     ),
     DcgmField(
         "nvtopy_pcie_rx_bytes_per_second",
         "PCIe receive throughput, NVML's 20 ms sample (bytes/s; not DCGM_FI_PROF_PCIE_RX_BYTES, see docs).",
         "pcie_rx_bytes_per_s",
         _float,
-        ranged((0, BYTES_PER_S), round),
+        ranged(BYTES_PER_S, round),
     ),
     DcgmField(
         "nvtopy_pcie_tx_bytes_per_second",
         "PCIe transmit throughput, NVML's 20 ms sample (bytes/s; not DCGM_FI_PROF_PCIE_TX_BYTES, see docs).",
         "pcie_tx_bytes_per_s",
         _float,
-        ranged((0, BYTES_PER_S), round),
+        ranged(BYTES_PER_S, round),
     ),
     DcgmField(
         "nvtopy_nvlink_rx_bytes_per_second",
         "NVLink receive throughput, data payload, all links (bytes/s).",
         "nvlink_rx_bytes_per_s",
         _float,
-        ranged((0, BYTES_PER_S), round),
+        ranged(BYTES_PER_S, round),
     ),
     DcgmField(
         "nvtopy_nvlink_tx_bytes_per_second",
         "NVLink transmit throughput, data payload, all links (bytes/s).",
         "nvlink_tx_bytes_per_s",
         _float,
-        ranged((0, BYTES_PER_S), round),
+        ranged(BYTES_PER_S, round),
     ),
     DcgmField(
         "nvtopy_gpu_mig_mode",
@@ -555,20 +554,17 @@ class SnapshotCollector:
         from prometheus_client.samples import Sample
 
         families = {
-            "gpu_memory_bytes": ("GPU memory used by the process, as NVML reports it (bytes).", "gpu_memory_bytes"),
-            "sm_utilization_percent": ("The process's share of SM time (%).", "sm_percent"),
-            "memory_utilization_percent": ("The process's share of memory bandwidth (%).", "memory_percent"),
-            "cpu_percent": ("CPU use of the process (% of one core).", "cpu_percent"),
-            "host_memory_bytes": ("Resident host memory of the process (bytes).", "host_memory_bytes"),
-            "start_time_seconds": ("Start time of the process since the Unix epoch (seconds).", "create_time"),
-            "idle_held_seconds": (
-                "How long the process has held GPU memory while computing nothing (~0 % SM; seconds).",
-                "idle_seconds",
-            ),
+            "gpu_memory_bytes": "GPU memory used by the process, as NVML reports it (bytes).",
+            "sm_utilization_percent": "The process's share of SM time (%).",
+            "memory_utilization_percent": "The process's share of memory bandwidth (%).",
+            "cpu_percent": "CPU use of the process (% of one core).",
+            "host_memory_bytes": "Resident host memory of the process (bytes).",
+            "start_time_seconds": "Start time of the process since the Unix epoch (seconds).",
+            "idle_held_seconds": "How long the process has held GPU memory while computing nothing (~0 % SM; seconds).",
         }
         made = {
             key: GaugeMetricFamily(f"nvtopy_process_{key}", help_, labels=list(PROCESS_LABELS))
-            for key, (help_, _) in families.items()
+            for key, help_ in families.items()
         }
         names = {key: f"nvtopy_process_{key}" for key in families}
         host = snapshot.host.hostname
@@ -602,7 +598,8 @@ class SnapshotCollector:
         # their values are the same as in the last snapshot: start times and GPU memory mostly are.
         all_series = tuple(series for series, _ in rows)
         last, reused = self._reused_processes, {}
-        for key_, (_, attribute) in families.items():
+        for key_ in families:
+            attribute = PROCESS_FIELDS[key_]
             values = tuple(getattr(proc, attribute) for _, proc in rows)
             inputs = (all_series, values)
             cached = last.get(key_)
@@ -895,16 +892,22 @@ MAX_COMMAND = 4096  # of a command line
 MAX_PID = 2**32 - 1  # pids are 32-bit (Linux's own limit is 2**22); 0 is no process
 
 
-# Per-process values, as nvtopy's exporter names them: (lowest, highest, whole number). Outside
-# the range, or not finite, a value is None (N/A), like the GPU fields of nvtopy.formats.dcgm.
-PROCESS_VALUES: dict[str, tuple[float, float, bool]] = {
-    "gpu_memory_bytes": (0, 2**64 - 1, True),
-    "sm_utilization_percent": (0, 100, True),
-    "memory_utilization_percent": (0, 100, True),
-    "cpu_percent": (0, 100 * 4096, False),  # psutil: 100 per CPU used
-    "host_memory_bytes": (0, 2**64 - 1, True),
-    "start_time_seconds": (1, 2**33, False),  # a Unix time, after 1970 and before the year 2242
-    "idle_held_seconds": (0, SECONDS, False),
+# nvtopy's per-process series (nvtopy_process_<name>) -> the GpuProcess field each carries: what the exporter
+# writes, and what a reader of the series fills.
+PROCESS_FIELDS: dict[str, str] = {
+    "gpu_memory_bytes": "gpu_memory_bytes",
+    "sm_utilization_percent": "sm_percent",
+    "memory_utilization_percent": "memory_percent",
+    "cpu_percent": "cpu_percent",
+    "host_memory_bytes": "host_memory_bytes",
+    "start_time_seconds": "create_time",
+    "idle_held_seconds": "idle_seconds",
+}
+_FRACTIONAL = frozenset({"cpu_percent", "start_time_seconds", "idle_held_seconds"})
+# Per-process values: (their field's range in nvtopy.ranges, whole number). Outside the range, or not finite,
+# a value is None (N/A, "out of range"), like the GPU fields of nvtopy.formats.dcgm.
+PROCESS_VALUES: dict[str, tuple[tuple[int, int], bool]] = {
+    name: (FIELD_RANGES[field], name not in _FRACTIONAL) for name, field in PROCESS_FIELDS.items()
 }
 
 
@@ -1011,8 +1014,8 @@ def _whole_value(value: float) -> int | None:
 
 
 def process_value(name: str, value: float) -> float | int | None:
-    low, high, whole = PROCESS_VALUES[name]
-    if not low <= value <= high:  # NaN and the infinities fail this too
+    limits, whole = PROCESS_VALUES[name]
+    if not fits(value, limits):  # NaN and the infinities fail this too
         return None
     return round(value) if whole else float(value)
 
@@ -1084,10 +1087,11 @@ def mig_of(
         used = device.get("memory_used_bytes")  # nvtopy's, in bytes; else the GPU instance's, in MiB
         if used is None:
             used = fb.get("DCGM_FI_DEV_FB_USED")
-        # The GPU instance's own activity (GPM, as percentages): not said -> not available; out of range -> unknown.
+        # The GPU instance's own activity (GPM, as percentages): not said -> not available; said but out of range
+        # (read as None) -> out of range.
         gpm = {attribute: fb.get(name) for name, attribute in INSTANCE_GPM_FIELDS.items()}
         reasons = {
-            attribute: Reason.UNKNOWN if name in fb else Reason.NOT_AVAILABLE
+            attribute: Reason.OUT_OF_RANGE if name in fb else Reason.NOT_AVAILABLE
             for name, attribute in INSTANCE_GPM_FIELDS.items()
             if gpm[attribute] is None
         }

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from ..formats.prometheus import HostScrape
+from ..formats.prometheus import PROCESS_FIELDS, HostScrape
 from ..model import (
     GPM_FIELDS,
     OK_HEALTH,
@@ -90,7 +90,7 @@ class HostGpus:
             # Not said by the host: fan and power (a board without them), the real work (no GPM there, or an
             # exporter without profiling fields).
             reasons = {k: Reason.NOT_AVAILABLE for k in SAID_OR_NOT_AVAILABLE if k not in values}
-            reasons.update({k: Reason.UNKNOWN for k, v in values.items() if v is None})  # out of range
+            reasons.update({k: Reason.OUT_OF_RANGE for k, v in values.items() if v is None})  # said, out of range
             sample = GpuSample(now, lost=lost, unavailable=freeze(reasons), **values)
             processes = tuple(
                 process(row, index, static.uuid, now, host) for row in scrape.processes.get(remote_static.index, [])
@@ -158,8 +158,12 @@ class HostGpus:
 
 
 def process(row: dict[str, Any], index: int, uuid: str | None, now: float, host: str | None = None) -> GpuProcess:
-    """A process row of another host's GPU; its values were range-checked when read (None where not)."""
+    """A process row of another host's GPU; its values were range-checked when read (None, "out of range", where
+    a series said one outside its range)."""
     started = row.get("start_time_seconds")
+    said_out_of_range = [field for metric, field in PROCESS_FIELDS.items() if metric in row and row[metric] is None]
+    if started is None and "start_time_seconds" in row:
+        said_out_of_range.append("running_seconds")
     return GpuProcess(
         gpu_index=index,
         gpu_uuid=uuid,
@@ -179,4 +183,5 @@ def process(row: dict[str, Any], index: int, uuid: str | None, now: float, host:
         gpu_instance_id=row.get("gpu_instance_id"),
         compute_instance_id=row.get("compute_instance_id"),
         host=host,
+        unavailable=freeze(dict.fromkeys(said_out_of_range, Reason.OUT_OF_RANGE)),
     )

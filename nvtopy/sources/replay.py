@@ -81,6 +81,7 @@ from ..model import (
     Snapshot,
     freeze,
 )
+from ..ranges import FIELD_RANGES
 from ..textsafe import safe_text, unescape_text
 from .base import SnapshotSource
 from .collector import processes_hint
@@ -171,6 +172,17 @@ def _number(value: Any, name: str) -> int | float | None:
     raise TypeError(f"{name} is not a number")
 
 
+def _reading(value: Any, name: str) -> int | float | None:
+    """A reading with a range (:mod:`nvtopy.ranges`), as recorded: the model makes one outside it (NaN,
+    an infinity, 1e308, a negative, 250 %) N/A "out of range", as it does for the driver's and a peer's."""
+    if value is None:
+        return None
+    kind = type(value)
+    if kind is int or kind is float:
+        return value
+    raise TypeError(f"{name} is not a number")
+
+
 def _flag(value: Any, name: str) -> bool | None:
     if value is None or type(value) is bool:
         return value
@@ -195,8 +207,13 @@ _CONVERT: dict[str, Callable[[Any, str], Any]] = {"int": _number, "float": _numb
 
 
 def _converters(cls: Any, names: Iterable[str]) -> tuple[tuple[str, Callable[[Any, str], Any]], ...]:
-    """(field, checker) from the model's own annotations: ``"int | None"`` is checked as a number."""
-    return tuple((name, _CONVERT[cls.__dataclass_fields__[name].type.split("|")[0].strip()]) for name in sorted(names))
+    """(field, checker) from the model's own annotations: ``"int | None"`` is checked as a number, a reading
+    with a range (:data:`~nvtopy.ranges.FIELD_RANGES`) as a :func:`_reading`."""
+    fields = cls.__dataclass_fields__
+    return tuple(
+        (name, _reading if name in FIELD_RANGES else _CONVERT[fields[name].type.split("|")[0].strip()])
+        for name in sorted(names)
+    )
 
 
 _STATIC_FIELDS = _converters(GpuStatic, _STATIC_KEYS)
@@ -342,7 +359,7 @@ def _mig_device(value: Any, position: int) -> tuple[MigInstance, MigUsage | None
         unavailable=freeze(_reasons(value, _MIG_USAGE_REASON_KEYS)),
         **{name: _whole(value.get(name), f"MIG device {name}") for name in MIG_USAGE_FIELDS},
         # Its own activity (GPM; absent from recordings made before it: None).
-        **{name: _number(value.get(name), f"MIG device {name}") for name in MIG_GPM_FIELDS},
+        **{name: _reading(value.get(name), f"MIG device {name}") for name in MIG_GPM_FIELDS},
     )
     return instance, usage
 
