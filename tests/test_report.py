@@ -10,6 +10,7 @@ import time
 import pytest
 
 from nvtopy.commands.dispatch import main
+from nvtopy.commands.report import parse_duration
 from nvtopy.errors import UsageError
 from nvtopy.formats.accounting import (
     Holding,
@@ -559,6 +560,9 @@ def test_since_filters_recordings(tmp_path, sim, clock, capsys):
     code, out, _ = report_of(capsys, str(path), "--format", "json", "--since", "1h")
     assert code == 0
     assert json.loads(out)["total"]["held_gpu_hours"] == pytest.approx(55 / 60, abs=1 / 60 + 0.01)
+    code, out, _ = report_of(capsys, str(path), "--format", "json", "--since", "1h30m")  # not read as 1h
+    assert code == 0
+    assert json.loads(out)["total"]["held_gpu_hours"] == pytest.approx(85 / 60, abs=1 / 60 + 0.01)
     code, out, err = report_of(capsys, str(path), "--since", "1m")  # the last snapshot is older
     assert (code, out) == (1, "")
     assert err == f"nvtopy: error: nothing to report: no snapshot of the last 1m in {path}\n"
@@ -578,15 +582,45 @@ def test_no_process_in_the_period_is_a_report_of_nothing(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("30m", 1800),
+        ("24h", 86400),
+        ("7d", 7 * 86400),
+        ("1w", 7 * 86400),
+        ("45s", 45),
+        ("1.5h", 5400),
+        ("1h30m", 5400),
+        ("1m30s", 90),
+        ("2d12h", 216000),
+        ("1w2d3h4m5s", 9 * 86400 + 3 * 3600 + 4 * 60 + 5),
+        (" 90m ", 5400),
+    ],
+)
+def test_a_duration_is_read_whole(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["1h30", "1hx", "1h 30m", "30m1h", "1h1h", "1h30mm", "1H", "24", "", "1e3s", "h"])
+def test_a_duration_with_anything_more_or_out_of_order_is_a_usage_error_listing_the_forms(text):
+    with pytest.raises(UsageError) as error:
+        parse_duration(text, "--step")
+    message = str(error.value)
+    assert message.startswith(f"--step: {text!r} is not a duration: give a number and a unit (s, m, h, d, w)")
+    assert "1h30m, 1m30s" in message and "\n" not in message
+
+
+@pytest.mark.parametrize(
     ("argv", "code", "message"),
     [
         (["MISSING.jsonl"], 1, "cannot read MISSING.jsonl: No such file or directory"),
         (["EMPTY"], 1, "nothing to report: no snapshot in EMPTY"),
         (["GARBAGE"], 1, "nothing to report: no snapshot in GARBAGE (6 lines skipped, not snapshots)"),
         (["DIR"], 1, "cannot read DIR: Is a directory"),
-        (["REC", "--since", "yesterday"], 2, "--since: 'yesterday' is not a duration: give a number and a unit, e.g."),
+        (["REC", "--since", "yesterday"], 2, "--since: 'yesterday' is not a duration: give a number and a unit (s"),
         (["REC", "--since", "0h"], 2, "--since: give more than 0 and at most 366d"),
         (["REC", "--since=-5m"], 2, "--since: '-5m' is not a duration"),
+        (["REC", "--since", "1h30"], 2, "--since: '1h30' is not a duration: give a number and a unit (s, m, h,"),
         (["REC", "--sort", "cost"], 2, "--sort: unknown column 'cost'; valid: user, held, busy, idle, energy, memory"),
         (["REC", "--by", "team"], 2, "--by: unknown key 'team'; valid: user, owner, gpu, host"),
         ([], 2, "give recordings (FILE ...) or --prometheus URL"),

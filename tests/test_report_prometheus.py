@@ -253,6 +253,14 @@ def test_cli_json_from_prometheus(fake_server, capsys):
     assert fake_server.made[0].timeout == 5.0 and fake_server.made[0].ca_file is None
 
 
+def test_cli_a_compound_step_is_read_whole(fake_server, capsys):
+    code, out, err = run_report(
+        capsys, "--prometheus", "http://prom:9090", "--since", "1h", "--step", "1m30s", "--format", "json"
+    )
+    assert (code, err) == (0, "")
+    assert json.loads(out)["source"]["step_s"] == 90.0  # not 60: the whole text counts
+
+
 def test_cli_ca_file_reaches_the_client(fake_server, capsys):
     code, _, err = run_report(capsys, "--prometheus", "https://prom:9090", "--ca-file", "/etc/pki/fleet-ca.pem")
     assert (code, err) == (0, "")

@@ -50,18 +50,30 @@ from . import options
 
 __all__ = ["build_parser", "parse_duration", "read_recording", "run"]
 
-_DURATION = re.compile(r"(\d{1,9}(?:\.\d{1,6})?)([smhdw])")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_UNIT_SECONDS = {"w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1}  # largest first, as they are written
+_DURATION_PART = re.compile(r"(\d{1,9}(?:\.\d{1,6})?)([wdhms])")
+DURATION_FORMS = "a number and a unit (s, m, h, d, w), or several, largest unit first: 30m, 24h, 7d, 1h30m, 1m30s"
 MAX_SINCE = 366 * 86400.0
 
 
 def parse_duration(text: str, what: str = "--since") -> float:
-    """``30m``, ``24h``, ``7d`` (also ``s`` and ``w``) in seconds; anything else is a one-line usage error."""
-    match = _DURATION.fullmatch(text.strip())
-    if match is None:
-        shown = text if len(text) <= 30 else text[:29] + "…"
-        raise UsageError(f"{what}: {shown!r} is not a duration: give a number and a unit, e.g. 30m, 24h or 7d")
-    seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    """``30m``, ``24h``, ``7d``, ``1h30m``, ``1m30s`` (units ``w d h m s``) in seconds.
+
+    The whole text is read: parts one after the other, each unit at most once and the
+    largest first (as Prometheus writes durations). Why so strict: a parser that stopped
+    after the first part would read ``1h30m`` as one hour, a report of the wrong period
+    that nothing says is wrong. Anything else is a one-line usage error listing the forms.
+    """
+    stripped = text.strip()
+    units = list(_UNIT_SECONDS)
+    seconds, position, smallest = 0.0, 0, -1  # smallest: the rank of the last unit read
+    while position < len(stripped) or position == 0:
+        part = _DURATION_PART.match(stripped, position)
+        if part is None or units.index(part.group(2)) <= smallest:
+            shown = text if len(text) <= 30 else text[:29] + "…"
+            raise UsageError(f"{what}: {shown!r} is not a duration: give {DURATION_FORMS}")
+        seconds += float(part.group(1)) * _UNIT_SECONDS[part.group(2)]
+        smallest, position = units.index(part.group(2)), part.end()
     if not 0 < seconds <= MAX_SINCE:
         raise UsageError(f"{what}: give more than 0 and at most 366d")
     return seconds
@@ -108,7 +120,7 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--since",
         metavar="DURATION",
-        help="only the last DURATION: 30m, 24h, 7d (recordings: default all of them; Prometheus: default 24h)",
+        help="only the last DURATION: 30m, 24h, 7d, 1h30m (recordings: default all of them; Prometheus: default 24h)",
     )
     parser.add_argument(
         "--by",
