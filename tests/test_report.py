@@ -179,7 +179,69 @@ def test_a_counter_reset_counts_power_times_time_for_that_interval():
         t = T0 + 10 * i
         ledger.add_snapshot(snap(t, gpu_state(t=t, util=100, energy=energy, power=60.0, procs=alice)))
     # 3 intervals of 10 s at 60 W: 600 J from each counter delta, 600 J from power x time at the reset.
-    assert ledger.report().rows[0].energy_kwh == pytest.approx(1800 / 3.6e6)
+    report = ledger.report()
+    assert report.rows[0].energy_kwh == pytest.approx(1800 / 3.6e6)
+    assert report.skipped == (("energy_reset", 1),)  # and the report says so
+
+
+DCGM_BLANK = 9223372036854775792  # DCGM_INT64_BLANK: dcgm-exporter's value for a field DCGM could not read
+
+
+def counter_run(readings: dict[int, float | None], *, power: float | None = 300.0, count: int = 361) -> Ledger:
+    """An hour of one GPU held by alice, observed every 10 s, its energy counter growing as 300 W would make it,
+    except at the observations ``readings`` names (index -> the counter's value there)."""
+    ledger = Ledger(["user"])
+    for i in range(count):
+        t = T0 + 10 * i
+        energy = readings.get(i, 10**9 + 300 * 10 * i * 1000)
+        ledger.add_snapshot(snap(t, gpu_state(t=t, util=100, energy=energy, power=power, procs=[proc("alice")])))
+    return ledger
+
+
+@pytest.mark.parametrize(
+    "blank",
+    [DCGM_BLANK, DCGM_BLANK + 1, DCGM_BLANK + 3, 2**63 - 1, 2**64 - 1, float(DCGM_BLANK), -5],
+    ids=["blank", "not-found", "no-permission", "int64-max", "nvml-n/a", "blank-as-float", "negative"],
+)
+def test_an_energy_reading_that_is_no_value_is_skipped_and_counted(blank):
+    """One DCGM blank among an hour of readings was 2.56 billion kWh; it is no reading: power x time stands in."""
+    for at in (0, 100, 360):  # the first, one in the middle, the last
+        report = counter_run({at: blank}).report()
+        assert report.rows[0].energy_kwh == pytest.approx(0.3), at  # 300 W for an hour, whatever stood in
+        assert report.skipped == (("energy_blank", 1),), at
+
+
+def test_an_energy_increment_no_gpu_could_draw_is_skipped_and_counted():
+    """A counter that leaps (a glitch, then back; or for good) by more than any GPU draws over the interval."""
+    glitch = counter_run({100: 10**9 + 300 * 10 * 100 * 1000 + 10**12}).report()  # +1e9 J in 10 s: 100 MW
+    assert glitch.rows[0].energy_kwh == pytest.approx(0.3)
+    assert glitch.skipped == (("energy_implausible", 1),)  # not also a "reset" when it comes back
+    leap = counter_run({i: 10**15 + 300 * 10 * i * 1000 for i in range(200, 361)}).report()
+    assert leap.rows[0].energy_kwh == pytest.approx(0.3)
+    assert leap.skipped == (("energy_implausible", 1),)
+    # Just within the bound (20 kW for 10 s: 200 kJ, with the 3 kJ of 300 W) is a reading: summed as it is.
+    within = counter_run({i: 10**9 + 300 * 10 * i * 1000 + 196_000_000 for i in range(100, 361)}).report()
+    assert within.rows[0].energy_kwh == pytest.approx(0.3 + 196_000 / 3.6e6)
+    assert within.skipped == ()
+
+
+def test_without_a_counter_an_impossible_power_reading_is_skipped_and_counted():
+    ledger = Ledger(["user"])
+    for i, power in enumerate([300.0, 140737488355328.0, 300.0, 25_000.0, 300.0, -1.0, 300.0]):  # DCGM_FP64_BLANK
+        t = T0 + 10 * i
+        ledger.add_snapshot(snap(t, gpu_state(t=t, util=100, power=power, procs=[proc("alice")])))
+    report = ledger.report()
+    assert report.rows[0].energy_kwh == pytest.approx(300 * 60 / 3.6e6)  # the mean of the ends known: 300 W
+    assert report.skipped == (("power", 3),)
+
+
+def test_activity_outside_0_to_100_is_unknown_not_clamped():
+    ledger = Ledger(["user"])
+    steady(ledger, 3600, util=150, procs=[proc("alice")])
+    report = ledger.report()
+    assert report.rows[0].held_gpu_hours == pytest.approx(1.0)
+    assert report.rows[0].busy_gpu_hours == 0  # unknown, not clamped to 100 %
+    assert report.skipped == (("activity", 361),)
 
 
 def test_without_an_energy_counter_power_times_time_is_used_and_none_means_unknown():
@@ -566,6 +628,29 @@ def test_since_filters_recordings(tmp_path, sim, clock, capsys):
     code, out, err = report_of(capsys, str(path), "--since", "1m")  # the last snapshot is older
     assert (code, out) == (1, "")
     assert err == f"nvtopy: error: nothing to report: no snapshot of the last 1m in {path}\n"
+
+
+def test_a_blank_energy_reading_in_a_recording_is_skipped_and_said(tmp_path, capsys):
+    """The hostile case as found: one reading at DCGM's blank in a recording was 2.56 billion kWh."""
+    path = tmp_path / "blank.jsonl"
+    with open(path, "w") as out:
+        for i in range(61):  # ten minutes at 300 W, a reading every 10 s
+            t = T0 + 10 * i
+            energy = DCGM_BLANK if i == 30 else 10**9 + 3_000_000 * i
+            state = gpu_state(t=t, util=100, energy=energy, power=300.0, procs=[proc("alice")])
+            out.write(json.dumps(snapshot_to_dict(snap(t, state))) + "\n")
+    code, out, err = report_of(capsys, str(path), "--format", "json")
+    assert (code, err) == (0, "")
+    data = json.loads(out)
+    assert data["total"]["energy_kwh"] == pytest.approx(0.05)  # 300 W for 10 minutes
+    assert data["skipped_readings"] == {"energy_blank": 1}
+    code, out, _ = report_of(capsys, str(path))
+    assert code == 0
+    assert out.splitlines()[-1] == (
+        "energy counter: 1 reading skipped, no value (DCGM's blank, 9223372036854775792 and above; NVML's N/A; "
+        "negative)"
+    )
+    assert "0.050" in out.splitlines()[-2]  # the total's energy
 
 
 def test_no_process_in_the_period_is_a_report_of_nothing(tmp_path, capsys):

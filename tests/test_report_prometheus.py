@@ -261,6 +261,41 @@ def test_cli_a_compound_step_is_read_whole(fake_server, capsys):
     assert json.loads(out)["source"]["step_s"] == 90.0  # not 60: the whole text counts
 
 
+DCGM_BLANK = 9223372036854775792  # DCGM_INT64_BLANK: what dcgm-exporter serves for a field DCGM could not read
+
+
+def test_blank_and_impossible_readings_from_the_server_are_skipped_and_said(fake_server, capsys):
+    """One DCGM blank in one GPU's energy series was 2.56 billion kWh; a power of DCGM's FP64 blank (2**47 W)
+    and one above any GPU's were dropped without a word. Each is skipped and counted, in every format."""
+    answer = fake_server.answer
+
+    def with_blanks(expr, start, end, step):
+        out = answer(expr, start, end, step)
+        if "ENERGY" in expr or "POWER_USAGE" in expr:
+            _, points = out[0]  # node0's GPU 0
+            middle = len(points) // 2
+            if "ENERGY" in expr:  # a blank, and a leap of 1e9 J in a step (and back)
+                changed = {middle: float(DCGM_BLANK), middle + 5: points[middle + 5][1] + 1e12}
+            else:  # DCGM's FP64 blank, and a megawatt
+                changed = {middle: 2.0**47, middle + 5: 1e6}
+            for at, value in changed.items():
+                points[at] = (points[at][0], value)
+        return out
+
+    fake_server.answer = with_blanks
+    code, out, err = run_report(capsys, "--prometheus", "http://prom:9090", "--since", "1h", "--format", "json")
+    assert (code, err) == (0, "")
+    data = json.loads(out)
+    assert data["total"]["energy_kwh"] == pytest.approx(6 * 0.3, rel=0.01)  # 6 GPUs at 300 W for an hour
+    assert data["skipped_readings"] == {"energy_blank": 1, "energy_implausible": 1, "power": 2}
+    code, out, _ = run_report(capsys, "--prometheus", "http://prom:9090", "--since", "1h")
+    assert code == 0
+    notes = out.splitlines()[-3:]
+    assert notes[0].startswith("energy counter: 1 reading skipped, no value (DCGM's blank, 9223372036854775792")
+    assert notes[1].startswith("energy counter: 1 increment skipped, more than 20 kW over the interval")
+    assert notes[2] == "power: 2 readings skipped, negative or above 20 kW"
+
+
 def test_cli_ca_file_reaches_the_client(fake_server, capsys):
     code, _, err = run_report(capsys, "--prometheus", "https://prom:9090", "--ca-file", "/etc/pki/fleet-ca.pem")
     assert (code, err) == (0, "")

@@ -26,13 +26,14 @@ import re
 import shutil
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
 from ..errors import NvtopyError, UsageError
 from ..formats.accounting import (
     DEFINITIONS,
     DIMENSIONS,
+    MAX_GPU_WATTS,
     SORT_COLUMNS,
     Ledger,
     Observation,
@@ -248,7 +249,7 @@ def _report_recordings(args: argparse.Namespace, by: Sequence[str], since: float
 
 
 def _lines(count: int) -> str:
-    return f"{count} line{'s' if count != 1 else ''}"
+    return _plural(count, "line")
 
 
 # ----------------------------------------------------------------- Prometheus
@@ -376,8 +377,33 @@ def _notes(report: Report) -> list[str]:
         )
     if report.out_of_order:
         notes.append(f"{report.out_of_order} observations older than others of their GPU skipped (overlapping inputs)")
+    for name, count in report.skipped:
+        notes.append(_SKIPPED_NOTES[name](count))
     notes.extend(safe_text(n) for n in report.notes)
     return notes
+
+
+_KW = f"{MAX_GPU_WATTS / 1000:g} kW"
+_SKIPPED_NOTES: dict[str, Callable[[int], str]] = {
+    "energy_blank": lambda n: (
+        f"energy counter: {_plural(n, 'reading')} skipped, no value "
+        "(DCGM's blank, 9223372036854775792 and above; NVML's N/A; negative)"
+    ),
+    "energy_reset": lambda n: (
+        f"energy counter: {_plural(n, 'reset')} (it went down: the driver reloaded), power x time counted instead"
+    ),
+    "energy_implausible": lambda n: (
+        f"energy counter: {_plural(n, 'increment')} skipped, more than {_KW} over the interval "
+        "(no GPU draws that), power x time counted instead"
+    ),
+    "power": lambda n: f"power: {_plural(n, 'reading')} skipped, negative or above {_KW}",
+    "activity": lambda n: f"activity: {_plural(n, 'reading')} skipped, outside 0-100 % (neither busy nor idle)",
+}
+"""The note for each kind of reading the ledger skipped (:data:`~nvtopy.formats.accounting.SKIPPED_READINGS`)."""
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'s' if count != 1 else ''}"
 
 
 def run(command: str, args: argparse.Namespace) -> int:

@@ -73,8 +73,10 @@ __all__ = [
     "GPU_LABELS",
     "INSTANCE_FIELDS",
     "INSTANCE_GPM_FIELDS",
+    "INT64_BLANK",
     "MIB",
     "MIG_LABELS",
+    "WATTS",
     "DcgmField",
     "gpu_instance_profile",
     "gpu_instances",
@@ -183,6 +185,12 @@ LINK_GEN = (0, 64)  # PCIe generation (1..6 today), whole
 LINK_WIDTH = (0, 64)  # PCIe lanes (x1..x32), whole
 RATIO = (0, 1)  # a profiling ratio (DCGM_FI_PROF_*_ACTIVE): the share of time or cycles
 BYTES_PER_S = (0, 2**50)  # a petabyte per second: no bus or link carries that
+
+INT64_BLANK = 0x7FFFFFFFFFFFFFF0
+"""DCGM's "blank" for an integer field (``DCGM_INT64_BLANK`` in dcgm_structs.h; +1 not found, +2 not
+supported, +3 no permission): what dcgm-exporter serves when DCGM could not read the field. DCGM's
+own test is ``value >= DCGM_INT64_BLANK``, and NVML's "not available" (2**64 - 1) is above it too.
+No counter gets there: as the energy counter (mJ) it would be 2.56 billion kWh."""
 
 
 def ranged(

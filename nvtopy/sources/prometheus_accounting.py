@@ -227,20 +227,22 @@ def account(
         notes.extend(f"prometheus warned ({name}): {warning}" for warning in getattr(client, "warnings", ())[:3])
         return answer
 
-    readings: dict[str, tuple[Callable[[_Gpu], array[float]], float, float]] = {
-        "sm_active": (lambda g: g.sm, 1.0, 100.0),  # a ratio: as a percentage
-        "utilization": (lambda g: g.utilization, 100.0, 1.0),
-        "energy": (lambda g: g.energy, 2.0**64, 1.0),
-        "power": (lambda g: g.power, 1e6, 1.0),
+    # Any number below 2**64 either way is kept (NaN and the infinities are no point): the ledger tells a
+    # reading from DCGM's blank, a negative one or one no GPU gives, and counts in the report what it skips.
+    readings: dict[str, tuple[Callable[[_Gpu], array[float]], float]] = {
+        "sm_active": (lambda g: g.sm, 100.0),  # a ratio: as a percentage
+        "utilization": (lambda g: g.utilization, 1.0),
+        "energy": (lambda g: g.energy, 1.0),
+        "power": (lambda g: g.power, 1.0),
     }
-    for name, (field, highest, scale) in readings.items():
+    for name, (field, scale) in readings.items():
         for labels, series in ask(name):
             gpu = gpu_of(labels)
             if gpu is None:
                 continue
             values = field(gpu)
             for timestamp, value in series:  # a loop per point: inlined checks (a day of a fleet is millions)
-                if type(value) in _NUMBERS and 0 <= value <= highest and type(timestamp) in _NUMBERS:
+                if type(value) in _NUMBERS and -(2**64) < value < 2**64 and type(timestamp) in _NUMBERS:
                     at = (timestamp - start) / step
                     i = round(at)
                     if 0 <= i < points and abs(at - i) < 1e-3:  # on the grid (a range query's points are)
