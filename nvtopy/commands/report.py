@@ -13,13 +13,15 @@ be given in any order.
 
 Exit status: 0 with a report (also one in which no process held a GPU: that is
 an answer), 1 when there was nothing to report on (no snapshot in the files, or
-in the period; no series on the server) or the input could not be read, 2 for a
+in the period; no series on the server, or too little data: one sample of each GPU,
+or less than a --step of it) or the input could not be read, 2 for a
 usage error.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -96,8 +98,8 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     parser.epilog = (
         f"{DEFINITIONS}\n\n"
         "Exit status: 0 with a report (also when no process held a GPU), 1 when there was nothing to report "
-        "on\n(no snapshot in the files or the period, no series on the server) or the input could not be read, "
-        "2 for a\nusage error. A line of a recording that is not a snapshot is skipped and counted."
+        "on\n(no snapshot in the files or the period, no series on the server or too little data) or the input "
+        "could\nnot be read, 2 for a usage error. A line of a recording that is not a snapshot is skipped and counted."
     )
     parser.add_argument("files", nargs="*", metavar="FILE", help="recordings: JSON lines written by 'nvtopy record'")
     source = parser.add_argument_group("Prometheus")
@@ -115,7 +117,8 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     source.add_argument(
         "--step",
         metavar="DURATION",
-        help="seconds between the points read (default: the period / 1440, at least 15s; at least the scrape interval)",
+        help="time between the points read (default: the data's span in the period / 1440, at least its scrape "
+        "interval, both measured)",
     )
     options.add_timeout_option(source, "seconds each query to the server may take")
     parser.add_argument(
@@ -258,29 +261,92 @@ def _lines(count: int) -> str:
 def _report_prometheus(
     args: argparse.Namespace, by: Sequence[str], since: float | None
 ) -> tuple[Report, dict[str, Any]]:
-    from ..sources.prometheus_accounting import account, default_step, where_text
+    from ..sources.prometheus_accounting import check_points, where_text
     from ..sources.prometheus_api import PrometheusClient, PrometheusError
 
     period = since if since is not None else 86400.0
     where = where_text(args.where)
-    step = parse_duration(args.step, "--step") if args.step is not None else default_step(period)
+    step = parse_duration(args.step, "--step") if args.step is not None else None
+    if step is not None:
+        check_points(period, step)
     key_columns(by)  # usage errors before the server is asked anything
     client = PrometheusClient(args.prometheus, timeout=args.timeout, ca_file=args.ca_file)
     shown = getattr(client, "url", args.prometheus)  # the URL without its credentials (user:password@)
-    end = _align(time.time(), step)
     try:
-        report = account(client, by=by, start=end - period, end=end, step=step, where=where)
+        return _account_prometheus(args, client, shown=shown, by=by, period=period, step=step, where=where)
     except PrometheusError as exc:
         if "larger than" not in str(exc):
             raise
         raise PrometheusError(f"{exc}: use a longer --step, a shorter --since or a narrower --where") from None
-    if report.observations == 0:
+
+
+def _account_prometheus(
+    args: argparse.Namespace,
+    client: Any,
+    *,
+    shown: str,
+    by: Sequence[str],
+    period: float,
+    step: float | None,
+    where: str,
+) -> tuple[Report, dict[str, Any]]:
+    """The report from what the server holds of the period: its data's span and scrape interval first
+    (:func:`~nvtopy.sources.prometheus_accounting.data_span`), then the step, then the figures."""
+    from ..sources.prometheus_accounting import account, data_span, step_for
+
+    last = f"the last {args.since or '24h'}"
+    now = time.time()
+    span = data_span(client, start=now - period, end=now, where=where)
+    if span is None:
         matching = f" matching {args.where}" if where else ""
         raise NvtopyError(
-            f"nothing to report: {shown} has no GPU series (DCGM_FI_DEV_*, nvtopy_process_*)"
-            f"{matching} in the last {args.since or '24h'}"
+            f"nothing to report: {shown} has no GPU series (DCGM_FI_DEV_*, nvtopy_process_*){matching} in {last}"
         )
-    return report, {"prometheus": shown, "step_s": step, "queries": client.queries}
+    if span.interval is None:
+        raise NvtopyError(
+            f"nothing to report: too little data: {shown} holds one sample of each GPU in {last} "
+            f"(at {_clock(span.last)}); a report needs two, a scrape interval apart"
+        )
+    held = span.last - span.earliest - span.resolution  # first to last sample, at least
+    if step is None:
+        step = step_for(span, period)
+    elif step > max(held, span.interval):
+        raise NvtopyError(
+            f"nothing to report: too little data for --step {args.step}: {shown} holds "
+            f"{_seconds(span.seconds)} of data in {last} (a sample every {span.interval:.3g} s); "
+            f"give a shorter --step (at least {span.interval:.3g}s)"
+        )
+    end = _align(now, step)
+    start = max(end - period, _align(span.earliest, step))  # a young server's data: not a day of empty points
+    report = account(client, by=by, start=start, end=end, step=step, where=where)
+    if report.observations <= report.gpus:  # no GPU observed twice: no interval, every figure would be 0
+        raise NvtopyError(
+            f"nothing to report: too little data: {shown} holds {_seconds(span.seconds)} of data in {last}, "
+            f"one point of each GPU at a step of {step:g} s"
+        )
+    if span.earliest > now - period + step:  # the server's data is younger than the period: said, not hidden
+        young = (
+            f"{shown} holds {_seconds(span.seconds)} of data of {last}: from {_clock(span.earliest)}, "
+            f"a sample every {span.interval:.3g} s"
+        )
+        report = dataclasses.replace(report, notes=(young, *report.notes))
+    extra = {"prometheus": shown, "step_s": step, "scrape_interval_s": round(span.interval, 3)}
+    return report, {**extra, "queries": client.queries}
+
+
+def _clock(timestamp: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(timestamp))
+
+
+def _seconds(seconds: float) -> str:
+    """A span of data in words: ``10 s``, ``25 min``, ``7.5 h``, ``3.0 d``."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 3 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
 
 
 def _align(value: float, step: float) -> float:
