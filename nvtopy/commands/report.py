@@ -69,14 +69,19 @@ def parse_duration(text: str, what: str = "--since") -> float:
     """
     stripped = text.strip()
     units = list(_UNIT_SECONDS)
-    seconds, position, smallest = 0.0, 0, -1  # smallest: the rank of the last unit read
-    while position < len(stripped) or position == 0:
+    parts = []
+    position = 0
+    while position < len(stripped):
         part = _DURATION_PART.match(stripped, position)
-        if part is None or units.index(part.group(2)) <= smallest:
-            shown = text if len(text) <= 30 else text[:29] + "…"
-            raise UsageError(f"{what}: {shown!r} is not a duration: give {DURATION_FORMS}")
-        seconds += float(part.group(1)) * _UNIT_SECONDS[part.group(2)]
-        smallest, position = units.index(part.group(2)), part.end()
+        if part is None:
+            break
+        parts.append((float(part.group(1)), units.index(part.group(2))))
+        position = part.end()
+    ranks = [rank for _, rank in parts]
+    if not parts or position < len(stripped) or ranks != sorted(set(ranks)):  # more text, a unit again or late
+        shown = text if len(text) <= 30 else text[:29] + "…"
+        raise UsageError(f"{what}: {shown!r} is not a duration: give {DURATION_FORMS}")
+    seconds = sum(number * _UNIT_SECONDS[units[rank]] for number, rank in parts)
     if not 0 < seconds <= MAX_SINCE:
         raise UsageError(f"{what}: give more than 0 and at most 366d")
     return seconds
