@@ -3,8 +3,8 @@
 The collector reads each GPU on its own worker thread (``nvtopy.sources.workers``)
 when given a deadline: a GPU whose call is outstanding keeps its last values and,
 past ``stall_after``, is "not responding" (FAIL) while the others keep updating;
-``--once``, ``log`` and the exporter give up on it after ``--timeout``; a hung
-``nvmlInit`` is one line and exit 1.
+``--once`` and the exporter give up on it after ``--timeout``, ``log`` marks it in the
+first interval it misses; a hung ``nvmlInit`` is one line and exit 1.
 """
 
 from __future__ import annotations
@@ -343,6 +343,53 @@ def test_log_goes_on_past_a_stuck_gpu(nvtopy_cmd):
     last = {gpu["index"]: gpu for gpu in lines[-1]["gpus"]}
     assert last[0]["health"]["responding"] is False
     assert last[1]["health"]["responding"] is True
+
+
+def _stamp(row: dict) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(row["timestamp"]).timestamp()
+
+
+@pytest.mark.parametrize("command", ["log", "record"])
+def test_log_marks_a_hung_gpu_from_the_first_interval_it_misses(nvtopy_cmd, tmp_path, command):
+    """Issue 23 item 6: rows of a hung GPU repeated its last values as fresh (``responding`` true) until
+    ``--timeout`` (5 s) ran out. A row is a measurement: from the first interval whose read the GPU
+    misses, its row says so (not responding, and for how long), well inside the timeout."""
+    hang_after = 1.0  # real seconds after the backend opened: GPU 1's reads block (30 s each) from then
+    output = tmp_path / "rows.jsonl"
+    where = [str(output)] if command == "record" else ["--format", "jsonl", "--output", str(output)]
+    result = _run(
+        [
+            *nvtopy_cmd,
+            command,
+            *where,
+            "--demo",
+            "--gpus",
+            "0,1",
+            "--count",
+            "7",
+            "--interval",
+            "0.5",
+            "--demo-fault",
+            f"hang=30:{hang_after}@1",
+        ]
+    )
+    assert result.returncode == 0, result.stderr
+    snapshots = [json.loads(line) for line in output.read_text().splitlines()]
+    assert len(snapshots) == 7
+    first = _stamp(snapshots[0])
+    before, after = [], []
+    for snapshot in snapshots:
+        gpus = {gpu["index"]: gpu for gpu in snapshot["gpus"]}
+        assert gpus[0]["health"]["responding"] is True
+        # The backend opened before the first poll: a poll that starts hang_after later reads a hung GPU.
+        (after if _stamp(snapshot) >= first + hang_after + 0.1 else before).append(gpus[1]["health"])
+    assert any(health["responding"] for health in before)  # it answered before the hang
+    assert len(after) >= 3, [_stamp(s) - first for s in snapshots]
+    for health in after:  # every row from the first missed interval: well inside --timeout's 5 s
+        assert health["responding"] is False, health
+        assert health["stalled_seconds"] is not None and health["verdict"] == "FAIL"
 
 
 def test_the_timeout_is_checked(nvtopy_cmd):

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from nvtopy.commands.dispatch import main
+from nvtopy.commands.report import parse_duration
 from nvtopy.errors import UsageError
 from nvtopy.formats.accounting import (
     Holding,
@@ -178,7 +179,69 @@ def test_a_counter_reset_counts_power_times_time_for_that_interval():
         t = T0 + 10 * i
         ledger.add_snapshot(snap(t, gpu_state(t=t, util=100, energy=energy, power=60.0, procs=alice)))
     # 3 intervals of 10 s at 60 W: 600 J from each counter delta, 600 J from power x time at the reset.
-    assert ledger.report().rows[0].energy_kwh == pytest.approx(1800 / 3.6e6)
+    report = ledger.report()
+    assert report.rows[0].energy_kwh == pytest.approx(1800 / 3.6e6)
+    assert report.skipped == (("energy_reset", 1),)  # and the report says so
+
+
+DCGM_BLANK = 9223372036854775792  # DCGM_INT64_BLANK: dcgm-exporter's value for a field DCGM could not read
+
+
+def counter_run(readings: dict[int, float | None], *, power: float | None = 300.0, count: int = 361) -> Ledger:
+    """An hour of one GPU held by alice, observed every 10 s, its energy counter growing as 300 W would make it,
+    except at the observations ``readings`` names (index -> the counter's value there)."""
+    ledger = Ledger(["user"])
+    for i in range(count):
+        t = T0 + 10 * i
+        energy = readings.get(i, 10**9 + 300 * 10 * i * 1000)
+        ledger.add_snapshot(snap(t, gpu_state(t=t, util=100, energy=energy, power=power, procs=[proc("alice")])))
+    return ledger
+
+
+@pytest.mark.parametrize(
+    "blank",
+    [DCGM_BLANK, DCGM_BLANK + 1, DCGM_BLANK + 3, 2**63 - 1, 2**64 - 1, float(DCGM_BLANK), -5],
+    ids=["blank", "not-found", "no-permission", "int64-max", "nvml-n/a", "blank-as-float", "negative"],
+)
+def test_an_energy_reading_that_is_no_value_is_skipped_and_counted(blank):
+    """One DCGM blank among an hour of readings was 2.56 billion kWh; it is no reading: power x time stands in."""
+    for at in (0, 100, 360):  # the first, one in the middle, the last
+        report = counter_run({at: blank}).report()
+        assert report.rows[0].energy_kwh == pytest.approx(0.3), at  # 300 W for an hour, whatever stood in
+        assert report.skipped == (("energy_blank", 1),), at
+
+
+def test_an_energy_increment_no_gpu_could_draw_is_skipped_and_counted():
+    """A counter that leaps (a glitch, then back; or for good) by more than any GPU draws over the interval."""
+    glitch = counter_run({100: 10**9 + 300 * 10 * 100 * 1000 + 10**12}).report()  # +1e9 J in 10 s: 100 MW
+    assert glitch.rows[0].energy_kwh == pytest.approx(0.3)
+    assert glitch.skipped == (("energy_implausible", 1),)  # not also a "reset" when it comes back
+    leap = counter_run({i: 10**15 + 300 * 10 * i * 1000 for i in range(200, 361)}).report()
+    assert leap.rows[0].energy_kwh == pytest.approx(0.3)
+    assert leap.skipped == (("energy_implausible", 1),)
+    # Just within the bound (20 kW for 10 s: 200 kJ, with the 3 kJ of 300 W) is a reading: summed as it is.
+    within = counter_run({i: 10**9 + 300 * 10 * i * 1000 + 196_000_000 for i in range(100, 361)}).report()
+    assert within.rows[0].energy_kwh == pytest.approx(0.3 + 196_000 / 3.6e6)
+    assert within.skipped == ()
+
+
+def test_without_a_counter_an_impossible_power_reading_is_skipped_and_counted():
+    ledger = Ledger(["user"])
+    for i, power in enumerate([300.0, 140737488355328.0, 300.0, 25_000.0, 300.0, -1.0, 300.0]):  # DCGM_FP64_BLANK
+        t = T0 + 10 * i
+        ledger.add_snapshot(snap(t, gpu_state(t=t, util=100, power=power, procs=[proc("alice")])))
+    report = ledger.report()
+    assert report.rows[0].energy_kwh == pytest.approx(300 * 60 / 3.6e6)  # the mean of the ends known: 300 W
+    assert report.skipped == (("power", 3),)
+
+
+def test_activity_outside_0_to_100_is_unknown_not_clamped():
+    ledger = Ledger(["user"])
+    steady(ledger, 3600, util=150, procs=[proc("alice")])
+    report = ledger.report()
+    assert report.rows[0].held_gpu_hours == pytest.approx(1.0)
+    assert report.rows[0].busy_gpu_hours == 0  # unknown, not clamped to 100 %
+    assert report.skipped == (("activity", 361),)
 
 
 def test_without_an_energy_counter_power_times_time_is_used_and_none_means_unknown():
@@ -559,9 +622,35 @@ def test_since_filters_recordings(tmp_path, sim, clock, capsys):
     code, out, _ = report_of(capsys, str(path), "--format", "json", "--since", "1h")
     assert code == 0
     assert json.loads(out)["total"]["held_gpu_hours"] == pytest.approx(55 / 60, abs=1 / 60 + 0.01)
+    code, out, _ = report_of(capsys, str(path), "--format", "json", "--since", "1h30m")  # not read as 1h
+    assert code == 0
+    assert json.loads(out)["total"]["held_gpu_hours"] == pytest.approx(85 / 60, abs=1 / 60 + 0.01)
     code, out, err = report_of(capsys, str(path), "--since", "1m")  # the last snapshot is older
     assert (code, out) == (1, "")
     assert err == f"nvtopy: error: nothing to report: no snapshot of the last 1m in {path}\n"
+
+
+def test_a_blank_energy_reading_in_a_recording_is_skipped_and_said(tmp_path, capsys):
+    """The hostile case as found: one reading at DCGM's blank in a recording was 2.56 billion kWh."""
+    path = tmp_path / "blank.jsonl"
+    with open(path, "w") as out:
+        for i in range(61):  # ten minutes at 300 W, a reading every 10 s
+            t = T0 + 10 * i
+            energy = DCGM_BLANK if i == 30 else 10**9 + 3_000_000 * i
+            state = gpu_state(t=t, util=100, energy=energy, power=300.0, procs=[proc("alice")])
+            out.write(json.dumps(snapshot_to_dict(snap(t, state))) + "\n")
+    code, out, err = report_of(capsys, str(path), "--format", "json")
+    assert (code, err) == (0, "")
+    data = json.loads(out)
+    assert data["total"]["energy_kwh"] == pytest.approx(0.05)  # 300 W for 10 minutes
+    assert data["skipped_readings"] == {"energy_blank": 1}
+    code, out, _ = report_of(capsys, str(path))
+    assert code == 0
+    assert out.splitlines()[-1] == (
+        "energy counter: 1 reading skipped, no value (DCGM's blank, 9223372036854775792 and above; NVML's N/A; "
+        "negative)"
+    )
+    assert "0.050" in out.splitlines()[-2]  # the total's energy
 
 
 def test_no_process_in_the_period_is_a_report_of_nothing(tmp_path, capsys):
@@ -578,15 +667,45 @@ def test_no_process_in_the_period_is_a_report_of_nothing(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("30m", 1800),
+        ("24h", 86400),
+        ("7d", 7 * 86400),
+        ("1w", 7 * 86400),
+        ("45s", 45),
+        ("1.5h", 5400),
+        ("1h30m", 5400),
+        ("1m30s", 90),
+        ("2d12h", 216000),
+        ("1w2d3h4m5s", 9 * 86400 + 3 * 3600 + 4 * 60 + 5),
+        (" 90m ", 5400),
+    ],
+)
+def test_a_duration_is_read_whole(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["1h30", "1hx", "1h 30m", "30m1h", "1h1h", "1h30mm", "1H", "24", "", "1e3s", "h"])
+def test_a_duration_with_anything_more_or_out_of_order_is_a_usage_error_listing_the_forms(text):
+    with pytest.raises(UsageError) as error:
+        parse_duration(text, "--step")
+    message = str(error.value)
+    assert message.startswith(f"--step: {text!r} is not a duration: give a number and a unit (s, m, h, d, w)")
+    assert "1h30m, 1m30s" in message and "\n" not in message
+
+
+@pytest.mark.parametrize(
     ("argv", "code", "message"),
     [
         (["MISSING.jsonl"], 1, "cannot read MISSING.jsonl: No such file or directory"),
         (["EMPTY"], 1, "nothing to report: no snapshot in EMPTY"),
         (["GARBAGE"], 1, "nothing to report: no snapshot in GARBAGE (6 lines skipped, not snapshots)"),
         (["DIR"], 1, "cannot read DIR: Is a directory"),
-        (["REC", "--since", "yesterday"], 2, "--since: 'yesterday' is not a duration: give a number and a unit, e.g."),
+        (["REC", "--since", "yesterday"], 2, "--since: 'yesterday' is not a duration: give a number and a unit (s"),
         (["REC", "--since", "0h"], 2, "--since: give more than 0 and at most 366d"),
         (["REC", "--since=-5m"], 2, "--since: '-5m' is not a duration"),
+        (["REC", "--since", "1h30"], 2, "--since: '1h30' is not a duration: give a number and a unit (s, m, h,"),
         (["REC", "--sort", "cost"], 2, "--sort: unknown column 'cost'; valid: user, held, busy, idle, energy, memory"),
         (["REC", "--by", "team"], 2, "--by: unknown key 'team'; valid: user, owner, gpu, host"),
         ([], 2, "give recordings (FILE ...) or --prometheus URL"),

@@ -20,11 +20,11 @@ import pytest
 from nvtopy.commands.dispatch import main
 from nvtopy.errors import UsageError
 from nvtopy.sources import prometheus_api
-from nvtopy.sources.prometheus_accounting import account, default_step, queries, where_text
+from nvtopy.sources.prometheus_accounting import account, data_span, default_step, queries, step_for, where_text
 from nvtopy.sources.prometheus_api import PrometheusError
 from nvtopy.textsafe import unescape_text
 
-from .prometheus_fixtures import FLEET_HOSTS, exporter_fleet, requires_prometheus
+from .prometheus_fixtures import DATA_S, FLEET_HOSTS, exporter_fleet, requires_prometheus
 
 STEP = 60.0
 END = 1_795_003_600.0
@@ -37,11 +37,14 @@ class Fleet:
 
     ``hosts`` hosts of ``gpus`` GPUs each; on every GPU one process of ``user(h)`` holding 4 GiB,
     at ``util`` %, drawing ``watts`` (its energy counter grows accordingly). ``missing(host, t)``:
-    no point at all for that host then (it stopped reporting).
+    no point at all for that host then (it stopped reporting). Scraped every ``scrape`` seconds
+    (at whole multiples of it) since ``born`` (None: always): what the data-span probe counts.
     """
 
     def __init__(self, hosts: int = 1, gpus: int = 2, util: float = 50.0, watts: float = 300.0) -> None:
         self.hosts, self.gpus, self.util, self.watts = hosts, gpus, util, watts
+        self.scrape = 15.0
+        self.born: float | None = None
         self.missing = lambda host, t: False
         self.user = lambda host: f"user{host % 3}"
         self.labels: dict[str, str] = {}  # extra labels on every process series
@@ -50,8 +53,23 @@ class Fleet:
     def gpu_labels(self, host: int, gpu: int) -> dict[str, str]:
         return {"Hostname": f"node{host}", "gpu": str(gpu), "UUID": f"GPU-{host}-{gpu}", "instance": f"n{host}:9400"}
 
+    def scrapes(self, after: float, until: float) -> int:
+        """How many scrapes there were in ``(after, until]``."""
+        below = math.floor(after / self.scrape)  # scrapes k * scrape with k above this, up to until's
+        if self.born is not None:
+            below = max(below, math.ceil(self.born / self.scrape) - 1)
+        return max(0, math.floor(until / self.scrape) - below)
+
     def answer(self, expr: str, start: float, end: float, step: float) -> list[tuple[dict[str, str], list]]:
         times = [start + i * step for i in range(round((end - start) / step) + 1)]
+        if self.born is not None:
+            times = [t for t in times if t >= self.born]
+        if expr.startswith("max(count_over_time("):  # the data-span probe: samples per window, busiest GPU
+            window = float(expr.split("[", 1)[1].split("]", 1)[0].removesuffix("s"))
+            assert window == step, expr
+            present = [t for t in times if any(not self.missing(h, t) for h in range(self.hosts)) and self.hosts]
+            points = [(t, float(self.scrapes(t - step, t))) for t in present if self.scrapes(t - step, t)]
+            return [({}, points)] if points else []
         if "nvtopy_process_" in expr:
             kind = "processes" if expr.startswith("count by") else "memory"
         elif "SM_ACTIVE" in expr:
@@ -246,11 +264,54 @@ def test_cli_json_from_prometheus(fake_server, capsys):
     code, out, err = run_report(capsys, "--prometheus", "http://prom:9090", "--since", "1h", "--format", "json")
     assert (code, err) == (0, "")
     data = json.loads(out)
-    assert data["source"] == {"prometheus": "http://prom:9090", "step_s": 15.0, "queries": 6}
+    assert data["source"] == {"prometheus": "http://prom:9090", "step_s": 15.0, "scrape_interval_s": 15.0, "queries": 7}
     assert {r["user"]: r["held_gpu_hours"] for r in data["rows"]} == pytest.approx(
         {"user0": 2.0, "user1": 2.0, "user2": 2.0}, abs=0.01
     )
     assert fake_server.made[0].timeout == 5.0 and fake_server.made[0].ca_file is None
+
+
+def test_cli_a_compound_step_is_read_whole(fake_server, capsys):
+    code, out, err = run_report(
+        capsys, "--prometheus", "http://prom:9090", "--since", "1h", "--step", "1m30s", "--format", "json"
+    )
+    assert (code, err) == (0, "")
+    assert json.loads(out)["source"]["step_s"] == 90.0  # not 60: the whole text counts
+
+
+DCGM_BLANK = 9223372036854775792  # DCGM_INT64_BLANK: what dcgm-exporter serves for a field DCGM could not read
+
+
+def test_blank_and_impossible_readings_from_the_server_are_skipped_and_said(fake_server, capsys):
+    """One DCGM blank in one GPU's energy series was 2.56 billion kWh; a power of DCGM's FP64 blank (2**47 W)
+    and one above any GPU's were dropped without a word. Each is skipped and counted, in every format."""
+    answer = fake_server.answer
+
+    def with_blanks(expr, start, end, step):
+        out = answer(expr, start, end, step)
+        if "ENERGY" in expr or "POWER_USAGE" in expr:
+            _, points = out[0]  # node0's GPU 0
+            middle = len(points) // 2
+            if "ENERGY" in expr:  # a blank, and a leap of 1e9 J in a step (and back)
+                changed = {middle: float(DCGM_BLANK), middle + 5: points[middle + 5][1] + 1e12}
+            else:  # DCGM's FP64 blank, and a megawatt
+                changed = {middle: 2.0**47, middle + 5: 1e6}
+            for at, value in changed.items():
+                points[at] = (points[at][0], value)
+        return out
+
+    fake_server.answer = with_blanks
+    code, out, err = run_report(capsys, "--prometheus", "http://prom:9090", "--since", "1h", "--format", "json")
+    assert (code, err) == (0, "")
+    data = json.loads(out)
+    assert data["total"]["energy_kwh"] == pytest.approx(6 * 0.3, rel=0.01)  # 6 GPUs at 300 W for an hour
+    assert data["skipped_readings"] == {"energy_blank": 1, "energy_implausible": 1, "power": 2}
+    code, out, _ = run_report(capsys, "--prometheus", "http://prom:9090", "--since", "1h")
+    assert code == 0
+    notes = out.splitlines()[-3:]
+    assert notes[0].startswith("energy counter: 1 reading skipped, no value (DCGM's blank, 9223372036854775792")
+    assert notes[1].startswith("energy counter: 1 increment skipped, more than 20 kW over the interval")
+    assert notes[2] == "power: 2 readings skipped, negative or above 20 kW"
 
 
 def test_cli_ca_file_reaches_the_client(fake_server, capsys):
@@ -320,6 +381,90 @@ def test_cli_a_server_error_is_one_line(monkeypatch, capsys, error, said):
     code, out, err = run_report(capsys, "--prometheus", "http://prom:9090")
     assert (code, out) == (1, "")
     assert err == f"nvtopy: error: {said or error}\n"
+
+
+# ----------------------------------------------------------------- what the server holds: span, scrape interval
+
+
+def span_of(fleet: Fleet, start: float = START, end: float = END):
+    client = FakeClient(fleet)
+    return data_span(client, start=start, end=end), client
+
+
+def test_the_span_of_a_server_older_than_the_period_is_the_period_in_one_query():
+    fleet = Fleet()
+    span, client = span_of(fleet)
+    assert (span.earliest, span.interval, client.queries) == (START, 15.0, 1)
+    assert step_for(span, 3600) == 15.0  # the scrape interval at least
+    assert step_for(span_of(fleet, END - 86400)[0], 86400) == 60.0  # a minute a point for a day
+    fleet.scrape = 1.0
+    assert step_for(span_of(fleet)[0], 3600) == 3.0  # 1,440 points of an hour: no 15 s floor when scraped each second
+
+
+def test_the_span_of_a_young_server_is_its_data_found_in_a_second_closer_look():
+    fleet = Fleet()
+    fleet.scrape, fleet.born = 1.0, END - 10.5  # ten seconds of data, a scrape a second
+    span, client = span_of(fleet, END - 86400, END)
+    assert client.queries == 2
+    assert END - 12 <= span.earliest <= END - 10.5  # never after the first sample: a query from there misses none
+    assert span.interval == pytest.approx(1.0) and span.samples in (10, 11)
+    assert step_for(span, 86400) == 1.0  # not a day's 60 s: ten points of ten seconds
+
+
+def test_a_server_without_gpu_series_has_no_span():
+    fleet = Fleet(hosts=0)
+    assert span_of(fleet)[0] is None
+
+
+def test_the_probe_counts_any_gpu_series_and_trusts_no_answer():
+    asked = queries(60.0)  # the probe reads what the report reads, MIG instances left out
+    _, client = span_of(Fleet(), END - 86400)
+    (probe,) = client.asked
+    assert probe.startswith('max(count_over_time(DCGM_FI_DEV_POWER_USAGE{GPU_I_ID=""}[60s]) or count_over_time(')
+    assert "DCGM_FI_DEV_GPU_UTIL" in probe and "ENERGY" in asked["energy"] and "ENERGY" in probe
+
+    class Hostile(FakeClient):
+        def query_range(self, expr, start, end, step):
+            self.queries += 1
+            return [({}, [(START, math.nan), (START + 60, -3.0), ("x", 4.0), (END + 86400, 4.0), (END, True)])] * 3
+
+    assert data_span(Hostile(Fleet()), start=START, end=END) is None
+
+
+def test_a_young_server_is_reported_with_the_data_it_holds(fake_server, capsys):
+    """Issue 23 item 5: ten seconds of data at a scrape a second was "no GPU series" (a day's 60 s step,
+    its end aligned before the data) or rows of zeros (a 15 s step: one point per GPU)."""
+    fake_server.scrape, fake_server.born = 1.0, time.time() - 10.5
+    for since in (None, "1m"):
+        argv = ["--prometheus", "http://prom:9090", "--format", "json", *(["--since", since] if since else [])]
+        code, out, err = run_report(capsys, *argv)
+        assert (code, err) == (0, ""), since
+        data = json.loads(out)
+        assert (data["source"]["step_s"], data["source"]["scrape_interval_s"]) == (1.0, 1.0)
+        held = data["total"]["held_gpu_hours"] * 3600 / 6  # seconds each of the 6 GPUs was held
+        assert 8 <= held <= 11, held
+        (note,) = [n for n in data["notes"] if "of data" in n]
+        assert note.startswith("http://prom:9090 holds 1") and f"of data of the last {since or '24h'}: from " in note
+        assert note.endswith("a sample every 1 s")
+    code, out, _ = run_report(capsys, "--prometheus", "http://prom:9090")
+    assert code == 0 and out.splitlines()[-1].endswith("a sample every 1 s")  # said under the table
+
+
+def test_a_server_with_one_scrape_is_too_little_data(fake_server, capsys):
+    fake_server.born = time.time() - 0.5  # one scrape, the next 15 s away
+    fake_server.born -= fake_server.born % 15  # on a scrape
+    code, out, err = run_report(capsys, "--prometheus", "http://prom:9090")
+    assert (code, out) == (1, "")
+    assert err.startswith("nvtopy: error: nothing to report: too little data: http://prom:9090 holds one sample of ")
+    assert err.endswith("a report needs two, a scrape interval apart\n") and err.count("\n") == 1
+
+
+def test_a_step_longer_than_the_data_is_too_little_data(fake_server, capsys):
+    fake_server.scrape, fake_server.born = 1.0, time.time() - 10.5
+    code, out, err = run_report(capsys, "--prometheus", "http://prom:9090", "--since", "1h", "--step", "15s")
+    assert (code, out) == (1, "")
+    assert err.startswith("nvtopy: error: nothing to report: too little data for --step 15s: http://prom:9090 holds 1")
+    assert err.endswith("of data in the last 1h (a sample every 1 s); give a shorter --step (at least 1s)\n")
 
 
 def test_cli_an_empty_server_is_nothing_to_report(fake_server, capsys):
@@ -393,10 +538,10 @@ def test_through_http_like_prometheus(tiny_prometheus, capsys):
     data = json.loads(out)
     assert [(r["user"], r["host"]) for r in data["rows"]] == [("user0", "node0"), ("user1", "node1")]
     assert data["total"]["held_gpu_hours"] == pytest.approx(8.0, abs=0.1)  # 4 GPUs for 2 h
-    assert data["source"]["queries"] == 6
+    assert data["source"]["queries"] == 7  # the data's span, then the six
     paths = [path for path, _ in tiny_prometheus.asked]
-    assert paths == ["/api/v1/query_range"] * 6
-    form = tiny_prometheus.asked[0][1]
+    assert paths == ["/api/v1/query_range"] * 7
+    form = tiny_prometheus.asked[1][1]
     assert float(form["end"]) - float(form["start"]) == 7200.0
     assert float(form["step"]) == 15.0
 
@@ -487,7 +632,7 @@ def test_report_against_a_real_prometheus(tmp_path, capsys):
         )
     assert (code, err, code_users, code_where) == (0, "", 0, 0), (err, out_users, out_where)
     data = json.loads(out)
-    assert data["source"]["queries"] == 6
+    assert data["source"]["queries"] - 6 in (1, 2)  # the data's span (a closer look where it is young), the six
     rows = {r["host"]: r for r in data["rows"]}
     assert sorted(rows) == ["node-a", "node-b", "node-c"]
     gpus = {hostname: count for hostname, _, count in FLEET_HOSTS}
@@ -502,3 +647,28 @@ def test_report_against_a_real_prometheus(tmp_path, capsys):
     served = set().union(*(first[h][1] for h in first))
     assert served <= reported
     assert sorted(r["host"] for r in json.loads(out_where)["rows"]) == ["node-a", "node-b"]
+
+
+@requires_prometheus
+def test_report_on_a_young_real_prometheus(tmp_path, capsys):
+    """Issue 23 item 5 against a real server: seconds after its first scrape (one a second), a day's report
+    covers the data the server holds, a point a scrape, and says how young that data is (it was "no GPU
+    series": a 60 s step whose end, aligned to a minute, fell before the first sample)."""
+    started = time.monotonic()
+    with exporter_fleet(tmp_path, (("node-y", 7, 2),), "--demo-steady") as fleet:
+        deadline = time.monotonic() + DATA_S
+        while True:  # ready is every GPU in Prometheus: one scrape of it may be all there is yet
+            code, out, err = run_report(capsys, "--prometheus", fleet.url, "--format", "json")
+            if code == 0 or time.monotonic() > deadline:
+                break
+            assert "too little data" in err, err
+            time.sleep(0.2)
+        age = time.monotonic() - started
+    assert (code, err) == (0, "")
+    data = json.loads(out)
+    assert data["source"]["step_s"] == 1.0
+    assert data["source"]["scrape_interval_s"] == pytest.approx(1.0, abs=0.25)
+    held = data["total"]["held_gpu_hours"] * 3600 / 2  # seconds each of its 2 GPUs was held (steady: always)
+    assert 1 <= held <= age + 1, (held, age)
+    (note,) = [n for n in data["notes"] if "of data" in n]
+    assert note.startswith(f"{fleet.url} holds ") and "of data of the last 24h: from " in note, note

@@ -137,7 +137,11 @@ def build_parser(command: str) -> argparse.ArgumentParser:
         help="seconds between samples (default 1)",
     )
     parser.add_argument("--count", type=int, metavar="N", help="stop after N samples (default: until Ctrl-C)")
-    options.add_timeout_option(parser, "seconds a GPU's stuck driver call is waited for before it is marked")
+    options.add_timeout_option(
+        parser,
+        "seconds the driver may take to open (a GPU whose read misses an interval is marked not responding in "
+        "that interval's row)",
+    )
     options.add_gpu_options(parser)
     options.add_health_options(parser)
     return parser
@@ -211,7 +215,9 @@ def run(command: str, args: argparse.Namespace) -> int:
             groups=groups,
             processes=processes,
             collector=collector,
-            stall_after=args.timeout,
+            # A row is a measurement: a GPU whose read missed this interval is "not responding" in its row at
+            # once, never its last values passed off as fresh until some timeout (the TUI's grace is a display's).
+            stall_after=0.0,
         )
         poller.watch_events()
         write: Callable[[Snapshot], None]

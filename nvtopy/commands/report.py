@@ -13,26 +13,29 @@ be given in any order.
 
 Exit status: 0 with a report (also one in which no process held a GPU: that is
 an answer), 1 when there was nothing to report on (no snapshot in the files, or
-in the period; no series on the server) or the input could not be read, 2 for a
+in the period; no series on the server, or too little data: one sample of each GPU,
+or less than a --step of it) or the input could not be read, 2 for a
 usage error.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
 import shutil
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
 from ..errors import NvtopyError, UsageError
 from ..formats.accounting import (
     DEFINITIONS,
     DIMENSIONS,
+    MAX_GPU_WATTS,
     SORT_COLUMNS,
     Ledger,
     Observation,
@@ -50,18 +53,35 @@ from . import options
 
 __all__ = ["build_parser", "parse_duration", "read_recording", "run"]
 
-_DURATION = re.compile(r"(\d{1,9}(?:\.\d{1,6})?)([smhdw])")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_UNIT_SECONDS = {"w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1}  # largest first, as they are written
+_DURATION_PART = re.compile(r"(\d{1,9}(?:\.\d{1,6})?)([wdhms])")
+DURATION_FORMS = "a number and a unit (s, m, h, d, w), or several, largest unit first: 30m, 24h, 7d, 1h30m, 1m30s"
 MAX_SINCE = 366 * 86400.0
 
 
 def parse_duration(text: str, what: str = "--since") -> float:
-    """``30m``, ``24h``, ``7d`` (also ``s`` and ``w``) in seconds; anything else is a one-line usage error."""
-    match = _DURATION.fullmatch(text.strip())
-    if match is None:
+    """``30m``, ``24h``, ``7d``, ``1h30m``, ``1m30s`` (units ``w d h m s``) in seconds.
+
+    The whole text is read: parts one after the other, each unit at most once and the
+    largest first (as Prometheus writes durations). Why so strict: a parser that stopped
+    after the first part would read ``1h30m`` as one hour, a report of the wrong period
+    that nothing says is wrong. Anything else is a one-line usage error listing the forms.
+    """
+    stripped = text.strip()
+    units = list(_UNIT_SECONDS)
+    parts = []
+    position = 0
+    while position < len(stripped):
+        part = _DURATION_PART.match(stripped, position)
+        if part is None:
+            break
+        parts.append((float(part.group(1)), units.index(part.group(2))))
+        position = part.end()
+    ranks = [rank for _, rank in parts]
+    if not parts or position < len(stripped) or ranks != sorted(set(ranks)):  # more text, a unit again or late
         shown = text if len(text) <= 30 else text[:29] + "…"
-        raise UsageError(f"{what}: {shown!r} is not a duration: give a number and a unit, e.g. 30m, 24h or 7d")
-    seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        raise UsageError(f"{what}: {shown!r} is not a duration: give {DURATION_FORMS}")
+    seconds = sum(number * _UNIT_SECONDS[units[rank]] for number, rank in parts)
     if not 0 < seconds <= MAX_SINCE:
         raise UsageError(f"{what}: give more than 0 and at most 366d")
     return seconds
@@ -83,8 +103,8 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     parser.epilog = (
         f"{DEFINITIONS}\n\n"
         "Exit status: 0 with a report (also when no process held a GPU), 1 when there was nothing to report "
-        "on\n(no snapshot in the files or the period, no series on the server) or the input could not be read, "
-        "2 for a\nusage error. A line of a recording that is not a snapshot is skipped and counted."
+        "on\n(no snapshot in the files or the period, no series on the server or too little data) or the input "
+        "could\nnot be read, 2 for a usage error. A line of a recording that is not a snapshot is skipped and counted."
     )
     parser.add_argument("files", nargs="*", metavar="FILE", help="recordings: JSON lines written by 'nvtopy record'")
     source = parser.add_argument_group("Prometheus")
@@ -102,13 +122,14 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     source.add_argument(
         "--step",
         metavar="DURATION",
-        help="seconds between the points read (default: the period / 1440, at least 15s; at least the scrape interval)",
+        help="time between the points read (default: the data's span in the period / 1440, at least its scrape "
+        "interval, both measured)",
     )
     options.add_timeout_option(source, "seconds each query to the server may take")
     parser.add_argument(
         "--since",
         metavar="DURATION",
-        help="only the last DURATION: 30m, 24h, 7d (recordings: default all of them; Prometheus: default 24h)",
+        help="only the last DURATION: 30m, 24h, 7d, 1h30m (recordings: default all of them; Prometheus: default 24h)",
     )
     parser.add_argument(
         "--by",
@@ -236,7 +257,7 @@ def _report_recordings(args: argparse.Namespace, by: Sequence[str], since: float
 
 
 def _lines(count: int) -> str:
-    return f"{count} line{'s' if count != 1 else ''}"
+    return _plural(count, "line")
 
 
 # ----------------------------------------------------------------- Prometheus
@@ -245,29 +266,92 @@ def _lines(count: int) -> str:
 def _report_prometheus(
     args: argparse.Namespace, by: Sequence[str], since: float | None
 ) -> tuple[Report, dict[str, Any]]:
-    from ..sources.prometheus_accounting import account, default_step, where_text
+    from ..sources.prometheus_accounting import check_points, where_text
     from ..sources.prometheus_api import PrometheusClient, PrometheusError
 
     period = since if since is not None else 86400.0
     where = where_text(args.where)
-    step = parse_duration(args.step, "--step") if args.step is not None else default_step(period)
+    step = parse_duration(args.step, "--step") if args.step is not None else None
+    if step is not None:
+        check_points(period, step)
     key_columns(by)  # usage errors before the server is asked anything
     client = PrometheusClient(args.prometheus, timeout=args.timeout, ca_file=args.ca_file)
     shown = getattr(client, "url", args.prometheus)  # the URL without its credentials (user:password@)
-    end = _align(time.time(), step)
     try:
-        report = account(client, by=by, start=end - period, end=end, step=step, where=where)
+        return _account_prometheus(args, client, shown=shown, by=by, period=period, step=step, where=where)
     except PrometheusError as exc:
         if "larger than" not in str(exc):
             raise
         raise PrometheusError(f"{exc}: use a longer --step, a shorter --since or a narrower --where") from None
-    if report.observations == 0:
+
+
+def _account_prometheus(
+    args: argparse.Namespace,
+    client: Any,
+    *,
+    shown: str,
+    by: Sequence[str],
+    period: float,
+    step: float | None,
+    where: str,
+) -> tuple[Report, dict[str, Any]]:
+    """The report from what the server holds of the period: its data's span and scrape interval first
+    (:func:`~nvtopy.sources.prometheus_accounting.data_span`), then the step, then the figures."""
+    from ..sources.prometheus_accounting import account, data_span, step_for
+
+    last = f"the last {args.since or '24h'}"
+    now = time.time()
+    span = data_span(client, start=now - period, end=now, where=where)
+    if span is None:
         matching = f" matching {args.where}" if where else ""
         raise NvtopyError(
-            f"nothing to report: {shown} has no GPU series (DCGM_FI_DEV_*, nvtopy_process_*)"
-            f"{matching} in the last {args.since or '24h'}"
+            f"nothing to report: {shown} has no GPU series (DCGM_FI_DEV_*, nvtopy_process_*){matching} in {last}"
         )
-    return report, {"prometheus": shown, "step_s": step, "queries": client.queries}
+    if span.interval is None:
+        raise NvtopyError(
+            f"nothing to report: too little data: {shown} holds one sample of each GPU in {last} "
+            f"(at {_clock(span.last)}); a report needs two, a scrape interval apart"
+        )
+    held = span.last - span.earliest - span.resolution  # first to last sample, at least
+    if step is None:
+        step = step_for(span, period)
+    elif step > max(held, span.interval):
+        raise NvtopyError(
+            f"nothing to report: too little data for --step {args.step}: {shown} holds "
+            f"{_seconds(span.seconds)} of data in {last} (a sample every {span.interval:.3g} s); "
+            f"give a shorter --step (at least {span.interval:.3g}s)"
+        )
+    end = _align(now, step)
+    start = max(end - period, _align(span.earliest, step))  # a young server's data: not a day of empty points
+    report = account(client, by=by, start=start, end=end, step=step, where=where)
+    if report.observations <= report.gpus:  # no GPU observed twice: no interval, every figure would be 0
+        raise NvtopyError(
+            f"nothing to report: too little data: {shown} holds {_seconds(span.seconds)} of data in {last}, "
+            f"one point of each GPU at a step of {step:g} s"
+        )
+    if span.earliest > now - period + step:  # the server's data is younger than the period: said, not hidden
+        young = (
+            f"{shown} holds {_seconds(span.seconds)} of data of {last}: from {_clock(span.earliest)}, "
+            f"a sample every {span.interval:.3g} s"
+        )
+        report = dataclasses.replace(report, notes=(young, *report.notes))
+    extra = {"prometheus": shown, "step_s": step, "scrape_interval_s": round(span.interval, 3)}
+    return report, {**extra, "queries": client.queries}
+
+
+def _clock(timestamp: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(timestamp))
+
+
+def _seconds(seconds: float) -> str:
+    """A span of data in words: ``10 s``, ``25 min``, ``7.5 h``, ``3.0 d``."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 3 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
 
 
 def _align(value: float, step: float) -> float:
@@ -364,8 +448,33 @@ def _notes(report: Report) -> list[str]:
         )
     if report.out_of_order:
         notes.append(f"{report.out_of_order} observations older than others of their GPU skipped (overlapping inputs)")
+    for name, count in report.skipped:
+        notes.append(_SKIPPED_NOTES[name](count))
     notes.extend(safe_text(n) for n in report.notes)
     return notes
+
+
+_KW = f"{MAX_GPU_WATTS / 1000:g} kW"
+_SKIPPED_NOTES: dict[str, Callable[[int], str]] = {
+    "energy_blank": lambda n: (
+        f"energy counter: {_plural(n, 'reading')} skipped, no value "
+        "(DCGM's blank, 9223372036854775792 and above; NVML's N/A; negative)"
+    ),
+    "energy_reset": lambda n: (
+        f"energy counter: {_plural(n, 'reset')} (it went down: the driver reloaded), power x time counted instead"
+    ),
+    "energy_implausible": lambda n: (
+        f"energy counter: {_plural(n, 'increment')} skipped, more than {_KW} over the interval "
+        "(no GPU draws that), power x time counted instead"
+    ),
+    "power": lambda n: f"power: {_plural(n, 'reading')} skipped, negative or above {_KW}",
+    "activity": lambda n: f"activity: {_plural(n, 'reading')} skipped, outside 0-100 % (neither busy nor idle)",
+}
+"""The note for each kind of reading the ledger skipped (:data:`~nvtopy.formats.accounting.SKIPPED_READINGS`)."""
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'s' if count != 1 else ''}"
 
 
 def run(command: str, args: argparse.Namespace) -> int:

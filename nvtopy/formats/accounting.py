@@ -22,8 +22,10 @@ say the same):
 - *Idle-held*: held time during which that activity was at most the idle-held
   health rule's ``idle_sm_percent`` (1 %): the GPU was held and did nothing.
 - *Energy*: the growth of the GPU's total-energy counter over the interval; where
-  the counter is missing or went down (the driver reloaded), power times the
-  interval (the mean of both ends' power). A GPU shared by several keys is split by their
+  the counter is missing, no value (DCGM's blank), went down (the driver reloaded)
+  or grew by more than a GPU draws (:data:`MAX_GPU_WATTS`), power times the
+  interval (the mean of both ends' power). What is skipped is counted
+  (:data:`SKIPPED_READINGS`). A GPU shared by several keys is split by their
   shares of the memory its processes use at the interval's observation
   (equally per process where no memory is known).
 - *Peak memory*: the most GPU memory the key's processes held together on one
@@ -55,12 +57,15 @@ from ..model import OwnerKind, ProcessOwner, Snapshot
 from ..ranges import within
 from ..textsafe import escape_text, formula_safe
 from .contract import encode, iso_timestamp, owner_from_dict, recorded_text
+from .dcgm import INT64_BLANK, WATTS
 
 __all__ = [
     "DEFINITIONS",
     "DIMENSIONS",
     "FIGURES",
     "GAP_FACTOR",
+    "MAX_GPU_WATTS",
+    "SKIPPED_READINGS",
     "SORT_COLUMNS",
     "Holding",
     "Ledger",
@@ -95,6 +100,24 @@ SORT_COLUMNS: dict[str, str] = {
 GAP_FACTOR = 3.0
 """An interval longer than this many times its GPU's median interval is a gap: not counted."""
 
+MAX_GPU_WATTS = float(WATTS[1])
+"""The most power one GPU is taken to draw (the range ``--remote`` reads power in: a superchip module
+draws a few kW). A power reading above it, or an energy counter that grew faster over an interval,
+is no reading: skipped and counted, never summed."""
+
+SKIPPED_READINGS = ("energy_blank", "energy_reset", "energy_implausible", "power", "activity")
+"""What :attr:`Report.skipped` counts, by these names (JSON's ``skipped_readings``):
+
+- ``energy_blank``: an energy counter reading that is no value: DCGM's blank (``DCGM_INT64_BLANK``,
+  9223372036854775792, and its kin above it), NVML's "not available" (2**64 - 1), or negative;
+- ``energy_reset``: the counter went down (the driver reloaded): power x time counts for that interval;
+- ``energy_implausible``: the counter grew by more than :data:`MAX_GPU_WATTS` over the interval (one of
+  its two readings is wrong, which is not known): power x time counts for that interval and the next;
+- ``power``: a power reading that is negative or above :data:`MAX_GPU_WATTS` (DCGM's blank for a
+  power field, 2**47 W, among them);
+- ``activity``: an SM activity or utilisation outside 0-100 %: unknown, so neither busy nor idle.
+"""
+
 UNKNOWN_USER = "?"
 NO_OWNER = "-"
 
@@ -108,9 +131,10 @@ How each figure is computed:
              measured, else GPU utilisation. Unknown activity counts as 0.
   idle-held  held GPU-hours during which that activity was at most 1 % (the idle-held health rule's
              threshold): the GPU was held and did nothing.
-  energy     the GPU's total-energy counter's growth (power x time where the counter is missing or
-             went down), split between the keys on a shared GPU by their share of its processes'
-             memory at the observation; kWh.
+  energy     the GPU's total-energy counter's growth (power x time where the counter is missing, no
+             value, went down or grew faster than 20 kW), split between the keys on a shared GPU by
+             their share of its processes' memory at the observation; kWh. Readings skipped are
+             counted under the report.
   peak mem   the most GPU memory the key's processes held together on one GPU at one observation.
   GPUs       how many GPUs the key's processes were seen on.
   TOTAL      the same figures for all processes as one key: a shared GPU counts once, so the total
@@ -317,6 +341,7 @@ class Report:
     gap_gpu_hours: float
     out_of_order: int  # observations older than one already read of their GPU (overlapping inputs): skipped
     notes: tuple[str, ...] = field(default=())  # sentences about the input, added by the source
+    skipped: tuple[tuple[str, int], ...] = ()  # readings skipped, by :data:`SKIPPED_READINGS` name (none: left out)
 
 
 # Per key per interval length: held s, busy s, idle s, energy J, energy known (1/0).
@@ -367,6 +392,7 @@ class Ledger:
         self._start: float | None = None
         self._end: float | None = None
         self._key = _key_maker(self.columns)
+        self._skipped: dict[str, int] = {}
 
     def add_snapshot(self, snapshot: Snapshot) -> None:
         for observation in observations(snapshot):
@@ -410,19 +436,20 @@ class Ledger:
             if used is not None and used > book.peaks.get(key, -1):
                 book.peaks[key] = used
         previous = book.timestamp
-        energy = self._energy(book, observation, None if previous is None else now - previous)
-        book.timestamp, book.energy_mj, book.power_w = now, observation.energy_mj, observation.power_w
+        counter = self._reading(observation.energy_mj, 0.0, INT64_BLANK - 1, "energy_blank")
+        power = self._reading(observation.power_w, 0.0, MAX_GPU_WATTS, "power")
+        activity = self._reading(observation.activity_percent, 0.0, 100.0, "activity")
         if previous is None:
+            book.timestamp, book.energy_mj, book.power_w = now, counter, power
             return
         seconds = now - previous
+        energy = self._energy(book, counter, power, seconds)
+        book.timestamp, book.power_w = now, power
         length = round(seconds * 1000)
         book.lengths[length] = book.lengths.get(length, 0) + 1
         if not processes:
             return
-        activity = observation.activity_percent
-        if activity is not None and activity < 0:  # a damaged input: unknown, neither busy nor idle
-            activity = None
-        busy = seconds * min(activity, 100.0) / 100 if activity is not None else 0.0
+        busy = seconds * activity / 100 if activity is not None else 0.0
         idle = seconds if activity is not None and activity <= self.idle_percent else 0.0
         count = max(1, processes[_TOTAL])
         sums = book.sums.setdefault(length, {})
@@ -444,15 +471,42 @@ class Ledger:
                 row[_ENERGY] += energy * share
                 row[_ENERGY_KNOWN] = 1.0
 
-    @staticmethod
-    def _energy(book: _GpuBook, observation: Observation, seconds: float | None) -> float | None:
-        """Joules the GPU used since its previous observation: the counter's growth, else power x time."""
-        if seconds is None:
+    def _reading(self, value: float | None, low: float, high: float, name: str) -> float | None:
+        """``value`` when it is a reading (from ``low`` to ``high``); else None, counted under ``name``.
+
+        Why here, for both sources: a recording and a Prometheus server carry whatever the
+        driver, DCGM or a damaged file gave (DCGM's blank, NaN, a negative figure), and one
+        such value summed is the whole report (2.56 billion kWh from one blank).
+        """
+        if value is None:
             return None
-        before, after = book.energy_mj, observation.energy_mj
-        if before is not None and after is not None and after >= before:
-            return (after - before) / 1000
-        powers = [p for p in (book.power_w, observation.power_w) if p is not None and p >= 0]
+        if low <= value <= high:  # NaN fails this too
+            return value
+        self._skip(name)
+        return None
+
+    def _skip(self, name: str) -> None:
+        self._skipped[name] = self._skipped.get(name, 0) + 1
+
+    def _energy(self, book: _GpuBook, counter: float | None, power: float | None, seconds: float) -> float | None:
+        """Joules the GPU used over the ``seconds`` since its previous observation: the counter's growth,
+        else power x time (the mean of both ends' power); None when neither is known.
+
+        Keeps the counter's reading as the next interval's start, except after an increment no
+        GPU could draw: which of its two readings is wrong is not known, so neither is trusted
+        (that interval and the next count power x time).
+        """
+        before, book.energy_mj = book.energy_mj, counter
+        if before is not None and counter is not None:
+            grown = counter - before
+            if grown < 0:
+                self._skip("energy_reset")
+            elif grown > MAX_GPU_WATTS * 1000 * seconds:
+                self._skip("energy_implausible")
+                book.energy_mj = None
+            else:
+                return grown / 1000
+        powers = [p for p in (book.power_w, power) if p is not None]
         if not powers:
             return None
         return sum(powers) / len(powers) * seconds
@@ -507,6 +561,7 @@ class Ledger:
             gap_gpu_hours=gap_seconds / 3600,
             out_of_order=self._out_of_order,
             notes=tuple(notes),
+            skipped=tuple((name, self._skipped[name]) for name in SKIPPED_READINGS if name in self._skipped),
         )
 
 
@@ -608,6 +663,7 @@ def report_json(report: Report, rows: Sequence[Row], source: dict[str, Any]) -> 
         "gaps": report.gaps,
         "gap_gpu_hours": _number(report.gap_gpu_hours),
         "out_of_order": report.out_of_order,
+        "skipped_readings": dict(report.skipped),
         "notes": [escape_text(n) for n in report.notes],
         "rows": [row_dict(report, r) for r in rows],
         "total": {k: v for k, v in row_dict(report, report.total).items() if k not in report.columns},

@@ -80,8 +80,10 @@ __all__ = [
     "GPU_LABELS",
     "INSTANCE_FIELDS",
     "INSTANCE_GPM_FIELDS",
+    "INT64_BLANK",
     "MIB",
     "MIG_LABELS",
+    "WATTS",
     "DcgmField",
     "gpu_instance_profile",
     "gpu_instances",
@@ -197,6 +199,12 @@ MASK = (0, 2**64 - 1)  # the throttle-reason bitmask, whole
 FLAG = (0, 1)  # yes or no, whole
 XID = (0, 2**32 - 1)  # an Xid number (NVML's eventData is 64-bit; Xids in use are below 200); 0 is "none"
 RATIO = (0, 1)  # a profiling ratio (DCGM_FI_PROF_*_ACTIVE): the share of time or cycles
+
+INT64_BLANK = 0x7FFFFFFFFFFFFFF0
+"""DCGM's "blank" for an integer field (``DCGM_INT64_BLANK`` in dcgm_structs.h; +1 not found, +2 not
+supported, +3 no permission): what dcgm-exporter serves when DCGM could not read the field. DCGM's
+own test is ``value >= DCGM_INT64_BLANK``, and NVML's "not available" (2**64 - 1) is above it too.
+No counter gets there: as the energy counter (mJ) it would be 2.56 billion kWh."""
 
 
 def ranged(

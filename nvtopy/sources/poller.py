@@ -139,7 +139,8 @@ class Poller(SnapshotSource):
         :data:`STALL_INTERVALS` intervals while the others keep updating
         (:class:`~nvtopy.sources.workers.GpuWorkers`); False reads them in turn.
         ``stall_after``: seconds after which a stuck GPU is "not responding" (default
-        :data:`STALL_INTERVALS` intervals; ``nvtopy log`` and the exporter pass ``--timeout``).
+        :data:`STALL_INTERVALS` intervals; the exporter passes ``--timeout``, ``nvtopy log`` 0:
+        marked in the first interval its read misses).
         ``thresholds``: of the health flags, for a collector the poller makes.
         """
         super().__init__(max(MIN_INTERVAL, interval))

@@ -1,7 +1,11 @@
 """``nvtopy report --prometheus URL``: the accounting figures from a Prometheus server's history.
 
-Six range queries, whatever the size of the fleet (one per metric group, each
-answering for every host at once), over ``[end - since, end]`` at one ``step``:
+First what the server holds of the period (:func:`data_span`: one or two small range
+queries counting the busiest GPU series' samples): where its data starts and how often
+it is scraped, which give the step (:func:`step_for`) and, for a server younger than
+the period, where the queries start. Then six range queries, whatever the size of the
+fleet (one per metric group, each answering for every host at once), over
+``[end - since, end]`` at one ``step``:
 
 - which processes exist: ``count by (GPU, user, owner labels) (last_over_time(nvtopy_process_X[step])
   or ...)`` over a few of nvtopy's ``nvtopy_process_*`` series (any one of them may be N/A): per GPU,
@@ -28,9 +32,12 @@ every request has a deadline.
 
 from __future__ import annotations
 
+import itertools
 import math
+import statistics
 from array import array
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from ..errors import UsageError
@@ -41,10 +48,14 @@ from .prometheus_api import parse_matchers
 __all__ = [
     "MAX_POINTS",
     "MAX_SERIES",
+    "DataSpan",
     "RangeClient",
     "account",
+    "check_points",
+    "data_span",
     "default_step",
     "queries",
+    "step_for",
     "where_text",
 ]
 
@@ -55,7 +66,8 @@ MAX_SERIES = 200_000
 """Series read per query; more are left out (and said so): an answer that large is a broken server."""
 
 MIN_STEP = 15.0
-"""The shortest default step: Prometheus' usual scrape interval (a shorter step only repeats points)."""
+"""Prometheus' usual scrape interval: the window of the first look at a period of up to 6 h (a tenth of one
+under 150 s; :func:`data_span`), and the step where the scrape interval is not known."""
 
 GROUP_LABELS = ", ".join(("Hostname", "instance", "gpu", "UUID", "user", *OWNER_LABELS))
 """What the process queries keep of a process's labels: its GPU, its user, its owner (all any key needs)."""
@@ -89,8 +101,31 @@ def where_text(text: str | None) -> str:
 
 
 def default_step(seconds: float) -> float:
-    """About 1,440 points over the period (a minute per point for a day), at least :data:`MIN_STEP`."""
+    """About 1,440 points over the period (a minute per point for a day), at least :data:`MIN_STEP`: the first
+    look at what a server holds. A report's step comes from what it found (:func:`step_for`)."""
     return max(MIN_STEP, float(math.ceil(seconds / 1440)))
+
+
+def check_points(period: float, step: float) -> None:
+    """A :class:`~nvtopy.errors.UsageError` when ``step`` gives more than :data:`MAX_POINTS` points over ``period``."""
+    if period / step > MAX_POINTS:
+        raise UsageError(
+            f"--step {_duration(step)} gives more than {MAX_POINTS} points over the period "
+            f"(Prometheus' limit): use --step {_duration(math.ceil(period / MAX_POINTS))} or more"
+        )
+
+
+def step_for(span: DataSpan, period: float) -> float:
+    """The step of a report over ``period`` seconds: about 1,440 points over the data the server holds of it
+    (a minute per point for a day), never shorter than its scrape interval (a shorter step only repeats points).
+
+    Why from the data, not the period alone: a server scraping every second that has run for ten
+    seconds holds no two points 15 s apart, and a day's step (60 s) on it finds nothing at all.
+    """
+    held = min(period, span.seconds)
+    interval = span.interval or MIN_STEP
+    floor = round(interval) if interval >= 1 else round(interval, 3)  # whole seconds: a scrape's jitter
+    return float(max(floor, math.ceil(held / 1440), 0.001))
 
 
 def queries(step: float, where: str = "") -> dict[str, str]:
@@ -155,6 +190,101 @@ def _points(
     return answer
 
 
+# ----------------------------------------------------------------- what the server holds
+
+
+PROBE_SERIES = (
+    "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "DCGM_FI_PROF_SM_ACTIVE",
+)
+"""Per-GPU series whose samples are counted to find the data's span and scrape interval: the first one a
+GPU has (the others may be N/A on it: utilisation under MIG, SM activity before Hopper)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DataSpan:
+    """What a server holds of a period: from when, until when, how many samples and how often (:func:`data_span`).
+
+    From the busiest GPU series, window by window: ``earliest`` is the start of the first window with a
+    sample, so the first sample is at most ``resolution`` later (never earlier: a range query from there
+    misses nothing).
+    """
+
+    earliest: float  # no sample of the period before this
+    last: float  # the end of the last window with a sample
+    end: float  # the end of the period
+    resolution: float  # the windows' length
+    samples: int  # samples of the busiest GPU series, window by window, summed
+    interval: float | None  # seconds between two samples (the scrape interval); None: a single sample
+
+    @property
+    def seconds(self) -> float:
+        """How much of the period the data covers (up to its end), at most ``resolution`` too long."""
+        return self.end - self.earliest
+
+
+def data_span(client: RangeClient, *, start: float, end: float, where: str = "") -> DataSpan | None:
+    """What the server holds of ``[start, end]`` (None: no GPU series at all), in one or two small range queries.
+
+    Each asks, per window, how many samples the busiest GPU series has (``max(count_over_time(...))``:
+    one series of at most 1,441 points, whatever the fleet). The first looks at the whole period; where
+    the data is younger than the period (a server started ten seconds ago), the second looks at that
+    data alone, windows of a second, to find where it starts and how often it is scraped.
+    """
+    resolution = min(default_step(end - start), max(1.0, (end - start) / 10))
+    found = _sample_counts(client, start, end, resolution, where)
+    if not found:
+        return None
+    if found[0][0] - resolution > start:  # younger than the period: a closer look at it
+        closer = max(1.0, float(math.ceil((end - found[0][0] + resolution) / 1440)))
+        if closer * 2 <= resolution:  # (a day's data in a week: the first look was close enough)
+            closely = _sample_counts(client, found[0][0] - resolution, end, closer, where)
+            if closely:
+                found, resolution = closely, closer
+    earliest = max(start, found[0][0] - resolution)
+    return DataSpan(
+        earliest=earliest,
+        last=found[-1][0],
+        end=end,
+        resolution=resolution,
+        samples=sum(count for _, count in found),
+        interval=_scrape_interval(found, resolution),
+    )
+
+
+def _sample_counts(client: RangeClient, start: float, end: float, step: float, where: str) -> list[tuple[float, int]]:
+    """The windows ``(t - step, t]`` of ``[start, end]`` holding samples, and how many the busiest GPU series has."""
+    window = f"[{_duration(step)}]"
+    selector = f'{{GPU_I_ID=""{f",{where}" if where else ""}}}'
+    counted = " or ".join(f"count_over_time({name}{selector}{window})" for name in PROBE_SERIES)
+    answer = client.query_range(f"max({counted})", start, end, step)
+    limit = round((end - start) / step) + 1  # what a server honest about the query answers, at most
+    found = []
+    for _, series in answer[:1]:  # max(): one series without labels
+        for timestamp, count in series[:limit]:
+            if (
+                type(timestamp) in _NUMBERS
+                and type(count) in _NUMBERS
+                and 1 <= count <= 1e9
+                and start - step < timestamp <= end + step  # type: ignore[operator]
+            ):
+                found.append((float(timestamp), int(count)))
+    return sorted(found)
+
+
+def _scrape_interval(found: Sequence[tuple[float, int]], resolution: float) -> float | None:
+    """The seconds between two samples: the median over consecutive windows with samples of their distance
+    divided by the later one's count (windows longer than the interval: its length / the samples in it;
+    shorter: the distance between the windows that have one). None: a single sample."""
+    guesses = [(t - before) / count for (before, _), (t, count) in itertools.pairwise(found)]
+    if guesses:
+        return statistics.median(guesses)
+    ((_, count),) = found
+    return resolution / count if count >= 2 else None
+
+
 # ----------------------------------------------------------------- the report
 
 
@@ -192,11 +322,7 @@ def account(
     Raises whatever the client raises (``PrometheusError``: one line) and
     :class:`~nvtopy.errors.UsageError` for a period of more than :data:`MAX_POINTS` steps.
     """
-    if (end - start) / step > MAX_POINTS:
-        raise UsageError(
-            f"--step {_duration(step)} gives more than {MAX_POINTS} points over the period "
-            f"(Prometheus' limit): use --step {_duration(math.ceil((end - start) / MAX_POINTS))} or more"
-        )
+    check_points(end - start, step)
     ledger = Ledger(by, idle_percent=idle_percent)  # usage errors (--by) before any query
     asked = queries(step, where)
     notes: list[str] = []
@@ -227,20 +353,22 @@ def account(
         notes.extend(f"prometheus warned ({name}): {warning}" for warning in getattr(client, "warnings", ())[:3])
         return answer
 
-    readings: dict[str, tuple[Callable[[_Gpu], array[float]], float, float]] = {
-        "sm_active": (lambda g: g.sm, 1.0, 100.0),  # a ratio: as a percentage
-        "utilization": (lambda g: g.utilization, 100.0, 1.0),
-        "energy": (lambda g: g.energy, 2.0**64, 1.0),
-        "power": (lambda g: g.power, 1e6, 1.0),
+    # Any number below 2**64 either way is kept (NaN and the infinities are no point): the ledger tells a
+    # reading from DCGM's blank, a negative one or one no GPU gives, and counts in the report what it skips.
+    readings: dict[str, tuple[Callable[[_Gpu], array[float]], float]] = {
+        "sm_active": (lambda g: g.sm, 100.0),  # a ratio: as a percentage
+        "utilization": (lambda g: g.utilization, 1.0),
+        "energy": (lambda g: g.energy, 1.0),
+        "power": (lambda g: g.power, 1.0),
     }
-    for name, (field, highest, scale) in readings.items():
+    for name, (field, scale) in readings.items():
         for labels, series in ask(name):
             gpu = gpu_of(labels)
             if gpu is None:
                 continue
             values = field(gpu)
             for timestamp, value in series:  # a loop per point: inlined checks (a day of a fleet is millions)
-                if type(value) in _NUMBERS and 0 <= value <= highest and type(timestamp) in _NUMBERS:
+                if type(value) in _NUMBERS and -(2**64) < value < 2**64 and type(timestamp) in _NUMBERS:
                     at = (timestamp - start) / step
                     i = round(at)
                     if 0 <= i < points and abs(at - i) < 1e-3:  # on the grid (a range query's points are)
