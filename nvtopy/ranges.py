@@ -23,6 +23,7 @@ __all__ = [
     "BYTES_PER_S",
     "COUNT",
     "CPU_PERCENT",
+    "DCGM_INT64_BLANK",
     "FAN_PERCENT",
     "FIELD_RANGES",
     "LINK_GEN",
@@ -45,7 +46,14 @@ TEMPERATURE_C = (-60, 250)  # a reading or a threshold outside is a broken senso
 WATTS = (0, 20_000)  # a board, or a superchip module, draws a few kW at most
 MHZ = (0, 100_000)
 PSTATE = (0, 15)  # P0..P15; NVML's 32 is "unknown", said as such by the backend
-COUNT = (0, 2**64 - 1)  # NVML's unsigned 64-bit counters: energy (mJ), ECC errors, replays, retired pages
+DCGM_INT64_BLANK = 0x7FFFFFFFFFFFFFF0
+"""DCGM's "blank" for an integer field (``DCGM_INT64_BLANK`` in dcgm_structs.h; +1 not found, +2 not
+supported, +3 no permission): what dcgm-exporter serves when DCGM could not read the field. DCGM's
+own test is ``value >= DCGM_INT64_BLANK``, and NVML's "not available" (2**64 - 1) is above it too.
+No counter gets there: as the energy counter (mJ) it would be 2.56 billion kWh."""
+# NVML's unsigned 64-bit counters: energy (mJ), ECC errors, replays, retired pages. The top is below DCGM's
+# blank, so a sentinel from the driver, a recording or an exporter is N/A (out of range), never a figure.
+COUNT = (0, DCGM_INT64_BLANK - 1)
 BYTES = (0, 2**64 - 1)  # memory sizes: 64-bit in NVML and in the kernel
 BYTES_PER_S = (0, 2**50)  # a petabyte per second: no bus or link carries that
 LINK_GEN = (0, 64)  # PCIe generation (1..6 today)

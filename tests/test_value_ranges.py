@@ -395,3 +395,19 @@ def test_a_peers_out_of_range_process_values_say_so():
     assert state.sample.sm_active_percent is None and state.sample.why("sm_active_percent") == "out_of_range"
     assert process.gpu_memory_bytes == 1048576 and "gpu_memory_bytes" not in process.unavailable
     assert "memory_percent" not in process.unavailable, "a series not said is no claim"
+
+
+@pytest.mark.parametrize(
+    "value", [0x7FFFFFFFFFFFFFF0, 0x7FFFFFFFFFFFFFF3, 2**64 - 1], ids=["blank", "no-perm", "nvml-na"]
+)
+def test_a_counter_at_a_sentinel_is_na_never_a_figure(value):
+    """DCGM's int64 blanks and NVML's "not available" are no counts: energy read at one is not 2.56 billion kWh,
+    whether it comes from the driver, a recording or an exporter."""
+    sample = GpuSample(0.0, energy_mj=value, ecc_uncorrected_volatile=value)
+    for name in ("energy_mj", "ecc_uncorrected_volatile"):
+        assert getattr(sample, name) is None and sample.why(name) is Reason.OUT_OF_RANGE, name
+    gpu = 'gpu="0",UUID="GPU-0",Hostname="peer"'
+    text = f"DCGM_FI_DEV_GPU_UTIL{{{gpu}}} 10\nDCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{gpu}}} {value}\n"
+    (state,) = HostGpus().gpus(parse_exposition(text, "http://peer:9400/metrics"), 0, 1_800_000_000.0)
+    assert state.sample.energy_mj is None and state.sample.why("energy_mj") == "out_of_range"
+    assert GpuSample(0.0, energy_mj=0x7FFFFFFFFFFFFFEF).energy_mj == 0x7FFFFFFFFFFFFFEF, "the last count below"

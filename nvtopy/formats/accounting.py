@@ -53,7 +53,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..health.verdict import HealthThresholds
-from ..model import OwnerKind, ProcessOwner, Snapshot
+from ..model import OwnerKind, ProcessOwner, Reason, Snapshot
 from ..ranges import within
 from ..textsafe import escape_text, formula_safe
 from .contract import encode, iso_timestamp, owner_from_dict, recorded_text
@@ -166,6 +166,14 @@ class Observation:
     energy_mj: float | None  # the total-energy counter (mJ)
     power_w: float | None
     holdings: tuple[Holding, ...] = ()
+    # Readings that were there but no value (DCGM's blank, NaN, past their range), by the name the report's
+    # notes count them under: the model and the line reader refuse them before the ledger sees them.
+    refused: tuple[str, ...] = ()
+
+
+def _refused(energy: bool, power: bool, activity: bool) -> tuple[str, ...]:
+    """The notes' names of the readings refused: ``energy_blank``, ``power``, ``activity``."""
+    return tuple(name for name, bad in (("energy_blank", energy), ("power", power), ("activity", activity)) if bad)
 
 
 def owner_key(owner: ProcessOwner | None) -> str:
@@ -196,6 +204,7 @@ def observations(snapshot: Snapshot) -> Iterator[Observation]:
         activity = sample.sm_active_percent
         if activity is None:
             activity = sample.utilization_gpu_percent
+        why = sample.unavailable
         yield Observation(
             host=gpu.static.host or hostname,
             gpu=gpu.static.host_index if gpu.static.host_index is not None else gpu.index,
@@ -205,6 +214,12 @@ def observations(snapshot: Snapshot) -> Iterator[Observation]:
             energy_mj=sample.energy_mj,
             power_w=sample.power_draw_w,
             holdings=tuple(Holding(p.user, owner_key(p.owner), p.gpu_memory_bytes) for p in gpu.processes),
+            refused=_refused(
+                why.get("energy_mj") is Reason.OUT_OF_RANGE,
+                why.get("power_draw_w") is Reason.OUT_OF_RANGE,
+                activity is None
+                and Reason.OUT_OF_RANGE in (why.get("sm_active_percent"), why.get("utilization_gpu_percent")),
+            ),
         )
 
 
@@ -220,6 +235,15 @@ def _figure(value: Any, name: str) -> float | None:
     if kind is not int and kind is not float:
         raise TypeError(f"{name} is not a number")
     return value if -_LIMIT < value < _LIMIT and within(name, value) else None  # NaN and the infinities fail this
+
+
+def _was_refused(gpu: dict[str, Any], name: str) -> bool:
+    """Whether a recorded GPU's ``name`` was there but no value: written out of range, or written as a figure
+    the line reader refuses (as replay's model would refuse it)."""
+    if gpu.get(name) is not None:
+        return True  # called only where the figure was refused
+    unavailable = gpu.get("unavailable")
+    return type(unavailable) is dict and unavailable.get(name) == Reason.OUT_OF_RANGE.value
 
 
 def observations_from_record(data: Any) -> list[Observation]:
@@ -258,6 +282,8 @@ def observations_from_record(data: Any) -> list[Observation]:
             raise TypeError("host_index is not a whole number")
         activity = _figure(gpu.get("sm_active_percent"), "sm_active_percent")
         utilization = _figure(gpu.get("utilization_gpu_percent"), "utilization_gpu_percent")
+        energy = _figure(gpu.get("energy_mj"), "energy_mj")
+        power = _figure(gpu.get("power_draw_w"), "power_draw_w")
         listed = gpu.get("processes") or ()
         if type(listed) is not list and listed != ():
             raise TypeError("processes is not a list")
@@ -280,9 +306,16 @@ def observations_from_record(data: Any) -> list[Observation]:
                 uuid=recorded_text(gpu.get("uuid"), "uuid"),
                 timestamp=timestamp,
                 activity_percent=activity if activity is not None else utilization,
-                energy_mj=_figure(gpu.get("energy_mj"), "energy_mj"),
-                power_w=_figure(gpu.get("power_draw_w"), "power_draw_w"),
+                energy_mj=energy,
+                power_w=power,
                 holdings=tuple(holdings),
+                refused=_refused(
+                    energy is None and _was_refused(gpu, "energy_mj"),
+                    power is None and _was_refused(gpu, "power_draw_w"),
+                    activity is None
+                    and utilization is None
+                    and (_was_refused(gpu, "sm_active_percent") or _was_refused(gpu, "utilization_gpu_percent")),
+                ),
             )
         )
     return out
@@ -409,6 +442,8 @@ class Ledger:
             self._out_of_order += 1
             return
         self._observations += 1
+        for name in observation.refused:
+            self._skip(name)
         if self._start is None or now < self._start:
             self._start = now
         if self._end is None or now > self._end:

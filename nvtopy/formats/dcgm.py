@@ -72,7 +72,19 @@ from dataclasses import dataclass
 
 from ..health.xid import describe_xid
 from ..model import MIG_GPM_FIELDS, THROTTLE_REASON_BITS, GpuState, HostInfo, MigState
-from ..ranges import BYTES_PER_S, COUNT, FAN_PERCENT, LINK_GEN, LINK_WIDTH, MHZ, PERCENT, PSTATE, TEMPERATURE_C, WATTS
+from ..ranges import (
+    BYTES_PER_S,
+    COUNT,
+    DCGM_INT64_BLANK,
+    FAN_PERCENT,
+    LINK_GEN,
+    LINK_WIDTH,
+    MHZ,
+    PERCENT,
+    PSTATE,
+    TEMPERATURE_C,
+    WATTS,
+)
 
 __all__ = [
     "FIELDS",
@@ -200,11 +212,7 @@ FLAG = (0, 1)  # yes or no, whole
 XID = (0, 2**32 - 1)  # an Xid number (NVML's eventData is 64-bit; Xids in use are below 200); 0 is "none"
 RATIO = (0, 1)  # a profiling ratio (DCGM_FI_PROF_*_ACTIVE): the share of time or cycles
 
-INT64_BLANK = 0x7FFFFFFFFFFFFFF0
-"""DCGM's "blank" for an integer field (``DCGM_INT64_BLANK`` in dcgm_structs.h; +1 not found, +2 not
-supported, +3 no permission): what dcgm-exporter serves when DCGM could not read the field. DCGM's
-own test is ``value >= DCGM_INT64_BLANK``, and NVML's "not available" (2**64 - 1) is above it too.
-No counter gets there: as the energy counter (mJ) it would be 2.56 billion kWh."""
+INT64_BLANK = DCGM_INT64_BLANK  # one home: nvtopy.ranges
 
 
 def ranged(
