@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
 from ..errors import UsageError
+from ..textsafe import safe_text
 from . import options
 from .options import (
     COMMANDS,
@@ -188,10 +189,16 @@ def _run_interactive(args: argparse.Namespace) -> int:
     NvtopyApp = _import_app_without_tls()  # noqa: N806 -- a class, imported late
 
     warnings: list[str] = []
+
+    def warn(text: str) -> None:
+        """A selection warning (why no GPU is shown, CUDA's MIG rule): in the monitor now, on stderr after it."""
+        warnings.append(text)
+        app.notify(safe_text(text), severity="warning", timeout=15, markup=False)  # thread-safe: posts a message
+
     app = NvtopyApp.for_backend(
         None,
         opener=opener,
-        select=lambda collector: resolve_selection(args, collector, warn=warnings.append),
+        select=lambda collector: resolve_selection(args, collector, warn=warn),
         waiting_for=waiting_for,
         interval=args.interval,
         readonly=args.readonly,

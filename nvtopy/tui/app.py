@@ -419,7 +419,7 @@ class NvtopyApp(App[None]):
             return
         gpus = self.visible_gpus()
         if not snapshot.gpus:
-            found_none = self.source.gpu_indices == ()
+            found_none = self.source.gpus_found == 0
             gpu_view.message = "No NVIDIA GPU found" if found_none else "No GPUs selected"
         else:
             gpu_view.message = "No GPUs selected (g to choose)"
