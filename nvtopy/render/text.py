@@ -106,6 +106,7 @@ __all__ = [
     "gpu_row",
     "health_cell",
     "health_lines",
+    "host_notes",
     "mig_notes",
     "mig_row",
     "process_row",
@@ -265,11 +266,28 @@ def gpu_row(gpu: GpuState) -> list[Cell]:
     ]
 
 
-def _gpu_table(snapshot: Snapshot) -> _Table:
+def _gpu_table(snapshot: Snapshot) -> _Table | None:
+    """The GPUs that have readings, one row each; None when none has (every line is a note: :func:`host_notes`)."""
+    gpus = [gpu for gpu in snapshot.gpus if not gpu.note]
+    if not gpus:
+        return None
     table = _Table(GPU_COLUMNS)
-    for gpu in snapshot.gpus:
+    for gpu in gpus:
         table.add(*gpu_row(gpu))
     return table
+
+
+def host_notes(snapshot: Snapshot) -> list[Cell]:
+    """The sentences that stand for a host's readings (``--remote``, ``--prometheus``: why a host could not be
+    read, or a remark on one that was), each on its own line: in a row, a sentence is no GPU's name, and one
+    long error stretched every column of the table to its width."""
+    notes: list[Cell] = []
+    for gpu in snapshot.gpus:
+        if gpu.note:
+            text, category = note_cell(gpu)
+            host = host_label(gpu.static)
+            notes.append((text if host is None else f"{host}: {text}", category))
+    return notes
 
 
 MIG_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -491,7 +509,10 @@ def render_snapshot(snapshot: Snapshot, out: IO[str], *, color: bool, gpu_count:
     if not snapshot.gpus:
         lines.append("No NVIDIA GPU found." if gpu_count == 0 else "No GPUs selected.")
     else:
-        lines.extend(_gpu_table(snapshot).render(color, max_width))
+        table = _gpu_table(snapshot)
+        if table is not None:
+            lines.extend(table.render(color, max_width))
+        lines.extend(_styled(text, style, color) for text, style in host_notes(snapshot))
         lines.extend(_styled(text, style, color) for text, style in activity_notes(snapshot))
         mig = _mig_table(snapshot)
         if mig is not None:
