@@ -4,7 +4,7 @@ Why not rich: a one-shot command is measured in milliseconds, and importing
 rich and laying out its tables cost more than collecting the snapshot (see
 benchmarks/README.md). Columns here are measured once and padded with plain
 string operations; colour is a handful of ANSI codes, written only to a
-terminal and never with ``--no-color`` or ``NO_COLOR``, so piped output can be grepped, diffed
+terminal and never with ``--no-color``, ``NO_COLOR`` or ``TERM=dumb``, so piped output can be grepped, diffed
 and pasted into issues. Every cell and the header line go through
 :func:`~nvtopy.textsafe.safe_text` (commands, user names, GPU names, host names,
 driver versions, a remote host's error): outside text cannot move the cursor,
@@ -39,7 +39,6 @@ as it was.
 
 from __future__ import annotations
 
-import os
 import shutil
 import unicodedata
 from collections.abc import Sequence
@@ -95,6 +94,7 @@ from .cells import (
     verdict_cell,
 )
 from .processes import host_cell, host_labels
+from .terminal import color_allowed
 from .units import NA
 
 __all__ = [
@@ -493,11 +493,12 @@ def _styled(text: str, style: str, color: bool) -> str:
 def render_snapshot(snapshot: Snapshot, out: IO[str], *, color: bool, gpu_count: int | None = None) -> None:
     """Write ``snapshot``; ``gpu_count`` (GPUs on the machine) tells "none found" from "none selected".
 
-    Colour is used only when asked for, ``out`` is a terminal and ``NO_COLOR`` is not set; the command
-    column is clipped to the terminal's width there, and left whole in a pipe.
+    Colour is used only when asked for, ``out`` is a terminal, ``NO_COLOR`` is not set and the terminal
+    is not a dumb one (:func:`~nvtopy.render.terminal.color_allowed`); the command column is clipped to the
+    terminal's width there, and left whole in a pipe.
     """
     tty = out.isatty()
-    color = color and tty and not os.environ.get("NO_COLOR")  # no-color.org: set and not empty
+    color = color and tty and color_allowed()
     max_width = shutil.get_terminal_size((160, 40)).columns if tty else None
     host = snapshot.host
     header = f"{host.hostname}  driver {host.driver_version or NA}  CUDA {host.cuda_driver_version or NA}"

@@ -87,11 +87,12 @@ from .columns_screen import ColumnsScreen
 from .gpu_view import MODES, GpuView, host_groups, plan_layout
 from .health_screen import HealthScreen
 from .messages import SnapshotReady, SourceFailed
+from .plain import honour_terminal
 from .preferences import apply_chart_window, remember_columns
 from .process_screen import ProcessHistory, ProcessScreen
 from .process_table import ProcessTable
 from .screens import ConfirmSignalScreen, GpuChoice, GpuPickerScreen, HelpScreen
-from .themes import apply_palette, honour_no_color, register_themes
+from .themes import apply_palette, register_themes
 
 __all__ = ["INTERVALS", "NvtopyApp"]
 
@@ -233,7 +234,7 @@ class NvtopyApp(App[None]):
         self._poll = poll
         # Preferences (nvtopy.tui.preferences.configure sets them from the config file before the app runs).
         register_themes(self)
-        honour_no_color(self)  # NO_COLOR: grey, also for the plain segments the Line-API widgets draw
+        honour_terminal(self)  # NO_COLOR: readable greys; TERM=dumb: no colour, ASCII (.plain)
         self.columns: tuple[str, ...] | None = None  # the process table's columns in order (None: the defaults)
         self.config_path: Path | None = None  # where the column chooser remembers (None: the XDG config file)
         self.startup_warnings: list[str] = []  # shown once the app runs (a bad config file)
@@ -294,7 +295,7 @@ class NvtopyApp(App[None]):
         self.query_one(ProcessTable).focus()
         self.query_one(ProcessTable).set_columns(self.columns)
         apply_chart_window(self)
-        apply_palette(self.theme)  # nvtopy's cell colours follow the theme (colorblind: Okabe-Ito)
+        apply_palette(self.theme, monochrome=self.no_color)  # the theme's (colorblind: Okabe-Ito), or none
         self.theme_changed_signal.subscribe(self, self._theme_changed)
         for warning in self.startup_warnings:  # a bad config file: also on stderr, before and after the app
             self.notify(safe_text(warning), severity="warning", timeout=15, markup=False)
@@ -378,7 +379,7 @@ class NvtopyApp(App[None]):
 
     def _theme_changed(self, theme: Theme) -> None:
         """A new theme (the command palette's "Change theme"): nvtopy's cells take its palette, cached lines go."""
-        apply_palette(theme.name)
+        apply_palette(theme.name, monochrome=self.no_color)
         try:
             gpu_view = self.query_one(GpuView)
             table = self.query_one(ProcessTable)
