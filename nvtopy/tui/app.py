@@ -245,6 +245,8 @@ class NvtopyApp(App[None]):
         self._header_counts: tuple[int, int, int] | None = None
         self._stall_shown = False
         self._snapshot_at = time.monotonic()  # when the current snapshot arrived (a stalled GPU's age grows from it)
+        self._notice_shown = False  # the source's startup notice (shown once)
+        self._taken_at_mount: Snapshot | None = None  # a snapshot the source had published before the app mounted
 
     @classmethod
     def for_backend(
@@ -301,11 +303,23 @@ class NvtopyApp(App[None]):
             self.notify(safe_text(warning), severity="warning", timeout=15, markup=False)
         self.source.subscribe(self._from_source)
         self.source.subscribe_failure(self._failed_in_source)
+        # A source started before the app (a replay indexing its file has a head start) may have published or
+        # failed already: what it did before the subscriptions is taken now.
+        if self.source.open_error is not None:
+            self.post_message(SourceFailed(self.source.open_error))
+        elif self.source.latest is not None:
+            self._taken_at_mount = self.source.latest
+            self.post_message(SnapshotReady(self.source.latest))
         self.set_interval(0.5, self._show_waiting)
         if self._poll:
             self.source.start()
-        notice = self.source.startup_notice
+        self._show_notice()
+
+    def _show_notice(self) -> None:
+        """The source's startup notice, once, as soon as it has one (a replay's once its file is indexed)."""
+        notice = None if self._notice_shown else self.source.startup_notice
         if notice is not None:  # it may quote a file name or a line: outside text
+            self._notice_shown = True
             self.notify(safe_text(notice), severity="warning", timeout=15, markup=False)
 
     def _from_source(self, snapshot: Snapshot) -> None:
@@ -363,6 +377,10 @@ class NvtopyApp(App[None]):
         gpu_view.show((), gpu_view.plan)
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
+        if message.snapshot is self.snapshot and message.snapshot is self._taken_at_mount:
+            return  # taken at mount and delivered by the source as well: drawn already
+        if not self._notice_shown:
+            self._show_notice()
         self.snapshot = message.snapshot
         self._snapshot_at = time.monotonic()
         self.snapshots_applied += 1
