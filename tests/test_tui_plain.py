@@ -314,7 +314,11 @@ def test_once_writes_no_colour_on_a_dumb_terminal(sim, monkeypatch):
         out = Tty()
         render_snapshot(snapshot, out, color=True)
         assert ("\x1b[" in out.getvalue()) is coloured, term
+        assert ("─" in out.getvalue()) is coloured, "the table's rule in ASCII on a dumb terminal"
     assert os.environ["TERM"] == "dumb"
+    piped = io.StringIO()
+    render_snapshot(snapshot, piped, color=True)
+    assert "─" in piped.getvalue(), "a pipe gets the text as it is, whatever TERM says"
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a pty")

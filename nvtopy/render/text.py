@@ -94,7 +94,7 @@ from .cells import (
     verdict_cell,
 )
 from .processes import host_cell, host_labels
-from .terminal import color_allowed
+from .terminal import ascii_drawing, color_allowed, dumb_terminal
 from .units import NA
 
 __all__ = [
@@ -495,7 +495,7 @@ def render_snapshot(snapshot: Snapshot, out: IO[str], *, color: bool, gpu_count:
 
     Colour is used only when asked for, ``out`` is a terminal, ``NO_COLOR`` is not set and the terminal
     is not a dumb one (:func:`~nvtopy.render.terminal.color_allowed`); the command column is clipped to the
-    terminal's width there, and left whole in a pipe.
+    terminal's width there, and left whole in a pipe. A dumb terminal gets its rules and symbols in ASCII.
     """
     tty = out.isatty()
     color = color and tty and color_allowed()
@@ -536,4 +536,5 @@ def render_snapshot(snapshot: Snapshot, out: IO[str], *, color: bool, gpu_count:
         if health:
             lines.append("")
             lines.extend(f"{STYLES[style]}{text}{RESET}" if color and style else text for text, style in health)
-    out.write("\n".join(lines) + "\n")
+    text = "\n".join(lines) + "\n"
+    out.write(ascii_drawing(text) if tty and dumb_terminal() else text)  # a dumb terminal: the rules in ASCII too
