@@ -530,3 +530,11 @@ def test_cli_replay_quits_while_indexing(recording, tmp_path, monkeypatch):
     _replay_in_a_pilot(monkeypatch, session)
     assert dispatch.main(["replay", str(path)]) == 0
     gate.opened.set()
+
+
+def test_the_indexing_progress_names_the_file_safely():
+    player = ReplayPlayer("/records/\x1b]0;pwned\x07run.jsonl")
+    assert "\x1b" not in player.waiting_for and "\x07" not in player.waiting_for
+    assert player.waiting_for.endswith("run.jsonl to be indexed"), "no size known yet: no share either"
+    player._indexing(150 << 20, 200 << 20)
+    assert player.waiting_for.endswith("run.jsonl to be indexed (75 % of 200 MiB)")
