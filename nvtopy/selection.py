@@ -380,19 +380,25 @@ def _one_mig_device(
     (by index or GPU UUID, or every GPU when CUDA_VISIBLE_DEVICES is unset) is not
     enumerated itself: its MIG devices are. So the first MIG device -- named, or
     the first (lowest MIG device index) of the first MIG-enabled GPU named whole --
-    is kept in its place, every later one is dropped; GPUs without MIG stay.
+    is kept in its place, every later one is dropped; GPUs without MIG stay. A
+    MIG-enabled GPU without any MIG device exposes nothing at all: it is dropped,
+    and a warning says so (else the view would show a GPU no CUDA process can use).
     """
     by_index = {g.index: g for g in gpus}
     kept: list[VisibleDevice] = []
     chosen: tuple[VisibleDevice, GpuStatic | None] | None = None
     count = 0
     implied = False
+    empty: list[int] = []  # MIG-enabled GPUs named whole that have no MIG device: CUDA exposes nothing there
     for device in devices:
         mig = device.mig_uuid
         if mig is None:
             gpu = by_index.get(device.nvml_index)
+            if gpu is not None and gpu.mig_mode and not gpu.mig_instances:
+                empty.append(gpu.index)
+                continue
             instances = sorted((m for m in gpu.mig_instances if m.uuid), key=lambda m: m.index) if gpu else []
-            if not instances:  # no MIG, or its instances are unknown: the GPU as CUDA_VISIBLE_DEVICES names it
+            if not instances:  # no MIG, or its instances' UUIDs are unknown: the GPU as CUDA_VISIBLE_DEVICES names it
                 kept.append(device)
                 continue
             implied = True
@@ -404,8 +410,9 @@ def _one_mig_device(
             chosen = (VisibleDevice(device.cuda_index, device.nvml_index, mig), by_index.get(device.nvml_index))
             kept.append(chosen[0])
     usable = tuple(VisibleDevice(k, d.nvml_index, d.mig_uuid) for k, d in enumerate(kept))
+    dropped = (_no_mig_device(empty),) if empty else ()
     if count <= 1 or chosen is None:
-        return usable, ()
+        return usable, dropped
     device, gpu = chosen
     assert device.mig_uuid is not None
     name = _shown(device.mig_uuid) if "/" in device.mig_uuid else device.mig_uuid
@@ -418,7 +425,13 @@ def _one_mig_device(
         head = f"CUDA_VISIBLE_DEVICES exposes {count} MIG devices (a MIG-enabled GPU counts as its MIG devices)"
     else:
         head = f"CUDA_VISIBLE_DEVICES lists {count} MIG devices"
-    return usable, (f"{head}: a CUDA process uses only the first ({name}){_SHOWING_IT}",)
+    return usable, (*dropped, f"{head}: a CUDA process uses only the first ({name}){_SHOWING_IT}")
+
+
+def _no_mig_device(indices: Sequence[int]) -> str:
+    """Why MIG-enabled GPUs without a MIG device are left out of what CUDA exposes."""
+    which = f"GPU {indices[0]} has" if len(indices) == 1 else f"GPUs {', '.join(map(str, indices))} have"
+    return f"{which} MIG enabled and no MIG device configured: CUDA exposes nothing there"
 
 
 def parse_cuda_visible_devices(
@@ -593,7 +606,9 @@ def select_gpus(
 
     Both: the GPUs both name, in ``gpus``' order, each limited to the MIG devices
     both show of it (``--gpus 1`` and a visible MIG device of GPU 1: that device;
-    different MIG devices of one GPU: the GPU is left out).
+    different MIG devices of one GPU: the GPU is left out). A selection of nothing from GPUs
+    that are there carries a warning saying why (the two options have no GPU in common,
+    CUDA_VISIBLE_DEVICES is empty or names none of them).
 
     Raises :class:`~nvtopy.errors.SelectionError` for an entry of ``gpus`` that
     names no GPU or MIG device, or several.
@@ -601,6 +616,7 @@ def select_gpus(
     if gpus is None and not only_visible:
         return Selection(tuple(g.index for g in statics))
     chosen: Selection | None = None
+    spec = ""
     if gpus is not None:
         spec = gpus if isinstance(gpus, str) else ",".join(str(g) for g in gpus)
         chosen = resolve_gpu_selection(spec, statics)
@@ -608,13 +624,45 @@ def select_gpus(
         assert chosen is not None
         return chosen
     environ = os.environ if environ is None else environ
-    visible = parse_cuda_visible_devices(environ.get("CUDA_VISIBLE_DEVICES"), statics, environ)
+    value = environ.get("CUDA_VISIBLE_DEVICES")
+    visible = parse_cuda_visible_devices(value, statics, environ)
     exposed = Selection(tuple(visible.nvml_indices), visible.warnings, tuple(visible.instances.items()))
     if chosen is None:
-        return exposed
+        if exposed.indices or not statics or visible.warnings:  # shown, nothing to show, or already said why
+            return exposed
+        return Selection((), (_nothing_exposed(value, statics),))
     both = _intersect(chosen, exposed)
+    warnings = both.warnings
     used = next((d for d in visible.process_devices if d.mig_uuid is not None), None)
-    if used is None or used.nvml_index in both.indices:
-        return both
-    # The MIG device CUDA's rule leaves is not shown (--gpus left it out): its warning would say otherwise.
-    return Selection(both.indices, tuple(w for w in both.warnings if not w.endswith(_SHOWING_IT)), both.instance_pairs)
+    if used is not None and used.nvml_index not in both.indices:
+        # The MIG device CUDA's rule leaves is not shown (--gpus left it out): its warning would say otherwise.
+        warnings = tuple(w for w in warnings if not w.endswith(_SHOWING_IT))
+    if not both.indices:  # a view of nothing says why, never a bare "No GPUs selected"
+        warnings = (
+            *warnings,
+            f"--gpus {_shown(spec)} and --only-visible have nothing in common: {_exposes(value, exposed)}",
+        )
+    return Selection(both.indices, warnings, both.instance_pairs)
+
+
+def _cvd_words(value: str | None) -> str:
+    """``CUDA_VISIBLE_DEVICES='1'`` or ``CUDA_VISIBLE_DEVICES (unset)``, for a message (the value quoted and cut)."""
+    return "CUDA_VISIBLE_DEVICES (unset)" if value is None else f"CUDA_VISIBLE_DEVICES={_shown(value)}"
+
+
+def _nothing_exposed(value: str | None, statics: Sequence[GpuStatic]) -> str:
+    """Why ``--only-visible`` shows nothing when no other warning says it (an empty or unmatched variable)."""
+    if value is not None and not value.strip():
+        return "CUDA_VISIBLE_DEVICES is set but empty: CUDA exposes no GPU"
+    return (
+        f"{_cvd_words(value)} names no GPU here: CUDA stops at its first entry that names none ({_describe(statics)})"
+    )
+
+
+def _exposes(value: str | None, exposed: Selection) -> str:
+    """What CUDA_VISIBLE_DEVICES exposes, in words: ``CUDA_VISIBLE_DEVICES='1' exposes GPU 1 only``."""
+    if not exposed.indices:
+        return f"{_cvd_words(value)} exposes no GPU"
+    instances = exposed.instances
+    shown = [f"GPU {i}" + (f" ({', '.join(instances[i])})" if i in instances else "") for i in exposed.indices]
+    return f"{_cvd_words(value)} exposes {', '.join(shown)} only"

@@ -928,6 +928,7 @@ def test_colour_only_on_a_tty_without_no_color():
     assert doctor.use_color(_Tty(), no_color=True, environ={}) is False
     assert doctor.use_color(_Tty(), no_color=False, environ={"NO_COLOR": "1"}) is False
     assert doctor.use_color(_Tty(), no_color=False, environ={"NO_COLOR": ""}) is True  # no-color.org: non-empty
+    assert doctor.use_color(_Tty(), no_color=False, environ={"TERM": "dumb"}) is False  # a dumb terminal: none
     findings = [DoctorFinding("driver", FAIL, "broken", "why", "fix it")]
     out = io.StringIO()
     render_text(findings, BackendFacts(kind="nvml"), out, color=True)

@@ -128,6 +128,28 @@ def test_cli_only_visible_with_several_mig_devices_shows_the_first_and_warns(nvt
     assert all(instance_of(p["pid"], demo_instances) is first for p in gpu["processes"])
 
 
+# GPU 1 with MIG enabled and no MIG device configured: CUDA exposes nothing of it.
+NO_MIG_DEVICE = ("--demo", "--demo-gpus", "2", "--demo-fault", "mig=0@1")
+
+
+@pytest.mark.parametrize(("cvd", "shown"), [(None, [0]), ("1", []), ("0,1", [0])])
+def test_cli_only_visible_leaves_out_a_mig_gpu_without_mig_devices(nvtopy_cmd, cvd, shown):
+    result = run(nvtopy_cmd, *NO_MIG_DEVICE, "--only-visible", "--once", "--json", cvd=cvd)
+    assert [g["index"] for g in _shown(result)["gpus"]] == shown
+    assert result.stderr == (
+        "nvtopy: warning: GPU 1 has MIG enabled and no MIG device configured: CUDA exposes nothing there\n"
+    )
+
+
+def test_cli_disjoint_gpus_and_only_visible_say_why_nothing_is_shown(nvtopy_cmd):
+    result = run(nvtopy_cmd, "--demo", "--demo-gpus", "2", "--gpus", "0", "--only-visible", "--once", cvd="1")
+    assert result.returncode == 0 and result.stdout.splitlines()[1:] == ["No GPUs selected."]
+    assert result.stderr == (
+        "nvtopy: warning: --gpus '0' and --only-visible have nothing in common: "
+        "CUDA_VISIBLE_DEVICES='1' exposes GPU 1 only\n"
+    )
+
+
 def test_cli_gpus_mig_prefix_and_legacy_form(nvtopy_cmd, demo_instances):
     first, second = demo_instances[0], demo_instances[1]
     data = _shown(run(nvtopy_cmd, *DEMO, "--gpus", f"0,{first.uuid[:9].lower()}", "--once", "--json"))
@@ -146,3 +168,49 @@ def test_cli_gpus_unknown_mig_device_is_one_line_exit_2(nvtopy_cmd, demo_instanc
     assert result.stderr.count("\n") == 1
     assert result.stderr.startswith("nvtopy: error: --gpus: no MIG device matches 'MIG-ffff' (MIG devices: 1/1/0 ")
     assert demo_instances[2].uuid[:12] in result.stderr
+
+
+def test_the_monitor_says_why_no_gpu_is_selected(monkeypatch, capsys):
+    """In the monitor too, not only on stderr once it has quit: the reason is a notification beside "No GPUs"."""
+    import asyncio
+
+    from nvtopy.commands import dispatch
+    from nvtopy.tui.app import NvtopyApp
+
+    from .tui_helpers import wait_until, widget_lines
+
+    seen: dict[str, object] = {}
+
+    def run_in_pilot(app: NvtopyApp, *args, **kwargs) -> None:
+        async def session() -> None:
+            async with app.run_test(size=(120, 40), notifications=True) as pilot:
+                await wait_until(pilot, lambda: bool(app._notifications), message="a notification")
+                await wait_until(pilot, lambda: app.snapshot is not None, message="a snapshot")
+                await pilot.pause()
+                seen["notes"] = [str(n.message) for n in app._notifications]
+                seen["gpus"] = widget_lines(app.query_one("#gpus"))
+
+        asyncio.run(session())
+
+    monkeypatch.setattr(NvtopyApp, "run", run_in_pilot)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert dispatch.main(["--demo", "--demo-gpus", "2", "--gpus", "0", "--only-visible"]) == 0
+    why = "--gpus '0' and --only-visible have nothing in common: CUDA_VISIBLE_DEVICES='1' exposes GPU 1 only"
+    assert seen["notes"] == [why]
+    assert "No GPUs selected" in seen["gpus"][0]
+    assert capsys.readouterr().err == f"nvtopy: warning: {why}\n", "and on stderr once the terminal is back"
+
+
+async def test_the_monitor_tells_no_gpu_found_from_none_selected(sim):
+    from nvtopy.tui.app import NvtopyApp
+
+    from .tui_helpers import started, widget_lines
+
+    for backend, select, words in (
+        (sim(gpus=0), None, "No NVIDIA GPU found"),
+        (sim(gpus=2), lambda collector: (), "No GPUs selected"),
+    ):
+        app = NvtopyApp.for_backend(backend, interval=2.0, select=select)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await started(pilot, app)
+            assert widget_lines(app.query_one("#gpus"))[0].startswith(words)

@@ -212,6 +212,51 @@ def test_remote_cli_errors():
         result = run(*args)
         assert result.returncode == 2, (args, result.stderr)
         assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
-    down = run("--once", "--json", "--remote", f"127.0.0.1:{free_port()}")
-    assert down.returncode == 0
-    assert '"lost": true' in down.stdout, "an unreachable host's entry is reported lost"
+    port = free_port()
+    for form in ([], ["--json"], ["--no-color"]):  # nothing could be read: an error, one line, exit 1, no table
+        down = run("--once", *form, "--remote", f"127.0.0.1:{port}")
+        assert down.returncode == 1, (form, down.stdout, down.stderr)
+        assert down.stderr == (
+            f"nvtopy: error: the host could not be read: 127.0.0.1:{port} unreachable: connection refused\n"
+        )
+        assert down.stdout == ""
+    both = run("--once", "--remote", f"127.0.0.1:{port},127.0.0.1:{port}/other")
+    assert both.returncode == 1 and both.stderr.startswith("nvtopy: error: none of 2 hosts could be read: ")
+    assert both.stderr.count("\n") == 1
+
+
+def test_once_puts_a_host_that_could_not_be_read_on_its_own_line(two_hosts):
+    """Never in the Name column: a sentence there stretched every column of the table to its width."""
+    down = free_port()
+    hosts = ",".join(f"127.0.0.1:{p}" for p in (*two_hosts, down))
+    result = subprocess.run(
+        [sys.executable, "-m", "nvtopy", "--once", "--no-color", "--remote", hosts],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr  # two hosts answered
+    lines = result.stdout.splitlines()
+    header, rule = lines[1], lines[2]
+    rows = lines[3:7]
+    assert [row.split()[1] for row in rows] == ["node-a/0", "node-a/1", "node-b/0", "node-b/1"]
+    assert lines[7] == f"127.0.0.1: 127.0.0.1:{down} unreachable: connection refused"
+    assert "unreachable" not in "".join(lines[:7])
+    assert len(rule) == len(header.rstrip()) < 160, "the table is as wide as its columns, not the error"
+
+
+def test_a_hosts_error_is_made_safe_on_its_own_line():
+    from io import StringIO
+
+    from nvtopy.model import GpuSample, GpuState, GpuStatic, HostInfo, Snapshot
+    from nvtopy.render.text import render_snapshot
+
+    note = "evil:9400 answered \x1b]0;pwned\x07\x1b[2J HTTP 500"
+    gpu = GpuState(GpuStatic(0, host="evil\x1b[31m"), GpuSample(1.0, lost=True), note=note)
+    snapshot = Snapshot(timestamp=1.0, host=HostInfo("x", None, None, backend="remote"), gpus=(gpu,))
+    out = StringIO()
+    render_snapshot(snapshot, out, color=False)
+    text = out.getvalue()
+    assert "\x1b" not in text and "\x07" not in text
+    assert text.splitlines()[1].startswith("evil") and "HTTP 500" in text.splitlines()[1]
+    assert "GPU  Name" not in text, "no table of no GPU"

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -14,7 +17,7 @@ from nvtopy.sources.collector import Collector
 from nvtopy.sources.replay import ReplayPlayer, load_recording
 from nvtopy.tui.app import NvtopyApp
 
-from .tui_helpers import wait_until
+from .tui_helpers import header_line, wait_until, widget_lines
 
 
 @pytest.fixture
@@ -390,3 +393,148 @@ def test_owner_from_dict_is_owner_to_dicts_inverse_and_trusts_nothing():
     for bad in ([], {"kind": 3}, {"kind": "slurm", "job": 7}):
         with pytest.raises(TypeError):
             owner_from_dict(bad)
+
+
+# ---------------------------------------------------------------- a big recording: indexed while the monitor draws
+
+
+def test_indexing_says_how_far_it_is_and_stops_when_asked(recording, tmp_path):
+    from nvtopy.sources.replay import IndexingStoppedError
+
+    _path, lines = recording
+    path = tmp_path / "long.jsonl"
+    _long_recording(path, lines, 300)
+    seen: list[tuple[int, int]] = []
+    loaded = load_recording(str(path), progress=lambda done, size: seen.append((done, size)))
+    size = path.stat().st_size
+    assert len(loaded.snapshots) == 300
+    assert len(seen) == 301 and seen[-1] == (size, size), "after each line, and the whole file at the end"
+    assert [done for done, _ in seen] == sorted(done for done, _ in seen) and {s for _, s in seen} == {size}
+
+    asked = []
+
+    def stop() -> bool:
+        asked.append(True)
+        return len(asked) > 5
+
+    with pytest.raises(IndexingStoppedError):
+        load_recording(str(path), stop=stop)
+    assert len(asked) == 6, "asked before each line: it stops at the next one"
+
+
+class _Gate:
+    """Holds the indexing at line ``at`` until opened (a big recording, without the time it takes to write one)."""
+
+    def __init__(self, monkeypatch, at: int) -> None:
+        from nvtopy.sources import replay
+
+        self.parsed = 0
+        self.opened = threading.Event()
+        parse = replay._parse
+
+        def gated(raw, history):
+            self.parsed += 1
+            if self.parsed == at:
+                assert self.opened.wait(30), "the test never opened the gate"
+            return parse(raw, history)
+
+        monkeypatch.setattr(replay, "_parse", gated)
+
+
+async def test_the_monitor_shows_indexing_progress_and_q_quits_at_once(recording, tmp_path, monkeypatch):
+    """Before: a blank screen until the whole file was indexed, and q ignored meanwhile."""
+    _path, lines = recording
+    path = tmp_path / "long.jsonl"
+    _long_recording(path, lines, 200)
+    gate = _Gate(monkeypatch, at=50)
+    player = ReplayPlayer(str(path), speed=64.0)
+    app = NvtopyApp(player)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: "long.jsonl to be indexed (" in header_line(app), message="the progress")
+        mib = round(path.stat().st_size / 2**20)
+        assert re.search(rf"waiting for long\.jsonl to be indexed \(2\d % of {mib} MiB\): \d+ s", header_line(app))
+        assert "q quits at any time" in widget_lines(app.query_one("#gpus"))[0]
+        assert not player.indexed.is_set()
+        pressed = time.monotonic()
+        await pilot.press("q")
+    quit_took = time.monotonic() - pressed
+    assert quit_took < 2.0, f"q took {quit_took:.2f} s while the file was indexed"
+    assert not player.indexed.is_set(), "quit while indexing: nothing waited for the rest of the file"
+    gate.opened.set()
+    player.thread.join(10)
+    assert not player.thread.is_alive() and player.recording is None
+    assert gate.parsed == 50, "stopped: the rest of the file is not indexed after the monitor has gone"
+
+
+async def test_the_monitor_plays_a_recording_once_it_is_indexed(recording, tmp_path, monkeypatch):
+    _path, lines = recording
+    path = tmp_path / "cut.jsonl"
+    path.write_text("\n".join(lines[:5]) + "\n" + lines[5][:40])
+    gate = _Gate(monkeypatch, at=3)
+    player = ReplayPlayer(str(path), speed=64.0)
+    app = NvtopyApp(player)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: player.busy_since is not None, message="indexing")
+        gate.opened.set()
+        await wait_until(pilot, lambda: app.snapshot is not None and player.position == 4, message="played")
+        messages = [str(n.message) for n in app._notifications]
+        assert any("reading stopped at line 6: the file ends mid-record" in m for m in messages), messages
+        assert "REPLAY" in header_line(app) and "5/5" in header_line(app)
+
+
+def _replay_in_a_pilot(monkeypatch, session) -> None:
+    """``nvtopy replay`` as the CLI runs it, the monitor driven by ``session(pilot, app)`` instead of a terminal."""
+    import asyncio
+
+    def run_in_pilot(app: NvtopyApp, *args, **kwargs) -> None:
+        async def driven() -> None:
+            async with app.run_test(size=(120, 40)) as pilot:
+                await session(pilot, app)
+
+        asyncio.run(driven())
+
+    monkeypatch.setattr(NvtopyApp, "run", run_in_pilot)
+
+
+def test_cli_replay_draws_while_indexing_and_says_then_that_there_is_nothing(recording, tmp_path, monkeypatch, capsys):
+    from nvtopy.commands import dispatch
+
+    _path, lines = recording
+    path = tmp_path / "bad.jsonl"
+    path.write_text("{not json}\n" + "\n".join(lines) + "\n")
+    gate = _Gate(monkeypatch, at=1)  # past the head start: the monitor is drawn first
+
+    async def session(pilot, app) -> None:
+        await wait_until(pilot, lambda: "to be indexed" in header_line(app), message="the progress")
+        gate.opened.set()  # line 1 is damage: nothing to replay
+        await wait_until(pilot, lambda: not app.is_running or app.open_error is not None, message="the end")
+
+    _replay_in_a_pilot(monkeypatch, session)
+    assert dispatch.main(["replay", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"nvtopy: error: {path}: no snapshot to replay (line 1: not JSON") and err.count("\n") == 1
+
+
+def test_cli_replay_quits_while_indexing(recording, tmp_path, monkeypatch):
+    from nvtopy.commands import dispatch
+
+    _path, lines = recording
+    path = tmp_path / "long.jsonl"
+    _long_recording(path, lines, 100)
+    gate = _Gate(monkeypatch, at=10)
+
+    async def session(pilot, app) -> None:
+        await wait_until(pilot, lambda: "to be indexed" in header_line(app), message="the progress")
+        await pilot.press("q")
+
+    _replay_in_a_pilot(monkeypatch, session)
+    assert dispatch.main(["replay", str(path)]) == 0
+    gate.opened.set()
+
+
+def test_the_indexing_progress_names_the_file_safely():
+    player = ReplayPlayer("/records/\x1b]0;pwned\x07run.jsonl")
+    assert "\x1b" not in player.waiting_for and "\x07" not in player.waiting_for
+    assert player.waiting_for.endswith("run.jsonl to be indexed"), "no size known yet: no share either"
+    player._indexing(150 << 20, 200 << 20)
+    assert player.waiting_for.endswith("run.jsonl to be indexed (75 % of 200 MiB)")

@@ -534,9 +534,17 @@ def test_cuda_visible_devices_absurd_numbers(value, expected):
         (None, True, "3,0", (3, 0), False),  # --only-visible: CUDA order
         (None, True, "2,0", (2, 0), True),  # GPU 2 has MIG: CUDA exposes its two MIG devices, a process uses one
         (None, True, None, (0, 1, 2, 3), True),
-        (None, True, "", (), False),
+        (None, True, "", (), "CUDA_VISIBLE_DEVICES is set but empty: CUDA exposes no GPU"),  # nothing, and why
         ("3,2,0", True, "2,0", (2, 0), True),  # both: --gpus order, only what CUDA exposes
-        ("1", True, "2,0", (), False),  # GPU 2's MIG device is not shown anyway: no word about it
+        # GPU 2's MIG device is not shown anyway: no word about it; a word about why nothing is
+        (
+            "1",
+            True,
+            "2,0",
+            (),
+            "--gpus '1' and --only-visible have nothing in common: CUDA_VISIBLE_DEVICES='2,0' exposes "
+            f"GPU 2 ({MIG2A}), GPU 0 only",
+        ),
     ],
 )
 def test_select_gpus(gpus, only_visible, cvd, expected, mig_warning):
@@ -545,7 +553,9 @@ def test_select_gpus(gpus, only_visible, cvd, expected, mig_warning):
         environ["CUDA_VISIBLE_DEVICES"] = cvd
     selection = select_gpus(GPUS, gpus, only_visible, environ)
     assert selection.indices == expected
-    if mig_warning:
+    if isinstance(mig_warning, str):  # an empty selection: why, in one warning
+        assert selection.warnings == (mig_warning,)
+    elif mig_warning:
         (warning,) = selection.warnings
         assert "2 MIG devices" in warning and f"({MIG2A}, GPU 2/1/0)" in warning
         assert dict(selection.instances) == {2: (MIG2A,)}
@@ -859,8 +869,8 @@ def test_legacy_mig_entry_on_a_gpu_whose_instances_are_unknown_shows_the_gpu():
         ("1", MIG1B, (1,), {1: (MIG1B,)}, False),  # the GPU, limited to what CUDA exposes of it
         (MIG1B, MIG1B, (1,), {1: (MIG1B,)}, False),
         ("MIG-aaaa1,MIG-aaaa2", MIG1B, (1,), {1: (MIG1B,)}, False),
-        (MIG1A, MIG1B, (), {}, False),  # different MIG devices of one GPU: nothing in common
-        (MIG1A, f"{MIG1B},{MIG1A}", (), {}, False),  # the process uses MIG1B, not shown: no word about it
+        (MIG1A, MIG1B, (), {}, True),  # different MIG devices of one GPU: nothing in common, and why
+        (MIG1A, f"{MIG1B},{MIG1A}", (), {}, True),  # the process uses MIG1B, not shown: why nothing is
         ("MIG-aaaa1,MIG-aaaa2", f"{MIG1B},{MIG1A}", (1,), {1: (MIG1B,)}, True),
         ("0,1", None, (0, 1), {1: (MIG1A,)}, True),
         ("0", None, (0,), {}, False),
@@ -872,6 +882,69 @@ def test_gpus_and_only_visible_intersect_mig_devices(gpus, cvd, indices, instanc
     selection = _visible(cvd, gpus)
     assert (selection.indices, dict(selection.instances)) == (indices, instances)
     assert bool(selection.warnings) is warns
+    if not indices:  # only why nothing is shown, not the MIG rule's "showing it" about a device left out
+        (why,) = selection.warnings
+        assert why.startswith(f"--gpus '{gpus}' and --only-visible have nothing in common: ")
+        assert why.endswith(f"exposes GPU 1 ({MIG1B}) only")
+
+
+# --------------------------------------------------------------------------- MIG on, no MIG device; a view of nothing
+
+# GPU 1: MIG enabled and no MIG device configured. CUDA enumerates a MIG-enabled GPU as its MIG devices only,
+# so it exposes nothing there: named whole or not, the GPU is no CUDA device.
+EMPTY_MIG = (
+    GpuStatic(index=0, uuid=UUID0, name=H100, bus_id="00000000:1B:00.0"),
+    GpuStatic(index=1, uuid=UUID1, name=H100, bus_id="00000000:3B:00.0", mig_mode=True),
+)
+NO_DEVICE = "GPU 1 has MIG enabled and no MIG device configured: CUDA exposes nothing there"
+
+
+@pytest.mark.parametrize(
+    ("cvd", "indices", "warnings"),
+    [
+        (None, (0,), (NO_DEVICE,)),
+        ("1", (), (NO_DEVICE,)),
+        (UUID1, (), (NO_DEVICE,)),
+        ("1,0", (0,), (NO_DEVICE,)),
+        ("0", (0,), ()),
+    ],
+)
+def test_a_mig_enabled_gpu_without_mig_devices_is_no_cuda_device(cvd, indices, warnings):
+    environ = dict(PCI) if cvd is None else {**PCI, "CUDA_VISIBLE_DEVICES": cvd}
+    selection = select_gpus(EMPTY_MIG, None, True, environ)
+    assert (selection.indices, selection.warnings) == (indices, warnings)
+    assert selection.instances == {}
+    assert select_gpus(EMPTY_MIG, "1").indices == (1,), "--gpus alone shows it: nvtopy can read it, CUDA cannot use it"
+
+
+def test_a_mig_enabled_gpu_whose_devices_have_no_uuid_is_still_shown_whole():
+    """Instances whose UUIDs the driver did not give are not "no instance": the GPU stays, as CUDA names it."""
+    gpus = (GpuStatic(index=0, uuid=UUID0, mig_mode=True, mig_instances=(_instance(0, None, 1, 0, "7g.80gb"),)),)
+    selection = select_gpus(gpus, None, True, {"CUDA_VISIBLE_DEVICES": "0"})
+    assert (selection.indices, selection.warnings) == ((0,), ())
+
+
+@pytest.mark.parametrize(
+    ("gpus", "cvd", "why"),
+    [
+        ("0", "1", "--gpus '0' and --only-visible have nothing in common: CUDA_VISIBLE_DEVICES='1' exposes GPU 1 only"),
+        ("0,1", "", "--gpus '0,1' and --only-visible have nothing in common: CUDA_VISIBLE_DEVICES='' exposes no GPU"),
+        (None, "7", "CUDA_VISIBLE_DEVICES='7' names no GPU here: CUDA stops at its first entry that names none"),
+        (None, "-1,0", "CUDA_VISIBLE_DEVICES='-1,0' names no GPU here"),
+        (None, " ", "CUDA_VISIBLE_DEVICES is set but empty: CUDA exposes no GPU"),
+    ],
+)
+def test_a_selection_of_nothing_says_why(gpus, cvd, why):
+    selection = select_gpus(GPUS, gpus, True, {**PCI, "CUDA_VISIBLE_DEVICES": cvd})
+    assert selection.indices == ()
+    (warning,) = selection.warnings
+    assert warning.startswith(why), warning
+
+
+def test_why_nothing_is_selected_quotes_the_variable_safely_and_briefly():
+    selection = select_gpus(GPUS, "0", True, {"CUDA_VISIBLE_DEVICES": "\x1b]0;pwned\x07" + "9" * 5000})
+    (warning,) = selection.warnings
+    assert "\x1b" not in warning and "\x07" not in warning and len(warning) < 200, warning
 
 
 # --------------------------------------------------------------------------- the Selection value

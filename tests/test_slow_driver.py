@@ -48,7 +48,7 @@ class Terminal:
     """The real CLI in a pseudo-terminal, its output drained on a thread."""
 
     def __init__(self, args: list[str], env: dict[str, str] | None = None, cols: int = 140, rows: int = 40) -> None:
-        environ = {**os.environ, **(env or {}), "TERM": "xterm-256color"}
+        environ = {**os.environ, "TERM": "xterm-256color", **(env or {})}  # a test may name another terminal
         environ.pop("NVTOPY_DEBUG", None)
         argv = [sys.executable, "-m", "nvtopy", *args]
         pid, fd = pty.fork()

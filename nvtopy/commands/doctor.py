@@ -882,9 +882,11 @@ _COLORS = {Status.OK: "\x1b[32m", Status.WARN: "\x1b[33m", Status.FAIL: "\x1b[1;
 
 
 def use_color(stream: IO[str], no_color: bool, environ: Mapping[str, str] | None = None) -> bool:
-    """Colour only on a terminal, and neither with ``--no-color`` nor with NO_COLOR set (no-color.org)."""
-    environ = os.environ if environ is None else environ
-    if no_color or environ.get("NO_COLOR"):
+    """Colour only on a terminal, and neither with ``--no-color`` nor with NO_COLOR set (no-color.org) nor on a
+    dumb terminal (``TERM=dumb``: :func:`~nvtopy.render.terminal.color_allowed`)."""
+    from ..render.terminal import color_allowed
+
+    if no_color or not color_allowed(os.environ if environ is None else environ):
         return False
     isatty = getattr(stream, "isatty", None)
     return bool(isatty and isatty())

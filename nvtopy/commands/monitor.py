@@ -13,7 +13,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
-from ..errors import UsageError
+from ..errors import NvtopyError, UsageError
+from ..textsafe import safe_text
 from . import options
 from .options import (
     COMMANDS,
@@ -188,10 +189,16 @@ def _run_interactive(args: argparse.Namespace) -> int:
     NvtopyApp = _import_app_without_tls()  # noqa: N806 -- a class, imported late
 
     warnings: list[str] = []
+
+    def warn(text: str) -> None:
+        """A selection warning (why no GPU is shown, CUDA's MIG rule): in the monitor now, on stderr after it."""
+        warnings.append(text)
+        app.notify(safe_text(text), severity="warning", timeout=15, markup=False)  # thread-safe: posts a message
+
     app = NvtopyApp.for_backend(
         None,
         opener=opener,
-        select=lambda collector: resolve_selection(args, collector, warn=warnings.append),
+        select=lambda collector: resolve_selection(args, collector, warn=warn),
         waiting_for=waiting_for,
         interval=args.interval,
         readonly=args.readonly,
@@ -241,10 +248,27 @@ def _run_remote(args: argparse.Namespace) -> int:
     return _show(args, source, source.poll_once)
 
 
+def _nothing_read(snapshot: Snapshot) -> str | None:
+    """Why no host could be read (every line of ``snapshot`` a host's error), one line; None when one could."""
+    if not snapshot.gpus or not all(gpu.note and gpu.lost for gpu in snapshot.gpus):
+        return None
+    hosts = len({gpu.static.host for gpu in snapshot.gpus})
+    said = "the host could not be read" if hosts == 1 else f"none of {hosts} hosts could be read"
+    return f"{said}: " + "; ".join(gpu.note or "" for gpu in snapshot.gpus)
+
+
 def _show(args: argparse.Namespace, source: Any, read_once: Callable[[], Snapshot]) -> int:
-    """A source of other hosts' GPUs (``--remote``, ``--prometheus``) as ``--once``, ``--json`` or the monitor."""
+    """A source of other hosts' GPUs (``--remote``, ``--prometheus``) as ``--once``, ``--json`` or the monitor.
+
+    ``--once`` when no host could be read is an error (one line, exit 1), as an unreadable Prometheus server is:
+    a script must not take a table of errors for GPUs. Hosts that could not be read beside others that could
+    are each a line under the table (the JSON has them as lost entries with their ``note``).
+    """
     if args.once:
         snapshot = read_once()
+        failed = _nothing_read(snapshot)
+        if failed is not None:
+            raise NvtopyError(failed)
         if args.json:
             _write_json(snapshot)
         else:

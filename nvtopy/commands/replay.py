@@ -1,7 +1,10 @@
 """``nvtopy replay FILE``: a recording in the monitor, with pause, step and speed.
 
 The reading and playing are :mod:`nvtopy.sources.replay`'s; this is the wiring
-from the command line to the monitor.
+from the command line to the monitor. The player indexes the file on its own
+thread: a small file is done within :data:`HEAD_START` (a file with nothing to
+replay is then one error line before any screen is drawn), a big one is indexed
+while the monitor shows how far it is, and ``q`` quits at any time.
 """
 
 from __future__ import annotations
@@ -9,10 +12,13 @@ from __future__ import annotations
 import argparse
 
 from ..errors import UsageError
-from ..sources.replay import ReplayPlayer, load_recording
+from ..sources.replay import ReplayPlayer
 from . import options
 
-__all__ = ["build_parser", "run"]
+__all__ = ["HEAD_START", "build_parser", "run"]
+
+HEAD_START = 0.3
+"""Seconds the indexing is given before the monitor starts: a small file's errors come before any screen."""
 
 
 def build_parser(command: str) -> argparse.ArgumentParser:
@@ -34,14 +40,18 @@ def run(command: str, args: argparse.Namespace) -> int:
     chart window); its health verdicts are the recorded ones, so the file's ``[health]`` thresholds do not apply."""
     if not 0 < args.speed <= 1000:
         raise UsageError("--speed must be more than 0 and at most 1000")
-    recording = load_recording(args.file)
+    player = ReplayPlayer(args.file, speed=args.speed)
+    player.start()  # indexes the file on its thread
+    if player.indexed.wait(HEAD_START) and player.open_error is not None:
+        raise player.open_error
     config = options.user_config(args, "view", "theme")  # a bad file: one line, then the defaults
     from ..tui.app import NvtopyApp
     from ..tui.preferences import configure
 
-    player = ReplayPlayer(recording, speed=args.speed)
     app = NvtopyApp(player, layout=config.view)  # read-only: a replay cannot signal
     configure(app, config, options.config_file(args))
     app.startup_warnings = options.config_warnings(args)
     app.run()
+    if app.open_error is not None:  # nothing to replay, found once the monitor was drawing
+        raise app.open_error
     return 0

@@ -395,10 +395,11 @@ def _stamp(timestamp: float) -> str:
 def render_table(report: Report, rows: Sequence[Row], source: str, out: IO[str], *, color: bool) -> None:
     """The report as an aligned table, the total last, notes under it; colour only on a terminal."""
     from ..render.cells import DIM
+    from ..render.terminal import color_allowed
     from ..render.text import RESET, STYLES, width_of
 
     tty = out.isatty()
-    color = color and tty and not os.environ.get("NO_COLOR")
+    color = color and tty and color_allowed()  # neither NO_COLOR nor TERM=dumb
     assert report.start is not None and report.end is not None
     hours = (report.end - report.start) / 3600
     title = (

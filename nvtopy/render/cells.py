@@ -125,7 +125,9 @@ RICH_STYLES: dict[str, str] = {
 
 # The TUI's palettes. "colorblind": Okabe and Ito's colour-blind-safe colours -- OK in sky blue, a warning in
 # orange, an alert in vermillion (never green against red); what tells them apart survives every kind of
-# colour blindness, and bold and the background keep the alerts apart in grey too.
+# colour blindness, and bold and the background keep the alerts apart in grey too. "monochrome": no colour at
+# all (NO_COLOR, TERM=dumb), each state by an attribute every terminal has and by its words -- an alert in
+# reverse video, a warning, an error or a lost GPU's details in bold, OK plain.
 PALETTES: dict[str, dict[str, str]] = {
     "default": dict(RICH_STYLES),
     "colorblind": {
@@ -138,11 +140,22 @@ PALETTES: dict[str, dict[str, str]] = {
         BAD: "#D55E00",
         REMOTE: "#CC79A7",
     },
+    "monochrome": {
+        PLAIN: "",
+        DIM: "dim",
+        GOOD: "",
+        WARN: "bold",
+        HOT: "bold",
+        ALERT: "bold reverse",
+        BAD: "bold",
+        REMOTE: "bold",
+    },
 }
 
 
 def use_palette(name: str) -> None:
-    """Draw the categories in palette ``name`` ("default" or "colorblind"; anything else: "default") from now on.
+    """Draw the categories in palette ``name`` ("default", "colorblind" or "monochrome"; anything else: "default")
+    from now on.
 
     One palette per process (the TUI's theme): the views read :data:`RICH_STYLES` each time they draw, and a
     view that caches drawn lines redraws them when the theme changes.

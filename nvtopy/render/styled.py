@@ -55,9 +55,13 @@ class Line:
         return self
 
     def restyle(self, style_name: str) -> Line:
-        """Combine ``style_name`` over every piece (e.g. red for a lost GPU's title)."""
+        """Give every piece ``style_name`` where the piece says nothing itself (e.g. red for a lost GPU's title,
+        dim for a stalled GPU's values): a piece's own colours and attributes win, so a verdict drawn white on
+        red stays white on red (laid over it, red drew the verdict red on red: unreadable)."""
         extra = style(style_name)
-        self.parts = [(text, extra if old is None else old + extra) for text, old in self.parts]
+        if extra is None:
+            return self
+        self.parts = [(text, extra if old is None else extra + old) for text, old in self.parts]
         return self
 
     def fit(self, width: int) -> Line:

@@ -4,7 +4,7 @@ Why not rich: a one-shot command is measured in milliseconds, and importing
 rich and laying out its tables cost more than collecting the snapshot (see
 benchmarks/README.md). Columns here are measured once and padded with plain
 string operations; colour is a handful of ANSI codes, written only to a
-terminal and never with ``--no-color`` or ``NO_COLOR``, so piped output can be grepped, diffed
+terminal and never with ``--no-color``, ``NO_COLOR`` or ``TERM=dumb``, so piped output can be grepped, diffed
 and pasted into issues. Every cell and the header line go through
 :func:`~nvtopy.textsafe.safe_text` (commands, user names, GPU names, host names,
 driver versions, a remote host's error): outside text cannot move the cursor,
@@ -39,7 +39,6 @@ as it was.
 
 from __future__ import annotations
 
-import os
 import shutil
 import unicodedata
 from collections.abc import Sequence
@@ -95,6 +94,7 @@ from .cells import (
     verdict_cell,
 )
 from .processes import host_cell, host_labels
+from .terminal import ascii_drawing, color_allowed, dumb_terminal
 from .units import NA
 
 __all__ = [
@@ -106,6 +106,7 @@ __all__ = [
     "gpu_row",
     "health_cell",
     "health_lines",
+    "host_notes",
     "mig_notes",
     "mig_row",
     "process_row",
@@ -265,11 +266,28 @@ def gpu_row(gpu: GpuState) -> list[Cell]:
     ]
 
 
-def _gpu_table(snapshot: Snapshot) -> _Table:
+def _gpu_table(snapshot: Snapshot) -> _Table | None:
+    """The GPUs that have readings, one row each; None when none has (every line is a note: :func:`host_notes`)."""
+    gpus = [gpu for gpu in snapshot.gpus if not gpu.note]
+    if not gpus:
+        return None
     table = _Table(GPU_COLUMNS)
-    for gpu in snapshot.gpus:
+    for gpu in gpus:
         table.add(*gpu_row(gpu))
     return table
+
+
+def host_notes(snapshot: Snapshot) -> list[Cell]:
+    """The sentences that stand for a host's readings (``--remote``, ``--prometheus``: why a host could not be
+    read, or a remark on one that was), each on its own line: in a row, a sentence is no GPU's name, and one
+    long error stretched every column of the table to its width."""
+    notes: list[Cell] = []
+    for gpu in snapshot.gpus:
+        if gpu.note:
+            text, category = note_cell(gpu)
+            host = host_label(gpu.static)
+            notes.append((text if host is None else f"{host}: {text}", category))
+    return notes
 
 
 MIG_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -475,11 +493,12 @@ def _styled(text: str, style: str, color: bool) -> str:
 def render_snapshot(snapshot: Snapshot, out: IO[str], *, color: bool, gpu_count: int | None = None) -> None:
     """Write ``snapshot``; ``gpu_count`` (GPUs on the machine) tells "none found" from "none selected".
 
-    Colour is used only when asked for, ``out`` is a terminal and ``NO_COLOR`` is not set; the command
-    column is clipped to the terminal's width there, and left whole in a pipe.
+    Colour is used only when asked for, ``out`` is a terminal, ``NO_COLOR`` is not set and the terminal
+    is not a dumb one (:func:`~nvtopy.render.terminal.color_allowed`); the command column is clipped to the
+    terminal's width there, and left whole in a pipe. A dumb terminal gets its rules and symbols in ASCII.
     """
     tty = out.isatty()
-    color = color and tty and not os.environ.get("NO_COLOR")  # no-color.org: set and not empty
+    color = color and tty and color_allowed()
     max_width = shutil.get_terminal_size((160, 40)).columns if tty else None
     host = snapshot.host
     header = f"{host.hostname}  driver {host.driver_version or NA}  CUDA {host.cuda_driver_version or NA}"
@@ -491,7 +510,10 @@ def render_snapshot(snapshot: Snapshot, out: IO[str], *, color: bool, gpu_count:
     if not snapshot.gpus:
         lines.append("No NVIDIA GPU found." if gpu_count == 0 else "No GPUs selected.")
     else:
-        lines.extend(_gpu_table(snapshot).render(color, max_width))
+        table = _gpu_table(snapshot)
+        if table is not None:
+            lines.extend(table.render(color, max_width))
+        lines.extend(_styled(text, style, color) for text, style in host_notes(snapshot))
         lines.extend(_styled(text, style, color) for text, style in activity_notes(snapshot))
         mig = _mig_table(snapshot)
         if mig is not None:
@@ -514,4 +536,5 @@ def render_snapshot(snapshot: Snapshot, out: IO[str], *, color: bool, gpu_count:
         if health:
             lines.append("")
             lines.extend(f"{STYLES[style]}{text}{RESET}" if color and style else text for text, style in health)
-    out.write("\n".join(lines) + "\n")
+    text = "\n".join(lines) + "\n"
+    out.write(ascii_drawing(text) if tty and dumb_terminal() else text)  # a dumb terminal: the rules in ASCII too

@@ -55,7 +55,7 @@ class SnapshotSource:
       shows the refresh interval or that it is paused.
     - ``startup_notice``: one sentence to show once when the view starts (a recording
       read only up to its damage), or None.
-    - ``gpu_indices``: the GPUs the source reads, by index; ``()`` when it found
+    - ``gpus_found``: how many GPUs the source found, selected or not; 0 when it found
       none (the monitor says "No NVIDIA GPU found" rather than "No GPUs selected");
       None until known.
 
@@ -188,13 +188,13 @@ class SnapshotSource:
         return None
 
     @property
-    def gpu_indices(self) -> tuple[int, ...] | None:
-        """The GPUs the source reads, by index: ``()`` when it found none, None until known.
+    def gpus_found(self) -> int | None:
+        """How many GPUs the source found, selected or not: 0 when none, None until known.
 
         By default those of the latest snapshot (a replay or remote hosts show what they get).
         """
         latest = self.latest
-        return None if latest is None else tuple(gpu.index for gpu in latest.gpus)
+        return None if latest is None else len(latest.gpus)
 
     # ----------------------------------------------------------------- capabilities
 

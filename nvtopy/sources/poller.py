@@ -170,6 +170,7 @@ class Poller(SnapshotSource):
         self._watcher: EventWatcher | None = None
         self._requests: collections.deque[tuple[Callable[[], Any], Future[Any]]] = collections.deque()
         self.polls = 0
+        self._gpus_found: int | None = None if backend is None else backend.device_count()
 
     def set_interval(self, seconds: float) -> None:
         super().set_interval(max(MIN_INTERVAL, seconds))
@@ -180,10 +181,9 @@ class Poller(SnapshotSource):
         return self.collector is not None
 
     @property
-    def gpu_indices(self) -> tuple[int, ...] | None:
-        """The GPUs polled (``()``: the backend has none); None until the backend is open."""
-        collector = self.collector
-        return None if collector is None else tuple(collector.indices)
+    def gpus_found(self) -> int | None:
+        """The GPUs the backend has, polled or not (a selection may leave them all out); None until it is open."""
+        return self._gpus_found
 
     def signal(self, pid: int, create_time: float | None, signum: int) -> Future[SignalOutcome]:
         """Send the signal from the poller thread, between two polls (see :meth:`submit`)."""
@@ -343,6 +343,7 @@ class Poller(SnapshotSource):
             collector = Collector(self.backend, self._indices, self._history, thresholds=self._thresholds)
             if self._select is not None:
                 collector.select(self._select(collector))
+            self._gpus_found = self.backend.device_count()
         except BaseException as exc:  # noqa: BLE001 - handed to the failure callbacks, whatever it is
             self._fail_requests(exc)
             self._fail(exc)

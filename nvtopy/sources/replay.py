@@ -47,7 +47,9 @@ import json
 import logging
 import math
 import operator
+import os
 import threading
+import time
 from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -88,6 +90,7 @@ from .collector import processes_hint
 from .timeline import Timeline
 
 __all__ = [
+    "IndexingStoppedError",
     "RecordedSnapshots",
     "Recording",
     "ReplayPlayer",
@@ -670,11 +673,24 @@ class Recording:
     path: str
 
 
-def load_recording(path: str, *, cache: int = CACHE) -> Recording:
+class IndexingStoppedError(Exception):
+    """:func:`load_recording` was asked to stop (the monitor quit while it indexed): no recording, and no error."""
+
+
+def load_recording(
+    path: str,
+    *,
+    cache: int = CACHE,
+    progress: Callable[[int, int], object] | None = None,
+    stop: Callable[[], bool] | None = None,
+) -> Recording:
     """Index every valid snapshot up to the first bad line (with a sentence saying where it stopped).
 
     One pass over the file parses each line once, to check it, and keeps only
-    its offset and time: memory does not grow with the recording.
+    its offset and time: memory does not grow with the recording. A 200 MB
+    recording takes seconds: ``progress(bytes read, file size)`` is called after
+    each line (the monitor shows how far it is), and ``stop()`` is asked before
+    each one -- True ends the pass at once with :class:`IndexingStoppedError`.
     """
     try:
         handle = open(path, "rb")  # noqa: SIM115 - closed below
@@ -686,7 +702,12 @@ def load_recording(path: str, *, cache: int = CACHE) -> Recording:
     stopped = None
     with handle:
         number = offset = 0
+        size = _size(handle) if progress is not None else 0
         while True:
+            if stop is not None and stop():
+                raise IndexingStoppedError(path)
+            if progress is not None:
+                progress(offset, max(size, offset))
             try:
                 raw = handle.readline(MAX_LINE + 1)
             except OSError as exc:
@@ -719,12 +740,32 @@ def load_recording(path: str, *, cache: int = CACHE) -> Recording:
     return Recording(RecordedSnapshots(path, offsets, timestamps, cache, timelines), stopped, path)
 
 
+def _mib(size: int) -> str:
+    """``"200 MiB"``, ``"1.5 GiB"``: a file's size for the indexing progress."""
+    return f"{size / 2**30:.1f} GiB" if size >= 2**30 else f"{max(1, round(size / 2**20))} MiB"
+
+
+def _size(handle: IO[bytes]) -> int:
+    """The bytes the file holds now (0 when it cannot say: a pipe), for the share indexed so far."""
+    try:
+        return max(0, os.fstat(handle.fileno()).st_size)
+    except (OSError, ValueError):
+        return 0
+
+
 class ReplayPlayer(SnapshotSource):
     """A snapshot source for the monitor that plays a recording at its recorded pace.
 
     Besides what every source offers (subscribe, pause/resume, refresh) it steps
     back and forth (``refresh()`` is a step forward) and changes speed; its status
     line says where it is. It refuses to signal: there is no process to signal.
+
+    Given a path instead of a :class:`Recording`, it indexes the file on its own
+    thread first (:func:`load_recording`: seconds for a big one), so the monitor
+    draws at once: ``busy_since`` and ``waiting_for`` say how far it is
+    ("run.jsonl to be indexed (45 % of 200 MiB)"), stopping it ends the indexing
+    at the next line, and a file with nothing to replay is reported as a failed
+    start (``open_error``). ``indexed`` is set once the indexing has ended, either way.
     """
 
     SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 64.0)
@@ -733,12 +774,47 @@ class ReplayPlayer(SnapshotSource):
     can_change_speed = True
     signal_refusal = "this is a replay: there is no process to signal"
 
-    def __init__(self, recording: Recording, speed: float = 1.0) -> None:
+    def __init__(self, recording: Recording | str, speed: float = 1.0) -> None:
         super().__init__(interval=1.0)  # unused: snapshots follow the recorded pace, times the speed
-        self.recording = recording
-        self.snapshots = recording.snapshots
+        self.recording: Recording | None = None
+        self.snapshots: Sequence[Snapshot] = ()  # the recording's, once indexed
+        self.path = recording if isinstance(recording, str) else recording.path
+        self.indexed = threading.Event()
+        self._read = self._size = 0  # bytes indexed so far, of how many
+        if not isinstance(recording, str):
+            self._loaded(recording)
         self.position = 0
         self._speed = speed
+
+    def _loaded(self, recording: Recording) -> None:
+        self.recording = recording
+        self.snapshots = recording.snapshots
+        self.indexed.set()
+
+    @property
+    def waiting_for(self) -> str:  # type: ignore[override]
+        """What the monitor waits for while the file is indexed, with how far it is."""
+        done = f" ({100 * self._read // self._size} % of {_mib(self._size)})" if self._size else ""
+        return f"{safe_text(os.path.basename(self.path))} to be indexed{done}"
+
+    def _index(self) -> bool:
+        """Index the file (this thread); False when it stopped first or there is nothing to replay."""
+        self.busy_since = time.monotonic()
+        try:
+            recording = load_recording(self.path, progress=self._indexing, stop=lambda: self._stopping)
+        except IndexingStoppedError:
+            return False
+        except NvtopyError as exc:
+            self._fail(exc)
+            return False
+        finally:
+            self.busy_since = None
+            self.indexed.set()
+        self._loaded(recording)
+        return not self._stopping
+
+    def _indexing(self, done: int, size: int) -> None:
+        self._read, self._size = done, size
 
     @property
     def speed(self) -> float:
@@ -748,7 +824,7 @@ class ReplayPlayer(SnapshotSource):
     @property
     def startup_notice(self) -> str | None:
         recording = self.recording
-        if recording.stopped is None:
+        if recording is None or recording.stopped is None:
             return None
         return (
             f"{recording.path}: replaying the {len(recording.snapshots)} valid snapshots; "
@@ -756,7 +832,7 @@ class ReplayPlayer(SnapshotSource):
         )
 
     def resume(self) -> None:
-        if self.position >= len(self.snapshots) - 1:
+        if self.snapshots and self.position >= len(self.snapshots) - 1:
             self.position = -1  # at the end: play again from the start
         super().resume()
 
@@ -766,6 +842,8 @@ class ReplayPlayer(SnapshotSource):
     def step(self, count: int) -> None:
         """Pause and show the snapshot ``count`` records away (negative: back)."""
         self._paused = True
+        if not self.snapshots:  # still indexing: nothing to step through yet
+            return
         self.position = max(0, min(len(self.snapshots) - 1, self.position + count))
         self._show(self.position)
 
@@ -797,6 +875,9 @@ class ReplayPlayer(SnapshotSource):
         self._publish(snapshot)
 
     def _run(self) -> None:
+        if self.recording is None and not self._index():
+            return
+        self.position = max(0, self.position)
         self._show(self.position)
         last = len(self.snapshots) - 1
         while not self._stopping:

@@ -87,11 +87,12 @@ from .columns_screen import ColumnsScreen
 from .gpu_view import MODES, GpuView, host_groups, plan_layout
 from .health_screen import HealthScreen
 from .messages import SnapshotReady, SourceFailed
+from .plain import honour_terminal
 from .preferences import apply_chart_window, remember_columns
 from .process_screen import ProcessHistory, ProcessScreen
 from .process_table import ProcessTable
 from .screens import ConfirmSignalScreen, GpuChoice, GpuPickerScreen, HelpScreen
-from .themes import apply_palette, honour_no_color, register_themes
+from .themes import apply_palette, register_themes
 
 __all__ = ["INTERVALS", "NvtopyApp"]
 
@@ -233,7 +234,7 @@ class NvtopyApp(App[None]):
         self._poll = poll
         # Preferences (nvtopy.tui.preferences.configure sets them from the config file before the app runs).
         register_themes(self)
-        honour_no_color(self)  # NO_COLOR: grey, also for the plain segments the Line-API widgets draw
+        honour_terminal(self)  # NO_COLOR: readable greys; TERM=dumb: no colour, ASCII (.plain)
         self.columns: tuple[str, ...] | None = None  # the process table's columns in order (None: the defaults)
         self.config_path: Path | None = None  # where the column chooser remembers (None: the XDG config file)
         self.startup_warnings: list[str] = []  # shown once the app runs (a bad config file)
@@ -244,6 +245,8 @@ class NvtopyApp(App[None]):
         self._header_counts: tuple[int, int, int] | None = None
         self._stall_shown = False
         self._snapshot_at = time.monotonic()  # when the current snapshot arrived (a stalled GPU's age grows from it)
+        self._notice_shown = False  # the source's startup notice (shown once)
+        self._taken_at_mount: Snapshot | None = None  # a snapshot the source had published before the app mounted
 
     @classmethod
     def for_backend(
@@ -294,17 +297,29 @@ class NvtopyApp(App[None]):
         self.query_one(ProcessTable).focus()
         self.query_one(ProcessTable).set_columns(self.columns)
         apply_chart_window(self)
-        apply_palette(self.theme)  # nvtopy's cell colours follow the theme (colorblind: Okabe-Ito)
+        apply_palette(self.theme, monochrome=self.no_color)  # the theme's (colorblind: Okabe-Ito), or none
         self.theme_changed_signal.subscribe(self, self._theme_changed)
         for warning in self.startup_warnings:  # a bad config file: also on stderr, before and after the app
             self.notify(safe_text(warning), severity="warning", timeout=15, markup=False)
         self.source.subscribe(self._from_source)
         self.source.subscribe_failure(self._failed_in_source)
+        # A source started before the app (a replay indexing its file has a head start) may have published or
+        # failed already: what it did before the subscriptions is taken now.
+        if self.source.open_error is not None:
+            self.post_message(SourceFailed(self.source.open_error))
+        elif self.source.latest is not None:
+            self._taken_at_mount = self.source.latest
+            self.post_message(SnapshotReady(self.source.latest))
         self.set_interval(0.5, self._show_waiting)
         if self._poll:
             self.source.start()
-        notice = self.source.startup_notice
+        self._show_notice()
+
+    def _show_notice(self) -> None:
+        """The source's startup notice, once, as soon as it has one (a replay's once its file is indexed)."""
+        notice = None if self._notice_shown else self.source.startup_notice
         if notice is not None:  # it may quote a file name or a line: outside text
+            self._notice_shown = True
             self.notify(safe_text(notice), severity="warning", timeout=15, markup=False)
 
     def _from_source(self, snapshot: Snapshot) -> None:
@@ -362,6 +377,10 @@ class NvtopyApp(App[None]):
         gpu_view.show((), gpu_view.plan)
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
+        if message.snapshot is self.snapshot and message.snapshot is self._taken_at_mount:
+            return  # taken at mount and delivered by the source as well: drawn already
+        if not self._notice_shown:
+            self._show_notice()
         self.snapshot = message.snapshot
         self._snapshot_at = time.monotonic()
         self.snapshots_applied += 1
@@ -378,7 +397,7 @@ class NvtopyApp(App[None]):
 
     def _theme_changed(self, theme: Theme) -> None:
         """A new theme (the command palette's "Change theme"): nvtopy's cells take its palette, cached lines go."""
-        apply_palette(theme.name)
+        apply_palette(theme.name, monochrome=self.no_color)
         try:
             gpu_view = self.query_one(GpuView)
             table = self.query_one(ProcessTable)
@@ -419,7 +438,7 @@ class NvtopyApp(App[None]):
             return
         gpus = self.visible_gpus()
         if not snapshot.gpus:
-            found_none = self.source.gpu_indices == ()
+            found_none = self.source.gpus_found == 0
             gpu_view.message = "No NVIDIA GPU found" if found_none else "No GPUs selected"
         else:
             gpu_view.message = "No GPUs selected (g to choose)"

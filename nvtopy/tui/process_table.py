@@ -64,6 +64,8 @@ __all__ = ["ProcessTable"]
 _STYLE_TAGGED = Style(color="yellow", bold=True)
 _STYLE_CURSOR = Style(reverse=True)
 _STYLE_CURSOR_UNFOCUSED = Style(bgcolor="grey23")
+# Without colour (NO_COLOR, TERM=dumb) a grey bar is no cursor: underlined as well.
+_STYLE_CURSOR_UNFOCUSED_PLAIN = Style(bgcolor="grey23", underline=True)
 _STYLE_HEADER = Style(bold=True, reverse=True)
 _STYLE_HEADER_SORTED = Style(bold=True, reverse=True, color="cyan")
 _STYLE_GROUP = Style(bold=True)
@@ -392,7 +394,8 @@ class ProcessTable(ScrollView, can_focus=True):
         row_style = _STYLE_TAGGED if tagged else None
         overlay = _STYLE_GROUP if kind is ProcessGroup else None  # a group's row is bold, the cursor's reversed
         if selected:
-            cursor = _STYLE_CURSOR if focused else _STYLE_CURSOR_UNFOCUSED
+            unfocused = _STYLE_CURSOR_UNFOCUSED_PLAIN if self.app.no_color else _STYLE_CURSOR_UNFOCUSED
+            cursor = _STYLE_CURSOR if focused else unfocused
             overlay = cursor if overlay is None else overlay + cursor
 
         def on_top(cell_style: Style | None) -> Style | None:
