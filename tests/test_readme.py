@@ -26,7 +26,10 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 SCREENSHOTS = ROOT / "screenshots"
+# The console script of the Python running the tests (the venv's, as `make test` runs it), else the one on PATH.
 NVTOPY = Path(sys.executable).parent / "nvtopy"
+if not NVTOPY.exists() and shutil.which("nvtopy"):
+    NVTOPY = Path(shutil.which("nvtopy") or "nvtopy")
 
 SHELL_LANGUAGES = {"sh", "bash", "shell", "console"}
 COMMAND_TIMEOUT_S = 90  # a loaded 2-core machine; a healthy command takes under 3 s
@@ -152,6 +155,7 @@ def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_readme_has_commands_to_run() -> None:
+    assert NVTOPY.exists(), f"no nvtopy command beside {sys.executable} or on PATH: run `make install` first"
     runnable = [example for example in EXAMPLES if skip_reason(example) is None]
     assert len(runnable) >= 15, [example.text for example in runnable]
 
