@@ -93,6 +93,7 @@ from .cells import (
     throttle_cell,
     verdict_cell,
 )
+from .header import host_usage_parts, plain
 from .processes import host_cell, host_labels
 from .terminal import ascii_drawing, color_allowed, dumb_terminal
 from .units import NA
@@ -507,6 +508,8 @@ def render_snapshot(snapshot: Snapshot, out: IO[str], *, color: bool, gpu_count:
     if host.backend != "nvml":
         backend = safe_text(host.backend)
         lines[0] += f"  {STYLES[REMOTE]}[{backend}]{RESET}" if color else f"  [{backend}]"
+    # The host's CPU, load, memory and swap, as the monitor's host line, without its bars (a pipe greps figures).
+    lines.append(plain(host_usage_parts(snapshot.host_usage, max_width or 160, bars=False)))
     if not snapshot.gpus:
         lines.append("No NVIDIA GPU found." if gpu_count == 0 else "No GPUs selected.")
     else:
