@@ -16,11 +16,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rich.cells import cell_len, set_cell_size
-
 from ..model import HostUsage
 from .cells import DIM, RICH_STYLES, load_category, used_of_total
 from .units import NA
+from .units import width_of as cell_len
 
 __all__ = ["Part", "Piece", "choose", "fit", "host_usage_parts", "plain", "width_of"]
 
@@ -115,7 +114,12 @@ def _cut(pieces: list[Piece], width: int) -> list[Piece]:
             room -= size
             continue
         if room:
-            kept.append((set_cell_size(text, room), style))
+            head = ""
+            for char in text:
+                if cell_len(head + char) > room:
+                    break
+                head += char
+            kept.append((head, style))
         break
     if width >= 1:
         kept.append(("…", ""))

@@ -40,7 +40,6 @@ as it was.
 from __future__ import annotations
 
 import shutil
-import unicodedata
 from collections.abc import Sequence
 from typing import IO
 
@@ -96,7 +95,7 @@ from .cells import (
 from .header import host_usage_parts, plain
 from .processes import host_cell, host_labels
 from .terminal import ascii_drawing, color_allowed, dumb_terminal
-from .units import NA
+from .units import NA, width_of
 
 __all__ = [
     "ACTIVITY_COLUMNS",
@@ -126,18 +125,6 @@ STYLES = {
     BAD: "\x1b[31m",
     REMOTE: "\x1b[35m",
 }
-
-
-def width_of(text: str) -> int:
-    """Terminal cells of ``text``: wide (East Asian) characters take two, combining marks none."""
-    if text.isascii():
-        return len(text)
-    cells = 0
-    for char in text:
-        if unicodedata.combining(char):
-            continue
-        cells += 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
-    return cells
 
 
 def _clip(text: str, width: int) -> str:

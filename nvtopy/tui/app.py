@@ -101,8 +101,6 @@ SIGNALS = {"SIGTERM": signals.SIGTERM, "SIGKILL": signals.SIGKILL, "SIGINT": sig
 QUIT_WAIT = 0.1
 # A poll (or opening the backend) taking longer than this is shown in the header, with its duration.
 STALL_AFTER = 2.0
-# The host line (CPU, load, memory, swap) under the header: rows the GPU area and the table do not get.
-HOST_LINE = 1
 # A host whose newest reading is this many refresh intervals older than the snapshot is "stale" in its header.
 STALE_INTERVALS = 3
 
@@ -280,8 +278,8 @@ class NvtopyApp(App[None]):
 
     def compose(self) -> ComposeResult:
         yield HeaderBar(Text(" nvtopy  starting...", style="bold"), id="header")
-        yield HostBar(id="host")
         yield GpuView(id="gpus")
+        yield HostBar(id="host")  # in the blank line that parted the GPUs from the rest: no row taken
         yield ChartView(id="charts")
         yield ProcessTable(id="processes")
         yield Input(placeholder="filter: pid, user, owner or command text (enter keeps it, esc clears)", id="filter")
@@ -440,13 +438,12 @@ class NvtopyApp(App[None]):
         extra = [mig_rows(g) for g in gpus]
         tall = [panel_extra_rows(g) for g in gpus]
         size = self.size
-        height = size.height - HOST_LINE  # the host line under the header
         # Several hosts' GPUs: compact lines under a header per host (nothing changes for a local snapshot).
         groups = [len(g.gpus) for g in host_groups(gpus)] if any(g.static.host is not None for g in gpus) else []
         plan = plan_layout(
             len(gpus),
             size.width,
-            height,
+            size.height,
             self.layout_mode,
             links=links,
             extra=extra,
@@ -483,7 +480,7 @@ class NvtopyApp(App[None]):
             hosts=host_labels(snapshot.gpus),
         )
         filter_shown = self.query_one("#filter", Input).has_class("shown")
-        spare = spare_rows(height, plan.lines, filter_shown)
+        spare = spare_rows(size.height, plan.lines, filter_shown)
         self.query_one(ChartView).show(snapshot, gpus, spare, table_rows=len(shown) + 1)  # rows to spare: charts
         self._header_counts = (len(gpus), len(rows), len(everything))
         self._update_header(header)  # after the charts: it says when they have no room

@@ -48,7 +48,7 @@ class HeaderBar(Static):
 
 
 class HostBar(Static):
-    """The host's CPU, load, memory and swap: one line under the header (:func:`host_usage_parts`)."""
+    """The host's CPU, load, memory and swap: one line under the GPUs, where a blank line was (as nvitop has it)."""
 
     DEFAULT_CSS = """
     HostBar { height: 1; }
