@@ -33,6 +33,7 @@ __all__ = [
     "HistoryBuffer",
     "HostInfo",
     "HostProcess",
+    "HostUsage",
     "ProcessType",
     "RawGpuProcess",
     "Reason",
@@ -163,6 +164,29 @@ class HostInfo(_Repr):
     backend: str = "nvml"  # "nvml" or "simulated"
     user: str | None = None  # the user nvtopy runs as: views highlight their processes
     pid_namespace_foreign: bool = False  # NVML pids cannot be resolved here (container without --pid=host)
+    unavailable: Reasons = field(default_factory=lambda: EMPTY_REASONS)
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class HostUsage(_Ranged):
+    """The host's CPU, load, memory and swap at one poll: the line a top-like tool shows above its GPUs.
+
+    Why apart from :class:`HostInfo`: that is read once, this every poll. Each figure can
+    fail on its own (no ``/proc/loadavg`` in a sandbox, no swap readable): ``None`` and
+    why in ``unavailable``. ``ram_used_bytes`` is total minus *available* (what the
+    kernel could not hand out without swapping: the pressure a user asks about), not
+    psutil's ``used``, which leaves the reclaimable caches out and hides pressure.
+    """
+
+    cpu_busy_percent: float | None = None  # every CPU together, since the previous poll
+    cpu_count: int | None = None  # logical CPUs: what the load figures compare with
+    load_1m: float | None = None
+    load_5m: float | None = None
+    load_15m: float | None = None
+    ram_total_bytes: int | None = None
+    ram_used_bytes: int | None = None
+    swap_total_bytes: int | None = None
+    swap_used_bytes: int | None = None
     unavailable: Reasons = field(default_factory=lambda: EMPTY_REASONS)
 
 
@@ -776,6 +800,8 @@ class Snapshot(_Repr):
     sequence: int = 0  # increases by one per published snapshot
     interval: float | None = None  # the poll interval in force when it was taken
     collect_seconds: float | None = None  # how long the backend took to collect it
+    # The host's CPU, load, memory and swap (None: the source has no such data: --remote, an old recording).
+    host_usage: HostUsage | None = None
 
     @property
     def processes(self) -> tuple[GpuProcess, ...]:

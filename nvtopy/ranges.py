@@ -22,12 +22,14 @@ __all__ = [
     "BYTES",
     "BYTES_PER_S",
     "COUNT",
+    "CPUS",
     "CPU_PERCENT",
     "DCGM_INT64_BLANK",
     "FAN_PERCENT",
     "FIELD_RANGES",
     "LINK_GEN",
     "LINK_WIDTH",
+    "LOAD",
     "MHZ",
     "PERCENT",
     "PSTATE",
@@ -62,6 +64,8 @@ SMALL_COUNT = (0, 1024)  # fans, NVLinks, an NVLink's version: a handful on any 
 SECONDS = (0, 10 * 365 * 86400)  # a duration: ten years is longer than any process or stall lasts
 UNIX_TIME = (1, 2**33)  # a process's start: after 1970, before the year 2242
 CPU_PERCENT = (0, 100 * 4096)  # psutil: 100 per CPU used
+LOAD = (0, 1_000_000)  # a load average: runnable tasks, a few per CPU even on a sick host
+CPUS = (1, 1 << 20)  # logical CPUs of a host
 
 FIELD_RANGES: dict[str, tuple[int, int]] = {
     # GpuStatic
@@ -135,6 +139,16 @@ FIELD_RANGES: dict[str, tuple[int, int]] = {
     "create_time": UNIX_TIME,
     "running_seconds": SECONDS,
     "idle_seconds": SECONDS,
+    # HostUsage
+    "cpu_busy_percent": PERCENT,
+    "cpu_count": CPUS,
+    "load_1m": LOAD,
+    "load_5m": LOAD,
+    "load_15m": LOAD,
+    "ram_total_bytes": BYTES,
+    "ram_used_bytes": BYTES,
+    "swap_total_bytes": BYTES,
+    "swap_used_bytes": BYTES,
 }
 """Model field name -> (lowest, highest), both included, in the model's units. One name, one meaning."""
 

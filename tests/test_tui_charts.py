@@ -26,7 +26,7 @@ from nvtopy.tui.messages import SnapshotReady
 from nvtopy.tui.scenes import SCENES, build
 from nvtopy.tui.screens import HelpScreen
 
-from .tui_helpers import wait_until, widget_lines
+from .tui_helpers import header_line, wait_until, widget_lines
 
 BRAILLE = {chr(c) for c in range(0x2801, 0x2900)}
 
@@ -103,8 +103,13 @@ async def test_z_cycles_the_window_and_Z_goes_back():
             await pilot.pause()
             seen.append(view.window)
         assert seen == [600.0, 3600.0, 86400.0, 60.0]
-        messages = [str(n.message) for n in app._notifications]
-        assert "history: 10 min" in messages and "history: 24 h" in messages
+        assert "charts per metric" not in header_line(app), "the default window says nothing"
+        await pilot.press("z")
+        await pilot.pause()
+        assert "charts per metric · 10 min" in header_line(app), "the mode is in the header, not a notification"
+        await pilot.press("Z")
+        await pilot.pause()
+        assert not app._notifications
         await pilot.press("z", "z")  # 1 h
         await pilot.pause()
         assert "-1h" in drawn(view) and "-30m" in drawn(view)
@@ -132,7 +137,7 @@ async def test_c_cycles_per_metric_per_gpu_and_off():
         await pilot.press("c")
         await pilot.pause()
         assert view.mode == "metric" and view.display
-        assert any("one chart per GPU" in str(n.message) for n in app._notifications)
+        assert not app._notifications, "a mode is said in the header"
 
 
 async def test_help_lists_the_chart_keys():

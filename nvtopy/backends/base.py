@@ -20,7 +20,7 @@ import time
 from collections.abc import Collection
 from typing import Any, NamedTuple
 
-from ..model import GpuEvent, GpuStatic, HostInfo, HostProcess, ProcessDetails, RawGpuProcess, Reason
+from ..model import GpuEvent, GpuStatic, HostInfo, HostProcess, HostUsage, ProcessDetails, RawGpuProcess, Reason
 
 __all__ = ["Backend", "EventStream", "NoEvents", "ProcessReading", "Reading", "SignalOutcome", "driver_in_words"]
 
@@ -107,6 +107,10 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def host_info(self) -> HostInfo:
         """Host-wide facts (hostname, driver and CUDA versions)."""
+
+    def host_usage(self) -> HostUsage | None:
+        """The host's CPU, load, memory and swap now, read with each poll; None: this backend does not know."""
+        return None
 
     @abc.abstractmethod
     def device_count(self) -> int:

@@ -24,11 +24,11 @@ from typing import Any
 
 import psutil
 
-from ..model import CHILDREN_SHOWN, HostProcess, ProcessDetails, ProcessRelative, Reason, freeze
+from ..model import CHILDREN_SHOWN, HostProcess, HostUsage, ProcessDetails, ProcessRelative, Reason, freeze
 from .owners import OwnerResolver, ResolvedOwner
 from .procstat import CLOCK_TICKS, Stat, read_stat
 
-__all__ = ["PsutilInspector", "in_foreign_pid_namespace", "read_process_details", "username_for_uid"]
+__all__ = ["HostUsageReader", "PsutilInspector", "in_foreign_pid_namespace", "read_process_details", "username_for_uid"]
 
 _USERNAMES: dict[int, str] = {}
 
@@ -517,3 +517,76 @@ def read_process_details(pid: int, create_time: float | None) -> ProcessDetails 
         environ_readable=environ is not None,
         unavailable=freeze(reasons),
     )
+
+
+# --------------------------------------------------------------------- the host's CPU, load, memory, swap
+
+
+def _cpu_ticks() -> tuple[float, float] | None:
+    """(busy, total) CPU seconds of every CPU since boot; None when they cannot be read.
+
+    Idle and I/O wait are not busy (as top and psutil.cpu_percent count them).
+    """
+    try:
+        times = psutil.cpu_times()
+    except (psutil.Error, OSError, AttributeError):
+        return None
+    total = sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)  # in user already
+    idle = times.idle + getattr(times, "iowait", 0.0)
+    return total - idle, total
+
+
+class HostUsageReader:
+    """Reads :class:`~nvtopy.model.HostUsage` on the poller's thread (a few ``/proc`` reads: never the UI's).
+
+    Why a reader with state and not ``psutil.cpu_percent()``: that keeps one module-wide
+    baseline (anyone else calling it moves ours) and says 0.0 at its first call, a figure
+    nobody measured. Here the CPU share is measured since this reader's previous reading
+    (or its creation: ``--once`` reads a tenth of a second later); a window with no tick
+    in it is N/A, never 0. Every figure fails on its own, with its reason.
+    """
+
+    def __init__(self) -> None:
+        self._last = _cpu_ticks()
+
+    def read(self) -> HostUsage:
+        values: dict[str, Any] = {}
+        reasons: dict[str, Reason] = {}
+
+        def attempt(names: tuple[str, ...], function: Callable[[], tuple[Any, ...]]) -> None:
+            try:
+                found = function()
+            except psutil.AccessDenied:
+                reasons.update(dict.fromkeys(names, Reason.NO_PERMISSION))
+                return
+            except (psutil.Error, OSError, AttributeError, ValueError, TypeError):
+                reasons.update(dict.fromkeys(names, Reason.NOT_AVAILABLE))
+                return
+            values.update(zip(names, found, strict=True))
+
+        ticks = _cpu_ticks()
+        last, self._last = self._last, ticks
+        if ticks is None or last is None or ticks[1] - last[1] <= 0:
+            reasons["cpu_busy_percent"] = Reason.NOT_AVAILABLE  # unreadable, or no tick went by yet
+        else:
+            values["cpu_busy_percent"] = 100.0 * (ticks[0] - last[0]) / (ticks[1] - last[1])
+        attempt(("cpu_count",), lambda: (psutil.cpu_count(),))
+        attempt(("load_1m", "load_5m", "load_15m"), os.getloadavg)
+        attempt(("ram_total_bytes", "ram_used_bytes"), _ram)
+        attempt(("swap_total_bytes", "swap_used_bytes"), _swap)
+        for name in HostUsage.__dataclass_fields__:
+            if name != "unavailable" and values.get(name) is None:
+                values.pop(name, None)
+                reasons.setdefault(name, Reason.NOT_AVAILABLE)
+        return HostUsage(**values, unavailable=freeze(reasons))
+
+
+def _ram() -> tuple[int, int]:
+    """(total, used) where used is total minus available: what the kernel cannot give without swapping."""
+    memory = psutil.virtual_memory()
+    return memory.total, max(0, memory.total - memory.available)
+
+
+def _swap() -> tuple[int, int]:
+    swap = psutil.swap_memory()
+    return swap.total, swap.used

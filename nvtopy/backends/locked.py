@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Collection
 
-from ..model import GpuStatic, HostInfo, HostProcess
+from ..model import GpuStatic, HostInfo, HostProcess, HostUsage
 from .base import Backend, EventStream, ProcessReading, Reading, SignalOutcome
 
 __all__ = ["LockedBackend"]
@@ -28,6 +28,9 @@ class LockedBackend(Backend):
     def host_info(self) -> HostInfo:
         with self._lock:
             return self.inner.host_info()
+
+    def host_usage(self) -> HostUsage | None:
+        return self.inner.host_usage()  # no driver call: nothing to serialise
 
     def device_count(self) -> int:
         with self._lock:

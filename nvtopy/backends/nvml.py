@@ -38,6 +38,7 @@ from ..model import (
     GpuStatic,
     HostInfo,
     HostProcess,
+    HostUsage,
     MigInstance,
     MigUsage,
     ProcessDetails,
@@ -50,7 +51,7 @@ from ..model import (
     mig_profile,
 )
 from .base import Backend, EventStream, NoEvents, ProcessReading, Reading, SignalOutcome
-from .host import PsutilInspector, current_username, in_foreign_pid_namespace, read_process_details
+from .host import HostUsageReader, PsutilInspector, current_username, in_foreign_pid_namespace, read_process_details
 from .nvml_events import Target, open_xid_events
 from .nvml_gpm import GpmState, NvmlGpmReaders
 from .nvml_health import NvLinkState, NvmlHealthReaders, field_value
@@ -152,6 +153,7 @@ class NvmlBackend(NvmlHealthReaders, NvmlGpmReaders, Backend):
         self._nvml = nvml if nvml is not None else import_pynvml()
         self._clock = clock
         self._inspector = inspector or PsutilInspector()
+        self._usage = HostUsageReader()  # the host line: CPU share since the previous poll
         self._counts: collections.Counter[str] = collections.Counter()
         self._counts_lock = threading.Lock()  # GPU threads count at once; ``+=`` on a Counter is not atomic
         self._unsupported: set[tuple[int, str]] = set()
@@ -366,6 +368,9 @@ class NvmlBackend(NvmlHealthReaders, NvmlGpmReaders, Backend):
             unavailable=freeze(reasons),
             **values,
         )
+
+    def host_usage(self) -> HostUsage:
+        return self._usage.read()
 
     def host_info(self) -> HostInfo:
         return self._host

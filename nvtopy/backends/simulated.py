@@ -49,6 +49,7 @@ from ..model import (
     GpuStatic,
     HostInfo,
     HostProcess,
+    HostUsage,
     MigInstance,
     MigUsage,
     OwnerKind,
@@ -228,6 +229,25 @@ class SimulatedBackend(Backend):
             backend=self.kind,
             user=self._viewer,
             pid_namespace_foreign=self.faults.foreign,
+        )
+
+    def host_usage(self) -> HostUsage:
+        """A made-up host, deterministic in the seed and the simulated time (the demo's pictures never move)."""
+        t = self.now() - self._t0
+        rng = random.Random(f"host/{self.seed}")
+        cpus = rng.choice((32, 64, 128))
+        busy = 20 + 15 * math.sin(t / 40) + 5 * rng.random()
+        total = cpus * 8 * 2**30
+        return HostUsage(
+            cpu_busy_percent=busy,
+            cpu_count=cpus,
+            load_1m=cpus * busy / 100,
+            load_5m=cpus * (busy + 3) / 100,
+            load_15m=cpus * 0.25,
+            ram_total_bytes=total,
+            ram_used_bytes=int(total * (0.4 + 0.1 * math.sin(t / 60))),
+            swap_total_bytes=8 * 2**30,
+            swap_used_bytes=int(0.1 * 2**30 * rng.random()),
         )
 
     def device_count(self) -> int:

@@ -33,18 +33,21 @@ from ..model import (
     GpuEvent,
     GpuProcess,
     GpuState,
+    HostUsage,
     MigState,
     NvLink,
     OwnerKind,
     ProcessOwner,
     Reason,
     Snapshot,
+    freeze,
 )
 from ..textsafe import escape_text as _esc
 from ..textsafe import unescape_text
 
 __all__ = [
     "GPM_KEYS",
+    "HOST_USAGE_FIELDS",
     "MIG_GPM_KEYS",
     "READINGS",
     "SCHEMA_VERSION",
@@ -55,6 +58,8 @@ __all__ = [
     "gpm_value",
     "gpu_to_dict",
     "health_to_dict",
+    "host_usage_from_dict",
+    "host_usage_to_dict",
     "iso_timestamp",
     "mig_device_to_dict",
     "nvlink_to_dict",
@@ -417,7 +422,54 @@ def snapshot_to_dict(snapshot: Snapshot, *, processes: bool = True) -> dict[str,
         "sequence": snapshot.sequence,
         "interval_s": snapshot.interval,
         "gpus": [gpu_to_dict(gpu, processes=processes) for gpu in snapshot.gpus],
+        "host_usage": host_usage_to_dict(snapshot.host_usage),
     }
+
+
+HOST_USAGE_FIELDS = (
+    "cpu_busy_percent",
+    "cpu_count",
+    "load_1m",
+    "load_5m",
+    "load_15m",
+    "ram_total_bytes",
+    "ram_used_bytes",
+    "swap_total_bytes",
+    "swap_used_bytes",
+)
+"""The keys of ``host_usage`` (an added field; null: the source has no such figures, e.g. ``--remote``)."""
+
+
+def host_usage_to_dict(usage: HostUsage | None) -> dict[str, Any] | None:
+    """The host's CPU, load, memory and swap: each figure, or null with its reason in ``unavailable``."""
+    if usage is None:
+        return None
+    data: dict[str, Any] = {name: getattr(usage, name) for name in HOST_USAGE_FIELDS}
+    data["unavailable"] = {k: v.value for k, v in usage.unavailable.items() if data.get(k) is None}
+    return data
+
+
+def host_usage_from_dict(value: Any) -> HostUsage | None:
+    """A recorded ``host_usage`` (replay); anything not a number is N/A, an unknown reason is ``unknown``."""
+    if not isinstance(value, dict):
+        return None
+    values: dict[str, Any] = {}
+    reasons: dict[str, Reason] = {}
+    for name in HOST_USAGE_FIELDS:
+        item = value.get(name)
+        if isinstance(item, (int, float)) and not isinstance(item, bool):
+            values[name] = int(item) if name in _HOST_INTEGERS and float(item).is_integer() else item
+    recorded = value.get("unavailable")
+    for name in HOST_USAGE_FIELDS:
+        if name in values:
+            continue
+        reason = recorded.get(name) if isinstance(recorded, dict) else None
+        reasons[name] = Reason(reason) if reason in _REASON_VALUES else Reason.UNKNOWN
+    return HostUsage(**values, unavailable=freeze(reasons))
+
+
+_HOST_INTEGERS = frozenset({"cpu_count", "ram_total_bytes", "ram_used_bytes", "swap_total_bytes", "swap_used_bytes"})
+_REASON_VALUES = frozenset(reason.value for reason in Reason)
 
 
 def encode(data: Any, *, indent: int | None = None) -> str:

@@ -40,7 +40,6 @@ as it was.
 from __future__ import annotations
 
 import shutil
-import unicodedata
 from collections.abc import Sequence
 from typing import IO
 
@@ -93,9 +92,10 @@ from .cells import (
     throttle_cell,
     verdict_cell,
 )
+from .header import host_usage_parts, plain
 from .processes import host_cell, host_labels
 from .terminal import ascii_drawing, color_allowed, dumb_terminal
-from .units import NA
+from .units import NA, width_of
 
 __all__ = [
     "ACTIVITY_COLUMNS",
@@ -125,18 +125,6 @@ STYLES = {
     BAD: "\x1b[31m",
     REMOTE: "\x1b[35m",
 }
-
-
-def width_of(text: str) -> int:
-    """Terminal cells of ``text``: wide (East Asian) characters take two, combining marks none."""
-    if text.isascii():
-        return len(text)
-    cells = 0
-    for char in text:
-        if unicodedata.combining(char):
-            continue
-        cells += 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
-    return cells
 
 
 def _clip(text: str, width: int) -> str:
@@ -507,6 +495,8 @@ def render_snapshot(snapshot: Snapshot, out: IO[str], *, color: bool, gpu_count:
     if host.backend != "nvml":
         backend = safe_text(host.backend)
         lines[0] += f"  {STYLES[REMOTE]}[{backend}]{RESET}" if color else f"  [{backend}]"
+    # The host's CPU, load, memory and swap, as the monitor's host line, without its bars (a pipe greps figures).
+    lines.append(plain(host_usage_parts(snapshot.host_usage, max_width or 160, bars=False)))
     if not snapshot.gpus:
         lines.append("No NVIDIA GPU found." if gpu_count == 0 else "No GPUs selected.")
     else:

@@ -7,6 +7,8 @@ and nvitop use them).
 
 from __future__ import annotations
 
+import unicodedata
+
 from ..textsafe import safe_text
 
 __all__ = [
@@ -19,6 +21,7 @@ __all__ = [
     "fmt_pstate",
     "fmt_watts",
     "short_name",
+    "width_of",
 ]
 
 NA = "N/A"
@@ -100,3 +103,16 @@ def fmt_age(seconds: float | None) -> str:
     if seconds < 172800:
         return f"{int(seconds // 3600)} h"
     return f"{int(seconds // 86400)} d"
+
+
+def width_of(text: str) -> int:
+    """Terminal cells of ``text``: wide (East Asian) characters take two, combining marks none (no rich import:
+    ``--once`` stays light)."""
+    if text.isascii():
+        return len(text)
+    cells = 0
+    for char in text:
+        if unicodedata.combining(char):
+            continue
+        cells += 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+    return cells

@@ -271,6 +271,7 @@ class Collector:
             sequence=self._sequence,
             interval=interval,
             collect_seconds=time.perf_counter() - started,
+            host_usage=backend.host_usage(),  # a few /proc reads, on this (the poller's) thread
         )
 
     # ----------------------------------------------------------------- reading (worker threads)

@@ -58,7 +58,7 @@ from typing import IO, Any, overload
 
 from ..backends.pidmap import unmapped_hint
 from ..errors import NvtopyError
-from ..formats.contract import READINGS, owner_from_dict, recorded_text
+from ..formats.contract import READINGS, host_usage_from_dict, owner_from_dict, recorded_text
 from ..model import (
     EVENTS_PER_GPU,
     HISTORY_LENGTH,
@@ -532,6 +532,7 @@ def snapshot_from_dict(
         gpus=tuple(gpus),
         sequence=int(sequence or 0),
         interval=_number(data.get("interval_s"), "interval_s"),
+        host_usage=host_usage_from_dict(data.get("host_usage")),  # None: recorded before nvtopy read it
     )
 
 

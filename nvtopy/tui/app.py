@@ -52,14 +52,13 @@ from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.theme import Theme
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input
 
 from ..backends.base import Backend, SignalOutcome
 from ..health.verdict import HealthThresholds
-from ..model import GpuProcess, GpuState, Severity, Snapshot
-from ..render.cells import ALERT, NOT_VISIBLE, RICH_STYLES, WARN
+from ..model import GpuProcess, GpuState, Snapshot
+from ..render.cells import NOT_VISIBLE
 from ..render.gpu import has_interconnect, mig_rows, panel_extra_rows
-from ..render.health import health_counts
 from ..render.processes import (
     COLUMNS,
     FLAG_FILTERS,
@@ -77,14 +76,14 @@ from ..render.processes import (
     host_labels,
 )
 from ..render.tree import AncestorRow
-from ..render.units import NA
 from ..sources.base import SnapshotSource
 from ..sources.collector import Collector
 from ..sources.poller import MONITOR_GROUPS, Poller
 from ..textsafe import safe_text
-from .charts import MODE_WORDS, ChartView, spare_rows, window_label
+from .charts import ChartView, spare_rows
 from .columns_screen import ColumnsScreen
 from .gpu_view import MODES, GpuView, host_groups, plan_layout
+from .header import HeaderBar, HostBar, KeyFooter, header_text
 from .health_screen import HealthScreen
 from .messages import SnapshotReady, SourceFailed
 from .plain import honour_terminal
@@ -109,14 +108,6 @@ STALE_INTERVALS = 3
 def _members(row: GpuProcess | ProcessGroup) -> tuple[GpuProcess, ...]:
     """The processes of a table row: itself, or a group's."""
     return row.members if isinstance(row, ProcessGroup) else (row,)
-
-
-class HeaderBar(Static):
-    """Host, driver, CUDA, refresh state, active filters and sort: one line."""
-
-    DEFAULT_CSS = """
-    HeaderBar { height: 1; background: $primary-background; color: $text; }
-    """
 
 
 class NvtopyApp(App[None]):
@@ -288,10 +279,11 @@ class NvtopyApp(App[None]):
     def compose(self) -> ComposeResult:
         yield HeaderBar(Text(" nvtopy  starting...", style="bold"), id="header")
         yield GpuView(id="gpus")
+        yield HostBar(id="host")  # in the blank line that parted the GPUs from the rest: no row taken
         yield ChartView(id="charts")
         yield ProcessTable(id="processes")
         yield Input(placeholder="filter: pid, user, owner or command text (enter keeps it, esc clears)", id="filter")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.query_one(ProcessTable).focus()
@@ -487,11 +479,12 @@ class NvtopyApp(App[None]):
             tree=self.tree_view and self.group_by is None,
             hosts=host_labels(snapshot.gpus),
         )
-        self._header_counts = (len(gpus), len(rows), len(everything))
-        self._update_header(header)
         filter_shown = self.query_one("#filter", Input).has_class("shown")
         spare = spare_rows(size.height, plan.lines, filter_shown)
         self.query_one(ChartView).show(snapshot, gpus, spare, table_rows=len(shown) + 1)  # rows to spare: charts
+        self._header_counts = (len(gpus), len(rows), len(everything))
+        self._update_header(header)  # after the charts: it says when they have no room
+        self.query_one(HostBar).show(snapshot, size.width)
 
     def _update_header(self, header: HeaderBar | None = None) -> None:
         """The header line, led by how long the driver has kept the poll (or every shown GPU) waiting when stuck."""
@@ -503,7 +496,7 @@ class NvtopyApp(App[None]):
                 header = self.query_one(HeaderBar)
             except NoMatches:
                 return
-        text = self._header_text(snapshot, *counts)
+        text = header_text(self, snapshot, counts, max(1, self.size.width))
         waited = self._stuck_for()
         self._stall_shown = waited is not None and waited >= STALL_AFTER
         if waited is not None and self._stall_shown:
@@ -513,59 +506,6 @@ class NvtopyApp(App[None]):
         if text != self._last_header:  # rich Text compares text and spans
             self._last_header = text
             header.update(text, layout=False)  # one line, always: no layout pass
-
-    def _header_text(self, snapshot: Snapshot, shown_gpus: int, shown_rows: int, all_rows: int) -> Text:
-        """Most important first: a narrow terminal cuts the end (driver versions, clock)."""
-        host = snapshot.host
-        text = Text()
-        text.append(" nvtopy ", style="bold reverse")
-        # Host, backend, status and driver strings come from outside (driver, recording, peers): safe_text.
-        text.append(f" {safe_text(host.hostname)} ", style="bold")
-        if host.backend != "nvml":
-            text.append(f"[{safe_text(host.backend)}] ", style="magenta")
-        status = self.source.status_line()
-        if status is not None:  # a replay or remote hosts describe themselves
-            text.append(f"│ {safe_text(status)} ", style="bold magenta")
-        elif self.source.paused:
-            text.append("│ ⏸ PAUSED ", style="bold yellow")
-        else:
-            text.append(f"│ ⟳ {self.source.interval:g}s ")
-        self._health_summary(text)
-        labels = self.row_filter.describe()
-        if labels:
-            text.append("│ filter: ", style="bold yellow")
-            text.append(" ".join(labels), style="yellow")
-            text.append(f" ({shown_rows}/{all_rows}) ", style="yellow")
-        if self.tree_view:
-            text.append("│ tree ", style="bold cyan")
-        if self.group_by is not None:
-            text.append(f"│ grouped by {GROUP_TITLES[self.group_by]} ", style="bold cyan")
-        if self.tags.keys:
-            text.append(f"│ {len(self.tags.keys)} tagged ", style="yellow")
-        if self.readonly:
-            text.append("│ read-only ", style="cyan")
-        if self.layout_mode != "auto":
-            text.append(f"│ view {self.layout_mode} ")
-        text.append(f"│ GPUs {shown_gpus}/{len(snapshot.gpus)} ")
-        text.append(safe_text(f"│ driver {host.driver_version or NA} · CUDA {host.cuda_driver_version or NA} "))
-        text.append(f"│ {time.strftime('%H:%M:%S', time.localtime(snapshot.timestamp))}")
-        text.truncate(max(1, self.size.width), overflow="ellipsis")
-        return text
-
-    def _health_summary(self, text: Text) -> None:
-        """``│ 1 FAIL · 2 WARN (h)`` when some shown GPU is not OK: early in the line, a narrow terminal keeps it."""
-        counts = health_counts(self.visible_gpus())
-        fail, warn = counts[Severity.FAIL], counts[Severity.WARN]
-        if not fail and not warn:
-            return
-        text.append("│ ")
-        if fail:
-            text.append(f"{fail} FAIL", style=RICH_STYLES[ALERT])  # the theme's palette (colorblind: no red)
-            if warn:
-                text.append(" · ")
-        if warn:
-            text.append(f"{warn} WARN", style=f"bold {RICH_STYLES[WARN]}")
-        text.append(" (h) ", style="dim")
 
     # ----------------------------------------------------------------- filters and sort
 
@@ -606,8 +546,7 @@ class NvtopyApp(App[None]):
     def action_cycle_flags(self) -> None:
         """All processes, then those with any real-work flag, then idle-held only, then suspected hangs only."""
         following = FLAG_FILTERS[(FLAG_FILTERS.index(self.row_filter.flag) + 1) % len(FLAG_FILTERS)]
-        self.set_filter(flag=following)
-        self.notify(f"processes: {following} only" if following else "processes: all", timeout=2)
+        self.set_filter(flag=following)  # the header's filter names it
 
     def action_pick_gpus(self) -> None:
         if self.snapshot is None:
@@ -656,8 +595,7 @@ class NvtopyApp(App[None]):
         modes = self.group_modes()
         # by host on one host now (a fleet that went, or the config's): host is the last mode, so None follows
         following = modes[(modes.index(self.group_by) + 1) % len(modes)] if self.group_by in modes else None
-        self.set_group(following)
-        self.notify(f"grouped by {GROUP_TITLES[following]}" if following else "not grouped", timeout=2)
+        self.set_group(following)  # the header says "grouped by ..." (a mode: no notification over the table)
 
     def action_toggle_tree(self) -> None:
         """The process table as a tree (processes under their parents) or as a list; a tree is never grouped."""
@@ -711,21 +649,18 @@ class NvtopyApp(App[None]):
     def action_zoom(self, step: int) -> None:
         """The history charts' window: 1 min, 10 min, 1 h, 24 h (``step`` -1: back)."""
         charts = self.query_one(ChartView)
-        window = charts.zoom(step)
-        self.refresh_view()
-        self.notify(f"history: {window_label(window)}{charts.no_room()}", timeout=2)
+        charts.zoom(step)
+        self.refresh_view()  # the header says the window ("charts per metric · 10 min")
 
     def action_cycle_charts(self) -> None:
         """The history charts: one per metric (GPUs overlaid), one per GPU, none."""
         charts = self.query_one(ChartView)
-        mode = charts.cycle_mode()
-        self.refresh_view()
-        self.notify(f"history charts: {MODE_WORDS[mode]}{charts.no_room()}", timeout=2)
+        charts.cycle_mode()
+        self.refresh_view()  # the header says the mode ("charts per GPU", "charts off", "(no room)")
 
     def action_cycle_layout(self) -> None:
         self.layout_mode = MODES[(MODES.index(self.layout_mode) + 1) % len(MODES)]
-        self.notify(f"GPU view: {self.layout_mode}", timeout=2)
-        self.refresh_view()
+        self.refresh_view()  # the header says "view compact" (auto says nothing)
 
     def action_toggle_pause(self) -> None:
         if self.source.paused:
@@ -743,8 +678,7 @@ class NvtopyApp(App[None]):
     def action_interval(self, step: int) -> None:
         if self.source.can_change_speed:  # replay: + and - change the speed
             (self.source.faster if step < 0 else self.source.slower)()
-            self.notify(f"replay speed x{self.source.speed:g}", timeout=2)
-            self.refresh_view()
+            self.refresh_view()  # the header's replay status says the speed
             return
         current = self.source.interval
         # Outside the steps (--interval 0.1 or 60) a key never moves the other way: it stays.
@@ -755,8 +689,7 @@ class NvtopyApp(App[None]):
             bigger = [i for i in INTERVALS if i > current + 1e-9]
             target = bigger[0] if bigger else max(current, INTERVALS[-1])
         self.source.set_interval(target)
-        self.notify(f"refresh every {target:g}s", timeout=2)
-        self.refresh_view()
+        self.refresh_view()  # the header says "⟳ 2s"
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.help_sections()))
