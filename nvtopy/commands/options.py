@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from ..backends.open import DEMO_GPUS, DEMO_PROCESSES, DEMO_SEED, BackendSpec, nvml_spec, simulated_spec
 from ..backends.open import backend_opener as spec_opener
 from ..backends.open import open_backend as open_spec
-from ..errors import BackendUnavailableError
+from ..errors import BackendUnavailableError, unknown_name
 from ..sources.base import MIN_INTERVAL
 
 if TYPE_CHECKING:
@@ -172,11 +172,11 @@ def add_config_option(parser: argparse.ArgumentParser) -> None:
 
 
 def theme_name(text: str) -> str:
-    """``--theme``'s check: a Textual theme or "colorblind" (argparse prints the known ones)."""
+    """``--theme``'s check: a Textual theme or "colorblind" (the error names the closest and the known ones)."""
     from ..config import THEMES
 
     if text not in THEMES:
-        raise argparse.ArgumentTypeError(f"unknown theme {text!r} (known: {', '.join(THEMES)})")
+        raise argparse.ArgumentTypeError(str(unknown_name("", "theme", text, THEMES)))
     return text
 
 
