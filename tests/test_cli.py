@@ -165,7 +165,7 @@ def test_no_color_has_no_escape_codes_even_on_a_tty(nvtopy_cmd):
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
-        (["--bogus"], "unrecognized arguments: --bogus"),
+        (["--bogus"], "unknown option '--bogus'"),
         (["--interval", "0"], "interval must be between"),
         (["--interval", "abc"], "invalid interval"),
         (["--interval", "nan"], "interval must be between"),

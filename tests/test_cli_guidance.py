@@ -3,6 +3,7 @@ know, the closest ones and where the rest are listed (issue 24: ``nvtopy lgo``, 
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 import pytest
@@ -36,6 +37,109 @@ def one_error_line(err: str) -> str:
 def columns_80(monkeypatch: pytest.MonkeyPatch) -> None:
     """A terminal of 80 columns, as argparse reads it (COLUMNS)."""
     monkeypatch.setenv("COLUMNS", "80")
+
+
+# ------------------------------------------------------------------ --help
+
+
+def test_help_says_nvtopy_command_and_lists_the_commands_at_the_top(columns_80, capsys):
+    code, out, _ = cli(["--help"], capsys)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == "usage: nvtopy [COMMAND] [OPTIONS]"
+    top = lines[:16]
+    for name, (_, purpose) in COMMANDS.items():
+        assert any(line.split() == [name, *purpose.split()] for line in top), f"{name} not in the first lines"
+    assert top.index("options:") > max(i for i, line in enumerate(top) if line.startswith("  report ")), (
+        "the commands come before the options"
+    )
+    assert max(len(line) for line in lines) <= 80, "read at 80 columns without a wrapped line"
+
+
+def test_nvtopy_help_is_the_help_and_help_command_is_the_commands(columns_80, capsys):
+    code, out, _ = cli(["help"], capsys)
+    assert code == 0 and out.startswith("usage: nvtopy [COMMAND] [OPTIONS]\n")
+    code, out, _ = cli(["help", "report"], capsys)
+    assert code == 0 and out.startswith("usage: nvtopy report [OPTIONS] [FILE ...]\n")
+
+
+@pytest.mark.parametrize(
+    ("command", "usage"),
+    [
+        ("log", "nvtopy log [OPTIONS]"),
+        ("record", "nvtopy record [OPTIONS] FILE"),
+        ("replay", "nvtopy replay [OPTIONS] FILE"),
+        ("exporter", "nvtopy exporter [OPTIONS]"),
+        ("doctor", "nvtopy doctor [OPTIONS]"),
+        ("report", "nvtopy report [OPTIONS] [FILE ...]"),
+    ],
+)
+def test_each_command_help_reads_at_80_columns(columns_80, capsys, command, usage):
+    code, out, _ = cli([command, "--help"], capsys)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == f"usage: {usage}", "the options are listed below, once"
+    too_wide = [line for line in lines if len(line) > 80]
+    assert not too_wide, too_wide
+    cut = [line for line in lines if line.rstrip().endswith("-")]
+    assert not cut, f"a word or an option cut at a hyphen: {cut}"
+
+
+# ------------------------------------------------------------------ an unknown command or option
+
+
+@pytest.mark.parametrize(
+    ("argv", "word", "meant"),
+    [
+        (["lgo"], "lgo", "log"),
+        (["recrod", "run.jsonl"], "recrod", "record"),
+        (["Report"], "Report", "report"),
+        (["help", "lgo"], "lgo", "log"),
+    ],
+)
+def test_an_unknown_command_names_the_closest_and_all_of_them(capsys, argv, word, meant):
+    code, out, err = cli(argv, capsys)
+    line = one_error_line(err)
+    assert code == 2 and out == ""
+    assert line.startswith(f"nvtopy: error: unknown command {word!r}; did you mean {meant!r}? (known: ")
+    assert all(name in line for name in COMMANDS)
+
+
+def test_an_unknown_command_as_a_user_meets_it():
+    result = subprocess.run([*NVTOPY, "lgo"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stdout == ""
+    assert "did you mean 'log'?" in one_error_line(result.stderr)
+
+
+def test_a_word_nothing_is_close_to_still_lists_the_commands(capsys):
+    code, _, err = cli(["top"], capsys)
+    line = one_error_line(err)
+    assert code == 2 and "unknown command 'top' (known: log, record, replay, exporter, doctor, report)" in line
+    assert "did you mean" not in line
+
+
+def test_a_command_after_the_options_is_said_to_come_first(capsys):
+    code, _, err = cli(["--demo", "log"], capsys)
+    assert code == 2 and "'log' is a command: it comes first (nvtopy log [OPTIONS])" in one_error_line(err)
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["--onse"], "unknown option '--onse'; did you mean '--once'"),
+        (["log", "--feilds", "index"], "unknown option '--feilds'; did you mean '--fields'"),
+        (["report", "--sicne=1h", "x"], "unknown option '--sicne'; did you mean '--since'"),
+        (["log", "extra"], "nvtopy log: error: unexpected argument 'extra'"),
+        (
+            ["log", "--format", "jsn"],
+            "argument --format: unknown choice 'jsn'; did you mean 'jsonl'? (known: csv, jsonl)",
+        ),
+        (["--view", "ful"], "argument --view: unknown choice 'ful'; did you mean 'full'?"),
+    ],
+)
+def test_an_unknown_option_or_choice_names_the_closest(capsys, argv, fragment):
+    code, _, err = cli(argv, capsys)
+    assert code == 2 and fragment in one_error_line(err)
 
 
 # ------------------------------------------------------------------ names from a fixed list
@@ -114,3 +218,15 @@ def test_unknown_name_writes_a_short_list_out_and_cuts_a_long_name():
     error = unknown_name("--fields", "field", "x" * 5000, GPU_FIELDS, "'nvtopy log --fields help' lists them")
     assert isinstance(error, UsageError) and error.exit_code == 2
     assert len(str(error)) < 150 and "…" in str(error)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["\x1b]0;owned\x07"], ["log", "--format", "\x1b[2J"], ["--\x1b[31mred"], ["log", "--fields", "\u202eevil"]],
+    ids=["command", "choice", "option", "field"],
+)
+def test_a_name_quoted_back_cannot_drive_the_terminal(capsys, argv):
+    code, _, err = cli(argv, capsys)
+    assert code == 2
+    line = one_error_line(err)
+    assert "\x1b" not in line and "\x07" not in line and "\u202e" not in line

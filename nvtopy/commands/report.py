@@ -96,10 +96,9 @@ def _by(values: list[str] | None) -> tuple[str, ...]:
 def build_parser(command: str) -> argparse.ArgumentParser:
     parser = options.command_parser(
         command,
-        "Accounting: GPU-hours held, busy and idle-held, energy and peak memory per user, owner, GPU or host, "
-        "from recordings (nvtopy record) or a Prometheus server.",
+        "Accounting: GPU-hours held, busy and idle-held, energy and peak memory per user, "
+        "owner, GPU or host, from recordings (nvtopy record) or a Prometheus server.",
     )
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = (
         f"{DEFINITIONS}\n\n"
         "Exit status: 0 with a report (also when no process held a GPU), 1 when there was nothing to report "
@@ -129,7 +128,8 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--since",
         metavar="DURATION",
-        help="only the last DURATION: 30m, 24h, 7d, 1h30m (recordings: default all of them; Prometheus: default 24h)",
+        help="only the last DURATION: a number and a unit (s, m, h, d, w), or several, largest first: 30m, 24h, "
+        "7d, 1h30m (recordings: default all of them; Prometheus: default 24h)",
     )
     parser.add_argument(
         "--by",
