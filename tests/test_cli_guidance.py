@@ -10,6 +10,7 @@ import pytest
 
 from nvtopy.commands import dispatch
 from nvtopy.commands.options import COMMANDS
+from nvtopy.commands.report import DURATION_FORMS, parse_duration
 from nvtopy.errors import UsageError
 from nvtopy.formats.writers import GPU_FIELDS, PROCESS_FIELDS
 
@@ -218,6 +219,38 @@ def test_unknown_name_writes_a_short_list_out_and_cuts_a_long_name():
     error = unknown_name("--fields", "field", "x" * 5000, GPU_FIELDS, "'nvtopy log --fields help' lists them")
     assert isinstance(error, UsageError) and error.exit_code == 2
     assert len(str(error)) < 150 and "…" in str(error)
+
+
+# ------------------------------------------------------------------ durations
+
+
+@pytest.mark.parametrize(
+    ("argv", "meant"),
+    [
+        (["--since", "2 days"], "'2d'"),
+        (["--since", "1 hour 30 minutes"], "'1h30m'"),
+        (["--since", "1h 30m"], "'1h30m'"),
+        (["--since", "2", "days"], None),  # unquoted: '2' alone, a number without its unit
+        (["--since", "yesterday"], None),
+    ],
+)
+def test_report_since_shows_the_accepted_forms_and_the_one_meant(capsys, argv, meant):
+    code, out, err = cli(["report", *argv, "/nonexistent.jsonl"], capsys)
+    line = one_error_line(err)
+    assert code == 2 and out == ""
+    assert f"is not a duration: give {DURATION_FORMS}" in line
+    assert line.endswith(f"; did you mean {meant}?" if meant else DURATION_FORMS)
+
+
+def test_a_duration_meant_is_one_parse_duration_reads():
+    with pytest.raises(UsageError, match=r"did you mean '1\.5h'\?$"):
+        parse_duration("1.5 hours")
+    with pytest.raises(UsageError, match=r"did you mean '1h'\?$"):
+        parse_duration("1H")
+    with pytest.raises(UsageError) as caught:
+        parse_duration("2 days ago")
+    assert "did you mean" not in str(caught.value)
+    assert parse_duration("1h30m") == 5400
 
 
 @pytest.mark.parametrize(
