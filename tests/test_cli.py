@@ -165,7 +165,7 @@ def test_no_color_has_no_escape_codes_even_on_a_tty(nvtopy_cmd):
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
-        (["--bogus"], "unrecognized arguments: --bogus"),
+        (["--bogus"], "unknown option '--bogus'"),
         (["--interval", "0"], "interval must be between"),
         (["--interval", "abc"], "invalid interval"),
         (["--interval", "nan"], "interval must be between"),
@@ -176,7 +176,7 @@ def test_no_color_has_no_escape_codes_even_on_a_tty(nvtopy_cmd):
         (["--demo", "--once", "--gpus", "zz:00.0"], "no GPU matches"),
         (["--demo", "--once", "--demo-model", "Voodoo2"], "unknown GPU model"),
         (["--demo", "--once", "--demo-fault", "meteor"], "unknown fault"),
-        (["--demo", "--once", "--demo-fault", "unsupported=warp"], "name field groups"),
+        (["--demo", "--once", "--demo-fault", "unsupported=warp"], "unknown field group 'warp'"),
         (["--demo", "--once", "--demo-fault", "lost@x"], "bad GPU list"),
         # Nothing the simulation cannot do is accepted silently (it used to pick another model, or inject nothing).
         (["--demo", "--once", "--demo-model", "A100"], "matches several models"),

@@ -339,7 +339,7 @@ def test_by_gpu_brings_its_host_and_keeps_hosts_apart():
 def test_by_user_and_host():
     assert key_columns(["user", "host"]) == ("user", "host")
     assert key_columns(["gpu", "user", "host"]) == ("host", "gpu", "user")
-    with pytest.raises(UsageError, match="--by: unknown key 'pod'; valid: user, owner, gpu, host"):
+    with pytest.raises(UsageError, match=r"--by: unknown key 'pod' \(known: user, owner, gpu, host\)"):
         key_columns(["pod"])
 
 
@@ -376,7 +376,7 @@ def test_sorting():
     assert [r.key[0] for r in sort_rows(report, "user")] == ["alice", "bob", "carol"]
     assert [r.key[0] for r in sort_rows(report, "user", reverse=True)] == ["carol", "bob", "alice"]
     assert [r.key[0] for r in sort_rows(report, "peak_memory_bytes")] == ["bob", "alice", "carol"]
-    with pytest.raises(UsageError, match=r"--sort: unknown column 'owner'; valid: user, held, busy, idle, energy"):
+    with pytest.raises(UsageError, match=r"--sort: unknown column 'owner' \(known: user, held, busy, idle, energy"):
         sort_rows(report, "owner")
 
 
@@ -706,8 +706,8 @@ def test_a_duration_with_anything_more_or_out_of_order_is_a_usage_error_listing_
         (["REC", "--since", "0h"], 2, "--since: give more than 0 and at most 366d"),
         (["REC", "--since=-5m"], 2, "--since: '-5m' is not a duration"),
         (["REC", "--since", "1h30"], 2, "--since: '1h30' is not a duration: give a number and a unit (s, m, h,"),
-        (["REC", "--sort", "cost"], 2, "--sort: unknown column 'cost'; valid: user, held, busy, idle, energy, memory"),
-        (["REC", "--by", "team"], 2, "--by: unknown key 'team'; valid: user, owner, gpu, host"),
+        (["REC", "--sort", "cost"], 2, "--sort: unknown column 'cost' (known: user, held, busy, idle, energy, memory"),
+        (["REC", "--by", "team"], 2, "--by: unknown key 'team' (known: user, owner, gpu, host)"),
         ([], 2, "give recordings (FILE ...) or --prometheus URL"),
         (["REC", "--prometheus", "http://x:9090"], 2, "give recordings (FILE ...) or --prometheus URL, not both"),
         (["REC", "--where", 'a="b"'], 2, "--where, --step and --ca-file apply to --prometheus only"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from ..errors import UsageError
+from ..errors import UsageError, unknown_name
 from ..model import OwnerKind, ProcessOwner
 
 __all__ = ["MODELS", "OWNER_KINDS", "WORKLOADS", "GpuModel", "Workload", "find_model", "sim_owner"]
@@ -96,8 +96,7 @@ def find_model(name: str) -> GpuModel:
             f"--demo-model: {name!r} matches several models ({', '.join(m.name for m in matches)}): "
             "give more of the name"
         )
-    known = ", ".join(m.name for m in MODELS)
-    raise UsageError(f"--demo-model: unknown GPU model {name!r} (known: {known})")
+    raise unknown_name("--demo-model", "GPU model", name, [m.name for m in MODELS])
 
 
 @dataclass(frozen=True, slots=True)

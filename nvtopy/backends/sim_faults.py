@@ -78,7 +78,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
-from ..errors import UsageError
+from ..errors import UsageError, unknown_name
 from ..model import SAMPLE_GROUPS
 
 if TYPE_CHECKING:
@@ -434,7 +434,7 @@ def parse_fault_specs(specs: Iterable[str], gpus: int | None = None, model: GpuM
         name = name.strip().lower()
         arg = arg.strip()
         if name not in FAULT_NAMES:
-            raise UsageError(f"--demo-fault: unknown fault {name!r} (known: {', '.join(FAULT_NAMES)})")
+            raise unknown_name("--demo-fault", "fault", name, FAULT_NAMES)
         if at and not gpu_text.strip():
             raise UsageError(f"--demo-fault {spec!r}: name the GPUs after '@' (1, 0,2, 1-3 or all)")
         selected = _parse_gpus(gpu_text.strip(), spec, gpus) if at else None
@@ -451,8 +451,10 @@ def parse_fault_specs(specs: Iterable[str], gpus: int | None = None, model: GpuM
                 raise UsageError(f"--demo-fault {spec!r}: {_HELP[name]}") from None
         elif name == "unsupported":
             groups = {g.strip() for g in arg.split("+") if g.strip()}
-            unknown = groups - UNSUPPORTABLE
-            if not groups or unknown:
+            unknown = sorted(groups - UNSUPPORTABLE)
+            if unknown:
+                raise unknown_name(f"--demo-fault {spec!r}", "field group", unknown[0], sorted(UNSUPPORTABLE))
+            if not groups:
                 raise UsageError(
                     f"--demo-fault {spec!r}: name field groups after '=' "
                     f"(one or more of {', '.join(sorted(UNSUPPORTABLE))}, joined with '+')"

@@ -13,13 +13,9 @@ import errno
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 from ..errors import NvtopyError, UsageError
 from .options import COMMANDS, discard_stdout
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["guarded", "main"]
 
@@ -28,7 +24,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``nvtopy [COMMAND] ...``: parse, then run the command under :func:`guarded`."""
     from importlib import import_module
 
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = _help_as_option(list(sys.argv[1:] if argv is None else argv))
     command = argv[0] if argv and argv[0] in COMMANDS else "monitor"
     module = import_module(f".{COMMANDS[command][0] if command in COMMANDS else 'monitor'}", __package__)
     parser = module.build_parser(command)
@@ -37,6 +33,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if check is not None:
         check(parser, args)
     return guarded(lambda: module.run(command, args))
+
+
+def _help_as_option(argv: list[str]) -> list[str]:
+    """``nvtopy help [COMMAND]`` as ``nvtopy [COMMAND] --help``: the habit of git, docker and pip.
+
+    A word after ``help`` that is no command stays a word: the monitor's parser names
+    the closest command for it (``nvtopy help lgo``: did you mean 'log'?).
+    """
+    if argv[:1] != ["help"] or "help" in COMMANDS:
+        return argv
+    rest = argv[1:]
+    if rest and rest[0] not in COMMANDS:
+        return rest
+    return [*rest[:1], "--help"]
 
 
 def guarded(function: Callable[[], int]) -> int:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING
 
-from ..errors import NvtopyError, UsageError
+from ..errors import NvtopyError, UsageError, unknown_name
 from ..formats.writers import (
     DEFAULT_GPU_FIELDS,
     DEFAULT_PROCESS_FIELDS,
@@ -76,17 +76,41 @@ DERIVED_GROUPS: dict[str, frozenset[str]] = {
 }
 
 
-def _parse_fields(values: list[str] | None, valid: tuple[str, ...], default: tuple[str, ...]) -> list[str]:
+LIST_FIELDS = ("help", "?")
+"""``--fields help`` lists the fields, one a line (``?`` too, as before: unquoted, a shell may expand it)."""
+
+
+def _listing(processes: bool) -> str:
+    """How to list the fields a log of these rows takes (the error cannot: there are 109)."""
+    return f"'nvtopy log{' --processes' if processes else ''} --fields help' lists them"
+
+
+def _parse_fields(
+    values: list[str] | None, valid: tuple[str, ...], default: tuple[str, ...], processes: bool = False
+) -> list[str]:
+    """The fields ``--fields`` names, in order; a usage error names the first unknown one and the closest.
+
+    ``processes``: the rows are processes (CSV ``--processes``), whose fields are not a GPU's: a GPU
+    field given for them, or a process field for GPU rows, is said to be one (the closest spelling
+    would only mislead then).
+    """
     if not values:
         return list(default)
     fields = [f.strip() for value in values for f in value.split(",") if f.strip()]
     if not fields:  # --fields '' or ',,': a log of empty lines is no log
-        raise UsageError("--fields: no field given; '--fields ?' lists them")
+        raise UsageError(f"--fields: no field given; {_listing(processes)}")
     unknown = [f for f in fields if f not in valid]
-    if unknown:
-        shown = unknown[0] if len(unknown[0]) <= 60 else unknown[0][:59] + "…"
-        raise UsageError(f"--fields: unknown field {shown!r}; valid fields: {', '.join(valid)}")
-    return fields
+    if not unknown:
+        return fields
+    name = unknown[0]
+    if processes and name in GPU_FIELDS:
+        raise UsageError(f"--fields: {name!r} is a GPU row's field: log GPU rows without --processes")
+    if not processes and name in PROCESS_FIELDS:
+        raise UsageError(
+            f"--fields: {name!r} is a process row's field: 'nvtopy log --processes' writes process rows "
+            "(JSONL: each GPU's processes, every field)"
+        )
+    raise unknown_name("--fields", "field", name, valid, _listing(processes))
 
 
 def _existing_columns(path: str | None, valid: tuple[str, ...]) -> tuple[str, ...] | None:
@@ -120,13 +144,22 @@ def build_parser(command: str) -> argparse.ArgumentParser:
         parser = options.command_parser(
             command, "Log one row per GPU (or process) per sample as CSV, or one JSON object per snapshot."
         )
+        parser.epilog = (
+            "examples:\n"
+            "  nvtopy log --interval 5 -o gpus.csv\n"
+            "  nvtopy log --fields index,temperature_c,power_draw_w,memory_used_bytes\n"
+            "  nvtopy log --processes --count 1\n"
+            "  nvtopy log --format jsonl --processes -o run.jsonl\n"
+            "  nvtopy log --fields help"
+        )
         parser.add_argument("--format", choices=("csv", "jsonl"), default="csv", help="csv (default) or jsonl")
         parser.add_argument("--output", "-o", metavar="FILE", help="append to FILE instead of writing to stdout")
         parser.add_argument(
             "--fields",
             action="append",
             metavar="LIST",
-            help="comma-separated fields (JSON contract names); '--fields ?' lists them",
+            help="comma-separated fields (JSON contract names); '--fields help' lists them (with --processes: "
+            "a process row's)",
         )
         parser.add_argument("--processes", action="store_true", help="CSV: one row per process; JSONL: include them")
     parser.add_argument(
@@ -139,8 +172,8 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     parser.add_argument("--count", type=int, metavar="N", help="stop after N samples (default: until Ctrl-C)")
     options.add_timeout_option(
         parser,
-        "seconds the driver may take to open (a GPU whose read misses an interval is marked not responding in "
-        "that interval's row)",
+        "seconds the driver may take to open; a GPU whose read misses an interval is marked not responding in "
+        "that interval's row",
     )
     options.add_gpu_options(parser)
     options.add_health_options(parser)
@@ -186,15 +219,15 @@ def run(command: str, args: argparse.Namespace) -> int:
         fmt, writer_fields, groups = "jsonl", None, ALL_GROUPS
     else:
         fmt = args.format
-        if args.fields == ["?"]:
-            valid = PROCESS_FIELDS if (fmt == "csv" and processes) else GPU_FIELDS
-            print("\n".join(valid))
+        process_rows = fmt == "csv" and processes
+        if args.fields is not None and len(args.fields) == 1 and args.fields[0].strip() in LIST_FIELDS:
+            print("\n".join(PROCESS_FIELDS if process_rows else GPU_FIELDS))
             return 0
         if fmt == "csv":
             valid, default = (PROCESS_FIELDS, DEFAULT_PROCESS_FIELDS) if processes else (GPU_FIELDS, DEFAULT_GPU_FIELDS)
             if not args.fields:  # an existing file goes on with its own columns
                 default = _existing_columns(args.output, valid) or default
-            writer_fields = _parse_fields(args.fields, valid, default)
+            writer_fields = _parse_fields(args.fields, valid, default, process_rows)
         else:
             writer_fields = _parse_fields(args.fields, GPU_FIELDS, GPU_FIELDS) if args.fields else None
         groups = groups_for(fmt, writer_fields, processes)

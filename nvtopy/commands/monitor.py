@@ -17,7 +17,6 @@ from ..errors import NvtopyError, UsageError
 from ..textsafe import safe_text
 from . import options
 from .options import (
-    COMMANDS,
     MAX_INTERVAL,
     MIN_INTERVAL,
     Parser,
@@ -37,13 +36,18 @@ __all__ = ["build_parser", "check_args", "run"]
 
 
 def build_parser(command: str = "monitor") -> argparse.ArgumentParser:
-    commands = "\n".join(f"  nvtopy {name:<9} {help_}" for name, (_, help_) in COMMANDS.items())
     parser = Parser(
         prog="nvtopy",
-        description="A top-like monitor for NVIDIA GPUs: interactive TUI, scriptable snapshots.",
-        epilog=f"commands (nvtopy COMMAND --help):\n{commands}\n\n"
-        "Without --once, nvtopy starts the interactive monitor. Try 'nvtopy --demo' on any machine.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="A top-like monitor for NVIDIA GPUs: without a COMMAND, the interactive monitor; "
+        "with --once, one snapshot as text (--json: as JSON). Try 'nvtopy --demo' on any machine: "
+        "it shows simulated GPUs.\n\n"
+        f"{options.commands_text()}",
+        epilog="examples:\n"
+        "  nvtopy --demo         the monitor, on simulated GPUs (q quits)\n"
+        "  nvtopy --once         one snapshot of this machine's GPUs, as text\n"
+        "  nvtopy --once --json  the same as JSON\n"
+        "  nvtopy doctor         what is wrong with the driver or the GPUs, and the fix",
+        takes_command=True,
     )
     parser.add_argument("--version", action="version", version=f"nvtopy {__version__}")
     parser.add_argument("--once", action="store_true", help="print one snapshot and exit")

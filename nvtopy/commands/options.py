@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import shutil
 import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -17,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from ..backends.open import DEMO_GPUS, DEMO_PROCESSES, DEMO_SEED, BackendSpec, nvml_spec, simulated_spec
 from ..backends.open import backend_opener as spec_opener
 from ..backends.open import open_backend as open_spec
-from ..errors import BackendUnavailableError
+from ..errors import BackendUnavailableError, did_you_mean, quoted_name, unknown_name
 from ..sources.base import MIN_INTERVAL
 
 if TYPE_CHECKING:
@@ -37,6 +40,7 @@ __all__ = [
     "backend_opener",
     "backend_spec",
     "command_parser",
+    "commands_text",
     "config_file",
     "config_warnings",
     "discard_stdout",
@@ -46,6 +50,7 @@ __all__ = [
     "open_backend_within",
     "release_backend",
     "resolve_selection",
+    "unknown_command",
     "user_config",
     "warn_user",
 ]
@@ -54,11 +59,129 @@ __all__ = [
 MAX_INTERVAL = 86400.0
 
 
+HELP_WIDTH = 100
+"""The widest ``--help`` is drawn, however wide the terminal: longer lines are hard to read."""
+
+_DEFINITION = re.compile(r"^( +\S.*?  +)(\S.*)$")  # "  held       GPU-hours during which ...": a term, its text
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's help, with descriptions and epilogs reflowed to the terminal and their lists kept.
+
+    Why: argparse either refills a description into one paragraph (losing a list of
+    commands or of definitions) or, raw, leaves lines as written, which wrap mid-word
+    on an 80-column terminal. Here each paragraph is refilled, and a line that starts
+    with an indented term and two spaces (``  log       log samples ...``) is an item
+    whose text wraps under itself. A line that ends with ``:`` ends its paragraph. Lines
+    break at spaces only: an option (``--fields``) is never cut at its hyphens.
+    """
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None):
+        columns = width if width is not None else shutil.get_terminal_size().columns - 2
+        super().__init__(prog, indent_increment, max_help_position, min(max(columns, 40), HELP_WIDTH))
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        """An option's help, wrapped at spaces only: ``'--fields help'`` and ``idle-held`` stay whole."""
+        return textwrap.wrap(" ".join(text.split()), width, break_long_words=False, break_on_hyphens=False)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        blocks: list[tuple[str, str, list[str]]] = []  # (first line's indent, the next lines', words)
+        joins = ""  # what the next line may continue: "item", "paragraph" or nothing
+        for line in text.splitlines():
+            item = _DEFINITION.match(line)
+            indented = line.startswith(" ")
+            if item:
+                blocks.append((item.group(1), " " * len(item.group(1)), item.group(2).split()))
+            elif line.strip() and ((indented and joins == "item") or (not indented and joins == "paragraph")):
+                blocks[-1][2].extend(line.split())
+            else:  # a blank line, a paragraph's first line, a line of its own (an example: indented, no term)
+                lead = line[: len(line) - len(line.lstrip())]
+                blocks.append((lead, lead, line.split()))
+            if item or (indented and joins == "item"):
+                joins = "item"
+            elif line.strip() and not indented and not line.rstrip().endswith(":"):
+                joins = "paragraph"
+            else:
+                joins = ""
+        lines = []
+        for first, rest, words in blocks:
+            if not words:
+                lines.append("")
+                continue
+            lines.append(
+                textwrap.fill(
+                    " ".join(words),
+                    width,
+                    initial_indent=indent + first,
+                    subsequent_indent=indent + rest,
+                    break_long_words=False,
+                    break_on_hyphens=False,
+                )
+            )
+        return "\n".join(lines)
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (argparse prints the whole usage first)."""
+    """argparse, but a usage error is one line, and the usage line is short.
+
+    Why: argparse prints the whole usage (ten lines of every flag) before an error, and
+    starts ``--help`` with the same ten lines; here the usage is ``nvtopy log [OPTIONS]``
+    and the options are listed once, below it. A word or an option argparse does not
+    know is named with the closest known ones (``nvtopy lgo``: did you mean 'log'?), as
+    is a choice it does not know (``--format jsn``). ``takes_command``: this is the
+    parser of ``nvtopy`` itself, whose first word may be a command (:data:`COMMANDS`).
+    """
+
+    def __init__(self, *args: Any, takes_command: bool = False, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+        self.takes_command = takes_command
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:  # argparse's own signature
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:
+            self.error(self._unrecognized(extra[0]))
+        return parsed
+
+    def _unrecognized(self, first: str) -> str:
+        """What is wrong with the first argument nothing took, in words."""
+        if first.startswith("-") and len(first) > 1:
+            option = first.split("=", 1)[0]
+            known = [name for name in self._option_string_actions if name.startswith("--")]
+            return f"unknown option {quoted_name(option)}{did_you_mean(option, known, limit=2)}"
+        if self.takes_command:
+            if first in COMMANDS:
+                return f"{first!r} is a command: it comes first (nvtopy {first} [OPTIONS])"
+            return unknown_command(first)
+        return f"unexpected argument {quoted_name(first)}"
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        """A value outside ``choices``: argparse's check, with the closest choices named."""
+        if action.choices is not None and value not in action.choices:
+            choices = [str(choice) for choice in action.choices]
+            raise argparse.ArgumentError(action, str(unknown_name("", "choice", str(value), choices)))
+
+    def format_usage(self) -> str:
+        self._short_usage()
+        return super().format_usage()
+
+    def format_help(self) -> str:
+        self._short_usage()
+        return super().format_help()
+
+    def _short_usage(self) -> None:
+        """``nvtopy log [OPTIONS]``, ``nvtopy report [OPTIONS] [FILE ...]``: the options are listed below it."""
+        if self.usage is not None:
+            return
+        formatter = self._get_formatter()
+        words = ["%(prog)s", "[COMMAND]" if self.takes_command else "", "[OPTIONS]"]
+        for action in self._actions:
+            if not action.option_strings:  # a positional: FILE, [FILE ...]
+                words.append(formatter._format_args(action, action.dest.upper()))
+        self.usage = " ".join(word for word in words if word)
 
 
 def interval_type(text: str) -> float:
@@ -172,11 +295,11 @@ def add_config_option(parser: argparse.ArgumentParser) -> None:
 
 
 def theme_name(text: str) -> str:
-    """``--theme``'s check: a Textual theme or "colorblind" (argparse prints the known ones)."""
+    """``--theme``'s check: a Textual theme or "colorblind" (the error names the closest and the known ones)."""
     from ..config import THEMES
 
     if text not in THEMES:
-        raise argparse.ArgumentTypeError(f"unknown theme {text!r} (known: {', '.join(THEMES)})")
+        raise argparse.ArgumentTypeError(str(unknown_name("", "theme", text, THEMES)))
     return text
 
 
@@ -393,9 +516,22 @@ COMMANDS = {
     "record": ("log", "record snapshots to a file, for 'nvtopy replay'"),
     "replay": ("replay", "replay a recording in the monitor"),
     "exporter": ("exporter", "serve Prometheus metrics under dcgm-exporter's names"),
-    "doctor": ("doctor", "check the driver, GPUs and setup for common problems; print each fix"),
-    "report": ("report", "accounting: GPU-hours, energy and peak memory per user, owner, GPU or host"),
+    "doctor": ("doctor", "check the driver, GPUs and setup for common problems, with fixes"),
+    "report": ("report", "GPU-hours, energy and peak memory per user, owner, GPU or host"),
 }
+"""``nvtopy COMMAND``: the module that runs it, and what it does in one line (``nvtopy --help``)."""
+
+
+def commands_text() -> str:
+    """The commands, one a line with what each does: the top of ``nvtopy --help``, where a newcomer looks."""
+    width = max(len(name) for name in COMMANDS)
+    lines = [f"  {name:<{width}}  {purpose}" for name, (_, purpose) in COMMANDS.items()]
+    return "commands ('nvtopy COMMAND --help' shows its options):\n" + "\n".join(lines)
+
+
+def unknown_command(word: str) -> str:
+    """``nvtopy lgo``: the error, with the closest command and all of them (there are six)."""
+    return str(unknown_name("", "command", word, list(COMMANDS)))
 
 
 def discard_stdout() -> None:

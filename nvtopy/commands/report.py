@@ -57,6 +57,8 @@ _UNIT_SECONDS = {"w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1}  # larg
 _DURATION_PART = re.compile(r"(\d{1,9}(?:\.\d{1,6})?)([wdhms])")
 DURATION_FORMS = "a number and a unit (s, m, h, d, w), or several, largest unit first: 30m, 24h, 7d, 1h30m, 1m30s"
 MAX_SINCE = 366 * 86400.0
+# A unit in words (``2 days``, ``1 hour 30 minutes``, ``90 Min``): the letter it is written as.
+_UNIT_WORD = re.compile(r"(\d[\d.]*)\s*(weeks?|wks?|w|days?|d|hours?|hrs?|h|minutes?|mins?|m|seconds?|secs?|s)\b\s*")
 
 
 def parse_duration(text: str, what: str = "--since") -> float:
@@ -80,11 +82,29 @@ def parse_duration(text: str, what: str = "--since") -> float:
     ranks = [rank for _, rank in parts]
     if not parts or position < len(stripped) or ranks != sorted(set(ranks)):  # more text, a unit again or late
         shown = text if len(text) <= 30 else text[:29] + "…"
-        raise UsageError(f"{what}: {shown!r} is not a duration: give {DURATION_FORMS}")
+        meant = _meant_duration(stripped)
+        hint = f"; did you mean {meant!r}?" if meant else ""
+        raise UsageError(f"{what}: {shown!r} is not a duration: give {DURATION_FORMS}{hint}")
     seconds = sum(number * _UNIT_SECONDS[units[rank]] for number, rank in parts)
     if not 0 < seconds <= MAX_SINCE:
         raise UsageError(f"{what}: give more than 0 and at most 366d")
     return seconds
+
+
+def _meant_duration(text: str) -> str | None:
+    """The duration ``text`` was meant to be, written as :func:`parse_duration` reads it: ``2 days`` ->
+    ``2d``, ``1h 30m`` -> ``1h30m``, ``1H`` -> ``1h``; None when it is no duration in other words either."""
+    lowered = text.lower()
+    if len(lowered) > 60:
+        return None
+    written = _UNIT_WORD.sub(lambda m: f"{m.group(1)}{m.group(2)[0]}", lowered)
+    if written == text or _UNIT_WORD.sub("", lowered).strip():
+        return None  # nothing to rewrite, or words that are no unit ("yesterday", "2 days ago")
+    try:
+        parse_duration(written)
+    except UsageError:
+        return None
+    return written
 
 
 def _by(values: list[str] | None) -> tuple[str, ...]:
@@ -96,10 +116,9 @@ def _by(values: list[str] | None) -> tuple[str, ...]:
 def build_parser(command: str) -> argparse.ArgumentParser:
     parser = options.command_parser(
         command,
-        "Accounting: GPU-hours held, busy and idle-held, energy and peak memory per user, owner, GPU or host, "
-        "from recordings (nvtopy record) or a Prometheus server.",
+        "Accounting: GPU-hours held, busy and idle-held, energy and peak memory per user, "
+        "owner, GPU or host, from recordings (nvtopy record) or a Prometheus server.",
     )
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = (
         f"{DEFINITIONS}\n\n"
         "Exit status: 0 with a report (also when no process held a GPU), 1 when there was nothing to report "
@@ -129,7 +148,8 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--since",
         metavar="DURATION",
-        help="only the last DURATION: 30m, 24h, 7d, 1h30m (recordings: default all of them; Prometheus: default 24h)",
+        help="only the last DURATION: a number and a unit (s, m, h, d, w), or several, largest first: 30m, 24h, "
+        "7d, 1h30m (recordings: default all of them; Prometheus: default 24h)",
     )
     parser.add_argument(
         "--by",

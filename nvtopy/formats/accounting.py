@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import UsageError, unknown_name
 from ..health.verdict import HealthThresholds
 from ..model import OwnerKind, ProcessOwner, Reason, Snapshot
 from ..ranges import within
@@ -329,13 +329,12 @@ def key_columns(by: Iterable[str]) -> tuple[str, ...]:
     columns: list[str] = []
     for name in by:
         if name not in DIMENSIONS:
-            shown = name if len(name) <= 40 else name[:39] + "…"
-            raise UsageError(f"--by: unknown key {shown!r}; valid: {', '.join(DIMENSIONS)}")
+            raise unknown_name("--by", "key", name, DIMENSIONS)
         for column in ("host", "gpu") if name == "gpu" else (name,):
             if column not in columns:
                 columns.append(column)
     if not columns:
-        raise UsageError(f"--by: no key given; valid: {', '.join(DIMENSIONS)}")
+        raise UsageError(f"--by: no key given (known: {', '.join(DIMENSIONS)})")
     return tuple(columns)
 
 
@@ -629,9 +628,7 @@ def sort_column(name: str, columns: Sequence[str]) -> str:
         return SORT_COLUMNS[name]
     if name in FIGURES:
         return name
-    shown = name if len(name) <= 40 else name[:39] + "…"
-    valid = [*columns, *SORT_COLUMNS]
-    raise UsageError(f"--sort: unknown column {shown!r}; valid: {', '.join(valid)}")
+    raise unknown_name("--sort", "column", name, [*columns, *SORT_COLUMNS])
 
 
 def sort_rows(report: Report, name: str, *, reverse: bool = False) -> tuple[Row, ...]:
