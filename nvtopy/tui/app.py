@@ -253,6 +253,7 @@ class NvtopyApp(App[None]):
         poll: bool = True,
         events: bool = True,
         thresholds: HealthThresholds | None = None,
+        isolate: bool = True,
     ) -> NvtopyApp:
         """The monitor of a local backend: a :class:`~nvtopy.sources.poller.Poller` of what the panels show.
 
@@ -260,7 +261,9 @@ class NvtopyApp(App[None]):
         runs (``select`` then picks the GPUs); ``waiting_for`` names what a slow start
         waits for ("the NVIDIA driver"). ``events``: watch Xid events while the monitor
         runs (the health screen's timeline); ``thresholds``: of the health flags
-        (``--idle-held-after`` and friends). See :class:`~nvtopy.sources.poller.Poller`.
+        (``--idle-held-after`` and friends); ``isolate``: each GPU on its own thread with a deadline (False: in
+        turn on the polling thread, as pictures need: no timing may enter them). See
+        :class:`~nvtopy.sources.poller.Poller`.
         """
         poller = Poller(
             backend,
@@ -271,6 +274,7 @@ class NvtopyApp(App[None]):
             waiting_for=waiting_for,
             events=events,
             thresholds=thresholds,
+            isolate=isolate,
         )
         return cls(poller, readonly=readonly, layout=layout, poll=poll)
 

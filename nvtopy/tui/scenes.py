@@ -249,7 +249,9 @@ def build(scene: Scene) -> tuple[NvtopyApp, Callable[[Pilot[None]], Awaitable[No
         viewer="alice",
         hostname="gpu-node-07",
     )
-    app = NvtopyApp.for_backend(backend, interval=1.0, poll=False, layout=scene.layout)
+    # isolate=False: every GPU is read in turn on the test's thread, so a read that a loaded machine makes slower
+    # than the poll's deadline can never leave a GPU with the previous sample's values in the picture.
+    app = NvtopyApp.for_backend(backend, interval=1.0, poll=False, layout=scene.layout, isolate=False)
     poller = app.source
     assert isinstance(poller, Poller)
 
