@@ -84,15 +84,18 @@ def _open_checked(path: str | os.PathLike[str]) -> tuple[int, os.stat_result]:
     raise FileRefusedError(f"not a regular file ({kind})")
 
 
-def read_bounded(path: str | os.PathLike[str], limit: int) -> bytes:
+def read_bounded(path: str | os.PathLike[str], limit: int, *, cut: bool = False) -> bytes:
     """The whole of the regular file ``path``, at most ``limit`` bytes; FileRefusedError otherwise.
 
     A file larger than ``limit`` is refused whole (``larger than 1 MiB``), never cut: a cut
-    config or certificate would read as something else.
+    config or certificate would read as something else. ``cut``: its first ``limit`` bytes
+    instead, for files whose beginning is what matters (a ``/proc`` file of a process).
     """
     fd, info = _open_checked(path)
     too_large = FileRefusedError(f"larger than {size_text(limit)}")
     try:
+        if cut:
+            return _read_up_to(fd, limit)
         if info.st_size > limit:
             raise too_large
         chunks: list[bytes] = []
@@ -109,6 +112,18 @@ def read_bounded(path: str | os.PathLike[str], limit: int) -> bytes:
         raise _refusal(exc) from None
     finally:
         os.close(fd)
+
+
+def _read_up_to(fd: int, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit:
+        chunk = os.read(fd, min(_CHUNK, limit - size))
+        if not chunk:
+            break
+        size += len(chunk)
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def open_regular(path: str | os.PathLike[str]) -> BinaryIO:

@@ -64,9 +64,9 @@ def test_remote_hosts_read_an_exporter_behind_a_private_ca(sim, certs):
 @pytest.mark.parametrize(
     ("name", "said"),
     [
-        ("missing.pem", "--ca-file '{path}': cannot be read (No such file or directory)"),
+        ("missing.pem", "--ca-file '{path}': no such file"),
         ("notes.txt", "--ca-file '{path}': holds no PEM certificate"),
-        ("", "--ca-file '{path}': cannot be read (Is a directory)"),
+        ("", "--ca-file '{path}': is a directory"),
     ],
 )
 def test_a_bad_ca_file_is_one_usage_error(tmp_path, name, said):

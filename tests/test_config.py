@@ -6,14 +6,12 @@ developer's ~/.config/nvtopy never leaks in.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import os
 import pty
 import select
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -34,6 +32,8 @@ from nvtopy.config import (
     save_columns,
     to_toml,
 )
+
+from .test_bounded_files import call_within, release_fifo
 
 NAME = "config.toml"
 
@@ -336,37 +336,15 @@ def test_an_unreadable_file_is_a_warning(tmp_path):
     assert warnings == [f"config file {secret}: cannot read it (Permission denied); using defaults"]
 
 
-def _within(call, seconds: float = 10.0):
-    """``call()`` on a thread, waited for at most ``seconds``: its result, or "still waiting" (or what it raised)."""
-    box: dict[str, object] = {}
-
-    def run() -> None:
-        try:
-            box["result"] = call()
-        except Exception as exc:  # handed to the test, which says what it expected
-            box["result"] = exc
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    return box.get("result", "still waiting")
-
-
-def _release(fifo: Path) -> None:
-    """A reader blocked opening ``fifo`` (the old way) goes on once a writer opens it and closes it."""
-    with contextlib.suppress(OSError):  # ENXIO: nobody is reading it, as it should be
-        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-
-
 def test_a_fifo_is_refused_at_once_never_waited_on(tmp_path):
     """open() of a FIFO blocks until someone writes: every command hung before its first line."""
     fifo = tmp_path / "config.toml"
     os.mkfifo(fifo)
     try:
-        loaded = _within(lambda: load_config(fifo))
-        saved = _within(lambda: save_columns(fifo, ["pid"]))  # the column chooser, on the app's thread
+        loaded = call_within(lambda: load_config(fifo))
+        saved = call_within(lambda: save_columns(fifo, ["pid"]))  # the column chooser, on the app's thread
     finally:
-        _release(fifo)
+        release_fifo(fifo)
     assert loaded == (Config(), [f"config file {fifo}: not a regular file (a FIFO); using defaults"])
     assert isinstance(saved, ConfigWriteError) and str(saved) == f"{fifo}: not a regular file (a FIFO)"
 
