@@ -11,8 +11,17 @@ bad value is never fatal: :func:`load_config` returns the defaults -- for the
 whole file, not only for the bad key, so a half-applied file never surprises --
 and one warning line naming the file, the line and the key (``config.toml line
 7: 'interval': must be a number from 0.1 to 86400; using defaults``). An
-unknown key (a typo, or a key of a newer nvtopy) is one warning line too, and
-is ignored: the rest of the file applies.
+unknown key (a typo, or a key of a newer nvtopy) is ignored: the rest of the
+file applies. However many problems a file has, they are **one** line (the
+first few in full, then how many more): one warning on stderr, one notification
+in the monitor, whatever the file holds.
+
+Whatever the file is, reading it never stops nvtopy: only a regular file of at
+most :data:`MAX_FILE_BYTES` is read (a FIFO, ``/dev/zero`` or a huge file is a
+warning: :mod:`nvtopy.boundedfile`), TOML nested too deeply for the parser, or
+an integer too long for Python or too large for a float, is a bad file or a bad
+value like any other, and the work is linear in the file's size (each key's line
+is looked up in an index made in one pass).
 
 Why pure (no Textual, no rich, nothing but the standard library): every command
 reads it (the health thresholds apply to ``log`` and the exporter too) and
@@ -37,6 +46,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from .boundedfile import FileMissingError, FileRefusedError, read_bounded
 
 __all__ = [
     "CHART_WINDOWS",
@@ -113,6 +124,8 @@ THEMES = (*TEXTUAL_THEMES, COLORBLIND_THEME)
 
 FILE_NAME = "config.toml"
 ENV_PATH = "NVTOPY_CONFIG"
+MAX_FILE_BYTES = 1 << 20  # a config file is a few hundred bytes; a larger one is not one
+MAX_PROBLEMS_SHOWN = 5  # in the one warning line about a file; the rest are counted
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,13 +202,11 @@ def load_config(
     if where is None:
         return Config(), []
     try:
-        data = where.read_bytes()
-    except FileNotFoundError:
+        data = read_bounded(where, MAX_FILE_BYTES)  # a FIFO, a device or a huge file: refused, never read
+    except FileMissingError:
         return Config(), ([f"config file {where}: no such file; using defaults"] if explicit else [])
-    except IsADirectoryError:
-        return Config(), [f"config file {where}: is a directory; using defaults"]
-    except OSError as exc:
-        return Config(), [f"config file {where}: cannot read it ({exc.strerror or exc}); using defaults"]
+    except FileRefusedError as exc:
+        return Config(), [f"config file {where}: {exc}; using defaults"]
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -217,9 +228,10 @@ _DECODE_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
 
 
 def parse_config(text: str, name: str = FILE_NAME) -> tuple[Config, list[str]]:
-    """``text`` (a config file's contents; ``name`` for messages) checked: the config and warning lines.
+    """``text`` (a config file's contents; ``name`` for messages) checked: the config and at most one warning line.
 
-    Any error: every default, and the first error only, one line. Unknown keys: one line each, ignored.
+    Any bad value: every default. Unknown keys: ignored. Every problem is in the one line (the first
+    :data:`MAX_PROBLEMS_SHOWN` of them in full, by line), whatever the text holds.
     """
     toml = _toml()
     if toml is None:
@@ -236,30 +248,45 @@ def parse_config(text: str, name: str = FILE_NAME) -> tuple[Config, list[str]]:
         else:  # "(at end of document)" and the like
             where, problem = name, message[:1].lower() + message[1:]
         return Config(), [f"{where}: not valid TOML: {problem}; using defaults"]
-    lines = _KeyLines(text)
-    warnings: list[str] = []
+    except RecursionError:  # arrays or inline tables nested deeper than the parser recurses
+        return Config(), [f"{name}: not valid TOML: nested too deeply; using defaults"]
+    except ValueError as exc:  # an integer longer than Python converts (int_max_str_digits)
+        problem = " ".join(str(exc).split(":")[0].split())[:80]
+        return Config(), [f"{name}: not valid TOML: {problem[:1].lower()}{problem[1:]}; using defaults"]
+    problems: list[_Problem] = []
     values: dict[str, Any] = {}
-    try:
-        for key, value in data.items():
+    for key, value in data.items():
+        try:
             if key == "health":
                 if not isinstance(value, dict):
                     raise _BadValueError("health", "must be a table ([health])")
                 for sub, threshold in value.items():
                     if sub not in HEALTH_KEYS:
-                        warnings.append(_unknown(name, lines, f"health.{sub}", HEALTH_KEYS))
+                        problems.append(_Problem(f"health.{sub}", None))
                         continue
-                    values[sub] = _check_threshold(
-                        f"health.{sub}", threshold, "GiB" if sub == "idle_held_memory" else "minutes"
-                    )
+                    unit = "GiB" if sub == "idle_held_memory" else "minutes"
+                    try:
+                        values[sub] = _check_threshold(f"health.{sub}", threshold, unit)
+                    except _BadValueError as bad:
+                        problems.append(_Problem(bad.key, bad.problem))
             elif key in TOP_LEVEL_KEYS:
                 values[key] = _CHECKS[key](value)
             else:
-                warnings.append(_unknown(name, lines, key, (*TOP_LEVEL_KEYS, "health")))
-    except _BadValueError as bad:
-        line = lines.find(bad.key)
-        where = name if line is None else f"{name} line {line}"
-        return Config(), [f"{where}: '{bad.key}': {bad.problem}; using defaults"]
-    return Config(**values), warnings
+                problems.append(_Problem(key, None))
+        except _BadValueError as bad:
+            problems.append(_Problem(bad.key, bad.problem))
+    if not problems:
+        return Config(**values), []
+    bad = any(problem.problem is not None for problem in problems)
+    return (Config() if bad else Config(**values)), [_one_line(name, text, problems, bad)]
+
+
+@dataclass(frozen=True, slots=True)
+class _Problem:
+    """One key's problem: ``problem`` is what is wrong with its value; None for an unknown key (ignored)."""
+
+    key: str
+    problem: str | None
 
 
 class _BadValueError(Exception):
@@ -269,17 +296,50 @@ class _BadValueError(Exception):
         self.problem = problem
 
 
-def _unknown(name: str, lines: _KeyLines, key: str, known: Sequence[str]) -> str:
-    line = lines.find(key)
-    where = name if line is None else f"{name} line {line}"
-    return f"{where}: unknown key '{key}' ignored (known: {', '.join(known)})"
+_KNOWN = f"known: {', '.join((*TOP_LEVEL_KEYS, 'health'))}"
+_KNOWN_HEALTH = f"known: {', '.join(HEALTH_KEYS)}"
+
+
+def _said(problem: _Problem, *, alone: bool) -> str:
+    """A problem as the warning says it (without where); ``alone``: the file's only one, with the known keys."""
+    if problem.problem is not None:
+        return f"'{problem.key}': {problem.problem}"
+    known = f" ({_KNOWN_HEALTH if problem.key.startswith('health.') else _KNOWN})" if alone else ""
+    return f"unknown key '{problem.key[:80]}' ignored{known}"
+
+
+def _one_line(name: str, text: str, problems: list[_Problem], bad: bool) -> str:
+    """Every problem of a file in one warning line, by line: the first few in full, then how many more."""
+    lines = _KeyLines(text)
+    located = sorted(
+        ((lines.find(p.key), n, p) for n, p in enumerate(problems)),
+        key=lambda item: (item[0] is None, item[0] or 0, item[1]),
+    )
+    tail = "; using defaults" if bad else ""
+    if len(located) == 1:
+        line, _, problem = located[0]
+        where = name if line is None else f"{name} line {line}"
+        return f"{where}: {_said(problem, alone=True)}{tail}"
+    shown = [
+        (f"line {line}: " if line is not None else "") + _said(problem, alone=False)
+        for line, _, problem in located[:MAX_PROBLEMS_SHOWN]
+    ]
+    more = len(located) - len(shown)
+    if more:
+        shown.append(f"and {more} more")
+    unknown = any(p.problem is None for p in problems)
+    known = f" ({_KNOWN}; in [health]: {', '.join(HEALTH_KEYS)})" if unknown else ""
+    return f"{name}: {len(located)} problems: {'; '.join(shown)}{known}{tail}"
 
 
 def _number(value: Any) -> float | None:
     """A TOML integer or float as a float; None for anything else (a bool is no number)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond any float (1e309): outside every range
+        return None
     return None if math.isnan(number) else number
 
 
@@ -385,36 +445,45 @@ _CHECKS = {
 
 # ----------------------------------------------------------------- where a key is, for messages
 
-_HEADER = re.compile(r"""^\s*\[\[?\s*([^\[\]#]*?)\s*\]\]?\s*(?:#.*)?$""")
+# No lazy group before optional blanks: a line of a million blanks (in a multi-line string) would take hours.
+_HEADER = re.compile(r"""^\s*\[\[?([^\[\]#]*)\]\]?\s*(?:#.*)?$""")
 _BARE_OR_QUOTED = r"""(?:{name}|"{name}"|'{name}')"""
+
+
+_KEY_PART = r"""(?:[A-Za-z0-9_-]+|"[^"\n]*"|'[^'\n]*')"""
+_KEY = re.compile(rf"^\s*({_KEY_PART}(?:\s*\.\s*{_KEY_PART})*)\s*=")
+_KEY_PARTS = re.compile(_KEY_PART)
 
 
 class _KeyLines:
     """Finds the line (1-based) where a key is set: ``interval`` at the top level, ``health.hang_after`` in
-    ``[health]`` (or as a dotted key at the top level). Good enough for messages; None when not found."""
+    ``[health]`` (or as a dotted key at the top level), ``health`` where its table starts. Good enough for
+    messages; None when not found.
+
+    Why an index made in one pass: a file of 20,000 unknown keys looked up one by one, each a scan of
+    every line, took minutes; this is linear in the file.
+    """
 
     def __init__(self, text: str) -> None:
-        self.lines = text.splitlines()
-
-    def find(self, dotted: str) -> int | None:
-        parts = dotted.split(".")
-        table, key = (parts[0], parts[-1]) if len(parts) > 1 else ("", parts[0])
-        own = re.compile(rf"^\s*{_BARE_OR_QUOTED.format(name=re.escape(key))}\s*=")
-        whole = re.compile(
-            r"^\s*" + r"\s*\.\s*".join(_BARE_OR_QUOTED.format(name=re.escape(p)) for p in parts) + r"\s*="
-        )
-        header = re.compile(rf"^\s*\[\s*{_BARE_OR_QUOTED.format(name=re.escape(dotted))}\s*\]")
-        section = ""
-        for number, line in enumerate(self.lines, start=1):
+        self._first: dict[str, int] = {}
+        section: tuple[str, ...] = ()
+        for number, line in enumerate(text.splitlines(), start=1):
             found = _HEADER.match(line)
             if found is not None:
-                section = found.group(1).replace('"', "").replace("'", "").replace(" ", "")
-                if not table and header.match(line):  # the key is a table itself: [health]
-                    return number
+                section = tuple(_unquoted(found.group(1)))
+                self._first.setdefault(".".join(section), number)
                 continue
-            if (section == table and own.match(line)) or (not section and table and whole.match(line)):
-                return number
-        return None
+            key = _KEY.match(line)
+            if key is not None:
+                self._first.setdefault(".".join((*section, *_unquoted(key.group(1)))), number)
+
+    def find(self, dotted: str) -> int | None:
+        return self._first.get(dotted)
+
+
+def _unquoted(key: str) -> list[str]:
+    """``health . "hang_after"`` -> ["health", "hang_after"] (quotes dropped, escapes left as written)."""
+    return [part.strip("\"'") for part in _KEY_PARTS.findall(key)]
 
 
 # ----------------------------------------------------------------- printing
@@ -483,22 +552,24 @@ def save_columns(path: str | os.PathLike[str], columns: Sequence[str]) -> None:
         raise ConfigWriteError(f"not a column list: {columns!r}")
     target = Path(os.path.realpath(Path(path).expanduser()))  # a symlinked dotfile stays a symlink
     try:
-        text = target.read_text(encoding="utf-8")
-    except FileNotFoundError:
+        text = read_bounded(target, MAX_FILE_BYTES).decode("utf-8")  # never a FIFO waited on by the app
+    except FileMissingError:
         text = ""
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigWriteError(f"cannot read {target}: {getattr(exc, 'strerror', None) or exc}") from None
+    except FileRefusedError as exc:
+        raise ConfigWriteError(f"{target}: {exc}") from None  # "cannot read it (...)", "not a regular file (...)"
+    except UnicodeDecodeError:
+        raise ConfigWriteError(f"{target}: not UTF-8 text") from None
     toml = _toml()
     if toml is None:
         raise ConfigWriteError("writing the config needs Python 3.11 or newer")
     try:
         toml.loads(text)
-    except toml.TOMLDecodeError:
+    except (ValueError, RecursionError):  # TOMLDecodeError, an integer too long, nesting too deep
         raise ConfigWriteError(f"{target} is not valid TOML: fix it first (nvtopy left it as it is)") from None
     updated = _set_top_level(text, "columns", _toml_value(columns))
     try:
         check = toml.loads(updated).get("columns")
-    except toml.TOMLDecodeError:
+    except (ValueError, RecursionError):
         check = None
     if check != columns:
         raise ConfigWriteError(f"cannot update 'columns' in {target} safely: edit it by hand")

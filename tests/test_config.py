@@ -12,6 +12,7 @@ import pty
 import select
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,8 @@ from nvtopy.config import (
     save_columns,
     to_toml,
 )
+
+from .test_bounded_files import call_within, release_fifo
 
 NAME = "config.toml"
 
@@ -209,20 +212,74 @@ def test_bad_toml_is_one_line_with_its_line(text, message):
     assert "\n" not in warning
 
 
-def test_only_the_first_bad_value_is_reported_and_nothing_of_the_file_applies():
-    config, warnings = parse_config('interval = 2\nview = "big"\ntheme = "neon"\n')
+def test_every_bad_value_is_in_one_line_and_nothing_of_the_file_applies():
+    config, warnings = parse_config('interval = 2\nview = "big"\nsort = "up"\n', NAME)
     assert config == Config()
-    assert warnings == ["config.toml line 2: 'view': must be one of auto, full, compact (not 'big'); using defaults"]
+    assert warnings == [
+        "config.toml: 2 problems: line 2: 'view': must be one of auto, full, compact (not 'big'); "
+        "line 3: 'sort': unknown column 'up' (known: " + ", ".join(COLUMN_IDS) + "); using defaults"
+    ]
 
 
-def test_unknown_keys_are_named_and_ignored_and_the_rest_applies():
+def test_unknown_keys_are_named_in_one_line_and_the_rest_applies():
     config, warnings = parse_config("interval = 2\nintervall = 3\n\n[health]\nhang_after = 1\nhang = 4\n", NAME)
     assert config == Config(interval=2.0, hang_after=1.0)
     assert warnings == [
-        "config.toml line 2: unknown key 'intervall' ignored (known: interval, view, columns, sort, group_by, "
-        "theme, chart_window, health)",
-        "config.toml line 6: unknown key 'health.hang' ignored (known: idle_held_after, idle_held_memory, hang_after)",
+        "config.toml: 2 problems: line 2: unknown key 'intervall' ignored; line 6: unknown key 'health.hang' ignored "
+        "(known: interval, view, columns, sort, group_by, theme, chart_window, health; "
+        "in [health]: idle_held_after, idle_held_memory, hang_after)"
     ]
+    config, warnings = parse_config("interval = 2\nintervall = 3\n", NAME)
+    assert config == Config(interval=2.0)
+    assert warnings == [
+        "config.toml line 2: unknown key 'intervall' ignored (known: interval, view, columns, sort, group_by, "
+        "theme, chart_window, health)"
+    ]
+
+
+def test_a_thousand_problems_are_one_bounded_line_by_line_number():
+    """One warning (one stderr line, one notification in the monitor), the first few in full, then a count."""
+    text = "".join(f"key{n} = {n}\n" for n in range(999)) + 'view = "big"\n'
+    config, warnings = parse_config(text, NAME)
+    assert config == Config() and len(warnings) == 1
+    line = warnings[0]
+    assert line.startswith("config.toml: 1000 problems: line 1: unknown key 'key0' ignored; line 2: unknown key 'key1'")
+    assert "; and 995 more (known: " in line and line.endswith("; using defaults")
+    assert "key5'" not in line and len(line) < 600
+
+
+def test_many_unknown_keys_take_linear_time():
+    """Each key's line was found by a scan of the whole file: 20,000 keys took minutes, now a fraction of a second."""
+    text = (
+        "".join(f"key{n} = {n}\n" for n in range(20_000)) + "[health]\n" + "".join(f"h{n} = 1\n" for n in range(5000))
+    )
+    started = time.process_time()
+    _, warnings = parse_config(text, NAME)
+    assert time.process_time() - started < 5.0  # about 0.15 s of CPU; 20,000 scans of 25,000 lines took minutes
+    assert warnings[0].startswith("config.toml: 25000 problems: line 1: unknown key 'key0' ignored;")
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("interval = " + "[" * 5000 + "]" * 5000 + "\n", "config.toml: not valid TOML: nested too deeply"),
+        ("columns = " + "{a = " * 3000 + "1" + "}" * 3000 + "\n", "config.toml: not valid TOML: nested too deeply"),
+        ("interval = " + "7" * 5000 + "\n", "config.toml: not valid TOML: exceeds the limit (4300 digits)"),
+        (
+            "interval = 1" + "0" * 400 + "\n",
+            "config.toml line 1: 'interval': must be a number from 0.1 to 86400 (seconds)",
+        ),
+        (
+            "[health]\nhang_after = -1" + "0" * 400 + "\n",
+            "config.toml line 2: 'health.hang_after': must be a number of minutes from 0 to 1000000",
+        ),
+    ],
+    ids=["arrays-5000-deep", "tables-3000-deep", "5000-digits", "1e400", "-1e400"],
+)
+def test_deep_nesting_and_huge_integers_are_a_bad_file_not_a_crash(text, said):
+    """Each raised RecursionError, ValueError or OverflowError out of every command (an exporter would crash-loop)."""
+    warning = warning_of(text)
+    assert warning.startswith(said) and warning.endswith("; using defaults"), warning
 
 
 # --------------------------------------------------------------------------- the file
@@ -277,6 +334,53 @@ def test_an_unreadable_file_is_a_warning(tmp_path):
     config, warnings = load_config(secret)
     assert config == Config()
     assert warnings == [f"config file {secret}: cannot read it (Permission denied); using defaults"]
+
+
+def test_a_fifo_is_refused_at_once_never_waited_on(tmp_path):
+    """open() of a FIFO blocks until someone writes: every command hung before its first line."""
+    fifo = tmp_path / "config.toml"
+    os.mkfifo(fifo)
+    try:
+        loaded = call_within(lambda: load_config(fifo))
+        saved = call_within(lambda: save_columns(fifo, ["pid"]))  # the column chooser, on the app's thread
+    finally:
+        release_fifo(fifo)
+    assert loaded == (Config(), [f"config file {fifo}: not a regular file (a FIFO); using defaults"])
+    assert isinstance(saved, ConfigWriteError) and str(saved) == f"{fifo}: not a regular file (a FIFO)"
+
+
+def test_a_device_or_a_file_over_the_cap_is_a_warning(tmp_path):
+    device = tmp_path / "device.toml"
+    device.symlink_to(os.devnull)
+    assert load_config(device) == (
+        Config(),
+        [f"config file {device}: not a regular file (a character device); using defaults"],
+    )
+    huge = write(tmp_path / "huge.toml", 'view = "full"\n' + "#" * (1 << 20) + "\n")
+    assert load_config(huge) == (Config(), [f"config file {huge}: larger than 1 MiB; using defaults"])
+
+
+def test_a_config_linked_to_dev_zero_is_one_warning_not_the_oom_killer(tmp_path, nvtopy_cmd):
+    """Read whole, /dev/zero grew the process by 0.5 GB/s; here under a 1 GiB address-space limit, to end either way."""
+    import resource
+
+    link = tmp_path / "config.toml"
+    link.symlink_to("/dev/zero")
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    result = subprocess.run(
+        [*nvtopy_cmd, "--config", str(link), "--print-config"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=limit,
+    )
+    assert (result.returncode, result.stderr) == (
+        0,
+        f"nvtopy: warning: config file {link}: not a regular file (a character device); using defaults\n",
+    )
 
 
 # --------------------------------------------------------------------------- the names agree with their owners
@@ -466,7 +570,7 @@ def test_save_columns_where_it_cannot_write_is_one_line(tmp_path):
     blocker = write(tmp_path / "nvtopy", "a file, not a directory\n")
     with pytest.raises(ConfigWriteError) as error:
         save_columns(blocker / "config.toml", ["pid"])
-    assert str(error.value) == f"cannot read {blocker / 'config.toml'}: Not a directory"
+    assert str(error.value) == f"{blocker / 'config.toml'}: cannot read it (Not a directory)"
     assert blocker.read_text() == "a file, not a directory\n"
 
 

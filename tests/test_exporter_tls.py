@@ -345,9 +345,9 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--tls-cert", "{missing}", "--tls-key", "{server.key}"], "--tls-cert {missing}: cannot read it"),
-        (["--tls-cert", "{dir}", "--tls-key", "{server.key}"], "--tls-cert {dir}: cannot read it"),
-        (["--tls-cert", "{server.pem}", "--tls-key", "{missing}"], "--tls-key {missing}: cannot read it"),
+        (["--tls-cert", "{missing}", "--tls-key", "{server.key}"], "--tls-cert {missing}: no such file"),
+        (["--tls-cert", "{dir}", "--tls-key", "{server.key}"], "--tls-cert {dir}: is a directory"),
+        (["--tls-cert", "{server.pem}", "--tls-key", "{missing}"], "--tls-key {missing}: no such file"),
         (["--tls-cert", "{server.key}", "--tls-key", "{server.key}"], "no PEM certificate in it"),
         (["--tls-cert", "{server.pem}", "--tls-key", "{server.pem}"], "--tls-key {server.pem}: no PEM private key"),
         (["--tls-cert", "{server.pem}"], "no private key in it; give the key with --tls-key"),
@@ -355,11 +355,11 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
         (["--tls-cert", "{server.pem}", "--tls-key", "{encrypted.key}"], "the key is encrypted"),
         (
             ["--tls-cert", "{server.pem}", "--tls-key", "{server.key}", "--tls-client-ca", "{server.key}"],
-            "--tls-client-ca {server.key}: no usable CA certificate",
+            "--tls-client-ca {server.key}: holds no PEM certificate",
         ),
         (
             ["--tls-cert", "{server.pem}", "--tls-key", "{server.key}", "--tls-client-ca", "{missing}"],
-            "--tls-client-ca {missing}: cannot read it",
+            "--tls-client-ca {missing}: no such file",
         ),
         (["--tls-key", "{server.key}"], "--tls-key needs --tls-cert"),
         (["--tls-client-ca", "{ca.pem}"], "--tls-client-ca needs --tls-cert"),

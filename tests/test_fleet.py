@@ -420,8 +420,8 @@ def test_once_text_shows_the_hosts(fake):
         (["--prometheus", "prom:9090", "--gpus", "0", "--once"], "cannot be combined"),
         (["--prometheus", "prom:9090", "--where", "Hostname", "--once"], "expected =, !=, =~ or !~"),
         (["--ca-file", "ca.pem", "--once"], "--ca-file needs --remote or --prometheus"),
-        (["--remote", "https://127.0.0.1:1", "--ca-file", "/nonexistent/ca.pem", "--once"], "cannot be read"),
-        (["--prometheus", "https://127.0.0.1:1", "--ca-file", "/nonexistent/ca.pem", "--once"], "cannot be read"),
+        (["--remote", "https://127.0.0.1:1", "--ca-file", "/nonexistent/ca.pem", "--once"], "': no such file"),
+        (["--prometheus", "https://127.0.0.1:1", "--ca-file", "/nonexistent/ca.pem", "--once"], "': no such file"),
     ],
 )
 def test_cli_usage_errors_are_one_line_exit_2(args, said):

@@ -740,14 +740,14 @@ def test_non_numeric_slurm_job_id_is_ignored(tree: Tree) -> None:
 def test_environ_absent_or_unreadable(tree: Tree, monkeypatch: pytest.MonkeyPatch) -> None:
     tree.process(300, SLURM_V2, SLURM_ENV)
     tree.process(301, SLURM_V2)  # no environ file at all
-    real_open = open
+    real_read = owners.read_bounded
 
-    def guarded_open(path, *args, **kwargs):
+    def guarded_read(path, *args, **kwargs):
         if str(path).endswith(os.path.join("300", "environ")):
-            raise PermissionError(13, "Permission denied", str(path))
-        return real_open(path, *args, **kwargs)
+            raise owners.FileRefusedError("cannot read it (Permission denied)")
+        return real_read(path, *args, **kwargs)
 
-    monkeypatch.setattr(owners, "open", guarded_open, raising=False)
+    monkeypatch.setattr(owners, "read_bounded", guarded_read)
     resolver = tree.resolver()
     for pid in (300, 301):
         found = resolver.resolve(pid, 1.0)

@@ -698,10 +698,10 @@ def test_a_duration_with_anything_more_or_out_of_order_is_a_usage_error_listing_
 @pytest.mark.parametrize(
     ("argv", "code", "message"),
     [
-        (["MISSING.jsonl"], 1, "cannot read MISSING.jsonl: No such file or directory"),
+        (["MISSING.jsonl"], 1, "cannot read MISSING.jsonl: no such file"),
         (["EMPTY"], 1, "nothing to report: no snapshot in EMPTY"),
         (["GARBAGE"], 1, "nothing to report: no snapshot in GARBAGE (6 lines skipped, not snapshots)"),
-        (["DIR"], 1, "cannot read DIR: Is a directory"),
+        (["DIR"], 1, "cannot read DIR: is a directory"),
         (["REC", "--since", "yesterday"], 2, "--since: 'yesterday' is not a duration: give a number and a unit (s"),
         (["REC", "--since", "0h"], 2, "--since: give more than 0 and at most 366d"),
         (["REC", "--since=-5m"], 2, "--since: '-5m' is not a duration"),
@@ -712,7 +712,7 @@ def test_a_duration_with_anything_more_or_out_of_order_is_a_usage_error_listing_
         (["REC", "--prometheus", "http://x:9090"], 2, "give recordings (FILE ...) or --prometheus URL, not both"),
         (["REC", "--where", 'a="b"'], 2, "--where, --step and --ca-file apply to --prometheus only"),
         (["REC", "--ca-file", "ca.pem"], 2, "--where, --step and --ca-file apply to --prometheus only"),
-        (["--prometheus", "https://x:9090", "--ca-file", "DIR"], 2, "--ca-file 'DIR': cannot be read (Is a directory)"),
+        (["--prometheus", "https://x:9090", "--ca-file", "DIR"], 2, "--ca-file 'DIR': is a directory"),
     ],
 )
 def test_bad_input_is_one_line_and_an_exit_code(recording, tmp_path, capsys, monkeypatch, argv, code, message):

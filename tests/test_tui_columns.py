@@ -194,7 +194,8 @@ async def test_a_config_file_that_cannot_be_written_still_applies_and_says_so(si
         await pilot.pause()
         assert "USER" not in titles(app)
         warnings = [n.message for n in app._notifications if n.severity == "warning"]
-        assert warnings == [f"columns applied, not remembered: cannot read {blocker / 'config.toml'}: Not a directory"]
+        said = f"{blocker / 'config.toml'}: cannot read it (Not a directory)"
+        assert warnings == [f"columns applied, not remembered: {said}"]
 
 
 async def test_columns_from_the_config_file_at_start(sim):

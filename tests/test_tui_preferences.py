@@ -205,6 +205,17 @@ def test_a_bad_config_file_is_a_warning_in_the_monitor_too(monkeypatch, capsys):
     assert app.source.interval == 1.0 and app.layout_mode == "auto"
 
 
+def test_a_thousand_problems_are_one_warning_and_one_notification(monkeypatch, capsys):
+    """Each problem was a notification of its own: 1,000 unknown keys buried the screen under 1,000 of them."""
+    _write_config("".join(f"colour{n} = {n}\n" for n in range(1000)) + 'view = "compact"\n')
+    app = _run_captured(monkeypatch, ["--demo"])
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "1000 problems: line 1: unknown key 'colour0' ignored;" in err
+    assert len(app.startup_warnings) == 1 and app.startup_warnings[0] in app.seen_notifications
+    assert len(app.seen_notifications) == 1
+    assert app.layout_mode == "compact", "unknown keys are ignored: the rest of the file applies"
+
+
 def _recording(tmp_path, sim) -> Path:
     """A short recording of a simulated node, as ``nvtopy record`` writes it."""
     import json

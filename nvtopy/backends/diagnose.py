@@ -31,9 +31,9 @@ import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from ..boundedfile import FileRefusedError, open_regular, read_bounded
 from ..errors import BackendUnavailableError
 from ..model import SAMPLE_GROUPS, GpuSample, GpuStatic, HostInfo, Reason, sample_from_fields
 from .base import Backend
@@ -65,6 +65,7 @@ DOCTOR_GROUPS: tuple[str, ...] = ("modes", "utilization", "remapped_rows", "reti
 ACCOUNTING_STATES = ("enabled", "disabled", "not_supported", "no_permission", "lost", "unknown")
 
 _PROC_VERSION = "/proc/driver/nvidia/version"
+MAX_HASHED_BYTES = 64 << 20  # a file of the Python bindings checked against its RECORD (pynvml.py: 200 KiB)
 
 
 # --------------------------------------------------------------------- the driver
@@ -126,10 +127,8 @@ def kernel_module_version(path: str = _PROC_VERSION) -> str | None:
     The line reads ``NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar ...``
     (``... Open Kernel Module for x86_64  550.54.15 ...`` for the open modules).
     """
-    try:
-        with open(path, encoding="utf-8", errors="replace") as file:
-            text = file.read(4096)
-    except OSError:
+    text = _read(path, 4096)
+    if text is None:
         return None
     match = re.search(r"Kernel Module.*?\s(\d+\.\d+(?:\.\d+)*)(?:\s|$)", text)
     return match.group(1) if match else None
@@ -144,12 +143,12 @@ def loaded_library_version(maps_path: str = "/proc/self/maps") -> str | None:
     file is mapped, or its name carries no version.
     """
     try:
-        with open(maps_path, encoding="utf-8", errors="replace") as maps:
-            for line in maps:
-                match = re.search(r"libnvidia-ml\.so\.(\d+\.\d+(?:\.\d+)*)\s*$", line)
+        with open_regular(maps_path) as maps:
+            for raw in maps:
+                match = re.search(r"libnvidia-ml\.so\.(\d+\.\d+(?:\.\d+)*)\s*$", raw.decode("utf-8", "replace"))
                 if match:
                     return match.group(1)
-    except OSError:
+    except (FileRefusedError, OSError):
         pass
     return None
 
@@ -367,8 +366,8 @@ def _record_hash(entry: Any) -> str | None:
 def _file_hash(path: str) -> str | None:
     """The file's sha256 as a wheel RECORD writes it (urlsafe base64, no padding)."""
     try:
-        data = Path(path).read_bytes()
-    except OSError:
+        data = read_bounded(path, MAX_HASHED_BYTES)
+    except FileRefusedError:  # gone, a FIFO, or larger than any file of the bindings
         return None
     return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode("ascii")
 
@@ -465,10 +464,10 @@ def _options(text: str) -> dict[str, str]:
 
 
 def _read(path: str, limit: int = 1 << 20) -> str | None:
+    """The first ``limit`` bytes of a (``/proc``) file as text; None where it cannot be read."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as file:
-            return file.read(limit)
-    except OSError:
+        return read_bounded(path, limit, cut=True).decode("utf-8", "replace")
+    except FileRefusedError:
         return None
 
 

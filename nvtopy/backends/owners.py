@@ -29,13 +29,14 @@ exception. Names are kept as data (escaping is the views' job) but cut to
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from ..boundedfile import FileRefusedError, read_bounded
+from ..jsondecode import JsonRefusedError, decode_json
 from ..model import OwnerKind, ProcessOwner
 
 __all__ = ["OwnerResolver", "ResolvedOwner", "parse_cgroup"]
@@ -334,11 +335,11 @@ class OwnerResolver:
     # --- bounded reads ---------------------------------------------------------------------------
 
     def _read_bytes(self, path: str, limit: int) -> bytes | None:
+        """The first ``limit`` bytes of a regular file (a runtime's config replaced by a FIFO is never waited on)."""
         self.reads += 1
         try:
-            with open(path, "rb") as handle:
-                return handle.read(limit)
-        except (OSError, ValueError):
+            return read_bounded(path, limit, cut=True)
+        except FileRefusedError:
             return None
 
     def _read_text(self, path: str, limit: int) -> str | None:
@@ -376,8 +377,8 @@ class OwnerResolver:
         if not data:
             return owner
         try:
-            config = json.loads(data.decode("utf-8", "surrogateescape"))
-        except ValueError:
+            config = decode_json(data.decode("utf-8", "surrogateescape"))
+        except JsonRefusedError:  # cut at the limit, nested too deeply, not JSON
             return owner
         if not isinstance(config, dict):
             return owner

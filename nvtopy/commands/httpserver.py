@@ -450,14 +450,22 @@ def tls_context(cert: str, key: str | None = None, client_ca: str | None = None)
     """
     import ssl
 
+    from ..boundedfile import FileRefusedError, read_bounded
+    from ..sources.https import MAX_PEM_BYTES, pem_certificates
+
     texts = {}
-    for flag, path in (("--tls-cert", cert), ("--tls-key", key), ("--tls-client-ca", client_ca)):
+    for flag, path in (("--tls-cert", cert), ("--tls-key", key)):
         if path is not None:
-            try:
-                with open(path, "rb") as file:
-                    texts[flag] = file.read(1 << 20)
-            except OSError as exc:
-                raise UsageError(f"{flag} {path}: cannot read it: {exc.strerror or exc}") from None
+            try:  # a regular file of at most 4 MiB, checked before OpenSSL reads it by its name
+                texts[flag] = read_bounded(path, MAX_PEM_BYTES)
+            except FileRefusedError as exc:
+                raise UsageError(f"{flag} {path}: {exc}") from None
+    client_cas = None
+    if client_ca is not None:
+        try:
+            client_cas = pem_certificates(client_ca)
+        except FileRefusedError as exc:
+            raise UsageError(f"--tls-client-ca {client_ca}: {exc}") from None
     if b"-----BEGIN CERTIFICATE-----" not in texts["--tls-cert"]:
         raise UsageError(f"--tls-cert {cert}: no PEM certificate in it")
     if b"PRIVATE KEY-----" not in texts["--tls-key" if key is not None else "--tls-cert"]:
@@ -488,10 +496,10 @@ def tls_context(cert: str, key: str | None = None, client_ca: str | None = None)
         ) from None
     except OSError as exc:
         raise UsageError(f"--tls-cert {cert}, --tls-key {key_file}: {exc.strerror or exc}") from None
-    if client_ca is not None:
+    if client_cas is not None:
         try:
-            context.load_verify_locations(cafile=client_ca)
-        except (ssl.SSLError, OSError) as exc:
+            context.load_verify_locations(cadata=client_cas)
+        except (ssl.SSLError, ValueError) as exc:
             why = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
             raise UsageError(f"--tls-client-ca {client_ca}: no usable CA certificate in it ({why})") from None
         context.verify_mode = ssl.CERT_REQUIRED  # mutual TLS: no certificate signed by that CA, no scrape

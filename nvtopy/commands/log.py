@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING
 
+from ..boundedfile import FileRefusedError, open_regular
 from ..errors import NvtopyError, UsageError, unknown_name
 from ..formats.writers import (
     DEFAULT_GPU_FIELDS,
@@ -122,10 +123,10 @@ def _existing_columns(path: str | None, valid: tuple[str, ...]) -> tuple[str, ..
     """
     if path is None:
         return None
-    try:
-        with open(path, encoding="utf-8", newline="") as existing:
-            first = existing.readline(1 << 16)
-    except (OSError, UnicodeDecodeError):
+    try:  # a FIFO or a terminal (-o /dev/stdout) is no file with a header: never waited on for one
+        with open_regular(path) as existing:
+            first = existing.readline(1 << 16).decode("utf-8")
+    except (FileRefusedError, OSError, UnicodeDecodeError):
         return None
     if not first.endswith("\n"):
         return None  # empty, or no whole header line: a new file for our purpose

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import os
 import re
 import shutil
 import sys
@@ -31,6 +29,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
+from ..boundedfile import FileRefusedError, open_regular
 from ..errors import NvtopyError, UsageError
 from ..formats.accounting import (
     DEFINITIONS,
@@ -48,6 +47,7 @@ from ..formats.accounting import (
     sort_column,
     sort_rows,
 )
+from ..jsondecode import JsonRefusedError, decode_json
 from ..textsafe import safe_text
 from . import options
 
@@ -191,11 +191,11 @@ class _Skipped:
 def _observations(raw: bytes) -> list[Observation]:
     """One line's observations; ValueError with a short reason when the line is no snapshot."""
     try:
-        data = json.loads(raw.decode("utf-8", "replace"))
-    except RecursionError:
-        raise ValueError("nested too deeply") from None
-    except ValueError as exc:  # JSONDecodeError, or an integer longer than Python reads
-        raise ValueError("not JSON" if raw.endswith(b"\n") else "cut short") from exc
+        data = decode_json(raw)
+    except JsonRefusedError as exc:
+        if exc.syntax:
+            raise ValueError("not JSON" if raw.endswith(b"\n") else "cut short") from None
+        raise ValueError(str(exc) if exc.kind == "depth" else "not JSON") from None
     try:
         return observations_from_record(data)
     except (KeyError, ValueError, TypeError, AttributeError, ArithmeticError, RecursionError) as exc:
@@ -210,9 +210,9 @@ def read_recording(path: str, skipped: _Skipped | None = None) -> Iterator[list[
     """
     skipped = skipped if skipped is not None else _Skipped()
     try:
-        handle = open(path, "rb")  # noqa: SIM115 - closed below
-    except OSError as exc:
-        raise NvtopyError(f"cannot read {path}: {exc.strerror or exc}") from None
+        handle = open_regular(path)  # a FIFO or a device is refused, never waited on
+    except FileRefusedError as exc:
+        raise NvtopyError(f"cannot read {path}: {exc}") from None
     with handle:
         number = 0
         while True:
@@ -247,10 +247,7 @@ def _first_time(path: str) -> float:
 def _report_recordings(args: argparse.Namespace, by: Sequence[str], since: float | None) -> Report:
     ledger = Ledger(by)
     cutoff = None if since is None else time.time() - since
-    paths = list(dict.fromkeys(args.files))  # a file given twice is read once
-    for path in paths:
-        if os.path.isdir(path):
-            raise NvtopyError(f"cannot read {path}: Is a directory")
+    paths = list(dict.fromkeys(args.files))  # a file given twice is read once (a directory: read_recording says so)
     read = 0
     warnings = []
     damaged = 0

@@ -874,6 +874,9 @@ class Exposition:
         return self._renderer.render(self._collector.families(snapshot))
 
 
+MAX_HOSTS = 1024  # hosts one view of several shows (--remote, --prometheus): more is a fleet for Grafana
+
+
 MAX_GPUS_PER_HOST = 64  # an HGX board has 8 or 16: more is a broken or hostile exporter
 
 

@@ -32,6 +32,12 @@ same range checks and label cuts as a scraped exposition (the helpers of
 :mod:`nvtopy.formats.prometheus`) and the same mapping to the model as ``--remote``
 (:mod:`nvtopy.sources.hostscrape`): nothing a server says is trusted.
 
+**Bounded**: at most :data:`~nvtopy.formats.prometheus.MAX_HOSTS` hosts are shown (the first by
+name; a line says how many the server has), each with the GPUs and processes a ``--remote`` host
+may have; the first answer (one row a host) is read up to :data:`HOST_LIST_BYTES`, and a longer one
+is a one-line failure asking for ``--where``, never the memory and time of a million hosts. Hosts
+that vanished are remembered for their "no longer reported" line only while the view has room.
+
 **Stale**: a host whose newest sample is older than three of its scrape intervals
 (learned from how its newest sample moves between refreshes; the fleet's median for a
 host not seen moving yet; 60 s, Prometheus's default, before any) is shown stale, one
@@ -53,6 +59,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import heapq
 import math
 import re
 import statistics
@@ -65,6 +72,7 @@ from ..formats.dcgm import FIELDS, INSTANCE_FIELDS
 from ..formats.prometheus import (
     MAX_GPU_INDEX,
     MAX_GPUS_PER_HOST,
+    MAX_HOSTS,
     MAX_INSTANCE_ID,
     MAX_MIG_PER_GPU,
     MAX_PID,
@@ -101,6 +109,7 @@ GONE_AFTER = 600.0  # seconds a host that vanished from the answers is still sho
 DEFAULT_SCRAPE_INTERVAL = 60.0  # Prometheus's default, until a host's own is seen
 STALE_INTERVALS = 3  # a host whose newest sample is older than this many scrape intervals is stale
 MAX_QUERIES_PER_REFRESH = 2  # each host's newest sample; then, if any host has new ones, what is new
+HOST_LIST_BYTES = 4 << 20  # the first answer (one row a host): some 40,000 hosts of ordinary names
 
 # ----------------------------------------------------------------- what is asked for
 
@@ -487,9 +496,13 @@ class PrometheusFleet(SnapshotSource):
         self._failure = None
         notes: list[str] = []
         try:
-            hosts = self._newest(self.client.query(newest_query(self.where)))
+            hosts, claimed = self._newest(self._host_list())
             evaluated = self.client.evaluated_at or now
             notes.extend(f"partial answer: {w}" for w in self.client.warnings)
+            if claimed > len(hosts):
+                notes.append(
+                    f"the server has {claimed} hosts: showing the first {len(hosts)} by name (narrow them with --where)"
+                )
             changed = [
                 key
                 for key, host in hosts.items()
@@ -499,34 +512,60 @@ class PrometheusFleet(SnapshotSource):
                 or host.newest != self._known[key].newest
             ]
             if changed:
-                self._read(hosts, changed, notes, everything)
+                self._read(hosts, changed, notes, everything, every_host=claimed == len(hosts))
         except PrometheusError as exc:
             self._failure = exc
             self._status = "✗ " + _short(exc)
             return self._failed_snapshot(now, f"{exc}; asked again every {self._interval:g} s")
         self.hosts_read = len(changed)
         snapshot = self._snapshot(now, hosts, set(changed), evaluated, notes)
-        self._status = f"{len(hosts)} hosts" + (" ⚠ partial" if notes else "")
+        shown = f"{len(hosts)} of {claimed} hosts" if claimed > len(hosts) else f"{len(hosts)} hosts"
+        self._status = shown + (" ⚠ partial" if notes else "")
         return snapshot
 
+    def _host_list(self) -> list[tuple[dict[str, str], float]]:
+        """The first query's answer, at most :data:`HOST_LIST_BYTES` of it: a server claiming a million hosts
+        costs a refusal in one line, not the memory and time of decoding them."""
+        try:
+            return self.client.query(newest_query(self.where), max_bytes=HOST_LIST_BYTES)
+        except PrometheusError as exc:
+            if exc.kind != "size":
+                raise
+            raise PrometheusError(
+                f"{exc}: far more hosts than the {MAX_HOSTS} shown; narrow them with --where", kind=exc.kind
+            ) from None
+
     @staticmethod
-    def _newest(rows: list[tuple[dict[str, str], float]]) -> dict[tuple[str, str], _Host]:
-        """The hosts the first query names, each with the time of its newest GPU sample (the server's clock)."""
-        hosts: dict[tuple[str, str], _Host] = {}
+    def _newest(rows: list[tuple[dict[str, str], float]]) -> tuple[dict[tuple[str, str], _Host], int]:
+        """The hosts the first query names, each with the time of its newest GPU sample (the server's clock),
+        at most :data:`MAX_HOSTS` of them (the first by name, as they are shown); and how many it names."""
+        newest: dict[tuple[str, str], float | None] = {}
         for labels, value in rows:
             key = (labels.get("instance", ""), labels.get("Hostname", ""))
-            host = hosts.get(key)
-            if host is None:
-                host = hosts[key] = _Host(key)
-            if math.isfinite(value) and (host.newest is None or value > host.newest):
-                host.newest = value
-        return hosts
+            said = value if math.isfinite(value) else None
+            known = newest.get(key)
+            if known is None or (said is not None and said > known):
+                newest[key] = said
+        keys: Iterable[tuple[str, str]] = newest
+        if len(newest) > MAX_HOSTS:
+            keys = heapq.nsmallest(MAX_HOSTS, newest, key=lambda k: (_natural(k[1] or k[0]), k))
+        hosts = {key: _Host(key, newest=newest[key]) for key in keys}
+        return hosts, len(newest)
 
     def _read(
-        self, hosts: dict[tuple[str, str], _Host], changed: list[tuple[str, str]], notes: list[str], everything: bool
+        self,
+        hosts: dict[tuple[str, str], _Host],
+        changed: list[tuple[str, str]],
+        notes: list[str],
+        everything: bool,
+        every_host: bool = True,
     ) -> None:
-        """Read what the ``changed`` hosts have (values, identities, processes) into ``hosts``: one query."""
-        every = len(changed) == len(hosts)
+        """Read what the ``changed`` hosts have (values, identities, processes) into ``hosts``: one query.
+
+        ``every_host``: ``hosts`` are all the server has (not the first :data:`MAX_HOSTS`): a question
+        about all of them needs no ``instance`` matcher.
+        """
+        every = every_host and len(changed) == len(hosts)
         instances = None if every else sorted({key[0] for key in changed})
         asked: dict[tuple[str, str], tuple[int, ...]] = {}  # host -> the slow groups asked of it
         for key in changed:
@@ -540,7 +579,7 @@ class PrometheusFleet(SnapshotSource):
         for group, names in enumerate(SLOW_GROUPS):
             of = [key for key in changed if group in asked[key]]
             if of:
-                chosen = None if len(of) == len(hosts) else tuple(sorted({key[0] for key in of}))
+                chosen = None if every_host and len(of) == len(hosts) else tuple(sorted({key[0] for key in of}))
                 by_instances.setdefault(chosen, []).extend(names)
         parts: list[Part] = [(names, chosen) for chosen, names in by_instances.items()]
         rows = self.client.query(read_query(self.where, parts, instances))
@@ -641,6 +680,10 @@ class PrometheusFleet(SnapshotSource):
             known.seen_at = now
         for key in [k for k, known in self._known.items() if k not in hosts and now - known.seen_at > GONE_AFTER]:
             del self._known[key]
+        if len(self._known) > MAX_HOSTS:  # hosts that come and go by the thousand: the longest gone are forgotten
+            gone = sorted((k for k in self._known if k not in hosts), key=lambda k: self._known[k].seen_at)
+            for key in gone[: len(self._known) - MAX_HOSTS]:
+                del self._known[key]
         self._titles()
         kept = set(self._known)
         if len(self._mapper) > 8 * MAX_GPUS_PER_HOST * max(1, len(kept)):  # hosts gone for good: their histories

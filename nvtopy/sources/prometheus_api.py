@@ -35,7 +35,6 @@ import base64
 import contextlib
 import gc
 import http.client
-import json
 import re
 import socket
 import threading
@@ -47,7 +46,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._version import __version__
+from ..boundedfile import size_text
 from ..errors import NvtopyError, UsageError
+from ..jsondecode import JsonRefusedError, decode_json
 from .https import client_context
 
 __all__ = [
@@ -73,9 +74,9 @@ Matrix = list[tuple[dict[str, str], list[tuple[float, float]]]]
 class PrometheusError(NvtopyError):
     """A request to Prometheus failed; ``str()`` is one line naming the server (never its credentials).
 
-    ``kind``: ``"unreachable"``, ``"timeout"``, ``"http"``, ``"query"`` (Prometheus said
-    ``status: error``; ``error_type`` is its ``errorType``, e.g. ``bad_data``),
-    ``"json"`` or ``"result"`` (a result of the wrong shape).
+    ``kind``: ``"unreachable"``, ``"timeout"``, ``"http"``, ``"size"`` (an answer larger than
+    allowed), ``"query"`` (Prometheus said ``status: error``; ``error_type`` is its ``errorType``,
+    e.g. ``bad_data``), ``"json"`` or ``"result"`` (a result of the wrong shape).
     """
 
     def __init__(self, message: str, *, kind: str = "error", error_type: str | None = None) -> None:
@@ -270,11 +271,12 @@ def paused_gc() -> Iterator[None]:
 class _Call:
     """One HTTP exchange on a daemon thread of its own; its socket can be shut from any thread."""
 
-    def __init__(self, client: PrometheusClient, path: str, body: bytes, deadline: float) -> None:
+    def __init__(self, client: PrometheusClient, path: str, body: bytes, deadline: float, limit: int) -> None:
         self.client = client
         self.path = path
         self.body = body
         self.deadline = deadline
+        self.limit = limit  # bytes of JSON, once gzip is undone
         self.done = threading.Event()
         self.answer: tuple[int, bytes] | None = None
         self.error: BaseException | None = None
@@ -340,8 +342,8 @@ class _Call:
             connection.close()
 
     def _read(self, connection: http.client.HTTPConnection, response: http.client.HTTPResponse) -> bytes:
-        """The whole body by the deadline, chunk by chunk, at most ``max_bytes`` once gzip is undone."""
-        limit = self.client.max_bytes
+        """The whole body by the deadline, chunk by chunk, at most ``limit`` bytes once gzip is undone."""
+        limit = self.limit
         gzipped = (response.getheader("Content-Encoding") or "").strip().lower() == "gzip"
         inflate = zlib.decompressobj(16 + zlib.MAX_WBITS) if gzipped else None
         chunks: list[bytes] = []
@@ -426,15 +428,16 @@ class PrometheusClient:
 
     # ----------------------------------------------------------------- the API
 
-    def query(self, expr: str, at: float | None = None) -> Vector:
+    def query(self, expr: str, at: float | None = None, *, max_bytes: int | None = None) -> Vector:
         """An instant query: each series' labels and value (``NaN``, ``±Inf`` included) at ``at`` (default: now).
 
         :attr:`evaluated_at` becomes the time the server evaluated it at (its clock, not ours).
+        ``max_bytes``: a smaller bound than the client's for this answer (a list of hosts, not their GPUs).
         """
         form = {"query": expr, "timeout": f"{self.timeout:g}s"}
         if at is not None:
             form["time"] = repr(float(at))
-        data = self._post("/api/v1/query", form)
+        data = self._post("/api/v1/query", form, max_bytes)
         if data.get("resultType") != "vector":
             raise self._error(f"answered a {_shown_type(data)} where a vector was asked for", "result")
         result = data.get("result")
@@ -497,15 +500,16 @@ class PrometheusClient:
             self._ssl = ssl.create_default_context()  # the system's CAs (--ca-file: see .https); the host name too
         return http.client.HTTPSConnection(self._host, self._port, timeout=timeout, context=self._ssl)
 
-    def _post(self, path: str, form: dict[str, str]) -> dict[str, Any]:
+    def _post(self, path: str, form: dict[str, str], max_bytes: int | None = None) -> dict[str, Any]:
         """POST ``form`` to ``path``; the answer's ``data`` (warnings kept), or PrometheusError in one line."""
+        limit = self.max_bytes if max_bytes is None else min(max_bytes, self.max_bytes)
         self.warnings = []
         self.queries += 1
         try:
             body = urllib.parse.urlencode(form).encode("utf-8")
         except UnicodeEncodeError:
             raise UsageError("the query is not valid UTF-8") from None
-        call = self._call = _Call(self, path, body, time.monotonic() + self.timeout)
+        call = self._call = _Call(self, path, body, time.monotonic() + self.timeout, limit)
         try:
             call.start()
         except RuntimeError:  # no thread to be had (a process at its limit)
@@ -516,11 +520,17 @@ class PrometheusClient:
         if call.aborted:  # abort() from another thread (the source stopping): whatever the socket said after
             raise self._error("request cut off", "timeout")
         if call.error is not None:
-            raise self._failure(call.error) from None
+            raise self._failure(call.error, limit) from None
         assert call.answer is not None
         status, raw = call.answer
+        refused: JsonRefusedError | None = None
         with paused_gc():
-            answer = _json(raw)
+            try:
+                answer = decode_json(raw)
+            except JsonRefusedError as exc:  # as a recording's line: malformed, nested too deeply, a number too long
+                answer, refused = None, exc
+        if status == 200 and refused is not None and not refused.syntax:
+            raise self._error(f"answered JSON that cannot be read ({refused})", "json")
         if status != 200 or not isinstance(answer, dict) or answer.get("status") != "success":
             if isinstance(answer, dict) and answer.get("status") == "error":
                 kind = _excerpt(answer.get("errorType"), 40)
@@ -540,12 +550,12 @@ class PrometheusClient:
     def _error(self, what: str, kind: str, error_type: str | None = None) -> PrometheusError:
         return PrometheusError(f"prometheus {self.label}: {what}", kind=kind, error_type=error_type)
 
-    def _failure(self, exc: BaseException) -> PrometheusError:
-        """One line for what went wrong in the exchange."""
+    def _failure(self, exc: BaseException, limit: int) -> PrometheusError:
+        """One line for what went wrong in the exchange (``limit``: the bytes the answer was allowed)."""
         if isinstance(exc, TimeoutError):
             return self._error(f"no answer within {self.timeout:g} s", "timeout")
         if isinstance(exc, _TooLargeError):
-            return self._error(f"answer larger than {self.max_bytes // (1024 * 1024)} MiB", "http")
+            return self._error(f"answer larger than {size_text(limit)}", "size")
         if isinstance(exc, zlib.error):
             return self._error("answered broken gzip", "http")
         if isinstance(exc, http.client.IncompleteRead):
@@ -561,13 +571,6 @@ class PrometheusClient:
             reason = getattr(exc, "reason", None) or exc.strerror or str(exc) or type(exc).__name__
             return self._error(f"unreachable: {_excerpt(reason, 120).lower()}", "unreachable")
         return self._error(f"could not be read ({type(exc).__name__})", "unreachable")
-
-
-def _json(raw: bytes) -> Any:
-    try:
-        return json.loads(raw)
-    except ValueError:  # not JSON, or not UTF-8
-        return None
 
 
 def _shown_type(data: dict[str, Any]) -> str:

@@ -28,6 +28,7 @@ an index up to :data:`MAX_GPU_INDEX`) and :data:`MAX_PROCESSES_PER_HOST`
 processes are shown, with a note saying so, and labels are cut to
 :data:`MAX_LABEL` characters. Credentials in a URL (``http://user:pw@host``)
 are sent as HTTP basic auth and never shown: hosts are named ``host:port``.
+So is how many hosts: at most :data:`MAX_HOSTS` URLs, the hosts ``--prometheus`` shows at most.
 
 Health comes back where the exporter says it (nvtopy's own exporter): the
 verdict (``nvtopy_gpu_health``), whether the GPU's driver answers
@@ -74,7 +75,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
 from ..errors import UsageError
-from ..formats.prometheus import HostScrape, parse_exposition
+from ..formats.prometheus import MAX_HOSTS, HostScrape, parse_exposition
 from ..model import (
     GpuSample,
     GpuState,
@@ -425,6 +426,8 @@ class RemoteHosts(SnapshotSource):
     ) -> None:
         """``ca_file``: verify https:// hosts against only the CAs of this PEM file (:mod:`.https`)."""
         super().__init__(interval)
+        if len(urls) > MAX_HOSTS:  # a thread and a line each: as many as --prometheus shows, no more
+            raise UsageError(f"--remote: {len(urls)} hosts; at most {MAX_HOSTS} (for a fleet, use --prometheus)")
         self.targets = [_Target.of(u) for u in urls]
         self._tls = client_context(ca_file)  # read now: a bad file is a usage error before anything is asked
         self.urls = [t.url for t in self.targets]  # without credentials

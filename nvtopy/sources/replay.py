@@ -43,7 +43,6 @@ values of the wrong type, a line of gigabytes), it is damage, never a crash.
 from __future__ import annotations
 
 import collections
-import json
 import logging
 import math
 import operator
@@ -57,8 +56,10 @@ from datetime import datetime
 from typing import IO, Any, overload
 
 from ..backends.pidmap import unmapped_hint
+from ..boundedfile import FileRefusedError, open_regular
 from ..errors import NvtopyError
 from ..formats.contract import READINGS, host_usage_from_dict, owner_from_dict, recorded_text
+from ..jsondecode import JsonRefusedError, decode_json
 from ..model import (
     EVENTS_PER_GPU,
     HISTORY_LENGTH,
@@ -549,15 +550,13 @@ def _history_only(data: dict[str, Any], history: dict[int, HistoryBuffer]) -> No
 def _json(raw: bytes) -> Any:
     """One line as JSON; raises _DamageError saying why it is not."""
     try:
-        return json.loads(raw.decode("utf-8", "replace"))
-    except json.JSONDecodeError as exc:
-        if not raw.endswith(b"\n"):
+        return decode_json(raw)
+    except JsonRefusedError as exc:
+        if exc.syntax and not raw.endswith(b"\n"):
             raise _DamageError("the file ends mid-record (cut short)") from None
-        raise _DamageError(f"not JSON ({exc.msg})") from None
-    except RecursionError:
-        raise _DamageError("not JSON that can be read (nested too deeply)") from None
-    except ValueError as exc:  # an integer longer than Python reads (int_max_str_digits)
-        raise _DamageError(f"not JSON that can be read ({_excerpt(exc, 60)})") from None
+        if exc.syntax:
+            raise _DamageError(str(exc)) from None
+        raise _DamageError(f"not JSON that can be read ({_excerpt(exc, 60)})") from None  # too deep, too long
 
 
 def _parse(raw: bytes, history: dict[int, HistoryBuffer]) -> Snapshot:
@@ -637,7 +636,7 @@ class RecordedSnapshots(Sequence[Snapshot]):
         """Parse snapshot ``position``; going back, also the few before it (kept, so the next steps back are free)."""
         first = position
         try:
-            with open(self.path, "rb") as handle:
+            with open_regular(self.path) as handle:  # replaced by a FIFO since: refused, never waited on
                 if position != self._at + 1:  # not the next one: the charts start again from the lines before
                     if position < self._at:
                         first = max(0, position - self._cache_size // 2)
@@ -649,7 +648,16 @@ class RecordedSnapshots(Sequence[Snapshot]):
                     data = self._data(handle, earlier)
                     self._keep(earlier, snapshot_from_dict(data, self._history, self.timelines))
                 snapshot = snapshot_from_dict(self._data(handle, position), self._history, self.timelines)
-        except (OSError, _DamageError, KeyError, ValueError, TypeError, AttributeError, ArithmeticError) as exc:
+        except (
+            OSError,
+            FileRefusedError,
+            _DamageError,
+            KeyError,
+            ValueError,
+            TypeError,
+            AttributeError,
+            ArithmeticError,
+        ) as exc:
             self._at = -2  # the history may be half built
             raise NvtopyError(f"{self.path}: cannot read snapshot {position + 1} again ({_excerpt(exc)})") from None
         self._at = position
@@ -694,9 +702,9 @@ def load_recording(
     each one -- True ends the pass at once with :class:`IndexingStoppedError`.
     """
     try:
-        handle = open(path, "rb")  # noqa: SIM115 - closed below
-    except OSError as exc:
-        raise NvtopyError(f"cannot read {path}: {exc.strerror or exc}") from None
+        handle = open_regular(path)  # a FIFO or a device is refused, never waited on
+    except FileRefusedError as exc:
+        raise NvtopyError(f"cannot read {path}: {exc}") from None
     offsets: array[int] = array("q")
     timestamps: array[float] = array("d")
     timelines: dict[int, Timeline] = {}  # the charts' history: every line's values, read in this one pass
