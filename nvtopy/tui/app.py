@@ -491,7 +491,7 @@ class NvtopyApp(App[None]):
         self._update_header(header)
         filter_shown = self.query_one("#filter", Input).has_class("shown")
         spare = spare_rows(size.height, plan.lines, filter_shown)
-        self.query_one(ChartView).show(snapshot, gpus, spare, table_rows=len(shown) + 1)  # rows to spare: charts
+        self.query_one(ChartView).show(snapshot, gpus, spare, table_rows=len(table.rows) + 1)  # rows to spare: charts
 
     def _update_header(self, header: HeaderBar | None = None) -> None:
         """The header line, led by how long the driver has kept the poll (or every shown GPU) waiting when stuck."""
@@ -815,6 +815,8 @@ class NvtopyApp(App[None]):
             ("↑ ↓ PgUp PgDn Home End", "Move the selection"),
             ("click", "Select a row; click a column title to sort by it"),
         ]
+        table_keys = " ".join(keys_of(b) for b in ProcessTable.BINDINGS if isinstance(b, Binding) and b.tooltip)
+        groups["Sorting"].append((table_keys, ProcessTable.KEYS_HELP))  # the table's own: open and fold a group
         groups["General"].append(("ctrl+p", "Command palette (every action by name)"))
         order = ("General", "Processes", "Sorting", "Filtering", "View")
         return [(name, groups[name]) for name in order if name in groups]
