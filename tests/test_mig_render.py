@@ -316,8 +316,8 @@ def test_the_mig_column_is_shown_only_when_asked_and_comes_after_gpu():
     assert "mig" not in [c.key for c in visible_columns(140)]
     keys = [c.key for c in visible_columns(140, mig=True)]
     assert keys[:3] == ["gpu", "mig", "pid"]
-    assert "mig" in [c.key for c in visible_columns(60, mig=True)]
-    narrow = [c.key for c in visible_columns(55, mig=True)]
+    assert "mig" in [c.key for c in visible_columns(65, mig=True)]
+    narrow = [c.key for c in visible_columns(58, mig=True)]
     assert "mig" not in narrow and "user" in narrow and "owner" not in narrow, "it goes after OWNER, before USER"
 
 

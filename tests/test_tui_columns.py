@@ -230,9 +230,9 @@ def test_visible_columns_follow_the_choice():
     keys = [c.key for c in visible_columns(200, mig=True, flags=True, chosen=("command", "mig", "pid", "flags"))]
     assert keys == ["command", "mig", "pid", "flags"]
     # Narrow: the least important go first, in the chosen order otherwise.
-    keys = [c.key for c in visible_columns(50, chosen=("time", "type", "pid", "user", "command"))]
+    keys = [c.key for c in visible_columns(55, chosen=("time", "type", "pid", "user", "command"))]
     assert keys == ["time", "pid", "user", "command"]
-    # Without COMMAND nothing needs its 20 cells: more columns fit.
+    # Without COMMAND nothing needs its 25 cells: more columns fit.
     keys = [c.key for c in visible_columns(50, chosen=("pid", "user", "owner", "type", "gpu_memory"))]
     assert keys == ["pid", "user", "owner", "type", "gpu_memory"]
     assert visible_columns(120) == visible_columns(120, chosen=COLUMN_IDS)

@@ -101,7 +101,7 @@ def test_chosen_columns_show_host_only_on_a_fleet_and_hide_it_when_left_out():
 
 
 def test_host_outlasts_the_other_columns_on_a_narrow_terminal_and_is_as_wide_as_its_labels():
-    narrow = [c.key for c in visible_columns(60, hosts=True)]
+    narrow = [c.key for c in visible_columns(65, hosts=True)]
     assert "host" in narrow and "user" not in narrow
 
     def width(hosts: int) -> int:

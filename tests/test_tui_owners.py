@@ -31,10 +31,22 @@ from nvtopy.model import (
     Snapshot,
 )
 from nvtopy.render import cells
-from nvtopy.render.processes import ProcessFilter, ProcessGroup, SortOrder, build_groups, build_rows, visible_columns
+from nvtopy.render.processes import (
+    GROUP_SM_TITLE,
+    MIN_COMMAND_WIDTH,
+    ProcessFilter,
+    ProcessGroup,
+    SortOrder,
+    build_groups,
+    build_rows,
+    owner_label,
+    visible_columns,
+)
 from nvtopy.render.text import PROCESS_COLUMNS, process_row, render_snapshot
 from nvtopy.sources.base import SnapshotSource
 from nvtopy.tui.app import NvtopyApp
+from nvtopy.tui.process_screen import ProcessScreen
+from nvtopy.tui.process_table import ProcessTable
 from nvtopy.tui.screens import ConfirmSignalScreen, HelpScreen
 
 from .tui_helpers import header_line, pids, screen_text, started, table_of, wait_until, widget_lines
@@ -171,14 +183,73 @@ def test_text_view_shows_the_owner_column():
     assert "web-1" in text and "ml/trainer" in text
 
 
-def test_owner_column_fits_80_and_widens_at_200():
-    narrow = {c.key: c for c in visible_columns(77)}  # 80 columns: the tag marker and the scrollbar take 3
-    assert list(narrow) == ["gpu", "pid", "user", "owner", "gpu_memory", "sm", "cpu", "command"]
-    assert narrow["owner"].width == 11
-    wide = {c.key: c for c in visible_columns(197)}
-    assert "type" in wide and "host_memory" in wide and "time" in wide
-    assert wide["owner"].width == 32
+def test_command_shrinks_last_at_80_columns_and_owner_widens_at_200():
+    # 80 columns (the tag marker and the scrollbar take 3): OWNER gives way before COMMAND gets under 25 cells,
+    # USER is as wide as its widest name, and TIME still fits.
+    narrow = {c.key: c for c in visible_columns(77, users=5, owners=12)}
+    assert list(narrow) == ["gpu", "pid", "user", "gpu_memory", "sm", "cpu", "time", "command"]
+    assert narrow["user"].width == 5
+    assert 77 - sum(c.width + 1 for c in narrow.values() if c.key != "command") >= MIN_COMMAND_WIDTH
+    assert {c.key: c.width for c in visible_columns(100, users=5, owners=12)}["owner"] == 11, "back at 100"
+    assert {c.key: c.width for c in visible_columns(197)}["owner"] == 32, "wide, unknown widths: up to 32"
+    assert {c.key: c.width for c in visible_columns(197, owners=12)}["owner"] == 12, "no wider than its cells"
+    assert {c.key: c.width for c in visible_columns(197, users=2)}["user"] == 4, "never narrower than its title"
     assert "owner" not in {c.key for c in visible_columns(50)}, "below 80 columns OWNER goes before USER"
+
+
+HASHED = ProcessOwner(
+    OwnerKind.CGROUP, cgroup="/process_api/64a1d6e2f0c4b8a9d7e6f5c4b3a29180716253443526170819a0b1c2d3e4f5a6"
+)
+
+
+@pytest.mark.parametrize(
+    ("path", "shown"),
+    [
+        (HASHED.cgroup, "process_api/64a1d6e2…"),
+        ("/process_api", "process_api"),
+        ("/batch/jobs/nightly-eval", "nightly-eval"),
+        ("/system.slice/slurmstepd.scope/system", "slurmstepd.scope/system"),
+        ("/init.scope", "init.scope"),
+        ("/runner/3f2a9c1e-1b2c-4d5e-8f90-a1b2c3d4e5f6/payload", "3f2a9c1e…/payload"),
+        ("/machine.slice/libpod-conmon-" + "ab" * 32 + ".scope", "libpod-conmon-abababab….scope"),
+        ("/", "/"),
+    ],
+)
+def test_a_raw_cgroup_owner_is_shown_short(path, shown):
+    assert cells.short_cgroup(path) == shown
+    owner = ProcessOwner(OwnerKind.CGROUP, cgroup=path)
+    assert cells.owner_cell(proc(0, 1, ME, owner)) == (shown, cells.PLAIN)
+    assert owner_label(proc(0, 1, ME, owner)) == path, "grouped and sorted by the whole path"
+
+
+def test_the_process_screen_keeps_the_whole_cgroup_path():
+    from nvtopy.tui.process_screen import _owner_words
+
+    assert HASHED.cgroup in _owner_words(HASHED).plain
+
+
+async def test_the_table_at_80_columns_gives_command_what_user_and_owner_do_not_need(sim):
+    app = NvtopyApp.for_backend(sim(gpus=4, seed=1), interval=2.0)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(pilot, app)
+        table = table_of(app)
+        placed = {p.column.key: p.width for p in table._placed}
+        users = max(len(p.user or "N/A") for p in table.rows)
+        assert placed["user"] == max(4, users), "USER as wide as its widest name"
+        assert placed["command"] >= MIN_COMMAND_WIDTH
+        row = next(line for line in widget_lines(table)[1:] if "train.py" in line)
+        assert "python train.py --config" in row, "a job's command reads at 80 columns"
+
+
+async def test_a_hashed_cgroup_owner_takes_few_columns_at_200():
+    app = NvtopyApp(FixedSource(), poll=False)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await show(pilot, app, snapshot_of((*ALL, proc(3, 60, ME, HASHED))))
+        table = table_of(app)
+        placed = {p.column.key: p.width for p in table._placed}
+        assert placed["owner"] == len("process_api/64a1d6e2…") < 32
+        row = next(line for line in widget_lines(table) if " 60 " in line)
+        assert "process_api/64a1d6e2…" in row and "/process_api/" not in row
 
 
 # --------------------------------------------------------------------------- the filter
@@ -208,16 +279,17 @@ def test_group_by_user_totals():
     groups = groups_of("user")
     assert set(groups) == {"alice", "bob", "carol"}
     # alice: process 10 on GPUs 0 and 1 (CPU and host memory once), process 30 on GPU 2.
-    assert totals(groups["alice"]) == (2, (0, 1, 2), 3 * GIB + 512 * MIB, 30, 6.0, 110 * MIB, 100.0)
+    # SM%: the average per GPU of the GPUs with a figure (10 on GPU 0, 20 on GPU 1; none on GPU 2), never a sum.
+    assert totals(groups["alice"]) == (2, (0, 1, 2), 3 * GIB + 512 * MIB, 15, 6.0, 110 * MIB, 100.0)
     # bob: the pod on GPU 0, and the process with unknown figures on GPU 2 (None values are left out of sums).
-    assert totals(groups["bob"]) == (2, (0, 2), 4 * GIB, 35, 50.0, GIB, 500.0)
+    assert totals(groups["bob"]) == (2, (0, 2), 4 * GIB, 18, 50.0, GIB, 500.0)  # (30 + 5) / 2 GPUs
     assert totals(groups["carol"]) == (1, (3,), 8 * GIB, 90, 99.0, 3 * GIB, 7200.0)
 
 
 def test_group_by_owner_totals():
     groups = groups_of("owner")
     assert set(groups) == {"web-1", "ml/trainer", "slurm 1234.0", "-", None}
-    assert totals(groups["web-1"]) == (1, (0, 1), 3 * GIB, 30, 5.0, 100 * MIB, 100.0)
+    assert totals(groups["web-1"]) == (1, (0, 1), 3 * GIB, 15, 5.0, 100 * MIB, 100.0)
     assert totals(groups["ml/trainer"]) == (1, (0,), 4 * GIB, 30, 50.0, GIB, 500.0)
     assert totals(groups["-"]) == (1, (2,), 512 * MIB, None, 1.0, 10 * MIB, 50.0)
     assert totals(groups[None]) == (1, (2,), None, 5, None, None, None)
@@ -241,7 +313,7 @@ def test_groups_sort_by_their_totals():
     assert order("user", "gpu_memory", True) == ["carol", "bob", "alice"]
     assert order("user", "gpu_memory", False) == ["alice", "bob", "carol"]
     assert order("user", "time", True) == ["carol", "bob", "alice"]  # the longest runtime
-    assert order("user", "sm", False) == ["alice", "bob", "carol"]  # 30, 35, 90
+    assert order("user", "sm", False) == ["alice", "bob", "carol"]  # 15, 18, 90 per GPU
     assert order("owner", "owner", False) == ["-", "ml/trainer", "slurm 1234.0", "web-1", None], "unknown last"
     assert order("owner", "gpu_memory", True) == ["slurm 1234.0", "ml/trainer", "web-1", "-", None]
     assert order("gpu", "gpu", False) == [0, 1, 2, 3]
@@ -500,13 +572,13 @@ async def test_layouts_with_owners_and_groups(size):
         await show(pilot, app)
         header = widget_lines(table_of(app))[0]
         titles = header.split()
-        assert "OWNER" in titles and "USER" in titles and "COMMAND" in titles
-        if size[0] == 80:
-            assert "TYPE" not in titles and "HOST-MEM" not in titles and "TIME" not in titles
+        assert "USER" in titles and "COMMAND" in titles
+        if size[0] == 80:  # OWNER gives way to COMMAND (grouping by owner, below, names them)
+            assert "TYPE" not in titles and "HOST-MEM" not in titles and "OWNER" not in titles
         else:
-            assert {"TYPE", "HOST-MEM", "TIME", "CPU%", "SM%"} <= set(titles)
-        text = screen_text(app)
-        assert "ml/trainer" in text and "web-1" in text
+            assert {"OWNER", "TYPE", "HOST-MEM", "TIME", "CPU%", "SM%"} <= set(titles)
+            text = screen_text(app)
+            assert "ml/trainer" in text and "web-1" in text
         await group_by(pilot, app, "owner")
         text = screen_text(app)
         assert "grouped by owner" in text
@@ -600,3 +672,90 @@ async def test_a_slurm_job_id_exported_from_a_login_session_joins_no_job_group(s
         assert [p.pid for p in app.screen.targets] == [task.pid], "the session's process is no target"
         await pilot.press("n")
     assert task.poll() is None and intruder.poll() is None
+
+
+# --------------------------------------------------------------------------- folding groups
+
+
+def group_line(app, value: str) -> str:
+    return next(line for line in widget_lines(table_of(app)) if f" {value}: " in line)
+
+
+async def test_enter_right_and_left_open_and_fold_a_group_which_stays_open_across_refreshes_and_sorts():
+    app = NvtopyApp(FixedSource(), poll=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await show(pilot, app)
+        await group_by(pilot, app, "user")
+        await pilot.press("home")
+        table = table_of(app)
+        assert [r.value for r in table.rows] == ["alice", "bob", "carol"] and table.cursor == 0
+        assert "▸ alice: 2 processes on 3 GPUs" in group_line(app, "alice")
+        await pilot.press("enter")
+        await pilot.pause()
+        assert [getattr(r, "value", getattr(r, "pid", None)) for r in table.rows] == [
+            "alice",
+            10,
+            10,
+            30,
+            "bob",
+            "carol",
+        ]
+        assert "▾ alice: 2 processes on 3 GPUs" in group_line(app, "alice")
+        lines = widget_lines(table)
+        assert "├ python job10.py" in lines[2] and "└ python job30.py" in lines[4]
+        await show(pilot, app)  # a refresh
+        assert len(table.rows) == 6 and table.selected.value == "alice"
+        app.set_sort(SortOrder("gpu_memory", True))  # a new sort: alice last, still open
+        await pilot.pause()
+        assert [getattr(r, "value", None) for r in table.rows] == ["carol", "bob", "alice", None, None, None]
+        assert table.selected.value == "alice", "the cursor stayed on the group"
+        await pilot.press("down", "left")  # on one of its processes: folds the group, the cursor goes to it
+        await pilot.pause()
+        assert [r.value for r in table.rows] == ["carol", "bob", "alice"] and table.selected.value == "alice"
+        await pilot.press("right", "right")  # opens; once open, stays open
+        await pilot.pause()
+        assert len(table.rows) == 6 and table.cursor == 2
+        await pilot.press("left")
+        await pilot.pause()
+        assert len(table.rows) == 3
+        await pilot.press("enter", "enter")
+        await pilot.pause()
+        assert len(table.rows) == 3, "Enter toggles"
+
+
+async def test_enter_on_a_process_of_an_open_group_opens_its_screen():
+    app = NvtopyApp(FixedSource(), poll=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await show(pilot, app)
+        await group_by(pilot, app, "user")
+        await pilot.press("home", "enter", "down")
+        await pilot.pause()
+        assert table_of(app).selected.pid == 10
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, ProcessScreen), message="the process screen")
+
+
+async def test_signals_go_to_an_open_groups_process_or_to_the_whole_group_once():
+    app = NvtopyApp(FixedSource(), poll=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await show(pilot, app)
+        await group_by(pilot, app, "user")
+        await pilot.press("home", "enter")  # alice open: her process 10 is on two rows
+        await pilot.pause()
+        assert sorted(p.pid for p in app.signal_targets()) == [10, 30], "the group: each process once"
+        await pilot.press("down", "down", "down")
+        assert [p.pid for p in app.signal_targets()] == [30], "one of its processes: that process"
+
+
+async def test_group_sm_is_an_average_per_gpu_and_the_header_and_help_say_so():
+    app = NvtopyApp(FixedSource(), poll=False)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await show(pilot, app)
+        header = widget_lines(table_of(app))[0]
+        assert " SM% " in header and GROUP_SM_TITLE not in header
+        await group_by(pilot, app, "user")
+        assert GROUP_SM_TITLE in widget_lines(table_of(app))[0]
+        sm = next(p for p in table_of(app)._placed if p.column.key == "sm")
+        assert group_line(app, "alice")[sm.x : sm.x + sm.width].strip() == "15", "(10 + 20) / 2 GPUs with a figure"
+        helped = {keys: words for _, rows in app.help_sections() for keys, words in rows}
+        assert helped.get("⏎ → ←") == ProcessTable.KEYS_HELP, "Enter, → and ← on a group are in the help"

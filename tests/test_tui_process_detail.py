@@ -86,6 +86,7 @@ async def test_enter_opens_the_screen_with_what_the_host_knows(sim, sleeper, tmp
         assert 'CUDA_VISIBLE_DEVICES  "1"  → CUDA 0=GPU 1' in text, "which GPU the variable means"
         assert "GPU 0 H100 80GB HBM3" in text, "the GPU it runs on"
         assert "Children              none" in text
+        assert " · 1 thread" in text and "1 threads" not in text, "sleep has one thread"
         assert "GPU memory" in text and "Host memory (RSS)" in text
         assert str(tmp_path) in screen_text(app), "shown, not only held"
 
@@ -120,15 +121,19 @@ async def test_escape_and_q_close_it(sim, sleeper):
         assert app.is_running, "q closed the screen, not the monitor"
 
 
-async def test_enter_on_a_group_row_says_what_to_do(sim):
+async def test_enter_on_a_group_row_lists_its_processes(sim):
     backend = sim(gpus=2, seed=1)
     app = NvtopyApp.for_backend(backend, interval=INTERVAL)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
-        await pilot.press("b", "enter")
+        await pilot.press("b")
+        await pilot.pause()
+        table = app.query_one("#processes")
+        folded = len(table.rows)
+        await pilot.press("enter")
         await pilot.pause()
         assert not isinstance(app.screen, ProcessScreen)
-        assert any("group" in str(n.message) for n in app._notifications)
+        assert len(table.rows) == folded + len(table.selected.members)
 
 
 # --------------------------------------------------------------------------- signals

@@ -17,6 +17,7 @@ throttle reasons) is made safe here with :func:`~nvtopy.textsafe.safe_text`.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ..model import (
@@ -29,6 +30,7 @@ from ..model import (
     MigState,
     MigUsage,
     OwnerKind,
+    ProcessOwner,
     Reason,
     Severity,
 )
@@ -44,6 +46,8 @@ __all__ = [
     "GOOD",
     "GPM_NOT_SUPPORTED",
     "GPM_NOT_SUPPORTED_SHORT",
+    "GROUP_FOLDED",
+    "GROUP_UNFOLDED",
     "HOT",
     "MIG_UTILIZATION_NOTE",
     "NOT_VISIBLE",
@@ -82,12 +86,15 @@ __all__ = [
     "name_cell",
     "note_cell",
     "owner_cell",
+    "owner_label_shown",
     "percent_cell",
+    "plural",
     "power_cell",
     "process_cells",
     "process_flags_cell",
     "process_instance_cell",
     "pstate_cell",
+    "short_cgroup",
     "sm_active_cell",
     "stalled_text",
     "temperature_cell",
@@ -531,20 +538,57 @@ def _value(text: str | None) -> Cell:
 
 OWNER_MAX = 48  # characters of an owner's label, in every view
 
+# A hash in a cgroup path: 12 hex digits or more (a container id), or a UUID (systemd escapes its "-" as "_").
+_HASH = re.compile(r"[0-9a-fA-F]{8}(?:[-_][0-9a-fA-F]{4}){3}[-_][0-9a-fA-F]{12}|[0-9a-fA-F]{12,}")
+HASH_SHOWN = 8
+"""Hex digits a hash keeps in a short owner label (``64a1d6e2…``): enough to tell two apart on one node."""
+# Leaves that say where in its cgroup a process sits, not whose it is: the component above names the owner.
+_GENERIC_LEAVES = frozenset({"init.scope", "init", "payload", "leaf", "system", "tasks", "app", "container"})
+
+
+def _short_hashes(component: str) -> str:
+    return _HASH.sub(lambda match: match.group()[:HASH_SHOWN] + "…", component)
+
+
+def short_cgroup(path: str) -> str:
+    """A raw cgroup path as an OWNER cell shows it: ``/process_api/64a1d6e2f0...`` is ``process_api/64a1d6e2…``.
+
+    Why: a process in a cgroup no rule recognises (kind ``cgroup``) is named by its path, and such paths
+    are mostly hashes; the column has room for a name. The last meaningful component is kept, its hashes
+    cut to :data:`HASH_SHOWN` digits; a leaf that is only a hash or says where in the cgroup the process
+    sits (``init.scope``, ``payload``) keeps its parent before it. The full path is in the process screen.
+    """
+    parts = [_short_hashes(part) for part in path.split("/") if part]
+    if not parts:
+        return path or "/"
+    last = parts[-1]
+    vague = last.lower() in _GENERIC_LEAVES or (last.endswith("…") and len(last) == HASH_SHOWN + 1)
+    if vague and len(parts) > 1:
+        return f"{parts[-2]}/{last}"
+    return last
+
+
+def owner_label_shown(owner: ProcessOwner) -> str:
+    """An owner's words in an OWNER cell, unescaped: its label, a raw cgroup path short (:func:`short_cgroup`)."""
+    if owner.kind is OwnerKind.CGROUP and owner.cgroup:
+        return short_cgroup(owner.cgroup)
+    return owner.label
+
 
 def owner_cell(process: GpuProcess) -> Cell:
     """Who the process runs under, by its short label: ``web-1``, ``ns/pod``, ``slurm 1234.0``, ``nginx``.
 
     ``"-"`` (dim) for a plain host process (no container, job or service); N/A (dim)
     when unknown (not resolved, or a pid not visible from this PID namespace). The names come
-    from the runtime's files or the process's environment: outside text, made safe here.
+    from the runtime's files or the process's environment: outside text, made safe here. A raw
+    cgroup path is shown short (:func:`short_cgroup`).
     """
     owner = process.owner
     if owner is None:
         return _MISSING
     if owner.kind is OwnerKind.HOST:
         return ("-", DIM)
-    label = safe_text(owner.label)  # a raw cgroup path can be long: both views cut it the same way
+    label = safe_text(owner_label_shown(owner))  # both views cut a long one the same way
     return (label if len(label) <= OWNER_MAX else label[: OWNER_MAX - 1] + "…", PLAIN)
 
 
@@ -582,16 +626,23 @@ def process_cells(process: GpuProcess, me: str | None) -> tuple[Cell, ...]:
     )
 
 
-def _count(count: int, noun: str) -> str:
+def plural(count: int, noun: str) -> str:
+    """``1 thread``, ``2 threads``, ``2 processes``: a count with its noun, in every view (never "1 threads")."""
     return f"{count} {noun}" if count == 1 else f"{count} {noun}{'es' if noun.endswith('s') else 's'}"
 
 
-def group_cells(group: Any, me: str | None) -> tuple[Cell, ...]:
+GROUP_FOLDED, GROUP_UNFOLDED = "▸", "▾"
+"""The sign before a group's name: its processes are hidden under it, or listed under it."""
+
+
+def group_cells(group: Any, me: str | None, *, unfolded: bool = False) -> tuple[Cell, ...]:
     """Every column of a group row (group-by; ``group`` is a :class:`~nvtopy.render.processes.ProcessGroup`).
 
     GPU: its GPUs; PID: how many processes (``(3)``); USER and OWNER: the shared one,
-    else how many; the figures are its totals (TIME: the longest); COMMAND says
-    what the group is. Names are outside text, made safe here.
+    else how many; the figures are its totals (TIME: the longest; SM%: the average per GPU,
+    :attr:`~nvtopy.render.processes.ProcessGroup.sm_percent`); COMMAND says what the group is,
+    after :data:`GROUP_FOLDED` (``unfolded``: :data:`GROUP_UNFOLDED`, its processes are listed
+    under it). Names are outside text, made safe here.
     """
     members = group.members
     users = {"?" if p.foreign else p.user for p in members}
@@ -599,9 +650,9 @@ def group_cells(group: Any, me: str | None) -> tuple[Cell, ...]:
         (name,) = users
         user: Cell = (safe_text(name), PLAIN if name == me else DIM) if name else _MISSING
     else:
-        user = (_count(len(users), "user"), DIM)
+        user = (plural(len(users), "user"), DIM)
     owners = {owner_cell(p) for p in members}
-    owner = next(iter(owners)) if len(owners) == 1 else (_count(len(owners), "owner"), DIM)
+    owner = next(iter(owners)) if len(owners) == 1 else (plural(len(owners), "owner"), DIM)
     types = {p.type.value for p in members}
     kind = (types.pop(), PLAIN) if len(types) == 1 else ("*", PLAIN)
     if group.value is None and group.mode == "host":
@@ -614,9 +665,10 @@ def group_cells(group: Any, me: str | None) -> tuple[Cell, ...]:
         label = "host (no container, job or service)"
     else:
         label = safe_text(str(group.value))
-    command = f"▸ {label}: {_count(group.processes, 'process')}"  # the header says what it is grouped by
+    sign = GROUP_UNFOLDED if unfolded else GROUP_FOLDED
+    command = f"{sign} {label}: {plural(group.processes, 'process')}"  # the header says what it is grouped by
     if group.mode != "gpu":
-        command += f" on {_count(len(group.gpus), 'GPU')}"
+        command += f" on {plural(len(group.gpus), 'GPU')}"
     return (
         (",".join(str(i) for i in group.gpus), PLAIN),
         (f"({group.processes})", PLAIN),

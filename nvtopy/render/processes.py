@@ -28,7 +28,7 @@ from typing import Any
 from ..config import COLUMN_IDS as CONFIG_COLUMN_IDS
 from ..model import GpuProcess, GpuState, MigInstance, OwnerKind, ProcessType
 from ..textsafe import safe_text
-from .cells import DIM, PROCESS_CELL_KEYS, REMOTE, Cell, host_label
+from .cells import DIM, PROCESS_CELL_KEYS, REMOTE, Cell, host_label, plural
 from .units import NA
 
 __all__ = [
@@ -88,7 +88,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("gpu", "GPU", 4, "right", lambda p: p.gpu_index, False, 0),
     Column("pid", "PID", 7, "right", lambda p: p.pid, False, 0),
     Column("user", "USER", 10, "left", lambda p: p.user, False, 1),
-    Column("owner", "OWNER", 11, "left", owner_label, False, 2),
+    Column("owner", "OWNER", 11, "left", owner_label, False, 3),
     Column("type", "TYPE", 4, "left", lambda p: p.type.value, False, 4),
     Column("gpu_memory", "GPU-MEM", 8, "right", lambda p: p.gpu_memory_bytes, True, 0),
     Column("sm", "SM%", 4, "right", lambda p: p.sm_percent, True, 2),
@@ -175,7 +175,7 @@ def group_host_cell(group: ProcessGroup, labels: Mapping[int, str]) -> Cell:
     if len(hosts) == 1:
         (host,) = hosts
         return (NA, DIM) if host is None else (safe_text(host), REMOTE)
-    return (f"{len(hosts)} hosts", DIM)
+    return (plural(len(hosts), "host"), DIM)
 
 
 _BY_KEY = {c.key: c for c in (*COLUMNS, FLAGS_COLUMN, MIG_COLUMN, HOST_COLUMN)}
@@ -183,10 +183,21 @@ COLUMN_ORDER: tuple[str, ...] = ("gpu", "host", "mig", *COLUMN_KEYS[1:-1], "flag
 """Every column in its default place (HOST, MIG and FLAGS where they appear): what the column chooser lists."""
 if COLUMN_ORDER != CONFIG_COLUMN_IDS:  # the config file names these columns (nvtopy/config.py)
     raise AssertionError(f"process columns {COLUMN_ORDER} != config {CONFIG_COLUMN_IDS}")
-MIN_COMMAND_WIDTH = 20
+MIN_COMMAND_WIDTH = 25
+"""COMMAND never gets fewer cells while another column can give way: the command is what names a job."""
 # OWNER widens up to this on a wide terminal (``ns/pod`` names are long) while COMMAND keeps WIDE_COMMAND_WIDTH.
 WIDE_OWNER_WIDTH = 32
 WIDE_COMMAND_WIDTH = 60
+GROUP_SM_TITLE = "SM%/GPU"
+"""The SM column's title while the table is grouped: a group's SM% is its average per GPU
+(:attr:`ProcessGroup.sm_percent`), and a process's is of its own GPU."""
+
+
+def _fitted(column: Column, widest: int | None, most: int) -> Column:
+    """``column`` as wide as its widest cell (``widest``; None: unknown, its default width), at least its title."""
+    if widest is None:
+        return column
+    return dataclasses.replace(column, width=max(len(column.title), min(widest, most)))
 
 
 def visible_columns(
@@ -197,17 +208,24 @@ def visible_columns(
     mig: bool = False,
     chosen: Sequence[str] | None = None,
     hosts: bool | int = False,
+    users: int | None = None,
+    owners: int | None = None,
+    grouped: bool = False,
 ) -> tuple[Column, ...]:
-    """The columns that fit ``width`` cells, dropping low-priority ones while COMMAND would be too narrow.
+    """The columns that fit ``width`` cells, dropping low-priority ones while COMMAND would be narrower than
+    :data:`MIN_COMMAND_WIDTH`: the command shrinks last.
 
-    Dropped first: TYPE, then HOST-MEM, then FLAGS (when shown), TIME, CPU%, SM%, OWNER and MIG (in that
-    order), then USER, then HOST. ``flags``: show FLAGS (some process has a flag); ``keep_flags``: never
-    drop it (the user filtered by flags); ``mig``: show MIG after GPU (some GPU has MIG instances);
+    Dropped first: TYPE, then HOST-MEM, then OWNER, then FLAGS (when shown), TIME, CPU%, SM% and MIG (in
+    that order), then USER, then HOST. ``flags``: show FLAGS (some process has a flag); ``keep_flags``:
+    never drop it (the user filtered by flags); ``mig``: show MIG after GPU (some GPU has MIG instances);
     ``hosts``: show HOST after GPU (the snapshot spans other hosts); a number: as wide as that (its widest
-    label, at most :data:`WIDE_HOST_WIDTH`). OWNER is 11 cells wide on a narrow terminal and grows up to
-    :data:`WIDE_OWNER_WIDTH` while COMMAND keeps :data:`WIDE_COMMAND_WIDTH` cells. ``chosen``: the
-    user's columns in their order (the column chooser, ``columns`` in the config; None:
-    :data:`COLUMN_ORDER`); HOST, MIG and FLAGS among them still show only when there is something to show.
+    label, at most :data:`WIDE_HOST_WIDTH`). ``users``, ``owners``: the widest USER and OWNER cell of the
+    rows (None: unknown): those columns are no wider than that, so a short name leaves its cells to
+    COMMAND. OWNER is at most 11 cells wide on a narrow terminal and grows up to :data:`WIDE_OWNER_WIDTH`
+    (or its widest cell) while COMMAND keeps :data:`WIDE_COMMAND_WIDTH` cells. ``grouped``: the rows are
+    groups, SM% is titled :data:`GROUP_SM_TITLE`. ``chosen``: the user's columns in their order (the
+    column chooser, ``columns`` in the config; None: :data:`COLUMN_ORDER`); HOST, MIG and FLAGS among them
+    still show only when there is something to show.
     """
     if chosen is None:
         columns = list(COLUMNS)
@@ -227,6 +245,12 @@ def visible_columns(
         columns[columns.index(HOST_COLUMN)] = dataclasses.replace(HOST_COLUMN, width=width_of_host)
     if keep_flags and FLAGS_COLUMN in columns:
         columns[columns.index(FLAGS_COLUMN)] = dataclasses.replace(FLAGS_COLUMN, priority=0)
+    fitted = {
+        "user": lambda c: _fitted(c, users, c.width),
+        "owner": lambda c: _fitted(c, owners, c.width),
+        "sm": lambda c: dataclasses.replace(c, title=GROUP_SM_TITLE, width=len(GROUP_SM_TITLE)) if grouped else c,
+    }
+    columns = [fitted[c.key](c) if c.key in fitted else c for c in columns]
     order = {c.key: i for i, c in enumerate(columns)}
     command = MIN_COMMAND_WIDTH if any(c.key == "command" for c in columns) else 0
     while True:
@@ -238,9 +262,11 @@ def visible_columns(
             break
         columns.remove(max(droppable, key=lambda c: (c.priority, order[c.key])))
     spare = width - fixed - (WIDE_COMMAND_WIDTH if command else 0)
-    owner = _BY_KEY["owner"]
-    if spare > 0 and owner in columns:
-        columns[columns.index(owner)] = dataclasses.replace(owner, width=min(WIDE_OWNER_WIDTH, owner.width + spare))
+    owner = next((c for c in columns if c.key == "owner"), None)
+    if spare > 0 and owner is not None:
+        most = WIDE_OWNER_WIDTH if owners is None else max(len(owner.title), min(owners, WIDE_OWNER_WIDTH))
+        if most > owner.width:
+            columns[columns.index(owner)] = dataclasses.replace(owner, width=min(most, owner.width + spare))
     return tuple(columns)
 
 
@@ -483,12 +509,23 @@ def _total(values: Iterable[float | int | None]) -> Any:
     return sum(present) if present else None
 
 
+def _per_gpu(members: Sequence[GpuProcess]) -> int | None:
+    """The SM% of ``members`` summed per GPU, averaged over the GPUs that have a figure; None: none has."""
+    per_gpu: dict[int, int] = {}
+    for p in members:
+        if p.sm_percent is not None:
+            per_gpu[p.gpu_index] = per_gpu.get(p.gpu_index, 0) + p.sm_percent
+    return round(sum(per_gpu.values()) / len(per_gpu)) if per_gpu else None
+
+
 @dataclass(frozen=True, slots=True)
 class ProcessGroup:
     """Processes folded into one row of the table (group-by), with their totals.
 
     A process on two GPUs is two rows of the snapshot but one process: ``processes``,
-    CPU and host memory count it once; GPU memory and SM% add up per GPU.
+    CPU and host memory count it once; GPU memory adds up per GPU. SM% is the average per GPU
+    of the group (what its processes use of each of its GPUs' SMs, 0-100 %): a sum over several
+    GPUs (209 %) reads as nothing.
     """
 
     mode: str  # "user", "owner", "gpu" or "host"
@@ -497,7 +534,7 @@ class ProcessGroup:
     gpus: tuple[int, ...]
     processes: int
     gpu_memory_bytes: int | None
-    sm_percent: int | None
+    sm_percent: int | None  # the average per GPU (of its GPUs), rounded
     cpu_percent: float | None
     host_memory_bytes: int | None
     running_seconds: float | None  # the longest
@@ -513,7 +550,7 @@ class ProcessGroup:
             gpus=tuple(sorted({p.gpu_index for p in members})),
             processes=len(unique),
             gpu_memory_bytes=_total(p.gpu_memory_bytes for p in members),
-            sm_percent=_total(p.sm_percent for p in members),
+            sm_percent=_per_gpu(members),
             cpu_percent=_total(p.cpu_percent for p in unique),
             host_memory_bytes=_total(p.host_memory_bytes for p in unique),
             running_seconds=max((p.running_seconds for p in members if p.running_seconds is not None), default=None),

@@ -485,7 +485,7 @@ class NvtopyApp(App[None]):
         )
         filter_shown = self.query_one("#filter", Input).has_class("shown")
         spare = spare_rows(size.height, plan.lines, filter_shown)
-        self.query_one(ChartView).show(snapshot, gpus, spare, table_rows=len(shown) + 1)  # rows to spare: charts
+        self.query_one(ChartView).show(snapshot, gpus, spare, table_rows=len(table.rows) + 1)  # rows to spare: charts
         self._header_counts = (len(gpus), len(rows), len(everything))
         self._update_header(header)  # after the charts: it says when they have no room
         self.query_one(HostBar).show(snapshot, size.width)
@@ -752,6 +752,8 @@ class NvtopyApp(App[None]):
             ("↑ ↓ PgUp PgDn Home End", "Move the selection"),
             ("click", "Select a row; click a column title to sort by it"),
         ]
+        table_keys = " ".join(keys_of(b) for b in ProcessTable.BINDINGS if isinstance(b, Binding) and b.tooltip)
+        groups["Sorting"].append((table_keys, ProcessTable.KEYS_HELP))  # the table's own: open and fold a group
         groups["General"].append(("ctrl+p", "Command palette (every action by name)"))
         order = ("General", "Processes", "Sorting", "Filtering", "View")
         return [(name, groups[name]) for name in order if name in groups]

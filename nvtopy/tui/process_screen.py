@@ -44,7 +44,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from ..model import GpuProcess, OwnerKind, ProcessDetails, ProcessOwner, ProcessRelative, Snapshot
-from ..render.cells import NOT_VISIBLE
+from ..render.cells import NOT_VISIBLE, plural
 from ..render.styled import Line
 from ..render.units import NA, fmt_bytes, fmt_duration, short_name
 from ..selection import parse_cuda_visible_devices
@@ -597,7 +597,7 @@ class ProcessScreen(ModalScreen[None]):
         table.add_row("Started", self._started())
         status = Text(process.status if not self.exited else "exited", style="red" if self.exited else "")
         if details is not None and details.threads is not None:
-            status.append(f" · {details.threads} threads")
+            status.append(f" · {plural(details.threads, 'thread')}")
         table.add_row("Status", status)
         user = Text(safe_text(process.user) if process.user else NA, style="" if process.user else "dim")
         if process.uid is not None:

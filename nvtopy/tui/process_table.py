@@ -23,6 +23,16 @@ control characters.
 Tree view (``tree=True``): the rows come in :func:`~nvtopy.render.tree.build_tree`'s
 order, each command led by its tree glyphs, and the non-GPU ancestors of GPU
 processes (:class:`~nvtopy.render.tree.AncestorRow`) are rows of their own, dimmed.
+
+Groups (group-by): each group is one row of totals, folded (``▸``); Enter or → on it
+lists its processes under it (``▾``), Enter or ← folds it again, ← on one of its processes
+too. The table keeps which groups are open by their key (mode and shared value), so the
+state survives refreshes and re-sorting; Enter on a process still opens the process screen
+(the app's binding: :class:`~textual.actions.SkipAction` passes the key on).
+
+Widths: USER and OWNER are as wide as their widest cell (at most their default widths,
+OWNER wider on a wide terminal), so short names leave their cells to COMMAND, which
+shrinks last (:func:`~nvtopy.render.processes.visible_columns`).
 """
 
 from __future__ import annotations
@@ -35,13 +45,14 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual import events
+from textual.actions import SkipAction
 from textual.binding import Binding
 from textual.geometry import Region, Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from ..model import GpuProcess
+from ..model import GpuProcess, ProcessOwner
 from ..render.cells import (
     DIM,
     PLAIN,
@@ -51,13 +62,16 @@ from ..render.cells import (
     Cell,
     group_cells,
     group_instance_cell,
+    owner_cell,
     process_cells,
     process_flags_cell,
     process_instance_cell,
 )
 from ..render.processes import Column, ProcessGroup, SortOrder, group_host_cell, host_cell, visible_columns
 from ..render.styled import style
-from ..render.tree import AncestorRow, ancestor_cells, build_tree
+from ..render.tree import BRANCH, LAST, AncestorRow, ancestor_cells, build_tree
+from ..render.units import NA
+from ..textsafe import safe_text
 
 __all__ = ["ProcessTable"]
 
@@ -121,7 +135,19 @@ class ProcessTable(ScrollView, can_focus=True):
         Binding("pagedown", "page(1)", "Page down", show=False),
         Binding("home", "jump(0)", "First", show=False),
         Binding("end", "jump(-1)", "Last", show=False),
+        Binding(
+            "enter",
+            "toggle_group",
+            "Open or fold",
+            show=False,
+            tooltip="On a group row (b groups): list its processes under it, or fold them",
+        ),
+        Binding("right", "unfold_group", "Open group", show=False, tooltip="On a group row: list its processes"),
+        Binding("left", "fold_group", "Fold group", show=False, tooltip="On a group or one of its processes: fold it"),
     ]
+
+    KEYS_HELP = "Open or fold a group (b); ← on one of its rows folds it"
+    """The help screen's line for the keys above that have a tooltip (one line: the help is long)."""
 
     class HeaderClicked(Message):
         """The user clicked a column title: sort by it."""
@@ -148,7 +174,14 @@ class ProcessTable(ScrollView, can_focus=True):
         self._hosts: Mapping[int, str] | None = None  # HOST shown: each GPU's "node2/3" (None: a local table)
         self._host_width = 0  # the widest of those labels (0: no HOST column)
         self._chosen: tuple[str, ...] | None = None  # the user's columns in order (None: the defaults)
-        self._prefixes: list[str] = []  # the tree view: each row's glyphs ([]: not a tree)
+        self._prefixes: list[str] = []  # the tree view and open groups: each row's glyphs ([]: none)
+        self._group_of: list[ProcessGroup | None] = []  # each row's open group, for its processes ([]: no groups)
+        self._unfolded: set[tuple[object, ...]] = set()  # the keys of the groups listed open
+        self._given: list[Row] = []  # the rows as the app gave them (groups folded)
+        self._tree = False
+        self._widths = (None, None, False)  # the widest USER and OWNER cells, and whether the rows are groups
+        self._owner_widths: dict[ProcessOwner, int] = {}
+        self._user_widths: dict[str, int] = {}
         self.empty_message = "No GPU processes"
 
     # ----------------------------------------------------------------- data in
@@ -179,12 +212,6 @@ class ProcessTable(ScrollView, can_focus=True):
         ``hosts``: show the HOST column, each GPU's label by its global index
         (:func:`~nvtopy.render.processes.host_labels`; None: a local table, no HOST).
         """
-        if tree:
-            entries = build_tree([row for row in rows if isinstance(row, GpuProcess)])
-            rows = [entry.row for entry in entries]
-            self._prefixes = [entry.prefix for entry in entries]
-        else:
-            self._prefixes = []
         header_changed = order != self._order
         host_width = 0 if hosts is None else max((cell_len(label) for label in hosts.values()), default=4)
         if (flags, keep_flags) != self._flags or mig != self._mig or host_width != self._host_width:
@@ -198,6 +225,28 @@ class ProcessTable(ScrollView, can_focus=True):
         self._me = me
         self._tags = tags
         self._hosts = hosts
+        self._given = rows
+        self._tree = tree
+        self._show(header_changed)
+
+    def _show(self, header_changed: bool = False) -> None:
+        """Lay out the rows the app gave (:meth:`set_rows`): as a tree, or with the open groups' processes."""
+        rows = self._given
+        self._group_of = []
+        if self._tree:
+            entries = build_tree([row for row in rows if isinstance(row, GpuProcess)])
+            rows = [entry.row for entry in entries]
+            self._prefixes = [entry.prefix for entry in entries]
+        elif any(isinstance(row, ProcessGroup) for row in rows):
+            rows, self._prefixes, self._group_of = self._unfold(rows)
+        else:
+            self._prefixes = []
+        widths = self._widest(rows)
+        if widths != self._widths:
+            self._widths = widths
+            self._layout_width = -1
+            self._shown = []
+            header_changed = True
         self.rows = rows
         self._cells = {}  # formatted lazily, visible rows only: drawing 1000 processes costs what 30 do
         if self._cursor_key is not None:
@@ -214,6 +263,119 @@ class ProcessTable(ScrollView, can_focus=True):
             self.refresh(Region(0, 0, self._width, 1))
         self._keep_cursor_visible()
         self._refresh_changed_lines()
+
+    def _unfold(self, given: list[Row]) -> tuple[list[Row], list[str], list[ProcessGroup | None]]:
+        """The groups with the processes of the open ones under them; their glyphs; each row's open group."""
+        rows: list[Row] = []
+        prefixes: list[str] = []
+        group_of: list[ProcessGroup | None] = []
+        modes = {row.mode for row in given if isinstance(row, ProcessGroup)}
+        self._unfolded = {key for key in self._unfolded if key[1] in modes}  # another grouping: all folded
+        for row in given:
+            rows.append(row)
+            prefixes.append("")
+            group_of.append(None)
+            if isinstance(row, ProcessGroup) and row.key in self._unfolded:
+                last = len(row.members) - 1
+                for i, member in enumerate(row.members):
+                    rows.append(member)
+                    prefixes.append(LAST if i == last else BRANCH)
+                    group_of.append(row)
+        return rows, prefixes, group_of
+
+    def _widest(self, rows: list[Row]) -> tuple[int | None, int | None, bool]:
+        """The widest USER and OWNER cells of ``rows`` (a group's and its processes'), and whether any is a group.
+
+        Why all rows and not the visible ones: the columns would change width while scrolling.
+        """
+        users = owners = 0
+        grouped = False
+        for row in rows:
+            if isinstance(row, ProcessGroup):
+                grouped = True
+                cells = group_cells(row, self._me)
+                users = max(users, cell_len(cells[_USER_INDEX][0]))
+                owners = max(owners, cell_len(cells[_OWNER_INDEX][0]))
+                members: tuple[Row, ...] = row.members
+            else:
+                members = (row,)
+            for member in members:
+                users = max(users, 1 if isinstance(member, GpuProcess) and member.foreign else self._user_width(member))
+                if isinstance(member, GpuProcess):
+                    owners = max(owners, self._owner_width(member))
+        return (users or None, owners or None, grouped)
+
+    def _user_width(self, row: GpuProcess | AncestorRow) -> int:
+        """The width of ``row``'s USER cell (made safe: an escape is wider than the character), by name."""
+        if row.user is None:
+            return len(NA)
+        width = self._user_widths.get(row.user)
+        if width is None:
+            if len(self._user_widths) > 4096:
+                self._user_widths.clear()
+            width = self._user_widths[row.user] = cell_len(safe_text(row.user))
+        return width
+
+    def _owner_width(self, process: GpuProcess) -> int:
+        """The width of ``process``'s OWNER cell, remembered by owner (few owners, many processes)."""
+        owner = process.owner
+        if owner is None:
+            return len(NA)
+        width = self._owner_widths.get(owner)
+        if width is None:
+            if len(self._owner_widths) > 4096:
+                self._owner_widths.clear()
+            width = self._owner_widths[owner] = cell_len(owner_cell(process)[0])
+        return width
+
+    # ----------------------------------------------------------------- groups
+
+    def _group_at_cursor(self) -> ProcessGroup | None:
+        """The group the cursor is on, or the open group of the process it is on."""
+        row = self.selected
+        if isinstance(row, ProcessGroup):
+            return row
+        if self._group_of and 0 <= self.cursor < len(self._group_of):
+            return self._group_of[self.cursor]
+        return None
+
+    def _set_open(self, group: ProcessGroup, unfolded: bool) -> None:
+        """List ``group``'s processes under it, or fold them (the cursor goes to the group)."""
+        if unfolded:
+            self._unfolded.add(group.key)
+        else:
+            self._unfolded.discard(group.key)
+            self._cursor_key = group.key
+        self._cells = {}
+        self._show()
+        self.refresh()
+
+    def action_toggle_group(self) -> None:
+        """Enter: open or fold the group under the cursor; on a process, the app's Enter (its screen)."""
+        row = self.selected
+        if not isinstance(row, ProcessGroup):
+            raise SkipAction()
+        self._set_open(row, row.key not in self._unfolded)
+
+    def action_unfold_group(self) -> None:
+        row = self.selected
+        if not isinstance(row, ProcessGroup):
+            raise SkipAction()
+        if row.key not in self._unfolded:
+            self._set_open(row, True)
+
+    def action_fold_group(self) -> None:
+        group = self._group_at_cursor()
+        if group is None:
+            raise SkipAction()
+        if group.key in self._unfolded:
+            self._set_open(group, False)
+        else:
+            self.move_cursor(self.rows.index(group))
+
+    def is_unfolded(self, group: ProcessGroup) -> bool:
+        """Whether ``group``'s processes are listed under it."""
+        return group.key in self._unfolded
 
     # ----------------------------------------------------------------- cursor
 
@@ -275,6 +437,7 @@ class ProcessTable(ScrollView, can_focus=True):
             placed = []
             x = 2  # a tag marker and a space come first
             flags, keep_flags = self._flags
+            users, owners, grouped = self._widths
             columns = visible_columns(
                 width - x,
                 flags=flags,
@@ -282,6 +445,9 @@ class ProcessTable(ScrollView, can_focus=True):
                 mig=self._mig,
                 chosen=self._chosen,
                 hosts=self._host_width,
+                users=users,
+                owners=owners,
+                grouped=grouped,
             )
             rest = width - x - sum(c.width + 1 for c in columns if c.key != "command")  # COMMAND's, wherever it is
             for column in columns:
@@ -300,7 +466,7 @@ class ProcessTable(ScrollView, can_focus=True):
             hosts = self._hosts or {}
             if isinstance(row, ProcessGroup):
                 extra = (_group_flags_cell(row), group_instance_cell(row), group_host_cell(row, hosts))
-                cells = (*group_cells(row, self._me), *extra)
+                cells = (*group_cells(row, self._me, unfolded=row.key in self._unfolded), *extra)
             elif isinstance(row, AncestorRow):
                 cells = (*ancestor_cells(row, self._me), ("", PLAIN), ("", PLAIN), ("", PLAIN))
             else:
@@ -457,6 +623,8 @@ def _group_flags_cell(group: ProcessGroup) -> Cell:
 
 _COLUMN_INDEX = {key: i for i, key in enumerate(PROCESS_CELL_KEYS)}
 _COMMAND_INDEX = _COLUMN_INDEX["command"]
+_USER_INDEX = _COLUMN_INDEX["user"]
+_OWNER_INDEX = _COLUMN_INDEX["owner"]
 _FLAGS_INDEX = _COLUMN_INDEX["flags"] = len(PROCESS_CELL_KEYS)
 _COLUMN_INDEX["mig"] = len(PROCESS_CELL_KEYS) + 1
 _COLUMN_INDEX["host"] = len(PROCESS_CELL_KEYS) + 2
