@@ -163,7 +163,11 @@ def test_no_reasons_no_summary(reasons: tuple[str, ...] | None) -> None:
             True,
             50,
         ),
-        (("0x200",), 1760, "0x200: SM at 100 % of max", False, 100),  # an unknown bit keeps its hex name
+        (("0x200",), 1760, "0x200 active; SM clock still at max", False, 100),  # an unknown bit keeps its hex name
+        # At its maximum the clock lost nothing: never "power cap: SM at 100 % of max" (read as a contradiction).
+        (("sw_power_cap",), 1760, "power cap active; SM clock still at max", False, 100),
+        (("sw_power_cap", "sync_boost"), 1755, "power cap, sync boost active; SM clock still at max", False, 100),
+        (("hw_slowdown",), 1800, "HW slowdown active; SM clock still at max", True, 102),
         (("hw_slowdown",), None, "HW slowdown", True, None),  # clock unknown: no share
     ],
 )

@@ -159,7 +159,7 @@ def test_utilisation_under_mig_is_explained_once_never_drawn_as_zero():
     assert not any(char in utl for char in "▁▂▃▄▅▆▇█"), "no chart of zeros"
     assert "0%" not in utl and "BW" not in utl
     assert MIG_UTILIZATION_NOTE in compact_line(gpu, 180).plain
-    compact = compact_line(gpu, 120).plain
+    compact = compact_line(gpu, 140).plain  # the GiB figure has its cells first
     assert "not reported under MIG  N/A" in compact and compact.count("N/A") == 1, "a narrower line says it shorter"
     assert "under MIG  N/A" in compact_line(gpu, 80).plain
 
@@ -363,7 +363,7 @@ def test_a_row_of_panels_is_as_tall_as_its_tallest_gpu():
     assert plan_layout(4, 120, 100, extra=(0, 3, 7, 0)).lines == (6 + 3) + (6 + 7)
     assert plan_layout(4, 120, 100, extra=()).lines == plan_layout(4, 120, 100).lines == 12
     compact = plan_layout(4, 120, 40, extra=(0, 3, 7, 0))
-    assert compact.kind == "compact" and compact.lines == (1 + 3) + (1 + 7)
+    assert compact.kind == "compact" and compact.lines == 1 + (1 + 3) + (1 + 7)  # the column labels, then the GPUs
     narrow = plan_layout(4, 80, 24, extra=(0, 3, 7, 0))
     assert (narrow.columns, narrow.lines) == (1, 4 + 10), "two narrow columns would save one line: not worth it"
     assert plan_layout(16, 80, 24).columns == 2, "without MIG the compact layout is as it was"

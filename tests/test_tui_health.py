@@ -442,7 +442,8 @@ async def test_a_stalled_gpu_is_drawn_not_responding_and_dimmed_while_the_other_
         await pilot.press("v", "v")
         await pilot.pause()
         assert view.plan.kind == "compact"
-        (compact,) = widget_lines(view)  # two GPUs side by side on one line
+        labels, compact = widget_lines(view)  # the column labels, then two GPUs side by side on one line
+        assert "MEM" in labels and "UTIL" in labels
         assert compact.startswith(" 0 OK") and " 1 FAIL " in compact and "not responding (12 s)" in compact
 
 
@@ -506,8 +507,9 @@ async def test_80x24_stays_usable():
         gpus = [healthy_gpu(0), sick_gpu(1), stalled_gpu(2), healthy_gpu(3)]
         await show(pilot, app, snapshot_of(*gpus))
         view = app.query_one(GpuView)
-        assert view.plan.kind == "compact" and view.plan.lines == 4
-        lines = widget_lines(view)
+        assert view.plan.kind == "compact" and view.plan.lines == 5
+        labels, *lines = widget_lines(view)
+        assert labels.startswith("GPU ") and "MEM" in labels and "UTIL" in labels
         assert [line[:7] for line in lines] == [" 0 OK  ", " 1 FAIL", " 2 FAIL", " 3 OK  "]
         assert "H100 80GB HBM3" in lines[0] and "not responding" in lines[2]
         table = widget_lines(table_of(app))

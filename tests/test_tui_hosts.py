@@ -366,14 +366,16 @@ async def test_512_gpus_build_only_the_lines_in_view_and_scroll(sim, monkeypatch
         assert 0 < len(drawn) <= 30 * 4, f"{len(drawn)} compact lines built for one refresh, not 512"
         print(f"refresh of 512 GPUs: {took * 1000:.1f} ms, {len(drawn)} compact lines built")
         lines = widget_lines(view)
-        assert lines[0].startswith("── node00 · 8 GPUs") and "GPUs 0-" in lines[-1] and "of 512" in lines[-1]
+        assert lines[0].startswith("GPU ") and "MEM" in lines[0], "the column labels stay at the top"
+        assert lines[1].startswith("── node00 · 8 GPUs") and "GPUs 0-" in lines[-1] and "of 512" in lines[-1]
         await pilot.hover("#gpus")
         for _ in range(20):
             await pilot._post_mouse_events([MouseScrollDown], "#gpus")  # the wheel, over the GPU view
         await pilot.pause()
         assert view.top > 0
         scrolled = widget_lines(view)
-        assert scrolled[0] != lines[0] and "↑" in scrolled[-1]
+        assert scrolled[0] == lines[0], "the column labels do not scroll"
+        assert scrolled[1] != lines[1] and "↑" in scrolled[-1]
         assert not any("node00/0" in line for line in scrolled[:-1]), "the first host scrolled out of view"
 
 

@@ -22,7 +22,8 @@ from nvtopy.model import GpuProcess, HostInfo, ProcessType, Snapshot
 from nvtopy.sources.base import SnapshotSource
 from nvtopy.tui import process_screen
 from nvtopy.tui.app import NvtopyApp
-from nvtopy.tui.process_screen import ProcessHistory, ProcessScreen, chart_lines
+from nvtopy.tui.process_screen import CHART_HEIGHT, ProcessHistory, ProcessScreen, chart_lines, history_lines
+from nvtopy.tui.scenes import SCENES, build
 from nvtopy.tui.screens import ConfirmSignalScreen
 
 from .tui_helpers import more_snapshots, screen_text, select, started, wait_until
@@ -374,3 +375,30 @@ def test_chart_lines_scale_gaps_and_baseline():
     assert [line.plain for line in lines] == ["     █", "  ▁·██"]
     assert all(line.cells == 6 for line in lines)
     assert chart_lines([1.0], width=0, height=2, top=1.0, style_name="") == []
+
+
+def test_the_charts_have_a_value_axis():
+    history = ProcessHistory()
+    for t in range(5):
+        history.add(_proc_snapshot(float(t), _row(1), seq=t))
+    lines = [line.plain for line in history_lines(history.series((1, 1000.0)), 120, height=6)]
+    memory = next(i for i, line in enumerate(lines) if line.startswith("GPU memory"))
+    plot = lines[memory + 1 : memory + 7]
+    assert plot[0].lstrip().startswith("80GiB┤") and plot[-1].lstrip().startswith("0┤"), plot
+    assert "40GiB┤" in plot[2], "the middle of the scale on a chart tall enough"
+    assert "100%┤" in plot[0] and "0%┤" in plot[-1], "the host CPU beside it, its scale 0-100 %"
+    assert all(len(line) <= 120 for line in lines)
+
+
+async def test_the_charts_take_the_rows_a_tall_terminal_spares():
+    app, prepare = build(SCENES["process"])
+    async with app.run_test(size=(200, 50)) as pilot:
+        await prepare(pilot)
+        screen = app.screen
+        assert isinstance(screen, ProcessScreen)
+        await wait_until(pilot, lambda: screen.chart_height(197) > CHART_HEIGHT, message="the charts grow")
+        await pilot.pause()
+        body = screen.query_one("#process-body")
+        charts = screen.query_one("#process-charts")
+        assert charts.region.bottom >= body.region.bottom - 3, "no blank rows under the charts"
+        assert charts.region.bottom <= body.region.bottom, "and no scrolling to see them"

@@ -7,7 +7,10 @@ clocks are set, sync boost holds a group together, the board is at its power
 cap under full load -- and a few mean the GPU cannot run at the speed it
 should: a hardware slowdown, thermal slowdown, the power brake. This module
 says which, with the SM clock as a share of its maximum, so a reader sees the
-cost at a glance: "HW slowdown: SM at 45 % of max".
+cost at a glance: "HW slowdown: SM at 45 % of max". A reason whose clock is
+still at its maximum costs nothing yet, and says so: "power cap active; SM
+clock still at max" (not "power cap: SM at 100 % of max", which read as a
+contradiction).
 """
 
 from __future__ import annotations
@@ -50,7 +53,9 @@ def summarize_throttle(
     """Throttling in words; None when nothing slows the GPU (or the reasons are unknown).
 
     Harmful reasons come first and carry the SM clock share; benign ones alone
-    read as what they are ("idle", "power cap"), without alarm.
+    read as what they are ("idle", "power cap"), without alarm. The share is said
+    only when the clock is below its maximum: "power cap: SM at 90 % of max", but
+    "power cap active; SM clock still at max".
     """
     if not reasons:
         return None
@@ -62,5 +67,6 @@ def summarize_throttle(
     names = [REASON_WORDS.get(r, r) for r in (harmful or others)]
     text = ", ".join(names)
     if share is not None and (harmful or "gpu_idle" not in others):
-        text += f": SM at {share} % of max"
+        # At its maximum the clock has lost nothing (yet): the reason is active, not a cost.
+        text += " active; SM clock still at max" if share >= 100 else f": SM at {share} % of max"
     return ThrottleSummary(text, bool(harmful), share)

@@ -36,6 +36,7 @@ __all__ = [
     "ChartMemo",
     "Trace",
     "chart_lines",
+    "legend_line",
     "nice_ceiling",
     "rate_ceiling",
     "short_rate",
@@ -114,6 +115,37 @@ class ChartMemo:
         self.columns: dict[object, _Columns] = {}
         self.signature: object = None
         self.lines: list[Line] = []
+
+
+def legend_line(
+    title: Line, entries: Sequence[Line], width: int, *, hidden: int = 0, note: str = "", keep: Line | None = None
+) -> Line:
+    """A chart's title line of ``width`` cells: ``title``, as many ``entries`` (one a trace: ``3:93%``) as
+    fit, then `` +N more`` for the entries left out and the ``hidden`` series not drawn at all, with
+    ``note`` (what those hidden ones read now: ``42-91%``) where it fits, then ``keep`` (a part that must
+    stay, e.g. how to see the rest).
+
+    Never cut silently: an entry does not fit whole, it is counted in the "+N more" instead (the chart
+    says there is more than its legend lists).
+    """
+    keep = keep if keep is not None else Line()
+    for shown in range(len(entries), -1, -1):
+        more = hidden + len(entries) - shown
+        suffix = Line()
+        if more:
+            suffix = Line(f" +{more} more", "bold")
+            if note and shown == len(entries):  # the note is about the hidden ones only
+                with_note = Line().extend(suffix).add(f" {note}", "dim")
+                used = title.cells + sum(e.cells for e in entries) + keep.cells
+                if used + with_note.cells <= width:
+                    suffix = with_note
+        used = title.cells + sum(e.cells for e in entries[:shown]) + suffix.cells + keep.cells
+        if used <= width or shown == 0:
+            line = Line().extend(title)
+            for entry in entries[:shown]:
+                line.extend(entry)
+            return line.extend(suffix).extend(keep).fit(width)
+    raise AssertionError("unreachable")
 
 
 def nice_ceiling(value: float) -> float:

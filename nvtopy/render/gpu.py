@@ -43,6 +43,7 @@ and UUIDs) goes through :func:`~nvtopy.textsafe.safe_text` here or in
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..model import GpuState, MigState, Reason, Severity
@@ -87,20 +88,27 @@ from .cells import (
     stalled_text,
     temperature_cell,
     throttle_cell,
+    used_of_total,
     verdict_cell,
 )
 from .styled import Line
 from .units import NA, fmt_bytes, short_name
 
 __all__ = [
+    "COMPACT_MARKERS",
     "PANEL_HEIGHT",
     "PANEL_LINKS_HEIGHT",
     "PANEL_MIN_WIDTH",
+    "CompactColumns",
     "activity_line",
     "activity_rows",
     "bar",
+    "compact_columns",
+    "compact_header",
+    "compact_legend",
     "compact_line",
     "compact_lines",
+    "compact_markers",
     "has_interconnect",
     "interconnect_line",
     "mig_lines",
@@ -190,6 +198,15 @@ def _temperature(gpu: GpuState, *, with_limit: bool = True) -> Line:
 def _harmful_throttle(gpu: GpuState) -> bool:
     """Whether the health layer counted the throttling against the GPU (heat, HW slowdown, power brake)."""
     return any(finding.code == "throttle" for finding in gpu.health.findings)
+
+
+def _throttle_warns(gpu: GpuState) -> bool:
+    """Whether throttling earns the warning sign: when the health layer counted it against the GPU (not a
+    power cap under full load, which is benign), or, for a GPU without its words (a recording, a peer), any
+    reason but idle -- as the panel's info line draws it."""
+    if gpu.health.throttle is None:
+        return throttle_cell(gpu.sample)[1] == WARN
+    return gpu.health.throttle != "idle" and _harmful_throttle(gpu)
 
 
 def _throttle(gpu: GpuState) -> Line:
@@ -781,38 +798,79 @@ def _with_markers(pieces: list[Line], markers: Line, end: int) -> tuple[Line, in
     return tail, max(0, -need), max(0, need)
 
 
+COMPACT_GIB_CELLS = 15
+"""Cells of a compact line's memory in GiB (`` 56.8/79.6GiB``, right-aligned): shown where the bars keep
+:data:`COMPACT_MIN_BARS` and the end :data:`COMPACT_END_KEEPS` after it."""
+COMPACT_END_KEEPS = 24
+"""Cells the end of a compact line keeps before the GiB figure is shown: a reason ("⚠ busy, little work")
+outranks the GiB, which outranks the model's name and bus id (the panel and the health screen have them)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompactColumns:
+    """Where a compact line's unlabelled figures sit, in cells: what its header line labels
+    (:func:`compact_header`). Every line of one width has the same, so one header serves them all."""
+
+    head: int  # the index, a remote host, the verdict
+    bar: int  # the memory bar
+    memory: int  # the GiB figure (where it fits) and the percentage
+    spark: int  # the utilisation chart, then its figure now
+
+
 def compact_line(gpu: GpuState, width: int) -> Line:
-    """One line per GPU: index, verdict, memory bar, utilisation sparkline and SM active (Hopper and newer),
-    temperature, power, then the name.
+    """One line per GPU: index, verdict, memory bar, GiB (where it fits) and percentage, utilisation sparkline
+    and SM active (Hopper and newer), temperature, power, then the name.
 
     A GPU with a finding ends with its first reason instead of its name; one that
-    is not responding ends with how long, and its last values are dimmed.
+    is not responding ends with how long, and its last values are dimmed. The
+    figures carry no labels (:func:`compact_header` draws them once, above the lines).
     """
-    sample, static = gpu.sample, gpu.static
+    return _compact(gpu, width)[0]
+
+
+def compact_columns(gpu: GpuState, width: int) -> CompactColumns | None:
+    """Where ``gpu``'s compact line of ``width`` cells puts its figures; None for a line that has none
+    (a note, a lost GPU, one not responding)."""
+    return _compact(gpu, width)[1]
+
+
+def _gib_cell(gpu: GpuState) -> Line:
+    """`` 56.8/79.6GiB`` right-aligned in :data:`COMPACT_GIB_CELLS` (dim N/A when the driver did not say)."""
+    text, category = memory_cell(gpu)
+    if gpu.sample.memory_used_bytes is not None and gpu.static.memory_total_bytes is not None:
+        text = used_of_total(gpu.sample.memory_used_bytes, gpu.static.memory_total_bytes)
+    return _put(Line(" "), (text.rjust(COMPACT_GIB_CELLS - 1), category)).fit(COMPACT_GIB_CELLS)
+
+
+def _compact(gpu: GpuState, width: int) -> tuple[Line, CompactColumns | None]:
+    static = gpu.static
     line = Line(f"{static.index:>2}", "bold")
     if static.host is not None:
         line.add(" ").add(_host(gpu).rstrip(), RICH_STYLES[REMOTE])
     if gpu.note:
-        return _put(line.add(" "), note_cell(gpu)).fit(width)
+        return _put(line.add(" "), note_cell(gpu)).fit(width), None
     bus = safe_text(static.short_bus_id)
     if gpu.lost:
         _put(line.add(" "), lost_cell())
         line.add(f" {short_name(static.name)} {bus} (GpuIsLost)", RICH_STYLES[BAD])
-        return line.fit(width)
+        return line.fit(width), None
     verdict = _compact_verdict(gpu, width)
     line.add(" " if verdict.cells > 1 or static.host is not None else "").extend(verdict)
     percent = memory_percent_text(gpu)
     memory = Line(f" {percent:>4} ") if percent is not None else Line(f" {NA:>4} ", "dim")
     markers = Line()
-    if throttle_cell(sample)[1] == WARN:
-        markers.add(" ⚠", RICH_STYLES[WARN])
-    if ecc_cell(sample)[1] == ALERT:  # uncorrected errors: the panel's count, as a marker
-        markers.add(" ECC!", RICH_STYLES[ALERT])
+    for sign in compact_markers(gpu):
+        markers.add(f" {sign}", RICH_STYLES[_MARKER_CATEGORY[sign]])
     pieces = _compact_tail(gpu, width - line.cells - memory.cells - 8)
     fraction = None if gpu.memory_used_percent is None else gpu.memory_used_percent / 100
     budget = width - line.cells - memory.cells - sum(piece.cells for piece in pieces)
-    # The end (name or reason) gets the same cells on every line of a width, so the bars line up.
+    # The end (name or reason) gets the same cells on every line of a width, so the bars line up;
+    # the memory in GiB comes first where the bars keep their cells after it.
     room = budget - COMPACT_MIN_BARS
+    if room >= COMPACT_GIB_CELLS + COMPACT_END_KEEPS:
+        memory = _gib_cell(gpu).extend(memory)
+        room -= COMPACT_GIB_CELLS
+        budget -= COMPACT_GIB_CELLS
     extra_width = min(room, max(COMPACT_EXTRA_MAX, room // 2)) if room >= _COMPACT_MIN_EXTRA else 0
     budget -= extra_width
     tail, extra_width, given = _with_markers(pieces, markers, extra_width)
@@ -820,10 +878,11 @@ def compact_line(gpu: GpuState, width: int) -> Line:
     extras = _compact_extras(gpu)
     fitting = next((candidate for candidate in extras if candidate.cells <= extra_width), None)
     if not gpu.health.responding and fitting is None:  # "not responding" is never cut: the values make room
-        return line.extend(_stalled_values(gpu, budget, extra_width, memory, tail)).fit(width)
+        return line.extend(_stalled_values(gpu, budget, extra_width, memory, tail)).fit(width), None
     extra = (fitting or extras[-1]).fit(extra_width) if extra_width else Line()
     mem_width = max(4, budget // 2)
     spark_width = max(4, budget - mem_width)
+    columns = CompactColumns(line.cells, mem_width, memory.cells, spark_width)
     values = bar(fraction, mem_width, _load(fraction)).extend(memory)
     if mig_hides_utilization(gpu):
         values.extend(_mig_utilization(spark_width)).extend(tail)
@@ -831,7 +890,59 @@ def compact_line(gpu: GpuState, width: int) -> Line:
         values.extend(sparkline(gpu.history.utilization_gpu_percent, spark_width)).extend(tail)
     if not gpu.health.responding:
         values.restyle("dim")  # its last values: not live
-    return line.extend(values).extend(extra).fit(width)
+    return line.extend(values).extend(extra).fit(width), columns
+
+
+COMPACT_MARKERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("⚠", ("⚠ clocks slowed (heat, HW slowdown, power brake)", "⚠ clocks slowed", "⚠ slowed")),
+    ("ECC!", ("ECC! uncorrected memory errors", "ECC! uncorrected errors", "ECC! errors")),
+)
+"""The signs a compact line may end its figures with (in place of the temperature on a narrow line), and
+what the header line says they mean when one is in view, longest first."""
+_MARKER_CATEGORY = {"⚠": WARN, "ECC!": ALERT}
+
+
+def compact_markers(gpu: GpuState) -> tuple[str, ...]:
+    """The signs of :data:`COMPACT_MARKERS` that ``gpu``'s compact line shows (none on a line without figures)."""
+    if gpu.note or gpu.lost:
+        return ()
+    sample = gpu.sample
+    shown = []
+    if _throttle_warns(gpu):
+        shown.append("⚠")
+    if ecc_cell(sample)[1] == ALERT:  # uncorrected errors: the panel's count, as a marker
+        shown.append("ECC!")
+    return tuple(shown)
+
+
+def compact_legend(gpus: Sequence[GpuState], width: int) -> Line:
+    """What the signs in view mean (``⚠ clocks slowed (heat, HW slowdown, power brake)``), in at most ``width``
+    cells: the words shorten (``⚠ clocks slowed``) before they are cut; empty when no line shows a sign."""
+    shown = {sign for gpu in gpus for sign in compact_markers(gpu)}
+    entries = [words for sign, words in COMPACT_MARKERS if sign in shown]
+    if not entries:
+        return Line()
+    for level in range(max(len(words) for words in entries)):
+        text = " · ".join(words[min(level, len(words) - 1)] for words in entries)
+        if len(text) <= width:
+            return Line(text, RICH_STYLES[WARN])
+    return Line(" · ".join(words[-1] for words in entries), RICH_STYLES[WARN]).fit(width)
+
+
+def compact_header(gpu: GpuState | None, width: int) -> Line:
+    """The labels over a column of compact lines of ``width`` cells, laid out as ``gpu``'s line (any GPU with
+    figures: the lines of one width share their columns): ``GPU`` over the index, ``MEM used`` over the memory
+    bar and its figures, ``UTIL`` over the utilisation chart and its figure now. Exactly ``width`` cells
+    (blank for a column of notes or lost GPUs). The temperature, power and SM active carry their units."""
+    columns = None if gpu is None else compact_columns(gpu, width)
+    line = Line()
+    if columns is None:
+        return line.fit(width)
+    line.add(("GPU" if columns.head >= 4 else " #").ljust(columns.head), "dim")  # " 0✓": over the index
+    memory = columns.bar + columns.memory
+    line.add(("MEM used" if memory >= 12 else "MEM").ljust(memory)[:memory], "dim")
+    line.add(("UTIL now" if columns.spark >= 9 else "UTIL").ljust(columns.spark + 5)[: columns.spark + 5], "dim")
+    return line.fit(width)
 
 
 def compact_lines(gpu: GpuState, width: int) -> list[Line]:

@@ -66,7 +66,15 @@ from .cells import (
 from .styled import Line
 from .units import NA, fmt_age, fmt_bytes, short_name
 
-__all__ = ["LABEL_WIDTH", "gpu_health_lines", "health_counts", "health_lines", "overview_line", "reading"]
+__all__ = [
+    "LABEL_WIDTH",
+    "gpu_health_lines",
+    "health_counts",
+    "health_lines",
+    "health_sections",
+    "overview_line",
+    "reading",
+]
 
 LABEL_WIDTH = 17
 """Cells of a reading's label ("Remapped rows"), so the values line up in a column."""
@@ -322,10 +330,17 @@ def _nvlink(gpu: GpuState) -> list[Line]:
     ]
     growing = {n for f in gpu.health.findings if f.code == "nvlink-errors" for n in _numbers(f.text)}
     lines = [title, _row("Links", *summary)]
+    # Only the links worth a look get a row: 18 rows of "up" pushed the other GPUs away.
+    bad = [link for link in links if link.active is not True or link.link in growing or link.errors]
+    if not bad:
+        lines.append(Line(_INDENT + " " * LABEL_WIDTH).add("every link up, no errors", "dim"))
+        return lines
     lines.append(
         Line(_INDENT + "link  state  ver  " + "RX".rjust(11) + "  " + "TX".rjust(11) + "  errors  remote", "dim")
     )
-    lines.extend(_link_line(link, link.link in growing) for link in links)
+    lines.extend(_link_line(link, link.link in growing) for link in bad)
+    if len(bad) < len(links):
+        lines.append(Line(_INDENT + f"the other {len(links) - len(bad)} up, no errors", "dim"))
     return lines
 
 
@@ -474,15 +489,23 @@ def health_counts(gpus: Iterable[GpuState]) -> dict[Severity, int]:
     return counts
 
 
+def health_sections(snapshot: Snapshot, gpus: Sequence[GpuState] | None = None) -> tuple[list[Line], list[list[Line]]]:
+    """The overview (a line a GPU: which section to look at) and one section per GPU of ``gpus`` (default:
+    every GPU of ``snapshot``): a view lays the sections out one under the other, or side by side where the
+    width allows."""
+    shown = snapshot.gpus if gpus is None else gpus
+    if not shown:
+        return [Line("No GPUs to show", "dim")], []
+    overview = [Line("Overview", "bold underline"), *(overview_line(gpu) for gpu in shown)]
+    return overview, [gpu_health_lines(gpu, snapshot.timestamp) for gpu in shown]
+
+
 def health_lines(snapshot: Snapshot, gpus: Sequence[GpuState] | None = None) -> list[Line]:
     """The health of ``gpus`` (default: every GPU of ``snapshot``): an overview, one line a GPU, then a
     section per GPU, a blank line between (the overview tells which section to scroll to)."""
-    shown = snapshot.gpus if gpus is None else gpus
-    if not shown:
-        return [Line("No GPUs to show", "dim")]
-    lines: list[Line] = [Line("Overview", "bold underline")]
-    lines.extend(overview_line(gpu) for gpu in shown)
-    for gpu in shown:
+    overview, sections = health_sections(snapshot, gpus)
+    lines = list(overview)
+    for section in sections:
         lines.append(Line())
-        lines.extend(gpu_health_lines(gpu, snapshot.timestamp))
+        lines.extend(section)
     return lines

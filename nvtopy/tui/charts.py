@@ -3,12 +3,22 @@
 What is drawn: GPU utilisation, memory used, power, and where the GPUs report
 them SM activity (GPM), PCIe and NVLink throughput, over a window of 1 min,
 10 min, 1 h or 24 h (``z`` / ``Z``) ending at the snapshot's time. Two ways
-(``c``): one chart per metric with every shown GPU overlaid in its own colour
+(``c``): one chart per metric with the shown GPUs overlaid, each in its own colour
 (the legend gives each GPU's value now), or one chart per GPU with its metrics
 overlaid on a 0-100 % scale (power as a share of its limit); ``c`` again hides
 them. The value axes are fixed: 0-100 %, 0 to the memory size (GiB, when every
 GPU has the same), 0 to the highest power limit; throughput, which has no useful
 fixed top, is scaled to a 1-2-5 step above the window's peak.
+
+Many GPUs: more than :data:`OVERLAID` lines in one chart are a tangle, and the
+colours that tell them apart run out. A chart per metric then draws the
+:data:`OVERLAID` GPUs that bound the spread -- the highest and the lowest lately
+(:func:`spread`): the busiest and the straggler, the ones a user looks for -- and
+its legend says how many more there are and what they read now ("+12 more
+42% to 91%"). A narrow chart draws fewer lines, never one its legend does not
+name; a legend never loses an entry silently: what does not fit is counted in
+its "+N more" (:func:`~nvtopy.render.chart.legend_line`). One chart per GPU
+(``c``) shows every GPU, as many as fit.
 
 Where: between the GPU area and the process table, only when rows are spare
 (:func:`chart_rows`): the table keeps the rows its processes need, at least
@@ -30,7 +40,7 @@ terminal lines that changed are sent.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rich.segment import Segment
@@ -39,10 +49,10 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from ..model import GpuState, Snapshot
-from ..render.chart import GPU_COLORS, ChartMemo, Trace, chart_lines, rate_ceiling, short_rate
+from ..render.chart import GPU_COLORS, ChartMemo, Trace, chart_lines, legend_line, rate_ceiling, short_rate
 from ..render.styled import Line
 from ..render.units import short_name
-from ..sources.timeline import METRICS, WINDOWS, Timeline, metric_values
+from ..sources.timeline import METRICS, WINDOWS, Series, Timeline, metric_values
 
 __all__ = [
     "CHART_MIN_HEIGHT",
@@ -123,6 +133,33 @@ GPU_TRACES: tuple[tuple[str, str, str], ...] = (
 )
 _INDEX = {name: i for i, name in enumerate(METRICS)}
 _GIB = 2**30
+OVERLAID = 4
+"""The most GPUs one chart per metric overlays (each in a colour of its own): more are a tangle."""
+RECENT_BUCKETS = 120
+"""Buckets of the window's end that rank GPUs for :func:`spread` (a 24-hour window ranks by its last two hours):
+the rank follows what is happening now, yet does not flip with one sample."""
+
+
+def _recent_mean(values: Sequence[float]) -> float | None:
+    """The mean of the last :data:`RECENT_BUCKETS` values that are numbers; None when there are none."""
+    recent = [v for v in values[-RECENT_BUCKETS:] if math.isfinite(v)]
+    return sum(recent) / len(recent) if recent else None
+
+
+def spread(means: Sequence[tuple[int, float | None]], count: int = OVERLAID) -> list[int]:
+    """Which of ``(index, recent mean)`` to draw when there are more than ``count``: the highest half and the
+    lowest half of ``count`` (a GPU with no value ranks last: nothing to draw), in index order."""
+    if len(means) <= count:
+        return sorted(index for index, _ in means)
+    known = sorted((mean, index) for index, mean in means if mean is not None)
+    high = count - count // 2
+    top = [index for _, index in known[-high:]] if known else []
+    rest = [index for _, index in known if index not in top]
+    bottom = rest[: count - len(top)]
+    chosen = set(top) | set(bottom)
+    if len(chosen) < count:  # too few with values: fill in index order
+        chosen |= set(sorted(index for index, _ in means if index not in chosen)[: count - len(chosen)])
+    return sorted(chosen)
 
 
 def _grid(count: int, width: int, height: int) -> tuple[int, int]:
@@ -317,6 +354,7 @@ class _MetricChart(_Chart):
         metric = spec.metric
         series = [(g, g.timeline.series(metric, window, end)) for g in self.gpus]
         scale, top, axis, now = 1.0, 100.0, _percent, _percent
+        total = None
         if spec.kind == "memory":
             totals = {g.static.memory_total_bytes for g in self.gpus}
             total = totals.pop() if len(totals) == 1 else None
@@ -338,15 +376,50 @@ class _MetricChart(_Chart):
         elif spec.kind == "rate":
             top = rate_ceiling(_peak(s for _, s in series))
             axis = now = short_rate
+        short = now
+        if spec.kind == "memory" and total:
+
+            def short(percent: float) -> str:
+                return f"{percent * total / 100 / _GIB:.0f}G"
+
         title = Line(f" {spec.title} ", "bold")
-        traces = []
-        for gpu, s in series:
-            color = GPU_COLORS[gpu.index % len(GPU_COLORS)]
-            value = self.values[gpu.index][_INDEX[metric]]
-            title.add(f" {gpu.index}:", color).add("N/A" if value is None else now(value), color)
-            traces.append(Trace(color, s.step, s.buckets, s.lo, s.mean, s.hi, scale, (id(gpu.timeline), metric)))
+        entries, traces, others, now = self._legend(series, title, width, scale, (now, short))
+        note = f"{now(min(others))} to {now(max(others))}" if others else ""
+        title = legend_line(title, entries, width, hidden=len(series) - len(traces), note=note)
         memo = view.memo(("metric", metric))
         return chart_lines(title, traces, width, height, window=window, end=end, top=top, axis=axis, memo=memo)
+
+    def _legend(
+        self,
+        series: Sequence[tuple[GpuState, Series]],
+        title: Line,
+        width: int,
+        scale: float,
+        formats: Sequence[Callable[[float], str]],
+    ) -> tuple[list[Line], list[Trace], list[float], Callable[[float], str]]:
+        """The GPUs to draw, their legend entries and traces, the values now of those left out, and the
+        format used: as many GPUs as the legend names in ``width`` (at most :data:`OVERLAID`, the spread:
+        :func:`spread`), each value in its long format, else its short one, before a GPU is left out."""
+        metric = self.spec.metric
+        means = [(g.index, _recent_mean(s.mean)) for g, s in series]
+        for count in range(min(OVERLAID, len(series)), 0, -1):  # only lines the legend can name
+            drawn = set(spread(means, count))
+            more = Line(f" +{len(series) - count} more") if count < len(series) else Line()
+            for fmt in formats:
+                entries, traces, others = [], [], []
+                for gpu, s in series:
+                    value = self.values[gpu.index][_INDEX[metric]]
+                    if gpu.index not in drawn:
+                        if value is not None:
+                            others.append(value)
+                        continue
+                    color = GPU_COLORS[len(traces) % len(GPU_COLORS)]  # a colour each: at most OVERLAID lines
+                    entries.append(Line(f" {gpu.index}:", color).add("N/A" if value is None else fmt(value), color))
+                    key = (id(gpu.timeline), metric)
+                    traces.append(Trace(color, s.step, s.buckets, s.lo, s.mean, s.hi, scale, key))
+                if title.cells + sum(entry.cells for entry in entries) + more.cells <= width:
+                    return entries, traces, others, fmt
+        return entries, traces, others, formats[-1]
 
 
 class _GpuChart(_Chart):
@@ -362,7 +435,7 @@ class _GpuChart(_Chart):
         values = metric_values(gpu.static, gpu.sample)
         limit = gpu.sample.power_limit_w or gpu.static.power_max_limit_w or gpu.static.power_default_limit_w
         title = Line(f" GPU {gpu.index} ", "bold")
-        traces = []
+        entries, traces = [], []
         for metric, label, color in GPU_TRACES:
             value = values[_INDEX[metric]]
             if metric == "sm_active" and value is None:
@@ -372,12 +445,19 @@ class _GpuChart(_Chart):
                 if not limit:
                     continue
                 scale = 100.0 / limit
-            title.add(f" {label} ", color).add("N/A" if value is None else f"{value * scale:.0f}%", color)
+            entries.append(Line(f" {label} ", color).add("N/A" if value is None else f"{value * scale:.0f}%", color))
             s = gpu.timeline.series(metric, window, end)
             traces.append(Trace(color, s.step, s.buckets, s.lo, s.mean, s.hi, scale, (id(gpu.timeline), metric)))
-        if self.more:
-            title.add(f"  +{self.more} GPU{'s' if self.more > 1 else ''} (c: per metric)", "bold")
-        title.add(f"  {short_name(gpu.static.name)}", "dim")
+        keep = Line()
+        if self.more:  # GPUs that found no room: said whole, with the key to see them where it fits
+            gpus = f"  +{self.more} GPU{'s' if self.more > 1 else ''}"
+            listed = title.cells + sum(entry.cells for entry in entries)
+            hint = " (c: per metric)" if listed + len(gpus) + 16 <= width else ""
+            keep.add(gpus + hint, "bold")
+        named = Line().extend(keep).add(f"  {short_name(gpu.static.name)}", "dim")
+        if title.cells + sum(entry.cells for entry in entries) + named.cells <= width:
+            keep = named  # the model's name where the whole legend leaves room
+        title = legend_line(title, entries, width, keep=keep)
         memo = view.memo(("gpu", gpu.index))
         return chart_lines(title, traces, width, height, window=window, end=end, top=100.0, axis=_percent, memo=memo)
 

@@ -40,6 +40,9 @@ from ..model import SAMPLE_FIELDS, GpuState
 from ..render.cells import BAD, DIM, HOT, REMOTE, RICH_STYLES, WARN
 from ..render.gpu import (
     PANEL_MIN_WIDTH,
+    compact_columns,
+    compact_header,
+    compact_legend,
     compact_lines,
     mig_rows,
     panel_extra_rows,
@@ -99,11 +102,11 @@ def _grid_lines(extra: Sequence[int], count: int, cols: int, base: int) -> int:
 
 
 def _compact_total(extra: Sequence[int], groups: Sequence[int], count: int, cols: int) -> int:
-    """Compact lines of ``count`` GPUs in rows of ``cols``; with ``groups`` (GPUs per host, in order), each host
-    starts a row of its own under a header line."""
+    """Compact lines of ``count`` GPUs in rows of ``cols`` under their column labels (one line); with ``groups``
+    (GPUs per host, in order), each host starts a row of its own under a header line."""
     if not groups:
-        return _grid_lines(extra, count, cols, 1)
-    total, start = 0, 0
+        return 1 + _grid_lines(extra, count, cols, 1)
+    total, start = 1, 0
     for size in groups:
         total += 1 + _grid_lines(extra[start : start + size], size, cols, 1)
         start += size
@@ -287,8 +290,10 @@ class GpuView(Widget):
             return
         plan = self._plan
         rows = max(1, plan.lines - 1) if plan.scrolls else None  # a scrolling view says what it shows last
+        fixed = 1 if plan.kind == "compact" and self._gpus else 0  # the column labels stay when it scrolls
         if rows is not None:
             self.top = max(0, min(self.top, (plan.content or 0) - rows))
+            rows = max(1, rows - fixed)
         else:
             self.top = 0
         if not self._gpus:
@@ -299,7 +304,7 @@ class GpuView(Widget):
                 lines = lines[self.top : self.top + rows]
                 lines.append(_strip(self._position_line(width, *self._full_shown(rows)).segments(), width))
         else:
-            lines = self._compact_lines(width, rows)
+            lines = [self._compact_header(width), *self._compact_lines(width, rows)]
         old = self._lines
         self._lines = lines
         for y, strip in enumerate(lines):
@@ -380,6 +385,26 @@ class GpuView(Widget):
             return lines
         lines = lines[:rows_shown]
         return [*lines, _strip(self._position_line(width, shown[:1], shown[-1:]).segments(), width)]
+
+    def _compact_header(self, width: int) -> Strip:
+        """The labels over the compact lines' figures (``GPU  MEM used  UTIL now``), over every column, and
+        what a sign in view means (``⚠ clocks slowed``) where the last column's labels leave room, else in
+        place of the labels after the first column's (the columns are alike)."""
+        cols = self._plan.columns
+        gap = 2
+        cell = (width - gap * (cols - 1)) // cols
+        model = next((gpu for gpu in self._gpus if compact_columns(gpu, cell) is not None), None)
+        labels = compact_header(model, cell).plain  # labels only, in one style: cut as text
+        text = (" " * gap).join([labels] * cols)
+        legend = compact_legend(self._gpus, width)
+        if legend.cells and len(text.rstrip()) + gap + legend.cells <= width:
+            text = text[: width - legend.cells]
+        elif legend.cells:  # the labels after the first column's make room
+            used = len(labels.rstrip())
+            legend = compact_legend(self._gpus, max(0, width - used - gap))
+            text = text[:used].ljust(width - legend.cells)
+        line = Line(text, RICH_STYLES[DIM]).extend(legend)
+        return _strip(line.fit(width).segments(), width)
 
     def _full_shown(self, rows: int) -> tuple[list[int], list[int]]:
         """The first and last GPU whose panel starts in the lines shown (full panels that scroll)."""

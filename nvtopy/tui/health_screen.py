@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rich.console import Group, RenderableType
+from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -27,7 +29,7 @@ from textual.widgets import Static
 
 from ..model import GpuState, Severity, Snapshot
 from ..render.cells import ALERT, GOOD, RICH_STYLES, WARN
-from ..render.health import health_counts, health_lines
+from ..render.health import health_counts, health_sections
 from ..render.styled import Line
 
 __all__ = ["HealthScreen"]
@@ -35,6 +37,31 @@ __all__ = ["HealthScreen"]
 # Categories, not styles: RICH_STYLES is read when the title is drawn, so the theme's palette applies
 # (copying the styles here at import time kept the default red and green under "colorblind").
 _COUNT_CATEGORY = {Severity.FAIL: ALERT, Severity.WARN: WARN, Severity.OK: GOOD}
+SECTION_WIDTH = 96
+"""Cells a GPU's section wants before two sit side by side (a wide terminal shows two or more GPUs at once)."""
+
+
+def section_columns(width: int, sections: int) -> int:
+    """GPU sections side by side in ``width`` cells: as many of :data:`SECTION_WIDTH` as fit (at least one)."""
+    return max(1, min(sections, width // SECTION_WIDTH))
+
+
+def _body(overview: Sequence[Line], sections: Sequence[Sequence[Line]], columns: int) -> RenderableType:
+    """The overview, then the sections in rows of ``columns`` (each wraps in its own column)."""
+    if columns <= 1:
+        lines = list(overview)
+        for section in sections:
+            lines.append(Line())
+            lines.extend(section)
+        return _text(lines)
+    grid = Table.grid(padding=(0, 2), expand=True)
+    for _ in range(columns):
+        grid.add_column(ratio=1, overflow="fold")
+    for start in range(0, len(sections), columns):
+        row = [_text(section) for section in sections[start : start + columns]]
+        grid.add_row(*row, *([Text("")] * (columns - len(row))))
+        grid.add_row(*([Text("")] * columns))
+    return Group(_text(overview), Text(""), grid)
 
 
 def _text(lines: Sequence[Line]) -> Text:
@@ -79,6 +106,9 @@ class HealthScreen(ModalScreen[None]):
         self.query_one("#health-body", VerticalScroll).focus()
         self._draw()
 
+    def on_resize(self) -> None:
+        self._draw()  # wider or narrower: the sections side by side or not
+
     def show(self, snapshot: Snapshot, gpus: Sequence[GpuState]) -> None:
         """A new snapshot: redraw what changed (nothing, for a GPU whose health and readings stayed)."""
         self._snapshot = snapshot
@@ -95,11 +125,16 @@ class HealthScreen(ModalScreen[None]):
             title = self.query_one("#health-title", Static)
         except NoMatches:  # a snapshot came between the push and the compose: on_mount draws it
             return
-        lines = health_lines(snapshot, self._gpus)
-        signature = tuple(tuple(line.parts) for line in lines)
+        overview, sections = health_sections(snapshot, self._gpus)
+        columns = section_columns(self.size.width - 2, len(sections))
+        signature = (
+            columns,
+            tuple(tuple(line.parts) for line in overview),
+            tuple(tuple(tuple(line.parts) for line in section) for section in sections),
+        )
         if signature != self._signature:
             self._signature = signature
-            body.update(_text(lines))
+            body.update(_body(overview, sections, columns))
         counts = health_counts(self._gpus)
         title_signature = (
             tuple(counts.items()),

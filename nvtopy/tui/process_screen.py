@@ -30,7 +30,7 @@ import shlex
 import sys
 import time
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rich.console import Group
@@ -263,13 +263,49 @@ def _last(values: Sequence[float]) -> float | None:
     return None
 
 
-def _chart(title: str, figure: str, values: Sequence[float], *, width: int, top: float, style_name: str) -> list[Line]:
+CHART_MAX_HEIGHT = 16
+"""Lines a process chart grows to where the screen has rows to spare (below the facts)."""
+_AXIS = "bright_black"
+
+
+def _chart(
+    title: str,
+    figure: str,
+    values: Sequence[float],
+    *,
+    width: int,
+    top: float,
+    style_name: str,
+    axis: Callable[[float], str],
+    height: int = CHART_HEIGHT,
+) -> list[Line]:
+    """A titled chart with its value axis: the top of the scale on its first line, 0 on its last, the middle
+    on a chart tall enough (a reader sees what a full column means without reading the title)."""
     head = Line(title, "bold").add("  ").add(figure)
-    return [head.fit(width), *(line.fit(width) for line in chart_lines(values, width, CHART_HEIGHT, top, style_name))]
+    labels = {0: axis(top), height - 1: axis(0.0)}
+    if height >= 5:
+        labels[(height - 1) // 2] = axis(top / 2)
+    gutter = max(len(text) for text in labels.values()) + 1
+    plot = chart_lines(values, max(1, width - gutter), height, top, style_name)
+    lines = [head.fit(width)]
+    for row, line in enumerate(plot):
+        label = labels.get(row)
+        mark = f"{label:>{gutter - 1}}┤" if label is not None else " " * (gutter - 1) + "│"
+        lines.append(Line(mark, _AXIS).extend(line).fit(width))
+    return lines
 
 
-def history_lines(series: ProcessSeries | None, width: int) -> list[Line]:
-    """The four charts: GPU memory and SM % beside (or above) host CPU % and RSS, for ``width`` cells."""
+def _percent_axis(value: float) -> str:
+    return f"{value:.0f}%"
+
+
+def _bytes_axis(value: float) -> str:
+    return "0" if value <= 0 else fmt_bytes(value, precision=0)
+
+
+def history_lines(series: ProcessSeries | None, width: int, height: int = CHART_HEIGHT) -> list[Line]:
+    """The four charts: GPU memory and SM % beside (or above) host CPU % and RSS, for ``width`` cells,
+    each ``height`` lines of plot (the rows the screen spares them, :meth:`ProcessScreen.chart_height`)."""
     if series is None or not series.timestamps:
         return [Line("no history yet: it grows with each refresh", "dim")]
     two = width >= 90
@@ -296,7 +332,16 @@ def history_lines(series: ProcessSeries | None, width: int) -> list[Line]:
     rss_peak = max(rss_values, default=0.0)
     rss_top = 2.0 ** math.ceil(math.log2(rss_peak)) if rss_peak >= 1 else 1.0  # a round size: 16 GiB, 32 GiB...
     gpu = [
-        _chart("GPU memory", memory_figure, memory, width=chart_width, top=memory_top, style_name="green"),
+        _chart(
+            "GPU memory",
+            memory_figure,
+            memory,
+            width=chart_width,
+            top=memory_top,
+            style_name="green",
+            axis=_bytes_axis,
+            height=height,
+        ),
         _chart(
             "SM",
             NA if sm is None else f"{sm:.0f} %",
@@ -304,25 +349,30 @@ def history_lines(series: ProcessSeries | None, width: int) -> list[Line]:
             width=chart_width,
             top=_nice_top(max(_present(series.sm), default=0.0), 100.0),
             style_name="cyan",
+            axis=_percent_axis,
+            height=height,
         ),
     ]
     host = [
         _chart(
             "CPU",
-            (NA if cpu is None else f"{cpu:.1f} %") + f" · scale 0-{cpu_top:.0f} %",
+            NA if cpu is None else f"{cpu:.1f} %",
             series.cpu,
             width=chart_width,
             top=cpu_top,
             style_name="yellow",
+            axis=_percent_axis,
+            height=height,
         ),
         _chart(
             "Host memory (RSS)",
-            (NA if rss is None else f"{fmt_bytes(rss)} · peak {fmt_bytes(rss_peak)}")
-            + f" · scale 0-{fmt_bytes(rss_top, precision=0)}",
+            NA if rss is None else f"{fmt_bytes(rss)} · peak {fmt_bytes(rss_peak)}",
             series.rss,
             width=chart_width,
             top=rss_top,
             style_name="blue",
+            axis=_bytes_axis,
+            height=height,
         ),
     ]
     lines: list[Line] = []
@@ -434,6 +484,7 @@ class ProcessScreen(ModalScreen[None]):
         self._requested_at: float | None = None
         self._signature: tuple[object, ...] | None = None
         self._ready = False  # mounted: draws and asks for details (a snapshot may come before)
+        self._chart_height = CHART_HEIGHT  # the charts' height last drawn
         history.pin(self.key)
 
     def compose(self) -> ComposeResult:
@@ -526,14 +577,47 @@ class ProcessScreen(ModalScreen[None]):
             return
         width = max(20, self.size.width - 3)
         series = self.history.series(self.key)
-        signature = (self.rows, self.exited, self.details, self.details_note, series, width, self.snapshot.timestamp)
+        height = self.chart_height(width)
+        signature = (
+            self.rows,
+            self.exited,
+            self.details,
+            self.details_note,
+            series,
+            width,
+            height,
+            self.snapshot.timestamp,
+        )
         if signature == self._signature:
             return
         self._signature = signature
         title.update(self._title(), layout=False)
         facts.update(self._facts())
-        charts.update(_text(history_lines(series, width)))
+        charts.update(_text(history_lines(series, width, height)))
         hint.update(self._hint(), layout=False)
+        self._chart_height = height
+        self.call_after_refresh(self._fit_charts)  # once laid out, the facts' height may give other rows
+
+    def chart_height(self, width: int) -> int:
+        """Lines of plot each chart gets: what the screen has under the facts, shared by the charts stacked
+        (two rows of two side by side at 90 cells or more, else four), between :data:`CHART_HEIGHT` and
+        :data:`CHART_MAX_HEIGHT` (a tall terminal shows the history, not blank rows)."""
+        try:
+            body = self.query_one("#process-body", VerticalScroll).size.height
+            facts = self.query_one("#process-facts", Static).size.height
+        except NoMatches:
+            return CHART_HEIGHT
+        if not body or not facts:
+            return CHART_HEIGHT
+        stacked = 2 if width >= 90 else 4
+        spare = body - facts - 1 - 1  # the facts' margin, the span line under the charts
+        return max(CHART_HEIGHT, min(CHART_MAX_HEIGHT, spare // stacked - 2))  # a title and a blank each
+
+    def _fit_charts(self) -> None:
+        """Draw the charts again when the laid-out screen gives them other rows (once: then they agree)."""
+        if self.is_mounted and self.chart_height(max(20, self.size.width - 3)) != self._chart_height:
+            self._signature = None
+            self._draw()
 
     def plain_text(self, width: int = 120) -> str:
         """Everything the screen holds, scrolled out of view or not, as plain text (tests, bug reports)."""
@@ -542,7 +626,7 @@ class ProcessScreen(ModalScreen[None]):
         console = Console(width=width, record=True, file=io.StringIO(), color_system=None)
         console.print(self._title())
         console.print(self._facts())
-        console.print(_text(history_lines(self.history.series(self.key), width - 3)))
+        console.print(_text(history_lines(self.history.series(self.key), width - 3, self.chart_height(width - 3))))
         console.print(self._hint())
         return console.export_text()
 
