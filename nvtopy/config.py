@@ -539,16 +539,17 @@ def to_toml(config: Config, header: Sequence[str] = ()) -> str:
 # ----------------------------------------------------------------- remembering the columns
 
 
-def save_columns(path: str | os.PathLike[str], columns: Sequence[str]) -> None:
-    """Set ``columns = [...]`` in the config file at ``path`` (created if missing), keeping everything else.
+def save_columns(path: str | os.PathLike[str], columns: Sequence[str] | None) -> None:
+    """Set ``columns = [...]`` in the config file at ``path`` (created if missing), keeping everything else;
+    ``None`` (the defaults) removes the entry, so the file follows the defaults of later versions.
 
     Raises :class:`ConfigWriteError` (one line) when the file cannot be read or
     written (a read-only directory), is not valid TOML, or the edit would not
     read back as exactly ``columns`` -- the file is then left as it was.
     """
-    columns = list(columns)
-    unknown = [c for c in columns if c not in COLUMN_IDS]
-    if unknown or not columns:
+    columns = None if columns is None else list(columns)
+    unknown = [] if columns is None else [c for c in columns if c not in COLUMN_IDS]
+    if unknown or columns == []:
         raise ConfigWriteError(f"not a column list: {columns!r}")
     target = Path(os.path.realpath(Path(path).expanduser()))  # a symlinked dotfile stays a symlink
     try:
@@ -566,7 +567,7 @@ def save_columns(path: str | os.PathLike[str], columns: Sequence[str]) -> None:
         toml.loads(text)
     except (ValueError, RecursionError):  # TOMLDecodeError, an integer too long, nesting too deep
         raise ConfigWriteError(f"{target} is not valid TOML: fix it first (nvtopy left it as it is)") from None
-    updated = _set_top_level(text, "columns", _toml_value(columns))
+    updated = _set_top_level(text, "columns", None if columns is None else _toml_value(columns))
     try:
         check = toml.loads(updated).get("columns")
     except (ValueError, RecursionError):
@@ -592,11 +593,11 @@ def _write_atomically(target: Path, text: str) -> None:
         raise ConfigWriteError(f"cannot write {target}: {exc.strerror or exc}") from None
 
 
-def _set_top_level(text: str, key: str, value: str) -> str:
+def _set_top_level(text: str, key: str, value: str | None) -> str:
     """``text`` with the top-level ``key = ...`` (one line or a multi-line array) replaced, or inserted before
-    the first table (at the end when there is none)."""
+    the first table (at the end when there is none); ``value`` None: removed."""
     lines = text.splitlines(keepends=True)
-    entry = f"{key} = {value}\n"
+    entry = "" if value is None else f"{key} = {value}\n"
     assignment = re.compile(rf"^\s*{_BARE_OR_QUOTED.format(name=re.escape(key))}\s*=")
     for number, line in enumerate(lines):
         if _HEADER.match(line):
@@ -606,6 +607,8 @@ def _set_top_level(text: str, key: str, value: str) -> str:
             return "".join([*lines[:number], entry, *lines[end + 1 :]])
     else:
         number = len(lines)
+    if value is None:  # nothing to remove
+        return text
     before = lines[:number]
     if before and not before[-1].endswith("\n"):
         before[-1] += "\n"

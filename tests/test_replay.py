@@ -123,9 +123,9 @@ async def test_replay_in_the_monitor_pause_step_speed(recording):
         assert shown == json.loads(lines[-1])["gpus"][0]["utilization_gpu_percent"]
         header = str(app.query_one("#header").render())
         assert "REPLAY" in header and "12/12" in header
-        await pilot.press("comma", "comma")
+        await pilot.press("left_square_bracket", "left_square_bracket")
         await wait_until(pilot, lambda: app.snapshot is player.snapshots[9])
-        await pilot.press("full_stop")
+        await pilot.press("right_square_bracket")
         await wait_until(pilot, lambda: app.snapshot is player.snapshots[10])
         await pilot.press("minus")
         assert player.speed == 16.0

@@ -201,4 +201,4 @@ async def test_the_help_and_the_palette_know_the_keys(sim):
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         sections = {key: words for _, rows in app.help_sections() for key, words in rows}
-        assert "Tree view" in sections["w"] and "process screen" in sections["⏎"]
+        assert "Tree view" in sections["t w"] and "process screen" in sections["⏎"]

@@ -1,4 +1,4 @@
-"""The column chooser (``o``): hide, reorder, apply, cancel; the table follows and the choice is remembered.
+"""The column chooser (``C``, F2): hide, reorder, apply, cancel; the table follows and the choice is remembered.
 
 Each test runs with its own empty XDG config directory (conftest), which is
 where the chooser writes ``columns``.
@@ -42,7 +42,7 @@ def chooser(app) -> SelectionList:
 
 
 async def open_chooser(pilot, app) -> ColumnsScreen:
-    await pilot.press("o")
+    await pilot.press("C")
     await pilot.pause()
     assert isinstance(app.screen, ColumnsScreen)
     return app.screen
@@ -61,7 +61,7 @@ def app_of(sim) -> NvtopyApp:
     return NvtopyApp.for_backend(sim(gpus=2, seed=1, processes_per_gpu=3), interval=INTERVAL)
 
 
-async def test_o_lists_every_column_shown_first_and_ticked(sim):
+async def test_c_lists_every_column_shown_first_and_ticked(sim):
     app = app_of(sim)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
@@ -219,9 +219,46 @@ async def test_help_and_palette_name_the_chooser(sim):
         await pilot.pause()
         assert isinstance(app.screen, HelpScreen)
         view = dict(app.screen.sections)["View"]
-        assert ("o", "Choose, hide and reorder the process table's columns") in view
+        assert ("C f2", "Choose, hide and reorder the process table's columns") in view
         commands = [c.title for c in app.get_system_commands(app.screen)]
         assert "Choose columns" in commands
+
+
+async def test_defaults_remove_the_columns_entry_from_the_config_file(sim):
+    """d then enter: the file keeps its other settings and loses ``columns`` (not the whole list written out)."""
+    path = config_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('theme = "nord"\ncolumns = ["pid", "command"]\nsort = "pid"\n', encoding="utf-8")
+    app = app_of(sim)
+    configure(app, load_config(path)[0])
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        assert titles(app)[:2] == ["PID", "COMMAND"]
+        await open_chooser(pilot, app)
+        await pilot.press("d", "enter")
+        await pilot.pause()
+        assert not isinstance(app.screen, ColumnsScreen)
+        assert app.columns is None, "the defaults, as without a config file"
+        assert "GPU" in titles(app)
+    text = path.read_text(encoding="utf-8")
+    assert "columns" not in text
+    assert 'theme = "nord"' in text and 'sort = "pid"' in text
+    assert load_config(path)[0].columns == COLUMN_IDS
+
+
+async def test_ticked_and_unticked_rows_read_differently_without_colour(sim):
+    """[x] on a shown column, [ ] on a hidden one: in the text, not only in the colour."""
+    app = app_of(sim)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(pilot, app)
+        await open_chooser(pilot, app)
+        await highlight(pilot, app, "user")
+        await pilot.press("space")  # hide USER
+        await pilot.pause()
+        lines = [line for line in widget_lines(chooser(app)) if line.strip()]
+        assert any("[ ] USER " in line for line in lines), lines
+        assert any("[x] PID " in line for line in lines), lines
+        assert sum("[ ] " in line for line in lines) == 1
 
 
 def test_visible_columns_follow_the_choice():

@@ -305,7 +305,7 @@ async def test_health_screen_opens_shows_the_evidence_and_closes():
     app = NvtopyApp(FixedSource(), poll=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await show(pilot, app, snapshot_of(healthy_gpu(), sick_gpu(), stalled_gpu()))
-        await pilot.press("h")
+        await pilot.press("H")
         await pilot.pause()
         text = health_text(app)
         # The overview and every finding with its fix.
@@ -346,8 +346,8 @@ async def test_health_screen_opens_shows_the_evidence_and_closes():
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, HealthScreen)
-        for key in ("q", "h"):  # q and h close it too (q does not quit the app from there)
-            await pilot.press("h")
+        for key in ("q", "H"):  # q and H close it too (q does not quit the app from there)
+            await pilot.press("H")
             await pilot.pause()
             assert isinstance(app.screen, HealthScreen)
             await pilot.press(key)
@@ -360,7 +360,7 @@ async def test_health_screen_updates_live():
     app = NvtopyApp(FixedSource(), poll=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await show(pilot, app, snapshot_of(healthy_gpu(), stalled_gpu(seconds=12)))
-        await pilot.press("h")
+        await pilot.press("H")
         await pilot.pause()
         assert "not responding (12 s)" in health_text(app)
         await show(pilot, app, snapshot_of(healthy_gpu(), stalled_gpu(seconds=47)))
@@ -385,7 +385,7 @@ async def test_health_screen_counts_follow_the_colorblind_theme_and_a_theme_chan
     app.theme = "colorblind"
     async with app.run_test(size=(120, 40)) as pilot:
         await show(pilot, app, snapshot_of(healthy_gpu(), sick_gpu()))
-        await pilot.press("h")
+        await pilot.press("H")
         await pilot.pause()
         assert "2 GPUs: 1 FAIL · 1 OK" in screen_text(app)
         colours = count_colours()
@@ -400,7 +400,7 @@ async def test_health_screen_counts_follow_the_colorblind_theme_and_a_theme_chan
 async def test_health_screen_opens_before_the_first_snapshot():
     app = NvtopyApp(FixedSource(), poll=False)
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.press("h")
+        await pilot.press("H")
         await pilot.pause()
         assert "waiting for the first sample" in str(app.screen.query_one("#health-text").content)
         await show(pilot, app, snapshot_of(sick_gpu()))
@@ -437,7 +437,7 @@ async def test_a_stalled_gpu_is_drawn_not_responding_and_dimmed_while_the_other_
         assert right and all(s is not None and s.dim for _, s in right), "the stalled GPU's last values are dim"
         assert any("GiB" in t for t, _ in left) and not any(s is not None and s.dim for t, s in left if "GiB" in t)
         assert "PCIe Gen5 x16" in "".join(lines)
-        assert "1 FAIL (h)" in header_line(app)
+        assert "1 FAIL (H)" in header_line(app)
         # Compact lines: the same.
         await pilot.press("v", "v")
         await pilot.pause()
@@ -493,12 +493,15 @@ async def test_help_lists_the_new_keys():
         await pilot.pause()
         assert isinstance(app.screen, HelpScreen)
         sections = dict(app.screen.sections)
-        assert any(keys == "h" and "GPU health" in words for keys, words in sections["View"])
+        assert any(keys == "H" and "GPU health" in words for keys, words in sections["View"])
         assert any(keys == "f" and "Flagged processes" in words for keys, words in sections["Filtering"])
         app.screen.query_one(VerticalScroll).scroll_end(animate=False)  # the help is longer than its box
         await pilot.pause()
         visible = screen_text(app)
-        assert "GPU health: findings and fixes" in visible and "any flag, idle-held" in visible
+        assert "any flag, idle-held" in visible
+        app.screen.query_one(VerticalScroll).scroll_end(animate=False)  # the View section ends the help
+        await pilot.pause()
+        assert "GPU health: findings and fixes" in screen_text(app)
 
 
 async def test_80x24_stays_usable():
@@ -515,7 +518,7 @@ async def test_80x24_stays_usable():
         table = widget_lines(table_of(app))
         assert table[0].lstrip().startswith("GPU") and " 200 " in "".join(table)
         assert "2 FAIL" in header_line(app)
-        await pilot.press("h")
+        await pilot.press("H")
         await pilot.pause()
         visible = screen_text(app)
         assert "Overview" in visible and "GPU 2  FAIL  not responding (12 s)" in visible

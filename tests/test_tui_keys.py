@@ -15,8 +15,9 @@ from textual.command import CommandPalette
 from textual.widgets import Input, SelectionList
 
 from nvtopy.backends.sim_catalog import Workload
+from nvtopy.config import MAX_INTERVAL, MIN_INTERVAL
 from nvtopy.render.processes import ProcessFilter
-from nvtopy.tui.app import NvtopyApp
+from nvtopy.tui.app import INTERVALS, NvtopyApp
 from nvtopy.tui.screens import GpuPickerScreen, HelpScreen
 
 from .tui_helpers import (
@@ -313,7 +314,7 @@ async def test_escape_clears_every_filter(sim):
         await started(pilot, app)
         table = table_of(app)
         everything = len(app.snapshot.processes)
-        await pilot.press("u", "t")
+        await pilot.press("u", "y")
         await pilot.press("slash")
         await type_text(pilot, "python")
         assert app.row_filter == ProcessFilter(text="python", mine_only=True, process_type="C")
@@ -363,7 +364,7 @@ TYPED_WORKLOADS = [
 ]
 
 
-async def test_t_cycles_process_type_compute_graphics_all(sim):
+async def test_y_cycles_process_type_compute_graphics_all(sim):
     app = NvtopyApp.for_backend(sim(gpus=4, seed=1, workloads=TYPED_WORKLOADS, model="RTX 4090"), interval=INTERVAL)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
@@ -371,16 +372,16 @@ async def test_t_cycles_process_type_compute_graphics_all(sim):
         everything = list(app.snapshot.processes)
         kinds = {p.type.value for p in everything}
         assert kinds == {"C", "G", "C+G"}, "every kind of process is present"
-        await pilot.press("t")
+        await pilot.press("y")
         assert app.row_filter.process_type == "C"
         assert {p.key for p in table.rows} == {p.key for p in everything if p.type.value in ("C", "C+G")}
         assert "type C" in header_line(app)
-        await pilot.press("t")
+        await pilot.press("y")
         assert app.row_filter.process_type == "G"
         assert {p.key for p in table.rows} == {p.key for p in everything if p.type.value in ("G", "C+G")}
         assert {p.type.value for p in table.rows} == {"G", "C+G"}
         assert "type G" in header_line(app)
-        await pilot.press("t")
+        await pilot.press("y")
         assert app.row_filter.process_type is None
         assert len(table.rows) == len(everything)
         assert "type" not in header_line(app)
@@ -529,7 +530,8 @@ async def test_p_pauses_and_resumes(sim, clock):
         assert "⟳ 0.1s" in header_line(app)
 
 
-async def test_plus_and_minus_step_the_interval_within_bounds(sim):
+async def test_plus_and_minus_step_the_interval_within_the_limits_of_interval(sim):
+    """+ and - reach what --interval takes, 0.1 s to 86400 s (one set of limits: nvtopy.config's), and stop there."""
     app = NvtopyApp.for_backend(sim(gpus=1, seed=1), interval=1.0)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
@@ -537,21 +539,22 @@ async def test_plus_and_minus_step_the_interval_within_bounds(sim):
         for _ in range(4):
             await pilot.press("plus")
             seen.append(app.source.interval)
-        assert seen == [0.5, 0.25, 0.25, 0.25]
-        assert "⟳ 0.25s" in header_line(app)
+        assert seen == [0.5, 0.25, MIN_INTERVAL, MIN_INTERVAL]
+        assert "⟳ 0.1s" in header_line(app)
         await pilot.press("equals_sign")
-        assert app.source.interval == 0.25
+        assert app.source.interval == MIN_INTERVAL
         seen = []
-        for _ in range(8):
+        for _ in range(len(INTERVALS) + 1):
             await pilot.press("minus")
             seen.append(app.source.interval)
-        assert seen == [0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 10.0, 10.0]
-        assert "⟳ 10s" in header_line(app)
+        assert seen[:7] == [0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0]
+        assert seen == sorted(seen), "- never speeds up"
+        assert seen[-2:] == [MAX_INTERVAL, MAX_INTERVAL], "stops at the longest --interval takes"
 
 
-@pytest.mark.parametrize(("start", "faster", "slower"), [(0.1, 0.1, 0.25), (60.0, 10.0, 60.0)])
+@pytest.mark.parametrize(("start", "faster", "slower"), [(0.1, 0.1, 0.25), (45.0, 30.0, 60.0)])
 async def test_interval_keys_never_go_the_wrong_way_from_outside_the_steps(sim, start, faster, slower):
-    """``--interval 0.1``: + (faster) must not slow it to 0.25; ``--interval 60``: - must not speed it up."""
+    """``--interval 0.1``: + (faster) must not slow it to 0.25; ``--interval 45`` (between steps): the steps beside."""
     app = NvtopyApp.for_backend(sim(gpus=1, seed=1), interval=start)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("plus")

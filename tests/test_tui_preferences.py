@@ -85,7 +85,7 @@ async def test_a_theme_changed_under_an_open_screen_recolours_the_monitor_once_i
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         assert _segment_colours(app, "#gpus") & {"#56B4E9", "#E69F00", "#D55E00"}
-        await pilot.press("h")
+        await pilot.press("H")
         await pilot.pause()
         assert isinstance(app.screen, HealthScreen)
         app.theme = "nord"

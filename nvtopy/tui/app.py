@@ -19,7 +19,7 @@ thread for :data:`QUIT_WAIT` at most: a thread inside a driver call is left to
 the process's exit (it is a daemon).
 
 GPU health (:mod:`nvtopy.health`) arrives in the snapshots like every other
-value: the panels show each GPU's verdict, ``h`` opens the health screen (every
+value: the panels show each GPU's verdict, ``H`` opens the health screen (every
 finding, the Xid timeline, memory and link readings), ``f`` narrows the table
 to flagged processes. A GPU whose driver call is stuck is drawn "not
 responding" with its last values dimmed by the same refresh that draws the
@@ -32,7 +32,7 @@ narrows that GPU's panel and processes to them. The snapshot is never changed:
 :meth:`visible_gpus` applies the filter to what the views get.
 
 Preferences: the CLI sets the starting sort, grouping, columns, theme and chart
-window from the config file (:func:`~nvtopy.tui.preferences.configure`); ``o``
+window from the config file (:func:`~nvtopy.tui.preferences.configure`); ``C``
 opens the column chooser, whose choice is written back to that file. The
 ``colorblind`` theme recolours nvtopy's own cells too (:mod:`.themes`).
 """
@@ -50,11 +50,13 @@ from textual import on
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.css.query import NoMatches
+from textual.driver import Driver
 from textual.screen import Screen
 from textual.theme import Theme
 from textual.widgets import Input
 
 from ..backends.base import Backend, SignalOutcome
+from ..config import MAX_INTERVAL, MIN_INTERVAL
 from ..health.verdict import HealthThresholds
 from ..model import GpuProcess, GpuState, Snapshot
 from ..render.cells import NOT_VISIBLE
@@ -87,15 +89,17 @@ from .header import HeaderBar, HostBar, KeyFooter, header_text
 from .health_screen import HealthScreen
 from .messages import SnapshotReady, SourceFailed
 from .plain import honour_terminal
-from .preferences import apply_chart_window, remember_columns
+from .preferences import apply_chart_window, chosen_columns, remember_columns
 from .process_screen import ProcessHistory, ProcessScreen
 from .process_table import ProcessTable
-from .screens import ConfirmSignalScreen, GpuChoice, GpuPickerScreen, HelpScreen
+from .screens import ConfirmSignalScreen, GpuChoice, GpuPickerScreen, HelpScreen, SortByScreen
+from .terminal_driver import prompt_driver
 from .themes import apply_palette, register_themes
 
 __all__ = ["INTERVALS", "NvtopyApp"]
 
-INTERVALS = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0)
+# The steps of + and -, from the shortest refresh interval --interval takes to the longest (one set of limits).
+INTERVALS = (MIN_INTERVAL, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0, 3600.0, MAX_INTERVAL)
 SIGNALS = {"SIGTERM": signals.SIGTERM, "SIGKILL": signals.SIGKILL, "SIGINT": signals.SIGINT}
 # At quit, the longest wait for an idle source thread to end; one inside a driver call is not waited for.
 QUIT_WAIT = 0.1
@@ -115,14 +119,16 @@ class NvtopyApp(App[None]):
 
     TITLE = "nvtopy"
     CSS_PATH = "app.tcss"
+    # Keys as htop and nvitop have them where those agree on a meaning (h help, t tree, , . sort column, o sort by,
+    # q closes every dialog); nvtopy's own features on keys they leave free. The help screen is made from this list.
     BINDINGS = [
         Binding("q", "quit", "Quit"),
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
-        Binding("question_mark,f1", "help", "Help"),
-        Binding("slash", "filter", "Filter", tooltip="Filter processes by pid, user, owner or command text"),
+        Binding("h,question_mark,f1", "help", "Help"),
+        Binding("slash,backslash", "filter", "Filter", tooltip="Filter processes by pid, user, owner or command text"),
         Binding("g", "pick_gpus", "GPUs", tooltip="Choose the GPUs to show (panels and processes)"),
         Binding("u", "toggle_mine", "Mine", tooltip="Only my processes (toggle)"),
-        Binding("t", "cycle_type", "Type", tooltip="Process type: all, compute (C), graphics (G)"),
+        Binding("y", "cycle_type", "Type", tooltip="Process type: all, compute (C), graphics (G)"),
         Binding(
             "f",
             "cycle_flags",
@@ -131,8 +137,15 @@ class NvtopyApp(App[None]):
             tooltip="Flagged processes: all, any flag, idle-held, suspected hang",
         ),
         Binding("escape", "clear_filters", "Clear filters", show=False, tooltip="Clear every filter"),
-        Binding("s,greater_than_sign", "sort(1)", "Sort", tooltip="Sort by the next column"),
-        Binding("S,less_than_sign", "sort(-1)", "Sort (previous column)", show=False),
+        Binding("s,greater_than_sign,full_stop", "sort(1)", "Sort", tooltip="Sort by the next column"),
+        Binding("S,less_than_sign,comma", "sort(-1)", "Sort (previous column)", show=False),
+        Binding(
+            "o",
+            "sort_by",
+            "Sort by",
+            show=False,
+            tooltip="Sort by a column's letter, as in nvitop: o then p PID, g GPU memory, s SM% (upper case: reversed)",
+        ),
         Binding("r", "reverse", "Reverse", show=False, tooltip="Reverse the sort order"),
         Binding(
             "b",
@@ -160,7 +173,7 @@ class NvtopyApp(App[None]):
         ),
         Binding("v", "cycle_layout", "View", tooltip="GPU view: auto, full panels, compact lines"),
         Binding(
-            "o",
+            "C,f2",
             "choose_columns",
             "Columns",
             show=False,
@@ -168,7 +181,7 @@ class NvtopyApp(App[None]):
         ),
         Binding("p", "toggle_pause", "Pause", tooltip="Pause or resume refreshing"),
         Binding(
-            "h",
+            "H",
             "health",
             "Health",
             tooltip="GPU health: findings and fixes, Xid events, memory and link readings",
@@ -181,7 +194,7 @@ class NvtopyApp(App[None]):
             tooltip="Open the process screen: history, cwd, parents, children",
         ),
         Binding(
-            "w",
+            "t,w",
             "toggle_tree",
             "Tree",
             show=False,
@@ -194,8 +207,14 @@ class NvtopyApp(App[None]):
         Binding("c", "cycle_charts", "Charts", show=False, tooltip="History charts: per metric, per GPU, off"),
         Binding("plus,equals_sign", "interval(-1)", "Faster refresh", show=False, tooltip="Faster (replay: speed up)"),
         Binding("minus", "interval(1)", "Slower refresh", show=False, tooltip="Slower (replay: slow down)"),
-        Binding("full_stop", "step(1)", "Step", show=False, tooltip="Refresh now (replay: next snapshot)"),
-        Binding("comma", "step(-1)", "Step back", show=False, tooltip="Replay: previous snapshot"),
+        Binding(
+            "right_square_bracket",
+            "step(1)",
+            "Step",
+            show=False,
+            tooltip="Refresh now (replay: next snapshot)",
+        ),
+        Binding("left_square_bracket", "step(-1)", "Step back", show=False, tooltip="Replay: previous snapshot"),
     ]
 
     def __init__(
@@ -329,6 +348,10 @@ class NvtopyApp(App[None]):
     def on_source_failed(self, message: SourceFailed) -> None:
         self.open_error = message.error
         self.exit()
+
+    def get_driver_class(self) -> type[Driver]:
+        """Textual's driver, with an input thread that ends at once on quit (:mod:`.terminal_driver` says why)."""
+        return prompt_driver(super().get_driver_class())
 
     def on_unmount(self) -> None:
         # Never wait for a driver call in progress: the thread is a daemon and owns the backend.
@@ -571,6 +594,19 @@ class NvtopyApp(App[None]):
     def action_sort(self, step: int) -> None:
         self.set_sort(self.order.cycle(step, mig=self.mig_shown(), hosts=self.hosts_shown()))
 
+    def action_sort_by(self) -> None:
+        """``o``, then a column's letter (nvitop's ``op``, ``og``, ``oS``...): sort by that column."""
+        if isinstance(self.screen, SortByScreen):
+            return
+        shown = (*(("host",) if self.hosts_shown() else ()), *(("mig",) if self.mig_shown() else ()))
+        columns = (*(c.key for c in COLUMNS), *shown, "flags")
+
+        def chosen(order: SortOrder | None) -> None:
+            if order is not None:  # None: cancelled
+                self.set_sort(order)
+
+        self.push_screen(SortByScreen(columns), chosen)
+
     def action_reverse(self) -> None:
         self.set_sort(self.order.flipped())
 
@@ -642,10 +678,10 @@ class NvtopyApp(App[None]):
         def chosen(columns: tuple[str, ...] | None) -> None:
             if columns is None:  # cancelled
                 return
-            self.columns = columns
-            table.set_columns(columns)
+            self.columns = chosen_columns(columns)  # None: the defaults
+            table.set_columns(self.columns)
             self.refresh_view()
-            message, saved = remember_columns(columns, self.config_path)
+            message, saved = remember_columns(self.columns, self.config_path)
             self.notify(safe_text(message), severity="information" if saved else "warning", timeout=4, markup=False)
 
         self.push_screen(ColumnsScreen(table.columns), chosen)
@@ -720,6 +756,7 @@ class NvtopyApp(App[None]):
             "cycle_flags": "Filtering",
             "clear_filters": "Filtering",
             "sort": "Sorting",
+            "sort_by": "Sorting",
             "reverse": "Sorting",
             "cycle_group": "Sorting",
             "toggle_tree": "View",

@@ -3,12 +3,14 @@
 Every column is listed, the shown ones first in their order, then the hidden
 ones in their default order. ``space`` shows or hides the highlighted column,
 ``shift+up`` / ``shift+down`` (or ``[`` / ``]``) move it, ``d`` brings back the
-defaults, ``enter`` applies and ``esc`` cancels. HOST, MIG and FLAGS appear in
+defaults, ``enter`` applies and ``esc`` or ``q`` cancels. A ticked row reads
+``[x]``, an unticked one ``[ ]`` (:class:`~.checklist.CheckList`), with or without colour. HOST, MIG and FLAGS appear in
 the table only while there is something to show (GPUs of other hosts, a GPU with
 MIG instances, a flagged process) even when chosen; COMMAND takes the width that is left.
 
 The screen returns the chosen columns (or None when cancelled); the app applies
-them and remembers them in the config file (:func:`nvtopy.config.save_columns`).
+them and remembers them in the config file (:func:`nvtopy.config.save_columns`); the defaults
+remove the file's ``columns`` entry instead (:func:`~.preferences.chosen_columns`).
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.screen import ModalScreen
-from textual.widgets import Button, SelectionList, Static
+from textual.widgets import Button, Static
 from textual.widgets.selection_list import Selection
 
 from ..render.processes import COLUMN_ORDER, COLUMNS, FLAGS_COLUMN, HOST_COLUMN, MIG_COLUMN
+from .checklist import CheckList
 
 __all__ = ["DESCRIPTIONS", "ColumnsScreen"]
 
@@ -71,7 +74,7 @@ class ColumnsScreen(ModalScreen["tuple[str, ...] | None"]):
 
     BINDINGS = [
         Binding("enter", "apply", "Apply", show=False, priority=True),
-        Binding("escape", "cancel", "Cancel", show=False),
+        Binding("escape,q", "cancel", "Cancel", show=False),
         Binding("shift+up,left_square_bracket", "move(-1)", "Move up", show=False),
         Binding("shift+down,right_square_bracket", "move(1)", "Move down", show=False),
         Binding("d", "defaults", "Defaults", show=False),
@@ -90,19 +93,19 @@ class ColumnsScreen(ModalScreen["tuple[str, ...] | None"]):
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Static(Text("Process table columns", style="bold"))
-            yield SelectionList[str](*self._selections(self.initially), id="columns")
+            yield CheckList[str](*self._selections(self.initially), id="columns")
             yield Static(Text("space shows/hides · shift+↑↓ or [ ] move · d defaults"), id="columns-hint")
             with Horizontal(classes="buttons"):
                 yield Button("Apply (enter)", variant="primary", id="apply", compact=True)
-                yield Button("Cancel (esc)", id="cancel", compact=True)
+                yield Button("Cancel (esc, q)", id="cancel", compact=True)
 
     def on_mount(self) -> None:
         chooser = self._chooser()
         chooser.highlighted = 0
         chooser.focus()
 
-    def _chooser(self) -> SelectionList[str]:
-        return self.query_one("#columns", SelectionList)
+    def _chooser(self) -> CheckList[str]:
+        return self.query_one("#columns", CheckList)
 
     @property
     def chosen(self) -> tuple[str, ...]:

@@ -77,7 +77,7 @@ def _charts_part(charts: ChartView) -> Part | None:
 
 
 def _health_part(app: Any) -> Part | None:
-    """``1 FAIL · 2 WARN (h)`` when some shown GPU is not OK."""
+    """``1 FAIL · 2 WARN (H)`` when some shown GPU is not OK."""
     counts = health_counts(app.visible_gpus())
     fail, warn = counts[Severity.FAIL], counts[Severity.WARN]
     if not fail and not warn:
@@ -89,7 +89,7 @@ def _health_part(app: Any) -> Part | None:
             pieces.append((" · ", ""))
     if warn:
         pieces.append((f"{warn} WARN", f"bold {RICH_STYLES[WARN]}"))
-    pieces.append((" (h)", "dim"))
+    pieces.append((" (H)", "dim"))
     return Part(tuple(pieces), rank=1)
 
 

@@ -76,7 +76,7 @@ def _text(lines: Sequence[Line]) -> Text:
 
 
 class HealthScreen(ModalScreen[None]):
-    """Every shown GPU's health, updated live; scrolls; esc, q or h closes it.
+    """Every shown GPU's health, updated live; scrolls; esc, q or H closes it.
 
     Modal (though it fills the terminal, opaque): the monitor's keys do not reach
     past it, so a ``K`` here cannot signal a process the user does not see.
@@ -84,7 +84,7 @@ class HealthScreen(ModalScreen[None]):
 
     CSS_PATH = "screens.tcss"
     BINDINGS = [
-        Binding("escape,q,h", "close", "Close", show=False),
+        Binding("escape,q,H", "close", "Close", show=False),
         Binding("home", "scroll('home')", "Top", show=False),
         Binding("end", "scroll('end')", "Bottom", show=False),
     ]
@@ -100,7 +100,7 @@ class HealthScreen(ModalScreen[None]):
         yield Static(Text(" GPU health", style="bold reverse"), id="health-title")
         with VerticalScroll(id="health-body"):
             yield Static(Text("waiting for the first sample...", style="dim"), id="health-text")
-        yield Static(Text(" ↑ ↓ PgUp PgDn Home End scroll · esc, q or h closes", style="dim"), id="health-hint")
+        yield Static(Text(" ↑ ↓ PgUp PgDn Home End scroll · esc, q or H closes", style="dim"), id="health-hint")
 
     def on_mount(self) -> None:
         self.query_one("#health-body", VerticalScroll).focus()

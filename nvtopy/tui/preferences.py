@@ -4,7 +4,8 @@
 is done by then): sort, group-by, columns, theme, the history charts' window
 (:func:`apply_chart_window`, once the charts exist) and where the column chooser
 writes its choice. :func:`remember_columns` is what the chooser's
-*Apply* writes: only the ``columns`` entry of the file changes; a file that
+*Apply* writes: only the ``columns`` entry of the file changes (the defaults
+remove it: :func:`chosen_columns`); a file that
 cannot be written (a read-only home) is said in one notification, and the
 choice still applies until nvtopy quits.
 """
@@ -20,7 +21,14 @@ from ..config import COLUMN_IDS, Config, ConfigWriteError, config_path, parse_so
 from ..render.processes import COLUMNS, FLAGS_COLUMN, HOST_COLUMN, MIG_COLUMN, SortOrder
 from .themes import known_theme
 
-__all__ = ["CHART_WINDOW_SECONDS", "apply_chart_window", "configure", "remember_columns", "sort_order"]
+__all__ = [
+    "CHART_WINDOW_SECONDS",
+    "apply_chart_window",
+    "chosen_columns",
+    "configure",
+    "remember_columns",
+    "sort_order",
+]
 
 # The config's chart windows in seconds (the history charts' windows, nvtopy.sources.timeline.WINDOWS).
 CHART_WINDOW_SECONDS = {"1m": 60.0, "10m": 600.0, "1h": 3600.0, "24h": 86400.0}
@@ -40,7 +48,7 @@ def configure(app: Any, config: Config, path: str | os.PathLike[str] | None = No
     chooser remembers its choice in ``path``."""
     app.order = sort_order(config.sort)
     app.group_by = config.group_mode
-    app.columns = None if config.columns == COLUMN_IDS else tuple(config.columns)
+    app.columns = chosen_columns(config.columns)
     app.theme = known_theme(app, config.theme)
     if path is not None:
         app.config_path = Path(path)
@@ -58,9 +66,15 @@ def apply_chart_window(app: Any) -> None:
             view.window = seconds
 
 
-def remember_columns(columns: Sequence[str], path: Path | None) -> tuple[str, bool]:
-    """Write ``columns`` into the config file (``path``, default the XDG one): a message for the user, and
-    whether it worked."""
+def chosen_columns(columns: Sequence[str]) -> tuple[str, ...] | None:
+    """What the column chooser applied, as the app keeps it: None when it is the defaults (every column in its
+    default place), as :func:`configure` reads a config file without ``columns``."""
+    return None if tuple(columns) == COLUMN_IDS else tuple(columns)
+
+
+def remember_columns(columns: Sequence[str] | None, path: Path | None) -> tuple[str, bool]:
+    """Write ``columns`` into the config file (``path``, default the XDG one), or remove the entry for the
+    defaults (None): a message for the user, and whether it worked."""
     target = path if path is not None else config_path()
     if target is None:
         return "columns applied (not remembered: no home directory for a config file)", False
@@ -68,4 +82,6 @@ def remember_columns(columns: Sequence[str], path: Path | None) -> tuple[str, bo
         save_columns(target, columns)
     except ConfigWriteError as exc:
         return f"columns applied, not remembered: {exc}", False
+    if columns is None:
+        return f"default columns: removed 'columns' from {target}", True
     return f"columns remembered in {target}", True

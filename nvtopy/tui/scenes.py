@@ -195,7 +195,7 @@ SCENES: dict[str, Scene] = {
             "health",
             "The health screen: findings with fixes, Xid events, memory and links",
             edit=sick_gpus,
-            keys=("h",),
+            keys=("H",),
         ),
         Scene(
             "realwork",

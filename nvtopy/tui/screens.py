@@ -1,4 +1,7 @@
-"""Modal screens: signal confirmation, GPU picker, help.
+"""Modal screens: signal confirmation, GPU picker, sort by a column's letter, help.
+
+Every one closes with ``esc`` or ``q`` (cancelling where there is something to
+cancel), as the dialogs of htop and nvitop do.
 
 Text that comes from the system (commands, user names, GPU names, MIG profiles
 and UUIDs) is passed as rich ``Text`` / Textual ``Content`` objects, never as
@@ -12,6 +15,7 @@ from collections.abc import Iterable
 
 from rich.table import Table
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -22,11 +26,12 @@ from textual.widgets.selection_list import Selection
 
 from ..model import GpuProcess, GpuStatic, MigInstance
 from ..render.cells import mig_mode_cell, mig_profile_cell, mig_sm_cell, mig_uuid_cell
-from ..render.processes import InstanceKey, instance_key
+from ..render.processes import COLUMNS, FLAGS_COLUMN, HOST_COLUMN, MIG_COLUMN, InstanceKey, SortOrder, instance_key
 from ..render.units import NA, fmt_bytes, short_name
 from ..textsafe import safe_text
+from .checklist import CheckList
 
-__all__ = ["ConfirmSignalScreen", "GpuChoice", "GpuPickerScreen", "HelpScreen"]
+__all__ = ["SORT_LETTERS", "ConfirmSignalScreen", "GpuChoice", "GpuPickerScreen", "HelpScreen", "SortByScreen"]
 
 GpuChoice = tuple[frozenset[int] | None, frozenset[InstanceKey]]
 """What the GPU picker returns: the GPUs to show (None: all) and the MIG instances chosen on GPUs
@@ -48,7 +53,7 @@ class ConfirmSignalScreen(ModalScreen[bool]):
     CSS_PATH = _STYLES
     BINDINGS = [
         Binding("y", "answer(True)", "Send", show=False),
-        Binding("n,escape", "answer(False)", "Cancel", show=False),
+        Binding("n,escape,q", "answer(False)", "Cancel", show=False),
     ]
 
     def __init__(self, targets: list[GpuProcess], signal: str, *, group: str | None = None) -> None:
@@ -107,7 +112,7 @@ class GpuPickerScreen(ModalScreen["GpuChoice | None"]):
         Binding("enter", "apply", "Apply", show=False, priority=True),
         Binding("a", "all", "All", show=False),
         Binding("n", "none", "None", show=False),
-        Binding("escape", "cancel", "Cancel", show=False),
+        Binding("escape,q", "cancel", "Cancel", show=False),
     ]
 
     def __init__(
@@ -143,8 +148,8 @@ class GpuPickerScreen(ModalScreen["GpuChoice | None"]):
         mig = any(self._keys.values())
         with Vertical():
             yield Static(Text("Show which GPUs" + (" and MIG instances?" if mig else "?"), style="bold"))
-            yield SelectionList[PickerValue](*self._selections(), id="gpus")
-            hint = "space toggles · a selects all · n none · enter applies · esc cancels"
+            yield CheckList[PickerValue](*self._selections(), id="gpus")
+            hint = "space toggles · a all · n none · enter applies · esc or q cancels"
             yield Static(Text(hint), id="hint")
             with Horizontal(classes="buttons"):
                 yield Button("Apply", variant="primary", id="apply")
@@ -209,10 +214,17 @@ def _choosable(gpu: GpuStatic) -> list[MigInstance]:
     return [m for m in gpu.mig_instances if instance_key(gpu.index, m) is not None]
 
 
+UUID_WIDTH = 40
+"""A GPU's UUID in the picker: ``GPU-`` and 36 characters, whole; a longer one (outside text) is cut with ``…``."""
+
+
 def _gpu_label(gpu: GpuStatic) -> str:
-    """``" 1  H100 80GB HBM3     2A:00.0  GPU-4f1c2b3a-…  MIG"``: bus id and UUID from the driver or a peer."""
+    """``" 1  H100 80GB HBM3     2A:00.0  GPU-4f1c2b3a-…-9d3e  MIG"``: bus id and the whole UUID (the driver's or
+    a peer's); the dialog is as wide as its longest label, within the screen."""
     bus, uuid = safe_text(gpu.short_bus_id) or NA, safe_text(gpu.uuid) or NA
-    label = f"{gpu.index:>2}  {short_name(gpu.name):<18} {bus:<8} {uuid[:16]}"
+    if len(uuid) > UUID_WIDTH:
+        uuid = uuid[: UUID_WIDTH - 1] + "…"
+    label = f"{gpu.index:>2}  {short_name(gpu.name):<18} {bus:<8} {uuid}"
     mig = mig_mode_cell(gpu)
     return label if mig is None else f"{label}  {mig[0]}"
 
@@ -226,11 +238,82 @@ def _instance_label(gpu_index: int, instance: MigInstance, *, last: bool) -> str
     return f"    {branch} MIG {instance.label(gpu_index):<7} {profile:<10} {sms:>3} SMs  {uuid[:48]}"
 
 
+SORT_LETTERS: dict[str, str] = {
+    "n": "gpu",
+    "h": "host",
+    "i": "mig",
+    "p": "pid",
+    "u": "user",
+    "o": "owner",
+    "y": "type",
+    "g": "gpu_memory",
+    "s": "sm",
+    "c": "cpu",
+    "m": "host_memory",
+    "t": "time",
+    "f": "flags",
+    "x": "command",
+}
+"""``o`` then a letter sorts by a column: nvitop's letters (n p u g s c m t: GPU index, PID, user, GPU memory, SM,
+CPU, host memory, time), and letters of nvtopy's own columns; an upper-case letter sorts the other way."""
+
+_TITLES = {c.key: c.title for c in (*COLUMNS, HOST_COLUMN, MIG_COLUMN, FLAGS_COLUMN)}
+_NATURAL = {c.key: SortOrder(c.key, c.descending_first) for c in (*COLUMNS, HOST_COLUMN, MIG_COLUMN, FLAGS_COLUMN)}
+
+
+class SortByScreen(ModalScreen["SortOrder | None"]):
+    """``o``: the next key names the column to sort by (nvitop's ``oX``); returns the order, None when cancelled.
+
+    A lower-case letter sorts the column its natural way (numbers biggest first),
+    an upper-case one the other way. Only the columns the table can show now are
+    offered (HOST with several hosts, MIG while a GPU has instances).
+    """
+
+    CSS_PATH = _STYLES
+    BINDINGS = [Binding("escape,q", "cancel", "Cancel", show=False)]
+
+    def __init__(self, columns: Iterable[str]) -> None:
+        """``columns``: the keys of the columns that can be sorted by now."""
+        super().__init__()
+        offered = set(columns)
+        self.letters = {letter: key for letter, key in SORT_LETTERS.items() if key in offered}
+
+    def compose(self) -> ComposeResult:
+        table = Table.grid(padding=(0, 1))
+        for _ in range(3):
+            table.add_column(justify="right", style="bold cyan", no_wrap=True)
+            table.add_column(no_wrap=True)
+        cells = [(letter, _TITLES[key]) for letter, key in self.letters.items()]
+        rows = (len(cells) + 2) // 3
+        for row in range(rows):
+            line: list[Text] = []
+            for letter, title in cells[row::rows]:
+                line += [Text(letter), Text(title)]
+            table.add_row(*line)
+        with Vertical():
+            yield Static(Text("Sort by (the column's letter)", style="bold"))
+            yield Static(table)
+            yield Static(Text("upper case: the other way · esc or q cancels"), id="hint")
+
+    def on_key(self, event: events.Key) -> None:
+        letter = event.character
+        if letter is None or letter.lower() not in self.letters:
+            return
+        event.stop()
+        event.prevent_default()
+        column = self.letters[letter.lower()]
+        natural = _NATURAL[column]
+        self.dismiss(natural.flipped() if letter.isupper() else natural)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
 class HelpScreen(ModalScreen[None]):
     """Every key, generated from the bindings so it cannot fall out of date."""
 
     CSS_PATH = _STYLES
-    BINDINGS = [Binding("escape,q,question_mark,f1", "close", "Close", show=False)]
+    BINDINGS = [Binding("escape,q,h,question_mark,f1", "close", "Close", show=False)]
 
     def __init__(self, sections: list[tuple[str, list[tuple[str, str]]]]) -> None:
         super().__init__()
@@ -249,7 +332,7 @@ class HelpScreen(ModalScreen[None]):
             yield Static(Text("nvtopy keys", style="bold"))
             with VerticalScroll():
                 yield Static(table)
-            yield Static(Text("esc, q or ? closes this help", style="dim"))
+            yield Static(Text("esc, q, h or ? closes this help", style="dim"))
 
     def action_close(self) -> None:
         self.dismiss(None)
