@@ -495,8 +495,6 @@ def render_snapshot(snapshot: Snapshot, out: IO[str], *, color: bool, gpu_count:
     if host.backend != "nvml":
         backend = safe_text(host.backend)
         lines[0] += f"  {STYLES[REMOTE]}[{backend}]{RESET}" if color else f"  [{backend}]"
-    # The host's CPU, load, memory and swap, as the monitor's host line, without its bars (a pipe greps figures).
-    lines.append(plain(host_usage_parts(snapshot.host_usage, max_width or 160, bars=False)))
     if not snapshot.gpus:
         lines.append("No NVIDIA GPU found." if gpu_count == 0 else "No GPUs selected.")
     else:
@@ -526,5 +524,11 @@ def render_snapshot(snapshot: Snapshot, out: IO[str], *, color: bool, gpu_count:
         if health:
             lines.append("")
             lines.extend(f"{STYLES[style]}{text}{RESET}" if color and style else text for text, style in health)
+        if snapshot.host_usage is not None:
+            # The host's CPU, load, memory and swap, as the monitor's host line, without its bars (a pipe greps
+            # figures). Last, so a script reading the tables by position is unaffected; absent where the source
+            # has no such data (other hosts, an older recording).
+            lines.append("")
+            lines.append(plain(host_usage_parts(snapshot.host_usage, max_width or 160, bars=False)))
     text = "\n".join(lines) + "\n"
     out.write(ascii_drawing(text) if tty and dumb_terminal() else text)  # a dumb terminal: the rules in ASCII too
