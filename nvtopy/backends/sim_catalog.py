@@ -8,12 +8,23 @@ demo and the screenshots look like a real machine rather than round numbers.
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 
 from ..errors import UsageError, unknown_name
 from ..model import OwnerKind, ProcessOwner
 
-__all__ = ["MODELS", "OWNER_KINDS", "WORKLOADS", "GpuModel", "Workload", "find_model", "sim_owner"]
+__all__ = [
+    "MODELS",
+    "OWNER_KINDS",
+    "PLATFORM_STATIC_UNSUPPORTED",
+    "PLATFORM_UNSUPPORTED",
+    "WORKLOADS",
+    "GpuModel",
+    "Workload",
+    "find_model",
+    "sim_owner",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +53,11 @@ class GpuModel:
     nvlinks: int = 0
     nvlink_version: int = 0
     nvswitch: bool = False  # links reach NVSwitches (else peer GPUs)
+    # Platforms (see PLATFORM_UNSUPPORTED): what NVML cannot say on this machine, on purpose.
+    framebuffer: bool = True  # False: unified memory (GB10 / DGX Spark): nvmlDeviceGetMemoryInfo is NotSupported
+    board_gpus: int = 1  # GPUs per board: they share its serial number (GB200: two GPUs on one board)
+    platform: str | None = None  # "vgpu" (a vGPU guest) or "old" (an old board and driver): fields NVML lacks there
+    driver: tuple[str, str | None] = ("550.54.15", "12.4")  # driver and CUDA version; CUDA None: "Not Found"
 
     @property
     def row_remapping(self) -> bool:
@@ -74,8 +90,71 @@ MODELS: tuple[GpuModel, ...] = (
              pcie_gen_max=3, nvlinks=6, nvlink_version=2),
     GpuModel("Tesla T4", 15360, 70, 60, 70, 88, 96, 1590, 5001, "7.5", 0, True, False, True,
              pcie_gen_max=3),
+    # Grace Hopper superchip: the GPU reaches its CPU over NVLink-C2C; NVML reports a vestigial PCIe Gen4 x1 link.
+    GpuModel("NVIDIA GH200 480GB", 97871, 700, 100, 900, 87, 92, 1980, 2619, "9.0", 0, True, True, False,
+             pcie_gen_max=4, pcie_width_max=1, driver=("550.127.05", "12.4")),
+    # Grace Blackwell: two GPUs on each board, sharing its serial number.
+    GpuModel("NVIDIA GB200", 189471, 1200, 200, 1200, 87, 92, 2062, 3996, "10.0", 0, True, True, False,
+             pcie_gen_max=5, nvlinks=18, nvlink_version=5, nvswitch=True, board_gpus=2,
+             driver=("580.173.02", "13.0")),
+    # DGX Spark: CPU and GPU share LPDDR5X; NVML reports no framebuffer memory at all (nvtop#449, nvitop#195).
+    GpuModel("NVIDIA GB10", 122502, 140, 5, 140, 90, 95, 3003, 4266, "12.1", 0, False, False, True,
+             pcie_gen_max=5, pcie_width_max=1, framebuffer=False, driver=("580.95.05", "13.0")),
+    GpuModel("NVIDIA GeForce RTX 5090", 32607, 575, 400, 600, 90, 95, 3090, 14001, "12.0", 2, False, False, True,
+             pcie_gen_max=5, driver=("570.124.06", "12.8")),
+    # A vGPU guest (Windows VM, GRID P4 with a 1 GiB profile): the host owns sensors, power, ECC and links.
+    GpuModel("GRID P4-1Q", 1024, 75, 75, 75, 91, 94, 1531, 3003, "6.1", 0, False, False, True,
+             pcie_gen_max=3, platform="vgpu", driver=("513.46", "11.6")),
+    # Kepler GeForce on the last driver that supports it: no power, utilisation or throttle readings.
+    GpuModel("NVIDIA GeForce GTX 680", 2048, 195, 150, 195, 97, 102, 1058, 3004, "3.0", 1, False, False, True,
+             pcie_gen_max=3, platform="old", driver=("470.256.02", "11.4")),
 )
 # fmt: on
+
+# Sample groups and static fields NVML answers NotSupported on a platform (GpuModel.platform, or the
+# --demo-fault of the same name): what the captures of such machines show as N/A.
+PLATFORM_UNSUPPORTED: dict[str, frozenset[str]] = {
+    "vgpu": frozenset(
+        {
+            "temperature",
+            "fan",
+            "power",
+            "power_limit",
+            "energy",
+            "ecc",
+            "throttle",
+            "pcie_link",
+            "remapped_rows",
+            "retired_pages",
+            "nvlink",
+            "gpm",
+            "process_utilization",
+        }
+    ),
+    "old": frozenset(
+        {"power", "power_limit", "utilization", "energy", "throttle", "gpm", "process_utilization", "codec"}
+    ),
+}
+PLATFORM_STATIC_UNSUPPORTED: dict[str, frozenset[str]] = {
+    "vgpu": frozenset(
+        {
+            "power_default_limit_w",
+            "power_min_limit_w",
+            "power_max_limit_w",
+            "temperature_slowdown_c",
+            "temperature_shutdown_c",
+            "pcie_link_gen_max",
+            "pcie_link_width_max",
+            "nvlink_count",
+        }
+    ),
+    "old": frozenset({"power_default_limit_w", "power_min_limit_w", "power_max_limit_w"}),
+}
+
+
+def _word_start(needle: str, name: str) -> bool:
+    """Whether ``needle`` starts a word of ``name`` ("H200" in "NVIDIA H200", not in "NVIDIA GH200 480GB")."""
+    return re.search(rf"(?:^|[\s-]){re.escape(needle)}", name) is not None
 
 
 def find_model(name: str) -> GpuModel:
@@ -91,6 +170,9 @@ def find_model(name: str) -> GpuModel:
     matches = [model for model in MODELS if needle and needle in model.name.lower()]
     if len(matches) == 1:
         return matches[0]
+    starting = [model for model in matches if _word_start(needle, model.name.lower())]
+    if len(starting) == 1:  # "H200" is the H200, though "GH200" contains it too
+        return starting[0]
     if matches:
         raise UsageError(
             f"--demo-model: {name!r} matches several models ({', '.join(m.name for m in matches)}): "

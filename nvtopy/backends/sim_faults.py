@@ -56,6 +56,16 @@ GPU health (the scenarios of fake-nvml's FAKE_NVML_* knobs, same semantics)::
                                 (FAKE_NVML_GPM_ABSURD): nan, inf, -inf, huge (1e308), neg (-42) or over (250;
                                 the rates are in MiB/s, as NVML gives them, so 250 MiB/s is a real rate)
 
+Platforms (not faults: machines whose NVML answers less, as the captures of real ones show)::
+
+    no-fb-memory                unified memory (GB10 / DGX Spark): NVML reports no framebuffer memory at all
+                                (total, used, free NotSupported); the processes' memory is still reported
+    wddm                        a Windows (WDDM) or WSL2 host: per-process memory N/A, as those drivers say
+    vgpu                        a vGPU guest: temperature, fan, power and its limits, ECC, throttle reasons,
+                                PCIe link, NVLink, GPM and per-process utilisation NotSupported (the host owns them)
+
+``--demo-model`` GB10, GRID P4-1Q and GTX 680 bring their platform with them.
+
 MIG (not a fault, a configuration; here so that one spec syntax drives the simulation)::
 
     mig=N                       MIG mode on with N instances (0-7) in the usual layout: 1 = 7g, 2 = 3g+3g,
@@ -150,6 +160,9 @@ class SimFaults:
     stuck: set[int] = field(default_factory=set)
     mig: dict[int | None, int | str] = field(default_factory=dict)  # instance count, or "pending"
     gpm_absurd: dict[int | None, float] = field(default_factory=dict)  # the value every GPM metric gives
+    no_fb_memory: set[int] = field(default_factory=set)  # platforms (see the module docstring)
+    wddm: bool = False
+    vgpu: set[int] = field(default_factory=set)
 
     def latency(self, index: int | None = None) -> float:
         """Seconds a backend call on GPU ``index`` (None: bound to no GPU) takes."""
@@ -209,6 +222,9 @@ FAULT_NAMES = (
     "stuck",
     "mig",
     "gpm-absurd",
+    "no-fb-memory",
+    "wddm",
+    "vgpu",
 )
 _HEALTH_WITH_ARG = frozenset(
     {
@@ -226,7 +242,7 @@ _HEALTH_WITH_ARG = frozenset(
     }
 )
 _PER_GPU = frozenset({"lost", "no-permission", "unsupported", "ecc", "hot", "slow", "events-unsupported"}) | (
-    _HEALTH_WITH_ARG | {"idle-held", "stuck"}
+    _HEALTH_WITH_ARG | {"idle-held", "stuck", "no-fb-memory", "vgpu"}
 )
 _WITH_ARG = frozenset({"unsupported", "slow"}) | _HEALTH_WITH_ARG
 MAX_GPUS = 256  # as many as --demo-gpus allows
@@ -472,8 +488,10 @@ def parse_fault_specs(specs: Iterable[str], gpus: int | None = None, model: GpuM
                 faults.lost.update(selected)
         elif name == "events-unsupported":
             faults.events_unsupported.update(selected if selected is not None else [ALL])
-        elif name in ("no-permission", "ecc", "hot", "idle-held", "stuck"):
+        elif name in ("no-permission", "ecc", "hot", "idle-held", "stuck", "no-fb-memory", "vgpu"):
             target = {
+                "no-fb-memory": faults.no_fb_memory,
+                "vgpu": faults.vgpu,
                 "no-permission": faults.no_permission,
                 "ecc": faults.ecc_errors,
                 "hot": faults.hot,

@@ -69,6 +69,8 @@ from .sim_catalog import (
     DISPLAY_OWNER,
     GRAPHICS_WORKLOADS,
     OWNER_KINDS,
+    PLATFORM_STATIC_UNSUPPORTED,
+    PLATFORM_UNSUPPORTED,
     USERS,
     WORKLOADS,
     GpuModel,
@@ -156,8 +158,8 @@ class SimulatedBackend(Backend):
         lifetime_scale: float = 1.0,
         hostname: str = "demo-node",
         viewer: str | None = None,
-        driver_version: str = "550.54.15",
-        cuda_driver_version: str = "12.4",
+        driver_version: str | None = None,
+        cuda_driver_version: str | None = None,
         workloads: Sequence[Workload] | None = None,
         steady: bool = False,
     ) -> None:
@@ -175,8 +177,9 @@ class SimulatedBackend(Backend):
         self._slots = max(0, processes_per_gpu)
         self._lifetime_scale = max(0.01, lifetime_scale)
         self._hostname = hostname
-        self._driver = driver_version
-        self._cuda = cuda_driver_version
+        # The model's own driver unless one is given (an old board runs an old driver; CUDA None: "Not Found").
+        self._driver = driver_version or self.model.driver[0]
+        self._cuda = cuda_driver_version or (self.model.driver[1] if driver_version is None else None)
         self._workloads = tuple(workloads) if workloads else None
         self._steady = steady  # every slot always busy: exact process counts for benchmarks
         self._counts: collections.Counter[str] = collections.Counter()
@@ -273,6 +276,15 @@ class SimulatedBackend(Backend):
         domain = index // 256  # more than 256 GPUs need more domains
         return f"{domain:08X}:{bus % 256:02X}:00.0"
 
+    def _platform_groups(self, index: int) -> frozenset[str]:
+        """The sample groups NVML answers NotSupported on GPU ``index``'s platform (a vGPU guest, an old board)."""
+        groups = PLATFORM_UNSUPPORTED.get(self.model.platform or "", frozenset())
+        return groups | PLATFORM_UNSUPPORTED["vgpu"] if index in self.faults.vgpu else groups
+
+    def _no_framebuffer(self, index: int) -> bool:
+        """Unified memory: NVML reports no framebuffer memory on GPU ``index`` (GB10, or the no-fb-memory fault)."""
+        return not self.model.framebuffer or index in self.faults.no_fb_memory
+
     def read_static(self, index: int) -> GpuStatic:
         self._driver_call(index)
         self._count("static")
@@ -284,7 +296,8 @@ class SimulatedBackend(Backend):
             "uuid": self._uuid(index),
             "name": model.name,
             "bus_id": self._bus_id(index),
-            "serial": f"{1650922000000 + self.seed * 1000 + index}",
+            # One serial per board: GPUs sharing a board share it (nothing may be keyed on it).
+            "serial": f"{1650922000000 + self.seed * 1000 + index // self.model.board_gpus}",
             "memory_total_bytes": model.memory_mib * MIB,
             "power_default_limit_w": float(model.power_limit_w),
             "power_min_limit_w": float(model.power_min_w),
@@ -308,6 +321,12 @@ class SimulatedBackend(Backend):
             reasons["mig_mode"] = reasons["mig_mode_pending"] = Reason.NOT_SUPPORTED
         if not model.fans:
             reasons["fan_count"] = Reason.NOT_SUPPORTED
+        if self._no_framebuffer(index):
+            reasons["memory_total_bytes"] = Reason.NOT_SUPPORTED
+        static_groups = PLATFORM_STATIC_UNSUPPORTED.get(model.platform or "", frozenset())
+        if index in self.faults.vgpu:
+            static_groups |= PLATFORM_STATIC_UNSUPPORTED["vgpu"]
+        reasons.update(dict.fromkeys(static_groups, Reason.NOT_SUPPORTED))
         if self._lost(index, self._clock()):
             for name in list(values):
                 if name not in _IDENTITY_FIELDS:
@@ -597,12 +616,15 @@ class SimulatedBackend(Backend):
         power = limit * (0.09 + 0.82 * work / 100) * (1 + 0.015 * math.sin(now / 3.1 + phi))
         values = reading.values
         instances = self._instances(index)
+        unsupported = self._platform_groups(index)
+        if self._no_framebuffer(index):
+            unsupported |= {"memory"}
         for group in groups:
             if instances and group in ("utilization", "codec"):  # not reported under MIG, as on real GPUs
                 for name in SAMPLE_GROUPS[group]:
                     reading.unavailable[name] = Reason.NOT_SUPPORTED
                 continue
-            if self.faults.is_unsupported(index, group):
+            if group in unsupported or self.faults.is_unsupported(index, group):
                 for name in SAMPLE_GROUPS[group]:
                     reading.unavailable[name] = Reason.NOT_SUPPORTED
                 continue
@@ -785,7 +807,12 @@ class SimulatedBackend(Backend):
         util = self._utilization(index, now, jobs)
         stuck = index in faults.stuck
         instances = self._instances(index)
-        util_supported = not faults.is_unsupported(index, "process_utilization") and not instances
+        util_supported = (
+            not faults.is_unsupported(index, "process_utilization")
+            and "process_utilization" not in self._platform_groups(index)
+            and not instances
+        )
+        memory_na = faults.no_process_memory or faults.wddm  # WDDM and WSL2 drivers report no per-process memory
         if jobs and utilization:
             self._count("process_utilization")
         demand = sum(j.intensity * j.ramp(now) for j in jobs if j.workload.kind != "G") or 1.0
@@ -805,7 +832,7 @@ class SimulatedBackend(Backend):
                 RawGpuProcess(
                     pid=job.pid,
                     type=ProcessType(job.workload.kind),
-                    gpu_memory_bytes=None if faults.no_process_memory else memory[id(job)],
+                    gpu_memory_bytes=None if memory_na else memory[id(job)],
                     sm_percent=sm,
                     memory_percent=mem_util,
                     encoder_percent=enc,

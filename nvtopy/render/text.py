@@ -45,7 +45,7 @@ from typing import IO
 
 from ..formats.contract import iso_timestamp
 from ..health.xid import describe_xid
-from ..model import GpuEvent, GpuProcess, GpuState, MigState, Severity, Snapshot
+from ..model import GpuEvent, GpuProcess, GpuState, MigState, Reason, Severity, Snapshot
 from ..textsafe import safe_text
 from .cells import (
     ACTIVITY_WORDS,
@@ -109,6 +109,7 @@ __all__ = [
     "host_notes",
     "mig_notes",
     "mig_row",
+    "platform_notes",
     "process_row",
     "render_snapshot",
 ]
@@ -364,6 +365,26 @@ def _activity_missing(gpu: GpuState) -> bool:
     return all(v is None for v in (sample.sm_active_percent, sample.tensor_active_percent, sample.dram_active_percent))
 
 
+NO_FRAMEBUFFER_NOTE = "unified memory: NVML reports no framebuffer (the processes' memory is still shown)"
+
+
+def no_framebuffer(gpu: GpuState) -> bool:
+    """Whether the driver reports no framebuffer memory at all (GB10 / DGX Spark: CPU and GPU share memory).
+
+    NotSupported for the total is what unified-memory machines answer (nvtop#449, nvitop#195); a
+    board with a framebuffer always reports it, so the N/A gets its reason in words, not a 0.
+    """
+    return gpu.static.memory_total_bytes is None and gpu.static.unavailable.get("memory_total_bytes") is (
+        Reason.NOT_SUPPORTED
+    )
+
+
+def platform_notes(snapshot: Snapshot) -> list[Cell]:
+    """Why a platform's figures are N/A, once: ``GPUs 0, 1: memory N/A: unified memory: NVML reports ...``."""
+    gpus = [gpu.index for gpu in snapshot.gpus if not gpu.note and not gpu.lost and no_framebuffer(gpu)]
+    return [(f"{_gpu_list(gpus)}: memory {NA}: {NO_FRAMEBUFFER_NOTE}", DIM)] if gpus else []
+
+
 def activity_notes(snapshot: Snapshot) -> list[Cell]:
     """What the SM Act, Tensor and DRAM columns cannot say: why they are N/A, once per reason
     (``GPUs 0, 1: SM, tensor and DRAM activity N/A: GPM needs Hopper or newer``), and each GPU
@@ -503,6 +524,7 @@ def render_snapshot(snapshot: Snapshot, out: IO[str], *, color: bool, gpu_count:
             lines.extend(table.render(color, max_width))
         lines.extend(_styled(text, style, color) for text, style in host_notes(snapshot))
         lines.extend(_styled(text, style, color) for text, style in activity_notes(snapshot))
+        lines.extend(_styled(text, style, color) for text, style in platform_notes(snapshot))
         mig = _mig_table(snapshot)
         if mig is not None:
             lines.append("")
