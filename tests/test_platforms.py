@@ -208,3 +208,12 @@ def test_gb10_on_the_fake_driver(fake_lib):
     gpu = json.loads(data.stdout)["gpus"][0]
     assert gpu["memory_total_bytes"] is None and gpu["unavailable"]["memory_total_bytes"] == "not_supported"
     assert [p["pid"] for p in gpu["processes"]] == [worker.pid] and gpu["processes"][0]["gpu_memory_bytes"] > 0
+
+
+def test_superchip_mig_profiles_divide_the_gpus_own_memory():
+    """ "GH200 480GB" counts the Grace CPU's memory: its MIG profiles are those of its 96 GB (3g.48gb, not 3g.240gb)."""
+    from nvtopy.backends.sim_mig import profile_name
+
+    gh200 = find_model("GH200")
+    assert [profile_name(gh200, slices) for slices in (1, 3, 7)] == ["1g.12gb", "3g.48gb", "7g.96gb"]
+    assert profile_name(find_model("H100 80GB HBM3"), 3) == "3g.40gb"

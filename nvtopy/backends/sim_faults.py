@@ -70,7 +70,7 @@ MIG (not a fault, a configuration; here so that one spec syntax drives the simul
 
     mig=N                       MIG mode on with N instances (0-7) in the usual layout: 1 = 7g, 2 = 3g+3g,
                                 3 = 3g+2g+2g, 4 = 2g+2g+2g+1g, ..., 7 = seven 1g (MIG-capable models only:
-                                A100, H100, H200). Utilisation and per-process utilisation are then
+                                A100, H100, H200, GH200, GB200). Utilisation and per-process utilisation are then
                                 NotSupported, as on real GPUs
     mig=pending                 MIG mode off, switched on by an admin: it takes effect at the next GPU reset
 
@@ -416,7 +416,9 @@ def _parse_health(
         _store(faults.nvlink_errors, selected, _count(arg))
     elif name == "mig":
         if model is not None and not model.mig:
-            raise UsageError(f"--demo-fault {spec!r}: the {model.name} has no MIG (A100, H100 and H200 do)")
+            raise UsageError(
+                f"--demo-fault {spec!r}: the {model.name} has no MIG (A100, H100, H200, GH200 and GB200 do)"
+            )
         value: int | str = arg.lower() if arg.lower() == "pending" else _count(arg, 7)
         _store(faults.mig, selected, value)
     elif name == "gpm-absurd":

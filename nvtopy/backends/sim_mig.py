@@ -40,9 +40,14 @@ _CONTEXT_BYTES = 32 * MIB  # what an instance holds with no process: the driver'
 
 
 def _nominal_gb(model: GpuModel) -> float:
-    """The size in the board's name ("80GB"), which profile names divide; else its memory in GiB."""
+    """The size in the board's name ("80GB"), which profile names divide; else its memory in GiB.
+
+    A superchip's name counts its CPU's memory too ("GH200 480GB" has 96 GB of HBM): a size past the
+    GPU's own memory is not the GPU's, and its profiles divide the GPU's memory (3g.48gb).
+    """
     match = re.search(r"(\d+)GB", model.name)
-    return float(match[1]) if match else model.memory_mib / 1024
+    own = model.memory_mib / 1024
+    return float(match[1]) if match and float(match[1]) <= own * 1.1 else own
 
 
 def profile_name(model: GpuModel, slices: int) -> str:
