@@ -217,3 +217,12 @@ def test_superchip_mig_profiles_divide_the_gpus_own_memory():
     gh200 = find_model("GH200")
     assert [profile_name(gh200, slices) for slices in (1, 3, 7)] == ["1g.12gb", "3g.48gb", "7g.96gb"]
     assert profile_name(find_model("H100 80GB HBM3"), 3) == "3g.40gb"
+
+
+def test_tui_panel_says_why_unified_memory_has_no_bar(sim, clock):
+    from nvtopy.render.gpu import panel_lines
+
+    snapshot = _snapshot(sim, clock, gpus=2, faults=parse_fault_specs(["no-fb-memory@1"], gpus=2))
+    with_fb, unified = (panel_lines(gpu, 100)[0].plain for gpu in snapshot.gpus)
+    assert unified.startswith(f"MEM N/A: {NO_FRAMEBUFFER_NOTE}")
+    assert "unified" not in with_fb and "%" in with_fb

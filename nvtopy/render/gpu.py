@@ -96,6 +96,7 @@ from .units import NA, fmt_bytes, short_name
 
 __all__ = [
     "COMPACT_MARKERS",
+    "NO_FRAMEBUFFER_NOTE",
     "PANEL_HEIGHT",
     "PANEL_LINKS_HEIGHT",
     "PANEL_MIN_WIDTH",
@@ -113,6 +114,7 @@ __all__ = [
     "interconnect_line",
     "mig_lines",
     "mig_rows",
+    "no_framebuffer",
     "panel_extra_rows",
     "panel_height",
     "panel_lines",
@@ -179,6 +181,20 @@ def sparkline(values: tuple[float | int | None, ...], width: int, style_name: st
 
 def _na(line: Line) -> Line:
     return line.add(NA, RICH_STYLES[DIM])
+
+
+NO_FRAMEBUFFER_NOTE = "unified memory: NVML reports no framebuffer (the processes' memory is still shown)"
+
+
+def no_framebuffer(gpu: GpuState) -> bool:
+    """Whether the driver reports no framebuffer memory at all (GB10 / DGX Spark: CPU and GPU share memory).
+
+    NotSupported for the total is what unified-memory machines answer (nvtop#449, nvitop#195); a
+    board with a framebuffer always reports it, so the N/A gets its reason in words, not a 0.
+    """
+    return gpu.static.memory_total_bytes is None and gpu.static.unavailable.get("memory_total_bytes") is (
+        Reason.NOT_SUPPORTED
+    )
 
 
 def _memory_label(gpu: GpuState) -> Line:
@@ -532,8 +548,11 @@ def panel_lines(gpu: GpuState, width: int, *, links: bool = False) -> list[Line]
     percent = gpu.memory_used_percent
     mem = Line("MEM ", "bold")
     fraction = None if percent is None else percent / 100
-    mem.extend(bar(fraction, width - 4 - label.cells - 1, _load(fraction)))
-    mem.add(" ").extend(label)
+    if no_framebuffer(gpu):  # unified memory: words where an empty bar would look like a broken reading
+        mem.add(f"{NA}: {NO_FRAMEBUFFER_NOTE}", RICH_STYLES[DIM])
+    else:
+        mem.extend(bar(fraction, width - 4 - label.cells - 1, _load(fraction)))
+        mem.add(" ").extend(label)
 
     # Line 2: utilisation sparkline on a fixed 0-100 scale, current value, bandwidth (under MIG: why there is none).
     # Then, on Hopper and newer, the real-work line (SM active, tensor, DRAM), its chart aligned under it.

@@ -45,7 +45,7 @@ from typing import IO
 
 from ..formats.contract import iso_timestamp
 from ..health.xid import describe_xid
-from ..model import GpuEvent, GpuProcess, GpuState, MigState, Reason, Severity, Snapshot
+from ..model import GpuEvent, GpuProcess, GpuState, MigState, Severity, Snapshot
 from ..textsafe import safe_text
 from .cells import (
     ACTIVITY_WORDS,
@@ -92,6 +92,7 @@ from .cells import (
     throttle_cell,
     verdict_cell,
 )
+from .gpu import NO_FRAMEBUFFER_NOTE, no_framebuffer
 from .header import host_usage_parts, plain
 from .processes import host_cell, host_labels
 from .terminal import ascii_drawing, color_allowed, dumb_terminal
@@ -363,20 +364,6 @@ def _activity_missing(gpu: GpuState) -> bool:
     """Whether the GPU's SM, tensor and DRAM columns are all N/A (its reason is then said once, below)."""
     sample = gpu.sample
     return all(v is None for v in (sample.sm_active_percent, sample.tensor_active_percent, sample.dram_active_percent))
-
-
-NO_FRAMEBUFFER_NOTE = "unified memory: NVML reports no framebuffer (the processes' memory is still shown)"
-
-
-def no_framebuffer(gpu: GpuState) -> bool:
-    """Whether the driver reports no framebuffer memory at all (GB10 / DGX Spark: CPU and GPU share memory).
-
-    NotSupported for the total is what unified-memory machines answer (nvtop#449, nvitop#195); a
-    board with a framebuffer always reports it, so the N/A gets its reason in words, not a 0.
-    """
-    return gpu.static.memory_total_bytes is None and gpu.static.unavailable.get("memory_total_bytes") is (
-        Reason.NOT_SUPPORTED
-    )
 
 
 def platform_notes(snapshot: Snapshot) -> list[Cell]:
