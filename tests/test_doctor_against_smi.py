@@ -125,10 +125,11 @@ def test_reader_reads_text_q_too():
         (b"<nvidia_smi_log><gpu>", "not well-formed XML"),
         (b"<html><body>hello</body></html>", "not an nvidia_smi_log"),
         (b"hello world", "not nvidia-smi -q output"),
-        (b"\xff\xfe\x00garbage", "neither XML nor UTF-8 text"),
+        (b"\x80\x81garbage", "neither XML nor UTF-8 text"),
         (b" " * (MAX_BYTES + 1), "larger than 8 MiB"),
+        ('<!DOCTYPE l [<!ENTITY a "b">]><nvidia_smi_log/>'.encode("utf-16"), "not UTF-8 XML"),
     ],
-    ids=["entity", "dtd-subset", "malformed", "html", "words", "binary", "huge"],
+    ids=["entity", "dtd-subset", "malformed", "html", "words", "binary", "huge", "utf16-entity"],
 )
 def test_reader_refuses_what_is_no_capture(data, words):
     with pytest.raises(SmiError, match=re.escape(words)):

@@ -122,6 +122,8 @@ _FORBIDDEN = re.compile(rb"<!ENTITY|<!DOCTYPE[^>\[]*\[", re.IGNORECASE)
 
 
 def _xml_tree(data: bytes) -> _Node:
+    if b"\x00" in data:  # UTF-16/32 would hide an <!ENTITY from the check below; nvidia-smi writes UTF-8
+        raise SmiError("not UTF-8 XML (it holds NUL bytes)")
     if _FORBIDDEN.search(data):
         raise SmiError("it declares a DTD subset or entities (refused: nvidia-smi never writes one)")
     try:
@@ -327,7 +329,7 @@ def parse_nvidia_smi(data: bytes) -> SmiLog:
     if len(data) > MAX_BYTES:
         raise SmiError(f"larger than {MAX_BYTES >> 20} MiB")
     head = data.lstrip()[:512]
-    if head.startswith(b"<"):
+    if head.startswith((b"<", b"\xff\xfe", b"\xfe\xff", b"\xef\xbb\xbf<")):
         root, fmt = _xml_tree(data), "xml"
     else:
         try:
