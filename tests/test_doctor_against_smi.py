@@ -251,12 +251,14 @@ def test_failing_nvidia_smi_says_what_it_said(tmp_path):
 # --------------------------------------------------------------------- end to end on the fake driver
 
 
-# An H100 box, a MIG one, a GeForce card, an old driver (R384, no CUDA version printed).
+# An H100 box, a MIG one, a GeForce card, an old driver (R384, no CUDA version printed), and a text -q
+# capture holding two reports (idle, then load: the last is read, as capture.py serves by default).
 CASES = [
     "h100-80gb-hbm3-x8-580.105.08-k8stestinfra.xml",
     "a100-sxm4-80gb-x4-mig-535.54.03-telegraf.xml",
     "rtx-3090-525.147.05-telegraf.xml",
     "gtx-1070-x6-384.66-openpai.xml",
+    "h100-80gb-hbm3-mig-590.48.01-nvgpuexp-capture.txt",
 ]
 
 
