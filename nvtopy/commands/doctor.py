@@ -975,7 +975,7 @@ def _write_utf8(text: str) -> None:
 
 
 def build_parser(command: str = "doctor") -> argparse.ArgumentParser:
-    """``nvtopy doctor [--json] [--no-color] [--timeout S] [--demo ...] [--gpus LIST]``."""
+    """``nvtopy doctor [--json] [--no-color] [--timeout S] [--demo ...] [--gpus LIST] [--against-nvidia-smi [F]]``."""
     parser = options.command_parser(
         command,
         "Check the NVIDIA driver, the GPUs and this machine for what goes wrong in practice; "
@@ -985,6 +985,16 @@ def build_parser(command: str = "doctor") -> argparse.ArgumentParser:
     parser.add_argument("--no-color", action="store_true", help="plain text, no escape codes (also: NO_COLOR=1)")
     options.add_timeout_option(parser, "give up on a driver that has not answered after this long: a FAIL finding")
     options.add_gpu_options(parser)
+    parser.add_argument(
+        "--against-nvidia-smi",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="FILE",
+        help="instead of the checks: compare nvtopy's figures with nvidia-smi's, field by field (FILE: a saved "
+        "'nvidia-smi -q -x' or '-q' capture; without it nvidia-smi -q -x is run, within --timeout). Moving values "
+        "within a stated tolerance, static ones exactly; exit 1 on a disagreement, 2 on a file that is no capture",
+    )
     return parser
 
 
@@ -1000,6 +1010,10 @@ def run(
     host: HostFacts | None = None,
 ) -> int:
     """Gather the facts (the driver's on a daemon thread, at most ``--timeout`` s), judge, print; 1 on any FAIL."""
+    if getattr(args, "against_nvidia_smi", None) is not None:
+        from . import against_smi
+
+        return against_smi.run(args, _write_utf8)
     spec = options.backend_spec(args, close_at_exit=False)  # usage errors now, before any driver call
     opener = spec_opener(spec)
     host = host if host is not None else host_facts()
