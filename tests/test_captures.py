@@ -25,15 +25,12 @@ from typing import Any
 
 import pytest
 
-from nvtopy.model import THROTTLE_REASON_BITS
+from nvtopy.model import THROTTLE_REASON_BITS, GpuStatic
 
 from .conftest import FAKE_NVML_SRC, needs_fake_nvml
 
 CAPTURES = FAKE_NVML_SRC.parent / "nvidia-smi-captures"
-pytestmark = [
-    needs_fake_nvml,
-    pytest.mark.skipif(not CAPTURES.is_dir(), reason="../shared/nvidia-smi-captures is not available"),
-]
+needs_captures = pytest.mark.skipif(not CAPTURES.is_dir(), reason="../shared/nvidia-smi-captures is not available")
 
 
 def _capture_files() -> list[Path]:
@@ -323,6 +320,8 @@ def _with_live_pids(expected: dict[str, Any], live: list[int]) -> set[int]:
     return used
 
 
+@needs_fake_nvml
+@needs_captures
 @pytest.mark.parametrize("capture", _capture_files(), ids=lambda p: p.name)
 def test_capture_agrees_with_nvidia_smi(
     capture: Path, capture_tool: ModuleType, fake_lib: str, live_pids: list[int], tmp_path
@@ -343,4 +342,24 @@ def test_capture_agrees_with_nvidia_smi(
             if proc["pid"] in live:  # joined with this host: its user and command, and it may be signalled
                 assert proc["command"] == "sleep 300" and proc["user"] and not proc["foreign"], proc
     assert problems == [], "\n".join(problems)
+    buses = [g["bus_id"] for g in data["gpus"]]
+    short = [GpuStatic(index=g["index"], bus_id=g["bus_id"]).short_bus_id for g in data["gpus"]]
+    assert len(set(short)) == len(set(buses)), f"the short bus ids tell the GPUs apart: {short}"
     assert agreed >= 8 * len(expected["gpus"]), "every capture has figures to agree on, not only N/A"
+
+
+@pytest.mark.parametrize(
+    ("bus_id", "short"),
+    [
+        ("00000000:3B:00.0", "3B:00.0"),
+        ("00000008:06:00.0", "0008:06:00.0"),  # GB300: four GPUs on bus 06 of domains 8, 9, 0x18, 0x19
+        ("0000F8D6:00:00.0", "F8D6:00:00.0"),  # Azure: every GPU is 00:00.0 of a domain of its own
+        ("00012345:01:00.0", "12345:01:00.0"),
+    ],
+)
+def test_short_bus_id_keeps_a_domain_other_than_0(bus_id: str, short: str) -> None:
+    from nvtopy.selection import parse_bus_id
+
+    static = GpuStatic(index=0, bus_id=bus_id)
+    assert static.short_bus_id == short
+    assert parse_bus_id(short) == parse_bus_id(bus_id), "what is shown can be typed back (--gpus)"
