@@ -331,6 +331,12 @@ def test_capture_agrees_with_nvidia_smi(
     live = _with_live_pids(expected, live_pids)
     assert data["driver_version"] == expected["driver_version"]
     assert data["cuda_driver_version"] == expected["cuda_version"]
+    for name in ("driver_version", "cuda_driver_version", "nvml_version"):
+        assert (data[name] is None) == (name in data.get("unavailable", {})), (
+            f"{name} N/A with its reason, else a value"
+        )
+    if expected["cuda_version"] is None and "cuda_version" in expected["_errors"]:  # nvidia-smi: "Not Found"
+        assert data["unavailable"]["cuda_driver_version"] == "not_available"
     assert len(data["gpus"]) == expected["gpu_count"], "one GPU shown for each GPU in the capture"
     problems, agreed = [], 0
     for want, got in zip(expected["gpus"], data["gpus"], strict=True):
@@ -363,3 +369,22 @@ def test_short_bus_id_keeps_a_domain_other_than_0(bus_id: str, short: str) -> No
     static = GpuStatic(index=0, bus_id=bus_id)
     assert static.short_bus_id == short
     assert parse_bus_id(short) == parse_bus_id(bus_id), "what is shown can be typed back (--gpus)"
+
+
+def test_a_not_found_cuda_version_is_na_with_its_reason(make_backend) -> None:
+    """R430 and older print CUDA Version "Not Found" (the K80 capture): null in JSON, and the top level says why."""
+    import pynvml
+
+    from nvtopy.formats.contract import snapshot_to_dict
+    from nvtopy.model import Reason
+    from nvtopy.sources.collector import Collector
+
+    from .fake_pynvml import FakeNvml
+
+    fake = FakeNvml(1)
+    fake.fail("nvmlSystemGetCudaDriverVersion", pynvml.NVMLError_NotFound)
+    backend = make_backend(fake)
+    assert backend.host_info().unavailable == {"cuda_driver_version": Reason.NOT_AVAILABLE}
+    data = snapshot_to_dict(Collector(backend).collect())
+    assert data["cuda_driver_version"] is None and data["unavailable"] == {"cuda_driver_version": "not_available"}
+    assert data["driver_version"] == "550.54.15"
