@@ -40,14 +40,19 @@ def _capture_files() -> list[Path]:
     return sorted(p for p in CAPTURES.iterdir() if p.suffix in (".xml", ".txt"))
 
 
-# Fields where nvtopy reports something other than what nvidia-smi printed, on purpose: field -> why.
-# None of them is compared; each is what the README's "Agreement with nvidia-smi" section lists.
+# Where nvtopy's definition differs from nvidia-smi's, on purpose: what -> why. The README's "Agreement with
+# nvidia-smi" lists the same. The process name is not compared; the power limit is compared with the enforced one.
 EXCEPTIONS: dict[str, str] = {
     "process name": (
         "nvidia-smi's process name is nvmlSystemGetProcessName, which reads /proc of the machine it runs on; "
         "nvtopy shows the same /proc's user and command for the processes it can see, and for a pid this PID "
         "namespace cannot see no command at all ('not visible from this PID namespace') rather than the name "
         "of whatever local process happens to have that number"
+    ),
+    "power limit": (
+        "nvtopy's power limit is the enforced one (nvmlDeviceGetEnforcedPowerLimit, nvidia-smi's 'Enforced Power "
+        "Limit', power.limit.enforced), what the GPU is held to; nvidia-smi's 'Power Limit' (power.limit) is the "
+        "one requested by software, which the GH200 capture shows at 900 W while 700 W is enforced"
     ),
 }
 # Live processes standing in for the first captured ones (FAKE_NVML_PROFILE_PIDS): nvtopy must join them with
@@ -292,6 +297,9 @@ def unexplained_nulls(gpu: dict[str, Any], shown: dict[str, Any]) -> list[str]:
     reasons = gpu["unavailable"]
     names = [name for name, value in shown.items() if value is None and "." not in name]
     missing = [name for name in names if name.removesuffix("_mask") not in reasons]
+    for mig in gpu["mig_devices"]:
+        label = f"mig[{mig['gpu_instance_id']}/{mig['compute_instance_id']}]"
+        missing += [f"{label}.{k}" for k, v in mig.items() if v is None and k not in mig["unavailable"]]
     missing += [
         f"process {p['pid']}.gpu_memory_bytes"
         for p in gpu["processes"]
