@@ -233,11 +233,18 @@ class GpuStatic(_Ranged):
 
     @property
     def short_bus_id(self) -> str | None:
-        """``3B:00.0`` -- what users read and type; the full form stays in ``bus_id``."""
+        """``3B:00.0`` -- what users read and type; the full form stays in ``bus_id``.
+
+        A PCI domain other than 0 is kept, as lspci writes it (``0008:06:00.0``): Azure VMs put each
+        GPU at ``00:00.0`` of a domain of its own and GB200/GB300 trays repeat bus ``06`` in four
+        domains, so without it every GPU of those machines reads the same."""
         if self.bus_id is None:
             return None
         parts = self.bus_id.split(":")
-        return ":".join(parts[-2:]) if len(parts) >= 2 else self.bus_id
+        if len(parts) < 2:
+            return self.bus_id
+        domain = parts[-3].lstrip("0") if len(parts) >= 3 else ""
+        return ":".join([domain.zfill(4)] * bool(domain) + parts[-2:])
 
 
 STATIC_FIELDS: tuple[str, ...] = tuple(

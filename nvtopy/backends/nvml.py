@@ -357,6 +357,10 @@ class NvmlBackend(NvmlHealthReaders, NvmlGpmReaders, Backend):
         ):
             try:
                 values[field_name] = convert(self._call_global(call))
+            except self._nvml.NVMLError_NotFound:
+                # nvidia-smi's "Not Found" CUDA version (R430 and older, or no libcuda beside the driver): none to show
+                values[field_name] = None
+                reasons[field_name] = Reason.NOT_AVAILABLE
             except self._nvml.NVMLError as exc:
                 values[field_name] = None
                 reasons[field_name] = self._reason(exc)

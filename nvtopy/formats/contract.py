@@ -423,7 +423,13 @@ def snapshot_to_dict(snapshot: Snapshot, *, processes: bool = True) -> dict[str,
         "interval_s": snapshot.interval,
         "gpus": [gpu_to_dict(gpu, processes=processes) for gpu in snapshot.gpus],
         "host_usage": host_usage_to_dict(snapshot.host_usage),
+        # An added field: why a version above is null (an old driver's "Not Found" CUDA version), as per GPU.
+        "unavailable": {k: v.value for k, v in host.unavailable.items() if k in HOST_VERSION_FIELDS},
     }
+
+
+HOST_VERSION_FIELDS = ("driver_version", "cuda_driver_version", "nvml_version")
+"""The host's versions at the top level of a snapshot: each text, or null with its reason in ``unavailable``."""
 
 
 HOST_USAGE_FIELDS = (
