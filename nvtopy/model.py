@@ -208,6 +208,10 @@ class GpuStatic(_Ranged):
     clock_sm_max_mhz: int | None = None
     clock_mem_max_mhz: int | None = None
     compute_capability: str | None = None  # "9.0"
+    # Windows only (NVML answers "not supported" on Linux): "WDDM" (per-process memory N/A), "TCC" or "MCDM".
+    driver_model: str | None = None
+    # "none" (bare metal), "passthrough", "vgpu" (a guest: the host owns its sensors), "host_vgpu", "host_vsga".
+    virtualization_mode: str | None = None
     mig_mode: bool | None = None  # MIG mode in force now
     mig_mode_pending: bool | None = None  # the mode after the next GPU reset: differs from mig_mode until then
     mig_instances: tuple[MigInstance, ...] = ()  # the MIG devices configured on it, by MIG device index

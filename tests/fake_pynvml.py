@@ -507,6 +507,14 @@ class FakeNvml:
     def nvmlDeviceGetCudaComputeCapability(self, handle: FakeHandle) -> tuple[int, int]:
         return tuple(self._device("nvmlDeviceGetCudaComputeCapability", handle).compute_capability)
 
+    def nvmlDeviceGetDriverModel(self, handle: FakeHandle) -> list[int]:
+        self._device("nvmlDeviceGetDriverModel", handle)
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)  # Windows only: Linux drivers answer so
+
+    def nvmlDeviceGetVirtualizationMode(self, handle: FakeHandle) -> int:
+        self._device("nvmlDeviceGetVirtualizationMode", handle)
+        return 0  # bare metal
+
     def nvmlDeviceGetMinorNumber(self, handle: FakeHandle) -> int:
         gpu = self._device("nvmlDeviceGetMinorNumber", handle)
         return gpu.index if gpu.minor is None else gpu.minor

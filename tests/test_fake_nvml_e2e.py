@@ -43,6 +43,8 @@ def test_every_field_reported(fake_lib, workers):
     assert data["backend"] == "nvml" and len(data["gpus"]) == 4
     for gpu in data["gpus"]:
         optional = ("processes_unavailable", "processes_hint", "host", "host_index", "note")  # null when not relevant
+        assert gpu["unavailable"].get("driver_model") == "not_supported", "Linux: NVML has no driver model"
+        optional += ("driver_model",)
         missing = [k for k, v in gpu.items() if v is None and k not in optional]
         assert missing == [], f"GPU {gpu['index']}: null fields {missing} ({gpu['unavailable']})"
         assert gpu["bus_id"].startswith("00000000:") and gpu["uuid"].startswith("GPU-")

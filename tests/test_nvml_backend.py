@@ -22,6 +22,8 @@ MIB = 1 << 20
 NON_GPM_GROUPS = ALL_GROUPS - {"gpm"}
 NON_GPM_FIELDS = tuple(name for name in SAMPLE_FIELDS if name not in GPM_FIELDS)
 
+LINUX = {"driver_model": Reason.NOT_SUPPORTED}  # NVML answers the driver model (WDDM, TCC) on Windows only
+
 
 def non_gpm(reasons) -> dict:
     """``reasons`` without the GPM fields (the fake's GPUs have no GPM: test_nvml_gpm.py covers it)."""
@@ -183,7 +185,8 @@ def test_host_info_and_static_fields_of_two_gpus(fake, make_backend):
     assert backend.device_count() == 2
 
     a100, h100 = backend.read_static(0), backend.read_static(1)
-    assert a100.unavailable == {} and h100.unavailable == {}
+    assert a100.unavailable == LINUX and h100.unavailable == LINUX
+    assert a100.virtualization_mode == "none" and a100.driver_model is None
     assert (a100.index, a100.uuid, a100.name) == (0, fake.gpus[0].uuid, "NVIDIA A100-SXM4-80GB")
     assert (a100.bus_id, a100.short_bus_id, a100.serial) == ("00000000:3B:00.0", "3B:00.0", "1324000000000")
     assert a100.memory_total_bytes == 80 * GIB
@@ -386,7 +389,8 @@ def test_memory_v2_not_supported_and_v1_not_supported(fake, make_backend):
     fake.fail("nvmlDeviceGetMemoryInfo", pynvml.NVMLError_NotSupported, gpu=0)
     backend = make_backend(fake)
     static = backend.read_static(0)
-    assert static.memory_total_bytes is None and static.unavailable == {"memory_total_bytes": Reason.NOT_SUPPORTED}
+    assert static.memory_total_bytes is None
+    assert static.unavailable == {**LINUX, "memory_total_bytes": Reason.NOT_SUPPORTED}
     reading = backend.read_sample(0, ["memory", "power"])
     assert reading.unavailable == dict.fromkeys(SAMPLE_GROUPS["memory"], Reason.NOT_SUPPORTED)
     assert reading.values == {"power_draw_w": 123.456}
@@ -466,7 +470,7 @@ def test_older_driver_calls_are_used_when_new_ones_are_missing(fake, make_backen
 def test_pci_info_v3_missing_falls_back(fake, make_backend):
     fake.remove("nvmlDeviceGetPciInfo_v3")
     static = make_backend(fake).read_static(1)
-    assert static.bus_id == "00000000:3C:00.0" and static.unavailable == {}
+    assert static.bus_id == "00000000:3C:00.0" and static.unavailable == LINUX
     assert fake.calls["nvmlDeviceGetPciInfo"] == 1
 
 
@@ -475,7 +479,7 @@ def test_temperature_threshold_zero_is_not_a_crash(fake, make_backend):
     backend = make_backend(fake)
     static = backend.read_static(0)
     assert static.temperature_slowdown_c is None
-    assert static.unavailable == {"temperature_slowdown_c": Reason.NOT_SUPPORTED}
+    assert static.unavailable == {**LINUX, "temperature_slowdown_c": Reason.NOT_SUPPORTED}
     assert static.temperature_shutdown_c == 92 and static.uuid == fake.gpus[0].uuid
     collector = Collector(backend)
     for _ in range(3):
@@ -520,7 +524,7 @@ def test_unknown_error_persisting_on_one_field(fake, make_backend, clock):
         snapshot = collector.collect()
     h100 = snapshot.gpus[1]
     assert not h100.lost and non_gpm(h100.sample.unavailable) == {"power_draw_w": Reason.UNKNOWN}
-    assert h100.sample.temperature_c == 71 and h100.static.unavailable == {}
+    assert h100.sample.temperature_c == 71 and h100.static.unavailable == LINUX
     assert fake.gpu_count("nvmlDeviceGetPowerUsage", 1) == 3, "Unknown is transient: asked again"
     assert non_gpm(snapshot.gpus[0].sample.unavailable) == {}
 
@@ -583,7 +587,7 @@ def test_lost_before_static_fields_read_recovers_static(fake, make_backend, cloc
     clock.advance(1.5)
     snapshot = collector.collect()
     a100 = snapshot.gpus[0]
-    assert not a100.lost and a100.static.uuid == fake.gpus[0].uuid and a100.static.unavailable == {}
+    assert not a100.lost and a100.static.uuid == fake.gpus[0].uuid and a100.static.unavailable == LINUX
     assert a100.sample.temperature_c == 45
 
 
@@ -598,7 +602,7 @@ def test_no_permission_on_handle(fake, make_backend):
     assert h100.static.uuid is None
     assert non_gpm(h100.sample.unavailable) == dict.fromkeys(NON_GPM_FIELDS, Reason.NO_PERMISSION)
     assert h100.processes == () and h100.processes_unavailable is Reason.NO_PERMISSION
-    assert a100.static.unavailable == {} and non_gpm(a100.sample.unavailable) == {} and a100.sample.fan_percent == 30
+    assert a100.static.unavailable == LINUX and non_gpm(a100.sample.unavailable) == {} and a100.sample.fan_percent == 30
     assert fake.gpu_count("nvmlDeviceGetHandleByIndex", 1) == 1
 
 

@@ -17,6 +17,7 @@ from nvtopy.model import HEALTH_GROUPS, SAMPLE_GROUPS, NvLink, Reason
 from nvtopy.sources.collector import Collector
 
 from .fake_pynvml import FakeGpu, FakeNvLink, FakeNvml
+from .test_nvml_backend import LINUX
 
 HEALTH = sorted(HEALTH_GROUPS)
 HEALTH_FIELDS = [name for group in HEALTH for name in SAMPLE_GROUPS[group]]
@@ -61,7 +62,7 @@ def test_healthy_defaults_every_field_has_a_value(make_backend):
     }
     static = backend.read_static(0)
     assert (static.pcie_link_gen_max, static.pcie_link_width_max, static.nvlink_count) == (4, 16, 0)
-    assert static.unavailable == {}
+    assert static.unavailable == LINUX
 
 
 def test_unhealthy_values_and_one_field_values_call_per_group(make_backend):
@@ -95,7 +96,7 @@ def test_static_pcie_max_prefers_the_slot_limited_call(make_backend):
     fake = FakeNvml([FakeGpu(0, pcie_gen_max=4, pcie_gpu_gen_max=5)])
     fake.remove("nvmlDeviceGetMaxPcieLinkGeneration")
     static = make_backend(fake).read_static(0)
-    assert static.pcie_link_gen_max == 5 and static.unavailable == {}, "the GPU-only call when the other is missing"
+    assert static.pcie_link_gen_max == 5 and static.unavailable == LINUX, "the GPU-only call when the other is missing"
 
 
 def test_static_health_failures_are_reasons(make_backend):
@@ -105,8 +106,8 @@ def test_static_health_failures_are_reasons(make_backend):
     fake.gpus[1].field_errors[pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT] = pynvml.NVML_ERROR_UNKNOWN
     backend = make_backend(fake)
     s0, s1 = backend.read_static(0), backend.read_static(1)
-    assert s0.unavailable == {"pcie_link_width_max": Reason.NOT_SUPPORTED} and s0.pcie_link_gen_max == 4
-    assert s1.unavailable == {"pcie_link_gen_max": Reason.NO_PERMISSION, "nvlink_count": Reason.UNKNOWN}
+    assert s0.unavailable == {**LINUX, "pcie_link_width_max": Reason.NOT_SUPPORTED} and s0.pcie_link_gen_max == 4
+    assert s1.unavailable == {**LINUX, "pcie_link_gen_max": Reason.NO_PERMISSION, "nvlink_count": Reason.UNKNOWN}
     assert s1.pcie_link_width_max == 16
     assert fake.gpu_count("nvmlDeviceGetGpuMaxPcieLinkGeneration", 1) == 0, "NoPermission is not NotSupported"
 
@@ -412,7 +413,7 @@ def test_nvlink_unreadable_when_field_values_are_missing(make_backend):
     fake.remove(FV)
     backend = make_backend(fake)
     static = backend.read_static(0)
-    assert static.nvlink_count is None and static.unavailable == {"nvlink_count": Reason.NOT_SUPPORTED}
+    assert static.nvlink_count is None and static.unavailable == {**LINUX, "nvlink_count": Reason.NOT_SUPPORTED}
     for _ in range(2):
         reading = backend.read_sample(0, ["nvlink"])
     assert reading.unavailable == dict.fromkeys(SAMPLE_GROUPS["nvlink"], Reason.NOT_SUPPORTED)

@@ -226,3 +226,39 @@ def test_tui_panel_says_why_unified_memory_has_no_bar(sim, clock):
     with_fb, unified = (panel_lines(gpu, 100)[0].plain for gpu in snapshot.gpus)
     assert unified.startswith(f"MEM N/A: {NO_FRAMEBUFFER_NOTE}")
     assert "unified" not in with_fb and "%" in with_fb
+
+
+def test_the_driver_model_and_virtualization_mode_are_said(sim, clock, nvtopy_cmd):
+    """A WDDM driver and a vGPU guest say what they are (model, JSON, replay, --once), not only their N/As."""
+    from nvtopy.formats.contract import snapshot_to_dict
+    from nvtopy.sources.replay import snapshot_from_dict
+
+    snapshot = _snapshot(sim, clock, gpus=2, faults=parse_fault_specs(["wddm", "vgpu@1"], gpus=2))
+    bare, guest = snapshot.gpus
+    assert (bare.static.driver_model, bare.static.virtualization_mode) == ("WDDM", "none")
+    assert guest.static.virtualization_mode == "vgpu"
+    text = _text(snapshot)
+    assert "GPU 1: a vGPU guest: the host owns the sensors" in text
+    assert "GPUs 0, 1: Windows WDDM driver: per-process GPU memory is N/A" in text
+    data = json.loads(json.dumps(snapshot_to_dict(snapshot)))
+    assert [g["driver_model"] for g in data["gpus"]] == ["WDDM", "WDDM"]
+    assert [g["virtualization_mode"] for g in data["gpus"]] == ["none", "vgpu"]
+    replayed = snapshot_from_dict(data, {})
+    assert replayed.gpus[1].static.virtualization_mode == "vgpu" and replayed.gpus[0].static.driver_model == "WDDM"
+    linux = _snapshot(sim, clock, gpus=1)
+    assert linux.gpus[0].static.driver_model is None
+    assert linux.gpus[0].static.unavailable.get("driver_model") is Reason.NOT_SUPPORTED, "Linux: N/A with its reason"
+    assert "WDDM" not in _text(linux) and "vGPU" not in _text(linux)
+
+
+@pytest.mark.parametrize(("answer", "expected"), [([0, 0], "WDDM"), ([1, 1], "TCC"), ([2, 2], "MCDM"), ([7, 7], None)])
+def test_nvml_driver_models_in_words(make_backend, answer, expected):
+    from .fake_pynvml import FakeNvml
+
+    fake = FakeNvml(1)
+    fake.nvmlDeviceGetDriverModel = lambda handle: answer  # a Windows driver
+    fake.nvmlDeviceGetVirtualizationMode = lambda handle: 2  # a vGPU guest
+    static = make_backend(fake).read_static(0)
+    assert static.driver_model == expected and static.virtualization_mode == "vgpu"
+    if expected is None:  # a value NVML never gives: N/A, never a made-up word
+        assert static.unavailable.get("driver_model") is Reason.NOT_SUPPORTED

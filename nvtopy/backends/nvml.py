@@ -65,6 +65,18 @@ MIB = 1 << 20
 _LEGACY_V3_DRIVERS = ((535, 43), (535, 86))  # [from, to): _v3 used a 32-byte struct
 
 
+# NVML's driver models (nvmlDriverModel_t) and virtualization modes (nvmlGpuVirtualizationMode_t), in words.
+DRIVER_MODELS: dict[int, str] = {0: "WDDM", 1: "TCC", 2: "MCDM"}
+VIRTUALIZATION_MODES: dict[int, str] = {0: "none", 1: "passthrough", 2: "vgpu", 3: "host_vgpu", 4: "host_vsga"}
+
+
+def _named(names: dict[int, str], value: object) -> str:
+    """The word for an NVML enum value; ValueError (the field is then "not supported") for one NVML never gives."""
+    if type(value) is not int or value not in names:
+        raise ValueError(f"unknown value {value!r}")
+    return names[value]
+
+
 def import_pynvml() -> Any:
     """Import the official bindings, or explain in one line why they are unusable."""
     try:
@@ -464,6 +476,16 @@ class NvmlBackend(NvmlHealthReaders, NvmlGpmReaders, Backend):
                 "compute_capability",
                 self._query(gpu, "compute_capability", "nvmlDeviceGetCudaComputeCapability"),
                 lambda cc: f"{cc[0]}.{cc[1]}",
+            )
+            put(
+                "driver_model",
+                self._query(gpu, "driver_model", "nvmlDeviceGetDriverModel"),
+                lambda pair: _named(DRIVER_MODELS, pair[0]),
+            )
+            put(
+                "virtualization_mode",
+                self._query(gpu, "virtualization_mode", "nvmlDeviceGetVirtualizationMode"),
+                lambda mode: _named(VIRTUALIZATION_MODES, mode),
             )
             put(
                 ("mig_mode", "mig_mode_pending"),

@@ -307,6 +307,8 @@ class SimulatedBackend(Backend):
             "clock_sm_max_mhz": model.sm_max_mhz,
             "clock_mem_max_mhz": model.mem_max_mhz,
             "compute_capability": model.compute_capability,
+            "driver_model": "WDDM" if self.faults.wddm else None,  # NVML answers it on Windows only
+            "virtualization_mode": "vgpu" if index in self.faults.vgpu or model.platform == "vgpu" else "none",
             "mig_mode": False if model.mig else None,
             "mig_mode_pending": False if model.mig else None,
             "fan_count": model.fans if model.fans else None,
@@ -323,6 +325,8 @@ class SimulatedBackend(Backend):
             reasons["fan_count"] = Reason.NOT_SUPPORTED
         if self._no_framebuffer(index):
             reasons["memory_total_bytes"] = Reason.NOT_SUPPORTED
+        if not self.faults.wddm:
+            reasons["driver_model"] = Reason.NOT_SUPPORTED
         static_groups = PLATFORM_STATIC_UNSUPPORTED.get(model.platform or "", frozenset())
         if index in self.faults.vgpu:
             static_groups |= PLATFORM_STATIC_UNSUPPORTED["vgpu"]

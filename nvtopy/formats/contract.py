@@ -388,6 +388,8 @@ def gpu_to_dict(gpu: GpuState, *, processes: bool = True) -> dict[str, Any]:
         "persistence_mode": sample.persistence_mode,
         "compute_mode": _esc(sample.compute_mode),
         "compute_capability": _esc(static.compute_capability),
+        "driver_model": _esc(static.driver_model),  # Windows: WDDM, TCC or MCDM; null (not supported) elsewhere
+        "virtualization_mode": _esc(static.virtualization_mode),  # none, passthrough, vgpu (a guest), host_vgpu...
         "mig_mode": static.mig_mode,
         "mig_mode_pending": static.mig_mode_pending,  # the mode after the next GPU reset (differs: a reset waits)
         # Its MIG devices (one per compute instance), by NVML's MIG device index: see mig_device_to_dict.

@@ -367,9 +367,20 @@ def _activity_missing(gpu: GpuState) -> bool:
 
 
 def platform_notes(snapshot: Snapshot) -> list[Cell]:
-    """Why a platform's figures are N/A, once: ``GPUs 0, 1: memory N/A: unified memory: NVML reports ...``."""
-    gpus = [gpu.index for gpu in snapshot.gpus if not gpu.note and not gpu.lost and no_framebuffer(gpu)]
-    return [(f"{_gpu_list(gpus)}: memory {NA}: {NO_FRAMEBUFFER_NOTE}", DIM)] if gpus else []
+    """Why a platform's figures are N/A, once: ``GPUs 0, 1: memory N/A: unified memory: NVML reports ...``;
+    a vGPU guest and a Windows WDDM driver, whose per-process or sensor figures are N/A for that reason."""
+    shown = [gpu for gpu in snapshot.gpus if not gpu.note and not gpu.lost]
+    notes: list[Cell] = []
+    gpus = [gpu.index for gpu in shown if no_framebuffer(gpu)]
+    if gpus:
+        notes.append((f"{_gpu_list(gpus)}: memory {NA}: {NO_FRAMEBUFFER_NOTE}", DIM))
+    gpus = [gpu.index for gpu in shown if gpu.static.virtualization_mode == "vgpu"]
+    if gpus:
+        notes.append((f"{_gpu_list(gpus)}: a vGPU guest: the host owns the sensors, most figures are {NA}", DIM))
+    gpus = [gpu.index for gpu in shown if gpu.static.driver_model == "WDDM"]
+    if gpus:
+        notes.append((f"{_gpu_list(gpus)}: Windows WDDM driver: per-process GPU memory is {NA}", DIM))
+    return notes
 
 
 def activity_notes(snapshot: Snapshot) -> list[Cell]:
