@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 ARGS   ?=
 
-.PHONY: install demo run test lint format bench bench-peers screenshots clean
+.PHONY: install demo run test lint format bench bench-peers screenshots device-wheels device-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,12 @@ bench-peers: install          ## nvtopy vs nvitop and gpustat on ../shared/fake-
 
 screenshots: install          ## regenerate screenshots/*.svg from the simulated backend
 	$(BIN)/python screenshots/make_screenshots.py
+
+device-wheels:                ## nvtopy's runtime dependencies as cp312 manylinux x86_64 wheels in .whl/ (needs a network)
+	$(PYTHON) devcheck/device_check.py --download-wheels --wheels .whl
+
+device-check:                 ## on a machine with a real GPU: nvtopy against it, torch and nvidia-smi (docs/device-check.md)
+	$(PYTHON) devcheck/device_check.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache build dist .cache *.egg-info
