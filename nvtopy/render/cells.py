@@ -51,6 +51,7 @@ __all__ = [
     "HOT",
     "MIG_UTILIZATION_NOTE",
     "NOT_VISIBLE",
+    "NO_FRAMEBUFFER_NOTE",
     "PALETTES",
     "PLAIN",
     "PROCESS_CELL_KEYS",
@@ -84,6 +85,7 @@ __all__ = [
     "mig_sm_cell",
     "mig_uuid_cell",
     "name_cell",
+    "no_framebuffer",
     "note_cell",
     "owner_cell",
     "owner_label_shown",
@@ -690,3 +692,17 @@ def group_instance_cell(group: Any) -> Cell:
     if len(labels) == 1:
         return process_instance_cell(group.members[0])
     return (f"{len(labels - {None})} inst", DIM)
+
+
+NO_FRAMEBUFFER_NOTE = "unified memory: NVML reports no framebuffer (the processes' memory is still shown)"
+
+
+def no_framebuffer(gpu: GpuState) -> bool:
+    """Whether the driver reports no framebuffer memory at all (GB10 / DGX Spark: CPU and GPU share memory).
+
+    NotSupported for the total is what unified-memory machines answer (nvtop#449, nvitop#195); a
+    board with a framebuffer always reports it, so the N/A gets its reason in words, not a 0.
+    """
+    return gpu.static.memory_total_bytes is None and gpu.static.unavailable.get("memory_total_bytes") is (
+        Reason.NOT_SUPPORTED
+    )

@@ -55,6 +55,7 @@ from .cells import (
     DIM,
     GPM_NOT_SUPPORTED_SHORT,
     MIG_UTILIZATION_NOTE,
+    NO_FRAMEBUFFER_NOTE,
     REMOTE,
     RICH_STYLES,
     WARN,
@@ -80,6 +81,7 @@ from .cells import (
     mig_sm_cell,
     mig_uuid_cell,
     name_cell,
+    no_framebuffer,
     note_cell,
     percent_cell,
     power_cell,
@@ -96,7 +98,6 @@ from .units import NA, fmt_bytes, short_name
 
 __all__ = [
     "COMPACT_MARKERS",
-    "NO_FRAMEBUFFER_NOTE",
     "PANEL_HEIGHT",
     "PANEL_LINKS_HEIGHT",
     "PANEL_MIN_WIDTH",
@@ -114,7 +115,6 @@ __all__ = [
     "interconnect_line",
     "mig_lines",
     "mig_rows",
-    "no_framebuffer",
     "panel_extra_rows",
     "panel_height",
     "panel_lines",
@@ -181,20 +181,6 @@ def sparkline(values: tuple[float | int | None, ...], width: int, style_name: st
 
 def _na(line: Line) -> Line:
     return line.add(NA, RICH_STYLES[DIM])
-
-
-NO_FRAMEBUFFER_NOTE = "unified memory: NVML reports no framebuffer (the processes' memory is still shown)"
-
-
-def no_framebuffer(gpu: GpuState) -> bool:
-    """Whether the driver reports no framebuffer memory at all (GB10 / DGX Spark: CPU and GPU share memory).
-
-    NotSupported for the total is what unified-memory machines answer (nvtop#449, nvitop#195); a
-    board with a framebuffer always reports it, so the N/A gets its reason in words, not a 0.
-    """
-    return gpu.static.memory_total_bytes is None and gpu.static.unavailable.get("memory_total_bytes") is (
-        Reason.NOT_SUPPORTED
-    )
 
 
 def _memory_label(gpu: GpuState) -> Line:

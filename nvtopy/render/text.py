@@ -55,6 +55,7 @@ from .cells import (
     GOOD,
     HOT,
     MIG_UTILIZATION_NOTE,
+    NO_FRAMEBUFFER_NOTE,
     PLAIN,
     PROCESS_CELL_KEYS,
     REMOTE,
@@ -79,6 +80,7 @@ from .cells import (
     mig_sm_cell,
     mig_uuid_cell,
     name_cell,
+    no_framebuffer,
     note_cell,
     percent_cell,
     power_cell,
@@ -92,7 +94,6 @@ from .cells import (
     throttle_cell,
     verdict_cell,
 )
-from .gpu import NO_FRAMEBUFFER_NOTE, no_framebuffer
 from .header import host_usage_parts, plain
 from .processes import host_cell, host_labels
 from .terminal import ascii_drawing, color_allowed, dumb_terminal
