@@ -28,12 +28,12 @@ test: install lint            ## lint, then the whole test suite
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: install
-	$(BIN)/ruff check nvtopy tests benchmarks screenshots examples
-	$(BIN)/ruff format --check nvtopy tests benchmarks screenshots examples
+	$(BIN)/ruff check nvtopy tests benchmarks screenshots examples devcheck
+	$(BIN)/ruff format --check nvtopy tests benchmarks screenshots examples devcheck
 
 format: install
-	$(BIN)/ruff check --fix nvtopy tests benchmarks screenshots examples
-	$(BIN)/ruff format nvtopy tests benchmarks screenshots examples
+	$(BIN)/ruff check --fix nvtopy tests benchmarks screenshots examples devcheck
+	$(BIN)/ruff format nvtopy tests benchmarks screenshots examples devcheck
 
 bench: install                ## the project's own benchmarks (simulated backend)
 	$(BIN)/python benchmarks/bench_tui.py $(ARGS)
