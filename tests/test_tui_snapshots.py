@@ -30,7 +30,9 @@ def utc():
 
 
 @pytest.mark.parametrize("size", [(120, 40), (80, 24)], ids=["120x40", "80x24"])
-@pytest.mark.parametrize("name", ["main", "compact", "kill", "help", "filter", "faults", "workstation", "realwork"])
+@pytest.mark.parametrize(
+    "name", ["main", "compact", "kill", "help", "filter", "faults", "workstation", "platforms", "realwork"]
+)
 def test_scene(snap_compare, name, size):
     app, prepare = build(SCENES[name])
     assert snap_compare(app, terminal_size=size, run_before=prepare)

@@ -187,6 +187,13 @@ SCENES: dict[str, Scene] = {
         ),
         Scene("workstation", "An RTX 4090 workstation: fans, graphics processes, no ECC", gpus=2, model="RTX 4090"),
         Scene(
+            "platforms",
+            "Platforms: a GB10 with unified memory (no framebuffer), a vGPU guest, a Windows WDDM driver",
+            gpus=2,
+            model="GB10",
+            faults=("vgpu@1", "wddm"),
+        ),
+        Scene(
             "sick",
             "GPU health: a throttled GPU on a narrow link, one not responding (dimmed), one failed",
             edit=sick_gpus,
