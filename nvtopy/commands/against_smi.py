@@ -373,17 +373,8 @@ def read_capture(path: str) -> SmiLog:
 def read_nvtopy(args: argparse.Namespace) -> dict[str, Any]:
     """nvtopy's own snapshot of the GPUs, as ``--once --json`` reads and writes it, within ``--timeout``."""
     from ..formats.contract import snapshot_to_dict
-    from ..sources.collector import Collector
 
-    backend = options.open_backend_within(args, args.timeout)
-    backend.one_shot = True
-    collector = Collector(backend, timeline=False)
-    try:
-        collector.read_statics(args.timeout)
-        collector.select(options.resolve_selection(args, collector))
-        snapshot = collector.collect(deadline=args.timeout)
-    finally:
-        options.release_backend(backend, collector)
+    snapshot, _ = options.read_one_snapshot(args)
     return snapshot_to_dict(snapshot, processes=False)
 
 

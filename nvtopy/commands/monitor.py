@@ -147,27 +147,9 @@ def _write_json(snapshot: Snapshot) -> None:
 
 
 def _run_once(args: argparse.Namespace) -> int:
-    """One snapshot, whatever the driver does: a GPU stuck in a call is marked after ``--timeout``, not waited for.
-
-    The timeout covers the whole read: opening the driver (a hung ``nvmlInit`` is
-    one line and exit 1), each GPU's static fields and its readings (a GPU that
-    does not answer in time is shown "not responding" with what is known).
-    """
-
-    from ..sources.collector import Collector
-
-    backend = options.open_backend_within(args, args.timeout)
-    backend.one_shot = True  # GPM: wait the 0.1 s its first pair needs rather than print N/A
-    collector = Collector(backend, timeline=False)
-    try:
-        # Each step waits up to the timeout for the GPUs it asks, never again for one already stuck.
-        collector.read_statics(args.timeout)
-        collector.select(resolve_selection(args, collector))
-        collector.look_up_processes(args.timeout)  # while the GPM pair matures (Collector.look_up_processes)
-        snapshot = collector.collect(deadline=args.timeout)
-        _print_once(args, snapshot, backend.device_count())
-    finally:
-        options.release_backend(backend, collector)
+    """One snapshot, whatever the driver does (:func:`~nvtopy.commands.options.read_one_snapshot`), printed."""
+    snapshot, gpu_count = options.read_one_snapshot(args)
+    _print_once(args, snapshot, gpu_count)
     return 0
 
 

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ..backends.base import Backend
     from ..config import Config
     from ..health.verdict import HealthThresholds
+    from ..model import Snapshot
     from ..selection import Selection
     from ..sources.base import SnapshotSource
     from ..sources.collector import Collector
@@ -433,6 +434,28 @@ def release_backend(backend: Backend, collector: Collector | None = None, poller
             backend.abandon()
             return
     backend.close()
+
+
+def read_one_snapshot(args: argparse.Namespace) -> tuple[Snapshot, int]:
+    """One snapshot of the selected GPUs, whatever the driver does, and how many GPUs it has (``--once``,
+    ``doctor --against-nvidia-smi``): a GPU stuck in a call is marked after ``--timeout``, not waited for.
+
+    The timeout covers the whole read: opening the driver (a hung ``nvmlInit`` is one
+    line and exit 1), each GPU's static fields and its readings; each step waits up to
+    it for the GPUs it asks, never again for one already stuck.
+    """
+    from ..sources.collector import Collector
+
+    backend = open_backend_within(args, args.timeout)
+    backend.one_shot = True  # GPM: wait the 0.1 s its first pair needs rather than print N/A
+    collector = Collector(backend, timeline=False)
+    try:
+        collector.read_statics(args.timeout)
+        collector.select(resolve_selection(args, collector))
+        collector.look_up_processes(args.timeout)  # while the GPM pair matures (Collector.look_up_processes)
+        return collector.collect(deadline=args.timeout), backend.device_count()
+    finally:
+        release_backend(backend, collector)
 
 
 def command_parser(command: str, description: str) -> argparse.ArgumentParser:
