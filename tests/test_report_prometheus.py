@@ -451,8 +451,11 @@ def test_a_young_server_is_reported_with_the_data_it_holds(fake_server, capsys):
 
 
 def test_a_server_with_one_scrape_is_too_little_data(fake_server, capsys):
-    fake_server.born = time.time() - 0.5  # one scrape, the next 15 s away
-    fake_server.born -= fake_server.born % 15  # on a scrape
+    # One scrape, on the scrape grid at or before now. With a 15 s interval the next scrape could fall inside the
+    # test (born was up to 15.5 s old: a flake); an hour's interval leaves it an hour away whatever the clock says.
+    fake_server.scrape = 3600.0
+    now = time.time()
+    fake_server.born = now - now % 3600
     code, out, err = run_report(capsys, "--prometheus", "http://prom:9090")
     assert (code, out) == (1, "")
     assert err.startswith("nvtopy: error: nothing to report: too little data: http://prom:9090 holds one sample of ")

@@ -260,7 +260,7 @@ def test_a_collector_without_charts_keeps_no_timeline(sim, clock, monkeypatch):
             "nvtopy.commands.log",
             "Collector(backend, history=1, thresholds=options.health_thresholds(args), timeline=False)",
         ),
-        ("nvtopy.commands.monitor", "Collector(backend, timeline=False)"),
+        ("nvtopy.commands.options", "Collector(backend, timeline=False)"),  # --once's read_one_snapshot
         ("nvtopy.api.sampler", "Collector(backend, history=1, timeline=False)"),
     ],
 )
