@@ -1,7 +1,7 @@
 """``make bench``: the cost of reading the host facts of GPU processes once per refresh.
 
 64 real ``sleep`` processes; each round reads every one of them as the monitor's
-poller does on a steady refresh (:class:`nvtopy.backends.host.PsutilInspector`),
+poller does on a steady refresh (:class:`nvtopy.backends.host.processes.PsutilInspector`),
 against psutil's own steady path for the same facts (``is_running()`` then
 ``status``/``cpu_times``/``memory_info``/``ppid`` under ``oneshot()``), which the
 inspector used before it read ``/proc/<pid>/stat`` itself. Median of 7 runs.
@@ -16,7 +16,7 @@ import time
 
 import psutil
 
-from nvtopy.backends.host import PsutilInspector
+from nvtopy.backends.host.processes import PsutilInspector
 
 PROCESSES = 64
 ROUNDS = 50

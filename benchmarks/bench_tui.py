@@ -74,7 +74,7 @@ def steady_cpu(seconds: float) -> dict[str, float]:
 
 
 async def refresh_costs(gpus: int, processes: int, samples: int) -> dict[str, float]:
-    from nvtopy.backends.simulated import SimulatedBackend
+    from nvtopy.backends.simulated.backend import SimulatedBackend
     from nvtopy.tui.app import NvtopyApp
 
     now = [1_795_000_000.0]

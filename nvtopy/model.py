@@ -568,7 +568,7 @@ class HostProcess(_Repr):
     create_time: float | None = None
     status: str = "running"  # psutil status; "zombie" for an exited, unreaped process
     unavailable: Reasons = field(default_factory=lambda: EMPTY_REASONS)
-    owner: ProcessOwner | None = None  # read once per process (nvtopy.backends.owners); None: unknown
+    owner: ProcessOwner | None = None  # read once per process (nvtopy.backends.host.owners); None: unknown
     ns_pid: int | None = None  # its pid inside its own PID namespace, when that differs
     cuda_visible_devices: str | None = None  # from its environment, where readable
     ppid: int | None = None  # its parent's pid (None: unknown)
@@ -866,7 +866,7 @@ def cuda_version_string(version: int) -> str:
 
 
 class OwnerKind(str, enum.Enum):
-    """What owns a process, as its cgroup path tells (``nvtopy.backends.owners``). The values appear in JSON."""
+    """What owns a process, as its cgroup path tells (``nvtopy.backends.host.owners``). The values appear in JSON."""
 
     DOCKER = "docker"
     KUBERNETES = "kubernetes"

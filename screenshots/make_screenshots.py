@@ -1,6 +1,6 @@
 """Regenerate screenshots/*.svg from the simulated backend (``make screenshots``).
 
-The scenes are those of the SVG snapshot tests (nvtopy.tui.scenes): a frozen
+The scenes are those of the SVG snapshot tests (tests/scenes.py): a frozen
 clock and a fixed seed, so a picture changes only when the UI does.
 
 ``make_screenshots.py`` alone writes every picture; ``make_screenshots.py main main-80x24``
@@ -17,8 +17,10 @@ from pathlib import Path
 
 os.environ["TZ"] = "UTC"
 time.tzset()
+# The scenes live with the tests that pin them (tests/scenes.py), outside the installed package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nvtopy.tui.scenes import SCENES, build  # noqa: E402
+from tests.scenes import SCENES, build  # noqa: E402
 
 # The SVG's text font, first choice first. Rich's template names "Fira Code, monospace" only, and a viewer
 # without Fira Code then draws the braille charts and box lines in whatever monospace it has, often without

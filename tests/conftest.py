@@ -69,7 +69,7 @@ def clock() -> ManualClock:
 @pytest.fixture
 def sim(clock):
     """A factory of deterministic simulated backends on the manual clock."""
-    from nvtopy.backends.simulated import SimulatedBackend
+    from nvtopy.backends.simulated.backend import SimulatedBackend
 
     made = []
 
@@ -88,7 +88,7 @@ def sim(clock):
 @pytest.fixture
 def make_backend(clock):
     """A factory of NVML backends over a fake ``pynvml`` (tests/fake_pynvml.py), on the manual clock, closed after."""
-    from nvtopy.backends.nvml import NvmlBackend
+    from nvtopy.backends.nvml.backend import NvmlBackend
 
     made: list[NvmlBackend] = []
 

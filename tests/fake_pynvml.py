@@ -232,7 +232,7 @@ class FakeEventSet:
 
 
 class FakeNvml:
-    """Acts like the ``pynvml`` module for :class:`nvtopy.backends.nvml.NvmlBackend`."""
+    """Acts like the ``pynvml`` module for :class:`nvtopy.backends.nvml.backend.NvmlBackend`."""
 
     def __init__(
         self,

@@ -17,7 +17,7 @@ import nvtopy
 from nvtopy.api import state as runtime
 from nvtopy.api.jobgpus import find_job_gpus, map_torch_devices
 from nvtopy.backends.base import Reading
-from nvtopy.backends.simulated import SimulatedBackend
+from nvtopy.backends.simulated.backend import SimulatedBackend
 from nvtopy.model import GpuStatic
 from nvtopy.selection import SelectionWarning
 

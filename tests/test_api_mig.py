@@ -1,7 +1,7 @@
 """The Python API on a MIG slice: job_gpus names the instance, usage lines and track report it.
 
 The simulated backend puts this process on GPU 0 and, with ``mig=3@0``, on the
-MIG instance its pid picks (:func:`nvtopy.backends.sim_mig.instance_of`).
+MIG instance its pid picks (:func:`nvtopy.backends.simulated.mig.instance_of`).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import nvtopy
 from nvtopy.api import state as runtime
 from nvtopy.api.jobgpus import JobInstance, find_job_gpus, match_torch_devices
 from nvtopy.api.torchmem import torch_devices
-from nvtopy.backends.sim_faults import parse_fault_specs
-from nvtopy.backends.sim_mig import instance_of
-from nvtopy.backends.simulated import SimulatedBackend
+from nvtopy.backends.simulated.backend import SimulatedBackend
+from nvtopy.backends.simulated.faults import parse_fault_specs
+from nvtopy.backends.simulated.mig import instance_of
 from nvtopy.model import GpuStatic
 from nvtopy.render.units import fmt_bytes
 from nvtopy.selection import Selection, SelectionWarning

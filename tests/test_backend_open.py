@@ -9,7 +9,6 @@ import pytest
 
 from nvtopy.api import state
 from nvtopy.backends import open as factory
-from nvtopy.backends import simulated
 from nvtopy.backends.open import (
     DEMO_GPUS,
     DEMO_LIFETIME_SCALE,
@@ -21,8 +20,9 @@ from nvtopy.backends.open import (
     open_backend,
     simulated_spec,
 )
-from nvtopy.backends.sim_catalog import find_model
-from nvtopy.backends.sim_faults import SimFaults
+from nvtopy.backends.simulated import backend as simulated
+from nvtopy.backends.simulated.catalog import find_model
+from nvtopy.backends.simulated.faults import SimFaults
 from nvtopy.commands import options
 from nvtopy.commands.monitor import build_parser
 from nvtopy.errors import UsageError

@@ -19,14 +19,14 @@ from typing import Any
 import pytest
 
 from nvtopy.backends import diagnose
-from nvtopy.backends.owners import OwnerResolver
+from nvtopy.backends.host.owners import OwnerResolver
 from nvtopy.boundedfile import FileMissingError, FileRefusedError, open_regular, read_bounded, size_text
 from nvtopy.commands import log
-from nvtopy.commands.httpserver import tls_context
+from nvtopy.commands.exporter.server import tls_context
 from nvtopy.commands.report import read_recording
 from nvtopy.config import Config, load_config
 from nvtopy.errors import NvtopyError, UsageError
-from nvtopy.sources.https import client_context
+from nvtopy.sources.remote.tls import client_context
 from nvtopy.sources.replay import load_recording
 
 DEADLINE = 10.0  # seconds a reader may take to refuse (it takes microseconds; a blocked one never returns)

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from nvtopy.commands.httpserver import serve as serve_exporter
+from nvtopy.commands.exporter.server import serve as serve_exporter
 from nvtopy.errors import UsageError
-from nvtopy.sources.https import client_context
-from nvtopy.sources.prometheus_api import PrometheusClient, PrometheusError
-from nvtopy.sources.remote import RemoteHosts
+from nvtopy.sources.remote.exporters import RemoteHosts
+from nvtopy.sources.remote.prometheus import PrometheusClient, PrometheusError
+from nvtopy.sources.remote.tls import client_context
 
 from .test_exporter_tls import OPENSSL, Certs, _key_and_csr, _sign, certs  # noqa: F401
 from .test_fleet import run_cli

@@ -13,7 +13,8 @@ import re
 from nvtopy.render.chart import legend_line
 from nvtopy.render.styled import Line
 from nvtopy.tui.charts import OVERLAID, ChartView, spread
-from nvtopy.tui.scenes import Scene, build
+
+from .scenes import Scene, build
 
 BRAILLE = {chr(c) for c in range(0x2801, 0x2900)}
 ENTRY = re.compile(r" (\d+):(\S+)")

@@ -237,7 +237,7 @@ def test_selection_warnings_are_one_line_each_on_stderr(monkeypatch, capsys):
     """The CLI's warning policy: ``nvtopy: warning: ...`` on stderr, one line each, made terminal-safe."""
     import dataclasses
 
-    from nvtopy.backends.simulated import SimulatedBackend
+    from nvtopy.backends.simulated.backend import SimulatedBackend
     from nvtopy.commands import dispatch, options
 
     class MixedModels(SimulatedBackend):

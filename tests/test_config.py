@@ -587,7 +587,7 @@ def test_save_columns_follows_a_symlink(tmp_path):
 
 
 def _once_text(color: bool) -> str:
-    from nvtopy.backends.simulated import SimulatedBackend
+    from nvtopy.backends.simulated.backend import SimulatedBackend
     from nvtopy.render.text import render_snapshot
     from nvtopy.sources.collector import Collector
 

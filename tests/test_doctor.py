@@ -1,6 +1,6 @@
 """``nvtopy doctor``: each check over plain facts, the fact readers, the command end to end.
 
-Layers, as the code has them: the checks (``nvtopy.commands.doctor.check_*``) are
+Layers, as the code has them: the checks (``nvtopy.commands.doctor.command.check_*``) are
 pure functions, tested as tables of facts -> status; the readers
 (``nvtopy.backends.diagnose``) are tested on files and fakes; the command runs on
 the simulation (``--demo``, with its fault specs), against the fake pynvml, and on
@@ -41,11 +41,11 @@ from nvtopy.backends.diagnose import (
     python_bindings,
     run_with_timeout,
 )
-from nvtopy.backends.nvml import NvmlBackend
-from nvtopy.backends.sim_catalog import MODELS
-from nvtopy.backends.sim_faults import parse_fault_specs
-from nvtopy.commands import doctor
-from nvtopy.commands.doctor import (
+from nvtopy.backends.nvml.backend import NvmlBackend
+from nvtopy.backends.simulated.catalog import MODELS
+from nvtopy.backends.simulated.faults import parse_fault_specs
+from nvtopy.commands.doctor import command as doctor
+from nvtopy.commands.doctor.command import (
     DoctorFinding,
     Status,
     check_accounting,
@@ -64,7 +64,7 @@ from nvtopy.commands.doctor import (
     render_json,
     render_text,
 )
-from nvtopy.commands.doctor import diagnose as judge
+from nvtopy.commands.doctor.command import diagnose as judge
 from nvtopy.commands.options import COMMANDS
 from nvtopy.model import GpuSample, GpuStatic, HostInfo, Reason
 from nvtopy.textsafe import unescape_text
@@ -960,7 +960,7 @@ def doctor_cmd() -> list[str]:
     """The command line of ``nvtopy doctor``, registered or not (yet)."""
     if "doctor" in COMMANDS:
         return [sys.executable, "-m", "nvtopy", "doctor"]
-    return [sys.executable, "-m", "nvtopy.commands.doctor"]
+    return [sys.executable, "-m", "nvtopy.commands.doctor.command"]
 
 
 def run_on_fake(fake_lib: str, *args: str, **knobs: str) -> subprocess.CompletedProcess:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from nvtopy.commands.against_smi import AGREE, DIFFER, WARN, compare, exit_code
+from nvtopy.commands.doctor.against_smi import AGREE, DIFFER, WARN, compare, exit_code
 from nvtopy.formats.nvidia_smi import MAX_BYTES, SmiError, parse_nvidia_smi
 
 from .conftest import FAKE_NVML_SRC, needs_fake_nvml

@@ -27,10 +27,10 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from nvtopy.backends.sim_catalog import Workload
-from nvtopy.backends.sim_faults import parse_fault_specs
-from nvtopy.commands.exporter import EXPORTER_GROUPS, parse_listen
-from nvtopy.commands.httpserver import serve
+from nvtopy.backends.simulated.catalog import Workload
+from nvtopy.backends.simulated.faults import parse_fault_specs
+from nvtopy.commands.exporter.command import EXPORTER_GROUPS, parse_listen
+from nvtopy.commands.exporter.server import serve
 from nvtopy.errors import NvtopyError, UsageError
 from nvtopy.formats.dcgm import FIELDS
 from nvtopy.sources.collector import Collector
@@ -833,7 +833,7 @@ def _timed_scrape(ex: Exporter) -> float:
 
 
 def test_half_open_connections_leave_no_threads_behind(exporter):
-    from nvtopy.commands.httpserver import WORKERS
+    from nvtopy.commands.exporter.server import WORKERS
 
     ex = exporter()
     workers = [t for t in threading.enumerate() if t.name.startswith("nvtopy-exporter-")]
@@ -865,7 +865,7 @@ def test_idle_connections_do_not_delay_a_scrape(exporter):
 
 
 def test_a_slow_client_is_closed_at_the_deadline(exporter, monkeypatch):
-    from nvtopy.commands import httpserver as exporter_module
+    from nvtopy.commands.exporter import server as exporter_module
 
     monkeypatch.setattr(exporter_module, "REQUEST_DEADLINE", 1.0)
     ex = exporter()
@@ -887,7 +887,7 @@ def test_a_slow_client_is_closed_at_the_deadline(exporter, monkeypatch):
 
 
 def test_past_the_pending_limit_the_oldest_connection_is_closed(exporter, monkeypatch):
-    from nvtopy.commands import httpserver as exporter_module
+    from nvtopy.commands.exporter import server as exporter_module
 
     monkeypatch.setattr(exporter_module, "MAX_PENDING", 10)
     ex = exporter()

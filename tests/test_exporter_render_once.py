@@ -28,10 +28,10 @@ from prometheus_client.core import (
     UnknownMetricFamily,
 )
 
-from nvtopy.backends.sim_catalog import Workload, find_model
-from nvtopy.backends.sim_faults import parse_fault_specs
-from nvtopy.commands.exporter import EXPORTER_GROUPS
-from nvtopy.commands.httpserver import serve
+from nvtopy.backends.simulated.catalog import Workload, find_model
+from nvtopy.backends.simulated.faults import parse_fault_specs
+from nvtopy.commands.exporter.command import EXPORTER_GROUPS
+from nvtopy.commands.exporter.server import serve
 from nvtopy.formats import prometheus
 from nvtopy.formats.prometheus import Exposition, SnapshotCollector, TextRenderer, age_families
 from nvtopy.sources.collector import Collector

@@ -29,9 +29,9 @@ from typing import Any
 
 import pytest
 
-from nvtopy.commands import httpserver
-from nvtopy.commands.exporter import EXPORTER_GROUPS
-from nvtopy.commands.httpserver import serve, tls_context
+from nvtopy.commands.exporter import server as httpserver
+from nvtopy.commands.exporter.command import EXPORTER_GROUPS
+from nvtopy.commands.exporter.server import serve, tls_context
 from nvtopy.errors import UsageError
 from nvtopy.sources.collector import Collector
 from nvtopy.sources.poller import Poller

@@ -196,7 +196,7 @@ def _pids_none_can_have(count: int) -> list[int]:
 
 def _host_sees_nvml_pids() -> bool:
     """False where nvtopy itself runs in a nested PID namespace: then every NVML pid is a host pid (not visible)."""
-    from nvtopy.backends.host import in_foreign_pid_namespace
+    from nvtopy.backends.host.processes import in_foreign_pid_namespace
 
     return not in_foreign_pid_namespace()
 

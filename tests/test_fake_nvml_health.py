@@ -22,7 +22,7 @@ HEALTH = ["nvlink", "pcie_link", "remapped_rows", "retired_pages"]
 SCRIPT = r"""
 import dataclasses, json, sys, threading, time
 import pynvml
-from nvtopy.backends.nvml import NvmlBackend
+from nvtopy.backends.nvml.backend import NvmlBackend
 
 plan = json.loads(sys.argv[1])
 if plan.get("legacy_wait"):  # a driver before nvmlEventSetWait_v2

@@ -175,7 +175,7 @@ def test_the_exporter_has_a_series_per_instance(fake_lib, workers):
 
 TUI_SCRIPT = """
 import asyncio, sys
-from nvtopy.backends.nvml import NvmlBackend
+from nvtopy.backends.nvml.backend import NvmlBackend
 from nvtopy.tui.app import NvtopyApp
 from tests.tui_helpers import screen_text, started
 

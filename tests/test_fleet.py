@@ -1,4 +1,4 @@
-"""``nvtopy --prometheus URL`` (``nvtopy.sources.fleet``) against a fake Prometheus in a thread.
+"""``nvtopy --prometheus URL`` (``nvtopy.sources.remote.fleet``) against a fake Prometheus in a thread.
 
 The fake (:class:`~tests.prometheus_fixtures.FakePrometheus`) stores what simulated
 exporters serve and evaluates the fleet's own queries over it, so these tests run
@@ -20,9 +20,9 @@ import pytest
 from nvtopy.errors import UsageError
 from nvtopy.formats.prometheus import MAX_LABEL, parse_exposition
 from nvtopy.render.text import render_snapshot
-from nvtopy.sources.fleet import GONE_AFTER, PrometheusFleet, newest_query, read_query
-from nvtopy.sources.hostscrape import HostGpus
-from nvtopy.sources.prometheus_api import parse_matchers
+from nvtopy.sources.remote.fleet import GONE_AFTER, PrometheusFleet, newest_query, read_query
+from nvtopy.sources.remote.hostscrape import HostGpus
+from nvtopy.sources.remote.prometheus import parse_matchers
 from nvtopy.tui.app import NvtopyApp
 
 from .prometheus_fixtures import FakePrometheus, Series, exposition_series, simulated_exposition
@@ -254,7 +254,7 @@ def test_a_host_that_vanishes_is_no_longer_reported_then_forgotten(fake, monkeyp
     gone = fleet.poll_once().gpus[1]
     assert gone.static.host == "node1" and gone.note.startswith("no longer reported") and gone.lost
     later = time.time() + GONE_AFTER + 1
-    monkeypatch.setattr("nvtopy.sources.fleet.time.time", lambda: later)
+    monkeypatch.setattr("nvtopy.sources.remote.fleet.time.time", lambda: later)
     assert [g.static.host for g in fleet.poll_once().gpus] == ["node0"]
 
 

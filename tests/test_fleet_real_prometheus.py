@@ -28,7 +28,7 @@ import pytest
 
 from nvtopy.formats.prometheus import parse_exposition
 from nvtopy.model import Snapshot
-from nvtopy.sources.fleet import MAX_QUERIES_PER_REFRESH, PrometheusFleet
+from nvtopy.sources.remote.fleet import MAX_QUERIES_PER_REFRESH, PrometheusFleet
 
 from . import prometheus_fixtures
 from .prometheus_fixtures import (

@@ -19,9 +19,9 @@ from nvtopy.api import tracking
 from nvtopy.api.sampler import METRICS, SAMPLER_GROUPS
 from nvtopy.api.usage import activity_text
 from nvtopy.backends.base import Reading
-from nvtopy.backends.sim_faults import parse_fault_specs
-from nvtopy.backends.sim_mig import instance_of
-from nvtopy.backends.simulated import SimulatedBackend
+from nvtopy.backends.simulated.backend import SimulatedBackend
+from nvtopy.backends.simulated.faults import parse_fault_specs
+from nvtopy.backends.simulated.mig import instance_of
 
 A100 = "NVIDIA A100-SXM4-80GB"
 

@@ -18,14 +18,14 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from nvtopy.backends.sim_faults import parse_fault_specs
+from nvtopy.backends.simulated.faults import parse_fault_specs
 from nvtopy.commands.log import groups_for
 from nvtopy.formats.contract import snapshot_to_dict
 from nvtopy.formats.prometheus import SnapshotCollector, parse_exposition
 from nvtopy.formats.writers import DEFAULT_GPU_FIELDS, GPU_FIELDS, MIG_FIELDS, CsvWriter, JsonlWriter
 from nvtopy.model import GPM_FIELDS, GPM_PERCENT_FIELDS, GPM_RATE_FIELDS, MIG_GPM_FIELDS, Reason, Snapshot
 from nvtopy.sources.collector import Collector
-from nvtopy.sources.remote import RemoteHosts
+from nvtopy.sources.remote.exporters import RemoteHosts
 from nvtopy.sources.replay import load_recording
 
 A100 = "A100-SXM4-80GB"

@@ -14,8 +14,8 @@ import dataclasses
 import pytest
 
 from nvtopy.backends.base import Reading
-from nvtopy.backends.sim_faults import parse_fault_specs
-from nvtopy.backends.simulated import SimulatedBackend
+from nvtopy.backends.simulated.backend import SimulatedBackend
+from nvtopy.backends.simulated.faults import parse_fault_specs
 from nvtopy.health.realwork import GpuWatch, looks_hung
 from nvtopy.health.verdict import HealthInputs, HealthThresholds, assess
 from nvtopy.model import GpuProcess, GpuSample, GpuState, GpuStatic, ProcessType, Severity

@@ -14,7 +14,7 @@ import io
 
 from rich.style import Style
 
-from nvtopy.backends.sim_faults import parse_fault_specs
+from nvtopy.backends.simulated.faults import parse_fault_specs
 from nvtopy.model import (
     GPM_FIELDS,
     MIG_GPM_FIELDS,

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from nvtopy.backends.simulated import SimulatedBackend
+from nvtopy.backends.simulated.backend import SimulatedBackend
 from nvtopy.model import Reason, Severity
 from nvtopy.sources.collector import Collector
 from nvtopy.sources.poller import Poller

@@ -18,11 +18,11 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from nvtopy.commands.httpserver import serve
+from nvtopy.commands.exporter.server import serve
 from nvtopy.formats.dcgm import BY_NAME, GPU_LABELS
 from nvtopy.formats.prometheus import NVTOPY_BY_NAME, SnapshotCollector, parse_exposition
 from nvtopy.model import GpuEvent, GpuHealth, Severity, Snapshot
-from nvtopy.sources.remote import RemoteHosts
+from nvtopy.sources.remote.exporters import RemoteHosts
 from nvtopy.textsafe import unescape_text
 
 from .prometheus_fixtures import shutdown_server

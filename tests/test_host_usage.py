@@ -10,8 +10,8 @@ import os
 import psutil
 import pytest
 
-from nvtopy.backends import host as hostmod
-from nvtopy.backends.host import HostUsageReader
+from nvtopy.backends.host import processes as hostmod
+from nvtopy.backends.host.processes import HostUsageReader
 from nvtopy.formats.contract import host_usage_from_dict, snapshot_to_dict
 from nvtopy.model import HostUsage, Reason
 from nvtopy.render.header import host_usage_parts, plain, width_of

@@ -12,9 +12,9 @@ from collections import namedtuple
 import psutil
 import pytest
 
-from nvtopy.backends import host as hostprocs
-from nvtopy.backends.host import PsutilInspector, in_foreign_pid_namespace, username_for_uid
-from nvtopy.backends.signals import send_signal_checked
+from nvtopy.backends.host import processes as hostprocs
+from nvtopy.backends.host.processes import PsutilInspector, in_foreign_pid_namespace, username_for_uid
+from nvtopy.backends.host.signals import send_signal_checked
 from nvtopy.model import HostProcess, Reason
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")

@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from nvtopy.backends.sim_faults import parse_fault_specs
+from nvtopy.backends.simulated.faults import parse_fault_specs
 from nvtopy.commands.log import groups_for
 from nvtopy.formats.contract import gpm_value, gpu_to_dict, snapshot_to_dict
 from nvtopy.formats.dcgm import GPU_LABELS, MIB, gpu_instance_profile
@@ -34,7 +34,7 @@ from nvtopy.model import (
     freeze,
 )
 from nvtopy.sources.collector import Collector
-from nvtopy.sources.remote import RemoteHosts
+from nvtopy.sources.remote.exporters import RemoteHosts
 from nvtopy.sources.replay import load_recording
 from nvtopy.textsafe import escape_text, unescape_text
 

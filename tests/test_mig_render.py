@@ -12,7 +12,7 @@ import io
 
 import pytest
 
-from nvtopy.backends.sim_faults import parse_fault_specs
+from nvtopy.backends.simulated.faults import parse_fault_specs
 from nvtopy.model import (
     GpuProcess,
     GpuSample,

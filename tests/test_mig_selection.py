@@ -1,7 +1,7 @@
 """MIG selection end to end: the collector limited to a MIG device, and the CLI as a user runs it.
 
 The simulated GPUs place each process on a MIG instance by its pid
-(:func:`nvtopy.backends.sim_mig.instance_of`), so "only that instance's
+(:func:`nvtopy.backends.simulated.mig.instance_of`), so "only that instance's
 processes" is checked against the simulation's own rule, whatever processes
 happen to run when the subprocess looks.
 """
@@ -15,8 +15,8 @@ import subprocess
 import pytest
 
 from nvtopy.backends.open import open_backend, simulated_spec
-from nvtopy.backends.sim_faults import parse_fault_specs
-from nvtopy.backends.sim_mig import instance_of
+from nvtopy.backends.simulated.faults import parse_fault_specs
+from nvtopy.backends.simulated.mig import instance_of
 from nvtopy.model import MigInstance
 from nvtopy.selection import select_gpus
 from nvtopy.sources.collector import Collector

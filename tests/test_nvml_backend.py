@@ -9,7 +9,7 @@ import subprocess
 import pynvml
 import pytest
 
-from nvtopy.backends.nvml import NvmlBackend
+from nvtopy.backends.nvml.backend import NvmlBackend
 from nvtopy.errors import BackendUnavailableError
 from nvtopy.model import ALL_GROUPS, GPM_FIELDS, SAMPLE_FIELDS, SAMPLE_GROUPS, STATIC_FIELDS, ProcessType, Reason
 from nvtopy.sources.collector import Collector
@@ -946,7 +946,7 @@ def test_memory_in_use_with_no_visible_process_gets_a_hint(fake, make_backend, s
 
 def test_an_empty_mps_list_is_asked_again_only_every_recheck_interval(fake, make_backend, sleeper, monkeypatch):
     """Most GPUs never run MPS: an empty client list costs one call per GPU per MPS_RECHECK_S, not per refresh."""
-    from nvtopy.backends import nvml as nvml_module
+    from nvtopy.backends.nvml import backend as nvml_module
 
     now = [1000.0]
     monkeypatch.setattr(nvml_module.time, "monotonic", lambda: now[0])
@@ -971,7 +971,7 @@ def test_process_utilization_samples_are_read_out_of_pynvml_structures():
     """The fields come through ctypes' own getter (not pynvml's decoding one), older samples without enc/dec too."""
     from types import SimpleNamespace
 
-    from nvtopy.backends.nvml import _UtilSample
+    from nvtopy.backends.nvml.backend import _UtilSample
 
     raw = pynvml.c_nvmlProcessUtilizationSample_t(pid=4242, timeStamp=1_700_000_000_000_000, smUtil=55, memUtil=21)
     raw.encUtil, raw.decUtil = 3, 4

@@ -10,8 +10,8 @@ import pynvml
 import pytest
 
 from nvtopy.backends.base import NoEvents
-from nvtopy.backends.nvml import NvmlBackend
-from nvtopy.backends.nvml_events import (
+from nvtopy.backends.nvml.backend import NvmlBackend
+from nvtopy.backends.nvml.events import (
     LOST_NOTE,
     NO_PERMISSION_NOTE,
     NOT_SUPPORTED_NOTE,
@@ -187,7 +187,7 @@ def test_event_whose_gpu_cannot_be_named_is_dropped(make_backend, streams, caplo
     fake.fail("nvmlDeviceGetIndex", pynvml.NVMLError_Unknown)
     fake.post_event(1, 31, fresh_handle=True)
     fake.post_event(0, 13)
-    with caplog.at_level(logging.WARNING, logger="nvtopy.backends.nvml_events"):
+    with caplog.at_level(logging.WARNING, logger="nvtopy.backends.nvml.events"):
         events = stream.wait(0.25)
     assert [(e.gpu_index, e.xid) for e in events] == [(0, 13)]
     assert "not registered" in caplog.text
@@ -240,7 +240,7 @@ def test_wait_never_raises_and_does_not_spin(make_backend, streams, caplog, erro
     stream = opened(make_backend(fake), streams)
     fake.fail("nvmlEventSetWait_v2", error)
     started = time.monotonic()
-    with caplog.at_level(logging.INFO, logger="nvtopy.backends.nvml_events"):
+    with caplog.at_level(logging.INFO, logger="nvtopy.backends.nvml.events"):
         assert stream.wait(0.05) == [] and stream.wait(0.05) == []
     assert time.monotonic() - started >= 0.09, "a failing wait pauses for its timeout"
     assert caplog.text.count("Xid events:") == 1, "logged once, not every wait"

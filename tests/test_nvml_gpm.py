@@ -8,7 +8,7 @@ import time
 import pynvml
 import pytest
 
-from nvtopy.backends.nvml_gpm import FIRST_PAIR_S
+from nvtopy.backends.nvml.gpm import FIRST_PAIR_S
 from nvtopy.model import GPM_FIELDS, MIG_GPM_FIELDS, Reason
 from nvtopy.sources.collector import Collector
 

@@ -1,4 +1,4 @@
-"""The owner resolver (``nvtopy.backends.owners``) on fixture ``/proc`` and runtime trees.
+"""The owner resolver (``nvtopy.backends.host.owners``) on fixture ``/proc`` and runtime trees.
 
 The cgroup lines follow the runtimes' documented formats (cgroups(7); cluster
 notes section 1): 64-hex container ids, pod UIDs with ``-`` (cgroupfs driver) or
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from nvtopy.backends import owners
-from nvtopy.backends.owners import MAX_NAME, MAX_PATH, OwnerResolver, ResolvedOwner, parse_cgroup
+from nvtopy.backends.host import owners
+from nvtopy.backends.host.owners import MAX_NAME, MAX_PATH, OwnerResolver, ResolvedOwner, parse_cgroup
 from nvtopy.model import OwnerKind, ProcessOwner
 
 

@@ -27,7 +27,7 @@ made, and then removed, only where absent). Each is checked through the resolver
 the real TUI at 200x50 in tmux (its OWNER column). No runtime file names them (random ids; the CLI reads
 Docker's and the kubelet's files under /var only), so names are left to the fixture-tree tests.
 
-Then the resolver (:class:`nvtopy.backends.owners.OwnerResolver`) must name the
+Then the resolver (:class:`nvtopy.backends.host.owners.OwnerResolver`) must name the
 job and the container from ``/proc``, and, through ``../shared/fake-nvml``
 reporting the two pids as GPU processes (``FAKE_NVML_PIDS``), so must
 ``nvtopy --once --json`` (an ``owner`` object per process) and the exporter
@@ -61,7 +61,7 @@ from pathlib import Path
 
 import pytest
 
-from nvtopy.backends.owners import OwnerResolver
+from nvtopy.backends.host.owners import OwnerResolver
 from nvtopy.model import OwnerKind
 
 from .conftest import needs_fake_nvml

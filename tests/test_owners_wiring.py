@@ -1,7 +1,7 @@
 """Owners on the data path and in the machine-readable outputs (issue 11).
 
 The psutil join resolves each new process's owner once through an injectable
-:class:`~nvtopy.backends.owners.OwnerResolver` (fixture ``/proc`` trees here);
+:class:`~nvtopy.backends.host.owners.OwnerResolver` (fixture ``/proc`` trees here);
 the collector carries it into :class:`~nvtopy.model.GpuProcess`; ``--json``,
 ``log`` CSV/JSONL, ``record`` + replay and the exporter write it, every name
 escaped, and read it back unescaped.
@@ -20,14 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from nvtopy.backends.host import PsutilInspector
-from nvtopy.backends.owners import OwnerResolver
+from nvtopy.backends.host.owners import OwnerResolver
+from nvtopy.backends.host.processes import PsutilInspector
 from nvtopy.formats.contract import dumps, snapshot_to_dict
 from nvtopy.formats.prometheus import OWNER_LABELS, SnapshotCollector, parse_exposition, pod_labels
 from nvtopy.formats.writers import DEFAULT_PROCESS_FIELDS, OWNER_FIELDS, PROCESS_FIELDS, CsvWriter, JsonlWriter
 from nvtopy.model import GpuProcess, HostInfo, OwnerKind, ProcessOwner, ProcessType, Snapshot
 from nvtopy.sources.collector import Collector
-from nvtopy.sources.remote import _process as remote_process
+from nvtopy.sources.remote.exporters import _process as remote_process
 from nvtopy.sources.replay import load_recording
 from nvtopy.textsafe import unescape_text
 

@@ -1,4 +1,4 @@
-"""Host pids mapped to local processes inside a container (nvtopy.backends.pidmap), on fixture /proc trees."""
+"""Host pids mapped to local processes inside a container (nvtopy.backends.host.pidmap), on fixture /proc trees."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from nvtopy.backends.nvml import NvmlBackend
-from nvtopy.backends.pidmap import GpuPids, PidMapper, ProcView, unmapped_hint
+from nvtopy.backends.host.pidmap import GpuPids, PidMapper, ProcView, unmapped_hint
+from nvtopy.backends.nvml.backend import NvmlBackend
 from nvtopy.formats.contract import dumps
 from nvtopy.formats.writers import PROCESS_FIELDS, CsvWriter, JsonlWriter
 from nvtopy.model import GpuProcess, ProcessType
@@ -283,8 +283,8 @@ def test_host_pid_in_json_csv_and_a_replayed_recording(tmp_path, sleepers):
 
 _REAL_SCRIPT = """
 import json, sys
-from nvtopy.backends.nvml import NvmlBackend
-from nvtopy.backends.pidmap import PidMapper, ProcView
+from nvtopy.backends.nvml.backend import NvmlBackend
+from nvtopy.backends.host.pidmap import PidMapper, ProcView
 root, a, b, btime = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 view = ProcView(root, self_pid=1, clock_ticks=100)
 view._btime = btime

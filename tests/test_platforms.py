@@ -14,8 +14,8 @@ import sys
 
 import pytest
 
-from nvtopy.backends.sim_catalog import find_model
-from nvtopy.backends.sim_faults import parse_fault_specs
+from nvtopy.backends.simulated.catalog import find_model
+from nvtopy.backends.simulated.faults import parse_fault_specs
 from nvtopy.model import Reason
 from nvtopy.render.text import NO_FRAMEBUFFER_NOTE, render_snapshot
 from nvtopy.sources.collector import Collector
@@ -212,7 +212,7 @@ def test_gb10_on_the_fake_driver(fake_lib):
 
 def test_superchip_mig_profiles_divide_the_gpus_own_memory():
     """ "GH200 480GB" counts the Grace CPU's memory: its MIG profiles are those of its 96 GB (3g.48gb, not 3g.240gb)."""
-    from nvtopy.backends.sim_mig import profile_name
+    from nvtopy.backends.simulated.mig import profile_name
 
     gh200 = find_model("GH200")
     assert [profile_name(gh200, slices) for slices in (1, 3, 7)] == ["1g.12gb", "3g.48gb", "7g.96gb"]

@@ -18,10 +18,10 @@ import time
 import psutil
 import pytest
 
-from nvtopy.backends import host as hostprocs
-from nvtopy.backends.host import PsutilInspector, read_process_details
-from nvtopy.backends.nvml import NvmlBackend
-from nvtopy.backends.sim_faults import parse_fault_specs
+from nvtopy.backends.host import processes as hostprocs
+from nvtopy.backends.host.processes import PsutilInspector, read_process_details
+from nvtopy.backends.nvml.backend import NvmlBackend
+from nvtopy.backends.simulated.faults import parse_fault_specs
 from nvtopy.model import CHILDREN_SHOWN, ProcessDetails, Reason
 from nvtopy.sources.poller import Poller
 
@@ -209,7 +209,7 @@ def test_nvml_backend_never_reads_a_pid_of_another_namespace(sleeper, clock, mon
     fake = FakeNvml(1)
     backend = NvmlBackend(nvml=fake, foreign_pids=True, clock=clock)
     calls: list[int] = []
-    monkeypatch.setattr("nvtopy.backends.nvml.read_process_details", lambda pid, ct: calls.append(pid))
+    monkeypatch.setattr("nvtopy.backends.nvml.backend.read_process_details", lambda pid, ct: calls.append(pid))
     try:
         assert backend.process_details(sleeper.pid, started(sleeper.pid)) is None
         assert calls == []

@@ -1,4 +1,4 @@
-"""The inspector's /proc fast path (``nvtopy.backends.procstat``): same facts as psutil, same PID-reuse guard."""
+"""The inspector's /proc fast path (``nvtopy.backends.host.procstat``): same facts as psutil, same PID-reuse guard."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import time
 import psutil
 import pytest
 
-from nvtopy.backends import host as hostprocs
-from nvtopy.backends.host import PsutilInspector
-from nvtopy.backends.procstat import CLOCK_TICKS, PAGE_SIZE, Stat, read_stat
+from nvtopy.backends.host import processes as hostprocs
+from nvtopy.backends.host.processes import PsutilInspector
+from nvtopy.backends.host.procstat import CLOCK_TICKS, PAGE_SIZE, Stat, read_stat
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="/proc/<pid>/stat is Linux's")
 

@@ -1,4 +1,4 @@
-"""The Prometheus HTTP API client (``nvtopy.sources.prometheus_api``) against small local servers.
+"""The Prometheus HTTP API client (``nvtopy.sources.remote.prometheus``) against small local servers.
 
 Each promise of the client has a test that fails when the promise is dropped: the one
 deadline per request (a server that hangs, one that trickles its body a byte at a
@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from nvtopy.errors import UsageError
-from nvtopy.sources.prometheus_api import (
+from nvtopy.sources.remote.prometheus import (
     Matcher,
     PrometheusClient,
     PrometheusError,

@@ -18,9 +18,9 @@ import pytest
 from nvtopy.commands.dispatch import main
 from nvtopy.errors import UsageError
 from nvtopy.formats.prometheus import MAX_HOSTS
-from nvtopy.sources.fleet import HOST_LIST_BYTES, PrometheusFleet
-from nvtopy.sources.prometheus_api import PrometheusClient, PrometheusError
-from nvtopy.sources.remote import RemoteHosts
+from nvtopy.sources.remote.exporters import RemoteHosts
+from nvtopy.sources.remote.fleet import HOST_LIST_BYTES, PrometheusFleet
+from nvtopy.sources.remote.prometheus import PrometheusClient, PrometheusError
 
 from .test_fleet import NOW, add_hosts, fake, run_cli  # noqa: F401
 from .test_prometheus_api import send, serve  # noqa: F401

@@ -10,12 +10,12 @@ import sys
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from nvtopy.commands.httpserver import serve
+from nvtopy.commands.exporter.server import serve
 from nvtopy.errors import UsageError
 from nvtopy.formats.prometheus import SnapshotCollector, parse_exposition
 from nvtopy.sources.collector import Collector
 from nvtopy.sources.poller import Poller
-from nvtopy.sources.remote import RemoteHosts, metrics_url
+from nvtopy.sources.remote.exporters import RemoteHosts, metrics_url
 from nvtopy.tui.app import NvtopyApp
 
 from .tui_helpers import started

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from nvtopy.commands.httpserver import serve
+from nvtopy.commands.exporter.server import serve
 from nvtopy.formats.dcgm import BY_NAME
 from nvtopy.formats.prometheus import (
     MAX_GPU_INDEX,
@@ -34,10 +34,10 @@ from nvtopy.formats.prometheus import (
     MAX_PROCESSES_PER_HOST,
     parse_exposition,
 )
-from nvtopy.sources import remote
 from nvtopy.sources.collector import Collector
 from nvtopy.sources.poller import Poller
-from nvtopy.sources.remote import RemoteHosts
+from nvtopy.sources.remote import exporters as remote
+from nvtopy.sources.remote.exporters import RemoteHosts
 from nvtopy.tui.app import NvtopyApp
 
 from .tui_helpers import started

@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from nvtopy.formats.prometheus import SnapshotCollector
 from nvtopy.sources.collector import Collector
 from nvtopy.sources.poller import Poller
-from nvtopy.sources.remote import RemoteHosts, _Target, host_names
+from nvtopy.sources.remote.exporters import RemoteHosts, _Target, host_names
 
 
 def targets(*texts: str) -> list[_Target]:

@@ -9,10 +9,7 @@ import time
 
 import pytest
 
-from nvtopy.commands.dispatch import main
-from nvtopy.commands.report import parse_duration
-from nvtopy.errors import UsageError
-from nvtopy.formats.accounting import (
+from nvtopy.accounting.ledger import (
     Holding,
     Ledger,
     Observation,
@@ -24,6 +21,9 @@ from nvtopy.formats.accounting import (
     report_json,
     sort_rows,
 )
+from nvtopy.commands.dispatch import main
+from nvtopy.commands.report import parse_duration
+from nvtopy.errors import UsageError
 from nvtopy.formats.contract import snapshot_to_dict
 from nvtopy.model import (
     GpuProcess,

@@ -19,9 +19,9 @@ import pytest
 
 from nvtopy.commands.dispatch import main
 from nvtopy.errors import UsageError
-from nvtopy.sources import prometheus_api
-from nvtopy.sources.prometheus_accounting import account, data_span, default_step, queries, step_for, where_text
-from nvtopy.sources.prometheus_api import PrometheusError
+from nvtopy.sources.remote import prometheus as prometheus_api
+from nvtopy.sources.remote.prometheus import PrometheusError
+from nvtopy.sources.remote.prometheus_accounting import account, data_span, default_step, queries, step_for, where_text
 from nvtopy.textsafe import unescape_text
 
 from .prometheus_fixtures import DATA_S, FLEET_HOSTS, exporter_fleet, requires_prometheus

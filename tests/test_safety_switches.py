@@ -10,7 +10,7 @@ module), not a helper one level down:
 - ``--once --json`` writes the backend's figures in the contract's units;
 - the history stays bounded and holds the newest samples;
 - the read-only refusal covers tagged processes too;
-- a signal from the monitor goes through :func:`nvtopy.backends.signals.send_signal_checked`,
+- a signal from the monitor goes through :func:`nvtopy.backends.host.signals.send_signal_checked`,
   which refuses a real process whose create time is not the one shown.
 """
 
@@ -31,9 +31,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from nvtopy.backends import simulated
-from nvtopy.backends.sim_catalog import find_model
-from nvtopy.backends.simulated import SimulatedBackend
+from nvtopy.backends.simulated import backend as simulated
+from nvtopy.backends.simulated.backend import SimulatedBackend
+from nvtopy.backends.simulated.catalog import find_model
 from nvtopy.commands import dispatch as cli
 from nvtopy.formats.contract import iso_timestamp
 from nvtopy.model import ALL_GROUPS, HISTORY_LENGTH
@@ -371,7 +371,7 @@ class ShownCreateTime(SimulatedBackend):
     """Reports real child processes, but with the create time of an earlier process that had the same pid.
 
     What the monitor shows is then a process that has exited; the pid now belongs to
-    another one. Signals to real pids go through :func:`nvtopy.backends.signals.send_signal_checked`.
+    another one. Signals to real pids go through :func:`nvtopy.backends.host.signals.send_signal_checked`.
     """
 
     def __init__(self, *args, shift: float, **kwargs) -> None:
@@ -392,8 +392,8 @@ def _shifted(info, shift: float):
 
 @pytest.fixture
 def checked_calls(monkeypatch):
-    """Every call of the real :func:`nvtopy.backends.signals.send_signal_checked` the simulated backend makes."""
-    from nvtopy.backends import signals
+    """Every call of the real :func:`nvtopy.backends.host.signals.send_signal_checked` the simulated backend makes."""
+    from nvtopy.backends.host import signals
 
     calls: list[tuple[int, float | None, int, bool]] = []
 

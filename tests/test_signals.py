@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from nvtopy.backends.base import SignalOutcome
-from nvtopy.backends.signals import SIGNALS, send_signal_checked, signal_name
+from nvtopy.backends.host.signals import SIGNALS, send_signal_checked, signal_name
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nvtopy.backends.sim_faults import parse_fault_specs
+from nvtopy.backends.simulated.faults import parse_fault_specs
 from nvtopy.model import GPM_FIELDS, GPM_PERCENT_FIELDS, MIG_GPM_FIELDS, Reason
 from nvtopy.sources.collector import Collector
 

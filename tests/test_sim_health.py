@@ -15,9 +15,9 @@ import time
 
 import pytest
 
-from nvtopy.backends.sim_catalog import find_model
-from nvtopy.backends.sim_faults import FAULT_NAMES, Hang, SimFaults, XidFault, parse_fault_specs
-from nvtopy.backends.sim_health import EVENTS_UNSUPPORTED_NOTE, LINK_BYTES_PER_S, SimEventStream
+from nvtopy.backends.simulated.catalog import find_model
+from nvtopy.backends.simulated.faults import FAULT_NAMES, Hang, SimFaults, XidFault, parse_fault_specs
+from nvtopy.backends.simulated.health import EVENTS_UNSUPPORTED_NOTE, LINK_BYTES_PER_S, SimEventStream
 from nvtopy.errors import UsageError
 from nvtopy.model import HEALTH_GROUPS, SAMPLE_GROUPS, GpuEvent, NvLink, Reason
 
@@ -35,7 +35,7 @@ def sample(backend, index, groups=ALL):
 
 
 def test_every_fault_name_is_documented():
-    import nvtopy.backends.sim_faults as module
+    import nvtopy.backends.simulated.faults as module
 
     for name in FAULT_NAMES:
         assert name in module.__doc__, name

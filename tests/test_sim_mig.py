@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from nvtopy.backends.sim_catalog import find_model
-from nvtopy.backends.sim_faults import parse_fault_specs
-from nvtopy.backends.sim_mig import LAYOUTS, profile_name
+from nvtopy.backends.simulated.catalog import find_model
+from nvtopy.backends.simulated.faults import parse_fault_specs
+from nvtopy.backends.simulated.mig import LAYOUTS, profile_name
 from nvtopy.errors import UsageError
 from nvtopy.model import ALL_GROUPS, Reason
 from nvtopy.sources.collector import Collector

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from nvtopy.backends.sim_catalog import MODELS, find_model
-from nvtopy.backends.sim_faults import SimFaults, parse_fault_specs
+from nvtopy.backends.simulated.catalog import MODELS, find_model
+from nvtopy.backends.simulated.faults import SimFaults, parse_fault_specs
 from nvtopy.errors import UsageError
 from nvtopy.formats.contract import snapshot_to_dict
 from nvtopy.model import ALL_GROUPS, Reason

@@ -23,8 +23,8 @@ import time
 
 import pytest
 
-from nvtopy.backends.sim_faults import parse_fault_specs
-from nvtopy.backends.simulated import SimulatedBackend
+from nvtopy.backends.simulated.backend import SimulatedBackend
+from nvtopy.backends.simulated.faults import parse_fault_specs
 from nvtopy.errors import BackendUnavailableError, UsageError
 from nvtopy.tui.app import STALL_AFTER, NvtopyApp
 

@@ -13,8 +13,8 @@ import pytest
 
 import nvtopy
 from nvtopy.api import state as runtime
-from nvtopy.backends.sim_faults import parse_fault_specs
-from nvtopy.backends.simulated import SimulatedBackend
+from nvtopy.backends.simulated.backend import SimulatedBackend
+from nvtopy.backends.simulated.faults import parse_fault_specs
 from nvtopy.integrations.tensorboard import TensorBoardLogger
 
 from .fake_torch import FakeDevice, fake_torch

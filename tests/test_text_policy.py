@@ -25,8 +25,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from nvtopy.backends.sim_catalog import GpuModel, Workload
-from nvtopy.backends.simulated import SimulatedBackend
+from nvtopy.backends.simulated.backend import SimulatedBackend
+from nvtopy.backends.simulated.catalog import GpuModel, Workload
 from nvtopy.commands import dispatch as cli
 from nvtopy.commands import options
 from nvtopy.errors import NvtopyError, UsageError

@@ -253,7 +253,7 @@ def test_a_collector_without_charts_keeps_no_timeline(sim, clock, monkeypatch):
     ("module", "call"),
     [
         (
-            "nvtopy.commands.exporter",
+            "nvtopy.commands.exporter.command",
             "Collector(backend, history=1, thresholds=options.health_thresholds(args), timeline=False)",
         ),
         (

@@ -12,7 +12,7 @@ import pytest
 
 import nvtopy
 from nvtopy.api import state as runtime
-from nvtopy.backends.simulated import SimulatedBackend
+from nvtopy.backends.simulated.backend import SimulatedBackend
 
 
 @pytest.fixture
@@ -36,7 +36,7 @@ def test_energy_is_the_counter_difference_in_joules(backend, clock):
 
 
 def test_no_counter_means_no_energy(backend, clock):
-    from nvtopy.backends.sim_faults import parse_fault_specs
+    from nvtopy.backends.simulated.faults import parse_fault_specs
 
     backend.faults = parse_fault_specs(["unsupported=energy"], gpus=2)
     with nvtopy.track("step", gpus=[0], interval=60, callback=lambda r: None) as t:
@@ -57,7 +57,7 @@ SCRIPT = textwrap.dedent(
     import os
     import nvtopy
     from nvtopy.api import state
-    from nvtopy.backends.simulated import SimulatedBackend
+    from nvtopy.backends.simulated.backend import SimulatedBackend
 
     state.configure(SimulatedBackend(gpus=1, real_pids=[os.getpid()], steady=True))
 

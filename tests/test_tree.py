@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nvtopy.backends.sim_faults import parse_fault_specs
+from nvtopy.backends.simulated.faults import parse_fault_specs
 from nvtopy.model import GpuProcess, ProcessRelative, ProcessType
 from nvtopy.render.tree import AncestorRow, TreeEntry, ancestor_cells, build_tree
 from nvtopy.tui.app import NvtopyApp

@@ -23,9 +23,9 @@ from nvtopy.sources.timeline import WINDOWS, Timeline
 from nvtopy.tui.app import NvtopyApp
 from nvtopy.tui.charts import CHART_MIN_HEIGHT, TABLE_MIN, ChartView, chart_rows, spare_rows
 from nvtopy.tui.messages import SnapshotReady
-from nvtopy.tui.scenes import SCENES, build
 from nvtopy.tui.screens import HelpScreen
 
+from .scenes import SCENES, build
 from .tui_helpers import header_line, wait_until, widget_lines
 
 BRAILLE = {chr(c) for c in range(0x2801, 0x2900)}

@@ -4,7 +4,7 @@ Most tests show hand-made snapshots through a fixed source (no poller, no
 timing): a GPU with findings, Xid events and link faults, one whose driver call
 is stuck, flagged processes. One test runs the real poller on a simulated GPU
 whose reads hang, to check that nothing the user presses waits for it. The
-health scenes of nvtopy.tui.scenes are also pinned as SVG snapshots.
+health scenes of tests/scenes.py are also pinned as SVG snapshots.
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ from nvtopy.sources.base import SnapshotSource
 from nvtopy.tui.app import NvtopyApp
 from nvtopy.tui.gpu_view import GpuView, plan_layout
 from nvtopy.tui.health_screen import HealthScreen
-from nvtopy.tui.scenes import SCENES, build
 from nvtopy.tui.screens import HelpScreen
 
+from .scenes import SCENES, build
 from .tui_helpers import header_line, pids, screen_text, table_of, wait_until, widget_lines, widget_strips
 
 GIB = 2**30

@@ -14,7 +14,7 @@ from textual.binding import Binding
 from textual.command import CommandPalette
 from textual.widgets import Input, SelectionList
 
-from nvtopy.backends.sim_catalog import Workload
+from nvtopy.backends.simulated.catalog import Workload
 from nvtopy.config import MAX_INTERVAL, MIN_INTERVAL
 from nvtopy.render.processes import ProcessFilter
 from nvtopy.tui.app import INTERVALS, NvtopyApp

@@ -2,7 +2,7 @@
 
 Real kills run against child processes of this test (reported as GPU processes
 by the simulated backend with ``real_pids``), so the pidfd / create-time path
-of :mod:`nvtopy.backends.signals` is exercised for real. Simulated processes cover the
+of :mod:`nvtopy.backends.host.signals` is exercised for real. Simulated processes cover the
 refusals that cannot be staged safely with real ones (pid reuse, other users).
 """
 
@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from nvtopy.backends.sim_catalog import Workload
-from nvtopy.backends.sim_faults import parse_fault_specs
+from nvtopy.backends.simulated.catalog import Workload
+from nvtopy.backends.simulated.faults import parse_fault_specs
 from nvtopy.tui.app import NvtopyApp
 from nvtopy.tui.process_screen import ProcessScreen
 from nvtopy.tui.screens import ConfirmSignalScreen

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from textual.widgets import SelectionList
 
-from nvtopy.backends.sim_faults import parse_fault_specs
+from nvtopy.backends.simulated.faults import parse_fault_specs
 from nvtopy.render.cells import MIG_UTILIZATION_NOTE
 from nvtopy.render.processes import ProcessFilter
 from nvtopy.tui.app import NvtopyApp

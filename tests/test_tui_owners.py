@@ -639,7 +639,7 @@ async def test_a_slurm_job_id_exported_from_a_login_session_joins_no_job_group(s
     """Real processes, owners read from fixture cgroup and environ files: a job's task, and a session's
     process whose environment claims the same job. ``b`` by owner, ``K`` on the job: only the job's task.
     """
-    from nvtopy.backends.owners import OwnerResolver
+    from nvtopy.backends.host.owners import OwnerResolver
 
     task, intruder = spawn(), spawn()
     env = b"SLURM_JOB_ID=1392969\0SLURM_JOB_NAME=llama-finetune\0SLURM_STEP_ID=0\0"

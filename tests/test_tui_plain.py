@@ -20,7 +20,7 @@ import pytest
 from rich.cells import cell_len
 from rich.style import Style
 
-from nvtopy.backends.sim_faults import parse_fault_specs
+from nvtopy.backends.simulated.faults import parse_fault_specs
 from nvtopy.model import Finding, GpuHealth, Severity
 from nvtopy.render.cells import PALETTES, RICH_STYLES
 from nvtopy.render.styled import Line

@@ -99,7 +99,7 @@ async def test_a_theme_changed_under_an_open_screen_recolours_the_monitor_once_i
 
 
 def _hot():
-    from nvtopy.backends.sim_faults import parse_fault_specs
+    from nvtopy.backends.simulated.faults import parse_fault_specs
 
     return parse_fault_specs(("hot@1",))
 

@@ -23,9 +23,9 @@ from nvtopy.sources.base import SnapshotSource
 from nvtopy.tui import process_screen
 from nvtopy.tui.app import NvtopyApp
 from nvtopy.tui.process_screen import CHART_HEIGHT, ProcessHistory, ProcessScreen, chart_lines, history_lines
-from nvtopy.tui.scenes import SCENES, build
 from nvtopy.tui.screens import ConfirmSignalScreen
 
+from .scenes import SCENES, build
 from .tui_helpers import more_snapshots, screen_text, select, started, wait_until
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")

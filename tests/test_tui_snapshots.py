@@ -1,6 +1,6 @@
 """SVG snapshot tests: the layout at fixed terminal sizes on frozen simulated snapshots.
 
-The scenes are nvtopy.tui.scenes (the same ones ``make screenshots`` draws). A
+The scenes are tests/scenes.py (the same ones ``make screenshots`` draws). A
 layout change fails here; when it is intended, accept it with
 ``pytest tests/test_tui_snapshots.py --snapshot-update`` and look at the new SVGs.
 """
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from nvtopy.tui.scenes import SCENES, build
+from .scenes import SCENES, build
 
 
 @pytest.fixture(autouse=True)

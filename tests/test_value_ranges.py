@@ -25,10 +25,10 @@ import sys
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from nvtopy.backends import sim_faults
-from nvtopy.backends.sim_faults import parse_fault_specs
+from nvtopy.accounting.ledger import observations, observations_from_record
+from nvtopy.backends.simulated import faults as sim_faults
+from nvtopy.backends.simulated.faults import parse_fault_specs
 from nvtopy.errors import UsageError
-from nvtopy.formats.accounting import observations, observations_from_record
 from nvtopy.formats.contract import snapshot_to_dict
 from nvtopy.formats.prometheus import SnapshotCollector, parse_exposition
 from nvtopy.formats.writers import CsvWriter
@@ -53,7 +53,7 @@ from nvtopy.render.cells import ACTIVITY_WORDS
 from nvtopy.render.gpu import compact_line, panel_lines
 from nvtopy.render.health import gpu_health_lines
 from nvtopy.sources.collector import Collector
-from nvtopy.sources.hostscrape import HostGpus
+from nvtopy.sources.remote.hostscrape import HostGpus
 from nvtopy.sources.replay import snapshot_from_dict
 
 from .fake_pynvml import FakeGpu, FakeMig, FakeNvml, FakeProcess, FakeSample, now_us

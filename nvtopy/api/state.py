@@ -93,7 +93,7 @@ def configure(backend: Backend | str | None = None, **simulated: Any) -> Backend
 
     ``simulated`` keyword arguments go to :func:`~nvtopy.backends.open.simulated_spec`
     (``gpus``, ``model``, ``seed``, ``faults``, ...; the rest to
-    :class:`~nvtopy.backends.simulated.SimulatedBackend`). Replaces (and closes) the current one.
+    :class:`~nvtopy.backends.simulated.backend.SimulatedBackend`). Replaces (and closes) the current one.
     """
     global _backend
     with _lock:

@@ -2,7 +2,7 @@
 
 Why a module of its own, in the backend layer: these are reads of the outside
 world (NVML through nvidia-ml-py, ``importlib.metadata``, ``/proc``), and the
-command that judges them (:mod:`nvtopy.commands.doctor`) must stay free of
+command that judges them (:mod:`nvtopy.commands.doctor.command`) must stay free of
 pynvml and psutil. Everything here returns plain data; nothing here decides
 what is wrong.
 
@@ -37,7 +37,7 @@ from ..boundedfile import FileRefusedError, open_regular, read_bounded
 from ..errors import BackendUnavailableError
 from ..model import SAMPLE_GROUPS, GpuSample, GpuStatic, HostInfo, Reason, sample_from_fields
 from .base import Backend
-from .host import in_foreign_pid_namespace
+from .host.processes import in_foreign_pid_namespace
 
 __all__ = [
     "ACCOUNTING_STATES",
@@ -257,7 +257,7 @@ def gather_backend_facts(
         if nvml is None:
             try:
                 if nvml_loader is None:
-                    from .nvml import import_pynvml
+                    from .nvml.backend import import_pynvml
 
                     nvml_loader = import_pynvml
                 nvml = nvml_loader()
@@ -475,7 +475,7 @@ def container_runtime(environ: Mapping[str, str] | None = None) -> str | None:
     """The container this process seems to run in, by the marks runtimes leave; ``None`` when none is seen.
 
     Used for wording only: whether NVML's pids can be resolved is decided by the
-    PID namespace (:func:`~nvtopy.backends.host.in_foreign_pid_namespace`), not by this.
+    PID namespace (:func:`~nvtopy.backends.host.processes.in_foreign_pid_namespace`), not by this.
     """
     environ = os.environ if environ is None else environ
     if os.path.exists("/.dockerenv"):

@@ -27,8 +27,8 @@ from .base import driver_in_words
 
 if TYPE_CHECKING:
     from .base import Backend
-    from .sim_catalog import GpuModel
-    from .sim_faults import SimFaults
+    from .simulated.catalog import GpuModel
+    from .simulated.faults import SimFaults
 
 __all__ = [
     "BACKEND_NAMES",
@@ -115,11 +115,11 @@ def simulated_spec(
 
     ``model``: a catalog name or an unambiguous part of one. ``faults``: ``--demo-fault``
     specs (``["lost@1"]``, checked against ``gpus``) or a ready
-    :class:`~nvtopy.backends.sim_faults.SimFaults`. ``options``: further keywords of
-    :class:`~nvtopy.backends.simulated.SimulatedBackend` (``viewer``, ``hostname``, ...).
+    :class:`~nvtopy.backends.simulated.faults.SimFaults`. ``options``: further keywords of
+    :class:`~nvtopy.backends.simulated.backend.SimulatedBackend` (``viewer``, ``hostname``, ...).
     """
-    from .sim_catalog import find_model
-    from .sim_faults import SimFaults, parse_fault_specs
+    from .simulated.catalog import find_model
+    from .simulated.faults import SimFaults, parse_fault_specs
 
     count = DEMO_GPUS if gpus is None else gpus
     chosen = DEMO_MODEL if model is None else model
@@ -146,7 +146,7 @@ def simulated_spec(
 def open_backend(spec: BackendSpec) -> Backend:
     """Open the backend ``spec`` describes (NVML: ``nvmlInit``, as slow as the driver)."""
     if spec.kind == SIMULATED:
-        from . import simulated
+        from .simulated import backend as simulated
 
         settings: dict[str, Any] = {
             "gpus": spec.gpus,
@@ -165,7 +165,7 @@ def open_backend(spec: BackendSpec) -> Backend:
         return simulated.SimulatedBackend(**settings)
     if spec.kind != NVML:
         raise ValueError(f"unknown backend kind {spec.kind!r}")
-    from .nvml import NvmlBackend
+    from .nvml.backend import NvmlBackend
 
     return NvmlBackend(close_at_exit=spec.close_at_exit)
 

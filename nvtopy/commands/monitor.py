@@ -223,7 +223,7 @@ def _import_app_without_tls() -> type[NvtopyApp]:
 
 
 def _run_remote(args: argparse.Namespace) -> int:
-    from ..sources.remote import RemoteHosts
+    from ..sources.remote.exporters import RemoteHosts
 
     if args.gpus or args.only_visible or args.demo or args.demo_gpus is not None:
         raise UsageError("--remote shows whole hosts: it cannot be combined with --gpus, --only-visible or --demo")
@@ -277,8 +277,8 @@ def _run_prometheus(args: argparse.Namespace) -> int:
     with ``--once``, a server that cannot be read is one line and exit 1, and a matcher
     the server refuses (a bad regex) is a usage error.
     """
-    from ..sources.fleet import PrometheusFleet
-    from ..sources.prometheus_api import PrometheusError
+    from ..sources.remote.fleet import PrometheusFleet
+    from ..sources.remote.prometheus import PrometheusError
 
     if args.gpus or args.only_visible or args.demo or args.demo_gpus is not None:
         raise UsageError("--prometheus shows the whole fleet: it cannot be combined with --gpus or --demo")

@@ -468,7 +468,7 @@ def backend_spec(args: argparse.Namespace, *, close_at_exit: bool = True) -> Bac
 
     Every usage error (an unknown or ambiguous --demo-model, a bad --demo-fault,
     a GPU the simulation lacks) is raised here, at once, before anything waits for
-    a driver. ``close_at_exit`` applies to NVML (see :class:`~nvtopy.backends.nvml.NvmlBackend`).
+    a driver. ``close_at_exit`` applies to NVML (see :class:`~nvtopy.backends.nvml.backend.NvmlBackend`).
     """
     demo_options = (
         args.demo_gpus is not None,
@@ -538,8 +538,8 @@ COMMANDS = {
     "log": ("log", "log samples as CSV or JSONL (like nvidia-smi --query-gpu --loop)"),
     "record": ("log", "record snapshots to a file, for 'nvtopy replay'"),
     "replay": ("replay", "replay a recording in the monitor"),
-    "exporter": ("exporter", "serve Prometheus metrics under dcgm-exporter's names"),
-    "doctor": ("doctor", "check the driver, GPUs and setup for common problems, with fixes"),
+    "exporter": ("exporter.command", "serve Prometheus metrics under dcgm-exporter's names"),
+    "doctor": ("doctor.command", "check the driver, GPUs and setup for common problems, with fixes"),
     "report": ("report", "GPU-hours, energy and peak memory per user, owner, GPU or host"),
 }
 """``nvtopy COMMAND``: the module that runs it, and what it does in one line (``nvtopy --help``)."""

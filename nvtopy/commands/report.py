@@ -2,7 +2,7 @@
 
 From recordings (``nvtopy report FILE...``, written by ``nvtopy record``) or from
 a Prometheus server (``nvtopy report --prometheus URL --since 24h``). The sums
-are :mod:`nvtopy.formats.accounting`'s, the same for both; this module reads the
+are :mod:`nvtopy.accounting.ledger`'s, the same for both; this module reads the
 input, and writes the table, CSV or JSON.
 
 Recordings are read line by line, never whole (a day of them is gigabytes): a
@@ -29,9 +29,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
-from ..boundedfile import FileRefusedError, open_regular
-from ..errors import NvtopyError, UsageError
-from ..formats.accounting import (
+from ..accounting.ledger import (
     DEFINITIONS,
     DIMENSIONS,
     MAX_GPU_WATTS,
@@ -47,6 +45,8 @@ from ..formats.accounting import (
     sort_column,
     sort_rows,
 )
+from ..boundedfile import FileRefusedError, open_regular
+from ..errors import NvtopyError, UsageError
 from ..jsondecode import JsonRefusedError, decode_json
 from ..textsafe import safe_text
 from . import options
@@ -283,8 +283,8 @@ def _lines(count: int) -> str:
 def _report_prometheus(
     args: argparse.Namespace, by: Sequence[str], since: float | None
 ) -> tuple[Report, dict[str, Any]]:
-    from ..sources.prometheus_accounting import check_points, where_text
-    from ..sources.prometheus_api import PrometheusClient, PrometheusError
+    from ..sources.remote.prometheus import PrometheusClient, PrometheusError
+    from ..sources.remote.prometheus_accounting import check_points, where_text
 
     period = since if since is not None else 86400.0
     where = where_text(args.where)
@@ -313,8 +313,8 @@ def _account_prometheus(
     where: str,
 ) -> tuple[Report, dict[str, Any]]:
     """The report from what the server holds of the period: its data's span and scrape interval first
-    (:func:`~nvtopy.sources.prometheus_accounting.data_span`), then the step, then the figures."""
-    from ..sources.prometheus_accounting import account, data_span, step_for
+    (:func:`~nvtopy.sources.remote.prometheus_accounting.data_span`), then the step, then the figures."""
+    from ..sources.remote.prometheus_accounting import account, data_span, step_for
 
     last = f"the last {args.since or '24h'}"
     now = time.time()
@@ -488,7 +488,7 @@ _SKIPPED_NOTES: dict[str, Callable[[int], str]] = {
     "power": lambda n: f"power: {_plural(n, 'reading')} skipped, negative or above {_KW}",
     "activity": lambda n: f"activity: {_plural(n, 'reading')} skipped, outside 0-100 % (neither busy nor idle)",
 }
-"""The note for each kind of reading the ledger skipped (:data:`~nvtopy.formats.accounting.SKIPPED_READINGS`)."""
+"""The note for each kind of reading the ledger skipped (:data:`~nvtopy.accounting.ledger.SKIPPED_READINGS`)."""
 
 
 def _plural(count: int, word: str) -> str:

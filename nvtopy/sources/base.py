@@ -2,7 +2,7 @@
 
 Three sources implement it: the :class:`~nvtopy.sources.poller.Poller` (a local
 backend, live), :class:`~nvtopy.sources.replay.ReplayPlayer` (a recording) and
-:class:`~nvtopy.sources.remote.RemoteHosts` (other hosts' exporters). Each says
+:class:`~nvtopy.sources.remote.exporters.RemoteHosts` (other hosts' exporters). Each says
 how to make its next snapshot and what it can do besides; the subscription,
 publication, pausing and the thread's lifecycle are here, once. ``stop()``
 returns at once: the thread waits on an event, never on ``time.sleep``.

@@ -19,7 +19,7 @@ from collections.abc import Collection, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from ..backends.base import Backend, ProcessReading, Reading
-from ..backends.pidmap import unmapped_hint
+from ..backends.host.pidmap import unmapped_hint
 from ..health.realwork import GpuWatch, WatchResult
 from ..health.verdict import HealthInputs, HealthThresholds, assess
 from ..model import (
@@ -154,7 +154,7 @@ class Collector:
         """List each selected GPU's processes and look each one up on the host, now (a one-shot reading's head start).
 
         Why: ``nvtopy --once`` on a GPU with GPM waits for its first pair of samples (0.12 s after the
-        static read, :data:`~nvtopy.backends.nvml_gpm.FIRST_PAIR_S`), and a first sight of each process on
+        static read, :data:`~nvtopy.backends.nvml.gpm.FIRST_PAIR_S`), and a first sight of each process on
         the host (psutil, its owner's cgroup) costs about 0.75 ms. Done here, between the two, that work
         fills the wait instead of following it; the :meth:`collect` that comes next finds every process
         known and only reads its changing figures. Each GPU's list is read on its own thread within

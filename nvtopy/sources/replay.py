@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import IO, Any, overload
 
-from ..backends.pidmap import unmapped_hint
+from ..backends.host.pidmap import unmapped_hint
 from ..boundedfile import FileRefusedError, open_regular
 from ..errors import NvtopyError
 from ..formats.contract import READINGS, host_usage_from_dict, owner_from_dict, recorded_text

@@ -1,0 +1,1 @@
+"""Simulated GPUs: deterministic, seeded, with every fault the real driver shows."""

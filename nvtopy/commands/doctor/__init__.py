@@ -1,0 +1,1 @@
+"""``nvtopy doctor``: its checks and ``--against-nvidia-smi``."""

@@ -1,0 +1,1 @@
+"""``nvtopy exporter``: the command and its HTTP/TLS server."""

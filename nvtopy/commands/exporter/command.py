@@ -1,0 +1,193 @@
+"""``nvtopy exporter``: Prometheus metrics under dcgm-exporter's names, from the poller's latest snapshot.
+
+Why from the snapshot: a scrape only renders what the poller thread last
+collected, so any number of scrapers (Prometheus, a second Prometheus, curl)
+never adds a single NVML call. The HTTP server is prometheus-client's own.
+
+Names and labels follow dcgm-exporter (see :mod:`nvtopy.formats.dcgm`), so its Grafana
+dashboards work unchanged. dcgm-exporter declares energy and ECC totals as
+counters; prometheus-client would rename a counter to ``*_total``, which no
+dashboard queries, so those keep dcgm's exact names and are typed gauge
+(PromQL's ``rate``/``increase`` work on them all the same). Per-process figures
+are ``nvtopy_process_*`` with ``pid``, ``user`` and ``command`` labels; a process
+that exits is gone from the next scrape. Unavailable values are left out, never 0.
+The real work (NVML's GPM, Hopper and newer) is under DCGM's profiling names,
+``DCGM_FI_PROF_*`` (ratios 0-1, bytes per second), so dashboards that need DCGM's
+profiling module (12239's tensor panel, its current utilisation panel) work without it.
+A MIG GPU's instances get dcgm-exporter's framebuffer and profiling series labelled
+``GPU_I_PROFILE``/``GPU_I_ID`` beside the GPU's own, and ``nvtopy_mig_device_*``
+per MIG device (:mod:`nvtopy.formats.prometheus`).
+
+It binds to 127.0.0.1 unless told otherwise: a wider address is an explicit choice.
+With ``--tls-cert``/``--tls-key`` it serves HTTPS, and with ``--tls-client-ca`` only
+to clients whose certificate that CA signed (mutual TLS): the files are checked
+before anything starts, and a bad one is a one-line usage error.
+
+A scrape costs no rendering: the exposition of each snapshot is made once, as
+bytes, and every scrape of that snapshot shares them (:class:`~nvtopy.formats.prometheus.Exposition`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import signal
+import sys
+import threading
+from typing import Any
+
+from ...errors import UsageError
+from ...model import ALL_GROUPS
+from .. import options
+from .server import serve
+
+__all__ = ["build_parser", "parse_listen", "run", "tls_from_args"]
+
+log = logging.getLogger(__name__)
+
+# The exporter publishes everything but the modes (no dcgm name for them): "gpm" (the DCGM_FI_PROF_* series)
+# and "mig" (the GPU instances' series) included.
+EXPORTER_GROUPS = ALL_GROUPS - {"modes"}
+assert {"gpm", "mig"} <= EXPORTER_GROUPS
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``[IPv6]:PORT``, ``:PORT`` or ``PORT`` (loopback). Raises UsageError."""
+    text = text.strip()
+    host, port_text = "127.0.0.1", text
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0 or not text[end + 1 :].startswith(":"):
+            raise UsageError(f"--listen {text!r}: write an IPv6 address as [::1]:9400")
+        host, port_text = text[1:end], text[end + 2 :]
+    elif ":" in text:
+        host, port_text = text.rsplit(":", 1)
+        host = host or "0.0.0.0"  # ":9400" means every interface, as with most servers
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise UsageError(f"--listen {text!r}: the port must be a number, e.g. 127.0.0.1:9400") from None
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--listen {text!r}: the port must be between 0 and 65535")
+    if not host or any(c.isspace() for c in host):
+        raise UsageError(f"--listen {text!r}: give a host, e.g. 127.0.0.1:9400")
+    return host, port
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def build_parser(command: str) -> argparse.ArgumentParser:
+    parser = options.command_parser(command, "Serve the GPUs' metrics to Prometheus, under dcgm-exporter's names.")
+    parser.add_argument(
+        "--listen",
+        default="127.0.0.1:9400",
+        metavar="HOST:PORT",
+        help="address to serve /metrics on (default 127.0.0.1:9400; 0.0.0.0:9400 for every interface)",
+    )
+    parser.add_argument(
+        "--interval", type=options.interval_type, default=1.0, metavar="SECONDS", help="collection interval (default 1)"
+    )
+    options.add_timeout_option(parser, "seconds a GPU's stuck driver call is waited for before it is marked")
+    tls = parser.add_argument_group("TLS (HTTPS) and mutual TLS")
+    tls.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this PEM certificate (chain)")
+    tls.add_argument("--tls-key", metavar="FILE", help="the certificate's PEM private key (unencrypted)")
+    tls.add_argument(
+        "--tls-client-ca",
+        metavar="FILE",
+        help="mutual TLS: only clients with a certificate signed by a CA in this PEM file may scrape",
+    )
+    options.add_gpu_options(parser)
+    parser.add_argument(
+        "--demo-hostname",
+        type=_hostname,
+        metavar="NAME",
+        help="simulated GPUs: the Hostname they report (default demo-node; several exporters of one fleet)",
+    )
+    options.add_health_options(parser)
+    return parser
+
+
+def _hostname(text: str) -> str:
+    """A ``--demo-hostname``: printable, no spaces (a Hostname label that a Prometheus query can match)."""
+    if not text or not text.isprintable() or any(c.isspace() for c in text) or len(text) > 253:
+        raise argparse.ArgumentTypeError(f"invalid hostname {text!r}")
+    return text
+
+
+def tls_from_args(args: argparse.Namespace) -> Any:
+    """The ``ssl.SSLContext`` the TLS options ask for, or None for plain HTTP. Raises UsageError."""
+    cert, key, client_ca = args.tls_cert, args.tls_key, args.tls_client_ca
+    if cert is None:
+        if key is not None or client_ca is not None:
+            raise UsageError(f"{'--tls-key' if key is not None else '--tls-client-ca'} needs --tls-cert")
+        return None
+    from .server import tls_context
+
+    return tls_context(cert, key, client_ca)
+
+
+def run(command: str, args: argparse.Namespace) -> int:
+    from ...sources.collector import Collector
+    from ...sources.poller import Poller
+
+    host, port = parse_listen(args.listen)
+    tls = tls_from_args(args)  # before the backend: a bad file is told at once
+    backend = options.open_backend_within(args, args.timeout)
+    poller = None
+    collector = None
+    server = None
+    # SIGTERM stops cleanly from the start: once the port answers, a stop must not kill the process.
+    stop = threading.Event()
+    previous: Any = None
+    try:
+        previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        collector = Collector(backend, history=1, thresholds=options.health_thresholds(args), timeline=False)
+        collector.read_statics(args.timeout)
+        collector.select(options.resolve_selection(args, collector))
+        poller = Poller(
+            backend,
+            interval=args.interval,
+            groups=EXPORTER_GROUPS,
+            collector=collector,
+            events=True,
+            stall_after=args.timeout,
+        )
+        server, _ = serve(poller, host, port, tls=tls)
+        poller.start()
+        bound = server.server_address[1]
+        scheme = "http" if tls is None else "https"
+        mutual = " (clients need a certificate signed by --tls-client-ca)" if args.tls_client_ca else ""
+        print(
+            f"nvtopy exporter: serving {scheme}://{host}:{bound}/metrics{mutual} (Ctrl-C stops)",
+            file=sys.stderr,
+            flush=True,
+        )
+        if not _is_loopback(host) and not args.tls_client_ca:
+            print(
+                f"nvtopy: warning: listening on {host}: "
+                "anyone who can reach this port can read GPU and process metrics"
+                + ("" if tls is None else " (--tls-client-ca restricts it to clients with a certificate)"),
+                file=sys.stderr,
+                flush=True,
+            )
+        try:
+            while not stop.wait(0.5):
+                pass
+        except KeyboardInterrupt:
+            pass
+        return 0
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        options.release_backend(backend, collector, poller)

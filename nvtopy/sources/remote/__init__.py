@@ -1,0 +1,1 @@
+"""Other machines: their exporters (``--remote``), a Prometheus server (``--prometheus``), TLS, accounting."""

@@ -1,0 +1,789 @@
+"""``nvtopy --prometheus URL``: every GPU a Prometheus server knows of, read through its HTTP query API.
+
+Where ``--remote`` scrapes a handful of exporters itself, a fleet already has a
+Prometheus server scraping dcgm-exporter or ``nvtopy exporter`` on every node; this
+source reads that server with **at most two queries per refresh, whatever the number
+of hosts** (:data:`MAX_QUERIES_PER_REFRESH`):
+
+1. :func:`newest_query`: each host's ``(instance, Hostname)`` with the ``timestamp()``
+   of its newest GPU sample (``nvtopy_gpu_lost``, which nvtopy's exporter has for every
+   GPU, or ``DCGM_FI_DEV_FB_USED``, one of dcgm-exporter's defaults). 64 rows for 64 hosts.
+2. :func:`read_query`, only if some host has a sample newer than the last one read, and
+   only of those hosts (an ``instance`` matcher, escaped): one answer ``or``-ed of the
+   GPU series (``max by`` the labels that tell GPUs, GPU instances, MIG devices and Xids
+   apart, which drops the labels every series of a GPU repeats), each GPU's identity
+   (UUID, model, bus id, driver; dcgm-exporter's Kubernetes ``pod``/``namespace``/
+   ``container`` and Slurm ``hpc_job``) once, the ``nvtopy_process_*`` values and each
+   process's identity (user, command, owner labels) once.
+
+A host with nothing new keeps the lines it had: a refresh costs in proportion to the
+hosts that were scraped since the last one, not to the fleet. The counters and static
+values (ECC, row remapping, PCIe link, energy, MIG mode: :data:`SLOW_GROUPS`) are a
+third of the series and change slowly: a host read again is asked for one group of
+them, in turn (all of them the first time), and keeps the others' last values.
+
+Series are grouped into hosts by ``(instance, Hostname)``, so two exporters that
+report the same Hostname (two containers named ``demo-node``) stay two hosts, titled
+with their ``instance`` (host:port); a host is otherwise titled with its Hostname
+(``instance`` when it has none). GPUs are sorted by (host, index), hosts in natural
+order (node2 before node10), and numbered from 0 in that order, each keeping its own
+index as ``host_index``; process rows carry their host. What is read goes through the
+same range checks and label cuts as a scraped exposition (the helpers of
+:mod:`nvtopy.formats.prometheus`) and the same mapping to the model as ``--remote``
+(:mod:`nvtopy.sources.remote.hostscrape`): nothing a server says is trusted.
+
+**Bounded**: at most :data:`~nvtopy.formats.prometheus.MAX_HOSTS` hosts are shown (the first by
+name; a line says how many the server has), each with the GPUs and processes a ``--remote`` host
+may have; the first answer (one row a host) is read up to :data:`HOST_LIST_BYTES`, and a longer one
+is a one-line failure asking for ``--where``, never the memory and time of a million hosts. Hosts
+that vanished are remembered for their "no longer reported" line only while the view has room.
+
+**Stale**: a host whose newest sample is older than three of its scrape intervals
+(learned from how its newest sample moves between refreshes; the fleet's median for a
+host not seen moving yet; 60 s, Prometheus's default, before any) is shown stale, one
+line per GPU with the age of its newest sample. A host that vanishes from the answers
+(Prometheus ends the series of a target that stopped answering at once) is one line,
+"no longer reported", for :data:`GONE_AFTER` seconds.
+
+**Failures**: an unreachable server, a query error or a partial answer (Prometheus's
+warnings) is one line in the GPU list and in the status line, and the next refresh asks
+again. Queries run on the source's thread, each with its deadline
+(:class:`~nvtopy.sources.remote.prometheus.PrometheusClient`); ``stop()`` cuts one in
+progress off. **Read-only**: nothing can be signalled on another host.
+
+``--where`` (:func:`~nvtopy.sources.remote.prometheus.parse_matchers`) is a list of label
+matchers added to every selector, e.g. ``Hostname=~"node[1-4]"``.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import heapq
+import math
+import re
+import statistics
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...formats.dcgm import FIELDS, INSTANCE_FIELDS
+from ...formats.prometheus import (
+    MAX_GPU_INDEX,
+    MAX_GPUS_PER_HOST,
+    MAX_HOSTS,
+    MAX_INSTANCE_ID,
+    MAX_MIG_PER_GPU,
+    MAX_PID,
+    MAX_PROCESSES_PER_HOST,
+    MIG_DEVICE_SERIES,
+    NVTOPY_FIELDS,
+    OWNER_LABELS,
+    PROCESS_VALUES,
+    HostScrape,
+    mig_device_sample,
+    mig_of,
+    process_from_labels,
+    process_value,
+    scraped_label,
+    scraped_whole,
+    xid_count,
+)
+from ...model import GpuSample, GpuState, GpuStatic, HostInfo, Snapshot
+from ..base import SnapshotSource
+from .hostscrape import HostGpus
+from .prometheus import Matcher, PrometheusClient, PrometheusError, parse_matchers, paused_gc, selector
+
+__all__ = [
+    "GONE_AFTER",
+    "LIVE_NAMES",
+    "MAX_QUERIES_PER_REFRESH",
+    "SLOW_GROUPS",
+    "PrometheusFleet",
+    "newest_query",
+    "read_query",
+]
+
+GONE_AFTER = 600.0  # seconds a host that vanished from the answers is still shown as "no longer reported"
+DEFAULT_SCRAPE_INTERVAL = 60.0  # Prometheus's default, until a host's own is seen
+STALE_INTERVALS = 3  # a host whose newest sample is older than this many scrape intervals is stale
+MAX_QUERIES_PER_REFRESH = 2  # each host's newest sample; then, if any host has new ones, what is new
+HOST_LIST_BYTES = 4 << 20  # the first answer (one row a host): some 40,000 hosts of ordinary names
+
+# ----------------------------------------------------------------- what is asked for
+
+_GPU_FIELDS = {f.name: f for f in (*FIELDS, *NVTOPY_FIELDS)}
+# Counters and static values: a host read again is asked for one group, in turn (the others keep their last values).
+_SLOW_ATTRIBUTES = (
+    ("ecc_corrected_volatile", "ecc_uncorrected_volatile", "ecc_corrected_aggregate", "ecc_uncorrected_aggregate"),
+    ("remapped_rows_corrected", "remapped_rows_uncorrected", "remapped_rows_failure", "remapped_rows_pending"),
+    ("retired_pages_sbe", "retired_pages_dbe", "retired_pages_pending", "pcie_replay_counter", "energy_mj"),
+    (
+        "pcie_link_gen",
+        "pcie_link_width",
+        "static.pcie_link_gen_max",
+        "static.pcie_link_width_max",
+        "static.temperature_slowdown_c",
+        "static.mig_mode",
+        "static.mig_mode_pending",
+    ),
+)
+SLOW_GROUPS: tuple[tuple[str, ...], ...] = tuple(
+    tuple(name for name, f in _GPU_FIELDS.items() if f.attribute in group) for group in _SLOW_ATTRIBUTES
+)
+_SLOW = {name for group in SLOW_GROUPS for name in group}
+_MIG_DEVICE_NAMES = ("nvtopy_mig_device_info", *(name for name, _, _ in MIG_DEVICE_SERIES))
+# Every refresh: what the views show, the GPU instances' series (INSTANCE_FIELDS), lost, Xid counts, MIG devices.
+LIVE_NAMES: tuple[str, ...] = (
+    *(name for name in _GPU_FIELDS if name not in _SLOW),
+    "nvtopy_gpu_lost",
+    "nvtopy_xid_events_total",
+    *_MIG_DEVICE_NAMES,
+)
+assert not _SLOW & set(INSTANCE_FIELDS), "a GPU instance's own series are read at every refresh"
+
+# Which hosts have GPUs, and the time of their newest sample: nvtopy's exporter has the first series for every GPU
+# (a lost one too), dcgm-exporter's default counters the second. A GPU's identity comes from any of these.
+_NEWEST_SOURCES = ("nvtopy_gpu_lost", "DCGM_FI_DEV_FB_USED")
+# A process's identity comes from one of these (every process has at least one of them, nvtopy's exporter
+# leaving a value out only where it is unknown): two series read twice, rather than all seven.
+_PROCESS_IDENTITY_SOURCES = ("nvtopy_process_start_time_seconds", "nvtopy_process_gpu_memory_bytes")
+_HOST_LABELS = ("instance", "Hostname")
+_VALUE_LABELS = (
+    "__name__",
+    *_HOST_LABELS,
+    "gpu",
+    "GPU_I_ID",
+    "GPU_I_PROFILE",
+    "xid",
+    "mig_device",
+    "compute_instance_id",
+    "mig_uuid",
+    "mig_profile",
+)
+_POD_LABELS = ("pod", "namespace", "container", "hpc_job")
+_IDENTITY_LABELS = (
+    *_HOST_LABELS,
+    "gpu",
+    "GPU_I_ID",
+    "UUID",
+    "modelName",
+    "pci_bus_id",
+    "DCGM_FI_DRIVER_VERSION",
+    *_POD_LABELS,
+)
+PROCESS_NAMES = tuple(f"nvtopy_process_{name}" for name in PROCESS_VALUES)
+_IDENTITY = (("uuid", "UUID"), ("bus_id", "pci_bus_id"), ("name", "modelName"))  # GpuStatic <- label
+_PROCESS_VALUE_LABELS = ("__name__", *_HOST_LABELS, "gpu", "pid")
+_PROCESS_IDENTITY_LABELS = (
+    *_HOST_LABELS,
+    "gpu",
+    "pid",
+    "type",
+    "user",
+    "command",
+    *OWNER_LABELS,
+    "GPU_I_ID",
+    "compute_instance_id",
+)
+
+
+def _regex(texts: Iterable[str]) -> str:
+    """A regex (RE2, as Prometheus anchors it) matching exactly these texts: each escaped, never pasted."""
+    return "|".join(re.sub(r"([\\.+*?()|\[\]{}^$])", r"\\\1", text) for text in texts)
+
+
+def _selector(names: Iterable[str], where: Sequence[Matcher], instances: Sequence[str] | None = None) -> str:
+    """``{__name__=~"a|b", <where>, instance=~"..."}``; ``instances`` None: every instance."""
+    matchers = [Matcher("__name__", "=~", "|".join(names)), *where]
+    if instances is not None:
+        matchers.append(Matcher("instance", "=~", _regex(instances)))
+    return selector(*matchers)
+
+
+Part = tuple[Sequence[str], Sequence[str] | None]  # metric names, the instances to ask them of (None: all)
+
+
+def newest_query(where: Sequence[Matcher] = ()) -> str:
+    """The first query of every refresh: each host (instance, Hostname) with the time of its newest GPU sample."""
+    newest = " or ".join(f"timestamp({selector(Matcher('__name__', '=', n), *where)})" for n in _NEWEST_SOURCES)
+    return f"max by ({', '.join(_HOST_LABELS)}) ({newest})"
+
+
+def read_query(
+    where: Sequence[Matcher] = (),
+    parts: Sequence[Part] = ((LIVE_NAMES, None),),
+    instances: Sequence[str] | None = None,
+) -> str:
+    """The second query, for the hosts with new samples (``instances``; None: all), one answer ``or``-ed of:
+
+    - the GPUs' values: for each part (metric names, the instances to ask them of), ``max by`` the
+      labels that tell one GPU (or GPU instance, MIG device, Xid) from another;
+    - each GPU's identity and pod, ``count by`` its labels (no ``__name__``, no ``pid``);
+    - each process's values, ``max by`` its host, GPU and pid;
+    - each process's identity (user, command, owner), ``count by`` its labels (no ``__name__``, a ``pid``).
+    """
+    by = ", ".join(_VALUE_LABELS)
+    terms = [f"max by ({by}) ({_selector(names, where, of)})" for names, of in parts]
+    terms.append(f"count by ({', '.join(_IDENTITY_LABELS)}) ({_selector(_NEWEST_SOURCES, where, instances)})")
+    terms.append(f"max by ({', '.join(_PROCESS_VALUE_LABELS)}) ({_selector(PROCESS_NAMES, where, instances)})")
+    identities = _selector(_PROCESS_IDENTITY_SOURCES, where, instances)
+    terms.append(f"count by ({', '.join(_PROCESS_IDENTITY_LABELS)}) ({identities})")
+    return " or ".join(terms)
+
+
+# ----------------------------------------------------------------- from the answers to HostScrapes
+
+# name -> (where it goes: "static", "health" or "values"; the attribute; the field's range check and scale)
+_ROUTES: dict[str, tuple[str, str, Callable[[float], Any]]] = {}
+for _name, _field in _GPU_FIELDS.items():
+    _kind, _, _attribute = _field.attribute.rpartition(".")
+    _ROUTES[_name] = (_kind or "values", _attribute, _field.from_metric)
+_INDEX_CACHE: dict[str, int] = {str(i): i for i in range(MAX_GPUS_PER_HOST)}
+
+
+def _gpu_index(text: str | None) -> int | None:
+    index = _INDEX_CACHE.get(text)  # type: ignore[arg-type]
+    return index if index is not None else scraped_whole(text, MAX_GPU_INDEX)
+
+
+@dataclass
+class _Gpu:
+    """What the answers say of one GPU of one host."""
+
+    static: dict[str, Any] = field(default_factory=dict)
+    values: dict[str, Any] = field(default_factory=dict)
+    health: dict[str, Any] = field(default_factory=dict)
+    lost: bool = False
+    instances: dict[int, dict[str, Any]] = field(default_factory=dict)  # GPU_I_ID -> its own series
+    devices: dict[int, dict[str, Any]] = field(default_factory=dict)  # MIG device -> nvtopy_mig_device_*
+    pod: dict[str, str] = field(default_factory=dict)  # dcgm-exporter's pod labels (or hpc_job) of the GPU
+
+
+@dataclass
+class _Host:
+    """What the answers say of one (instance, Hostname)."""
+
+    key: tuple[str, str]
+    gpus: dict[int, _Gpu] = field(default_factory=dict)
+    newest: float | None = None  # the newest sample of any of its GPUs (the server's clock)
+    driver: str | None = None
+    processes: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)
+    process_labels: dict[tuple[int, int], dict[str, str]] = field(default_factory=dict)
+    processes_left_out: int = 0
+    gpus_reported: set[str] = field(default_factory=set)
+    slow: list[dict[int, dict[str, Any]]] | None = None  # per slow group: per GPU, its last values
+
+    def gpu(self, index: int) -> _Gpu:
+        gpu = self.gpus.get(index)
+        if gpu is None:
+            gpu = self.gpus[index] = _Gpu()
+        return gpu
+
+
+def _route(gpu: _Gpu, name: str, labels: dict[str, str], value: float, slow: dict[str, Any] | None) -> None:
+    """One GPU value series into ``gpu``, as :func:`~nvtopy.formats.prometheus.parse_exposition` reads it.
+
+    A GPU instance's series (``GPU_I_ID``) carries the instance's own figures
+    (:data:`~nvtopy.formats.dcgm.INSTANCE_FIELDS`); any other figure on it is its GPU's,
+    used where the GPU has no series of its own. ``slow``: a counter or static value,
+    kept there too for the refreshes that do not ask for it.
+    """
+    if name == "nvtopy_gpu_lost":
+        if not labels.get("GPU_I_ID"):
+            gpu.lost = value >= 1
+        return
+    if name == "nvtopy_xid_events_total":
+        if not labels.get("GPU_I_ID"):
+            xid_count(gpu.health, labels.get("xid"), value)
+        return
+    if name.startswith("nvtopy_mig_device_"):
+        mig_device_sample(gpu.devices, name, labels, value)
+        return
+    route = _ROUTES.get(name)
+    if route is None:
+        return
+    kind, attribute, convert = route
+    said = convert(value)  # None: not finite, or out of the field's range
+    gi_text = labels.get("GPU_I_ID")
+    target = gpu.static if kind == "static" else gpu.health if kind == "health" else gpu.values
+    if gi_text:
+        gi = scraped_whole(gi_text, MAX_INSTANCE_ID)
+        if gi is None:
+            return  # an instance no GPU has: nothing of it is read
+        if name in INSTANCE_FIELDS:
+            instances = gpu.instances
+            if gi not in instances and len(instances) >= MAX_MIG_PER_GPU:
+                return
+            instances.setdefault(gi, {"profile": scraped_label(labels, "GPU_I_PROFILE")})[name] = said
+            return
+        target.setdefault(attribute, said)  # the GPU's own series, where it has one, wins
+        if slow is not None:
+            slow.setdefault(f"{kind}.{attribute}", said)
+        return
+    target[attribute] = said
+    if slow is not None:
+        slow[f"{kind}.{attribute}"] = said
+
+
+def _process_row(host: _Host, index: int, name: str, labels: dict[str, str], value: float) -> None:
+    """One ``nvtopy_process_*`` value into its process's row (at most MAX_PROCESSES_PER_HOST rows a host)."""
+    metric = name[len("nvtopy_process_") :]
+    pid = scraped_whole(labels.get("pid"), MAX_PID)
+    if not pid or metric not in PROCESS_VALUES:
+        return
+    row = host.processes.get((index, pid))
+    if row is None:
+        if len(host.processes) >= MAX_PROCESSES_PER_HOST:
+            host.processes_left_out += 1
+            return
+        row = host.processes[(index, pid)] = {}
+    row[metric] = process_value(metric, value)
+
+
+def _scrape(host: _Host, name: str) -> HostScrape:
+    """A host's HostScrape, as :func:`~nvtopy.formats.prometheus.parse_exposition` would make it."""
+    scrape = HostScrape(url=f"prometheus://{host.key[0]}", hostname=name, driver_version=host.driver)
+    shown = sorted(host.gpus)[:MAX_GPUS_PER_HOST]
+    for index in shown:
+        gpu = host.gpus[index]
+        static, values = dict(gpu.static), gpu.values
+        if gpu.instances or gpu.devices:
+            static["mig_instances"], values["mig_usage"] = mig_of(gpu.instances, gpu.devices)
+            static.setdefault("mig_mode", True)  # instances exist: MIG is on
+        if any(key.startswith("ecc_") for key in values):
+            values["ecc_mode"] = True  # dcgm has no ECC-mode metric: counters are exported only when it is on
+        scrape.gpus.append((GpuStatic(index=index, **static), values, gpu.lost))
+        if gpu.health:
+            scrape.health[index] = gpu.health
+    for (index, pid), said in sorted(host.processes.items()):
+        if index not in host.gpus:
+            continue  # a process of a GPU without GPU series has nowhere to be shown
+        row = {"pid": pid, **process_from_labels(host.process_labels.get((index, pid), {})), **said}
+        scrape.processes.setdefault(index, []).append(row)
+    notes = []
+    reported = len(host.gpus_reported | {str(index) for index in host.gpus})
+    if reported > len(shown):
+        shown_count = f"{reported} GPUs" if reported < 100_000 else "over 100000 GPUs"
+        notes.append(f"host reported {shown_count}; showing the first {len(shown)}")
+    if host.processes_left_out:
+        total = len(host.processes) + host.processes_left_out
+        notes.append(f"host reported {total} processes; showing {len(host.processes)}")
+    scrape.note = "; ".join(notes) or None
+    return scrape
+
+
+def _pod_hint(pod: dict[str, str]) -> str | None:
+    """The pod (or Slurm job) dcgm-exporter says holds a GPU, for a GPU without process rows."""
+    name, namespace = scraped_label(pod, "pod"), scraped_label(pod, "namespace")
+    job = scraped_label(pod, "hpc_job")
+    if name:
+        held = f"pod {namespace}/{name}" if namespace else f"pod {name}"
+        container = scraped_label(pod, "container")
+        return f"held by {held}" + (f" (container {container})" if container else "")
+    if job:
+        return f"held by Slurm job {job}"
+    return None
+
+
+def _natural(text: str) -> tuple[Any, ...]:
+    """node2 before node10."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+# ----------------------------------------------------------------- the source
+
+
+@dataclass
+class _Known:
+    """A host seen in an answer, and what is kept of it between refreshes."""
+
+    key: tuple[str, str]
+    name: str = ""
+    newest: float | None = None  # its newest sample (the server's clock)
+    seen_at: float = 0.0  # our clock, when it was last in an answer
+    interval: float | None = None  # the shortest step of its newest sample seen so far: its scrape interval
+    reads: int = 0  # times its values were read: which slow group it is asked for next
+    slow: list[dict[int, dict[str, Any]]] = field(default_factory=lambda: [{} for _ in SLOW_GROUPS])
+    built: list[GpuState] | None = None  # its GPU lines of the last snapshot, while nothing new came
+    gpu_count: int = 0
+
+
+class PrometheusFleet(SnapshotSource):
+    """A snapshot source for the monitor: the fleet's GPUs and processes from a Prometheus server.
+
+    At most three queries per refresh (:func:`identity_query`, then :func:`values_query`
+    and :func:`process_query` for the hosts with new samples), whatever the number of
+    hosts; GPUs sorted by (host, index). Refuses to signal (read-only), and cannot step
+    or change speed. ``where``: label matchers text (``--where``), checked now.
+    """
+
+    thread_name = "nvtopy-prometheus"
+    signal_refusal = "read-only: processes on other hosts cannot be signalled from here"
+    waiting_for = "the Prometheus server"
+    max_queries_per_refresh = MAX_QUERIES_PER_REFRESH
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        where: str = "",
+        interval: float = 2.0,
+        timeout: float = 5.0,
+        stale_after: float | None = None,
+        client: PrometheusClient | None = None,
+        ca_file: str | None = None,
+    ) -> None:
+        super().__init__(interval)
+        self.where = parse_matchers(where)  # UsageError, at once
+        self.client = client or PrometheusClient(url, timeout=timeout, ca_file=ca_file)
+        self.stale_after = stale_after  # None: three of each host's scrape intervals
+        self.refresh_seconds: float | None = None  # how long the last refresh took (its queries and the build)
+        # The CPU this process spent on it (decoding the answers, building the snapshot): the server's time not in it.
+        self.refresh_cpu_seconds: float | None = None
+        self.hosts_read = 0  # hosts whose values the last refresh read (the others had no new sample)
+        self._mapper = HostGpus()
+        self._known: dict[tuple[str, str], _Known] = {}
+        self._sequence = 0
+        self._status = "connecting"
+        self._failure: PrometheusError | None = None  # why the last refresh read no GPU at all
+
+    # ----------------------------------------------------------------- what the monitor shows
+
+    def status_line(self) -> str:
+        state = "⏸ " if self._paused else ""
+        return f"{state}PROMETHEUS {self.client.label} {self._status} ⟳ {self._interval:g}s"
+
+    def stop(self, timeout: float | None = 2.0) -> None:
+        """Stop at once: a query in progress is cut off, never waited for."""
+        self._stopping = True
+        self.client.abort()
+        super().stop(timeout)
+
+    # ----------------------------------------------------------------- a refresh
+
+    def poll_once(self) -> Snapshot:
+        """Read what is new and publish the snapshot (unless stopping). Never raises for what the server does."""
+        started, cpu = time.monotonic(), time.thread_time()
+        with paused_gc():  # the answers and the model made of them: no cycles, many objects
+            snapshot = self._refresh()
+        self.refresh_seconds = time.monotonic() - started
+        self.refresh_cpu_seconds = time.thread_time() - cpu
+        if not self._stopping:
+            self._publish(snapshot)
+        return snapshot
+
+    def read_once(self) -> Snapshot:
+        """One complete snapshot for ``--once``: everything asked for. Raises PrometheusError when the GPUs
+        cannot be read at all (the caller says it in one line)."""
+        with paused_gc():
+            snapshot = self._refresh(everything=True)
+        if self._failure is not None:
+            raise self._failure
+        return snapshot
+
+    def _refresh(self, everything: bool = False) -> Snapshot:
+        now = time.time()
+        self._failure = None
+        notes: list[str] = []
+        try:
+            hosts, claimed = self._newest(self._host_list())
+            evaluated = self.client.evaluated_at or now
+            notes.extend(f"partial answer: {w}" for w in self.client.warnings)
+            if claimed > len(hosts):
+                notes.append(
+                    f"the server has {claimed} hosts: showing the first {len(hosts)} by name (narrow them with --where)"
+                )
+            changed = [
+                key
+                for key, host in hosts.items()
+                if everything
+                or key not in self._known
+                or self._known[key].built is None
+                or host.newest != self._known[key].newest
+            ]
+            if changed:
+                self._read(hosts, changed, notes, everything, every_host=claimed == len(hosts))
+        except PrometheusError as exc:
+            self._failure = exc
+            self._status = "✗ " + _short(exc)
+            return self._failed_snapshot(now, f"{exc}; asked again every {self._interval:g} s")
+        self.hosts_read = len(changed)
+        snapshot = self._snapshot(now, hosts, set(changed), evaluated, notes)
+        shown = f"{len(hosts)} of {claimed} hosts" if claimed > len(hosts) else f"{len(hosts)} hosts"
+        self._status = shown + (" ⚠ partial" if notes else "")
+        return snapshot
+
+    def _host_list(self) -> list[tuple[dict[str, str], float]]:
+        """The first query's answer, at most :data:`HOST_LIST_BYTES` of it: a server claiming a million hosts
+        costs a refusal in one line, not the memory and time of decoding them."""
+        try:
+            return self.client.query(newest_query(self.where), max_bytes=HOST_LIST_BYTES)
+        except PrometheusError as exc:
+            if exc.kind != "size":
+                raise
+            raise PrometheusError(
+                f"{exc}: far more hosts than the {MAX_HOSTS} shown; narrow them with --where", kind=exc.kind
+            ) from None
+
+    @staticmethod
+    def _newest(rows: list[tuple[dict[str, str], float]]) -> tuple[dict[tuple[str, str], _Host], int]:
+        """The hosts the first query names, each with the time of its newest GPU sample (the server's clock),
+        at most :data:`MAX_HOSTS` of them (the first by name, as they are shown); and how many it names."""
+        newest: dict[tuple[str, str], float | None] = {}
+        for labels, value in rows:
+            key = (labels.get("instance", ""), labels.get("Hostname", ""))
+            said = value if math.isfinite(value) else None
+            known = newest.get(key)
+            if known is None or (said is not None and said > known):
+                newest[key] = said
+        keys: Iterable[tuple[str, str]] = newest
+        if len(newest) > MAX_HOSTS:
+            keys = heapq.nsmallest(MAX_HOSTS, newest, key=lambda k: (_natural(k[1] or k[0]), k))
+        hosts = {key: _Host(key, newest=newest[key]) for key in keys}
+        return hosts, len(newest)
+
+    def _read(
+        self,
+        hosts: dict[tuple[str, str], _Host],
+        changed: list[tuple[str, str]],
+        notes: list[str],
+        everything: bool,
+        every_host: bool = True,
+    ) -> None:
+        """Read what the ``changed`` hosts have (values, identities, processes) into ``hosts``: one query.
+
+        ``every_host``: ``hosts`` are all the server has (not the first :data:`MAX_HOSTS`): a question
+        about all of them needs no ``instance`` matcher.
+        """
+        every = every_host and len(changed) == len(hosts)
+        instances = None if every else sorted({key[0] for key in changed})
+        asked: dict[tuple[str, str], tuple[int, ...]] = {}  # host -> the slow groups asked of it
+        for key in changed:
+            known = self._known.get(key)
+            first = everything or known is None or known.built is None
+            asked[key] = tuple(range(len(SLOW_GROUPS))) if first else (known.reads % len(SLOW_GROUPS),)
+        # One selector per set of instances: the live series of every host read, with the slow groups asked
+        # of the same hosts (all of them at the first read of a fleet), each other group on its own.
+        by_instances: dict[tuple[str, ...] | None, list[str]] = {None if instances is None else tuple(instances): []}
+        by_instances[next(iter(by_instances))].extend(LIVE_NAMES)
+        for group, names in enumerate(SLOW_GROUPS):
+            of = [key for key in changed if group in asked[key]]
+            if of:
+                chosen = None if every_host and len(of) == len(hosts) else tuple(sorted({key[0] for key in of}))
+                by_instances.setdefault(chosen, []).extend(names)
+        parts: list[Part] = [(names, chosen) for chosen, names in by_instances.items()]
+        rows = self.client.query(read_query(self.where, parts, instances))
+        notes.extend(f"partial answer: {w}" for w in self.client.warnings)
+        wanted = set(changed)
+        slow_group = {name: group for group, names in enumerate(SLOW_GROUPS) for name in names}
+        fresh = {key: [{} for _ in SLOW_GROUPS] for key in changed}
+        for labels, value in rows:
+            key = (labels.get("instance", ""), labels.get("Hostname", ""))
+            if key not in wanted:
+                continue  # another host behind the same instance, with nothing new
+            host = hosts[key]
+            name = labels.get("__name__")
+            gpu_text = labels.get("gpu")
+            index = _gpu_index(gpu_text)
+            if index is None:
+                if gpu_text and name is None and "pid" not in labels and len(host.gpus_reported) < 100_000:
+                    host.gpus_reported.add(gpu_text)  # a GPU no host has: counted, never shown
+                continue
+            if name is None:
+                if "pid" in labels:
+                    pid = scraped_whole(labels.get("pid"), MAX_PID)
+                    if pid:
+                        host.process_labels[(index, pid)] = labels
+                else:
+                    self._identity(host, index, labels)
+            elif name.startswith("nvtopy_process_"):
+                _process_row(host, index, name, labels, value)
+            else:
+                group = slow_group.get(name)
+                kept = None if group is None else fresh[key][group].setdefault(index, {})
+                _route(host.gpu(index), name, labels, value, kept)
+        for key in changed:  # the slow groups not asked this time: their last values
+            known = self._known.get(key)
+            slow = known.slow if known is not None else [{} for _ in SLOW_GROUPS]
+            for group in asked[key]:
+                slow[group] = fresh[key][group]
+            if known is not None:
+                known.reads += 1
+            host = hosts[key]
+            host.slow = slow
+            for group, kept in enumerate(slow):
+                if group in asked[key]:
+                    continue
+                for index, said in kept.items():
+                    gpu = host.gpus.get(index)
+                    if gpu is None:
+                        continue
+                    for dotted, value in said.items():
+                        kind, attribute = dotted.split(".", 1)
+                        target = gpu.static if kind == "static" else gpu.health if kind == "health" else gpu.values
+                        target.setdefault(attribute, value)
+
+    @staticmethod
+    def _identity(host: _Host, index: int, labels: dict[str, str]) -> None:
+        """A GPU's identity (UUID, model, bus id, driver) and the pod dcgm-exporter says holds it."""
+        host.gpus_reported.add(str(index))
+        gpu = host.gpu(index)
+        static = gpu.static
+        for attribute, label in _IDENTITY:
+            if static.get(attribute) is None:
+                static[attribute] = scraped_label(labels, label)
+        if not gpu.pod:
+            gpu.pod = {k: labels[k] for k in _POD_LABELS if labels.get(k)}
+        host.driver = scraped_label(labels, "DCGM_FI_DRIVER_VERSION") or host.driver
+
+    # ----------------------------------------------------------------- the snapshot
+
+    def _titles(self) -> None:
+        """Each host's title: its Hostname, or its instance (host:port) where the Hostname is shared or missing."""
+        said = {key: scraped_label({"h": key[1]}, "h") or key[0] or "unknown" for key in self._known}
+        counts = collections.Counter(said.values())
+        for key, name in said.items():
+            title = (key[0] or name) if counts[name] > 1 else name
+            known = self._known[key]
+            if known.name != title:
+                known.name = title
+                known.built = None  # its lines carry the old title
+
+    def _snapshot(
+        self,
+        now: float,
+        hosts: dict[tuple[str, str], _Host],
+        changed: set[tuple[str, str]],
+        evaluated: float,
+        notes: list[str],
+    ) -> Snapshot:
+        for key, host in hosts.items():
+            known = self._known.get(key)
+            if known is None:
+                known = self._known[key] = _Known(key, reads=1)
+                known.slow = host.slow or known.slow
+            if host.newest is not None and known.newest is not None and host.newest > known.newest:
+                step = host.newest - known.newest
+                known.interval = step if known.interval is None else min(known.interval, step)
+            if host.newest is not None:
+                known.newest = host.newest
+            known.seen_at = now
+        for key in [k for k, known in self._known.items() if k not in hosts and now - known.seen_at > GONE_AFTER]:
+            del self._known[key]
+        if len(self._known) > MAX_HOSTS:  # hosts that come and go by the thousand: the longest gone are forgotten
+            gone = sorted((k for k in self._known if k not in hosts), key=lambda k: self._known[k].seen_at)
+            for key in gone[: len(self._known) - MAX_HOSTS]:
+                del self._known[key]
+        self._titles()
+        kept = set(self._known)
+        if len(self._mapper) > 8 * MAX_GPUS_PER_HOST * max(1, len(kept)):  # hosts gone for good: their histories
+            self._mapper.forget(lambda gpu_key: gpu_key[:2] in kept)  # type: ignore[index]
+        fleet_interval = statistics.median(
+            [k.interval for k in self._known.values() if k.interval] or [DEFAULT_SCRAPE_INTERVAL]
+        )
+        gpus: list[GpuState] = []
+        stale_hosts = 0
+        for key in sorted(self._known, key=lambda k: (_natural(self._known[k].name), k)):
+            known = self._known[key]
+            host = hosts.get(key)
+            if host is None:
+                known.built = None
+                static = GpuStatic(index=len(gpus), host=known.name)
+                ago = _age(now - known.seen_at)
+                gpus.append(GpuState(static, GpuSample(now, lost=True), note=f"no longer reported ({ago} ago)"))
+                continue
+            limit = self.stale_after or STALE_INTERVALS * (known.interval or fleet_interval)
+            age = None if host.newest is None else evaluated - host.newest
+            if age is not None and age > limit:
+                note = f"stale: newest sample {_age(age)} old (scraped every {_age(limit / STALE_INTERVALS)})"
+                if key in changed or not known.built:  # read now: its identities as read
+                    identities = [
+                        (index, {k: host.gpus[index].static.get(k) for k, _ in _IDENTITY})
+                        for index in sorted(host.gpus)[:MAX_GPUS_PER_HOST]
+                    ]
+                else:  # as last shown
+                    identities = [
+                        (g.static.host_index, {k: getattr(g.static, k) for k, _ in _IDENTITY})
+                        for g in known.built
+                        if g.static.host_index is not None
+                    ]
+                lines = [
+                    GpuState(
+                        GpuStatic(index=len(gpus) + n, host=known.name, host_index=index, **identity),
+                        GpuSample(now),
+                        note=note,
+                    )
+                    for n, (index, identity) in enumerate(identities)
+                ]
+                if key in changed or not known.built:
+                    known.built = lines  # not read again until a new sample comes
+                gpus.extend(lines)
+                stale_hosts += 1
+                continue
+            if key in changed or known.built is None:
+                scrape = _scrape(host, known.name)
+                # Dated when measured (its newest sample, on this clock): a view tells old values by their age.
+                taken = now - max(0.0, age or 0.0)
+                made = self._mapper.gpus(scrape, len(gpus), taken, key=lambda index, key=key: (*key, index))
+                known.built = [_with_pod(gpu, host) for gpu in made]
+            elif known.built and known.built[0].index != len(gpus):  # a host came or went before it
+                known.built = [_reindexed(gpu, len(gpus) + n) for n, gpu in enumerate(known.built)]
+            gpus.extend(known.built)  # nothing new: the very same lines
+        for note in notes:
+            static = GpuStatic(index=len(gpus), host=self.client.label)
+            gpus.append(GpuState(static, GpuSample(now), note=note))
+        self._sequence += 1
+        drivers = {host.driver for host in hosts.values() if host.driver}
+        shown = [k.name for k in self._known.values()]
+        info = HostInfo(
+            hostname=shown[0] if len(shown) == 1 else f"{len(shown)} hosts",
+            driver_version=drivers.pop() if len(drivers) == 1 else ("mixed" if drivers else None),
+            cuda_driver_version=None,
+            backend="prometheus",
+        )
+        # The interval of the data: a view calls a host stale whose values are a few of them old. Hosts scraped
+        # every 15 s are not stale for being 10 s old at a 1 s refresh (each host's own staleness is said above).
+        learned = [k.interval for k in self._known.values() if k.interval]
+        interval = max(self._interval, max(learned) if learned else DEFAULT_SCRAPE_INTERVAL)
+        return Snapshot(timestamp=now, host=info, gpus=tuple(gpus), sequence=self._sequence, interval=interval)
+
+    def _failed_snapshot(self, now: float, note: str) -> Snapshot:
+        """The server could not be read: one line saying why (the hosts known so far are not guessed at)."""
+        self._sequence += 1
+        static = GpuStatic(index=0, host=self.client.label)
+        info = HostInfo(hostname=self.client.label, driver_version=None, cuda_driver_version=None, backend="prometheus")
+        gpu = GpuState(static, GpuSample(now, lost=True), note=note)
+        return Snapshot(timestamp=now, host=info, gpus=(gpu,), sequence=self._sequence, interval=self._interval)
+
+    def _run(self) -> None:
+        self._run_periodic(self.poll_once)
+
+
+def _with_pod(gpu: GpuState, host: _Host) -> GpuState:
+    """A GPU without process rows that dcgm-exporter says a pod (or Slurm job) holds: that, beside its process list."""
+    said = host.gpus.get(gpu.static.host_index) if gpu.static.host_index is not None else None
+    if said is None or not said.pod or gpu.processes or gpu.note:
+        return gpu
+    hint = _pod_hint(said.pod)
+    return dataclasses.replace(gpu, processes_hint=hint) if hint else gpu
+
+
+def _reindexed(gpu: GpuState, index: int) -> GpuState:
+    """The same GPU line at another position of the fleet (a host came or went before it)."""
+    static = dataclasses.replace(gpu.static, index=index)
+    processes = tuple(dataclasses.replace(p, gpu_index=index) for p in gpu.processes)
+    return dataclasses.replace(gpu, static=static, processes=processes)
+
+
+def _short(exc: PrometheusError) -> str:
+    return {"timeout": "no answer", "unreachable": "unreachable", "query": "query error"}.get(exc.kind, "error")

@@ -1,0 +1,584 @@
+"""A small client of Prometheus's HTTP query API, for views that read a Prometheus server rather than hosts.
+
+Why not a library: the standard library has all it takes (http.client, json, zlib),
+and the client must hold promises none of the small Python clients make. Each one
+is checked by a test:
+
+- **one deadline per request** (``timeout``), covering the connection, the TLS
+  handshake and the whole body: the body is read in chunks with the socket's
+  timeout shrunk to what is left, as :mod:`nvtopy.sources.remote.exporters` reads an exporter,
+  so a server that sends one byte a second cannot stretch it. The request runs on a
+  daemon thread the caller waits for no longer than the deadline, so even a name
+  lookup that hangs (no socket timeout reaches it) costs the caller ``timeout``
+  seconds and no more; :meth:`PrometheusClient.abort` cuts a request off from any thread;
+- **a bounded answer**: at most ``max_bytes`` of JSON, counted after gzip is undone
+  (a small gzip bomb stays small);
+- **one line per failure** (:class:`PrometheusError`): unreachable, no answer in
+  time, an HTTP status, Prometheus's own ``errorType`` and ``error``, an answer that
+  is not JSON, a result that is not a vector (or a matrix for a range query);
+- **credentials** in the URL (``http://user:pw@prom:9090``) are sent as HTTP basic
+  auth and never shown: the client is named by its URL without them;
+- **TLS** (``https://``) verifies the server's certificate against the system's CAs, or only those of
+  ``--ca-file`` (:mod:`nvtopy.sources.remote.tls`);
+- queries are POSTed form-encoded, so a long label matcher fits; ``NaN`` and
+  ``±Inf`` values parse (as floats); Prometheus's ``warnings`` (a partial answer)
+  are kept in :attr:`PrometheusClient.warnings`.
+
+Label matchers given by a user (``--where 'Hostname=~"node[1-4]"'``) are parsed
+here (:func:`parse_matchers`) and written back with :func:`quote`, never pasted:
+what reaches the server is exactly the matchers the user meant, or a usage error.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import gc
+import http.client
+import re
+import socket
+import threading
+import time
+import urllib.parse
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ..._version import __version__
+from ...boundedfile import size_text
+from ...errors import NvtopyError, UsageError
+from ...jsondecode import JsonRefusedError, decode_json
+from .tls import client_context
+
+__all__ = [
+    "MAX_BYTES",
+    "Matcher",
+    "PrometheusClient",
+    "PrometheusError",
+    "parse_matchers",
+    "paused_gc",
+    "quote",
+    "selector",
+]
+
+MAX_BYTES = 64 * 1024 * 1024  # of JSON, after gzip: 512 GPUs with their processes take about 4 MiB
+CHUNK = 64 * 1024
+GRACE = 0.2  # how long past its deadline the caller waits for a request to report its own reason
+MAX_ERROR = 200  # characters kept of a server's error text
+
+Vector = list[tuple[dict[str, str], float]]
+Matrix = list[tuple[dict[str, str], list[tuple[float, float]]]]
+
+
+class PrometheusError(NvtopyError):
+    """A request to Prometheus failed; ``str()`` is one line naming the server (never its credentials).
+
+    ``kind``: ``"unreachable"``, ``"timeout"``, ``"http"``, ``"size"`` (an answer larger than
+    allowed), ``"query"`` (Prometheus said ``status: error``; ``error_type`` is its ``errorType``,
+    e.g. ``bad_data``), ``"json"`` or ``"result"`` (a result of the wrong shape).
+    """
+
+    def __init__(self, message: str, *, kind: str = "error", error_type: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.error_type = error_type
+
+
+# ----------------------------------------------------------------- label matchers
+
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+_OPERATORS = ("=~", "!~", "!=", "=")
+_SIMPLE_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\"}
+_HEX_ESCAPES = {"x": 2, "u": 4, "U": 8}
+
+
+@dataclass(frozen=True)
+class Matcher:
+    """One label matcher: ``name op "value"`` (``op``: ``=``, ``!=``, ``=~``, ``!~``)."""
+
+    name: str
+    op: str
+    value: str
+
+    def __str__(self) -> str:
+        return f"{self.name}{self.op}{quote(self.value)}"
+
+
+def quote(value: str) -> str:
+    """``value`` as a PromQL string literal: double-quoted, with backslash, quote and control characters escaped.
+
+    Why every time: a label value from a user or a server pasted between quotes
+    could close the string and add matchers (or whole expressions) of its own.
+    Raises ValueError for text that is not valid Unicode (a lone surrogate).
+    """
+    value.encode("utf-8")  # UnicodeEncodeError (a ValueError) for a lone surrogate
+    out = ['"']
+    for char in value:
+        if char == "\\":
+            out.append("\\\\")
+        elif char == '"':
+            out.append('\\"')
+        elif char == "\n":
+            out.append("\\n")
+        elif char < " " or char == "\x7f":
+            out.append(f"\\x{ord(char):02x}")
+        else:
+            out.append(char)
+    out.append('"')
+    return "".join(out)
+
+
+def selector(*matchers: Matcher | str) -> str:
+    """``{m1, m2, ...}``: matchers (objects, or text made by :func:`quote`) as one selector."""
+    return "{" + ", ".join(str(m) for m in matchers) + "}"
+
+
+def parse_matchers(text: str, option: str = "--where") -> tuple[Matcher, ...]:
+    """Label matchers as PromQL writes them between braces: ``Hostname=~"node[1-4]", pod!=""``.
+
+    Braces around them are allowed; strings in double or single quotes (with PromQL's
+    escapes) or backticks (raw). ``__name__`` is refused: the metric names are the
+    caller's to choose. A regex is checked by the server (RE2, not Python's ``re``).
+    Raises :class:`~nvtopy.errors.UsageError` with one line saying what is wrong where.
+    """
+    body = text.strip()
+    if body.startswith("{") and body.endswith("}"):
+        body = body[1:-1]
+    matchers: list[Matcher] = []
+    position = 0
+
+    def fail(why: str) -> UsageError:
+        shown = body if len(body) <= 80 else body[:77] + "..."
+        return UsageError(f"{option} {shown!r}: {why} (at character {position + 1}); e.g. 'Hostname=~\"node[1-4]\"'")
+
+    def skip_space() -> None:
+        nonlocal position
+        while position < len(body) and body[position].isspace():
+            position += 1
+
+    while True:
+        skip_space()
+        if position >= len(body):
+            break
+        name = _LABEL_NAME.match(body, position)
+        if name is None:
+            raise fail("expected a label name")
+        position = name.end()
+        skip_space()
+        op = next((o for o in _OPERATORS if body.startswith(o, position)), None)
+        if op is None:
+            raise fail("expected =, !=, =~ or !~ after the label name")
+        position += len(op)
+        skip_space()
+        value, position = _string(body, position, fail)
+        if name.group() == "__name__":
+            raise UsageError(f"{option}: __name__ cannot be matched (the metrics are chosen by nvtopy); match labels")
+        matchers.append(Matcher(name.group(), op, value))
+        skip_space()
+        if position >= len(body):
+            break
+        if body[position] != ",":
+            raise fail("expected a comma between matchers")
+        position += 1
+    return tuple(matchers)
+
+
+def _string(body: str, position: int, fail: Any) -> tuple[str, int]:
+    """The PromQL string literal at ``position``: its value and the position after it."""
+    if position >= len(body) or body[position] not in "\"'`":
+        raise fail("expected a quoted value")
+    quote_char = body[position]
+    position += 1
+    out: list[str] = []
+    while True:
+        if position >= len(body):
+            raise fail("unterminated string")
+        char = body[position]
+        if char == quote_char:
+            position += 1
+            break
+        if char == "\n" and quote_char != "`":
+            raise fail("a newline inside a quoted string")
+        if char != "\\" or quote_char == "`":
+            out.append(char)
+            position += 1
+            continue
+        escape = body[position + 1 : position + 2]
+        if escape in _SIMPLE_ESCAPES:
+            out.append(_SIMPLE_ESCAPES[escape])
+            position += 2
+        elif escape == quote_char:
+            out.append(escape)
+            position += 2
+        elif escape in _HEX_ESCAPES:
+            digits = body[position + 2 : position + 2 + _HEX_ESCAPES[escape]]
+            if len(digits) != _HEX_ESCAPES[escape] or not all(c in "0123456789abcdefABCDEF" for c in digits):
+                raise fail(f"bad \\{escape} escape")
+            code = int(digits, 16)
+            if code > 0x10FFFF or 0xD800 <= code <= 0xDFFF:
+                raise fail(f"\\{escape}{digits} is no character")
+            out.append(chr(code))
+            position += 2 + len(digits)
+        elif escape and escape in "01234567":
+            digits = body[position + 1 : position + 4]
+            if len(digits) != 3 or not all(c in "01234567" for c in digits) or int(digits, 8) > 255:
+                raise fail("bad octal escape")
+            out.append(chr(int(digits, 8)))
+            position += 4
+        else:
+            raise fail(f"unknown escape \\{escape} (a regex's backslash is written \\\\ in PromQL)")
+    value = "".join(out)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise fail("the value is not valid UTF-8") from None
+    return value, position
+
+
+# ----------------------------------------------------------------- the client
+
+_gc_lock = threading.Lock()
+_gc_pauses = 0  # callers inside paused_gc() now
+_gc_was_enabled = False
+
+
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """No cyclic garbage collection while a large answer is decoded and turned into the model.
+
+    Why: an answer about 500 GPUs is some 30,000 JSON objects, and allocating them
+    sets off collections that walk every object alive, again and again -- more than
+    half the time of a refresh (measured: 600-800 ms with, 250-400 ms without). What
+    is made there holds no cycles; the collector runs as usual once the last caller
+    (of any thread) leaves.
+    """
+    global _gc_pauses, _gc_was_enabled
+    with _gc_lock:
+        if _gc_pauses == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_pauses += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_pauses -= 1
+            if _gc_pauses == 0 and _gc_was_enabled:
+                gc.enable()
+
+
+class _Call:
+    """One HTTP exchange on a daemon thread of its own; its socket can be shut from any thread."""
+
+    def __init__(self, client: PrometheusClient, path: str, body: bytes, deadline: float, limit: int) -> None:
+        self.client = client
+        self.path = path
+        self.body = body
+        self.deadline = deadline
+        self.limit = limit  # bytes of JSON, once gzip is undone
+        self.done = threading.Event()
+        self.answer: tuple[int, bytes] | None = None
+        self.error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._aborted = False
+
+    def start(self) -> _Call:
+        threading.Thread(target=self._run, name="nvtopy-prometheus-call", daemon=True).start()
+        return self
+
+    @property
+    def aborted(self) -> bool:
+        return self._aborted
+
+    def abort(self) -> None:
+        """Shut the socket (a read blocked on the call's thread wakes) and let the caller go at once."""
+        with self._lock:
+            self._aborted = True
+            sock = self._sock
+        self.done.set()
+        if sock is not None:
+            with contextlib.suppress(OSError):  # not connected, or closed already
+                sock.shutdown(socket.SHUT_RDWR)  # wakes a recv blocked on the call's thread
+
+    def _run(self) -> None:
+        try:
+            self.answer = self._exchange()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller, who says it in one line
+            self.error = exc
+        finally:
+            self.done.set()
+
+    def _left(self) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        return left
+
+    def _exchange(self) -> tuple[int, bytes]:
+        client = self.client
+        connection = client._connection(self._left())
+        try:
+            connection.connect()
+            with self._lock:
+                self._sock = connection.sock
+                aborted = self._aborted
+            if aborted:
+                raise TimeoutError
+            connection.putrequest("POST", client._path + self.path, skip_accept_encoding=True)
+            connection.putheader("User-Agent", f"nvtopy/{__version__}")
+            connection.putheader("Accept", "application/json")
+            connection.putheader("Accept-Encoding", "gzip")
+            connection.putheader("Content-Type", "application/x-www-form-urlencoded")
+            connection.putheader("Content-Length", str(len(self.body)))
+            if client._authorization:
+                connection.putheader("Authorization", client._authorization)
+            connection.endheaders(self.body)
+            connection.sock.settimeout(self._left())
+            response = connection.getresponse()
+            return response.status, self._read(connection, response)
+        finally:
+            connection.close()
+
+    def _read(self, connection: http.client.HTTPConnection, response: http.client.HTTPResponse) -> bytes:
+        """The whole body by the deadline, chunk by chunk, at most ``limit`` bytes once gzip is undone."""
+        limit = self.limit
+        gzipped = (response.getheader("Content-Encoding") or "").strip().lower() == "gzip"
+        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS) if gzipped else None
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            connection.sock.settimeout(self._left())
+            chunk = response.read1(CHUNK)
+            if not chunk:
+                if response.length:  # closed before the Content-Length it announced
+                    raise http.client.IncompleteRead(b"", response.length)
+                break
+            if inflate is not None:
+                chunk = inflate.decompress(chunk, limit - size + 1)
+                if inflate.unconsumed_tail:
+                    raise _TooLargeError
+            size += len(chunk)
+            if size > limit:
+                raise _TooLargeError
+            chunks.append(chunk)
+        if inflate is not None:
+            rest = inflate.flush()
+            size += len(rest)
+            if size > limit:
+                raise _TooLargeError
+            chunks.append(rest)
+        return b"".join(chunks)
+
+
+class _TooLargeError(Exception):
+    """The answer is larger than ``max_bytes``."""
+
+
+class PrometheusClient:
+    """Instant and range queries against one Prometheus server (or anything with its HTTP API: Thanos, Mimir).
+
+    ``url``: ``http[s]://[user:password@]host[:port][/prefix]`` (no scheme: http); a
+    prefix is where a reverse proxy serves the API (``/prometheus``). ``timeout``:
+    seconds per request, all of it (also sent as the query's own ``timeout``, so the
+    server gives up too). One request at a time; :meth:`abort` may come from any thread.
+    """
+
+    def __init__(
+        self, url: str, *, timeout: float = 5.0, max_bytes: int = MAX_BYTES, ca_file: str | None = None
+    ) -> None:
+        text = url.strip()
+        if not text:
+            raise UsageError("--prometheus: empty URL")
+        if "://" not in text:
+            text = "http://" + text
+        parts = urllib.parse.urlsplit(text)
+        netloc = parts.netloc.rpartition("@")[2]
+        shown = f"{parts.scheme}://{netloc}{parts.path}".rstrip("/")
+        try:
+            host, port = parts.hostname, parts.port
+        except ValueError:
+            raise UsageError(f"--prometheus {shown!r}: bad port or address") from None
+        if parts.scheme not in ("http", "https") or not host:
+            raise UsageError(f"--prometheus {shown!r}: give http://HOST:PORT (or https://)")
+        if parts.query or parts.fragment:
+            raise UsageError(f"--prometheus {shown!r}: give the server's URL, without a query")
+        self.url = shown  # never the credentials: what messages and titles show
+        self.label = netloc  # host:port, for one-line messages
+        self.timeout = timeout
+        self.max_bytes = max_bytes
+        self.queries = 0  # HTTP requests made so far
+        self.warnings: list[str] = []  # Prometheus's warnings in the last answer (a partial answer)
+        self.evaluated_at: float | None = None  # the server's evaluation time of the last instant query
+        self._https = parts.scheme == "https"
+        self._host = host
+        self._port = port
+        self._path = parts.path.rstrip("/")
+        self._authorization: str | None = None
+        if parts.username is not None:  # urllib's parts, sent as basic auth: never in a message
+            user = urllib.parse.unquote(parts.username)
+            password = urllib.parse.unquote(parts.password or "")
+            self._authorization = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+        self._call: _Call | None = None
+        self._ssl: Any = client_context(ca_file)  # --ca-file: read now (a usage error); None: made when first needed
+
+    def __repr__(self) -> str:
+        return f"PrometheusClient({self.url!r})"
+
+    # ----------------------------------------------------------------- the API
+
+    def query(self, expr: str, at: float | None = None, *, max_bytes: int | None = None) -> Vector:
+        """An instant query: each series' labels and value (``NaN``, ``±Inf`` included) at ``at`` (default: now).
+
+        :attr:`evaluated_at` becomes the time the server evaluated it at (its clock, not ours).
+        ``max_bytes``: a smaller bound than the client's for this answer (a list of hosts, not their GPUs).
+        """
+        form = {"query": expr, "timeout": f"{self.timeout:g}s"}
+        if at is not None:
+            form["time"] = repr(float(at))
+        data = self._post("/api/v1/query", form, max_bytes)
+        if data.get("resultType") != "vector":
+            raise self._error(f"answered a {_shown_type(data)} where a vector was asked for", "result")
+        result = data.get("result")
+        if not isinstance(result, list):
+            raise self._error("answered a malformed result", "result")
+        out: Vector = []
+        evaluated = at
+        try:
+            for item in result:
+                metric = item["metric"]
+                _, value = item["value"]
+                "".join(metric.values())  # TypeError unless every label value is text (fast: in C)
+                out.append((metric, float(value)))
+            if result:
+                evaluated = float(result[0]["value"][0])
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+            raise self._error("answered a malformed vector", "result") from None
+        self.evaluated_at = evaluated
+        return out
+
+    def query_range(self, expr: str, start: float, end: float, step: float) -> Matrix:
+        """A range query: each series' labels and its (time, value) points from ``start`` to ``end``, every ``step``."""
+        form = {
+            "query": expr,
+            "start": repr(float(start)),
+            "end": repr(float(end)),
+            "step": repr(float(step)),
+            "timeout": f"{self.timeout:g}s",
+        }
+        data = self._post("/api/v1/query_range", form)
+        if data.get("resultType") != "matrix":
+            raise self._error(f"answered a {_shown_type(data)} where a matrix was asked for", "result")
+        result = data.get("result")
+        if not isinstance(result, list):
+            raise self._error("answered a malformed result", "result")
+        out: Matrix = []
+        try:
+            for item in result:
+                metric = item["metric"]
+                "".join(metric.values())  # TypeError unless every label value is text
+                out.append((metric, [(float(t), float(v)) for t, v in item["values"]]))
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+            raise self._error("answered a malformed matrix", "result") from None
+        return out
+
+    def abort(self) -> None:
+        """Cut the request in progress off (from any thread): it fails at once as not answered in time."""
+        call = self._call
+        if call is not None:
+            call.abort()
+
+    # ----------------------------------------------------------------- one request
+
+    def _connection(self, timeout: float) -> http.client.HTTPConnection:
+        if not self._https:
+            return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+        if self._ssl is None:
+            import ssl
+
+            self._ssl = ssl.create_default_context()  # the system's CAs (--ca-file: see .https); the host name too
+        return http.client.HTTPSConnection(self._host, self._port, timeout=timeout, context=self._ssl)
+
+    def _post(self, path: str, form: dict[str, str], max_bytes: int | None = None) -> dict[str, Any]:
+        """POST ``form`` to ``path``; the answer's ``data`` (warnings kept), or PrometheusError in one line."""
+        limit = self.max_bytes if max_bytes is None else min(max_bytes, self.max_bytes)
+        self.warnings = []
+        self.queries += 1
+        try:
+            body = urllib.parse.urlencode(form).encode("utf-8")
+        except UnicodeEncodeError:
+            raise UsageError("the query is not valid UTF-8") from None
+        call = self._call = _Call(self, path, body, time.monotonic() + self.timeout, limit)
+        try:
+            call.start()
+        except RuntimeError:  # no thread to be had (a process at its limit)
+            raise self._error("not asked (no thread available)", "unreachable") from None
+        if not call.done.wait(self.timeout + GRACE):
+            call.abort()  # its thread ends as soon as the socket says so; a name lookup ends by itself
+            raise self._error(f"no answer within {self.timeout:g} s", "timeout")
+        if call.aborted:  # abort() from another thread (the source stopping): whatever the socket said after
+            raise self._error("request cut off", "timeout")
+        if call.error is not None:
+            raise self._failure(call.error, limit) from None
+        assert call.answer is not None
+        status, raw = call.answer
+        refused: JsonRefusedError | None = None
+        with paused_gc():
+            try:
+                answer = decode_json(raw)
+            except JsonRefusedError as exc:  # as a recording's line: malformed, nested too deeply, a number too long
+                answer, refused = None, exc
+        if status == 200 and refused is not None and not refused.syntax:
+            raise self._error(f"answered JSON that cannot be read ({refused})", "json")
+        if status != 200 or not isinstance(answer, dict) or answer.get("status") != "success":
+            if isinstance(answer, dict) and answer.get("status") == "error":
+                kind = _excerpt(answer.get("errorType"), 40)
+                why = _excerpt(answer.get("error"), MAX_ERROR)
+                raise self._error(f"query error ({kind}): {why}", "query", error_type=kind)
+            if status != 200:
+                raise self._error(f"answered HTTP {status}", "http")
+            raise self._error("answered something that is not Prometheus's JSON", "json")
+        warnings = answer.get("warnings")
+        if isinstance(warnings, list):
+            self.warnings = [_excerpt(w, MAX_ERROR) for w in warnings[:10]]
+        data = answer.get("data")
+        if not isinstance(data, dict):
+            raise self._error("answered without data", "result")
+        return data
+
+    def _error(self, what: str, kind: str, error_type: str | None = None) -> PrometheusError:
+        return PrometheusError(f"prometheus {self.label}: {what}", kind=kind, error_type=error_type)
+
+    def _failure(self, exc: BaseException, limit: int) -> PrometheusError:
+        """One line for what went wrong in the exchange (``limit``: the bytes the answer was allowed)."""
+        if isinstance(exc, TimeoutError):
+            return self._error(f"no answer within {self.timeout:g} s", "timeout")
+        if isinstance(exc, _TooLargeError):
+            return self._error(f"answer larger than {size_text(limit)}", "size")
+        if isinstance(exc, zlib.error):
+            return self._error("answered broken gzip", "http")
+        if isinstance(exc, http.client.IncompleteRead):
+            return self._error("answer cut short", "http")
+        if isinstance(exc, (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)):
+            return self._error("closed the connection without answering", "unreachable")
+        if isinstance(exc, http.client.HTTPException):
+            return self._error(f"not an HTTP answer ({type(exc).__name__})", "http")
+        verify = getattr(exc, "verify_message", None)  # ssl.SSLCertVerificationError's own words
+        if verify:
+            return self._error(f"TLS certificate not trusted: {_excerpt(verify, 120)}", "unreachable")
+        if isinstance(exc, OSError):  # refused, no route, unknown name, another TLS failure
+            reason = getattr(exc, "reason", None) or exc.strerror or str(exc) or type(exc).__name__
+            return self._error(f"unreachable: {_excerpt(reason, 120).lower()}", "unreachable")
+        return self._error(f"could not be read ({type(exc).__name__})", "unreachable")
+
+
+def _shown_type(data: dict[str, Any]) -> str:
+    kind = data.get("resultType")
+    return _excerpt(kind, 20) if isinstance(kind, str) else "result without a type"
+
+
+def _excerpt(text: object, limit: int) -> str:
+    """A server's text in one line of at most ``limit`` characters (the views make it terminal-safe)."""
+    line = " ".join(str(text if text is not None else "").split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
