@@ -1084,7 +1084,7 @@ def test_through_dispatch_once_registered(monkeypatch, capsys):
     """The COMMANDS entry the report asks for: ``nvtopy doctor`` reaches this module through dispatch."""
     from nvtopy.commands import dispatch
 
-    monkeypatch.setitem(COMMANDS, "doctor", ("doctor", "check the driver, GPUs and setup; print fixes"))
+    monkeypatch.setitem(COMMANDS, "doctor", ("doctor.command", "check the driver, GPUs and setup; print fixes"))
     assert dispatch.main(["doctor", "--demo", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["backend"] == "simulated"
     assert dispatch.main(["doctor", "--demo", "--demo-fault", "lost@1"]) == 1
