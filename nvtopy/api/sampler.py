@@ -75,7 +75,8 @@ def _value(snapshot_gpu: GpuState, metric: str, pid: int, limited: bool = False)
         return None
     if metric in _ACTIVITY and limited:
         return _slices_activity(snapshot_gpu, _ACTIVITY.index(metric))
-    return getattr(snapshot_gpu.sample, metric)
+    value: float | None = getattr(snapshot_gpu.sample, metric)  # a metric name checked when the sampler was made
+    return value
 
 
 def _slices_activity(gpu: GpuState, which: int) -> float | None:
@@ -147,7 +148,8 @@ class Sampler:
             self._limited = frozenset(selection.instances)
             poller = Poller(backend, interval=self.interval, groups=SAMPLER_GROUPS, join=False, collector=collector)
             poller.subscribe(self._received)
-            self._poller = poller.start()
+            poller.start()
+            self._poller = poller
             return self
 
     def stop(self) -> None:

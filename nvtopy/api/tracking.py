@@ -358,18 +358,18 @@ class track:  # noqa: N801 - used like a function: ``with nvtopy.track(...)`` / 
     # ----------------------------------------------------------------- decorator
 
     def __call__(self, function: F) -> F:
-        options = {
-            "interval": self.interval,
-            "gpus": self.gpus,
-            "logger": self.logger,
-            "callback": self.callback,
-            "level": self.level,
-        }
         name = self.name or function.__qualname__
 
         @functools.wraps(function)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            tracker = track(name, **options)
+            tracker = track(
+                name,
+                interval=self.interval,
+                gpus=self.gpus,
+                logger=self.logger,
+                callback=self.callback,
+                level=self.level,
+            )
             try:
                 with tracker:
                     return function(*args, **kwargs)
@@ -495,7 +495,7 @@ def _targets(gpus: Sequence[int | str]) -> list[Target]:
     return [(i, uuid) for i in selection.indices for uuid in limited.get(i, (None,))]
 
 
-def _own(gpu: Any, pid: int) -> int | None:
+def _own(gpu: GpuState | None, pid: int) -> int | None:
     if gpu is None:
         return None
     for proc in gpu.processes:

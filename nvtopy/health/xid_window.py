@@ -52,7 +52,7 @@ class XidCount(NamedTuple):
 
     xid: int | None
     severity: Severity
-    count: int
+    count: int  # type: ignore[assignment]  # a field named as the figure is; it shadows tuple.count, unused here
     newest: float  # Unix time
 
 

@@ -440,8 +440,8 @@ def _with_slurm_env(owner: ProcessOwner, env: dict[str, str] | None) -> ProcessO
     if owner.kind is OwnerKind.SLURM:
         return replace(owner, name=name) if owner.job == job_id else owner
     if _cgroup_leaves_owner_open(owner):
-        step = env.get("SLURM_STEP_ID", "").strip()
-        step = step if step and len(step) <= 64 and "/" not in step else None
+        given = env.get("SLURM_STEP_ID", "").strip()
+        step = given if given and len(given) <= 64 and "/" not in given else None
         return ProcessOwner(kind=OwnerKind.SLURM, id=job_id, name=name, job=job_id, step=step, cgroup=owner.cgroup)
     return owner
 

@@ -229,8 +229,8 @@ class PidMapper:
     def _prove(self, gpus: Sequence[GpuPids], unproven: set[int]) -> None:
         starts_us: dict[int, int] = {}
         for gpu in gpus:
-            for pid, start in (gpu.start_us or {}).items():
-                starts_us.setdefault(pid, start)
+            for pid, start_us in (gpu.start_us or {}).items():
+                starts_us.setdefault(pid, start_us)
         # GPUs whose only NVML process is unproven: minor -> that host pid
         sole = {
             gpu.minor: gpu.host_pids[0]

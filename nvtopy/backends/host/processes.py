@@ -111,13 +111,13 @@ class _Entry:
         name: str | None,
         command: str | None,
         reasons: dict[str, Reason] | None = None,
-        first: tuple[str, Any, int] | None = None,
+        first: tuple[str, Any, int, int] | None = None,
     ) -> None:
         self.process = process
         self.create_time = create_time
         self.user, self.uid, self.name, self.command = user, uid, name, command
         self.reasons: dict[str, Reason] = reasons if reasons is not None else {}
-        self.first = first  # (status, cpu times, rss) read with the static facts, used once
+        self.first = first  # (status, cpu times, rss, ppid) read with the static facts, used once
         self.last_cpu: float | None = None  # user+system seconds at the previous reading
         self.last_wall: float | None = None
         self.last_percent: float | None = None  # the CPU % last reported (a too-short window repeats it)

@@ -19,7 +19,7 @@ this module must not import ``nvml`` (no import cycles), so it names only what i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from ...model import SAMPLE_GROUPS, NvLink, Reason
@@ -140,7 +140,7 @@ class NvmlHealthReaders:
         return decoded
 
     def _group_by_fields(
-        self, gpu: _GpuLike, reading: Reading, key: str, fields: dict[str, tuple[int, Callable[[int], Any]]]
+        self, gpu: _GpuLike, reading: Reading, key: str, fields: Mapping[str, tuple[int, Callable[[int], Any]]]
     ) -> bool:
         """Fill ``fields`` (name -> (field id, convert)) from one field-values call.
 
@@ -343,7 +343,7 @@ class NvmlHealthReaders:
         for name, kind in (("nvlink_rx_bytes_per_s", "rx"), ("nvlink_tx_bytes_per_s", "tx")):
             per_link = [rates[(link, kind)] for link in links]
             if all(rate is not None for rate in per_link):
-                reading.values[name] = sum(per_link)  # type: ignore[arg-type]
+                reading.values[name] = sum(rate for rate in per_link if rate is not None)
             else:
                 # The first reading has no rate yet; else the reason a counter could not be read.
                 reading.unavailable[name] = next(iter(failures), Reason.NOT_AVAILABLE)

@@ -290,8 +290,7 @@ class SimulatedBackend(Backend):
         self._count("static")
         model = self.model
         if index in self.faults.no_permission:
-            reasons = dict.fromkeys(STATIC_FIELDS, Reason.NO_PERMISSION)
-            return GpuStatic(index=index, unavailable=freeze(reasons))
+            return GpuStatic(index=index, unavailable=freeze(dict.fromkeys(STATIC_FIELDS, Reason.NO_PERMISSION)))
         values: dict[str, object] = {
             "uuid": self._uuid(index),
             "name": model.name,
@@ -421,7 +420,8 @@ class SimulatedBackend(Backend):
 
     def _load(self, gpu: int) -> float:
         """How busy a GPU's jobs are (0.3..1): real nodes mix saturated and half-idle GPUs."""
-        return 0.3 + 0.7 * random.Random(f"load/{self.seed}/{gpu}").random() ** 0.5
+        draw: float = random.Random(f"load/{self.seed}/{gpu}").random() ** 0.5  # float ** float is typed Any
+        return 0.3 + 0.7 * draw
 
     def _schedule(self, gpu: int, slot: int, now: float) -> list[_Job]:
         """Jobs of one slot up to ``now`` (generated lazily; only recent ones kept)."""
@@ -864,9 +864,9 @@ class SimulatedBackend(Backend):
             return result
         by_pid: dict[int, _Job] = {}
         for gpu in range(self._gpus):
-            for job in self._jobs(gpu, now):
-                if job.pid in wanted:
-                    by_pid.setdefault(job.pid, job)
+            for running in self._jobs(gpu, now):
+                if running.pid in wanted:
+                    by_pid.setdefault(running.pid, running)
         for pid in wanted:
             job = by_pid.get(pid)
             if job is None or job.vanished:
@@ -1059,7 +1059,7 @@ class SimulatedBackend(Backend):
         else:
             self._memory_override[pid] = int(size)
 
-    def simulate_pid_reuse(self, pid: int) -> int | None:
+    def simulate_pid_reuse(self, pid: int) -> float | None:
         """End the simulated process ``pid`` and start another one under the same pid (tests).
 
         Returns the new process's create time, or None if no such simulated process.

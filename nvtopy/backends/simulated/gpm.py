@@ -12,6 +12,7 @@ tell the same story. Boards before Hopper have no GPM: NotSupported.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from ...model import GPM_FIELDS, GPM_RATE_FIELDS, MIG_GPM_FIELDS, MigInstance
 from .catalog import GpuModel
@@ -71,7 +72,7 @@ def gpm_values(
 
 def mig_gpm_values(
     instance: MigInstance, *, busy: bool, tensor_share: float, now: float, phase: float
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """One MIG instance's own activity: busy while a process runs on it (its own phase per GPU instance)."""
     phase += 0.9 * (instance.gpu_instance_id or 0)
     util = (70 + 20 * math.sin(2 * math.pi * now / 31 + phase)) if busy else 0.0
