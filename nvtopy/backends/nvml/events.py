@@ -94,8 +94,7 @@ def merge_notes(notes: dict[int, str], gpus: int) -> dict[int | None, str]:
     """Per-GPU notes; one note under ``None`` when every GPU has the same one (said once, not per GPU)."""
     if gpus and len(notes) == gpus and len(set(notes.values())) == 1:
         return {None: next(iter(notes.values()))}
-    merged: dict[int | None, str] = dict(notes)
-    return merged
+    return dict(notes.items())  # items(), not the dict: its key type widens to int | None
 
 
 def handle_key(handle: Any) -> int:
