@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["FORMULA_START", "escape_text", "formula_safe", "safe_text", "unescape_bytes", "unescape_text"]
+__all__ = ["FORMULA_START", "escape_text", "excerpt", "formula_safe", "safe_text", "unescape_bytes", "unescape_text"]
 
 # C0 controls, DEL and C1 controls -> visible escapes; tab and newline get short forms.
 _TABLE: dict[int, str] = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
@@ -119,3 +119,48 @@ def formula_safe(text: str) -> str:
     negative figure stays a number.
     """
     return "'" + text if text.startswith(FORMULA_START) else text
+
+
+def excerpt(
+    value: object,
+    limit: int = 100,
+    *,
+    mark: str = "…",
+    safe: bool = True,
+    whole_escapes: bool = False,
+    ascii_only: bool = False,
+    mark_within: bool = True,
+) -> str:
+    """Outside text (a value, an exception's message, a server's words) for a one-line message: short.
+
+    The one helper every "quote briefly what the outside said" message uses: ``str(value)``,
+    whole if it fits in ``limit`` characters, else cut and ``mark`` added. By default it is made
+    visible first (:func:`safe_text`) and ``limit`` counts what is shown. Options, each for a
+    caller that needs it:
+
+    - ``mark_within``: the mark counts in ``limit`` (the result is at most ``limit`` long);
+      False: up to ``limit`` characters are kept and the mark follows them;
+    - ``safe=False``: the text as it is (a caller whose readers make it safe where they show it);
+    - ``whole_escapes``: an escape is never cut in half (by default the cut is character by character);
+    - ``ascii_only`` (with ``whole_escapes``): non-ASCII shown as ``\\xNN``/``\\uNNNN``, as repr()
+      would -- for text that quotes a peer's bytes decoded as Latin-1 (http.client's status line).
+    """
+    text = str(value)
+    budget = limit - len(mark) if mark_within else limit
+    if not whole_escapes:
+        if safe:
+            text = safe_text(text)
+        return text if len(text) <= limit else text[:budget] + mark
+    pieces = [safe_text(char) for char in text[: limit + 1]]  # each one character or more: enough to decide
+    if ascii_only:
+        pieces = [piece.encode("ascii", "backslashreplace").decode("ascii") for piece in pieces]
+    if sum(map(len, pieces)) <= limit:
+        return "".join(pieces)
+    out: list[str] = []
+    size = 0
+    for piece in pieces:
+        if size + len(piece) > budget:
+            break
+        out.append(piece)
+        size += len(piece)
+    return "".join(out) + mark

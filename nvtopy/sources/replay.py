@@ -85,6 +85,7 @@ from ..model import (
     freeze,
 )
 from ..ranges import FIELD_RANGES
+from ..textsafe import excerpt as _excerpt  # outside text in a one-line message: visible, and short
 from ..textsafe import safe_text, unescape_text
 from .base import SnapshotSource
 from .collector import processes_hint
@@ -156,12 +157,6 @@ class _DamageError(Exception):
 
 
 # ----------------------------------------------------------------- values, checked
-
-
-def _excerpt(value: object, limit: int = 100) -> str:
-    """Outside text (a value, an exception's message) for a one-line message: visible, and short."""
-    text = safe_text(str(value))
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _number(value: Any, name: str) -> int | float | None:

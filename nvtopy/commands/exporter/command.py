@@ -2,7 +2,9 @@
 
 Why from the snapshot: a scrape only renders what the poller thread last
 collected, so any number of scrapers (Prometheus, a second Prometheus, curl)
-never adds a single NVML call. The HTTP server is prometheus-client's own.
+never adds a single NVML call. The HTTP(S) server is :mod:`.server` (deadlines, TLS,
+a bounded pool of threads), what it answers :mod:`.app`; this module is the command:
+its options, and the wiring from them to a poller and a server.
 
 Names and labels follow dcgm-exporter (see :mod:`nvtopy.formats.dcgm`), so its Grafana
 dashboards work unchanged. dcgm-exporter declares energy and ECC totals as
@@ -35,12 +37,15 @@ import logging
 import signal
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ...errors import UsageError
 from ...model import ALL_GROUPS
 from .. import options
 from .server import serve
+
+if TYPE_CHECKING:
+    import ssl
 
 __all__ = ["build_parser", "parse_listen", "run", "tls_from_args"]
 
@@ -122,7 +127,7 @@ def _hostname(text: str) -> str:
     return text
 
 
-def tls_from_args(args: argparse.Namespace) -> Any:
+def tls_from_args(args: argparse.Namespace) -> ssl.SSLContext | None:
     """The ``ssl.SSLContext`` the TLS options ask for, or None for plain HTTP. Raises UsageError."""
     cert, key, client_ca = args.tls_cert, args.tls_key, args.tls_client_ca
     if cert is None:
@@ -146,7 +151,7 @@ def run(command: str, args: argparse.Namespace) -> int:
     server = None
     # SIGTERM stops cleanly from the start: once the port answers, a stop must not kill the process.
     stop = threading.Event()
-    previous: Any = None
+    previous: signal._HANDLER = None  # SIGTERM's handler before ours, put back at the end
     try:
         previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
         collector = Collector(backend, history=1, thresholds=options.health_thresholds(args), timeline=False)

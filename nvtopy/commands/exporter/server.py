@@ -12,10 +12,9 @@ handshake included), and the number of waiting connections is capped
 (:data:`MAX_PENDING`). Writing a response has a deadline of its own
 (:data:`WRITE_TIMEOUT`, in total, not per send).
 
-Scrapes are answered from :class:`~nvtopy.formats.prometheus.Exposition`: the
-bytes of the latest snapshot (and their gzip), made once per snapshot and
-shared (a ``name[]`` filter gets the families it names). Other methods go to
-prometheus-client's own WSGI app, as they always did.
+What a request gets is :mod:`.app`'s WSGI app: the bytes of the latest snapshot
+(:class:`~nvtopy.formats.prometheus.Exposition`), made once per snapshot and shared.
+:func:`serve` wires a source (:class:`~.app.SnapshotHolder`) to a :class:`MetricsServer`.
 """
 
 from __future__ import annotations
@@ -29,18 +28,20 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, cast
+from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer
 
 from ...errors import NvtopyError, UsageError
 from ...formats.prometheus import Exposition
 from ...sources.base import SnapshotSource
 from ...textsafe import safe_text
+from .app import SnapshotHolder, WsgiApp, metrics_app
 
 if TYPE_CHECKING:
     import ssl
 
-__all__ = ["MAX_PENDING", "WORKERS", "serve", "tls_context"]
+
+__all__ = ["MAX_PENDING", "WORKERS", "MetricsServer", "serve", "tls_context"]
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ PLAIN_HTTP_REFUSAL = (
 MAX_HEAD = 65536 + 2  # a request line longer than this gets wsgiref's 414 from a worker
 
 
-def _head_complete(data: bytes) -> bool:
+def _head_complete(data: bytes | bytearray) -> bool:
     """Whether ``data`` holds a whole request head (or an HTTP/0.9 request line, which has none)."""
     if b"\r\n\r\n" in data or b"\n\n" in data:
         return True
@@ -133,44 +134,48 @@ class _SocketWriter(io.BufferedIOBase):
         return size
 
 
-def _handler_class() -> type:
-    from wsgiref.simple_server import ServerHandler, WSGIRequestHandler
+class _QuietServerHandler(ServerHandler):
+    """wsgiref's handler prints a traceback to stderr when the app fails: one log line instead."""
 
-    class QuietServerHandler(ServerHandler):
-        """wsgiref's handler prints a traceback to stderr when the app fails: one log line instead."""
+    request_handler: WSGIRequestHandler  # set as wsgiref's own handle() sets it (for its logging)
 
-        def log_exception(self, exc_info: Any) -> None:
-            log.error("exporter request failed: %s: %s", exc_info[0].__name__, safe_text(str(exc_info[1])))
+    def log_exception(self, exc_info: Any) -> None:
+        log.error("exporter request failed: %s: %s", exc_info[0].__name__, safe_text(str(exc_info[1])))
 
-    class Handler(WSGIRequestHandler):
-        """wsgiref's handler, on a connection whose request head the dispatcher already read."""
 
-        def setup(self) -> None:
-            connection, head, deadline = self.request
-            self.request = self.connection = connection
-            connection.settimeout(max(0.001, deadline - time.monotonic()))
-            self.rfile = io.BufferedReader(_HeadReader(head, connection, deadline))
-            self.wfile = _SocketWriter(connection, deadline)  # until the request is read: the request's deadline
+class _RequestHandler(WSGIRequestHandler):
+    """wsgiref's handler, on a connection whose request head the dispatcher already read.
 
-        def handle(self) -> None:  # WSGIRequestHandler.handle, with a timeout for the response
-            self.raw_requestline = self.rfile.readline(65537)
-            if len(self.raw_requestline) > 65536:
-                self.requestline = self.request_version = self.command = ""
-                self.send_error(414)
-                return
-            if not self.parse_request():  # an error was sent
-                return
-            self.wfile = _SocketWriter(self.connection, time.monotonic() + WRITE_TIMEOUT)
-            handler = QuietServerHandler(
-                self.rfile, self.wfile, self.get_stderr(), self.get_environ(), multithread=False
-            )
-            handler.request_handler = self
-            handler.run(self.server.get_app())
+    ``request`` is what :class:`MetricsServer`'s worker hands it: (connection, the head, the request's deadline).
+    """
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # like prometheus-client's own handler: no access log
+    server: WSGIServer
 
-    return Handler
+    def setup(self) -> None:
+        connection, head, deadline = self.request
+        self.request = self.connection = connection
+        connection.settimeout(max(0.001, deadline - time.monotonic()))
+        self.rfile = io.BufferedReader(_HeadReader(head, connection, deadline))
+        self.wfile = _SocketWriter(connection, deadline)  # until the request is read: the request's deadline
+
+    def handle(self) -> None:  # WSGIRequestHandler.handle, with a timeout for the response
+        self.raw_requestline = self.rfile.readline(65537)
+        if len(self.raw_requestline) > 65536:
+            self.requestline = self.request_version = self.command = ""
+            self.send_error(414)
+            return
+        if not self.parse_request():  # an error was sent
+            return
+        writer = self.wfile = _SocketWriter(self.connection, time.monotonic() + WRITE_TIMEOUT)
+        stdout = cast("IO[bytes]", writer)  # ServerHandler only writes and flushes it
+        handler = _QuietServerHandler(self.rfile, stdout, self.get_stderr(), self.get_environ(), multithread=False)
+        handler.request_handler = self
+        app = self.server.get_app()
+        assert app is not None  # MetricsServer sets it before it listens
+        handler.run(app)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # like prometheus-client's own handler: no access log
 
 
 class _Pending:
@@ -184,221 +189,245 @@ class _Pending:
         self.writing = False  # the handshake waits to write (registered for EVENT_WRITE)
 
 
-def _server_class() -> type:
-    from wsgiref.simple_server import WSGIServer
+class MetricsServer(WSGIServer):
+    """wsgiref's WSGI server with a fixed pool of workers instead of a thread per connection.
 
-    class MetricsServer(WSGIServer):
-        """wsgiref's WSGI server with a fixed pool of workers instead of a thread per connection.
+    Why: prometheus-client's server starts a thread per connection and waits
+    without a deadline, so 2,000 idle connections made 2,000 threads and
+    scrapes of seconds. Here one dispatcher thread accepts connections and
+    collects each request's head without blocking (an idle or slow client
+    costs a socket, no thread, and is closed after REQUEST_DEADLINE); only a
+    complete request goes to one of WORKERS threads. Every wait is bounded.
+    """
 
-        Why: prometheus-client's server starts a thread per connection and waits
-        without a deadline, so 2,000 idle connections made 2,000 threads and
-        scrapes of seconds. Here one dispatcher thread accepts connections and
-        collects each request's head without blocking (an idle or slow client
-        costs a socket, no thread, and is closed after REQUEST_DEADLINE); only a
-        complete request goes to one of WORKERS threads. Every wait is bounded.
-        """
+    request_queue_size = 128  # listen backlog: a burst of connects waits in the kernel
 
-        request_queue_size = 128  # listen backlog: a burst of connects waits in the kernel
+    def __init__(
+        self,
+        address: tuple[str, int],
+        family: socket.AddressFamily,
+        app: WsgiApp,
+        *,
+        tls: ssl.SSLContext | None = None,
+        exposition: Exposition | None = None,
+    ) -> None:
+        """Bind and listen on ``address`` (a resolved one, of ``family``) and start the workers; ``serve_forever``
+        then dispatches. ``app`` answers each request; ``tls``: HTTPS; ``exposition``: closed with the server.
+        OSError when the address cannot be bound (:meth:`listen` says it in words)."""
+        self.address_family = family
+        self.tls = tls
+        self._stop = threading.Event()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._jobs: queue.Queue[tuple[socket.socket, Any, bytes, float] | None] = queue.Queue(MAX_QUEUED)
+        self._pending: dict[socket.socket, _Pending] = {}  # oldest first
+        self.workers: list[threading.Thread] = []
+        self.exposition = exposition  # closed with the server: the poller may outlive it
+        super().__init__(address, _RequestHandler)  # binds and listens (OSError: closed again)
+        self.set_app(app)
+        self.socket.setblocking(False)
+        self.workers = [
+            threading.Thread(target=self._work, name=f"nvtopy-exporter-{i}", daemon=True) for i in range(WORKERS)
+        ]
+        for worker in self.workers:
+            worker.start()
 
-        def __init__(self, address: tuple[str, int], family: int, app: Any, tls: ssl.SSLContext | None) -> None:
-            self.address_family = family
-            self.tls = tls
-            self._stop = threading.Event()
-            self._idle = threading.Event()
-            self._idle.set()
-            self._wake_r, self._wake_w = socket.socketpair()
-            self._wake_r.setblocking(False)
-            self._wake_w.setblocking(False)
-            self._jobs: queue.Queue[tuple[socket.socket, Any, bytes, float] | None] = queue.Queue(MAX_QUEUED)
-            self._pending: dict[socket.socket, _Pending] = {}  # oldest first
-            self.workers: list[threading.Thread] = []
-            self.exposition: Exposition | None = None  # set by serve(); closed with the server
-            super().__init__(address, _handler_class())  # binds and listens (OSError: closed again)
-            self.set_app(app)
-            self.socket.setblocking(False)
-            self.workers = [
-                threading.Thread(target=self._work, name=f"nvtopy-exporter-{i}", daemon=True) for i in range(WORKERS)
-            ]
-            for worker in self.workers:
-                worker.start()
+    @classmethod
+    def listen(
+        cls,
+        host: str,
+        port: int,
+        app: WsgiApp,
+        *,
+        tls: ssl.SSLContext | None = None,
+        exposition: Exposition | None = None,
+    ) -> MetricsServer:
+        """A server on ``host:port`` (a name or an address, IPv4 or IPv6). Raises NvtopyError in one line."""
+        try:
+            family, _, _, _, sockaddr = socket.getaddrinfo(
+                host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+            )[0]
+            return cls((str(sockaddr[0]), port), family, app, tls=tls, exposition=exposition)
+        except OSError as exc:
+            raise NvtopyError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
-        # ------------------------------------------------------------- the dispatcher
+    # ------------------------------------------------------------- the dispatcher
 
-        def serve_forever(self, poll_interval: float = 0.5) -> None:
-            self._idle.clear()
-            selector = selectors.DefaultSelector()
-            selector.register(self.socket, selectors.EVENT_READ, "listen")
-            selector.register(self._wake_r, selectors.EVENT_READ, "wake")
-            try:
-                while not self._stop.is_set():
-                    now = time.monotonic()
-                    oldest = next(iter(self._pending.values()), None)
-                    timeout = poll_interval if oldest is None else min(poll_interval, oldest.deadline - now)
-                    for key, _ in selector.select(max(0.0, timeout)):
-                        if key.data == "listen":
-                            self._accept(selector)
-                        elif key.data == "wake":
-                            with contextlib.suppress(OSError):
-                                self._wake_r.recv(4096)
-                        else:
-                            self._read(selector, key.fileobj)  # type: ignore[arg-type]
-                    now = time.monotonic()
-                    while self._pending:  # oldest first: stop at the first still in time
-                        connection, pending = next(iter(self._pending.items()))
-                        if pending.deadline > now:
-                            break
-                        self._drop(selector, connection)
-            finally:
-                for connection in list(self._pending):
-                    self._drop(selector, connection)
-                selector.close()
-                self._idle.set()
-
-        def _accept(self, selector: selectors.BaseSelector) -> None:
-            for _ in range(MAX_PENDING):  # what is waiting now, then the others get a turn
-                try:
-                    connection, address = self.socket.accept()
-                except (BlockingIOError, InterruptedError):
-                    return
-                except OSError:  # out of descriptors (EMFILE) or the peer gave up: free one, try later
-                    if self._pending:
-                        self._drop(selector, next(iter(self._pending)))
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        self._idle.clear()
+        selector = selectors.DefaultSelector()
+        selector.register(self.socket, selectors.EVENT_READ, "listen")
+        selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        try:
+            while not self._stop.is_set():
+                now = time.monotonic()
+                oldest = next(iter(self._pending.values()), None)
+                timeout = poll_interval if oldest is None else min(poll_interval, oldest.deadline - now)
+                for key, _ in selector.select(max(0.0, timeout)):
+                    if key.data == "listen":
+                        self._accept(selector)
+                    elif key.data == "wake":
+                        with contextlib.suppress(OSError):
+                            self._wake_r.recv(4096)
                     else:
-                        self._stop.wait(0.05)
-                    return
-                connection.setblocking(False)
-                if self.tls is not None:  # the handshake is done by _read, as the client's bytes come
-                    try:
-                        connection = self.tls.wrap_socket(connection, server_side=True, do_handshake_on_connect=False)
-                    except OSError:  # gone already
-                        connection.close()
-                        continue
-                if len(self._pending) >= MAX_PENDING:
-                    self._drop(selector, next(iter(self._pending)))
-                deadline = time.monotonic() + REQUEST_DEADLINE  # handshake and request head, both
-                self._pending[connection] = _Pending(address, deadline, self.tls is not None)
-                selector.register(connection, selectors.EVENT_READ, "client")
-
-        def _read(self, selector: selectors.BaseSelector, connection: socket.socket) -> None:
-            pending = self._pending.get(connection)
-            if pending is None:
-                return
-            if pending.handshaking and not self._handshake(selector, connection, pending):
-                return
-            while True:
-                try:
-                    chunk = connection.recv(65536)
-                except (BlockingIOError, InterruptedError):
-                    return
-                except OSError as exc:
-                    if not _tls_wants(exc):  # a TLS socket raises SSLWantReadError for "nothing yet"
-                        self._drop(selector, connection)
-                    return
-                if chunk:
-                    pending.data += chunk
-                if _head_complete(pending.data) or len(pending.data) > MAX_HEAD:
-                    break
-                if not chunk:  # closed before a whole request head: no request to answer, nobody to read it
+                        self._read(selector, key.fileobj)  # type: ignore[arg-type]
+                now = time.monotonic()
+                while self._pending:  # oldest first: stop at the first still in time
+                    connection, pending = next(iter(self._pending.items()))
+                    if pending.deadline > now:
+                        break
                     self._drop(selector, connection)
-                    return
-                # TLS: what OpenSSL already decrypted wakes no selector; read it now. Plain: wait for the next event.
-                if self.tls is None or not connection.pending():  # type: ignore[attr-defined]
-                    return
-            selector.unregister(connection)
-            del self._pending[connection]
-            connection.setblocking(True)
+        finally:
+            for connection in list(self._pending):
+                self._drop(selector, connection)
+            selector.close()
+            self._idle.set()
+
+    def _accept(self, selector: selectors.BaseSelector) -> None:
+        for _ in range(MAX_PENDING):  # what is waiting now, then the others get a turn
             try:
-                self._jobs.put_nowait((connection, pending.address, bytes(pending.data), pending.deadline))
-            except queue.Full:  # every worker busy and the queue full: refuse rather than wait
+                connection, address = self.socket.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # out of descriptors (EMFILE) or the peer gave up: free one, try later
+                if self._pending:
+                    self._drop(selector, next(iter(self._pending)))
+                else:
+                    self._stop.wait(0.05)
+                return
+            connection.setblocking(False)
+            if self.tls is not None:  # the handshake is done by _read, as the client's bytes come
+                try:
+                    connection = self.tls.wrap_socket(connection, server_side=True, do_handshake_on_connect=False)
+                except OSError:  # gone already
+                    connection.close()
+                    continue
+            if len(self._pending) >= MAX_PENDING:
+                self._drop(selector, next(iter(self._pending)))
+            deadline = time.monotonic() + REQUEST_DEADLINE  # handshake and request head, both
+            self._pending[connection] = _Pending(address, deadline, self.tls is not None)
+            selector.register(connection, selectors.EVENT_READ, "client")
+
+    def _read(self, selector: selectors.BaseSelector, connection: socket.socket) -> None:
+        pending = self._pending.get(connection)
+        if pending is None:
+            return
+        if pending.handshaking and not self._handshake(selector, connection, pending):
+            return
+        while True:
+            try:
+                chunk = connection.recv(65536)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if not _tls_wants(exc):  # a TLS socket raises SSLWantReadError for "nothing yet"
+                    self._drop(selector, connection)
+                return
+            if chunk:
+                pending.data += chunk
+            if _head_complete(pending.data) or len(pending.data) > MAX_HEAD:
+                break
+            if not chunk:  # closed before a whole request head: no request to answer, nobody to read it
+                self._drop(selector, connection)
+                return
+            # TLS: what OpenSSL already decrypted wakes no selector; read it now. Plain: wait for the next event.
+            if self.tls is None or not connection.pending():  # type: ignore[attr-defined]
+                return
+        selector.unregister(connection)
+        del self._pending[connection]
+        connection.setblocking(True)
+        try:
+            self._jobs.put_nowait((connection, pending.address, bytes(pending.data), pending.deadline))
+        except queue.Full:  # every worker busy and the queue full: refuse rather than wait
+            self.shutdown_request(connection)
+
+    def _handshake(self, selector: selectors.BaseSelector, connection: Any, pending: _Pending) -> bool:
+        """One step of a TLS handshake, without blocking; True once it is done. Bounded by the request's deadline.
+
+        A client that fails it (a plain-HTTP request, no or a wrong client
+        certificate under mTLS, garbage) is closed; a plain-HTTP request gets
+        a 400 in plain text first.
+        """
+        import ssl
+
+        try:
+            connection.do_handshake()
+        except ssl.SSLWantReadError:
+            self._wait_for(selector, connection, pending, writing=False)
+            return False
+        except ssl.SSLWantWriteError:
+            self._wait_for(selector, connection, pending, writing=True)
+            return False
+        except ssl.SSLError as exc:
+            log.debug("exporter: TLS handshake with %s failed: %s", pending.address, safe_text(str(exc)))
+            if exc.reason == "HTTP_REQUEST":  # the bytes were a plain HTTP request
+                with contextlib.suppress(OSError):
+                    socket.socket.send(connection, PLAIN_HTTP_REFUSAL)  # below TLS: the raw socket
+            self._drop(selector, connection)
+            return False
+        except OSError:
+            self._drop(selector, connection)
+            return False
+        pending.handshaking = False
+        self._wait_for(selector, connection, pending, writing=False)
+        return True
+
+    @staticmethod
+    def _wait_for(selector: selectors.BaseSelector, connection: Any, pending: _Pending, *, writing: bool) -> None:
+        if pending.writing != writing:
+            selector.modify(connection, selectors.EVENT_WRITE if writing else selectors.EVENT_READ, "client")
+            pending.writing = writing
+
+    def _drop(self, selector: selectors.BaseSelector, connection: socket.socket) -> None:
+        self._pending.pop(connection, None)
+        with contextlib.suppress(KeyError, ValueError):
+            selector.unregister(connection)
+        connection.close()
+
+    # ------------------------------------------------------------- the workers
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            connection, address, head, deadline = job
+            try:
+                self.finish_request((connection, head, deadline), address)  # type: ignore[arg-type]
+            except OSError:
+                pass  # the client went away, or ran out of time: its problem only
+            except Exception:  # a bug in a request's handling: logged, the worker goes on
+                log.exception("exporter request failed")
+            finally:
                 self.shutdown_request(connection)
 
-        def _handshake(self, selector: selectors.BaseSelector, connection: Any, pending: _Pending) -> bool:
-            """One step of a TLS handshake, without blocking; True once it is done. Bounded by the request's deadline.
+    # ------------------------------------------------------------- lifecycle
 
-            A client that fails it (a plain-HTTP request, no or a wrong client
-            certificate under mTLS, garbage) is closed; a plain-HTTP request gets
-            a 400 in plain text first.
-            """
-            import ssl
+    def shutdown(self) -> None:
+        """Stop :meth:`serve_forever` (at once, not at its next poll) and wait for it."""
+        self._stop.set()
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
+        self._idle.wait()
 
+    def server_close(self) -> None:
+        super().server_close()
+        if self.exposition is not None:  # the poller may outlive the server: no more renders for nobody
+            self.exposition.close()
+        while True:  # requests nobody will answer now
             try:
-                connection.do_handshake()
-            except ssl.SSLWantReadError:
-                self._wait_for(selector, connection, pending, writing=False)
-                return False
-            except ssl.SSLWantWriteError:
-                self._wait_for(selector, connection, pending, writing=True)
-                return False
-            except ssl.SSLError as exc:
-                log.debug("exporter: TLS handshake with %s failed: %s", pending.address, safe_text(str(exc)))
-                if exc.reason == "HTTP_REQUEST":  # the bytes were a plain HTTP request
-                    with contextlib.suppress(OSError):
-                        socket.socket.send(connection, PLAIN_HTTP_REFUSAL)  # below TLS: the raw socket
-                self._drop(selector, connection)
-                return False
-            except OSError:
-                self._drop(selector, connection)
-                return False
-            pending.handshaking = False
-            self._wait_for(selector, connection, pending, writing=False)
-            return True
-
-        @staticmethod
-        def _wait_for(selector: selectors.BaseSelector, connection: Any, pending: _Pending, *, writing: bool) -> None:
-            if pending.writing != writing:
-                selector.modify(connection, selectors.EVENT_WRITE if writing else selectors.EVENT_READ, "client")
-                pending.writing = writing
-
-        def _drop(self, selector: selectors.BaseSelector, connection: socket.socket) -> None:
-            self._pending.pop(connection, None)
-            with contextlib.suppress(KeyError, ValueError):
-                selector.unregister(connection)
-            connection.close()
-
-        # ------------------------------------------------------------- the workers
-
-        def _work(self) -> None:
-            while True:
-                job = self._jobs.get()
-                if job is None:
-                    return
-                connection, address, head, deadline = job
-                try:
-                    self.finish_request((connection, head, deadline), address)  # type: ignore[arg-type]
-                except OSError:
-                    pass  # the client went away, or ran out of time: its problem only
-                except Exception:  # a bug in a request's handling: logged, the worker goes on
-                    log.exception("exporter request failed")
-                finally:
-                    self.shutdown_request(connection)
-
-        # ------------------------------------------------------------- lifecycle
-
-        def shutdown(self) -> None:
-            """Stop :meth:`serve_forever` (at once, not at its next poll) and wait for it."""
-            self._stop.set()
-            with contextlib.suppress(OSError):
-                self._wake_w.send(b"x")
-            self._idle.wait()
-
-        def server_close(self) -> None:
-            super().server_close()
-            exposition = getattr(self, "exposition", None)
-            if exposition is not None:  # the poller may outlive the server: no more renders for nobody
-                exposition.close()
-            while True:  # requests nobody will answer now
-                try:
-                    job = self._jobs.get_nowait()
-                except queue.Empty:
-                    break
-                if job is not None:
-                    job[0].close()
-            for _ in self.workers:
-                self._jobs.put(None)
-            for end in (self._wake_r, self._wake_w):
-                end.close()
-
-    return MetricsServer
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                job[0].close()
+        for _ in self.workers:
+            self._jobs.put(None)
+        for end in (self._wake_r, self._wake_w):
+            end.close()
 
 
 def _tls_wants(exc: OSError) -> bool:
@@ -407,36 +436,8 @@ def _tls_wants(exc: OSError) -> bool:
     return ssl is not None and isinstance(exc, (ssl.SSLWantReadError, ssl.SSLWantWriteError))
 
 
-def metrics_app(exposition: Exposition, fallback: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]]:
-    """The WSGI app: a GET is answered with ``exposition``'s bytes; anything else goes to ``fallback``.
-
-    ``fallback`` is prometheus-client's app over the same source: it answers
-    OPTIONS, other methods and ``/favicon.ico`` as it always did. A ``name[]``
-    filter (rare) gets the families it names, rendered for that request. Any
-    path serves the metrics, as prometheus-client's app does.
-    """
-    from urllib.parse import parse_qs
-
-    from prometheus_client.exposition import gzip_accepted
-
-    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        if environ.get("REQUEST_METHOD") != "GET" or environ.get("PATH_INFO") == "/favicon.ico":
-            return fallback(environ, start_response)
-        query = environ.get("QUERY_STRING")
-        names = parse_qs(query).get("name[]") if query else None  # as prometheus-client reads it (name%5B%5D too)
-        if names:
-            body = exposition.selected(names)
-            start_response("200 OK", [("Content-Type", exposition.content_type), ("Content-Length", str(len(body)))])
-            return [body]
-        gzip = gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", ""))
-        chunks = exposition.chunks(gzip=gzip)
-        headers = [("Content-Type", exposition.content_type), ("Content-Length", str(sum(map(len, chunks))))]
-        if gzip:
-            headers.append(("Content-Encoding", "gzip"))
-        start_response("200 OK", headers)
-        return chunks
-
-    return app
+class _EncryptedKeyError(Exception):
+    """OpenSSL asked for the key's password: the key is encrypted, and nobody is there to type it."""
 
 
 def tls_context(cert: str, key: str | None = None, client_ca: str | None = None) -> ssl.SSLContext:
@@ -473,18 +474,15 @@ def tls_context(cert: str, key: str | None = None, client_ca: str | None = None)
             raise UsageError(f"--tls-cert {cert}: no private key in it; give the key with --tls-key")
         raise UsageError(f"--tls-key {key}: no PEM private key in it")
 
-    class EncryptedKeyError(Exception):
-        pass
-
     def no_password() -> str:
-        raise EncryptedKeyError
+        raise _EncryptedKeyError
 
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     key_file = key if key is not None else cert
     try:
         context.load_cert_chain(cert, key, password=no_password)
-    except EncryptedKeyError:
+    except _EncryptedKeyError:
         raise UsageError(
             f"--tls-key {key_file}: the key is encrypted; give it unencrypted (readable only by the exporter)"
         ) from None
@@ -506,23 +504,20 @@ def tls_context(cert: str, key: str | None = None, client_ca: str | None = None)
     return context
 
 
-def serve(source: Any, host: str, port: int, *, tls: ssl.SSLContext | None = None) -> tuple[Any, threading.Thread]:
+def serve(
+    source: SnapshotHolder, host: str, port: int, *, tls: ssl.SSLContext | None = None
+) -> tuple[MetricsServer, threading.Thread]:
     """Serve the exposition of ``source`` on host:port (HTTPS with ``tls``); returns (server, its thread).
 
     The threads are bounded: one dispatcher and :data:`WORKERS` workers, however
-    many connections there are (see ``MetricsServer``). A source that publishes
+    many connections there are (see :class:`MetricsServer`). A source that publishes
     (a Poller) has each new snapshot rendered as it comes, once something scrapes.
     """
     from prometheus_client import CollectorRegistry, make_wsgi_app
 
     fallback = make_wsgi_app(CollectorRegistry(auto_describe=False))  # OPTIONS, 405, favicon: it renders nothing
     exposition = Exposition(source)
-    try:
-        family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-        server = _server_class()((sockaddr[0], port), family, metrics_app(exposition, fallback), tls)
-    except OSError as exc:
-        raise NvtopyError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    server.exposition = exposition
+    server = MetricsServer.listen(host, port, metrics_app(exposition, fallback), tls=tls, exposition=exposition)
     if isinstance(source, SnapshotSource):  # a poller: render each snapshot as it is published
         source.subscribe(exposition.prerender)
     thread = threading.Thread(target=server.serve_forever, name="nvtopy-exporter", daemon=True)

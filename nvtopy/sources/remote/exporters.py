@@ -15,7 +15,8 @@ but not metrics, a value no GPU has, an exception of any kind) marks that host
 only, with one short line saying why. A poll has one deadline for all hosts,
 ``timeout`` seconds: a body is read in chunks against that deadline (a peer
 sending one byte at a time cannot stretch it, as urllib's per-read timeout
-would let it), and the poll itself waits on the threads no longer than that,
+would let it; :mod:`nvtopy.sources.remote.fetch`, shared with ``--prometheus``),
+and the poll itself waits on the threads no longer than that,
 so a fetch stuck where no timeout reaches (name resolution) is marked "no
 answer" and left behind. A host whose last fetch is still running is not
 asked again until it ends, and stopping the monitor never waits for a fetch:
@@ -59,19 +60,16 @@ dcgm-exporter's, so its dashboards work as they are.
 
 from __future__ import annotations
 
-import base64
 import collections
-import contextlib
-import http.client
-import socket
+import functools
 import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..._version import __version__
 from ...errors import UsageError
@@ -83,8 +81,9 @@ from ...model import (
     HostInfo,
     Snapshot,
 )
-from ...textsafe import safe_text
+from ...textsafe import excerpt
 from ..base import SnapshotSource
+from .fetch import GRACE, Exchange, basic_authorization, failure, read_body
 from .hostscrape import HostGpus
 from .hostscrape import process as _process  # noqa: F401 - its old name here (tests read remote rows with it)
 from .tls import client_context
@@ -94,9 +93,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RemoteHosts", "host_names", "metrics_url"]
 
-MAX_BYTES = 16 * 1024 * 1024
-GRACE = 0.2  # how long past its deadline a poll waits for a fetch to report its own reason
-CHUNK = 64 * 1024
+MAX_BYTES = 16 * 1024 * 1024  # an exporter's page: 512 GPUs with their processes take about 2 MiB
 
 
 def _split_netloc(text: str) -> tuple[str, str, str]:
@@ -146,13 +143,7 @@ class _Target:
         url = metrics_url(text)
         parts = urllib.parse.urlsplit(url)
         scheme, netloc, rest = _split_netloc(url)
-        authorization = None
-        if parts.username is not None:  # urllib does not send these by itself
-            user = urllib.parse.unquote(parts.username)
-            password = urllib.parse.unquote(parts.password or "")
-            token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
-            authorization = f"Basic {token}"
-        return cls(url=scheme + netloc + rest, label=netloc, authorization=authorization)
+        return cls(url=scheme + netloc + rest, label=netloc, authorization=basic_authorization(parts))
 
     @property
     def hostname(self) -> str:
@@ -183,19 +174,16 @@ def host_names(targets: Sequence[_Target], reported: Sequence[str | None]) -> li
     return unique
 
 
-# ----------------------------------------------------------------- fetching, with one deadline
+# ----------------------------------------------------------------- fetching, with one deadline (.fetch)
 
 
-class _TooSlowError(Exception):
-    """The body did not arrive by the deadline."""
+class _Job(Exchange[HostScrape]):
+    """One fetch of one host, on its own daemon thread (:class:`~.fetch.Exchange`); ``abort()`` shuts its sockets.
 
+    Every failure is this host's :class:`HostScrape` with its error, never an exception.
+    """
 
-class _TooLargeError(Exception):
-    """The body is larger than any exporter's."""
-
-
-class _Job:
-    """One fetch of one host, on its own daemon thread; ``abort()`` shuts its sockets from any thread."""
+    thread_name = "nvtopy-remote-fetch"
 
     def __init__(
         self,
@@ -205,178 +193,64 @@ class _Job:
         changed: threading.Event,
         tls: ssl.SSLContext | None = None,
     ) -> None:
+        super().__init__(deadline, tls)
         self.target = target
-        self.tls = tls  # the ssl.SSLContext https:// is verified with (None: the system's CAs)
-        self.deadline = deadline
         self.timeout = timeout
-        self.done = threading.Event()
-        self.result: HostScrape | None = None
         self._changed = changed
-        self._lock = threading.Lock()
-        self._sockets: list[socket.socket] = []
-        self._aborted = False
 
     def start(self) -> _Job:
         try:
-            threading.Thread(target=self._run, name="nvtopy-remote-fetch", daemon=True).start()
+            super().start()
         except RuntimeError:  # no thread to be had (a process at its limit): this host waits for the next poll
             self.result = _failed(self.target, f"{self.target.label}: not asked (no thread available)")
             self.done.set()
         return self
 
-    def _run(self) -> None:
+    def work(self) -> HostScrape:
         try:
-            self.result = _fetch(self.target, self.deadline, self)
+            return _fetch(self.target, self.deadline, self)
         except Exception as exc:  # noqa: BLE001 - whatever it is, it is this host's, said in one line
-            self.result = _failed(self.target, f"{self.target.label}: could not be read ({type(exc).__name__})")
-        finally:
-            self.done.set()
-            self._changed.set()
-            with self._lock:
-                self._sockets.clear()
+            return _failed(self.target, f"{self.target.label}: could not be read ({type(exc).__name__})")
 
-    def track(self, sock: socket.socket) -> None:
-        """Called by the connection once connected; after an abort the socket is shut at once."""
-        with self._lock:
-            self._sockets.append(sock)
-            aborted = self._aborted
-        if aborted:
-            _shut(sock)
-
-    def abort(self) -> None:
-        with self._lock:
-            self._aborted = True
-            sockets = list(self._sockets)
-        for sock in sockets:
-            _shut(sock)
-
-    def set_timeout(self, seconds: float) -> None:
-        """Shrink the socket's timeout to what is left of the deadline."""
-        with self._lock:
-            sockets = list(self._sockets[-1:])
-        for sock in sockets:
-            with contextlib.suppress(OSError):  # already closed: the read says so
-                sock.settimeout(max(0.001, seconds))
-
-
-def _shut(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):  # not connected, or closed already
-        sock.shutdown(socket.SHUT_RDWR)  # wakes a recv blocked in another thread
-
-
-class _Tracked:
-    """A connection that hands its socket to its fetch job once connected, so a deadline can shut it."""
-
-    sock: socket.socket
-
-    def __init__(self, *args: Any, job: _Job, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[call-arg]
-        self._job = job
-
-    def connect(self) -> None:
-        super().connect()  # type: ignore[misc]
-        self._job.track(self.sock)
-
-
-class _HTTPConnection(_Tracked, http.client.HTTPConnection):
-    pass
-
-
-class _HTTPSConnection(_Tracked, http.client.HTTPSConnection):
-    pass
-
-
-class _HTTPHandler(urllib.request.HTTPHandler):
-    def __init__(self, job: _Job) -> None:
-        super().__init__()
-        self._job = job
-
-    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(_connection(_HTTPConnection, self._job), req)
-
-
-class _HTTPSHandler(urllib.request.HTTPSHandler):
-    def __init__(self, job: _Job) -> None:
-        super().__init__(context=job.tls)
-        self._job = job
-
-    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(_connection(_HTTPSConnection, self._job), req, context=self._context)
-
-
-def _connection(cls: type[http.client.HTTPConnection], job: _Job) -> Callable[..., http.client.HTTPConnection]:
-    def make(*args: Any, **kwargs: Any) -> http.client.HTTPConnection:
-        return cls(*args, job=job, **kwargs)  # type: ignore[call-arg]
-
-    return make
+    def finished(self) -> None:
+        self._changed.set()
 
 
 def _failed(target: _Target, error: str) -> HostScrape:
     return HostScrape(target.url, target.hostname, error=error)
 
 
-def _excerpt(what: BaseException | str, limit: int = 48, *, peer: bool = False) -> str:
-    """What an exception says, at most ``limit`` characters, safe for a terminal (escapes never cut in half).
-
-    ``peer``: the text quotes the peer's bytes, shown in ASCII (``\\xNN`` as repr() would):
-    http.client decodes a status line as Latin-1, so each such character is one byte.
-    """
-    text = str(what) or type(what).__name__
-    out: list[str] = []
-    size = 0
-    for char in text[: limit + 1]:
-        piece = safe_text(char)
-        if peer:
-            piece = piece.encode("ascii", "backslashreplace").decode("ascii")
-        if size + len(piece) > limit:
-            out.append("...")
-            break
-        out.append(piece)
-        size += len(piece)
-    return "".join(out)
+# How a peer's words are quoted in a host's one-line reason: up to 48 characters, then "...", an escape never
+# cut; ASCII only where they may be the peer's bytes (http.client decodes a status line as Latin-1, one byte
+# a character, shown \\xNN as repr() would).
+_quote = functools.partial(excerpt, mark="...", whole_escapes=True, mark_within=False)
 
 
-def _read_body(response: http.client.HTTPResponse, job: _Job) -> bytes:
-    """The whole body by the job's deadline: chunk by chunk, the socket's timeout shrunk to the time left."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        left = job.deadline - time.monotonic()
-        if left <= 0:
-            raise _TooSlowError
-        job.set_timeout(left)
-        try:
-            chunk = response.read1(CHUNK)
-        except TimeoutError:
-            raise _TooSlowError from None
-        if not chunk:
-            if response.length:  # the peer closed before the Content-Length it announced
-                raise http.client.IncompleteRead(b"", response.length)
-            return b"".join(chunks)
-        size += len(chunk)
-        if size > MAX_BYTES:
-            raise _TooLargeError
-        chunks.append(chunk)
+def _said(what: BaseException | str) -> str:
+    """What an exception says, or its type's name when it says nothing."""
+    return str(what) or type(what).__name__
 
 
 def _reason(target: _Target, exc: BaseException, timeout: float) -> str:
     """One short line: why ``target`` could not be read."""
     where = target.label
-    if isinstance(exc, urllib.error.URLError) and isinstance(exc.reason, BaseException):
-        exc = exc.reason  # urllib wraps what went wrong while sending
-    if isinstance(exc, TimeoutError):
+    why = failure(exc)
+    exc = why.exc
+    if why.kind == "slow":
+        return f"{where}: answer not complete within {timeout:g} s"
+    if why.kind == "timeout":
         return f"{where}: no answer within {timeout:g} s"
-    if isinstance(exc, (http.client.RemoteDisconnected, ConnectionResetError, ConnectionAbortedError, BrokenPipeError)):
+    if why.kind == "size":
+        return f"{where}: answer too large to be an exporter's"
+    if why.kind in ("closed", "aborted"):
         return f"{where}: closed the connection without answering"
-    if isinstance(exc, http.client.IncompleteRead):
+    if why.kind == "cut short":
         return f"{where}: answer cut short"
-    if isinstance(exc, http.client.HTTPException):
-        return f"{where}: not an HTTP answer ({type(exc).__name__}: {_excerpt(exc, peer=True)})"
+    if why.kind == "not http":
+        return f"{where}: not an HTTP answer ({type(exc).__name__}: {_quote(_said(exc), 48, ascii_only=True)})"
     if isinstance(exc, OSError):  # refused, no route, unknown name, a TLS failure
-        text = _excerpt(exc.strerror if isinstance(exc.strerror, str) else exc, 80)
+        text = _quote(_said(exc.strerror if isinstance(exc.strerror, str) else exc), 80)
         return f"{where} unreachable: {text.lower()}"
-    if isinstance(exc, urllib.error.URLError):
-        return f"{where} unreachable: {_excerpt(exc.reason if isinstance(exc.reason, str) else exc)}"
     return f"{where}: could not be read ({type(exc).__name__})"
 
 
@@ -386,26 +260,21 @@ def _fetch(target: _Target, deadline: float, job: _Job) -> HostScrape:
     request = urllib.request.Request(target.url, headers={"User-Agent": f"nvtopy/{__version__}"})
     if target.authorization:
         request.add_unredirected_header("Authorization", target.authorization)  # not sent on to a redirect
-    opener = urllib.request.build_opener(_HTTPHandler(job), _HTTPSHandler(job))
     left = deadline - time.monotonic()
     if left <= 0:
         return _failed(target, f"{target.label}: no answer within {timeout:g} s")
     try:
-        with opener.open(request, timeout=left) as response:
-            body = _read_body(response, job)
+        with job.opener().open(request, timeout=left) as response:
+            body = read_body(response, job, MAX_BYTES)
     except urllib.error.HTTPError as exc:
         exc.close()
         return _failed(target, f"{target.label} answered HTTP {exc.code}")
-    except _TooSlowError:
-        return _failed(target, f"{target.label}: answer not complete within {timeout:g} s")
-    except _TooLargeError:
-        return _failed(target, f"{target.label}: answer too large to be an exporter's")
     except Exception as exc:  # noqa: BLE001 - http.client's own (BadStatusLine...) are not OSError
         return _failed(target, _reason(target, exc, timeout))
     try:
         scrape = parse_exposition(body.decode("utf-8", errors="replace"), target.url)
     except Exception as exc:  # noqa: BLE001 - the parser's ValueError, or whatever hostile text makes it raise
-        return _failed(target, f"{target.label}: not Prometheus metrics ({_excerpt(exc, peer=True)})")
+        return _failed(target, f"{target.label}: not Prometheus metrics ({_quote(_said(exc), 48, ascii_only=True)})")
     if not scrape.gpus:  # nothing to show: the host is marked as one that could not be read
         return _failed(target, f"{target.label}: {scrape.note or 'no GPU metrics in the answer (is it an exporter?)'}")
     return scrape

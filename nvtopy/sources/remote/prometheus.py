@@ -5,14 +5,12 @@ and the client must hold promises none of the small Python clients make. Each on
 is checked by a test:
 
 - **one deadline per request** (``timeout``), covering the connection, the TLS
-  handshake and the whole body: the body is read in chunks with the socket's
-  timeout shrunk to what is left, as :mod:`nvtopy.sources.remote.exporters` reads an exporter,
-  so a server that sends one byte a second cannot stretch it. The request runs on a
-  daemon thread the caller waits for no longer than the deadline, so even a name
-  lookup that hangs (no socket timeout reaches it) costs the caller ``timeout``
-  seconds and no more; :meth:`PrometheusClient.abort` cuts a request off from any thread;
-- **a bounded answer**: at most ``max_bytes`` of JSON, counted after gzip is undone
-  (a small gzip bomb stays small);
+  handshake and the whole body, and **a bounded answer**: at most ``max_bytes`` of
+  JSON, counted after gzip is undone -- the exchange of :mod:`nvtopy.sources.remote.fetch`,
+  the same one ``--remote`` reads an exporter with. The request runs on a daemon thread
+  the caller waits for no longer than the deadline, so even a name lookup that hangs
+  costs the caller ``timeout`` seconds and no more; :meth:`PrometheusClient.abort`
+  cuts a request off from any thread;
 - **one line per failure** (:class:`PrometheusError`): unreachable, no answer in
   time, an HTTP status, Prometheus's own ``errorType`` and ``error``, an answer that
   is not JSON, a result that is not a vector (or a matrix for a range query);
@@ -31,25 +29,26 @@ what reaches the server is exactly the matchers the user meant, or a usage error
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import gc
-import http.client
 import re
-import socket
 import threading
 import time
 import urllib.parse
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..._version import __version__
 from ...boundedfile import size_text
 from ...errors import NvtopyError, UsageError
 from ...jsondecode import JsonRefusedError, decode_json
+from ...textsafe import excerpt
+from .fetch import GRACE, Exchange, basic_authorization, failure, read_body
 from .tls import client_context
+
+if TYPE_CHECKING:
+    import ssl
 
 __all__ = [
     "MAX_BYTES",
@@ -63,8 +62,6 @@ __all__ = [
 ]
 
 MAX_BYTES = 64 * 1024 * 1024  # of JSON, after gzip: 512 GPUs with their processes take about 4 MiB
-CHUNK = 64 * 1024
-GRACE = 0.2  # how long past its deadline the caller waits for a request to report its own reason
 MAX_ERROR = 200  # characters kept of a server's error text
 
 Vector = list[tuple[dict[str, str], float]]
@@ -268,63 +265,24 @@ def paused_gc() -> Iterator[None]:
                 gc.enable()
 
 
-class _Call:
-    """One HTTP exchange on a daemon thread of its own; its socket can be shut from any thread."""
+class _Call(Exchange[tuple[int, bytes]]):
+    """One POST to the server on a daemon thread of its own (:class:`~.fetch.Exchange`): its status and body."""
+
+    thread_name = "nvtopy-prometheus-call"
 
     def __init__(self, client: PrometheusClient, path: str, body: bytes, deadline: float, limit: int) -> None:
+        super().__init__(deadline, client._tls())
         self.client = client
         self.path = path
         self.body = body
-        self.deadline = deadline
         self.limit = limit  # bytes of JSON, once gzip is undone
-        self.done = threading.Event()
-        self.answer: tuple[int, bytes] | None = None
-        self.error: BaseException | None = None
-        self._lock = threading.Lock()
-        self._sock: socket.socket | None = None
-        self._aborted = False
 
-    def start(self) -> _Call:
-        threading.Thread(target=self._run, name="nvtopy-prometheus-call", daemon=True).start()
-        return self
-
-    @property
-    def aborted(self) -> bool:
-        return self._aborted
-
-    def abort(self) -> None:
-        """Shut the socket (a read blocked on the call's thread wakes) and let the caller go at once."""
-        with self._lock:
-            self._aborted = True
-            sock = self._sock
-        self.done.set()
-        if sock is not None:
-            with contextlib.suppress(OSError):  # not connected, or closed already
-                sock.shutdown(socket.SHUT_RDWR)  # wakes a recv blocked on the call's thread
-
-    def _run(self) -> None:
-        try:
-            self.answer = self._exchange()
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller, who says it in one line
-            self.error = exc
-        finally:
-            self.done.set()
-
-    def _left(self) -> float:
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError
-        return left
-
-    def _exchange(self) -> tuple[int, bytes]:
+    def work(self) -> tuple[int, bytes]:
         client = self.client
-        connection = client._connection(self._left())
+        connection = self.connection(client._host, client._port, https=client._https, timeout=self.left())
         try:
             connection.connect()
-            with self._lock:
-                self._sock = connection.sock
-                aborted = self._aborted
-            if aborted:
+            if self.aborted:
                 raise TimeoutError
             connection.putrequest("POST", client._path + self.path, skip_accept_encoding=True)
             connection.putheader("User-Agent", f"nvtopy/{__version__}")
@@ -335,45 +293,12 @@ class _Call:
             if client._authorization:
                 connection.putheader("Authorization", client._authorization)
             connection.endheaders(self.body)
-            connection.sock.settimeout(self._left())
+            self.set_timeout(self.left())
             response = connection.getresponse()
-            return response.status, self._read(connection, response)
+            gzipped = (response.getheader("Content-Encoding") or "").strip().lower() == "gzip"
+            return response.status, read_body(response, self, self.limit, gzip=gzipped)
         finally:
             connection.close()
-
-    def _read(self, connection: http.client.HTTPConnection, response: http.client.HTTPResponse) -> bytes:
-        """The whole body by the deadline, chunk by chunk, at most ``limit`` bytes once gzip is undone."""
-        limit = self.limit
-        gzipped = (response.getheader("Content-Encoding") or "").strip().lower() == "gzip"
-        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS) if gzipped else None
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            connection.sock.settimeout(self._left())
-            chunk = response.read1(CHUNK)
-            if not chunk:
-                if response.length:  # closed before the Content-Length it announced
-                    raise http.client.IncompleteRead(b"", response.length)
-                break
-            if inflate is not None:
-                chunk = inflate.decompress(chunk, limit - size + 1)
-                if inflate.unconsumed_tail:
-                    raise _TooLargeError
-            size += len(chunk)
-            if size > limit:
-                raise _TooLargeError
-            chunks.append(chunk)
-        if inflate is not None:
-            rest = inflate.flush()
-            size += len(rest)
-            if size > limit:
-                raise _TooLargeError
-            chunks.append(rest)
-        return b"".join(chunks)
-
-
-class _TooLargeError(Exception):
-    """The answer is larger than ``max_bytes``."""
 
 
 class PrometheusClient:
@@ -415,13 +340,9 @@ class PrometheusClient:
         self._host = host
         self._port = port
         self._path = parts.path.rstrip("/")
-        self._authorization: str | None = None
-        if parts.username is not None:  # urllib's parts, sent as basic auth: never in a message
-            user = urllib.parse.unquote(parts.username)
-            password = urllib.parse.unquote(parts.password or "")
-            self._authorization = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+        self._authorization = basic_authorization(parts)  # sent as basic auth: never in a message
         self._call: _Call | None = None
-        self._ssl: Any = client_context(ca_file)  # --ca-file: read now (a usage error); None: made when first needed
+        self._ssl = client_context(ca_file)  # --ca-file: read now (a usage error); None: made when first needed
 
     def __repr__(self) -> str:
         return f"PrometheusClient({self.url!r})"
@@ -487,18 +408,19 @@ class PrometheusClient:
         """Cut the request in progress off (from any thread): it fails at once as not answered in time."""
         call = self._call
         if call is not None:
-            call.abort()
+            call.abort(release=True)  # the caller waiting on it goes at once
 
     # ----------------------------------------------------------------- one request
 
-    def _connection(self, timeout: float) -> http.client.HTTPConnection:
+    def _tls(self) -> ssl.SSLContext | None:
+        """What https:// is verified with: ``--ca-file``'s context, or the system's CAs (made when first needed)."""
         if not self._https:
-            return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+            return None
         if self._ssl is None:
             import ssl
 
-            self._ssl = ssl.create_default_context()  # the system's CAs (--ca-file: see .https); the host name too
-        return http.client.HTTPSConnection(self._host, self._port, timeout=timeout, context=self._ssl)
+            self._ssl = ssl.create_default_context()  # the system's CAs (--ca-file: see .tls); the host name too
+        return self._ssl
 
     def _post(self, path: str, form: dict[str, str], max_bytes: int | None = None) -> dict[str, Any]:
         """POST ``form`` to ``path``; the answer's ``data`` (warnings kept), or PrometheusError in one line."""
@@ -509,20 +431,20 @@ class PrometheusClient:
             body = urllib.parse.urlencode(form).encode("utf-8")
         except UnicodeEncodeError:
             raise UsageError("the query is not valid UTF-8") from None
-        call = self._call = _Call(self, path, body, time.monotonic() + self.timeout, limit)
         try:
+            call = self._call = _Call(self, path, body, time.monotonic() + self.timeout, limit)
             call.start()
         except RuntimeError:  # no thread to be had (a process at its limit)
             raise self._error("not asked (no thread available)", "unreachable") from None
         if not call.done.wait(self.timeout + GRACE):
-            call.abort()  # its thread ends as soon as the socket says so; a name lookup ends by itself
+            call.abort(release=True)  # its thread ends as soon as the socket says so; a name lookup ends by itself
             raise self._error(f"no answer within {self.timeout:g} s", "timeout")
         if call.aborted:  # abort() from another thread (the source stopping): whatever the socket said after
             raise self._error("request cut off", "timeout")
         if call.error is not None:
             raise self._failure(call.error, limit) from None
-        assert call.answer is not None
-        status, raw = call.answer
+        assert call.result is not None
+        status, raw = call.result
         refused: JsonRefusedError | None = None
         with paused_gc():
             try:
@@ -533,15 +455,15 @@ class PrometheusClient:
             raise self._error(f"answered JSON that cannot be read ({refused})", "json")
         if status != 200 or not isinstance(answer, dict) or answer.get("status") != "success":
             if isinstance(answer, dict) and answer.get("status") == "error":
-                kind = _excerpt(answer.get("errorType"), 40)
-                why = _excerpt(answer.get("error"), MAX_ERROR)
+                kind = _one_line(answer.get("errorType"), 40)
+                why = _one_line(answer.get("error"), MAX_ERROR)
                 raise self._error(f"query error ({kind}): {why}", "query", error_type=kind)
             if status != 200:
                 raise self._error(f"answered HTTP {status}", "http")
             raise self._error("answered something that is not Prometheus's JSON", "json")
         warnings = answer.get("warnings")
         if isinstance(warnings, list):
-            self.warnings = [_excerpt(w, MAX_ERROR) for w in warnings[:10]]
+            self.warnings = [_one_line(w, MAX_ERROR) for w in warnings[:10]]
         data = answer.get("data")
         if not isinstance(data, dict):
             raise self._error("answered without data", "result")
@@ -552,33 +474,33 @@ class PrometheusClient:
 
     def _failure(self, exc: BaseException, limit: int) -> PrometheusError:
         """One line for what went wrong in the exchange (``limit``: the bytes the answer was allowed)."""
-        if isinstance(exc, TimeoutError):
+        why = failure(exc)
+        exc = why.exc
+        if why.kind in ("slow", "timeout"):
             return self._error(f"no answer within {self.timeout:g} s", "timeout")
-        if isinstance(exc, _TooLargeError):
+        if why.kind == "size":
             return self._error(f"answer larger than {size_text(limit)}", "size")
-        if isinstance(exc, zlib.error):
+        if why.kind == "gzip":
             return self._error("answered broken gzip", "http")
-        if isinstance(exc, http.client.IncompleteRead):
+        if why.kind == "cut short":
             return self._error("answer cut short", "http")
-        if isinstance(exc, (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)):
+        if why.kind == "closed":
             return self._error("closed the connection without answering", "unreachable")
-        if isinstance(exc, http.client.HTTPException):
+        if why.kind == "not http":
             return self._error(f"not an HTTP answer ({type(exc).__name__})", "http")
-        verify = getattr(exc, "verify_message", None)  # ssl.SSLCertVerificationError's own words
-        if verify:
-            return self._error(f"TLS certificate not trusted: {_excerpt(verify, 120)}", "unreachable")
+        if why.kind == "untrusted":
+            return self._error(f"TLS certificate not trusted: {_one_line(why.verify, 120)}", "unreachable")
         if isinstance(exc, OSError):  # refused, no route, unknown name, another TLS failure
             reason = getattr(exc, "reason", None) or exc.strerror or str(exc) or type(exc).__name__
-            return self._error(f"unreachable: {_excerpt(reason, 120).lower()}", "unreachable")
+            return self._error(f"unreachable: {_one_line(reason, 120).lower()}", "unreachable")
         return self._error(f"could not be read ({type(exc).__name__})", "unreachable")
 
 
 def _shown_type(data: dict[str, Any]) -> str:
     kind = data.get("resultType")
-    return _excerpt(kind, 20) if isinstance(kind, str) else "result without a type"
+    return _one_line(kind, 20) if isinstance(kind, str) else "result without a type"
 
 
-def _excerpt(text: object, limit: int) -> str:
+def _one_line(text: object, limit: int) -> str:
     """A server's text in one line of at most ``limit`` characters (the views make it terminal-safe)."""
-    line = " ".join(str(text if text is not None else "").split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."
+    return excerpt(" ".join(str(text if text is not None else "").split()), limit, mark="...", safe=False)
