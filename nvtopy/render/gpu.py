@@ -94,7 +94,7 @@ from .cells import (
     verdict_cell,
 )
 from .styled import Line
-from .units import NA, fmt_bytes, short_name
+from .units import NA, fmt_rate, short_name
 
 __all__ = [
     "COMPACT_MARKERS",
@@ -305,13 +305,9 @@ def has_interconnect(gpu: GpuState) -> bool:
     )
 
 
-def _rate(value: int | None) -> str:
-    return NA if value is None else f"{fmt_bytes(value)}/s"
-
-
 def _rates(rx: int | None, tx: int | None) -> Line:
-    line = Line(" RX ", "dim").add(_rate(rx), RICH_STYLES[DIM] if rx is None else "")
-    return line.add(" TX ", "dim").add(_rate(tx), RICH_STYLES[DIM] if tx is None else "")
+    line = Line(" RX ", "dim").add(fmt_rate(rx), RICH_STYLES[DIM] if rx is None else "")
+    return line.add(" TX ", "dim").add(fmt_rate(tx), RICH_STYLES[DIM] if tx is None else "")
 
 
 def _pcie_link(gpu: GpuState) -> Line:
