@@ -45,6 +45,7 @@ from textual.widgets import Static
 
 from ..model import GpuProcess, OwnerKind, ProcessDetails, ProcessOwner, ProcessRelative, Snapshot
 from ..render.cells import NOT_VISIBLE, plural
+from ..render.chart import block_chart
 from ..render.styled import Line
 from ..render.units import NA, fmt_bytes, fmt_duration, short_name
 from ..selection import parse_cuda_visible_devices
@@ -56,7 +57,6 @@ __all__ = [
     "ProcessHistory",
     "ProcessScreen",
     "ProcessSeries",
-    "chart_lines",
 ]
 
 DETAILS_DEADLINE = 3.0
@@ -69,7 +69,6 @@ TRACKED = 128
 """Processes whose history is kept at once; past that only the one on screen (a node with thousands of
 processes pays nothing for the others)."""
 CHART_HEIGHT = 4
-_BLOCKS = " ▁▂▃▄▅▆▇█"
 _NAN = float("nan")
 
 ProcessKey = tuple[int, float | None]  # pid and start time: one process, whatever GPUs it is on
@@ -210,45 +209,6 @@ def _present(values: Sequence[float]) -> list[float]:
     return [v for v in values if not math.isnan(v)]
 
 
-def chart_lines(values: Sequence[float], width: int, height: int, top: float, style_name: str) -> list[Line]:
-    """The last ``width`` values as columns ``height`` lines tall on a fixed 0..``top`` scale, right-aligned.
-
-    Eighth-cell precision; a missing value (NaN) is a dim dot on the baseline, a zero
-    the dim baseline itself (so an idle process still shows a line). Top line first.
-    """
-    if width <= 0 or height <= 0:
-        return []
-    recent = list(values[-width:])
-    columns: list[list[tuple[str, str]]] = []
-    for value in recent:
-        if math.isnan(value):
-            columns.append([(" ", "")] * (height - 1) + [("·", "dim")])
-            continue
-        eighths = round(min(1.0, max(0.0, value / top if top > 0 else 0.0)) * height * 8)
-        column = []
-        for row in range(height - 1, -1, -1):  # the top line first
-            fill = min(8, max(0, eighths - row * 8))
-            column.append((_BLOCKS[fill], style_name) if fill else (" ", ""))
-        if eighths == 0:
-            column[-1] = ("▁", "bright_black")
-        columns.append(column)
-    lines = []
-    for row in range(height):
-        line = Line(" " * (width - len(recent)))
-        run, run_style = "", None
-        for column in columns:
-            char, char_style = column[row]
-            if char_style != run_style and run:
-                line.add(run, run_style or "")
-                run = ""
-            run_style = char_style
-            run += char
-        if run:
-            line.add(run, run_style or "")
-        lines.append(line)
-    return lines
-
-
 def _nice_top(peak: float, floor: float) -> float:
     """A round scale above ``peak``: 100, 200, 400 ... for CPU %; at least ``floor``."""
     top = floor
@@ -286,7 +246,7 @@ def _chart(
     if height >= 5:
         labels[(height - 1) // 2] = axis(top / 2)
     gutter = max(len(text) for text in labels.values()) + 1
-    plot = chart_lines(values, max(1, width - gutter), height, top, style_name)
+    plot = block_chart(values, max(1, width - gutter), height, top, style_name)
     lines = [head.fit(width)]
     for row, line in enumerate(plot):
         label = labels.get(row)
