@@ -25,6 +25,10 @@ of their GPU instead of copying it: a view reads it *as of* the snapshot's time
 (``end``), so an older snapshot still draws what it showed -- as long as its
 window has not been dropped from the tiers.
 
+Not the short history (:class:`nvtopy.history.SampleRing`, the last N samples as they came, for
+the sparklines and the process screen): a sample here is folded into buckets, and a tier is bounded
+by time, not by count -- what lets a chart zoom from a minute to a day in bounded memory.
+
 Values are stored as float32: percentages, watts and bytes per second to 7
 significant digits, more than a chart cell can show. A bucket where a metric
 had no value (N/A, a lost GPU) holds NaN for it: a gap, never a zero.
