@@ -645,6 +645,16 @@ HISTORY_LENGTH = 300
 """Points kept per GPU for the charts, by every source (five minutes at the default 1 s interval)."""
 
 
+def memory_used_percent_of(static: GpuStatic, sample: GpuSample) -> float | None:
+    """GPU memory used as a share of the board's, in percent (None: either is unknown, or the total is 0).
+
+    One formula for the panels (:attr:`GpuState.memory_used_percent`), the sparklines'
+    history and the charts' timeline, so that they never disagree.
+    """
+    used, total = sample.memory_used_bytes, static.memory_total_bytes
+    return 100.0 * used / total if used is not None and total else None
+
+
 class HistoryBuffer:
     """One GPU's recent points, the oldest dropped past ``length``: what a :class:`GpuHistory` is made of.
 
@@ -663,13 +673,12 @@ class HistoryBuffer:
 
     def append(self, static: GpuStatic, sample: GpuSample) -> None:
         """Add ``sample``'s point (in :class:`GpuHistory`'s field order; memory as a share of ``static``'s total)."""
-        used, total = sample.memory_used_bytes, static.memory_total_bytes
         self._ring.append(
             sample.timestamp,
             (
                 sample.utilization_gpu_percent,
                 sample.utilization_memory_percent,
-                100.0 * used / total if used is not None and total else None,
+                memory_used_percent_of(static, sample),
                 sample.power_draw_w,
                 sample.temperature_c,
                 sample.sm_active_percent,
@@ -797,10 +806,7 @@ class GpuState(_Repr):
 
     @property
     def memory_used_percent(self) -> float | None:
-        used, total = self.sample.memory_used_bytes, self.static.memory_total_bytes
-        if used is None or not total:
-            return None
-        return 100.0 * used / total
+        return memory_used_percent_of(self.static, self.sample)
 
 
 @dataclass(frozen=True, slots=True, repr=False)

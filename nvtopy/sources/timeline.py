@@ -44,7 +44,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from ..model import GpuSample, GpuStatic
+from ..model import GpuSample, GpuStatic, memory_used_percent_of
 
 __all__ = [
     "METRICS",
@@ -117,14 +117,13 @@ def metric_values(static: GpuStatic, sample: GpuSample) -> tuple[float | None, .
     """A sample's value of each of :data:`METRICS` (None: not read, not supported, or the GPU is lost)."""
     if sample.lost:
         return (None,) * len(METRICS)
-    used, total = sample.memory_used_bytes, static.memory_total_bytes
     pcie_rx = sample.pcie_rx_bytes_per_s
     pcie_tx = sample.pcie_tx_bytes_per_s
     nvlink_rx = sample.nvlink_rx_bytes_per_s
     nvlink_tx = sample.nvlink_tx_bytes_per_s
     return (
         sample.utilization_gpu_percent,
-        100.0 * used / total if used is not None and total else None,
+        memory_used_percent_of(static, sample),
         sample.power_draw_w,
         sample.sm_active_percent,
         pcie_rx if pcie_rx is not None else sample.gpm_pcie_rx_bytes_per_s,
