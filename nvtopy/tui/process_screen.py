@@ -162,7 +162,7 @@ class ProcessHistory:
                 when,
                 (
                     float(sum(memory)) if memory else _NAN,
-                    float(sum(t for t in total if t)) if all(total) else _NAN,  # type: ignore[misc]
+                    float(sum(t for t in total if t)) if all(total) else _NAN,
                     float(sum(sm)) if sm else _NAN,
                     _figure(first.cpu_percent),
                     _figure(first.host_memory_bytes),
