@@ -13,13 +13,13 @@ can print ``null``, and one failing field never hides another.
 
 from __future__ import annotations
 
-import collections
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from .history import SampleRing
 from .ranges import FIELD_RANGES
 
 __all__ = [
@@ -645,40 +645,51 @@ HISTORY_LENGTH = 300
 """Points kept per GPU for the charts, by every source (five minutes at the default 1 s interval)."""
 
 
+def memory_used_percent_of(static: GpuStatic, sample: GpuSample) -> float | None:
+    """GPU memory used as a share of the board's, in percent (None: either is unknown, or the total is 0).
+
+    One formula for the panels (:attr:`GpuState.memory_used_percent`), the sparklines'
+    history and the charts' timeline, so that they never disagree.
+    """
+    used, total = sample.memory_used_bytes, static.memory_total_bytes
+    return 100.0 * used / total if used is not None and total else None
+
+
 class HistoryBuffer:
     """One GPU's recent points, the oldest dropped past ``length``: what a :class:`GpuHistory` is made of.
 
     The one place history is appended to: the collector, a replay and remote hosts
-    each keep one buffer per GPU and append every sample they publish.
+    each keep one buffer per GPU and append every sample they publish. The points are a
+    :class:`~nvtopy.history.SampleRing` of lists: each value comes back as it went in.
     """
 
-    __slots__ = ("_rows",)
+    __slots__ = ("_ring",)
 
     def __init__(self, length: int = HISTORY_LENGTH) -> None:
-        self._rows: collections.deque[tuple[Any, ...]] = collections.deque(maxlen=max(1, length))
+        self._ring: SampleRing[float | None] = SampleRing(7, length, typecode=None)  # GpuHistory's figures
 
     def __len__(self) -> int:
-        return len(self._rows)
+        return len(self._ring)
 
     def append(self, static: GpuStatic, sample: GpuSample) -> None:
         """Add ``sample``'s point (in :class:`GpuHistory`'s field order; memory as a share of ``static``'s total)."""
-        used, total = sample.memory_used_bytes, static.memory_total_bytes
-        self._rows.append(
+        self._ring.append(
+            sample.timestamp,
             (
-                sample.timestamp,
                 sample.utilization_gpu_percent,
                 sample.utilization_memory_percent,
-                100.0 * used / total if used is not None and total else None,
+                memory_used_percent_of(static, sample),
                 sample.power_draw_w,
                 sample.temperature_c,
                 sample.sm_active_percent,
                 sample.tensor_active_percent,
-            )
+            ),
         )
 
     def history(self) -> GpuHistory:
         """The points so far, oldest first."""
-        return GpuHistory(*tuple(zip(*self._rows, strict=True)))  # type: ignore[arg-type]
+        timestamps, figures = self._ring.window()
+        return GpuHistory(timestamps, *figures)  # type: ignore[arg-type]  # ints where GpuHistory has ints
 
 
 class Severity(str, enum.Enum):
@@ -795,10 +806,7 @@ class GpuState(_Repr):
 
     @property
     def memory_used_percent(self) -> float | None:
-        used, total = self.sample.memory_used_bytes, self.static.memory_total_bytes
-        if used is None or not total:
-            return None
-        return 100.0 * used / total
+        return memory_used_percent_of(self.static, self.sample)
 
 
 @dataclass(frozen=True, slots=True, repr=False)

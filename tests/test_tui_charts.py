@@ -14,7 +14,7 @@ import math
 import pytest
 
 from nvtopy.formats.contract import snapshot_to_dict
-from nvtopy.render.chart import ChartMemo, Trace, chart_lines, nice_ceiling, rate_ceiling, short_rate, time_label
+from nvtopy.render.chart import ChartMemo, Trace, braille_chart, nice_ceiling, rate_ceiling, short_rate, time_label
 from nvtopy.render.styled import Line
 from nvtopy.sources.collector import Collector
 from nvtopy.sources.poller import Poller
@@ -192,7 +192,7 @@ async def test_a_chart_whose_dots_did_not_move_keeps_its_lines():
     def draw(at: float) -> list[Line]:
         s = timeline.series("utilization", 3600, at)
         trace = Trace("cyan", s.step, s.buckets, s.lo, s.mean, s.hi, key="util")
-        return chart_lines(Line("util"), [trace], 60, 10, window=3600, end=at, top=100, axis=str, memo=memo)
+        return braille_chart(Line("util"), [trace], 60, 10, window=3600, end=at, top=100, axis=str, memo=memo)
 
     first = draw(end)
     assert draw(end + 1) is first, "an idle GPU one second later: the same lines, not drawn again"
@@ -207,7 +207,7 @@ def test_a_flat_line_at_half_sits_on_the_middle_label():
     for second in range(60):
         timeline.add(end - 59 + second, (50.0, None, None, None, None, None, None, None))
     s = timeline.series("utilization", 60, end)
-    lines = chart_lines(
+    lines = braille_chart(
         Line("util"),
         [Trace("cyan", s.step, s.buckets, s.lo, s.mean, s.hi)],
         40,
@@ -234,7 +234,7 @@ def test_gaps_stay_empty_short_ones_are_held_and_peaks_show():
         util = 100.0 if second == 500 else 10.0
         timeline.add(end - 599 + second, (util, None, None, None, None, None, None, None))
     s = timeline.series("utilization", 600, end)
-    lines = chart_lines(
+    lines = braille_chart(
         Line("util"),
         [Trace("cyan", s.step, s.buckets, s.lo, s.mean, s.hi)],
         64,
@@ -269,7 +269,7 @@ def test_a_spike_that_is_not_the_last_of_its_bucket_or_column_shows_at_the_long_
         timeline.add(float(when), (100.0 if when == spike else 10.0, None, None, None, None, None, None, None))
     s = timeline.series("utilization", window, end)
     assert s.step == bucket
-    lines = chart_lines(
+    lines = braille_chart(
         Line("util"),
         [Trace("cyan", s.step, s.buckets, s.lo, s.mean, s.hi)],
         width,
@@ -298,8 +298,8 @@ def test_memo_draws_what_a_fresh_chart_draws():
                 s = timeline.series(metric, window, at)
                 traces.append(Trace("cyan", s.step, s.buckets, s.lo, s.mean, s.hi, key=metric))
             args = {"window": window, "end": float(at), "top": 100.0, "axis": str}
-            kept = chart_lines(Line("t"), traces, 50, 9, memo=memo, **args)
-            fresh = chart_lines(Line("t"), traces, 50, 9, **args)
+            kept = braille_chart(Line("t"), traces, 50, 9, memo=memo, **args)
+            fresh = braille_chart(Line("t"), traces, 50, 9, **args)
             assert [line.plain for line in kept] == [line.plain for line in fresh], (window, at)
 
 

@@ -19,10 +19,11 @@ import psutil
 import pytest
 
 from nvtopy.model import GpuProcess, HostInfo, ProcessType, Snapshot
+from nvtopy.render.chart import block_chart
 from nvtopy.sources.base import SnapshotSource
 from nvtopy.tui import process_screen
 from nvtopy.tui.app import NvtopyApp
-from nvtopy.tui.process_screen import CHART_HEIGHT, ProcessHistory, ProcessScreen, chart_lines, history_lines
+from nvtopy.tui.process_screen import CHART_HEIGHT, ProcessHistory, ProcessScreen, history_lines
 from nvtopy.tui.screens import ConfirmSignalScreen
 
 from .scenes import SCENES, build
@@ -370,11 +371,11 @@ def test_history_tracks_a_bounded_number_and_always_the_pinned():
     assert history.series((3, 1000.0)) is None
 
 
-def test_chart_lines_scale_gaps_and_baseline():
-    lines = chart_lines([0.0, float("nan"), 50.0, 100.0], width=6, height=2, top=100.0, style_name="green")
+def test_block_chart_scale_gaps_and_baseline():
+    lines = block_chart([0.0, float("nan"), 50.0, 100.0], width=6, height=2, top=100.0, style_name="green")
     assert [line.plain for line in lines] == ["     █", "  ▁·██"]
     assert all(line.cells == 6 for line in lines)
-    assert chart_lines([1.0], width=0, height=2, top=1.0, style_name="") == []
+    assert block_chart([1.0], width=0, height=2, top=1.0, style_name="") == []
 
 
 def test_the_charts_have_a_value_axis():

@@ -15,6 +15,11 @@ stays empty unless it is shorter than :data:`HOLD` seconds (a slow poll interval
 which is drawn as the last value held.
 
 Where traces cross in one cell the one drawn last colours it (the legend says which is which).
+
+The other kind of chart here draws one value a column, in eighth blocks (``▁▂▃▄▅▆▇█``), newest on
+the right: :func:`block_chart`. It has no time axis -- a column is a refresh, not a span of the
+clock -- and serves the short histories: the GPU panels' sparklines (:func:`sparkline`, one line
+tall) and the process screen's charts (several lines tall).
 """
 
 from __future__ import annotations
@@ -35,11 +40,13 @@ __all__ = [
     "PEAK_SHARE",
     "ChartMemo",
     "Trace",
-    "chart_lines",
+    "block_chart",
+    "braille_chart",
     "legend_line",
     "nice_ceiling",
     "rate_ceiling",
     "short_rate",
+    "sparkline",
     "time_label",
 ]
 
@@ -57,6 +64,8 @@ AXIS_STYLE = "bright_black"
 # Braille dot bits by (dot column in the cell, dot row counted from the cell's bottom).
 _BITS = ((0x40, 0x04, 0x02, 0x01), (0x80, 0x20, 0x10, 0x08))
 _BRAILLE = (" ", *(chr(0x2800 + bits) for bits in range(1, 256)))  # an empty cell is a space
+# Lower eighth blocks by height in eighths of a cell: nothing to a full cell.
+_BLOCKS = " ▁▂▃▄▅▆▇█"
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,7 +341,7 @@ def _cell(
     return tuple(cells.items())
 
 
-def chart_lines(
+def braille_chart(
     title: Line,
     traces: Sequence[Trace],
     width: int,
@@ -428,3 +437,50 @@ def chart_lines(
     if memo is not None:
         memo.signature, memo.lines = signature, lines
     return lines
+
+
+def block_chart(values: Sequence[float | None], width: int, height: int, top: float, style_name: str) -> list[Line]:
+    """The last ``width`` values as columns ``height`` lines tall on a fixed 0..``top`` scale, right-aligned.
+
+    Eighth-cell precision; a missing value (None or NaN) is a dim dot on the baseline, a zero
+    the dim baseline itself (so an idle process still shows a line). Top line first.
+    """
+    if width <= 0 or height <= 0:
+        return []
+    recent = list(values[-width:])
+    columns: list[list[tuple[str, str]]] = []
+    for value in recent:
+        if value is None or math.isnan(value):
+            columns.append([(" ", "")] * (height - 1) + [("·", "dim")])
+            continue
+        eighths = round(min(1.0, max(0.0, value / top if top > 0 else 0.0)) * height * 8)
+        column = []
+        for row in range(height - 1, -1, -1):  # the top line first
+            fill = min(8, max(0, eighths - row * 8))
+            column.append((_BLOCKS[fill], style_name) if fill else (" ", ""))
+        if eighths == 0:
+            column[-1] = ("▁", AXIS_STYLE)
+        columns.append(column)
+    lines = []
+    for row in range(height):
+        line = Line(" " * (width - len(recent)))
+        run, run_style = "", None
+        for column in columns:
+            char, char_style = column[row]
+            if char_style != run_style and run:
+                line.add(run, run_style or "")
+                run = ""
+            run_style = char_style
+            run += char
+        if run:
+            line.add(run, run_style or "")
+        lines.append(line)
+    return lines
+
+
+def sparkline(values: Sequence[float | None], width: int, style_name: str = "cyan") -> Line:
+    """The last ``width`` values on a fixed 0-100 scale (gaps for missing values), right-aligned: a block
+    chart one line tall."""
+    if width <= 0:
+        return Line()
+    return block_chart(values, width, 1, 100.0, style_name)[0]

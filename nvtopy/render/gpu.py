@@ -93,8 +93,9 @@ from .cells import (
     used_of_total,
     verdict_cell,
 )
+from .chart import sparkline
 from .styled import Line
-from .units import NA, fmt_bytes, short_name
+from .units import NA, fmt_rate, short_name
 
 __all__ = [
     "COMPACT_MARKERS",
@@ -119,13 +120,11 @@ __all__ = [
     "panel_height",
     "panel_lines",
     "panel_title",
-    "sparkline",
 ]
 
 PANEL_HEIGHT = 6  # 4 lines of content inside a border
 PANEL_LINKS_HEIGHT = 7  # and the interconnect line, where space allows
 PANEL_MIN_WIDTH = 52
-_SPARK = " ▁▂▃▄▅▆▇█"
 _EIGHTHS = " ▏▎▍▌▋▊▉█"
 
 
@@ -152,31 +151,6 @@ def bar(fraction: float | None, width: int, style_name: str) -> Line:
     filled = "█" * full + (_EIGHTHS[part] if part and full < width else "")
     line.add(filled, style_name)
     return line.add("░" * (width - len(filled)), "bright_black")
-
-
-def sparkline(values: tuple[float | int | None, ...], width: int, style_name: str = "cyan") -> Line:
-    """The last ``width`` values on a fixed 0-100 scale (gaps for missing values), right-aligned."""
-    line = Line()
-    if width <= 0:
-        return line
-    recent = values[-width:]
-    line.add(" " * (width - len(recent)))
-    run: list[str] = []
-    run_style = style_name
-    for value in recent:
-        if value is None:
-            char, char_style = "·", "dim"
-        else:
-            level = round(min(100.0, max(0.0, float(value))) / 100 * 8)
-            char, char_style = (_SPARK[level], style_name) if level else ("▁", "bright_black")
-        if char_style != run_style and run:
-            line.add("".join(run), run_style)
-            run = []
-        run_style = char_style
-        run.append(char)
-    if run:
-        line.add("".join(run), run_style)
-    return line
 
 
 def _na(line: Line) -> Line:
@@ -305,13 +279,9 @@ def has_interconnect(gpu: GpuState) -> bool:
     )
 
 
-def _rate(value: int | None) -> str:
-    return NA if value is None else f"{fmt_bytes(value)}/s"
-
-
 def _rates(rx: int | None, tx: int | None) -> Line:
-    line = Line(" RX ", "dim").add(_rate(rx), RICH_STYLES[DIM] if rx is None else "")
-    return line.add(" TX ", "dim").add(_rate(tx), RICH_STYLES[DIM] if tx is None else "")
+    line = Line(" RX ", "dim").add(fmt_rate(rx), RICH_STYLES[DIM] if rx is None else "")
+    return line.add(" TX ", "dim").add(fmt_rate(tx), RICH_STYLES[DIM] if tx is None else "")
 
 
 def _pcie_link(gpu: GpuState) -> Line:

@@ -64,7 +64,7 @@ from .cells import (
     verdict_cell,
 )
 from .styled import Line
-from .units import NA, fmt_age, fmt_bytes, short_name
+from .units import NA, fmt_age, fmt_bytes, fmt_rate, short_name
 
 __all__ = [
     "LABEL_WIDTH",
@@ -135,10 +135,6 @@ def _labelled(sample: GpuSample, pairs: Sequence[tuple[str, str]], *, alarms: di
         text, category = reading(sample, name, alarm=(alarms or {}).get(name, WARN))
         values.append(Line(f"{label} ", "dim").add(text, _style(category)))
     return values
-
-
-def _rate(value: int | None) -> str:
-    return NA if value is None else f"{fmt_bytes(value)}/s"
 
 
 def _heading(gpu: GpuState) -> Line:
@@ -306,7 +302,7 @@ def _pcie(gpu: GpuState) -> list[Line]:
 
 def _direction(sample: GpuSample, word: str, name: str) -> tuple[str, str]:
     value = getattr(sample, name)
-    return (f"{word} {_rate(value)}", PLAIN) if value is not None else (f"{word} {_why(sample, name)}", DIM)
+    return (f"{word} {fmt_rate(value)}", PLAIN) if value is not None else (f"{word} {_why(sample, name)}", DIM)
 
 
 def _static_why(gpu: GpuState, name: str) -> str:
@@ -325,8 +321,8 @@ def _nvlink(gpu: GpuState) -> list[Line]:
     up = sum(1 for link in links if link.active)
     summary = [
         (f"{up}/{len(links)} up", WARN if up < len(links) else PLAIN),
-        (f"RX {_rate(sample.nvlink_rx_bytes_per_s)}", PLAIN),
-        (f"TX {_rate(sample.nvlink_tx_bytes_per_s)}", PLAIN),
+        (f"RX {fmt_rate(sample.nvlink_rx_bytes_per_s)}", PLAIN),
+        (f"TX {fmt_rate(sample.nvlink_tx_bytes_per_s)}", PLAIN),
     ]
     growing = {n for f in gpu.health.findings if f.code == "nvlink-errors" for n in _numbers(f.text)}
     lines = [title, _row("Links", *summary)]
@@ -354,7 +350,7 @@ def _link_line(link: NvLink, growing: bool) -> Line:
     line = Line(_INDENT).add(f"{link.link:<4}  ")
     line.add(f"{state:<5}", _style(DIM if link.active is None else PLAIN if link.active else WARN)).add("  ")
     line.add(f"{NA if link.version is None else link.version:<3}  ")
-    line.add(f"{_rate(link.rx_bytes_per_s):>11}  {_rate(link.tx_bytes_per_s):>11}  ")
+    line.add(f"{fmt_rate(link.rx_bytes_per_s):>11}  {fmt_rate(link.tx_bytes_per_s):>11}  ")
     errors = NA if link.errors is None else str(link.errors)
     line.add(f"{errors:>6}", _style(WARN if growing else DIM if link.errors is None else PLAIN)).add("  ")
     return line.add(safe_text(link.remote) if link.remote else NA, "" if link.remote else "dim")

@@ -19,6 +19,7 @@ __all__ = [
     "fmt_mhz",
     "fmt_percent",
     "fmt_pstate",
+    "fmt_rate",
     "fmt_watts",
     "short_name",
     "width_of",
@@ -40,6 +41,11 @@ def fmt_bytes(value: int | float | None, *, precision: int = 1) -> str:
             return f"{size:.{precision}f}{unit}"
         size /= 1024
     raise AssertionError("unreachable")
+
+
+def fmt_rate(value: int | float | None) -> str:
+    """Bytes per second as the panels and the health screen write them: ``"1.5GiB/s"``; N/A when unknown."""
+    return NA if value is None else f"{fmt_bytes(value)}/s"
 
 
 def fmt_percent(value: float | None, *, precision: int = 0) -> str:

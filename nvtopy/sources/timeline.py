@@ -25,6 +25,10 @@ of their GPU instead of copying it: a view reads it *as of* the snapshot's time
 (``end``), so an older snapshot still draws what it showed -- as long as its
 window has not been dropped from the tiers.
 
+Not the short history (:class:`nvtopy.history.SampleRing`, the last N samples as they came, for
+the sparklines and the process screen): a sample here is folded into buckets, and a tier is bounded
+by time, not by count -- what lets a chart zoom from a minute to a day in bounded memory.
+
 Values are stored as float32: percentages, watts and bytes per second to 7
 significant digits, more than a chart cell can show. A bucket where a metric
 had no value (N/A, a lost GPU) holds NaN for it: a gap, never a zero.
@@ -40,7 +44,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from ..model import GpuSample, GpuStatic
+from ..model import GpuSample, GpuStatic, memory_used_percent_of
 
 __all__ = [
     "METRICS",
@@ -113,14 +117,13 @@ def metric_values(static: GpuStatic, sample: GpuSample) -> tuple[float | None, .
     """A sample's value of each of :data:`METRICS` (None: not read, not supported, or the GPU is lost)."""
     if sample.lost:
         return (None,) * len(METRICS)
-    used, total = sample.memory_used_bytes, static.memory_total_bytes
     pcie_rx = sample.pcie_rx_bytes_per_s
     pcie_tx = sample.pcie_tx_bytes_per_s
     nvlink_rx = sample.nvlink_rx_bytes_per_s
     nvlink_tx = sample.nvlink_tx_bytes_per_s
     return (
         sample.utilization_gpu_percent,
-        100.0 * used / total if used is not None and total else None,
+        memory_used_percent_of(static, sample),
         sample.power_draw_w,
         sample.sm_active_percent,
         pcie_rx if pcie_rx is not None else sample.gpm_pcie_rx_bytes_per_s,

@@ -39,6 +39,7 @@ terminal lines that changed are sent.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -49,7 +50,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from ..model import GpuState, Snapshot
-from ..render.chart import GPU_COLORS, ChartMemo, Trace, chart_lines, legend_line, rate_ceiling, short_rate
+from ..render.chart import GPU_COLORS, ChartMemo, Trace, braille_chart, legend_line, rate_ceiling, short_rate
 from ..render.styled import Line
 from ..render.units import short_name
 from ..sources.timeline import METRICS, WINDOWS, Series, Timeline, metric_values
@@ -190,6 +191,11 @@ def _watts(value: float) -> str:
 
 def _gib(value: float) -> str:
     return f"{value:.0f}G"
+
+
+def _gib_of(percent: float, *, total: int, digits: int) -> str:
+    """A share of ``total`` bytes in GiB (the memory chart's traces are a share of the memory): ``61.2G``."""
+    return f"{percent * total / 100 / _GIB:.{digits}f}G"
 
 
 class ChartView(Widget):
@@ -353,17 +359,16 @@ class _MetricChart(_Chart):
         window = view.window
         metric = spec.metric
         series = [(g, g.timeline.series(metric, window, end)) for g in self.gpus]
-        scale, top, axis, now = 1.0, 100.0, _percent, _percent
+        scale, top = 1.0, 100.0
+        axis: Callable[[float], str] = _percent
+        now: Callable[[float], str] = _percent
         total = None
         if spec.kind == "memory":
             totals = {g.static.memory_total_bytes for g in self.gpus}
             total = totals.pop() if len(totals) == 1 else None
             if total:
                 scale, top, axis = total / _GIB / 100, total / _GIB, _gib
-
-                def now(percent: float) -> str:
-                    return f"{percent * total / 100 / _GIB:.1f}G"
-
+                now = functools.partial(_gib_of, total=total, digits=1)
         elif spec.kind == "power":
             limits = [
                 g.sample.power_limit_w or g.static.power_max_limit_w or g.static.power_default_limit_w
@@ -376,18 +381,13 @@ class _MetricChart(_Chart):
         elif spec.kind == "rate":
             top = rate_ceiling(_peak(s for _, s in series))
             axis = now = short_rate
-        short = now
-        if spec.kind == "memory" and total:
-
-            def short(percent: float) -> str:
-                return f"{percent * total / 100 / _GIB:.0f}G"
-
+        short = functools.partial(_gib_of, total=total, digits=0) if spec.kind == "memory" and total else now
         title = Line(f" {spec.title} ", "bold")
         entries, traces, others, now = self._legend(series, title, width, scale, (now, short))
         note = f"{now(min(others))} to {now(max(others))}" if others else ""
         title = legend_line(title, entries, width, hidden=len(series) - len(traces), note=note)
         memo = view.memo(("metric", metric))
-        return chart_lines(title, traces, width, height, window=window, end=end, top=top, axis=axis, memo=memo)
+        return braille_chart(title, traces, width, height, window=window, end=end, top=top, axis=axis, memo=memo)
 
     def _legend(
         self,
@@ -402,6 +402,9 @@ class _MetricChart(_Chart):
         :func:`spread`), each value in its long format, else its short one, before a GPU is left out."""
         metric = self.spec.metric
         means = [(g.index, _recent_mean(s.mean)) for g, s in series]
+        entries: list[Line] = []
+        traces: list[Trace] = []
+        others: list[float] = []
         for count in range(min(OVERLAID, len(series)), 0, -1):  # only lines the legend can name
             drawn = set(spread(means, count))
             more = Line(f" +{len(series) - count} more") if count < len(series) else Line()
@@ -459,7 +462,7 @@ class _GpuChart(_Chart):
             keep = named  # the model's name where the whole legend leaves room
         title = legend_line(title, entries, width, keep=keep)
         memo = view.memo(("gpu", gpu.index))
-        return chart_lines(title, traces, width, height, window=window, end=end, top=100.0, axis=_percent, memo=memo)
+        return braille_chart(title, traces, width, height, window=window, end=end, top=100.0, axis=_percent, memo=memo)
 
 
 def _peak(series: object) -> float:

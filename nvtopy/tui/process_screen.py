@@ -27,10 +27,9 @@ import asyncio
 import io
 import math
 import shlex
-import sys
 import time
-from array import array
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 from rich.console import Group
@@ -43,8 +42,10 @@ from textual.css.query import NoMatches
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from ..history import SampleRing
 from ..model import GpuProcess, OwnerKind, ProcessDetails, ProcessOwner, ProcessRelative, Snapshot
 from ..render.cells import NOT_VISIBLE, plural
+from ..render.chart import block_chart
 from ..render.styled import Line
 from ..render.units import NA, fmt_bytes, fmt_duration, short_name
 from ..selection import parse_cuda_visible_devices
@@ -56,7 +57,6 @@ __all__ = [
     "ProcessHistory",
     "ProcessScreen",
     "ProcessSeries",
-    "chart_lines",
 ]
 
 DETAILS_DEADLINE = 3.0
@@ -69,7 +69,6 @@ TRACKED = 128
 """Processes whose history is kept at once; past that only the one on screen (a node with thousands of
 processes pays nothing for the others)."""
 CHART_HEIGHT = 4
-_BLOCKS = " ▁▂▃▄▅▆▇█"
 _NAN = float("nan")
 
 ProcessKey = tuple[int, float | None]  # pid and start time: one process, whatever GPUs it is on
@@ -94,30 +93,6 @@ class ProcessSeries:
     rss: tuple[float, ...]  # bytes
 
 
-class _Series:
-    """Parallel arrays, no object per point: the time as a double (a float32 of a Unix time is off by up to
-    two minutes), the five figures as float32 (7 significant digits, more than a chart or a figure shows).
-    300 points cost 8.2 KiB, at most 10.3 KiB between two trims: 64 processes about 0.6 MiB."""
-
-    __slots__ = ("columns",)
-
-    def __init__(self) -> None:
-        self.columns = (array("d"), *(array("f") for _ in range(5)))
-
-    def append(self, point: tuple[float, ...], points: int) -> None:
-        slack = max(16, points // 4)  # trimmed in bulk, a quarter over: amortised O(1) a point
-        for column, value in zip(self.columns, point, strict=True):
-            column.append(value)
-            if len(column) > points + slack:
-                del column[: len(column) - points]
-
-    def nbytes(self) -> int:
-        return sum(sys.getsizeof(column) for column in self.columns)
-
-    def frozen(self, points: int) -> ProcessSeries:
-        return ProcessSeries(*(tuple(column[-points:]) for column in self.columns))
-
-
 def _figure(value: float | None) -> float:
     return _NAN if value is None else float(value)
 
@@ -134,7 +109,7 @@ class ProcessHistory:
     def __init__(self, points: int = POINTS, tracked: int = TRACKED) -> None:
         self.points = max(1, points)
         self.tracked = max(0, tracked)
-        self._series: dict[ProcessKey, _Series] = {}
+        self._series: dict[ProcessKey, SampleRing[float]] = {}
         self._pinned: dict[ProcessKey, int] = {}
         self._last: tuple[int, float] | None = None  # the snapshot added last: the same one again adds nothing
 
@@ -143,7 +118,8 @@ class ProcessHistory:
 
     def pin(self, key: ProcessKey) -> None:
         self._pinned[key] = self._pinned.get(key, 0) + 1
-        self._series.setdefault(key, _Series())
+        if key not in self._series:
+            self._series[key] = self._ring()
 
     def unpin(self, key: ProcessKey) -> None:
         count = self._pinned.get(key, 0) - 1
@@ -173,7 +149,7 @@ class ProcessHistory:
                 elif key in series or room > 0:
                     if key not in series:
                         room -= 1
-                        series[key] = _Series()
+                        series[key] = self._ring()
                     rows[key] = [process]
         when = snapshot.timestamp
         for key, members in rows.items():
@@ -183,15 +159,14 @@ class ProcessHistory:
             total = [totals.get(p.gpu_index) for p in members]
             first = members[0]
             entry.append(
+                when,
                 (
-                    when,
                     float(sum(memory)) if memory else _NAN,
-                    float(sum(t for t in total if t)) if all(total) else _NAN,  # type: ignore[misc]
+                    float(sum(t for t in total if t)) if all(total) else _NAN,
                     float(sum(sm)) if sm else _NAN,
                     _figure(first.cpu_percent),
                     _figure(first.host_memory_bytes),
                 ),
-                self.points,
             )
 
     def nbytes(self) -> int:
@@ -200,7 +175,15 @@ class ProcessHistory:
 
     def series(self, key: ProcessKey) -> ProcessSeries | None:
         entry = self._series.get(key)
-        return None if entry is None else entry.frozen(self.points)
+        if entry is None:
+            return None
+        timestamps, figures = entry.window()
+        return ProcessSeries(timestamps, *figures)
+
+    def _ring(self) -> SampleRing[float]:
+        """A process's figures: :class:`ProcessSeries`' five after its time, as float32 (300 points cost
+        8.2 KiB, at most 10.3 KiB between two trims: 64 processes about 0.6 MiB)."""
+        return SampleRing(5, self.points)
 
 
 # --------------------------------------------------------------------- charts
@@ -208,45 +191,6 @@ class ProcessHistory:
 
 def _present(values: Sequence[float]) -> list[float]:
     return [v for v in values if not math.isnan(v)]
-
-
-def chart_lines(values: Sequence[float], width: int, height: int, top: float, style_name: str) -> list[Line]:
-    """The last ``width`` values as columns ``height`` lines tall on a fixed 0..``top`` scale, right-aligned.
-
-    Eighth-cell precision; a missing value (NaN) is a dim dot on the baseline, a zero
-    the dim baseline itself (so an idle process still shows a line). Top line first.
-    """
-    if width <= 0 or height <= 0:
-        return []
-    recent = list(values[-width:])
-    columns: list[list[tuple[str, str]]] = []
-    for value in recent:
-        if math.isnan(value):
-            columns.append([(" ", "")] * (height - 1) + [("·", "dim")])
-            continue
-        eighths = round(min(1.0, max(0.0, value / top if top > 0 else 0.0)) * height * 8)
-        column = []
-        for row in range(height - 1, -1, -1):  # the top line first
-            fill = min(8, max(0, eighths - row * 8))
-            column.append((_BLOCKS[fill], style_name) if fill else (" ", ""))
-        if eighths == 0:
-            column[-1] = ("▁", "bright_black")
-        columns.append(column)
-    lines = []
-    for row in range(height):
-        line = Line(" " * (width - len(recent)))
-        run, run_style = "", None
-        for column in columns:
-            char, char_style = column[row]
-            if char_style != run_style and run:
-                line.add(run, run_style or "")
-                run = ""
-            run_style = char_style
-            run += char
-        if run:
-            line.add(run, run_style or "")
-        lines.append(line)
-    return lines
 
 
 def _nice_top(peak: float, floor: float) -> float:
@@ -286,7 +230,7 @@ def _chart(
     if height >= 5:
         labels[(height - 1) // 2] = axis(top / 2)
     gutter = max(len(text) for text in labels.values()) + 1
-    plot = chart_lines(values, max(1, width - gutter), height, top, style_name)
+    plot = block_chart(values, max(1, width - gutter), height, top, style_name)
     lines = [head.fit(width)]
     for row, line in enumerate(plot):
         label = labels.get(row)
@@ -480,7 +424,7 @@ class ProcessScreen(ModalScreen[None]):
         self.details: ProcessDetails | None = None
         self.details_note: str | None = None  # why there are no details (yet)
         self.details_requests = 0
-        self._pending: object | None = None  # the future of the request in flight
+        self._pending: Future[ProcessDetails | None] | None = None  # the request in flight
         self._requested_at: float | None = None
         self._signature: tuple[object, ...] | None = None
         self._ready = False  # mounted: draws and asks for details (a snapshot may come before)
@@ -525,7 +469,7 @@ class ProcessScreen(ModalScreen[None]):
         if self.exited or self.process.foreign:
             return
         pending = self._pending
-        if pending is not None and not pending.done():  # type: ignore[attr-defined]
+        if pending is not None and not pending.done():
             return
         now = time.monotonic()
         if self._requested_at is not None and now - self._requested_at < DETAILS_EVERY:
@@ -540,8 +484,8 @@ class ProcessScreen(ModalScreen[None]):
         self._pending = future
         self.run_worker(self._wait_for(future), group="process-details", exit_on_error=False)
 
-    async def _wait_for(self, future: object) -> None:
-        waiting = asyncio.wrap_future(future)  # type: ignore[arg-type]
+    async def _wait_for(self, future: Future[ProcessDetails | None]) -> None:
+        waiting = asyncio.wrap_future(future)
         try:
             try:
                 details = await asyncio.wait_for(asyncio.shield(waiting), DETAILS_DEADLINE)
