@@ -409,6 +409,12 @@ def test_jsonl_is_the_json_and_chosen_health_fields_are_flat():
 # --------------------------------------------------------------------------- --once text
 
 
+@pytest.fixture(autouse=True)
+def _wide_terminal(monkeypatch):
+    """render_snapshot clips to the terminal's width: pin it (160, its fallback), so no runner's width decides."""
+    monkeypatch.setenv("COLUMNS", "160")
+
+
 class _Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True

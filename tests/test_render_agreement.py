@@ -256,6 +256,12 @@ def test_lost_and_noted_gpus_agree(state):
 SGR = re.compile(r"(\x1b\[[0-9;]*m)([^\x1b]*)\x1b\[0m")
 
 
+@pytest.fixture(autouse=True)
+def _wide_terminal(monkeypatch):
+    """render_snapshot clips to the terminal's width: pin it (160, its fallback), so no runner's width decides."""
+    monkeypatch.setenv("COLUMNS", "160")
+
+
 class _Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True
