@@ -12,6 +12,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# pytest-xdist's workers set COLUMNS=80 and LINES=24 in their environment; a test's own process (a Textual
+# app, render_snapshot's clipping) and every program it starts would then take that for the terminal's size,
+# instead of the pseudo-terminal the test made. A worker runs tests as the plain runner does: without them.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _name in ("COLUMNS", "LINES"):
+        os.environ.pop(_name, None)
 # ../shared/fake-nvml beside the checkout (a user's clone has none: tests using it skip).
 FAKE_NVML_SRC = Path(os.environ.get("NVTOPY_FAKE_NVML_DIR", ROOT.parent / "shared" / "fake-nvml"))
 # Tests that run the real nvidia-ml-py against ../shared/fake-nvml: skipped where it (or a C compiler) is absent.
