@@ -43,11 +43,12 @@ import asyncio
 import signal as signals
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from rich.text import Text
 from textual import on
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import App, ComposeResult, ScreenStackError, SystemCommand
 from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.driver import Driver
@@ -89,12 +90,13 @@ from .header import HeaderBar, HostBar, KeyFooter, header_text
 from .health_screen import HealthScreen
 from .messages import SnapshotReady, SourceFailed
 from .plain import honour_terminal
-from .preferences import apply_chart_window, chosen_columns, remember_columns
+from .preferences import chosen_columns, remember_columns
 from .process_screen import ProcessHistory, ProcessScreen
 from .process_table import ProcessTable
 from .screens import ConfirmSignalScreen, GpuChoice, GpuPickerScreen, HelpScreen, SortByScreen
 from .terminal_driver import prompt_driver
-from .themes import apply_palette, register_themes
+from .themes import apply_palette, known_theme, register_themes
+from .view_state import ViewState
 
 __all__ = ["INTERVALS", "NvtopyApp"]
 
@@ -109,8 +111,8 @@ STALL_AFTER = 2.0
 STALE_INTERVALS = 3
 
 
-def _members(row: GpuProcess | ProcessGroup) -> tuple[GpuProcess, ...]:
-    """The processes of a table row: itself, or a group's."""
+def _members(row: GpuProcess | ProcessGroup | AncestorRow) -> tuple[GpuProcess | AncestorRow, ...]:
+    """The processes of a table row: itself (a tree's ancestor too), or a group's."""
     return row.members if isinstance(row, ProcessGroup) else (row,)
 
 
@@ -233,22 +235,16 @@ class NvtopyApp(App[None]):
         self.source = source
         self.open_error: BaseException | None = None
         self.readonly = readonly or not source.can_signal
-        self.layout_mode = layout if layout in MODES else "auto"
+        # What the user chose to see; changed only by change_view (preferences.configure sets its start).
+        self.view = ViewState(layout_mode=layout if layout in MODES else "auto")
         self.snapshot: Snapshot | None = None
-        self.row_filter = ProcessFilter()
-        self.order = SortOrder()
-        self.group_by: str | None = None  # None, "user", "owner", "gpu" or "host" (GROUP_MODES)
-        self.tags = Tags()
-        self.tree_view = False  # the process table as a tree (w); group-by turns it off
+        self.tags = Tags()  # a selection of processes, not a view setting: pruned by every snapshot
         self.process_history = ProcessHistory()  # per-process figures for the process screen (view-side)
         self._poll = poll
-        # Preferences (nvtopy.tui.preferences.configure sets them from the config file before the app runs).
         register_themes(self)
         honour_terminal(self)  # NO_COLOR: readable greys; TERM=dumb: no colour, ASCII (.plain)
-        self.columns: tuple[str, ...] | None = None  # the process table's columns in order (None: the defaults)
         self.config_path: Path | None = None  # where the column chooser remembers (None: the XDG config file)
         self.startup_warnings: list[str] = []  # shown once the app runs (a bad config file)
-        self.chart_window: float | None = None  # the history charts' first window, seconds (None: theirs)
         self.snapshots_applied = 0
         self.last_outcomes: list[SignalOutcome] = []
         self._last_header: Text | None = None
@@ -310,8 +306,7 @@ class NvtopyApp(App[None]):
 
     def on_mount(self) -> None:
         self.query_one(ProcessTable).focus()
-        self.query_one(ProcessTable).set_columns(self.columns)
-        apply_chart_window(self)
+        self.refresh_view()  # the table and the charts take the view's columns, mode and window (no snapshot yet)
         apply_palette(self.theme, monochrome=self.no_color)  # the theme's (colorblind: Okabe-Ito), or none
         self.theme_changed_signal.subscribe(self, self._theme_changed)
         for warning in self.startup_warnings:  # a bad config file: also on stderr, before and after the app
@@ -404,7 +399,7 @@ class NvtopyApp(App[None]):
         self._snapshot_at = time.monotonic()
         self.snapshots_applied += 1
         self.process_history.add(message.snapshot)
-        self.refresh_view()
+        self.refresh_view()  # new data, same view
         for screen in self.screen_stack:
             if isinstance(screen, HealthScreen):  # open (perhaps under the help): it follows the live snapshots
                 screen.show(message.snapshot, self.visible_gpus())
@@ -412,7 +407,7 @@ class NvtopyApp(App[None]):
                 screen.show(message.snapshot)
 
     def on_resize(self) -> None:
-        self.refresh_view()
+        self.refresh_view()  # a new size, same view: the layout plan and the columns that fit
 
     def _theme_changed(self, theme: Theme) -> None:
         """A new theme (the command palette's "Change theme"): nvtopy's cells take its palette, cached lines go."""
@@ -425,7 +420,7 @@ class NvtopyApp(App[None]):
         gpu_view._panels.clear()  # panels are cached by what they show, not by colour
         table.restyle()
         self._last_header = None
-        self.refresh_view()
+        self.refresh_view()  # new colours, same view
 
     # ----------------------------------------------------------------- drawing
 
@@ -433,7 +428,7 @@ class NvtopyApp(App[None]):
         """The GPUs the filter shows, each narrowed to its chosen MIG instances (if any)."""
         if self.snapshot is None:
             return ()
-        row_filter = self.row_filter
+        row_filter = self.view.row_filter
         return tuple(row_filter.limit(g) for g in self.snapshot.gpus if row_filter.shows_gpu(g.index))
 
     def mig_shown(self) -> bool:
@@ -444,15 +439,59 @@ class NvtopyApp(App[None]):
         """Whether the process table has its HOST column: the snapshot spans other hosts (--remote, --prometheus)."""
         return self.snapshot is not None and any(g.static.host is not None for g in self.snapshot.gpus)
 
+    # ----------------------------------------------------------------- the view
+
+    def change_view(self, view: ViewState) -> None:
+        """The one way the view changes (``change_view(replace(self.view, order=...))``): then one redraw.
+
+        Before the app runs (:func:`~nvtopy.tui.preferences.configure`) it only records: the mount draws it.
+        """
+        self.view = view
+        self.refresh_view()
+
+    def use_theme(self, name: str | None) -> None:
+        """Theme ``name`` if this Textual has it, else the default (a config file's name, :mod:`.themes`)."""
+        self.theme = known_theme(self, name)
+
+    # Read-only names of the view's parts, as callers (tests, the palette) have read them: the state is self.view.
+    @property
+    def row_filter(self) -> ProcessFilter:
+        return self.view.row_filter
+
+    @property
+    def order(self) -> SortOrder:
+        return self.view.order
+
+    @property
+    def group_by(self) -> str | None:
+        return self.view.group_by
+
+    @property
+    def tree_view(self) -> bool:
+        return self.view.tree_view
+
+    @property
+    def layout_mode(self) -> str:
+        return self.view.layout_mode
+
+    @property
+    def columns(self) -> tuple[str, ...] | None:
+        return self.view.columns
+
     def refresh_view(self) -> None:
-        """Redraw everything from the current snapshot, filter and sort (cheap when little changed)."""
-        snapshot = self.snapshot
+        """Redraw everything from the current snapshot and view (cheap when little changed)."""
+        snapshot, view = self.snapshot, self.view
         try:
             header = self.query_one(HeaderBar)
             gpu_view = self.query_one(GpuView)
             table = self.query_one(ProcessTable)
-        except NoMatches:  # quitting: a snapshot posted before the source stopped arrives after the widgets went
+            charts = self.query_one(ChartView)
+        except (NoMatches, ScreenStackError):
+            # Not running yet (the config file sets the view first: on_mount draws it), or quitting (a snapshot
+            # posted before the source stopped arrives after the widgets went).
             return
+        table.set_columns(view.columns)  # no-ops when unchanged
+        charts.mode, charts.window = view.chart_mode, view.chart_window
         if snapshot is None:
             return
         gpus = self.visible_gpus()
@@ -471,7 +510,7 @@ class NvtopyApp(App[None]):
             len(gpus),
             size.width,
             size.height,
-            self.layout_mode,
+            view.layout_mode,
             links=links,
             extra=extra,
             panel_extra=tall,
@@ -484,14 +523,14 @@ class NvtopyApp(App[None]):
         everything = snapshot.processes
         self.tags.prune(everything)
         me = snapshot.host.user
-        rows = build_rows(everything, self.order, self.row_filter, me)
+        rows = build_rows(everything, view.order, view.row_filter, me)
         shown: list[GpuProcess] | list[ProcessGroup] = rows
-        if self.group_by is not None:
-            shown = build_groups(rows, self.group_by, self.order)
+        if view.group_by is not None:
+            shown = build_groups(rows, view.group_by, view.order)
         hints = [f"GPU {g.index}: {safe_text(g.processes_hint)}" for g in gpus if g.processes_hint]
         table.empty_message = (
             "No process matches the filters (esc clears)"
-            if self.row_filter.active
+            if view.row_filter.active
             else "No GPU processes" + (" · " + " · ".join(hints) if hints else "")
         )
         flags = any(p.flags for p in everything)
@@ -499,16 +538,16 @@ class NvtopyApp(App[None]):
             list(shown),
             me=me,
             tags=frozenset(self.tags.keys),
-            order=self.order,
+            order=view.order,
             flags=flags,
-            keep_flags=self.row_filter.flag is not None,
+            keep_flags=view.row_filter.flag is not None,
             mig=self.mig_shown(),
-            tree=self.tree_view and self.group_by is None,
+            tree=view.tree_view and view.group_by is None,
             hosts=host_labels(snapshot.gpus),
         )
         filter_shown = self.query_one("#filter", Input).has_class("shown")
         spare = spare_rows(size.height, plan.lines, filter_shown)
-        self.query_one(ChartView).show(snapshot, gpus, spare, table_rows=len(table.rows) + 1)  # rows to spare: charts
+        charts.show(snapshot, gpus, spare, table_rows=len(table.rows) + 1)  # rows to spare: charts
         self._header_counts = (len(gpus), len(rows), len(everything))
         self._update_header(header)  # after the charts: it says when they have no room
         self.query_one(HostBar).show(snapshot, size.width)
@@ -537,8 +576,8 @@ class NvtopyApp(App[None]):
     # ----------------------------------------------------------------- filters and sort
 
     def set_filter(self, **changes: object) -> None:
-        self.row_filter = self.row_filter.replace(**changes)
-        self.refresh_view()
+        """Change the parts of the filter named in ``changes`` (:class:`~nvtopy.render.processes.ProcessFilter`)."""
+        self.change_view(replace(self.view, row_filter=self.view.row_filter.replace(**changes)))
 
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)
@@ -559,20 +598,19 @@ class NvtopyApp(App[None]):
         box = self.query_one("#filter", Input)
         box.value = ""
         box.remove_class("shown")
-        self.row_filter = ProcessFilter()
         self.query_one(ProcessTable).focus()
-        self.refresh_view()
+        self.change_view(replace(self.view, row_filter=ProcessFilter()))
 
     def action_toggle_mine(self) -> None:
-        self.set_filter(mine_only=not self.row_filter.mine_only)
+        self.set_filter(mine_only=not self.view.row_filter.mine_only)
 
     def action_cycle_type(self) -> None:
-        following = {None: "C", "C": "G", "G": None}[self.row_filter.process_type]
+        following = {None: "C", "C": "G", "G": None}[self.view.row_filter.process_type]
         self.set_filter(process_type=following)
 
     def action_cycle_flags(self) -> None:
         """All processes, then those with any real-work flag, then idle-held only, then suspected hangs only."""
-        following = FLAG_FILTERS[(FLAG_FILTERS.index(self.row_filter.flag) + 1) % len(FLAG_FILTERS)]
+        following = FLAG_FILTERS[(FLAG_FILTERS.index(self.view.row_filter.flag) + 1) % len(FLAG_FILTERS)]
         self.set_filter(flag=following)  # the header's filter names it
 
     def action_pick_gpus(self) -> None:
@@ -585,14 +623,13 @@ class NvtopyApp(App[None]):
                 gpus, instances = result
                 self.set_filter(gpus=gpus, instances=instances)
 
-        self.push_screen(GpuPickerScreen(statics, self.row_filter.gpus, self.row_filter.instances), chosen)
+        self.push_screen(GpuPickerScreen(statics, self.view.row_filter.gpus, self.view.row_filter.instances), chosen)
 
     def set_sort(self, order: SortOrder) -> None:
-        self.order = order
-        self.refresh_view()
+        self.change_view(replace(self.view, order=order))
 
     def action_sort(self, step: int) -> None:
-        self.set_sort(self.order.cycle(step, mig=self.mig_shown(), hosts=self.hosts_shown()))
+        self.set_sort(self.view.order.cycle(step, mig=self.mig_shown(), hosts=self.hosts_shown()))
 
     def action_sort_by(self) -> None:
         """``o``, then a column's letter (nvitop's ``op``, ``og``, ``oS``...): sort by that column."""
@@ -608,7 +645,7 @@ class NvtopyApp(App[None]):
         self.push_screen(SortByScreen(columns), chosen)
 
     def action_reverse(self) -> None:
-        self.set_sort(self.order.flipped())
+        self.set_sort(self.view.order.flipped())
 
     def set_group(self, mode: str | None) -> None:
         """Fold the table into groups by ``mode`` (None: one row a process).
@@ -618,10 +655,7 @@ class NvtopyApp(App[None]):
         table = self.query_one(ProcessTable)
         previous = table.selected
         was = {p.key for p in _members(previous)} if previous is not None else set()
-        self.group_by = mode
-        if mode is not None:
-            self.tree_view = False  # groups are not drawn as a tree
-        self.refresh_view()
+        self.change_view(self.view.grouped(mode))
         index = next((i for i, row in enumerate(table.rows) if any(p.key in was for p in _members(row))), 0)
         table.move_cursor(index)
 
@@ -634,7 +668,8 @@ class NvtopyApp(App[None]):
     def action_cycle_group(self) -> None:
         modes = self.group_modes()
         # by host on one host now (a fleet that went, or the config's): host is the last mode, so None follows
-        following = modes[(modes.index(self.group_by) + 1) % len(modes)] if self.group_by in modes else None
+        group_by = self.view.group_by
+        following = modes[(modes.index(group_by) + 1) % len(modes)] if group_by in modes else None
         self.set_group(following)  # the header says "grouped by ..." (a mode: no notification over the table)
 
     def action_toggle_tree(self) -> None:
@@ -642,10 +677,7 @@ class NvtopyApp(App[None]):
         table = self.query_one(ProcessTable)
         previous = table.selected
         was = {p.key for p in _members(previous)} if isinstance(previous, (GpuProcess, ProcessGroup)) else set()
-        self.tree_view = not self.tree_view
-        if self.tree_view:
-            self.group_by = None
-        self.refresh_view()
+        self.change_view(self.view.toggled_tree())
         index = next((i for i, row in enumerate(table.rows) if row.key in was), None)
         if index is not None:
             table.move_cursor(index)
@@ -665,7 +697,7 @@ class NvtopyApp(App[None]):
 
     @on(ProcessTable.HeaderClicked)
     def _header_clicked(self, event: ProcessTable.HeaderClicked) -> None:
-        self.set_sort(self.order.by(event.column))
+        self.set_sort(self.view.order.by(event.column))
 
     # ----------------------------------------------------------------- view and refresh
 
@@ -678,36 +710,29 @@ class NvtopyApp(App[None]):
         def chosen(columns: tuple[str, ...] | None) -> None:
             if columns is None:  # cancelled
                 return
-            self.columns = chosen_columns(columns)  # None: the defaults
-            table.set_columns(self.columns)
-            self.refresh_view()
-            message, saved = remember_columns(self.columns, self.config_path)
+            self.change_view(replace(self.view, columns=chosen_columns(columns)))  # None: the defaults
+            message, saved = remember_columns(self.view.columns, self.config_path)
             self.notify(safe_text(message), severity="information" if saved else "warning", timeout=4, markup=False)
 
         self.push_screen(ColumnsScreen(table.columns), chosen)
 
     def action_zoom(self, step: int) -> None:
         """The history charts' window: 1 min, 10 min, 1 h, 24 h (``step`` -1: back)."""
-        charts = self.query_one(ChartView)
-        charts.zoom(step)
-        self.refresh_view()  # the header says the window ("charts per metric · 10 min")
+        self.change_view(self.view.zoomed(step))  # the header says the window ("charts per metric · 10 min")
 
     def action_cycle_charts(self) -> None:
         """The history charts: one per metric (GPUs overlaid), one per GPU, none."""
-        charts = self.query_one(ChartView)
-        charts.cycle_mode()
-        self.refresh_view()  # the header says the mode ("charts per GPU", "charts off", "(no room)")
+        self.change_view(self.view.next_chart_mode())  # the header says it ("charts per GPU", "charts off")
 
     def action_cycle_layout(self) -> None:
-        self.layout_mode = MODES[(MODES.index(self.layout_mode) + 1) % len(MODES)]
-        self.refresh_view()  # the header says "view compact" (auto says nothing)
+        self.change_view(self.view.next_layout())  # the header says "view compact" (auto says nothing)
 
     def action_toggle_pause(self) -> None:
         if self.source.paused:
             self.source.resume()
         else:
             self.source.pause()
-        self.refresh_view()
+        self.refresh_view()  # the source's state, not the view: the header says "PAUSED"
 
     def action_step(self, count: int) -> None:
         if self.source.can_step:
@@ -718,7 +743,7 @@ class NvtopyApp(App[None]):
     def action_interval(self, step: int) -> None:
         if self.source.can_change_speed:  # replay: + and - change the speed
             (self.source.faster if step < 0 else self.source.slower)()
-            self.refresh_view()  # the header's replay status says the speed
+            self.refresh_view()  # the source's state, not the view: the header's replay status says the speed
             return
         current = self.source.interval
         # Outside the steps (--interval 0.1 or 60) a key never moves the other way: it stays.
@@ -729,7 +754,7 @@ class NvtopyApp(App[None]):
             bigger = [i for i in INTERVALS if i > current + 1e-9]
             target = bigger[0] if bigger else max(current, INTERVALS[-1])
         self.source.set_interval(target)
-        self.refresh_view()  # the header says "⟳ 2s"
+        self.refresh_view()  # the source's state, not the view: the header says "⟳ 2s"
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.help_sections()))
@@ -795,7 +820,7 @@ class NvtopyApp(App[None]):
         order = ("General", "Processes", "Sorting", "Filtering", "View")
         return [(name, groups[name]) for name in order if name in groups]
 
-    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         shown = (*((HOST_COLUMN,) if self.hosts_shown() else ()), *((MIG_COLUMN,) if self.mig_shown() else ()))
         for column in (*COLUMNS[:1], *shown, *COLUMNS[1:]):
@@ -831,8 +856,7 @@ class NvtopyApp(App[None]):
             yield SystemCommand(f"GPU view: {mode}", f"Show GPUs as {mode} panels", lambda m=mode: self._set_layout(m))
 
     def _set_layout(self, mode: str) -> None:
-        self.layout_mode = mode
-        self.refresh_view()
+        self.change_view(replace(self.view, layout_mode=mode))
 
     # ----------------------------------------------------------------- acting on processes
 
@@ -849,11 +873,11 @@ class NvtopyApp(App[None]):
         elif not isinstance(process, AncestorRow):  # a tree's ancestor uses no GPU: never tagged
             self.tags.toggle(process)
         table.move_cursor(table.cursor + 1)
-        self.refresh_view()
+        self.refresh_view()  # the tags are a selection, not the view (every snapshot prunes them): marks, header
 
     def action_untag(self) -> None:
         self.tags.keys.clear()
-        self.refresh_view()
+        self.refresh_view()  # the tags are a selection, not the view: marks, header
 
     def signal_targets(self) -> list[GpuProcess]:
         """The tagged processes still shown, else the selected one (a group: all of it); one entry per process."""
