@@ -46,7 +46,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from rich.text import Text
 from textual import on
 from textual.app import App, ComposeResult, ScreenStackError, SystemCommand
 from textual.binding import Binding
@@ -86,7 +85,7 @@ from ..textsafe import safe_text
 from .charts import ChartView, spare_rows
 from .columns_screen import ColumnsScreen
 from .gpu_view import MODES, GpuView, host_groups, plan_layout
-from .header import HeaderBar, HostBar, KeyFooter, header_text
+from .header import STARTING, HeaderBar, HostBar, KeyFooter, header_text, waiting_text, with_stall_notice
 from .health_screen import HealthScreen
 from .messages import SnapshotReady, SourceFailed
 from .plain import honour_terminal
@@ -247,7 +246,6 @@ class NvtopyApp(App[None]):
         self.startup_warnings: list[str] = []  # shown once the app runs (a bad config file)
         self.snapshots_applied = 0
         self.last_outcomes: list[SignalOutcome] = []
-        self._last_header: Text | None = None
         self._header_counts: tuple[int, int, int] | None = None
         self._stall_shown = False
         self._snapshot_at = time.monotonic()  # when the current snapshot arrived (a stalled GPU's age grows from it)
@@ -296,7 +294,7 @@ class NvtopyApp(App[None]):
     # ----------------------------------------------------------------- lifecycle
 
     def compose(self) -> ComposeResult:
-        yield HeaderBar(Text(" nvtopy  starting...", style="bold"), id="header")
+        yield HeaderBar(STARTING, id="header")
         yield GpuView(id="gpus")
         yield HostBar(id="host")  # in the blank line that parted the GPUs from the rest: no row taken
         yield ChartView(id="charts")
@@ -386,7 +384,7 @@ class NvtopyApp(App[None]):
         except NoMatches:
             return
         waiting = f"waiting for {self.source.waiting_for}: {int(waited)} s"
-        header.update(Text.assemble((" nvtopy ", "bold reverse"), (f"  {waiting}", "bold yellow")), layout=False)
+        header.show(waiting_text(waiting))
         gpu_view.message = f"{waiting} (q quits at any time)"
         gpu_view.show((), gpu_view.plan)
 
@@ -415,11 +413,12 @@ class NvtopyApp(App[None]):
         try:
             gpu_view = self.query_one(GpuView)
             table = self.query_one(ProcessTable)
+            header = self.query_one(HeaderBar)
         except NoMatches:
             return
         gpu_view._panels.clear()  # panels are cached by what they show, not by colour
         table.restyle()
-        self._last_header = None
+        header.restyle()
         self.refresh_view()  # new colours, same view
 
     # ----------------------------------------------------------------- drawing
@@ -557,21 +556,18 @@ class NvtopyApp(App[None]):
         snapshot, counts = self.snapshot, self._header_counts
         if snapshot is None or counts is None:
             return
-        if header is None:
-            try:
-                header = self.query_one(HeaderBar)
-            except NoMatches:
-                return
-        text = header_text(self, snapshot, counts, max(1, self.size.width))
+        try:
+            header = self.query_one(HeaderBar) if header is None else header
+            charts = self.query_one(ChartView)
+        except NoMatches:
+            return
+        width = max(1, self.size.width)
+        text = header_text(self, snapshot, counts, width, no_chart_room=bool(charts.no_room()))
         waited = self._stuck_for()
         self._stall_shown = waited is not None and waited >= STALL_AFTER
         if waited is not None and self._stall_shown:
-            notice = Text(f" waiting for {self.source.waiting_for}: {int(waited)} s ", style="bold black on yellow")
-            text = Text.assemble(notice, text)
-            text.truncate(max(1, self.size.width), overflow="ellipsis")
-        if text != self._last_header:  # rich Text compares text and spans
-            self._last_header = text
-            header.update(text, layout=False)  # one line, always: no layout pass
+            text = with_stall_notice(text, self.source.waiting_for, waited, width)
+        header.show(text)
 
     # ----------------------------------------------------------------- filters and sort
 
