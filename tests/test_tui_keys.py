@@ -7,6 +7,7 @@ left, what the header and the GPU view draw), not only that the app survives.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 
 import pytest
@@ -18,7 +19,7 @@ from nvtopy.backends.simulated.catalog import Workload
 from nvtopy.config import MAX_INTERVAL, MIN_INTERVAL
 from nvtopy.render.processes import ProcessFilter
 from nvtopy.tui.app import INTERVALS, NvtopyApp
-from nvtopy.tui.screens import GpuPickerScreen, HelpScreen
+from nvtopy.tui.screens import SORT_LETTERS, GpuPickerScreen, HelpScreen, help_keys, help_sections
 
 from .tui_helpers import (
     assert_in_order,
@@ -565,6 +566,35 @@ async def test_interval_keys_never_go_the_wrong_way_from_outside_the_steps(sim, 
 
 
 # --------------------------------------------------------------------------- help and palette
+
+
+def test_every_binding_is_in_the_help_in_its_own_section():
+    """The help is made from the bindings: a new binding is in it, under the section its action is mapped to.
+
+    Fails when a binding is added whose action has no section (it would land in "General" by default), when a
+    mapped action is no longer bound, or when the help stops listing a binding (a hand-kept table again).
+    """
+    bound = {b.action.split("(")[0] for b in NvtopyApp.BINDINGS if isinstance(b, Binding)}
+    assert bound == set(NvtopyApp.HELP_SECTIONS), "HELP_SECTIONS maps exactly the bound actions"
+    assert set(NvtopyApp.HELP_SECTIONS.values()) <= set(NvtopyApp.HELP_ORDER)
+    added = Binding("x", "explode", "Explode", tooltip="A binding made up for this test")
+    bindings = [*NvtopyApp.BINDINGS, added]
+    section_of = {**NvtopyApp.HELP_SECTIONS, "explode": "View"}
+    sections = dict(help_sections(bindings, section_of, lambda b: b.key, order=NvtopyApp.HELP_ORDER, extra={}))
+    for binding in bindings:
+        assert isinstance(binding, Binding)
+        section = section_of[binding.action.split("(")[0]]
+        row = (help_keys(binding, lambda b: b.key), binding.tooltip or binding.description)
+        assert row in sections[section], f"{binding.action} is not in the help's {section}"
+
+
+def test_the_sort_by_key_names_letters_it_has():
+    """``o``'s help names some letters (``o then p PID, g GPU memory, s SM%``): they sort by those columns."""
+    (binding,) = [b for b in NvtopyApp.BINDINGS if isinstance(b, Binding) and b.action == "sort_by"]
+    named = re.findall(r"(?:then|,) (\w) ([^,(]+?)(?= \(|,|$)", binding.tooltip or "")
+    assert len(named) == 3, named
+    for letter, words in named:
+        assert SORT_LETTERS[letter] == words.lower().replace(" ", "_").rstrip("%"), (letter, words)
 
 
 async def test_help_lists_every_binding_and_escape_closes_it(sim):

@@ -45,6 +45,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import ClassVar
 
 from textual import on
 from textual.app import App, ComposeResult, ScreenStackError, SystemCommand
@@ -92,7 +93,16 @@ from .plain import honour_terminal
 from .preferences import chosen_columns, remember_columns
 from .process_screen import ProcessHistory, ProcessScreen
 from .process_table import ProcessTable
-from .screens import ConfirmSignalScreen, GpuChoice, GpuPickerScreen, HelpScreen, SortByScreen
+from .screens import (
+    ConfirmSignalScreen,
+    GpuChoice,
+    GpuPickerScreen,
+    HelpRows,
+    HelpScreen,
+    SortByScreen,
+    help_keys,
+    help_sections,
+)
 from .terminal_driver import prompt_driver
 from .themes import apply_palette, known_theme, register_themes
 from .view_state import ViewState
@@ -217,6 +227,36 @@ class NvtopyApp(App[None]):
         ),
         Binding("left_square_bracket", "step(-1)", "Step back", show=False, tooltip="Replay: previous snapshot"),
     ]
+    # The help's sections in order, and the section of each action of BINDINGS (tests/test_tui_keys.py checks
+    # that every action has one).
+    HELP_ORDER: ClassVar[tuple[str, ...]] = ("General", "Processes", "Sorting", "Filtering", "View")
+    HELP_SECTIONS: ClassVar[dict[str, str]] = {
+        "quit": "General",
+        "help": "General",
+        "filter": "Filtering",
+        "pick_gpus": "Filtering",
+        "toggle_mine": "Filtering",
+        "cycle_type": "Filtering",
+        "cycle_flags": "Filtering",
+        "clear_filters": "Filtering",
+        "sort": "Sorting",
+        "sort_by": "Sorting",
+        "reverse": "Sorting",
+        "cycle_group": "Sorting",
+        "tag": "Processes",
+        "untag": "Processes",
+        "signal": "Processes",
+        "toggle_tree": "View",
+        "open_process": "View",
+        "cycle_layout": "View",
+        "toggle_pause": "View",
+        "interval": "View",
+        "step": "View",
+        "health": "View",
+        "zoom": "View",
+        "cycle_charts": "View",
+        "choose_columns": "View",
+    }
 
     def __init__(
         self,
@@ -761,60 +801,21 @@ class NvtopyApp(App[None]):
             return
         self.push_screen(HealthScreen(self.snapshot, self.visible_gpus()))
 
-    def help_sections(self) -> list[tuple[str, list[tuple[str, str]]]]:
-        def keys_of(binding: Binding) -> str:
-            names = binding.key.split(",")
-            return " ".join(self.get_key_display(Binding(name, "")) for name in names)
-
-        groups: dict[str, list[tuple[str, str]]] = {}
-        sections = {
-            "quit": "General",
-            "help": "General",
-            "filter": "Filtering",
-            "pick_gpus": "Filtering",
-            "toggle_mine": "Filtering",
-            "cycle_type": "Filtering",
-            "cycle_flags": "Filtering",
-            "clear_filters": "Filtering",
-            "sort": "Sorting",
-            "sort_by": "Sorting",
-            "reverse": "Sorting",
-            "cycle_group": "Sorting",
-            "toggle_tree": "View",
-            "open_process": "View",
-            "tag": "Processes",
-            "untag": "Processes",
-            "signal": "Processes",
-            "cycle_layout": "View",
-            "toggle_pause": "View",
-            "interval": "View",
-            "step": "View",
-            "health": "View",
-            "zoom": "View",
-            "cycle_charts": "View",
-            "choose_columns": "View",
+    def help_sections(self) -> list[tuple[str, HelpRows]]:
+        """The help: the bindings by :attr:`HELP_SECTIONS`, and the keys that are no binding of the app."""
+        table_keys = " ".join(
+            help_keys(b, self.get_key_display) for b in ProcessTable.BINDINGS if isinstance(b, Binding) and b.tooltip
+        )
+        extra = {
+            "Processes": [
+                ("↑ ↓ PgUp PgDn Home End", "Move the selection"),
+                ("click", "Select a row; click a column title to sort by it"),
+            ],
+            "Sorting": [(table_keys, ProcessTable.KEYS_HELP)],  # the table's own: open and fold a group
+            "General": [("ctrl+p", "Command palette (every action by name)")],
         }
-        seen = set()
-        for binding in self.BINDINGS:
-            assert isinstance(binding, Binding)
-            if binding.key == "ctrl+c":
-                groups.setdefault("General", []).append(("ctrl+c", "Quit"))
-                continue
-            action = binding.action.split("(")[0]
-            if (binding.action, binding.description) in seen:
-                continue
-            seen.add((binding.action, binding.description))
-            description = binding.tooltip or binding.description
-            groups.setdefault(sections.get(action, "General"), []).append((keys_of(binding), description))
-        groups["Processes"] += [
-            ("↑ ↓ PgUp PgDn Home End", "Move the selection"),
-            ("click", "Select a row; click a column title to sort by it"),
-        ]
-        table_keys = " ".join(keys_of(b) for b in ProcessTable.BINDINGS if isinstance(b, Binding) and b.tooltip)
-        groups["Sorting"].append((table_keys, ProcessTable.KEYS_HELP))  # the table's own: open and fold a group
-        groups["General"].append(("ctrl+p", "Command palette (every action by name)"))
-        order = ("General", "Processes", "Sorting", "Filtering", "View")
-        return [(name, groups[name]) for name in order if name in groups]
+        sections, order = self.HELP_SECTIONS, self.HELP_ORDER
+        return help_sections(self.BINDINGS, sections, self.get_key_display, order=order, extra=extra)
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
