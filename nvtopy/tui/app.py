@@ -31,6 +31,11 @@ instances, and the GPU picker (``g``) lists each GPU's instances: choosing some
 narrows that GPU's panel and processes to them. The snapshot is never changed:
 :meth:`visible_gpus` applies the filter to what the views get.
 
+The view -- filter, sort, grouping, tree, GPU layout, columns, the charts' mode
+and window -- is one frozen :class:`~nvtopy.tui.view_state.ViewState`: a key
+that changes it calls :meth:`NvtopyApp.change_view`, which redraws once. The
+help is made from :attr:`NvtopyApp.BINDINGS` (:func:`~nvtopy.tui.screens.help_sections`).
+
 Preferences: the CLI sets the starting sort, grouping, columns, theme and chart
 window from the config file (:func:`~nvtopy.tui.preferences.configure`); ``C``
 opens the column chooser, whose choice is written back to that file. The
