@@ -21,7 +21,7 @@ included), the refresh interval or the replay's speed. Notifications are for eve
 from __future__ import annotations
 
 import time
-from typing import Any, ClassVar, Protocol
+from typing import ClassVar, Protocol
 
 from rich.text import Text
 from textual import events
@@ -253,8 +253,8 @@ class KeyFooter(Static):
     KeyFooter { height: 1; dock: bottom; background: $footer-background; color: $footer-foreground; }
     """
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
         self._spans: list[tuple[int, int, str]] = []
         self._width = -1
 
