@@ -6,8 +6,12 @@ left, what the header and the GPU view draw), not only that the app survives.
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import re
 import time
+from dataclasses import fields, replace
+from pathlib import Path
 
 import pytest
 from textual.binding import Binding
@@ -16,9 +20,16 @@ from textual.widgets import Input, SelectionList
 
 from nvtopy.backends.simulated.catalog import Workload
 from nvtopy.config import MAX_INTERVAL, MIN_INTERVAL
-from nvtopy.render.processes import ProcessFilter
+from nvtopy.render.processes import ProcessFilter, SortOrder
+from nvtopy.sources.timeline import WINDOWS
+from nvtopy.tui import app as app_module
+from nvtopy.tui import header as header_module
+from nvtopy.tui import preferences as preferences_module
 from nvtopy.tui.app import INTERVALS, NvtopyApp
-from nvtopy.tui.screens import GpuPickerScreen, HelpScreen
+from nvtopy.tui.charts import CHART_MODES
+from nvtopy.tui.gpu_view import MODES
+from nvtopy.tui.screens import SORT_LETTERS, GpuPickerScreen, HelpScreen, help_keys, help_sections
+from nvtopy.tui.view_state import ViewState
 
 from .tui_helpers import (
     assert_in_order,
@@ -567,6 +578,35 @@ async def test_interval_keys_never_go_the_wrong_way_from_outside_the_steps(sim, 
 # --------------------------------------------------------------------------- help and palette
 
 
+def test_every_binding_is_in_the_help_in_its_own_section():
+    """The help is made from the bindings: a new binding is in it, under the section its action is mapped to.
+
+    Fails when a binding is added whose action has no section (it would land in "General" by default), when a
+    mapped action is no longer bound, or when the help stops listing a binding (a hand-kept table again).
+    """
+    bound = {b.action.split("(")[0] for b in NvtopyApp.BINDINGS if isinstance(b, Binding)}
+    assert bound == set(NvtopyApp.HELP_SECTIONS), "HELP_SECTIONS maps exactly the bound actions"
+    assert set(NvtopyApp.HELP_SECTIONS.values()) <= set(NvtopyApp.HELP_ORDER)
+    added = Binding("x", "explode", "Explode", tooltip="A binding made up for this test")
+    bindings = [*NvtopyApp.BINDINGS, added]
+    section_of = {**NvtopyApp.HELP_SECTIONS, "explode": "View"}
+    sections = dict(help_sections(bindings, section_of, lambda b: b.key, order=NvtopyApp.HELP_ORDER, extra={}))
+    for binding in bindings:
+        assert isinstance(binding, Binding)
+        section = section_of[binding.action.split("(")[0]]
+        row = (help_keys(binding, lambda b: b.key), binding.tooltip or binding.description)
+        assert row in sections[section], f"{binding.action} is not in the help's {section}"
+
+
+def test_the_sort_by_key_names_letters_it_has():
+    """``o``'s help names some letters (``o then p PID, g GPU memory, s SM%``): they sort by those columns."""
+    (binding,) = [b for b in NvtopyApp.BINDINGS if isinstance(b, Binding) and b.action == "sort_by"]
+    named = re.findall(r"(?:then|,) (\w) ([^,(]+?)(?= \(|,|$)", binding.tooltip or "")
+    assert len(named) == 3, named
+    for letter, words in named:
+        assert SORT_LETTERS[letter] == words.lower().replace(" ", "_").rstrip("%"), (letter, words)
+
+
 async def test_help_lists_every_binding_and_escape_closes_it(sim):
     app = NvtopyApp.for_backend(sim(gpus=2, seed=1), interval=INTERVAL)
     async with app.run_test(size=(120, 60)) as pilot:
@@ -775,3 +815,99 @@ async def test_a_snapshot_arriving_after_the_widgets_are_gone_is_ignored(sim):
         await started(pilot, app)
         applied = app.snapshots_applied
     assert app.snapshots_applied == applied + 1, "the late snapshot was delivered, and ignored"
+
+
+# --------------------------------------------------------------------------- the view state
+
+
+@pytest.mark.parametrize(
+    ("key", "changed"),
+    [
+        ("s", "order"),
+        ("S", "order"),
+        ("r", "order"),
+        ("b", "group_by"),
+        ("t", "tree_view"),
+        ("v", "layout_mode"),
+        ("c", "chart_mode"),
+        ("z", "chart_window"),
+        ("Z", "chart_window"),
+        ("u", "row_filter"),
+        ("y", "row_filter"),
+        ("f", "row_filter"),
+    ],
+)
+async def test_a_view_key_changes_the_view_state_once_and_redraws_once(sim, key, changed):
+    """Every key that changes the view goes through change_view: one new ViewState, one redraw."""
+    app = NvtopyApp.for_backend(sim(gpus=2, seed=1, processes_per_gpu=3), poll=False)
+    async with app.run_test(size=SIZE) as pilot:
+        app.source.poll_once()
+        await started(pilot, app)
+        before = app.view
+        redraws: list[ViewState] = []
+        redraw = app.refresh_view
+
+        def counted() -> None:
+            redraws.append(app.view)
+            redraw()
+
+        app.refresh_view = counted  # type: ignore[method-assign]
+        await pilot.press(key)
+        await pilot.pause()
+        assert len(redraws) == 1, f"{key}: {len(redraws)} redraws"
+        changes = {f.name for f in fields(ViewState) if getattr(app.view, f.name) != getattr(before, f.name)}
+        assert changes == {changed}, (key, changes)
+
+
+async def test_the_view_is_read_through_the_app_but_changed_only_by_change_view(sim):
+    app = NvtopyApp.for_backend(sim(gpus=1), poll=False)
+    with pytest.raises(AttributeError):
+        app.order = SortOrder("pid")  # type: ignore[misc]
+    app.change_view(replace(app.view, order=SortOrder("pid"), group_by="user"))  # before the app runs: recorded
+    async with app.run_test(size=SIZE) as pilot:
+        app.source.poll_once()
+        await started(pilot, app)
+        assert (app.order, app.group_by, app.view.tree_view) == (SortOrder("pid"), "user", False)
+        assert "grouped by user" in header_line(app)
+        await pilot.press("t")  # a tree is never grouped
+        await pilot.pause()
+        assert (app.tree_view, app.group_by) == (True, None)
+        await pilot.press("b")  # nor a grouped table a tree
+        await pilot.pause()
+        assert (app.tree_view, app.group_by) == (False, "user")
+
+
+def test_view_state_steps_round_and_keeps_tree_and_groups_apart():
+    view = ViewState()
+    assert [view := view.next_layout() for _ in MODES][-1].layout_mode == "auto"
+    assert [view := view.next_chart_mode() for _ in CHART_MODES][-1].chart_mode == CHART_MODES[0]
+    assert ViewState().zoomed(-1).chart_window == WINDOWS[-1] and ViewState().zoomed(1).chart_window == WINDOWS[1]
+    assert ViewState(chart_window=123.0).zoomed(1).chart_window == WINDOWS[1], "a window not on the steps: the first"
+    assert ViewState(group_by="user").toggled_tree() == ViewState(tree_view=True)
+    assert ViewState(tree_view=True).grouped("gpu") == ViewState(group_by="gpu")
+    assert ViewState(tree_view=True).grouped(None) == ViewState(tree_view=True)
+
+
+def test_the_app_assigns_the_view_in_one_place_and_says_why_it_redraws_elsewhere():
+    """One home: no view attribute is set on the app; ``self.view`` is assigned in __init__ and change_view only,
+    and every other redraw says why on its line (a new snapshot, a resize, a theme, the source's state, tags)."""
+    names = {f.name for f in fields(ViewState)}
+    assigned_in: list[str] = []
+    for module in (app_module, preferences_module, header_module):
+        for function in ast.walk(ast.parse(Path(module.__file__).read_text(encoding="utf-8"))):
+            if not isinstance(function, ast.FunctionDef):
+                continue
+            for node in ast.walk(function):
+                for target in node.targets if isinstance(node, ast.Assign) else []:
+                    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
+                        assert target.attr not in names, f"{function.name} sets {target.attr}: not in the ViewState"
+                        if target.attr == "view":
+                            assigned_in.append(f"{module.__name__}.{function.name}")
+    assert sorted(assigned_in) == ["nvtopy.tui.app.__init__", "nvtopy.tui.app.change_view"]
+    source = Path(app_module.__file__).read_text(encoding="utf-8")
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    change_view = next(f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name == "change_view")
+    for number, line in enumerate(lines, start=1):
+        if "self.refresh_view()" in line and not change_view.lineno <= number <= (change_view.end_lineno or 0):
+            assert "#" in line, f"app.py line {number} redraws without saying why: {line.strip()}"

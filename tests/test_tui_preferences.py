@@ -277,3 +277,37 @@ async def test_the_chart_window_comes_from_the_config(sim):
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
         assert app.query_one("#charts").window == 3600.0
+
+
+def test_configure_needs_only_what_configurable_names():
+    """configure sets the starting view through change_view (one ViewState) and the theme through use_theme."""
+    from dataclasses import dataclass, field
+
+    from nvtopy.config import Config
+    from nvtopy.tui.preferences import configure, configured_view
+    from nvtopy.tui.view_state import ViewState
+
+    @dataclass
+    class Monitor:
+        view: ViewState = field(default_factory=lambda: ViewState(layout_mode="compact"))
+        config_path: Path | None = None
+        themes: list[str | None] = field(default_factory=list)
+
+        def change_view(self, view: ViewState) -> None:
+            self.view = view
+
+        def use_theme(self, name: str | None) -> None:
+            self.themes.append(name)
+
+    monitor = Monitor()
+    config = Config(sort="pid desc", group_by="user", columns=("pid", "command"), chart_window="1h", theme="nord")
+    configure(monitor, config, "/somewhere/config.toml")
+    assert monitor.view == ViewState(
+        order=SortOrder("pid", True),
+        group_by="user",
+        layout_mode="compact",  # the flag's, given to the app: the config leaves it
+        columns=("pid", "command"),
+        chart_window=3600.0,
+    )
+    assert monitor.themes == ["nord"] and monitor.config_path == Path("/somewhere/config.toml")
+    assert configured_view(ViewState(), Config()) == ViewState(), "an empty config file: the defaults"

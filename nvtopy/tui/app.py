@@ -31,6 +31,11 @@ instances, and the GPU picker (``g``) lists each GPU's instances: choosing some
 narrows that GPU's panel and processes to them. The snapshot is never changed:
 :meth:`visible_gpus` applies the filter to what the views get.
 
+The view -- filter, sort, grouping, tree, GPU layout, columns, the charts' mode
+and window -- is one frozen :class:`~nvtopy.tui.view_state.ViewState`: a key
+that changes it calls :meth:`NvtopyApp.change_view`, which redraws once. The
+help is made from :attr:`NvtopyApp.BINDINGS` (:func:`~nvtopy.tui.screens.help_sections`).
+
 Preferences: the CLI sets the starting sort, grouping, columns, theme and chart
 window from the config file (:func:`~nvtopy.tui.preferences.configure`); ``C``
 opens the column chooser, whose choice is written back to that file. The
@@ -43,11 +48,12 @@ import asyncio
 import signal as signals
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
+from typing import ClassVar
 
-from rich.text import Text
 from textual import on
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import App, ComposeResult, ScreenStackError, SystemCommand
 from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.driver import Driver
@@ -85,16 +91,26 @@ from ..textsafe import safe_text
 from .charts import ChartView, spare_rows
 from .columns_screen import ColumnsScreen
 from .gpu_view import MODES, GpuView, host_groups, plan_layout
-from .header import HeaderBar, HostBar, KeyFooter, header_text
+from .header import STARTING, HeaderBar, HostBar, KeyFooter, header_text, waiting_text, with_stall_notice
 from .health_screen import HealthScreen
 from .messages import SnapshotReady, SourceFailed
 from .plain import honour_terminal
-from .preferences import apply_chart_window, chosen_columns, remember_columns
+from .preferences import chosen_columns, remember_columns
 from .process_screen import ProcessHistory, ProcessScreen
 from .process_table import ProcessTable
-from .screens import ConfirmSignalScreen, GpuChoice, GpuPickerScreen, HelpScreen, SortByScreen
+from .screens import (
+    ConfirmSignalScreen,
+    GpuChoice,
+    GpuPickerScreen,
+    HelpRows,
+    HelpScreen,
+    SortByScreen,
+    help_keys,
+    help_sections,
+)
 from .terminal_driver import prompt_driver
-from .themes import apply_palette, register_themes
+from .themes import apply_palette, known_theme, register_themes
+from .view_state import ViewState
 
 __all__ = ["INTERVALS", "NvtopyApp"]
 
@@ -109,8 +125,8 @@ STALL_AFTER = 2.0
 STALE_INTERVALS = 3
 
 
-def _members(row: GpuProcess | ProcessGroup) -> tuple[GpuProcess, ...]:
-    """The processes of a table row: itself, or a group's."""
+def _members(row: GpuProcess | ProcessGroup | AncestorRow) -> tuple[GpuProcess | AncestorRow, ...]:
+    """The processes of a table row: itself (a tree's ancestor too), or a group's."""
     return row.members if isinstance(row, ProcessGroup) else (row,)
 
 
@@ -216,6 +232,36 @@ class NvtopyApp(App[None]):
         ),
         Binding("left_square_bracket", "step(-1)", "Step back", show=False, tooltip="Replay: previous snapshot"),
     ]
+    # The help's sections in order, and the section of each action of BINDINGS (tests/test_tui_keys.py checks
+    # that every action has one).
+    HELP_ORDER: ClassVar[tuple[str, ...]] = ("General", "Processes", "Sorting", "Filtering", "View")
+    HELP_SECTIONS: ClassVar[dict[str, str]] = {
+        "quit": "General",
+        "help": "General",
+        "filter": "Filtering",
+        "pick_gpus": "Filtering",
+        "toggle_mine": "Filtering",
+        "cycle_type": "Filtering",
+        "cycle_flags": "Filtering",
+        "clear_filters": "Filtering",
+        "sort": "Sorting",
+        "sort_by": "Sorting",
+        "reverse": "Sorting",
+        "cycle_group": "Sorting",
+        "tag": "Processes",
+        "untag": "Processes",
+        "signal": "Processes",
+        "toggle_tree": "View",
+        "open_process": "View",
+        "cycle_layout": "View",
+        "toggle_pause": "View",
+        "interval": "View",
+        "step": "View",
+        "health": "View",
+        "zoom": "View",
+        "cycle_charts": "View",
+        "choose_columns": "View",
+    }
 
     def __init__(
         self,
@@ -233,25 +279,18 @@ class NvtopyApp(App[None]):
         self.source = source
         self.open_error: BaseException | None = None
         self.readonly = readonly or not source.can_signal
-        self.layout_mode = layout if layout in MODES else "auto"
+        # What the user chose to see; changed only by change_view (preferences.configure sets its start).
+        self.view = ViewState(layout_mode=layout if layout in MODES else "auto")
         self.snapshot: Snapshot | None = None
-        self.row_filter = ProcessFilter()
-        self.order = SortOrder()
-        self.group_by: str | None = None  # None, "user", "owner", "gpu" or "host" (GROUP_MODES)
-        self.tags = Tags()
-        self.tree_view = False  # the process table as a tree (w); group-by turns it off
+        self.tags = Tags()  # a selection of processes, not a view setting: pruned by every snapshot
         self.process_history = ProcessHistory()  # per-process figures for the process screen (view-side)
         self._poll = poll
-        # Preferences (nvtopy.tui.preferences.configure sets them from the config file before the app runs).
         register_themes(self)
         honour_terminal(self)  # NO_COLOR: readable greys; TERM=dumb: no colour, ASCII (.plain)
-        self.columns: tuple[str, ...] | None = None  # the process table's columns in order (None: the defaults)
         self.config_path: Path | None = None  # where the column chooser remembers (None: the XDG config file)
         self.startup_warnings: list[str] = []  # shown once the app runs (a bad config file)
-        self.chart_window: float | None = None  # the history charts' first window, seconds (None: theirs)
         self.snapshots_applied = 0
         self.last_outcomes: list[SignalOutcome] = []
-        self._last_header: Text | None = None
         self._header_counts: tuple[int, int, int] | None = None
         self._stall_shown = False
         self._snapshot_at = time.monotonic()  # when the current snapshot arrived (a stalled GPU's age grows from it)
@@ -300,7 +339,7 @@ class NvtopyApp(App[None]):
     # ----------------------------------------------------------------- lifecycle
 
     def compose(self) -> ComposeResult:
-        yield HeaderBar(Text(" nvtopy  starting...", style="bold"), id="header")
+        yield HeaderBar(STARTING, id="header")
         yield GpuView(id="gpus")
         yield HostBar(id="host")  # in the blank line that parted the GPUs from the rest: no row taken
         yield ChartView(id="charts")
@@ -310,8 +349,7 @@ class NvtopyApp(App[None]):
 
     def on_mount(self) -> None:
         self.query_one(ProcessTable).focus()
-        self.query_one(ProcessTable).set_columns(self.columns)
-        apply_chart_window(self)
+        self.refresh_view()  # the table and the charts take the view's columns, mode and window (no snapshot yet)
         apply_palette(self.theme, monochrome=self.no_color)  # the theme's (colorblind: Okabe-Ito), or none
         self.theme_changed_signal.subscribe(self, self._theme_changed)
         for warning in self.startup_warnings:  # a bad config file: also on stderr, before and after the app
@@ -391,7 +429,7 @@ class NvtopyApp(App[None]):
         except NoMatches:
             return
         waiting = f"waiting for {self.source.waiting_for}: {int(waited)} s"
-        header.update(Text.assemble((" nvtopy ", "bold reverse"), (f"  {waiting}", "bold yellow")), layout=False)
+        header.show(waiting_text(waiting))
         gpu_view.message = f"{waiting} (q quits at any time)"
         gpu_view.show((), gpu_view.plan)
 
@@ -404,7 +442,7 @@ class NvtopyApp(App[None]):
         self._snapshot_at = time.monotonic()
         self.snapshots_applied += 1
         self.process_history.add(message.snapshot)
-        self.refresh_view()
+        self.refresh_view()  # new data, same view
         for screen in self.screen_stack:
             if isinstance(screen, HealthScreen):  # open (perhaps under the help): it follows the live snapshots
                 screen.show(message.snapshot, self.visible_gpus())
@@ -412,7 +450,7 @@ class NvtopyApp(App[None]):
                 screen.show(message.snapshot)
 
     def on_resize(self) -> None:
-        self.refresh_view()
+        self.refresh_view()  # a new size, same view: the layout plan and the columns that fit
 
     def _theme_changed(self, theme: Theme) -> None:
         """A new theme (the command palette's "Change theme"): nvtopy's cells take its palette, cached lines go."""
@@ -420,12 +458,13 @@ class NvtopyApp(App[None]):
         try:
             gpu_view = self.query_one(GpuView)
             table = self.query_one(ProcessTable)
+            header = self.query_one(HeaderBar)
         except NoMatches:
             return
         gpu_view._panels.clear()  # panels are cached by what they show, not by colour
         table.restyle()
-        self._last_header = None
-        self.refresh_view()
+        header.restyle()
+        self.refresh_view()  # new colours, same view
 
     # ----------------------------------------------------------------- drawing
 
@@ -433,7 +472,7 @@ class NvtopyApp(App[None]):
         """The GPUs the filter shows, each narrowed to its chosen MIG instances (if any)."""
         if self.snapshot is None:
             return ()
-        row_filter = self.row_filter
+        row_filter = self.view.row_filter
         return tuple(row_filter.limit(g) for g in self.snapshot.gpus if row_filter.shows_gpu(g.index))
 
     def mig_shown(self) -> bool:
@@ -444,15 +483,59 @@ class NvtopyApp(App[None]):
         """Whether the process table has its HOST column: the snapshot spans other hosts (--remote, --prometheus)."""
         return self.snapshot is not None and any(g.static.host is not None for g in self.snapshot.gpus)
 
+    # ----------------------------------------------------------------- the view
+
+    def change_view(self, view: ViewState) -> None:
+        """The one way the view changes (``change_view(replace(self.view, order=...))``): then one redraw.
+
+        Before the app runs (:func:`~nvtopy.tui.preferences.configure`) it only records: the mount draws it.
+        """
+        self.view = view
+        self.refresh_view()
+
+    def use_theme(self, name: str | None) -> None:
+        """Theme ``name`` if this Textual has it, else the default (a config file's name, :mod:`.themes`)."""
+        self.theme = known_theme(self, name)
+
+    # Read-only names of the view's parts, as callers (tests, the palette) have read them: the state is self.view.
+    @property
+    def row_filter(self) -> ProcessFilter:
+        return self.view.row_filter
+
+    @property
+    def order(self) -> SortOrder:
+        return self.view.order
+
+    @property
+    def group_by(self) -> str | None:
+        return self.view.group_by
+
+    @property
+    def tree_view(self) -> bool:
+        return self.view.tree_view
+
+    @property
+    def layout_mode(self) -> str:
+        return self.view.layout_mode
+
+    @property
+    def columns(self) -> tuple[str, ...] | None:
+        return self.view.columns
+
     def refresh_view(self) -> None:
-        """Redraw everything from the current snapshot, filter and sort (cheap when little changed)."""
-        snapshot = self.snapshot
+        """Redraw everything from the current snapshot and view (cheap when little changed)."""
+        snapshot, view = self.snapshot, self.view
         try:
             header = self.query_one(HeaderBar)
             gpu_view = self.query_one(GpuView)
             table = self.query_one(ProcessTable)
-        except NoMatches:  # quitting: a snapshot posted before the source stopped arrives after the widgets went
+            charts = self.query_one(ChartView)
+        except (NoMatches, ScreenStackError):
+            # Not running yet (the config file sets the view first: on_mount draws it), or quitting (a snapshot
+            # posted before the source stopped arrives after the widgets went).
             return
+        table.set_columns(view.columns)  # no-ops when unchanged
+        charts.mode, charts.window = view.chart_mode, view.chart_window
         if snapshot is None:
             return
         gpus = self.visible_gpus()
@@ -471,7 +554,7 @@ class NvtopyApp(App[None]):
             len(gpus),
             size.width,
             size.height,
-            self.layout_mode,
+            view.layout_mode,
             links=links,
             extra=extra,
             panel_extra=tall,
@@ -484,14 +567,14 @@ class NvtopyApp(App[None]):
         everything = snapshot.processes
         self.tags.prune(everything)
         me = snapshot.host.user
-        rows = build_rows(everything, self.order, self.row_filter, me)
+        rows = build_rows(everything, view.order, view.row_filter, me)
         shown: list[GpuProcess] | list[ProcessGroup] = rows
-        if self.group_by is not None:
-            shown = build_groups(rows, self.group_by, self.order)
+        if view.group_by is not None:
+            shown = build_groups(rows, view.group_by, view.order)
         hints = [f"GPU {g.index}: {safe_text(g.processes_hint)}" for g in gpus if g.processes_hint]
         table.empty_message = (
             "No process matches the filters (esc clears)"
-            if self.row_filter.active
+            if view.row_filter.active
             else "No GPU processes" + (" · " + " · ".join(hints) if hints else "")
         )
         flags = any(p.flags for p in everything)
@@ -499,16 +582,16 @@ class NvtopyApp(App[None]):
             list(shown),
             me=me,
             tags=frozenset(self.tags.keys),
-            order=self.order,
+            order=view.order,
             flags=flags,
-            keep_flags=self.row_filter.flag is not None,
+            keep_flags=view.row_filter.flag is not None,
             mig=self.mig_shown(),
-            tree=self.tree_view and self.group_by is None,
+            tree=view.tree_view and view.group_by is None,
             hosts=host_labels(snapshot.gpus),
         )
         filter_shown = self.query_one("#filter", Input).has_class("shown")
         spare = spare_rows(size.height, plan.lines, filter_shown)
-        self.query_one(ChartView).show(snapshot, gpus, spare, table_rows=len(table.rows) + 1)  # rows to spare: charts
+        charts.show(snapshot, gpus, spare, table_rows=len(table.rows) + 1)  # rows to spare: charts
         self._header_counts = (len(gpus), len(rows), len(everything))
         self._update_header(header)  # after the charts: it says when they have no room
         self.query_one(HostBar).show(snapshot, size.width)
@@ -518,27 +601,24 @@ class NvtopyApp(App[None]):
         snapshot, counts = self.snapshot, self._header_counts
         if snapshot is None or counts is None:
             return
-        if header is None:
-            try:
-                header = self.query_one(HeaderBar)
-            except NoMatches:
-                return
-        text = header_text(self, snapshot, counts, max(1, self.size.width))
+        try:
+            header = self.query_one(HeaderBar) if header is None else header
+            charts = self.query_one(ChartView)
+        except NoMatches:
+            return
+        width = max(1, self.size.width)
+        text = header_text(self, snapshot, counts, width, no_chart_room=bool(charts.no_room()))
         waited = self._stuck_for()
         self._stall_shown = waited is not None and waited >= STALL_AFTER
         if waited is not None and self._stall_shown:
-            notice = Text(f" waiting for {self.source.waiting_for}: {int(waited)} s ", style="bold black on yellow")
-            text = Text.assemble(notice, text)
-            text.truncate(max(1, self.size.width), overflow="ellipsis")
-        if text != self._last_header:  # rich Text compares text and spans
-            self._last_header = text
-            header.update(text, layout=False)  # one line, always: no layout pass
+            text = with_stall_notice(text, self.source.waiting_for, waited, width)
+        header.show(text)
 
     # ----------------------------------------------------------------- filters and sort
 
     def set_filter(self, **changes: object) -> None:
-        self.row_filter = self.row_filter.replace(**changes)
-        self.refresh_view()
+        """Change the parts of the filter named in ``changes`` (:class:`~nvtopy.render.processes.ProcessFilter`)."""
+        self.change_view(replace(self.view, row_filter=self.view.row_filter.replace(**changes)))
 
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)
@@ -559,20 +639,19 @@ class NvtopyApp(App[None]):
         box = self.query_one("#filter", Input)
         box.value = ""
         box.remove_class("shown")
-        self.row_filter = ProcessFilter()
         self.query_one(ProcessTable).focus()
-        self.refresh_view()
+        self.change_view(replace(self.view, row_filter=ProcessFilter()))
 
     def action_toggle_mine(self) -> None:
-        self.set_filter(mine_only=not self.row_filter.mine_only)
+        self.set_filter(mine_only=not self.view.row_filter.mine_only)
 
     def action_cycle_type(self) -> None:
-        following = {None: "C", "C": "G", "G": None}[self.row_filter.process_type]
+        following = {None: "C", "C": "G", "G": None}[self.view.row_filter.process_type]
         self.set_filter(process_type=following)
 
     def action_cycle_flags(self) -> None:
         """All processes, then those with any real-work flag, then idle-held only, then suspected hangs only."""
-        following = FLAG_FILTERS[(FLAG_FILTERS.index(self.row_filter.flag) + 1) % len(FLAG_FILTERS)]
+        following = FLAG_FILTERS[(FLAG_FILTERS.index(self.view.row_filter.flag) + 1) % len(FLAG_FILTERS)]
         self.set_filter(flag=following)  # the header's filter names it
 
     def action_pick_gpus(self) -> None:
@@ -585,14 +664,13 @@ class NvtopyApp(App[None]):
                 gpus, instances = result
                 self.set_filter(gpus=gpus, instances=instances)
 
-        self.push_screen(GpuPickerScreen(statics, self.row_filter.gpus, self.row_filter.instances), chosen)
+        self.push_screen(GpuPickerScreen(statics, self.view.row_filter.gpus, self.view.row_filter.instances), chosen)
 
     def set_sort(self, order: SortOrder) -> None:
-        self.order = order
-        self.refresh_view()
+        self.change_view(replace(self.view, order=order))
 
     def action_sort(self, step: int) -> None:
-        self.set_sort(self.order.cycle(step, mig=self.mig_shown(), hosts=self.hosts_shown()))
+        self.set_sort(self.view.order.cycle(step, mig=self.mig_shown(), hosts=self.hosts_shown()))
 
     def action_sort_by(self) -> None:
         """``o``, then a column's letter (nvitop's ``op``, ``og``, ``oS``...): sort by that column."""
@@ -608,7 +686,7 @@ class NvtopyApp(App[None]):
         self.push_screen(SortByScreen(columns), chosen)
 
     def action_reverse(self) -> None:
-        self.set_sort(self.order.flipped())
+        self.set_sort(self.view.order.flipped())
 
     def set_group(self, mode: str | None) -> None:
         """Fold the table into groups by ``mode`` (None: one row a process).
@@ -618,10 +696,7 @@ class NvtopyApp(App[None]):
         table = self.query_one(ProcessTable)
         previous = table.selected
         was = {p.key for p in _members(previous)} if previous is not None else set()
-        self.group_by = mode
-        if mode is not None:
-            self.tree_view = False  # groups are not drawn as a tree
-        self.refresh_view()
+        self.change_view(self.view.grouped(mode))
         index = next((i for i, row in enumerate(table.rows) if any(p.key in was for p in _members(row))), 0)
         table.move_cursor(index)
 
@@ -634,7 +709,8 @@ class NvtopyApp(App[None]):
     def action_cycle_group(self) -> None:
         modes = self.group_modes()
         # by host on one host now (a fleet that went, or the config's): host is the last mode, so None follows
-        following = modes[(modes.index(self.group_by) + 1) % len(modes)] if self.group_by in modes else None
+        group_by = self.view.group_by
+        following = modes[(modes.index(group_by) + 1) % len(modes)] if group_by in modes else None
         self.set_group(following)  # the header says "grouped by ..." (a mode: no notification over the table)
 
     def action_toggle_tree(self) -> None:
@@ -642,10 +718,7 @@ class NvtopyApp(App[None]):
         table = self.query_one(ProcessTable)
         previous = table.selected
         was = {p.key for p in _members(previous)} if isinstance(previous, (GpuProcess, ProcessGroup)) else set()
-        self.tree_view = not self.tree_view
-        if self.tree_view:
-            self.group_by = None
-        self.refresh_view()
+        self.change_view(self.view.toggled_tree())
         index = next((i for i, row in enumerate(table.rows) if row.key in was), None)
         if index is not None:
             table.move_cursor(index)
@@ -665,7 +738,7 @@ class NvtopyApp(App[None]):
 
     @on(ProcessTable.HeaderClicked)
     def _header_clicked(self, event: ProcessTable.HeaderClicked) -> None:
-        self.set_sort(self.order.by(event.column))
+        self.set_sort(self.view.order.by(event.column))
 
     # ----------------------------------------------------------------- view and refresh
 
@@ -678,36 +751,29 @@ class NvtopyApp(App[None]):
         def chosen(columns: tuple[str, ...] | None) -> None:
             if columns is None:  # cancelled
                 return
-            self.columns = chosen_columns(columns)  # None: the defaults
-            table.set_columns(self.columns)
-            self.refresh_view()
-            message, saved = remember_columns(self.columns, self.config_path)
+            self.change_view(replace(self.view, columns=chosen_columns(columns)))  # None: the defaults
+            message, saved = remember_columns(self.view.columns, self.config_path)
             self.notify(safe_text(message), severity="information" if saved else "warning", timeout=4, markup=False)
 
         self.push_screen(ColumnsScreen(table.columns), chosen)
 
     def action_zoom(self, step: int) -> None:
         """The history charts' window: 1 min, 10 min, 1 h, 24 h (``step`` -1: back)."""
-        charts = self.query_one(ChartView)
-        charts.zoom(step)
-        self.refresh_view()  # the header says the window ("charts per metric · 10 min")
+        self.change_view(self.view.zoomed(step))  # the header says the window ("charts per metric · 10 min")
 
     def action_cycle_charts(self) -> None:
         """The history charts: one per metric (GPUs overlaid), one per GPU, none."""
-        charts = self.query_one(ChartView)
-        charts.cycle_mode()
-        self.refresh_view()  # the header says the mode ("charts per GPU", "charts off", "(no room)")
+        self.change_view(self.view.next_chart_mode())  # the header says it ("charts per GPU", "charts off")
 
     def action_cycle_layout(self) -> None:
-        self.layout_mode = MODES[(MODES.index(self.layout_mode) + 1) % len(MODES)]
-        self.refresh_view()  # the header says "view compact" (auto says nothing)
+        self.change_view(self.view.next_layout())  # the header says "view compact" (auto says nothing)
 
     def action_toggle_pause(self) -> None:
         if self.source.paused:
             self.source.resume()
         else:
             self.source.pause()
-        self.refresh_view()
+        self.refresh_view()  # the source's state, not the view: the header says "PAUSED"
 
     def action_step(self, count: int) -> None:
         if self.source.can_step:
@@ -718,7 +784,7 @@ class NvtopyApp(App[None]):
     def action_interval(self, step: int) -> None:
         if self.source.can_change_speed:  # replay: + and - change the speed
             (self.source.faster if step < 0 else self.source.slower)()
-            self.refresh_view()  # the header's replay status says the speed
+            self.refresh_view()  # the source's state, not the view: the header's replay status says the speed
             return
         current = self.source.interval
         # Outside the steps (--interval 0.1 or 60) a key never moves the other way: it stays.
@@ -729,7 +795,7 @@ class NvtopyApp(App[None]):
             bigger = [i for i in INTERVALS if i > current + 1e-9]
             target = bigger[0] if bigger else max(current, INTERVALS[-1])
         self.source.set_interval(target)
-        self.refresh_view()  # the header says "⟳ 2s"
+        self.refresh_view()  # the source's state, not the view: the header says "⟳ 2s"
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.help_sections()))
@@ -740,62 +806,23 @@ class NvtopyApp(App[None]):
             return
         self.push_screen(HealthScreen(self.snapshot, self.visible_gpus()))
 
-    def help_sections(self) -> list[tuple[str, list[tuple[str, str]]]]:
-        def keys_of(binding: Binding) -> str:
-            names = binding.key.split(",")
-            return " ".join(self.get_key_display(Binding(name, "")) for name in names)
-
-        groups: dict[str, list[tuple[str, str]]] = {}
-        sections = {
-            "quit": "General",
-            "help": "General",
-            "filter": "Filtering",
-            "pick_gpus": "Filtering",
-            "toggle_mine": "Filtering",
-            "cycle_type": "Filtering",
-            "cycle_flags": "Filtering",
-            "clear_filters": "Filtering",
-            "sort": "Sorting",
-            "sort_by": "Sorting",
-            "reverse": "Sorting",
-            "cycle_group": "Sorting",
-            "toggle_tree": "View",
-            "open_process": "View",
-            "tag": "Processes",
-            "untag": "Processes",
-            "signal": "Processes",
-            "cycle_layout": "View",
-            "toggle_pause": "View",
-            "interval": "View",
-            "step": "View",
-            "health": "View",
-            "zoom": "View",
-            "cycle_charts": "View",
-            "choose_columns": "View",
+    def help_sections(self) -> list[tuple[str, HelpRows]]:
+        """The help: the bindings by :attr:`HELP_SECTIONS`, and the keys that are no binding of the app."""
+        table_keys = " ".join(
+            help_keys(b, self.get_key_display) for b in ProcessTable.BINDINGS if isinstance(b, Binding) and b.tooltip
+        )
+        extra = {
+            "Processes": [
+                ("↑ ↓ PgUp PgDn Home End", "Move the selection"),
+                ("click", "Select a row; click a column title to sort by it"),
+            ],
+            "Sorting": [(table_keys, ProcessTable.KEYS_HELP)],  # the table's own: open and fold a group
+            "General": [("ctrl+p", "Command palette (every action by name)")],
         }
-        seen = set()
-        for binding in self.BINDINGS:
-            assert isinstance(binding, Binding)
-            if binding.key == "ctrl+c":
-                groups.setdefault("General", []).append(("ctrl+c", "Quit"))
-                continue
-            action = binding.action.split("(")[0]
-            if (binding.action, binding.description) in seen:
-                continue
-            seen.add((binding.action, binding.description))
-            description = binding.tooltip or binding.description
-            groups.setdefault(sections.get(action, "General"), []).append((keys_of(binding), description))
-        groups["Processes"] += [
-            ("↑ ↓ PgUp PgDn Home End", "Move the selection"),
-            ("click", "Select a row; click a column title to sort by it"),
-        ]
-        table_keys = " ".join(keys_of(b) for b in ProcessTable.BINDINGS if isinstance(b, Binding) and b.tooltip)
-        groups["Sorting"].append((table_keys, ProcessTable.KEYS_HELP))  # the table's own: open and fold a group
-        groups["General"].append(("ctrl+p", "Command palette (every action by name)"))
-        order = ("General", "Processes", "Sorting", "Filtering", "View")
-        return [(name, groups[name]) for name in order if name in groups]
+        sections, order = self.HELP_SECTIONS, self.HELP_ORDER
+        return help_sections(self.BINDINGS, sections, self.get_key_display, order=order, extra=extra)
 
-    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         shown = (*((HOST_COLUMN,) if self.hosts_shown() else ()), *((MIG_COLUMN,) if self.mig_shown() else ()))
         for column in (*COLUMNS[:1], *shown, *COLUMNS[1:]):
@@ -831,8 +858,7 @@ class NvtopyApp(App[None]):
             yield SystemCommand(f"GPU view: {mode}", f"Show GPUs as {mode} panels", lambda m=mode: self._set_layout(m))
 
     def _set_layout(self, mode: str) -> None:
-        self.layout_mode = mode
-        self.refresh_view()
+        self.change_view(replace(self.view, layout_mode=mode))
 
     # ----------------------------------------------------------------- acting on processes
 
@@ -849,11 +875,11 @@ class NvtopyApp(App[None]):
         elif not isinstance(process, AncestorRow):  # a tree's ancestor uses no GPU: never tagged
             self.tags.toggle(process)
         table.move_cursor(table.cursor + 1)
-        self.refresh_view()
+        self.refresh_view()  # the tags are a selection, not the view (every snapshot prunes them): marks, header
 
     def action_untag(self) -> None:
         self.tags.keys.clear()
-        self.refresh_view()
+        self.refresh_view()  # the tags are a selection, not the view: marks, header
 
     def signal_targets(self) -> list[GpuProcess]:
         """The tagged processes still shown, else the selected one (a group: all of it); one entry per process."""

@@ -53,7 +53,7 @@ from ..model import GpuState, Snapshot
 from ..render.chart import GPU_COLORS, ChartMemo, Trace, braille_chart, legend_line, rate_ceiling, short_rate
 from ..render.styled import Line
 from ..render.units import short_name
-from ..sources.timeline import METRICS, WINDOWS, Series, Timeline, metric_values
+from ..sources.timeline import METRICS, Series, Timeline, metric_values
 
 __all__ = [
     "CHART_MIN_HEIGHT",
@@ -220,16 +220,6 @@ class ChartView(Widget):
         self._width = 0  # the width last drawn at
 
     # ----------------------------------------------------------------- the app's controls
-
-    def zoom(self, step: int) -> float:
-        """The next (``step`` 1) or previous (-1) window of :data:`~nvtopy.sources.timeline.WINDOWS`."""
-        index = WINDOWS.index(self.window) if self.window in WINDOWS else 0
-        self.window = WINDOWS[(index + step) % len(WINDOWS)]
-        return self.window
-
-    def cycle_mode(self) -> str:
-        self.mode = CHART_MODES[(CHART_MODES.index(self.mode) + 1) % len(CHART_MODES)]
-        return self.mode
 
     def show(self, snapshot: Snapshot, gpus: tuple[GpuState, ...], spare: int, table_rows: int) -> None:
         """Give the charts what ``spare`` rows allow (:func:`chart_rows`) and draw ``gpus`` as of ``snapshot``.

@@ -6,6 +6,12 @@ redraw. The layout itself is :func:`nvtopy.render.header.fit` (pure, tested with
 Textual): at 80 columns the least important parts go whole; the clock and the GPU
 count stay, and the footer never stops mid-word.
 
+The app is read through :class:`Monitor` and :class:`KeyHolder` (Protocols:
+``nvtopy.tui.app`` imports this module, so it cannot be imported back, even for
+types). What the header says while the driver keeps the monitor waiting
+(:func:`waiting_text`, :func:`with_stall_notice`) is drawn here too; the app
+only measures how long.
+
 Modes are said here, where they stay visible, not in a notification over the
 process table: grouping, tree, view, the charts' mode and window, filters (``f``
 included), the refresh interval or the replay's speed. Notifications are for events
@@ -15,28 +21,69 @@ included), the refresh interval or the replay's speed. Notifications are for eve
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import ClassVar, Protocol
 
 from rich.text import Text
 from textual import events
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.widgets import Static
 
-from ..model import Severity, Snapshot
+from ..model import GpuState, Severity, Snapshot
 from ..render.cells import ALERT, RICH_STYLES, WARN
 from ..render.header import Part, Piece, choose, fit, host_usage_parts
 from ..render.health import health_counts
-from ..render.processes import GROUP_TITLES
+from ..render.processes import GROUP_TITLES, Tags
 from ..render.units import NA
+from ..sources.base import SnapshotSource
 from ..textsafe import safe_text
-from .charts import CHART_MODES, DEFAULT_WINDOW, ChartView, window_label
+from .charts import CHART_MODES, DEFAULT_WINDOW, window_label
+from .view_state import ViewState
 
-# The app is typed ``Any`` here: nvtopy.tui.app imports this module (no import cycle, even for types).
-__all__ = ["FOOTER_KEEP", "HeaderBar", "HostBar", "KeyFooter", "footer_parts", "header_text"]
+__all__ = [
+    "FOOTER_KEEP",
+    "STARTING",
+    "HeaderBar",
+    "HostBar",
+    "KeyFooter",
+    "KeyHolder",
+    "Monitor",
+    "footer_parts",
+    "header_text",
+    "waiting_text",
+    "with_stall_notice",
+]
 
 # The footer's keys that stay at any width (the rest go from the end of the bindings' list).
 FOOTER_KEEP = frozenset({"quit", "help"})
 CHART_WORDS = {"metric": "per metric", "gpu": "per GPU", "off": "off"}
+STARTING = Text(" nvtopy  starting...", style="bold")
+"""The header before anything else is known."""
+
+
+class Monitor(Protocol):
+    """What the header reads of the monitor (:class:`~nvtopy.tui.app.NvtopyApp`)."""
+
+    @property
+    def view(self) -> ViewState: ...
+
+    @property
+    def source(self) -> SnapshotSource: ...
+
+    @property
+    def tags(self) -> Tags: ...
+
+    @property
+    def readonly(self) -> bool: ...
+
+    def visible_gpus(self) -> tuple[GpuState, ...]: ...
+
+
+class KeyHolder(Protocol):
+    """What the footer reads of the app: its bindings and how Textual writes a key."""
+
+    BINDINGS: ClassVar[list[BindingType]]
+
+    def get_key_display(self, binding: Binding) -> str: ...
 
 
 class HeaderBar(Static):
@@ -45,6 +92,31 @@ class HeaderBar(Static):
     DEFAULT_CSS = """
     HeaderBar { height: 1; background: $primary-background; color: $text; }
     """
+
+    _shown: Text | None = None
+
+    def show(self, text: Text) -> None:
+        """Draw ``text`` unless it is what is drawn already (rich Text compares text and spans)."""
+        if text != self._shown:
+            self._shown = text
+            self.update(text, layout=False)  # one line, always: no layout pass
+
+    def restyle(self) -> None:
+        """Forget what is drawn: the next :meth:`show` draws (a new theme)."""
+        self._shown = None
+
+
+def waiting_text(waiting: str) -> Text:
+    """The header before the first snapshot while the driver keeps the monitor ``waiting`` ("waiting for ...")."""
+    return Text.assemble((" nvtopy ", "bold reverse"), (f"  {waiting}", "bold yellow"))
+
+
+def with_stall_notice(text: Text, waiting_for: str, seconds: float, width: int) -> Text:
+    """``text`` led by how long the driver has kept the poll (or every shown GPU) waiting, cut to ``width``."""
+    notice = Text(f" waiting for {waiting_for}: {int(seconds)} s ", style="bold black on yellow")
+    text = Text.assemble(notice, text)
+    text.truncate(max(1, width), overflow="ellipsis")
+    return text
 
 
 class HostBar(Static):
@@ -66,17 +138,17 @@ def _part(text: str, style: str = "", rank: int = 0) -> Part:
     return Part(((text, style),), rank)
 
 
-def _charts_part(charts: ChartView) -> Part | None:
+def _charts_part(view: ViewState, no_room: bool) -> Part | None:
     """``charts per GPU · 10 min`` once the user changed them from the defaults (``c``, ``z``)."""
-    if charts.mode == CHART_MODES[0] and charts.window == DEFAULT_WINDOW:
+    if view.chart_mode == CHART_MODES[0] and view.chart_window == DEFAULT_WINDOW:
         return None
-    words = f"charts {CHART_WORDS[charts.mode]}"
-    if charts.mode != "off":
-        words += f" · {window_label(charts.window)}" + (" (no room)" if charts.no_room() else "")
+    words = f"charts {CHART_WORDS[view.chart_mode]}"
+    if view.chart_mode != "off":
+        words += f" · {window_label(view.chart_window)}" + (" (no room)" if no_room else "")
     return _part(words, "cyan", rank=3)
 
 
-def _health_part(app: Any) -> Part | None:
+def _health_part(app: Monitor) -> Part | None:
     """``1 FAIL · 2 WARN (H)`` when some shown GPU is not OK."""
     counts = health_counts(app.visible_gpus())
     fail, warn = counts[Severity.FAIL], counts[Severity.WARN]
@@ -93,10 +165,13 @@ def _health_part(app: Any) -> Part | None:
     return Part(tuple(pieces), rank=1)
 
 
-def header_text(app: Any, snapshot: Snapshot, counts: tuple[int, int, int], width: int) -> Text:
+def header_text(
+    app: Monitor, snapshot: Snapshot, counts: tuple[int, int, int], width: int, *, no_chart_room: bool = False
+) -> Text:
     """The header line: what is kept at any width (host, GPU count, clock) and the rest by rank.
 
-    ``counts``: GPUs shown, process rows shown, all process rows. Ranks: 1 what changes what the
+    ``counts``: GPUs shown, process rows shown, all process rows; ``no_chart_room``: the charts are on but
+    have no rows here (:meth:`~nvtopy.tui.charts.ChartView.no_room`). Ranks: 1 what changes what the
     user sees (pause, health, filters), 2 the table's modes,
     3 view modes, 4 the refresh interval, 5 backend and driver versions.
     """
@@ -116,23 +191,22 @@ def header_text(app: Any, snapshot: Snapshot, counts: tuple[int, int, int], widt
     else:
         parts.append(_part(f"⟳ {source.interval:g}s", rank=4))
     parts.append(_health_part(app))
-    labels = app.row_filter.describe()
+    view = app.view
+    labels = view.row_filter.describe()
     if labels:
         pieces = (("filter: ", "bold yellow"), (" ".join(labels), "yellow"), (f" ({shown_rows}/{all_rows})", "yellow"))
         parts.append(Part(pieces, rank=1))
-    if app.tree_view:
+    if view.tree_view:
         parts.append(_part("tree", "bold cyan", rank=2))
-    if app.group_by is not None:
-        parts.append(_part(f"grouped by {GROUP_TITLES[app.group_by]}", "bold cyan", rank=2))
+    if view.group_by is not None:
+        parts.append(_part(f"grouped by {GROUP_TITLES[view.group_by]}", "bold cyan", rank=2))
     if app.tags.keys:
         parts.append(_part(f"{len(app.tags.keys)} tagged", "yellow", rank=2))
     if app.readonly:
         parts.append(_part("read-only", "cyan", rank=3))
-    if app.layout_mode != "auto":
-        parts.append(_part(f"view {app.layout_mode}", rank=3))
-    charts = app.query(ChartView)
-    if charts:
-        parts.append(_charts_part(charts.first()))
+    if view.layout_mode != "auto":
+        parts.append(_part(f"view {view.layout_mode}", rank=3))
+    parts.append(_charts_part(view, no_chart_room))
     parts.append(_part(f"GPUs {shown_gpus}/{len(snapshot.gpus)}"))
     driver = f"driver {host.driver_version or NA} · CUDA {host.cuda_driver_version or NA}"
     parts.append(_part(safe_text(driver), rank=5))
@@ -141,7 +215,7 @@ def header_text(app: Any, snapshot: Snapshot, counts: tuple[int, int, int], widt
     return Text.assemble(*fit([p for p in parts if p is not None], width, lead=lead, right=clock))
 
 
-def footer_parts(app: Any, width: int) -> tuple[list[Piece], list[tuple[int, int, str]]]:
+def footer_parts(app: KeyHolder, width: int) -> tuple[list[Piece], list[tuple[int, int, str]]]:
     """The shown bindings as ``key Description`` items, and each one's (start, end, action) for clicks.
 
     In the bindings' order; the keys in :data:`FOOTER_KEEP` stay, the others go whole from the end.
@@ -179,8 +253,8 @@ class KeyFooter(Static):
     KeyFooter { height: 1; dock: bottom; background: $footer-background; color: $footer-foreground; }
     """
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
         self._spans: list[tuple[int, int, str]] = []
         self._width = -1
 

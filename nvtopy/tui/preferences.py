@@ -1,31 +1,34 @@
-"""The config file in the monitor: its starting state from :class:`~nvtopy.config.Config`, columns remembered.
+"""The config file in the monitor: its starting view from :class:`~nvtopy.config.Config`, columns remembered.
 
 :func:`configure` runs before ``app.run()`` (the CLI's merge of file and flags
-is done by then): sort, group-by, columns, theme, the history charts' window
-(:func:`apply_chart_window`, once the charts exist) and where the column chooser
-writes its choice. :func:`remember_columns` is what the chooser's
-*Apply* writes: only the ``columns`` entry of the file changes (the defaults
-remove it: :func:`chosen_columns`); a file that
-cannot be written (a read-only home) is said in one notification, and the
-choice still applies until nvtopy quits.
+is done by then): the sort, group-by, columns and the history charts' window go
+into the app's :class:`~nvtopy.tui.view_state.ViewState` (:func:`configured_view`),
+the theme is set, and where the column chooser writes its choice is recorded.
+The app is a :class:`Configurable` (a Protocol: ``nvtopy.tui.app`` imports this
+module). :func:`remember_columns` is what the chooser's *Apply* writes: only the
+``columns`` entry of the file changes (the defaults remove it:
+:func:`chosen_columns`); a file that cannot be written (a read-only home) is said
+in one notification, and the choice still applies until nvtopy quits.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from ..config import COLUMN_IDS, Config, ConfigWriteError, config_path, parse_sort, save_columns
 from ..render.processes import COLUMNS, FLAGS_COLUMN, HOST_COLUMN, MIG_COLUMN, SortOrder
-from .themes import known_theme
+from .view_state import ViewState
 
 __all__ = [
     "CHART_WINDOW_SECONDS",
-    "apply_chart_window",
+    "Configurable",
     "chosen_columns",
     "configure",
+    "configured_view",
     "remember_columns",
     "sort_order",
 ]
@@ -43,27 +46,35 @@ def sort_order(text: str) -> SortOrder:
     return SortOrder(column, _DESCENDING_FIRST[column] if descending is None else descending)
 
 
-def configure(app: Any, config: Config, path: str | os.PathLike[str] | None = None) -> None:
-    """Start ``app`` (an :class:`~nvtopy.tui.app.NvtopyApp`, not yet running) as ``config`` says; the column
-    chooser remembers its choice in ``path``."""
-    app.order = sort_order(config.sort)
-    app.group_by = config.group_mode
-    app.columns = chosen_columns(config.columns)
-    app.theme = known_theme(app, config.theme)
+class Configurable(Protocol):
+    """What :func:`configure` sets on the monitor (:class:`~nvtopy.tui.app.NvtopyApp`)."""
+
+    config_path: Path | None
+
+    @property
+    def view(self) -> ViewState: ...
+
+    def change_view(self, view: ViewState) -> None: ...
+
+    def use_theme(self, name: str | None) -> None: ...
+
+
+def configured_view(view: ViewState, config: Config) -> ViewState:
+    """``view`` as ``config`` starts it: sort, group-by, columns, the charts' window (if it names one)."""
+    view = replace(
+        view, order=sort_order(config.sort), group_by=config.group_mode, columns=chosen_columns(config.columns)
+    )
+    if config.chart_window is not None:
+        view = replace(view, chart_window=CHART_WINDOW_SECONDS[config.chart_window])
+    return view
+
+
+def configure(app: Configurable, config: Config, path: str | os.PathLike[str] | None = None) -> None:
+    """Start ``app`` (not yet running) as ``config`` says; the column chooser remembers its choice in ``path``."""
+    app.change_view(configured_view(app.view, config))
+    app.use_theme(config.theme)
     if path is not None:
         app.config_path = Path(path)
-    if config.chart_window is not None:
-        app.chart_window = CHART_WINDOW_SECONDS[config.chart_window]  # the charts take it when mounted
-
-
-def apply_chart_window(app: Any) -> None:
-    """On mount: the history charts (``#charts``) start with the config's window, if it named one."""
-    seconds = getattr(app, "chart_window", None)
-    if seconds is None:
-        return
-    for view in app.query("#charts"):
-        if hasattr(view, "window"):
-            view.window = seconds
 
 
 def chosen_columns(columns: Sequence[str]) -> tuple[str, ...] | None:

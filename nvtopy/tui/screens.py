@@ -1,5 +1,10 @@
 """Modal screens: signal confirmation, GPU picker, sort by a column's letter, help.
 
+The help is made from the bindings (:func:`help_sections`): a key bound with a
+description is in it, in the section its action is mapped to; only what is no
+binding of the app (the table's arrows, a click, Textual's palette) is written
+by hand, as extra rows.
+
 Every one closes with ``esc`` or ``q`` (cancelling where there is something to
 cancel), as the dialogs of htop and nvitop do.
 
@@ -11,13 +16,13 @@ strings, which Textual would parse as markup, after
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from rich.table import Table
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.screen import ModalScreen
@@ -31,7 +36,17 @@ from ..render.units import NA, fmt_bytes, short_name
 from ..textsafe import safe_text
 from .checklist import CheckList
 
-__all__ = ["SORT_LETTERS", "ConfirmSignalScreen", "GpuChoice", "GpuPickerScreen", "HelpScreen", "SortByScreen"]
+__all__ = [
+    "SORT_LETTERS",
+    "ConfirmSignalScreen",
+    "GpuChoice",
+    "GpuPickerScreen",
+    "HelpRows",
+    "HelpScreen",
+    "SortByScreen",
+    "help_keys",
+    "help_sections",
+]
 
 GpuChoice = tuple[frozenset[int] | None, frozenset[InstanceKey]]
 """What the GPU picker returns: the GPUs to show (None: all) and the MIG instances chosen on GPUs
@@ -309,13 +324,45 @@ class SortByScreen(ModalScreen["SortOrder | None"]):
         self.dismiss(None)
 
 
+HelpRows = list[tuple[str, str]]
+"""A section of the help: (the keys, what they do) rows."""
+
+
+def help_keys(binding: Binding, key_display: Callable[[Binding], str]) -> str:
+    """``binding``'s keys as the help writes them: as Textual shows each (``key_display``), ``ctrl+`` ones spelt
+    out (Textual writes ``^c``)."""
+    names = binding.key.split(",")
+    return " ".join(name if name.startswith("ctrl+") else key_display(Binding(name, "")) for name in names)
+
+
+def help_sections(
+    bindings: Iterable[BindingType],
+    section_of: Mapping[str, str],
+    key_display: Callable[[Binding], str],
+    *,
+    order: Sequence[str],
+    extra: Mapping[str, HelpRows],
+) -> list[tuple[str, HelpRows]]:
+    """The help's sections in ``order``: a row per binding (its keys, its tooltip or else its description) in the
+    section ``section_of`` maps its action's name to ("General" if none), then the ``extra`` rows of each section."""
+    sections: dict[str, HelpRows] = {}
+    for binding in bindings:
+        assert isinstance(binding, Binding)  # the app's bindings are Binding objects, never tuples
+        action = binding.action.split("(")[0]
+        row = (help_keys(binding, key_display), binding.tooltip or binding.description)
+        sections.setdefault(section_of.get(action, "General"), []).append(row)
+    for name, rows in extra.items():
+        sections.setdefault(name, []).extend(rows)
+    return [(name, sections[name]) for name in order if name in sections]
+
+
 class HelpScreen(ModalScreen[None]):
-    """Every key, generated from the bindings so it cannot fall out of date."""
+    """Every key, generated from the bindings so it cannot fall out of date (:func:`help_sections`)."""
 
     CSS_PATH = _STYLES
     BINDINGS = [Binding("escape,q,h,question_mark,f1", "close", "Close", show=False)]
 
-    def __init__(self, sections: list[tuple[str, list[tuple[str, str]]]]) -> None:
+    def __init__(self, sections: list[tuple[str, HelpRows]]) -> None:
         super().__init__()
         self.sections = sections
 
