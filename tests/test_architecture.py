@@ -180,7 +180,7 @@ def import_edges(package: Path) -> list[Edge]:
                 if node.level:
                     base = [*here[: len(here) - node.level + 1], *(node.module.split(".") if node.module else [])]
                 else:
-                    base = node.module.split(".")
+                    base = (node.module or "").split(".")  # "from X import" always names X when absolute
                 # "from pkg import name": the module pkg.name if there is one, else pkg itself.
                 written = [".".join([*base, alias.name]) for alias in node.names]
             else:
