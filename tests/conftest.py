@@ -6,7 +6,6 @@ import ctypes
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -33,6 +32,24 @@ def _has_nvml() -> bool:
 without_nvml_driver = pytest.mark.skipif(_has_nvml(), reason="this machine has an NVIDIA driver")
 FROZEN_TIME = 1_795_000_000.0  # a fixed Unix time: simulated values depend only on it
 
+# Markers of tests in files other engineers own, applied here so those files stay as they are (the markers
+# themselves are declared in pyproject.toml). node id -> markers. A whole file: its path; one test: its id.
+MARKED: dict[str, tuple[str, ...]] = {
+    "tests/test_fleet.py::test_the_queries_per_refresh_do_not_grow_with_hosts": ("slow",),
+    "tests/test_replay.py::test_the_player_keeps_a_bounded_number_of_snapshots": ("slow",),
+    "tests/test_exporter_tls.py": ("real_server",),
+    "tests/test_exporter_tls.py::test_prometheus_scrapes_it_with_the_readmes_configuration": ("slow",),
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        path, _, _ = item.nodeid.partition("::")
+        name = item.nodeid.partition("[")[0]
+        for key in {path, name}:
+            for marker in MARKED.get(key, ()):
+                item.add_marker(marker)
+
 
 @pytest.fixture(autouse=True)
 def isolated_preferences(tmp_path_factory, monkeypatch):
@@ -44,6 +61,10 @@ def isolated_preferences(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))
     monkeypatch.delenv("NVTOPY_CONFIG", raising=False)
     monkeypatch.delenv("NO_COLOR", raising=False)
+    # The terminal's size is the test's own too: pytest-xdist's workers inherit COLUMNS=80 (and LINES) from
+    # pytest's terminal, a serial run does not, and the text view fits its columns to COLUMNS.
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
     yield
     use_palette("default")
 
@@ -106,7 +127,9 @@ def make_backend(clock):
 @pytest.fixture
 def nvtopy_cmd() -> list[str]:
     """The command that runs the CLI of this checkout."""
-    return [sys.executable, "-m", "nvtopy"]
+    from .builders import NVTOPY
+
+    return list(NVTOPY)
 
 
 @pytest.fixture(scope="session")
