@@ -33,6 +33,7 @@ guard that stopped seeing anything would fail too.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import subprocess
 import sys
@@ -347,6 +348,12 @@ def describe_cycles(edges: list[Edge]) -> list[str]:
 # --- on the real package ---------------------------------------------------------------------------
 
 
+@functools.cache
+def package_edges() -> list[Edge]:
+    """The real package's graph, read once per test process: every rule below reads the same one."""
+    return import_edges(PACKAGE)
+
+
 def imported_modules(path: Path) -> set[str]:
     """Absolute names of what one file imports (kept for test_tui_never_touches_nvml_or_psutil)."""
     tree = ast.parse(path.read_text(), str(path))
@@ -393,15 +400,15 @@ def test_core_modules_do_not_import_textual():
 
 
 def test_third_party_packages_stay_in_their_layer():
-    assert third_party_violations(import_edges(PACKAGE)) == []
+    assert third_party_violations(package_edges()) == []
 
 
 def test_layers_import_only_what_they_may():
-    assert layer_violations(import_edges(PACKAGE)) == []
+    assert layer_violations(package_edges()) == []
 
 
 def test_exceptions_are_still_needed():
-    edges = {(e.source, e.target) for e in import_edges(PACKAGE)}
+    edges = {(e.source, e.target) for e in package_edges()}
     assert [pair for pair in EXCEPTIONS if pair not in edges] == []
 
 
@@ -411,16 +418,16 @@ def test_no_layer_exceptions():
 
 
 def test_third_party_reasons_are_still_needed():
-    edges = {(e.source, e.target) for e in import_edges(PACKAGE)}
+    edges = {(e.source, e.target) for e in package_edges()}
     assert [pair for pair in THIRD_PARTY_REASONS if pair not in edges] == []
 
 
 def test_backend_folders_meet_only_in_base():
-    assert backend_edge_violations(import_edges(PACKAGE)) == []
+    assert backend_edge_violations(package_edges()) == []
 
 
 def test_backend_edges_are_still_needed():
-    edges = {(backend_folder(e.source), backend_folder(e.target)) for e in import_edges(PACKAGE) if e.internal}
+    edges = {(backend_folder(e.source), backend_folder(e.target)) for e in package_edges() if e.internal}
     assert [pair for pair in BACKEND_EDGES if pair not in edges] == []
 
 
@@ -430,7 +437,7 @@ def test_backends_holds_only_its_shared_modules_and_the_backend_folders():
 
 def test_only_the_entry_points_reach_commands():
     """commands/ is reached from nvtopy/__main__.py and the console script, nothing else."""
-    importers = {e.source for e in import_edges(PACKAGE) if e.internal and layer_of(e.target) == "commands"}
+    importers = {e.source for e in package_edges() if e.internal and layer_of(e.target) == "commands"}
     assert {m for m in importers if layer_of(m) != "commands"} == {"__main__"}
     scripts = re.search(
         r"^\[project\.scripts\]\n((?:[^\[\n].*\n?)*)", (PACKAGE.parent / "pyproject.toml").read_text(), re.M
@@ -441,13 +448,13 @@ def test_only_the_entry_points_reach_commands():
 
 
 def test_no_import_cycles():
-    cycles = describe_cycles(import_edges(PACKAGE))
+    cycles = describe_cycles(package_edges())
     assert cycles == [], "import cycles (lazy imports count):\n" + "\n".join(cycles)
 
 
 def test_the_graph_sees_the_whole_package():
     """A reader that silently found nothing would pass every rule above."""
-    edges = import_edges(PACKAGE)
+    edges = package_edges()
     internal = {(e.source, e.target) for e in edges if e.internal}
     assert ("__main__", "commands.dispatch") in internal
     assert ("render.text", "formats.contract") in internal  # relative, two levels up
