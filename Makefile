@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 ARGS   ?=
 
-.PHONY: install demo run test lint format bench bench-peers screenshots device-wheels device-check clean
+.PHONY: install demo run test test-fast lint format bench bench-peers screenshots device-wheels device-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,8 +24,14 @@ demo: install                 ## the TUI on simulated GPUs (no driver needed)
 run: install                  ## the TUI on this machine's real GPUs
 	$(BIN)/nvtopy $(ARGS)
 
-test: install lint            ## lint, then the whole test suite
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+# The timing tests measure against the clock: they run after the others, one at a time, so the suite's
+# own load cannot trip them.
+test: install lint            ## lint, then the whole test suite, on every core
+	$(BIN)/python -m pytest -n auto --durations=15 -m "not timing" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --durations=15 -m timing $(PYTEST_ARGS)
+
+test-fast: install            ## the inner loop: no slow test, no real server (markers: pyproject.toml)
+	$(BIN)/python -m pytest -n auto -m "not slow and not real_server" $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check nvtopy tests benchmarks screenshots examples devcheck

@@ -25,7 +25,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -38,6 +37,8 @@ from typing import Any
 
 import pytest
 
+from .builders import NVTOPY
+
 PROMETHEUS = shutil.which("prometheus")
 requires_prometheus = pytest.mark.skipif(
     PROMETHEUS is None,
@@ -49,7 +50,7 @@ STARTUP_S = 60.0  # an exporter answering, Prometheus ready (a cold start on a b
 DATA_S = 60.0  # until the data is there: a few scrapes at 1 s
 
 # Any free port (the exporter says which), a poll every half second: a scrape each second sees fresh values.
-EXPORTER = (sys.executable, "-m", "nvtopy", "exporter", "--demo", "--listen", "127.0.0.1:0", "--interval", "0.5")
+EXPORTER = (*NVTOPY, "exporter", "--demo", "--listen", "127.0.0.1:0", "--interval", "0.5")
 
 # Never through a proxy from the environment: every server here is on loopback.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))

@@ -5,16 +5,25 @@ The package is read as an import graph (``ast``, never imported): every
 functions and under ``if TYPE_CHECKING`` -- a lazy import is still a dependency.
 On that graph:
 
-- third-party packages stay in their layer (:data:`THIRD_PARTY`): Textual only in
-  ``tui/``; rich only in ``render/`` and ``tui/``; pynvml and psutil only in
-  ``backends/``; torch (and tensorboardX) only in ``integrations/`` -- ``api/``
+- third-party packages stay in their place (:data:`THIRD_PARTY`): Textual only in
+  ``tui/``; rich only in ``render/`` and ``tui/``; pynvml only in ``backends/nvml/``
+  and psutil only in ``backends/host/`` (the one backend that reads this machine's
+  processes); torch (and tensorboardX) only in ``integrations/`` -- ``api/``
   reads the job's torch from ``sys.modules`` and never imports it; prometheus_client
-  only in ``formats/`` and ``commands/``; anything else not at all;
+  only in ``formats/`` and ``commands/``; anything else not at all. A module outside
+  its package's place names its reason in :data:`THIRD_PARTY_REASONS`;
 - each layer imports only the layers below it (:data:`MAY_IMPORT`): ``backends/``
   none of sources/formats/render/tui/commands/api; ``sources/``, ``formats/`` and
   ``render/`` neither ``tui/`` nor ``commands/``; nothing imports ``commands/`` but
   ``commands/`` and ``nvtopy/__main__.py``; ``tui/`` reaches ``backends/`` only
   for ``backends.base`` types;
+- ``backends/`` holds the shared modules of :data:`BACKENDS_MODULES` and the
+  folders of :data:`BACKENDS_FOLDERS`, nothing else; a backend folder imports no
+  other backend folder -- they meet in ``backends/base.py`` -- except along the
+  named edges of :data:`BACKEND_EDGES` (NVML and the simulator both report real
+  host processes, which only ``backends/host/`` reads);
+- :data:`EXCEPTIONS` (imports across the layer rules, each with its reason) is
+  empty, and a test keeps it so: a new crossing is a design change, not an entry;
 - no import cycles anywhere in the package.
 
 Each checker is also run on a small synthetic package with one violation, so a
@@ -24,6 +33,7 @@ guard that stopped seeing anything would fail too.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import subprocess
 import sys
@@ -90,15 +100,39 @@ TUI_BACKENDS = {"backends.base"}
 # test_exceptions_are_still_needed, so the list cannot go stale.
 EXCEPTIONS: dict[tuple[str, str], str] = {}
 
-# third-party top-level package -> the layers that may import it. Not listed: may not be imported.
+# third-party top-level package -> the places that may import it: a layer ("tui") or a folder inside one
+# ("backends.nvml"), dotted, relative to the root. Not listed: may not be imported.
 THIRD_PARTY: dict[str, set[str]] = {
     "textual": {"tui"},
     "rich": {"render", "tui"},
-    "pynvml": {"backends"},
-    "psutil": {"backends"},
+    "pynvml": {"backends.nvml"},
+    "psutil": {"backends.host"},
     "prometheus_client": {"formats", "commands"},
     "torch": {"integrations"},
     "tensorboardX": {"integrations"},
+}
+
+# (importing module, third-party package) -> why it may, outside the package's places. One that no longer
+# occurs fails test_third_party_reasons_are_still_needed.
+THIRD_PARTY_REASONS: dict[tuple[str, str], str] = {
+    ("backends.simulated.backend", "psutil"): (
+        "the simulator reports real pids (--real-pids) as GPU processes: it reads their start time and whether "
+        "they are zombies with psutil; both reads belong in backends/host/processes.py"
+    ),
+}
+
+# What may stand directly under backends/: the shared modules every backend and every caller uses...
+BACKENDS_MODULES = {"base", "open", "locked", "diagnose"}
+# ...and one folder per backend.
+BACKENDS_FOLDERS = {"nvml", "simulated", "host"}
+
+# (backend folder, backend folder it may import) -> why. Any other import from one backend folder into another
+# is a violation: backends share types through backends/base.py.
+BACKEND_EDGES: dict[tuple[str, str], str] = {
+    ("nvml", "host"): (
+        "NVML names GPU processes by pid only: host/ reads their user, command and owner, and signals them"
+    ),
+    ("simulated", "host"): "the simulator's real pids (--real-pids) and its kill are real host processes, as NVML's",
 }
 
 # --- the import graph ------------------------------------------------------------------------------
@@ -158,7 +192,7 @@ def import_edges(package: Path) -> list[Edge]:
                 if node.level:
                     base = [*here[: len(here) - node.level + 1], *(node.module.split(".") if node.module else [])]
                 else:
-                    base = node.module.split(".")
+                    base = (node.module or "").split(".")  # "from X import" always names X when absolute
                 # "from pkg import name": the module pkg.name if there is one, else pkg itself.
                 written = [".".join([*base, alias.name]) for alias in node.names]
             else:
@@ -193,17 +227,62 @@ def unplaced_modules(package: Path) -> list[str]:
 # --- the checkers: each returns one line per violation ---------------------------------------------
 
 
-def third_party_violations(edges: list[Edge]) -> list[str]:
+def in_place(module: str, place: str) -> bool:
+    """Whether ``module`` lies in ``place``: a layer ("tui") or a folder inside one ("backends.nvml")."""
+    if "." not in place:
+        return layer_of(module) == place
+    return module == place or module.startswith(place + ".")
+
+
+def third_party_violations(edges: list[Edge], reasons: dict[tuple[str, str], str] = THIRD_PARTY_REASONS) -> list[str]:
     out = []
     for e in edges:
-        if e.internal or e.target in sys.stdlib_module_names:
+        if e.internal or e.target in sys.stdlib_module_names or (e.source, e.target) in reasons:
             continue
         allowed = THIRD_PARTY.get(e.target)
-        layer = layer_of(e.source)
         if allowed is None:
             out.append(f"{e.path}: imports {e.target}, which is no dependency of any layer (THIRD_PARTY)")
-        elif layer not in allowed:
-            out.append(f"{e.path}: imports {e.target}; only {', '.join(sorted(a + '/' for a in allowed))} may")
+        elif not any(in_place(e.source, place) for place in allowed):
+            places = ", ".join(sorted(place.replace(".", "/") + "/" for place in allowed))
+            out.append(f"{e.path}: imports {e.target}; only {places} may")
+    return out
+
+
+def backend_folder(module: str) -> str | None:
+    """The backend folder ("nvml") a module lies in, ``None`` for one outside them (backends.base, tui.app)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 and parts[0] == "backends" else None
+
+
+def backend_edge_violations(edges: list[Edge], allowed: dict[tuple[str, str], str] = BACKEND_EDGES) -> list[str]:
+    """Imports from one backend folder into another that no named edge allows."""
+    out = []
+    for e in edges:
+        if not e.internal:
+            continue
+        src, dst = backend_folder(e.source), backend_folder(e.target)
+        if src is None or dst is None or src == dst or (src, dst) in allowed:
+            continue
+        out.append(
+            f"{e.path}: backends/{src}/ imports nvtopy.{e.target}; backend folders meet in backends/base.py "
+            "(or a named edge in BACKEND_EDGES)"
+        )
+    return out
+
+
+def backends_layout_violations(package: Path) -> list[str]:
+    """What stands directly under backends/ besides BACKENDS_MODULES and the BACKENDS_FOLDERS."""
+    backends = package / "backends"
+    out = []
+    for path in sorted(backends.iterdir()):
+        if path.name == "__init__.py" or path.name.startswith((".", "__pycache__")):
+            continue
+        if path.is_dir():
+            if path.name not in BACKENDS_FOLDERS:
+                out.append(f"backends/{path.name}/: a folder that is no backend (BACKENDS_FOLDERS)")
+        elif path.suffix == ".py" and path.stem not in BACKENDS_MODULES:
+            out.append(f"backends/{path.name}: a module directly under backends/ (BACKENDS_MODULES, or a folder)")
+    out += [f"backends/{name}/: missing" for name in sorted(BACKENDS_FOLDERS) if not (backends / name).is_dir()]
     return out
 
 
@@ -280,6 +359,12 @@ def describe_cycles(edges: list[Edge]) -> list[str]:
 # --- on the real package ---------------------------------------------------------------------------
 
 
+@functools.cache
+def package_edges() -> list[Edge]:
+    """The real package's graph, read once per test process: every rule below reads the same one."""
+    return import_edges(PACKAGE)
+
+
 def imported_modules(path: Path) -> set[str]:
     """Absolute names of what one file imports (kept for test_tui_never_touches_nvml_or_psutil)."""
     tree = ast.parse(path.read_text(), str(path))
@@ -326,21 +411,44 @@ def test_core_modules_do_not_import_textual():
 
 
 def test_third_party_packages_stay_in_their_layer():
-    assert third_party_violations(import_edges(PACKAGE)) == []
+    assert third_party_violations(package_edges()) == []
 
 
 def test_layers_import_only_what_they_may():
-    assert layer_violations(import_edges(PACKAGE)) == []
+    assert layer_violations(package_edges()) == []
 
 
 def test_exceptions_are_still_needed():
-    edges = {(e.source, e.target) for e in import_edges(PACKAGE)}
+    edges = {(e.source, e.target) for e in package_edges()}
     assert [pair for pair in EXCEPTIONS if pair not in edges] == []
+
+
+def test_no_layer_exceptions():
+    """Every import follows the layer rules: a crossing is a design change, not an entry in EXCEPTIONS."""
+    assert EXCEPTIONS == {}
+
+
+def test_third_party_reasons_are_still_needed():
+    edges = {(e.source, e.target) for e in package_edges()}
+    assert [pair for pair in THIRD_PARTY_REASONS if pair not in edges] == []
+
+
+def test_backend_folders_meet_only_in_base():
+    assert backend_edge_violations(package_edges()) == []
+
+
+def test_backend_edges_are_still_needed():
+    edges = {(backend_folder(e.source), backend_folder(e.target)) for e in package_edges() if e.internal}
+    assert [pair for pair in BACKEND_EDGES if pair not in edges] == []
+
+
+def test_backends_holds_only_its_shared_modules_and_the_backend_folders():
+    assert backends_layout_violations(PACKAGE) == []
 
 
 def test_only_the_entry_points_reach_commands():
     """commands/ is reached from nvtopy/__main__.py and the console script, nothing else."""
-    importers = {e.source for e in import_edges(PACKAGE) if e.internal and layer_of(e.target) == "commands"}
+    importers = {e.source for e in package_edges() if e.internal and layer_of(e.target) == "commands"}
     assert {m for m in importers if layer_of(m) != "commands"} == {"__main__"}
     scripts = re.search(
         r"^\[project\.scripts\]\n((?:[^\[\n].*\n?)*)", (PACKAGE.parent / "pyproject.toml").read_text(), re.M
@@ -351,17 +459,19 @@ def test_only_the_entry_points_reach_commands():
 
 
 def test_no_import_cycles():
-    cycles = describe_cycles(import_edges(PACKAGE))
+    cycles = describe_cycles(package_edges())
     assert cycles == [], "import cycles (lazy imports count):\n" + "\n".join(cycles)
 
 
 def test_the_graph_sees_the_whole_package():
     """A reader that silently found nothing would pass every rule above."""
-    edges = import_edges(PACKAGE)
+    edges = package_edges()
     internal = {(e.source, e.target) for e in edges if e.internal}
     assert ("__main__", "commands.dispatch") in internal
     assert ("render.text", "formats.contract") in internal  # relative, two levels up
     assert any(e.source == "backends.nvml.backend" and e.target == "pynvml" for e in edges)
+    assert any(e.source.startswith("backends.host.") and e.target == "psutil" for e in edges)
+    assert ("backends.nvml.backend", "backends.host.pidmap") in internal  # a named backend edge, seen
     assert any(e.lazy for e in edges)  # function-level imports are read
     assert len(module_names(PACKAGE)) > 30
 
@@ -384,8 +494,11 @@ def make_package(root: Path, files: dict[str, str]) -> Path:
 CLEAN = {
     "__main__.py": "from .commands.dispatch import main\n",
     "backends/base.py": "from ..model import *\n",
-    "backends/nvml.py": "import pynvml\nfrom .base import Backend\n",
-    "backends/host.py": "import psutil\n",
+    "backends/open.py": "def f():\n    from .nvml.backend import NvmlBackend\n    from .simulated import backend\n",
+    "backends/nvml/backend.py": "import pynvml\nfrom ..base import Backend\nfrom ..host.processes import p\n",
+    "backends/simulated/backend.py": "from ..base import B\nfrom ..host import processes\nfrom .catalog import m\n",
+    "backends/simulated/catalog.py": "",
+    "backends/host/processes.py": "import psutil\nfrom ..base import SignalOutcome\n",
     "sources/poller.py": "from ..backends.base import Backend\nfrom . import collector\n",
     "sources/collector.py": "import nvtopy.model\n",
     "formats/contract.py": "import json\nfrom .. import model\n",
@@ -394,16 +507,19 @@ CLEAN = {
     "tui/app.py": "import textual\nfrom ..backends.base import Backend\nfrom ..sources.poller import Poller\n",
     "commands/dispatch.py": "def main():\n    from .monitor import run\n",
     "commands/monitor.py": "def run():\n    from ..tui.app import App\n",
-    "api/usage.py": "def f():\n    from ..backends.nvml import NvmlBackend\n",
+    "api/usage.py": "def f():\n    from ..backends.nvml.backend import NvmlBackend\n",
     "api/torchmem.py": "import sys\n",
     "integrations/tensorboard.py": "from ..api.usage import f\n\ndef w():\n    from torch.utils.tensorboard import S\n",
 }
 
 
 def test_a_clean_synthetic_package_passes(tmp_path):
-    edges = import_edges(make_package(tmp_path, CLEAN))
-    assert third_party_violations(edges) == []
+    package = make_package(tmp_path, CLEAN)
+    edges = import_edges(package)
+    assert third_party_violations(edges, {}) == []
     assert layer_violations(edges, {}) == []
+    assert backend_edge_violations(edges) == []
+    assert backends_layout_violations(package) == []
     assert import_cycles(edges) == []
     assert ("sources.poller", "sources.collector") in {(e.source, e.target) for e in edges}  # "from . import x"
 
@@ -414,23 +530,74 @@ def test_a_clean_synthetic_package_passes(tmp_path):
         ("render/gpu.py", "from textual.widget import Widget\n", "imports textual; only tui/ may"),
         ("commands/log.py", "def f():\n    import textual\n", "imports textual; only tui/ may"),  # lazy
         ("formats/csv.py", "import rich\n", "imports rich; only render/, tui/ may"),
-        ("tui/app.py", "import pynvml\n", "imports pynvml; only backends/ may"),
-        ("api/state.py", "def f():\n    import psutil\n", "imports psutil; only backends/ may"),
+        ("tui/app.py", "import pynvml\n", "imports pynvml; only backends/nvml/ may"),
+        ("api/state.py", "def f():\n    import psutil\n", "imports psutil; only backends/host/ may"),
+        ("backends/diagnose.py", "import pynvml\n", "imports pynvml; only backends/nvml/ may"),
+        ("backends/simulated/catalog.py", "import pynvml\n", "imports pynvml; only backends/nvml/ may"),
+        ("backends/nvml/events.py", "def f():\n    import psutil\n", "imports psutil; only backends/host/ may"),
+        ("backends/base.py", "import psutil\n", "imports psutil; only backends/host/ may"),
         ("api/torchmem.py", "import torch\n", "imports torch; only integrations/ may"),
         ("sources/poller.py", "import numpy\n", "imports numpy, which is no dependency of any layer"),
     ],
 )
 def test_third_party_rule_catches(tmp_path, name, source, expected):
     edges = import_edges(make_package(tmp_path, {**CLEAN, name: source}))
-    found = third_party_violations(edges)
+    found = third_party_violations(edges, {})
     assert len(found) == 1 and found[0].startswith(f"nvtopy/{name}:") and expected in found[0], found
+
+
+def test_a_third_party_reason_lets_one_module_through(tmp_path):
+    edges = import_edges(make_package(tmp_path, {**CLEAN, "backends/simulated/catalog.py": "import psutil\n"}))
+    assert len(third_party_violations(edges, {})) == 1
+    assert third_party_violations(edges, {("backends.simulated.catalog", "psutil"): "why"}) == []
 
 
 @pytest.mark.parametrize(
     ("name", "source", "expected"),
     [
-        ("backends/nvml.py", "from ..sources.poller import Poller\n", "backends/ imports nvtopy.sources.poller"),
-        ("backends/nvml.py", "def f():\n    from ..api import usage\n", "backends/ imports nvtopy.api.usage"),
+        ("backends/host/processes.py", "from ..nvml.backend import b\n", "backends/host/ imports nvtopy.backends.nvml"),
+        ("backends/nvml/backend.py", "def f():\n    from ..simulated import backend\n", "backends/nvml/ imports"),
+        ("backends/simulated/catalog.py", "import nvtopy.backends.nvml.backend\n", "backends/simulated/ imports"),
+        ("backends/host/processes.py", "from ..simulated.catalog import m\n", "imports nvtopy.backends.simulated"),
+    ],
+)
+def test_backend_edge_rule_catches(tmp_path, name, source, expected):
+    edges = import_edges(make_package(tmp_path, {**CLEAN, name: source}))
+    found = backend_edge_violations(edges)
+    assert len(found) == 1 and found[0].startswith(f"nvtopy/{name}:") and expected in found[0], found
+
+
+def test_a_named_backend_edge_is_the_only_way_through(tmp_path):
+    edges = import_edges(make_package(tmp_path, CLEAN))
+    assert len(backend_edge_violations(edges, {})) == 2  # nvml -> host and simulated -> host, unnamed
+    left = backend_edge_violations(edges, {("nvml", "host"): "why"})
+    assert len(left) == 1 and left[0].startswith("nvtopy/backends/simulated/backend.py:2:"), left
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        ({"backends/helpers.py": "import os\n"}, ["backends/helpers.py: a module directly under backends/"]),
+        ({"backends/remote/client.py": ""}, ["backends/remote/: a folder that is no backend"]),
+    ],
+)
+def test_backends_layout_check_catches(tmp_path, files, expected):
+    found = backends_layout_violations(make_package(tmp_path, {**CLEAN, **files}))
+    assert len(found) == 1 and found[0].startswith(expected[0]), found
+
+
+def test_backends_layout_check_sees_a_missing_folder(tmp_path):
+    files = {name: source for name, source in CLEAN.items() if not name.startswith("backends/host/")}
+    files["backends/nvml/backend.py"] = "import pynvml\n"
+    files["backends/simulated/backend.py"] = "from .catalog import m\n"
+    assert backends_layout_violations(make_package(tmp_path, files)) == ["backends/host/: missing"]
+
+
+@pytest.mark.parametrize(
+    ("name", "source", "expected"),
+    [
+        ("backends/nvml/backend.py", "from ...sources.poller import P\n", "backends/ imports nvtopy.sources.poller"),
+        ("backends/nvml/backend.py", "def f():\n    from ...api import usage\n", "backends/ imports nvtopy.api.usage"),
         ("sources/poller.py", "from ..tui.app import App\n", "sources/ imports nvtopy.tui.app"),
         ("formats/contract.py", "import nvtopy.commands.dispatch\n", "formats/ imports nvtopy.commands.dispatch"),
         ("render/text.py", "def f():\n    from ..tui import app\n", "render/ imports nvtopy.tui.app"),

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from .builders import run_command as run
 from .conftest import without_nvml_driver
 
 # The JSON contract (README): these names and types must not change.
@@ -80,10 +81,6 @@ def check_contract(data: dict) -> None:
                 assert key in proc, f"process {proc.get('pid')}: missing {key}"
                 assert isinstance(proc[key], kind), f"process {proc['pid']} {key}: {proc[key]!r}"
             assert proc["type"] in ("C", "G", "C+G", "M")
-
-
-def run(cmd: list[str], *args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def test_once_text_demo(nvtopy_cmd):

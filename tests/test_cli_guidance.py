@@ -4,7 +4,6 @@ know, the closest ones and where the rest are listed (issue 24: ``nvtopy lgo``, 
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
 
@@ -14,7 +13,7 @@ from nvtopy.commands.report import DURATION_FORMS, parse_duration
 from nvtopy.errors import UsageError
 from nvtopy.formats.writers import GPU_FIELDS, PROCESS_FIELDS
 
-NVTOPY = [sys.executable, "-m", "nvtopy"]
+from .builders import NVTOPY
 
 
 def cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

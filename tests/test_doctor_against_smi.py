@@ -23,6 +23,7 @@ import pytest
 from nvtopy.commands.doctor.against_smi import AGREE, DIFFER, WARN, compare, exit_code
 from nvtopy.formats.nvidia_smi import MAX_BYTES, SmiError, parse_nvidia_smi
 
+from .builders import run_nvtopy
 from .conftest import FAKE_NVML_SRC, needs_fake_nvml
 
 CAPTURES = FAKE_NVML_SRC.parent / "nvidia-smi-captures"
@@ -184,9 +185,7 @@ def test_gpus_pair_by_uuid_else_bus_id_and_a_lone_one_is_named():
 
 
 def doctor(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "nvtopy", "doctor", *args], capture_output=True, text=True, env=env, timeout=timeout
-    )
+    return run_nvtopy("doctor", *args, env=env, timeout=timeout)
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import unicodedata
@@ -37,6 +36,7 @@ from nvtopy.sources.collector import Collector
 from nvtopy.sources.poller import Poller
 from nvtopy.textsafe import unescape_text
 
+from .builders import NVTOPY
 from .prometheus_fixtures import shutdown_server
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -692,7 +692,7 @@ def _free_port(host: str = "127.0.0.1") -> int:
 
 
 def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "nvtopy", "exporter", *args]
+    return [*NVTOPY, "exporter", *args]
 
 
 def _env() -> dict[str, str]:

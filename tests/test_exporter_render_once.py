@@ -37,6 +37,7 @@ from nvtopy.formats.prometheus import Exposition, SnapshotCollector, TextRendere
 from nvtopy.sources.collector import Collector
 from nvtopy.sources.poller import Poller
 
+from .builders import LatestSource
 from .prometheus_fixtures import shutdown_server
 
 # Quotes, backslashes, a newline, control characters, non-UTF-8 argv: what label escaping exists for.
@@ -219,10 +220,7 @@ def test_the_age_is_new_on_every_scrape_the_rest_is_shared(served, monkeypatch):
     snapshot = ex.poller.latest
     live = dataclasses.replace(snapshot, host=dataclasses.replace(snapshot.host, backend="nvml"))
 
-    class Source:
-        latest = live
-
-    exposition = Exposition(Source())
+    exposition = Exposition(LatestSource(live))
     now = [live.timestamp + 2.5]
     monkeypatch.setattr(prometheus.time, "time", lambda: now[0])
     first = b"".join(exposition.chunks())
@@ -235,11 +233,8 @@ def test_the_age_is_new_on_every_scrape_the_rest_is_shared(served, monkeypatch):
 
 
 def test_before_the_first_snapshot_the_info_alone(sim):
-    class Source:
-        latest = None
-
-    assert b"".join(Exposition(Source()).chunks()) == _reference(Source())
-    assert b"nvtopy_exporter_info" in _reference(Source())
+    assert b"".join(Exposition(LatestSource(None)).chunks()) == _reference(LatestSource(None))
+    assert b"nvtopy_exporter_info" in _reference(LatestSource(None))
 
 
 # ---------------------------------------------------------------- the renderer against generate_latest
@@ -303,11 +298,8 @@ def test_a_process_whose_labels_change_is_never_served_from_the_kept_labels(serv
     changed_gpu = dataclasses.replace(gpu, processes=(renamed, *gpu.processes[1:]))
     after = dataclasses.replace(before, gpus=(changed_gpu, *before.gpus[1:]))
 
-    class Source:
-        latest = after
-
     text = _generate_latest(collector.families(after) + age_families(after))
-    assert text == _reference(Source()), "what a fresh collector makes of the changed snapshot"
+    assert text == _reference(LatestSource(after)), "what a fresh collector makes of the changed snapshot"
     assert b'command="evil\\" x=\\"1"' in text and b'user="mallory"' in text
 
 

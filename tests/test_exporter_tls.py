@@ -36,6 +36,7 @@ from nvtopy.errors import UsageError
 from nvtopy.sources.collector import Collector
 from nvtopy.sources.poller import Poller
 
+from .builders import run_nvtopy
 from .prometheus_fixtures import DATA_S, prometheus, requires_prometheus, shutdown_server, wait
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -332,14 +333,7 @@ def test_writing_a_response_has_one_deadline_not_one_per_send():
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "NVTOPY_DEBUG"}
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run(
-        [sys.executable, "-m", "nvtopy", "exporter", "--demo", "--listen", "127.0.0.1:0", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    return run_nvtopy("exporter", "--demo", "--listen", "127.0.0.1:0", *args, cwd=ROOT, env=env, timeout=30)
 
 
 @pytest.mark.parametrize(

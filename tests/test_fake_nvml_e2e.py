@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from .builders import fake_nvml_env, run_nvtopy
 from .conftest import FAKE_NVML_SRC, needs_fake_nvml
 from .test_cli import check_contract
 
@@ -28,10 +29,7 @@ def workers():
 
 
 def nvtopy(fake_lib: str, *args: str, **knobs: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_NVML_") and k != "CUDA_VISIBLE_DEVICES"}
-    env.update(knobs)
-    env["LD_LIBRARY_PATH"] = fake_lib
-    return subprocess.run([sys.executable, "-m", "nvtopy", *args], capture_output=True, text=True, env=env, timeout=60)
+    return run_nvtopy(*args, env=fake_nvml_env(fake_lib, **knobs))
 
 
 def test_every_field_reported(fake_lib, workers):

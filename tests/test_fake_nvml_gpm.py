@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from .builders import fake_nvml_env, run_nvtopy
 from .conftest import needs_fake_nvml
 
 pytestmark = needs_fake_nvml
@@ -39,20 +39,11 @@ def workers():
 
 
 def _env(fake_lib: str, **knobs: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_NVML_") and k != "CUDA_VISIBLE_DEVICES"}
-    env.update({"LD_LIBRARY_PATH": fake_lib, "FAKE_NVML_GPUS": "2", **knobs})
-    return env
+    return fake_nvml_env(fake_lib, **{"FAKE_NVML_GPUS": "2", **knobs})
 
 
 def nvtopy(fake_lib: str, *args: str, timeout: float = 60, **knobs: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "nvtopy", *args],
-        capture_output=True,
-        text=True,
-        env=_env(fake_lib, **knobs),
-        timeout=timeout,
-        cwd=ROOT,
-    )
+    return run_nvtopy(*args, env=_env(fake_lib, **knobs), timeout=timeout, cwd=ROOT)
 
 
 def gpus_of(result: subprocess.CompletedProcess[str]) -> list[dict]:

@@ -9,7 +9,6 @@ shows exactly that instance. Skipped where ../shared/fake-nvml (or a C compiler)
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from .builders import fake_nvml_env, run_nvtopy
 from .conftest import needs_fake_nvml
 
 pytestmark = needs_fake_nvml
@@ -36,20 +36,11 @@ def workers():
 
 
 def _env(fake_lib: str, **knobs: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_NVML_") and k != "CUDA_VISIBLE_DEVICES"}
-    env.update({"LD_LIBRARY_PATH": fake_lib, "FAKE_NVML_GPUS": "3", "FAKE_NVML_MIG": "1", **knobs})
-    return env
+    return fake_nvml_env(fake_lib, **{"FAKE_NVML_GPUS": "3", "FAKE_NVML_MIG": "1", **knobs})
 
 
 def nvtopy(fake_lib: str, *args: str, **knobs: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "nvtopy", *args],
-        capture_output=True,
-        text=True,
-        env=_env(fake_lib, **knobs),
-        timeout=60,
-        cwd=ROOT,
-    )
+    return run_nvtopy(*args, env=_env(fake_lib, **knobs), cwd=ROOT)
 
 
 def gpus_of(result: subprocess.CompletedProcess[str]) -> list[dict]:

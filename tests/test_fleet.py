@@ -10,8 +10,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-import subprocess
-import sys
 import threading
 import time
 
@@ -25,6 +23,7 @@ from nvtopy.sources.remote.hostscrape import HostGpus
 from nvtopy.sources.remote.prometheus import parse_matchers
 from nvtopy.tui.app import NvtopyApp
 
+from .builders import run_nvtopy as run_cli
 from .prometheus_fixtures import FakePrometheus, Series, exposition_series, simulated_exposition
 from .tui_helpers import started
 
@@ -380,10 +379,6 @@ async def test_the_fleet_in_the_monitor(fake):
         await pilot.pause()
         assert any("read-only" in str(n.message) for n in app._notifications)
         await pilot.press("q")
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "nvtopy", *args], capture_output=True, text=True, timeout=60)
 
 
 def test_once_json_lists_every_gpu_with_its_host(fake):

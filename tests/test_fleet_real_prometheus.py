@@ -45,7 +45,7 @@ from .prometheus_fixtures import (
     wait,
 )
 
-pytestmark = requires_prometheus
+pytestmark = [requires_prometheus, pytest.mark.real_server]
 three_exporter_fleet = prometheus_fixtures.three_exporter_fleet  # the fixture, here by its name
 
 MIB = 1 << 20
@@ -142,6 +142,7 @@ def test_a_stopped_exporter_is_shown_as_no_longer_reported(tmp_path: Path):
         wait("the stopped host shown as no longer reported", DATA_S, gone, fleet.server.logs)
 
 
+@pytest.mark.slow
 def test_64_hosts_x_8_gpus(tmp_path: Path):
     """The scale the issue asks for: 512 GPUs in Prometheus, the same queries per refresh as one host.
 

@@ -23,7 +23,6 @@ from nvtopy.model import (
     GpuSample,
     GpuState,
     GpuStatic,
-    HostInfo,
     MigInstance,
     MigUsage,
     Reason,
@@ -53,6 +52,8 @@ from nvtopy.render.styled import Line
 from nvtopy.render.text import activity_notes, render_snapshot
 from nvtopy.sources.collector import Collector
 from nvtopy.tui.gpu_view import plan_layout
+
+from .builders import host_info, snapshot_of
 
 GIB = 2**30
 YELLOW = Style.parse("yellow")
@@ -111,9 +112,7 @@ def styles_of(line: Line, text: str) -> list[Style | None]:
 
 
 def snapshot(*gpus: GpuState) -> Snapshot:
-    return Snapshot(
-        timestamp=1.0, host=HostInfo(hostname="node", driver_version="550", cuda_driver_version="12.4"), gpus=gpus
-    )
+    return snapshot_of(*gpus, timestamp=1.0, host=host_info(driver_version="550"))
 
 
 def once(snap: Snapshot) -> str:

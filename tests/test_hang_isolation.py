@@ -22,7 +22,10 @@ from nvtopy.sources.collector import Collector
 from nvtopy.sources.poller import Poller
 from nvtopy.sources.workers import GpuWorkers
 
+from .builders import run_command
 from .conftest import ManualClock
+
+pytestmark = pytest.mark.timing  # a GPU that hangs, and how soon each command goes on without it
 
 
 class Stuck(SimulatedBackend):
@@ -284,7 +287,7 @@ def test_the_poller_keeps_the_other_gpus_updating_and_stops_at_once(stuck_backen
 
 
 def _run(cmd: list[str], timeout: float = 30) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    return run_command(cmd, timeout=timeout)
 
 
 def test_once_gives_up_on_a_stuck_gpu_after_the_timeout(nvtopy_cmd):

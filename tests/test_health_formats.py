@@ -51,6 +51,7 @@ from nvtopy.render.text import GPU_COLUMNS, STYLES, gpu_row, health_lines, rende
 from nvtopy.sources.replay import load_recording
 from nvtopy.textsafe import unescape_text
 
+from .builders import gpu_static
 from .test_cli import check_contract
 
 GIB = 2**30
@@ -109,18 +110,7 @@ BASE_SAMPLE = {
 
 
 def static(index: int, **changes) -> GpuStatic:
-    values = {
-        "uuid": f"GPU-{index:04d}",
-        "name": "NVIDIA H100 80GB HBM3",
-        "bus_id": f"00000000:{0x18 + index:02X}:00.0",
-        "memory_total_bytes": 80 * GIB,
-        "temperature_slowdown_c": 87,
-        "clock_sm_max_mhz": 1980,
-        "pcie_link_gen_max": 5,
-        "pcie_link_width_max": 16,
-        "nvlink_count": 3,
-    }
-    return GpuStatic(index, **{**values, **changes})
+    return gpu_static(index, **{"uuid": f"GPU-{index:04d}", "nvlink_count": 3, **changes})
 
 
 def process(gpu: int, pid: int, **changes) -> GpuProcess:

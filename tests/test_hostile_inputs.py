@@ -16,16 +16,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
-NVTOPY = [sys.executable, "-m", "nvtopy"]
+from .builders import NVTOPY
+from .builders import run_nvtopy as run
+
 HUGE = "9" * 5000  # more digits than Python's int() accepts (4,300)
-
-
-def run(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([*NVTOPY, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess, code: int) -> str:

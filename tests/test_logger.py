@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -17,13 +16,9 @@ from nvtopy.commands.log import groups_for
 from nvtopy.formats.writers import GPU_FIELDS, PROCESS_FIELDS
 from nvtopy.model import ALL_GROUPS
 
+from .builders import NVTOPY
+from .builders import run_nvtopy as run
 from .test_cli import check_contract
-
-NVTOPY = [sys.executable, "-m", "nvtopy"]
-
-
-def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([*NVTOPY, *args], capture_output=True, text=True, timeout=timeout)
 
 
 def test_csv_one_row_per_gpu_per_sample_header_once():

@@ -25,7 +25,6 @@ from nvtopy.model import (
     GpuSample,
     GpuState,
     GpuStatic,
-    HostInfo,
     MigInstance,
     MigUsage,
     ProcessType,
@@ -37,6 +36,9 @@ from nvtopy.sources.collector import Collector
 from nvtopy.sources.remote.exporters import RemoteHosts
 from nvtopy.sources.replay import load_recording
 from nvtopy.textsafe import escape_text, unescape_text
+
+from .builders import LatestSource as _Source
+from .builders import snapshot_of as _snapshot
 
 MIG_FAULTS = ["mig=3@1", "mig=7@2", "mig=pending@3"]
 HOSTILE = "\x1b]0;pwned\x07 \udcff tab\there \\x41 \u202e"
@@ -73,10 +75,6 @@ def mig_snapshot(sim) -> Snapshot:
     """Four simulated H100s: GPU 1 with 3 MIG devices, GPU 2 with 7, GPU 3 waiting for a reset to turn MIG on."""
     backend = sim(gpus=4, faults=parse_fault_specs(MIG_FAULTS, gpus=4))
     return Collector(backend).collect()
-
-
-def _snapshot(*gpus: GpuState) -> Snapshot:
-    return Snapshot(1_795_000_000.0, HostInfo("node", "550.54.15", "12.4"), gpus)
 
 
 def _two_cis_in_one_gi() -> GpuState:
@@ -424,11 +422,6 @@ def test_cli_log_rows_per_instance():
 
 
 # ---------------------------------------------------------------- exporter
-
-
-class _Source:
-    def __init__(self, snapshot: Snapshot) -> None:
-        self.latest = snapshot
 
 
 def _exposition(snapshot: Snapshot) -> str:

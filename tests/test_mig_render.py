@@ -18,7 +18,6 @@ from nvtopy.model import (
     GpuSample,
     GpuState,
     GpuStatic,
-    HostInfo,
     MigInstance,
     MigUsage,
     ProcessType,
@@ -31,6 +30,8 @@ from nvtopy.render.processes import ProcessFilter, SortOrder, build_rows, visibl
 from nvtopy.render.text import render_snapshot
 from nvtopy.sources.collector import Collector
 from nvtopy.tui.gpu_view import plan_layout
+
+from .builders import host_info, snapshot_of
 
 GIB = 2**30
 UUIDS = (
@@ -250,7 +251,7 @@ def test_driver_strings_of_an_instance_are_made_safe():
 
 
 def _snapshot(*gpus: GpuState) -> Snapshot:
-    return Snapshot(1_795_000_000.0, HostInfo("node", "550.54.15", "12.4", backend="simulated", user="alice"), gpus)
+    return snapshot_of(*gpus, host=host_info(backend="simulated", user="alice"))
 
 
 def _once(snapshot: Snapshot) -> str:

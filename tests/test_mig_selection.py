@@ -21,6 +21,8 @@ from nvtopy.model import MigInstance
 from nvtopy.selection import select_gpus
 from nvtopy.sources.collector import Collector
 
+from .builders import run_command
+
 # Steady, with eight process slots per GPU: each of GPU 1's three MIG devices runs processes.
 DEMO = ("--demo", "--demo-fault", "mig=3@1", "--demo-steady", "--demo-procs", "8")
 
@@ -80,7 +82,7 @@ def run(cmd: list[str], *args: str, cvd: str | None = None) -> subprocess.Comple
     env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")}
     if cvd is not None:
         env["CUDA_VISIBLE_DEVICES"] = cvd
-    return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=60, env=env)
+    return run_command(cmd, *args, env=env)
 
 
 def _mig_uuids(gpu: dict) -> list[str]:

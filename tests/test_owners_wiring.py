@@ -31,6 +31,8 @@ from nvtopy.sources.remote.exporters import _process as remote_process
 from nvtopy.sources.replay import load_recording
 from nvtopy.textsafe import unescape_text
 
+from .builders import LatestSource as _Source
+
 DOCKER_ID = "47335b04ebb4aefdc353dda62ddd38e5e1e00fc1372f0c8d0138417f0ccb9e6c"
 POD_UID = "48d25824-cbe2-4fdc-9928-5bb49e05473d"
 CID = "a" * 64
@@ -297,11 +299,6 @@ def test_replay_reads_an_owner_kind_it_does_not_know_as_a_cgroup(hostile, tmp_pa
     path.write_text(json.dumps(data) + "\n", encoding="utf-8")
     (replayed,) = load_recording(str(path)).snapshots
     assert replayed.processes[0].owner is not None and replayed.processes[0].owner.kind is OwnerKind.CGROUP
-
-
-class _Source:
-    def __init__(self, snapshot: Snapshot) -> None:
-        self.latest = snapshot
 
 
 def _exposition(snapshot: Snapshot) -> str:

@@ -41,7 +41,7 @@ from .prometheus_fixtures import (
     wait,
 )
 
-pytestmark = requires_prometheus
+pytestmark = [requires_prometheus, pytest.mark.real_server]
 
 # The dashboard's panels: (title, older query, current query), exactly as its JSON has them.
 PANELS: tuple[tuple[str, str, str], ...] = (

@@ -40,6 +40,7 @@ from nvtopy.sources.remote import exporters as remote
 from nvtopy.sources.remote.exporters import RemoteHosts
 from nvtopy.tui.app import NvtopyApp
 
+from .builders import run_nvtopy
 from .tui_helpers import started
 
 TIMEOUT = 1.0  # the scrape deadline these tests give RemoteHosts
@@ -460,13 +461,7 @@ HOSTILE_EXPOSITION = "".join(
 
 def nvtopy(*args: str, timeout: float = 30.0) -> tuple[subprocess.CompletedProcess, float]:
     began = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, "-m", "nvtopy", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"},
-    )
+    result = run_nvtopy(*args, timeout=timeout, env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"})
     return result, time.monotonic() - began
 
 

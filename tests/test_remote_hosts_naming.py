@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import subprocess
-import sys
 import threading
 
 import pytest
@@ -26,6 +24,8 @@ from nvtopy.formats.prometheus import SnapshotCollector
 from nvtopy.sources.collector import Collector
 from nvtopy.sources.poller import Poller
 from nvtopy.sources.remote.exporters import RemoteHosts, _Target, host_names
+
+from .builders import run_nvtopy as nvtopy
 
 
 def targets(*texts: str) -> list[_Target]:
@@ -172,10 +172,6 @@ def test_remote_hosts_refuse_signals_in_plain_words():
 
 
 # --------------------------------------------------------------------------- --once, text and JSON
-
-
-def nvtopy(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nvtopy", *args], capture_output=True, text=True, timeout=60)
 
 
 def test_once_text_has_a_host_column_naming_each_process_host(exporters):

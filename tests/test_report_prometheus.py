@@ -601,6 +601,8 @@ def _served(text: str) -> tuple[dict[str, float], set[tuple[str, str]]]:
 
 
 @requires_prometheus
+@pytest.mark.slow
+@pytest.mark.real_server
 def test_report_against_a_real_prometheus(tmp_path, capsys):
     """Three exporters (every process slot always busy), a real Prometheus scraping them every second.
 
@@ -653,6 +655,8 @@ def test_report_against_a_real_prometheus(tmp_path, capsys):
 
 
 @requires_prometheus
+@pytest.mark.slow
+@pytest.mark.real_server
 def test_report_on_a_young_real_prometheus(tmp_path, capsys):
     """Issue 23 item 5 against a real server: seconds after its first scrape (one a second), a day's report
     covers the data the server holds, a point a scrape, and says how young that data is (it was "no GPU

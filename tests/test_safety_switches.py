@@ -42,6 +42,7 @@ from nvtopy.sources.poller import Poller
 from nvtopy.tui.app import NvtopyApp
 from nvtopy.tui.screens import ConfirmSignalScreen
 
+from .builders import NVTOPY
 from .conftest import FROZEN_TIME, ManualClock
 from .tui_helpers import SendSpy as SignalSpy
 from .tui_helpers import header_line, more_snapshots, started, wait_until
@@ -51,7 +52,6 @@ from .tui_helpers import table_of as _table
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals and processes")
 
-NVTOPY = [sys.executable, "-m", "nvtopy"]
 SIZE = (120, 40)
 MIB = 1024 * 1024
 

@@ -35,6 +35,8 @@ PROMPT = 1.0  # seconds from q to the end of the process (measured: about 0.35 s
 ALT_SCREEN_OFF = b"\x1b[?1049l"
 CSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
+pytestmark = pytest.mark.timing  # a driver that answers slowly, and quits measured against the clock
+
 
 def lines_after_the_tui(out: bytes) -> list[str]:
     """What the terminal shows once the monitor has restored it (its mode resets removed)."""
@@ -154,6 +156,7 @@ def test_quit_while_the_simulated_driver_opens(terminal):
     assert term.status == 0
 
 
+@pytest.mark.slow
 def test_quit_while_a_poll_is_stuck_in_the_driver(terminal):
     """After the first frame: a poll that takes longer than STALL_AFTER is shown, and q does not wait for it."""
     term = terminal("--demo", "--demo-gpus", "2", "--demo-fault", "slow=0.5")  # one poll: 5 calls, 2.5 s
@@ -274,6 +277,7 @@ def test_fake_driver_3_s_per_call_quit_is_prompt(fake_lib, terminal):
 
 
 @needs_fake_nvml
+@pytest.mark.slow
 def test_fake_driver_0_2_s_per_call_quit_is_prompt_after_the_first_frame(fake_lib, terminal):
     """The issue's other case: 0.2 s per call, q during a poll took 6.8 s (the join, then nvmlShutdown)."""
     term = terminal(env=_fake_env(fake_lib, FAKE_NVML_GPUS="1", FAKE_NVML_LATENCY_US="200000"))

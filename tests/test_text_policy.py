@@ -37,6 +37,7 @@ from nvtopy.render.text import render_snapshot
 from nvtopy.sources.collector import Collector
 from nvtopy.textsafe import escape_text, safe_text, unescape_text
 
+from .builders import LatestSource
 from .conftest import mig_instances, needs_fake_nvml
 from .tui_helpers import screen_text, started, widget_strips
 
@@ -524,11 +525,8 @@ def test_exporter_labels_are_utf8_and_unescape_back(child, clock):
     finally:
         backend.close()
 
-    class Source:
-        latest = snapshot
-
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(Source()))
+    registry.register(SnapshotCollector(LatestSource(snapshot)))
     body = generate_latest(registry)
     assert FILE_BAD_BYTES.search(body.replace(b"\n", b"")) is None
     families = {f.name: f for f in text_string_to_metric_families(body.decode("utf-8"))}

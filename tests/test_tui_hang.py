@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from nvtopy.tui.app import NvtopyApp
 
 from .test_hang_isolation import Stuck
 from .tui_helpers import screen_text, started, wait_until
 
 SIZE = (160, 50)
+
+pytestmark = pytest.mark.timing  # keys and quit measured against the clock while a GPU hangs
 
 
 async def test_keys_answer_and_quit_is_prompt_while_one_gpu_hangs(clock):

@@ -25,8 +25,6 @@ from nvtopy.model import (
     GpuProcess,
     GpuSample,
     GpuState,
-    GpuStatic,
-    HostInfo,
     NvLink,
     ProcessType,
     Reason,
@@ -36,12 +34,14 @@ from nvtopy.model import (
 from nvtopy.render.gpu import compact_line, interconnect_line, panel_lines, panel_title
 from nvtopy.render.health import health_lines
 from nvtopy.render.processes import FLAG_FILTERS, ProcessFilter, visible_columns
-from nvtopy.sources.base import SnapshotSource
 from nvtopy.tui.app import NvtopyApp
 from nvtopy.tui.gpu_view import GpuView, plan_layout
 from nvtopy.tui.health_screen import HealthScreen
 from nvtopy.tui.screens import HelpScreen
 
+from . import builders
+from .builders import FixedSource, host_info
+from .builders import gpu_static as static
 from .scenes import SCENES, build
 from .tui_helpers import header_line, pids, screen_text, table_of, wait_until, widget_lines, widget_strips
 
@@ -53,22 +53,6 @@ WARN, FAIL = Severity.WARN, Severity.FAIL
 
 
 # --------------------------------------------------------------------------- hand-made GPUs
-
-
-def static(index: int, **changes: object) -> GpuStatic:
-    values: dict[str, object] = {
-        "index": index,
-        "uuid": f"GPU-{index}",
-        "name": "NVIDIA H100 80GB HBM3",
-        "bus_id": f"00000000:{0x18 + index:02X}:00.0",
-        "memory_total_bytes": 80 * GIB,
-        "temperature_slowdown_c": 87,
-        "clock_sm_max_mhz": 1980,
-        "pcie_link_gen_max": 5,
-        "pcie_link_width_max": 16,
-        "nvlink_count": 4,
-    }
-    return GpuStatic(**{**values, **changes})  # type: ignore[arg-type]
 
 
 def links(down: tuple[int, ...] = ()) -> tuple[NvLink, ...]:
@@ -192,16 +176,7 @@ def stalled_gpu(index: int = 2, seconds: float = 12.0) -> GpuState:
 
 
 def snapshot_of(*gpus: GpuState, timestamp: float = NOW) -> Snapshot:
-    return Snapshot(timestamp, HostInfo("node", "550.54.15", "12.4", user=ME), tuple(gpus))
-
-
-class FixedSource(SnapshotSource):
-    """Publishes what a test gives it, when the test gives it: no thread, no timing."""
-
-    signal_refusal = None
-
-    def __init__(self) -> None:
-        super().__init__(1.0)
+    return builders.snapshot_of(*gpus, timestamp=timestamp, host=host_info(user=ME))
 
 
 async def show(pilot, app: NvtopyApp, snapshot: Snapshot) -> None:
@@ -302,7 +277,7 @@ def test_health_lines_say_why_a_reading_is_missing_and_escape_outside_text():
 
 
 async def test_health_screen_opens_shows_the_evidence_and_closes():
-    app = NvtopyApp(FixedSource(), poll=False)
+    app = NvtopyApp(FixedSource(signal_refusal=None), poll=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await show(pilot, app, snapshot_of(healthy_gpu(), sick_gpu(), stalled_gpu()))
         await pilot.press("H")
@@ -357,7 +332,7 @@ async def test_health_screen_opens_shows_the_evidence_and_closes():
 
 
 async def test_health_screen_updates_live():
-    app = NvtopyApp(FixedSource(), poll=False)
+    app = NvtopyApp(FixedSource(signal_refusal=None), poll=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await show(pilot, app, snapshot_of(healthy_gpu(), stalled_gpu(seconds=12)))
         await pilot.press("H")
@@ -381,7 +356,7 @@ async def test_health_screen_counts_follow_the_colorblind_theme_and_a_theme_chan
                         found.add(color.triplet.hex.upper() if color.triplet else color.name)
         return found
 
-    app = NvtopyApp(FixedSource(), poll=False)
+    app = NvtopyApp(FixedSource(signal_refusal=None), poll=False)
     app.theme = "colorblind"
     async with app.run_test(size=(120, 40)) as pilot:
         await show(pilot, app, snapshot_of(healthy_gpu(), sick_gpu()))
@@ -398,7 +373,7 @@ async def test_health_screen_counts_follow_the_colorblind_theme_and_a_theme_chan
 
 
 async def test_health_screen_opens_before_the_first_snapshot():
-    app = NvtopyApp(FixedSource(), poll=False)
+    app = NvtopyApp(FixedSource(signal_refusal=None), poll=False)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("H")
         await pilot.pause()
@@ -422,7 +397,7 @@ def _panel_cells(app: NvtopyApp) -> list[list[tuple[str, Style | None, int]]]:
 
 
 async def test_a_stalled_gpu_is_drawn_not_responding_and_dimmed_while_the_other_is_not():
-    app = NvtopyApp(FixedSource(), poll=False)
+    app = NvtopyApp(FixedSource(signal_refusal=None), poll=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await show(pilot, app, snapshot_of(healthy_gpu(0), stalled_gpu(1)))
         view = app.query_one(GpuView)
@@ -449,7 +424,7 @@ async def test_a_stalled_gpu_is_drawn_not_responding_and_dimmed_while_the_other_
 
 async def test_flag_filter_shows_only_flagged_rows_and_esc_clears_it():
     snapshot = snapshot_of(healthy_gpu(0), sick_gpu(1), stalled_gpu(2))
-    app = NvtopyApp(FixedSource(), poll=False)
+    app = NvtopyApp(FixedSource(signal_refusal=None), poll=False)
     async with app.run_test(size=(140, 40)) as pilot:
         await show(pilot, app, snapshot)
         assert pids(app) == {100, 200, 201, 300}
@@ -476,7 +451,7 @@ async def test_flag_filter_shows_only_flagged_rows_and_esc_clears_it():
 
 
 async def test_flag_filter_keeps_the_flags_column_at_80_columns():
-    app = NvtopyApp(FixedSource(), poll=False)
+    app = NvtopyApp(FixedSource(signal_refusal=None), poll=False)
     async with app.run_test(size=(80, 24)) as pilot:
         await show(pilot, app, snapshot_of(healthy_gpu(0), sick_gpu(1)))
         assert "FLAGS" not in widget_lines(table_of(app))[0], "it yields first on a small terminal"
@@ -487,7 +462,7 @@ async def test_flag_filter_keeps_the_flags_column_at_80_columns():
 
 
 async def test_help_lists_the_new_keys():
-    app = NvtopyApp(FixedSource(), poll=False)
+    app = NvtopyApp(FixedSource(signal_refusal=None), poll=False)
     async with app.run_test(size=(120, 70)) as pilot:
         await pilot.press("question_mark")
         await pilot.pause()
@@ -505,7 +480,7 @@ async def test_help_lists_the_new_keys():
 
 
 async def test_80x24_stays_usable():
-    app = NvtopyApp(FixedSource(), poll=False)
+    app = NvtopyApp(FixedSource(signal_refusal=None), poll=False)
     async with app.run_test(size=(80, 24)) as pilot:
         gpus = [healthy_gpu(0), sick_gpu(1), stalled_gpu(2), healthy_gpu(3)]
         await show(pilot, app, snapshot_of(*gpus))

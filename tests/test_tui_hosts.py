@@ -32,7 +32,6 @@ from nvtopy.render.processes import (
     visible_columns,
 )
 from nvtopy.render.text import render_snapshot
-from nvtopy.sources.base import SnapshotSource
 from nvtopy.sources.collector import Collector
 from nvtopy.sources.replay import load_recording
 from nvtopy.tui import gpu_view as gpu_view_module
@@ -40,6 +39,7 @@ from nvtopy.tui.app import NvtopyApp
 from nvtopy.tui.gpu_view import HostGroup, host_groups, host_header, host_state, plan_layout
 from nvtopy.tui.screens import ConfirmSignalScreen
 
+from .builders import FixedSource
 from .tui_helpers import header_line, wait_until, widget_lines
 
 REFUSAL = "read-only: processes on other hosts cannot be signalled from here"
@@ -239,18 +239,6 @@ def test_a_plan_taller_than_its_share_scrolls():
 # --------------------------------------------------------------------------- the app
 
 
-class FleetSource(SnapshotSource):
-    """Publishes what a test gives it; refuses signals as every multi-host source does."""
-
-    signal_refusal = REFUSAL
-
-    def __init__(self) -> None:
-        super().__init__(1.0)
-
-    def status_line(self) -> str:
-        return "REMOTE 2/3 hosts"
-
-
 async def shown(pilot, app: NvtopyApp, snapshot: Snapshot) -> None:
     target = app.snapshots_applied + 1
     app.source._publish(snapshot)
@@ -260,7 +248,7 @@ async def shown(pilot, app: NvtopyApp, snapshot: Snapshot) -> None:
 
 async def test_the_compact_view_groups_gpus_under_a_header_per_host(sim):
     snapshot = fleet(sim, ["node-a", "node-b", "node-c"], down=("node-b",), stale=("node-c",))
-    app = NvtopyApp(FleetSource(), layout="compact", poll=False)
+    app = NvtopyApp(FixedSource(signal_refusal=REFUSAL, status="REMOTE 2/3 hosts"), layout="compact", poll=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await shown(pilot, app, snapshot)
         lines = widget_lines(app.query_one("#gpus"))
@@ -279,7 +267,7 @@ async def test_the_compact_view_groups_gpus_under_a_header_per_host(sim):
 
 
 async def test_a_local_snapshot_has_no_header_and_no_host_column(sim):
-    app = NvtopyApp(FleetSource(), layout="compact", poll=False)
+    app = NvtopyApp(FixedSource(signal_refusal=REFUSAL, status="REMOTE 2/3 hosts"), layout="compact", poll=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await shown(pilot, app, local(sim))
         assert not any(line.startswith("── ") for line in widget_lines(app.query_one("#gpus")))
@@ -288,7 +276,7 @@ async def test_a_local_snapshot_has_no_header_and_no_host_column(sim):
 
 async def test_typing_a_host_name_filters_to_its_processes(sim):
     snapshot = fleet(sim, ["node-a", "node-b", "node-c"])
-    app = NvtopyApp(FleetSource(), poll=False)
+    app = NvtopyApp(FixedSource(signal_refusal=REFUSAL, status="REMOTE 2/3 hosts"), poll=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await shown(pilot, app, snapshot)
         await pilot.press("slash", *"node-b", "enter")
@@ -299,7 +287,7 @@ async def test_typing_a_host_name_filters_to_its_processes(sim):
 
 async def test_b_groups_a_fleet_by_host_and_skips_it_on_one_host(sim):
     snapshot = fleet(sim, ["node-a", "node-b", "node-c"])
-    app = NvtopyApp(FleetSource(), poll=False)
+    app = NvtopyApp(FixedSource(signal_refusal=REFUSAL, status="REMOTE 2/3 hosts"), poll=False)
     async with app.run_test(size=(160, 40)) as pilot:
         await shown(pilot, app, snapshot)
         seen = []
@@ -332,7 +320,7 @@ async def test_b_groups_a_fleet_by_host_and_skips_it_on_one_host(sim):
 @pytest.mark.parametrize("key", ["K", "T", "I"])
 async def test_signal_keys_on_a_fleet_say_it_is_read_only(sim, key):
     snapshot = fleet(sim, ["node-a", "node-b"])
-    app = NvtopyApp(FleetSource(), poll=False)
+    app = NvtopyApp(FixedSource(signal_refusal=REFUSAL, status="REMOTE 2/3 hosts"), poll=False)
     async with app.run_test(size=(120, 40), notifications=True) as pilot:
         await shown(pilot, app, snapshot)
         assert app.query_one("#processes").selected is not None
@@ -354,7 +342,7 @@ async def test_512_gpus_build_only_the_lines_in_view_and_scroll(sim, monkeypatch
         return compact_lines(gpu, width)
 
     monkeypatch.setattr(gpu_view_module, "compact_lines", counting)
-    app = NvtopyApp(FleetSource(), poll=False)
+    app = NvtopyApp(FixedSource(signal_refusal=REFUSAL, status="REMOTE 2/3 hosts"), poll=False)
     async with app.run_test(size=(160, 50)) as pilot:
         await shown(pilot, app, snapshot)
         view = app.query_one("#gpus")
@@ -407,7 +395,7 @@ def test_compact_view_of_three_hosts(snap_compare, sim, utc):
     A layout change fails here; when intended: ``pytest tests/test_tui_hosts.py --snapshot-update``.
     """
     snapshot = fleet(sim, ["node-a", "node-b", "node-c"], gpus=3, down=("node-b",), stale=("node-c",))
-    app = NvtopyApp(FleetSource(), layout="compact", poll=False)
+    app = NvtopyApp(FixedSource(signal_refusal=REFUSAL, status="REMOTE 2/3 hosts"), layout="compact", poll=False)
 
     async def prepare(pilot) -> None:
         await shown(pilot, app, snapshot)

@@ -14,11 +14,9 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import Future
 
 import pytest
 
-from nvtopy.backends.base import SignalOutcome
 from nvtopy.model import (
     GpuProcess,
     GpuSample,
@@ -43,12 +41,12 @@ from nvtopy.render.processes import (
     visible_columns,
 )
 from nvtopy.render.text import PROCESS_COLUMNS, process_row, render_snapshot
-from nvtopy.sources.base import SnapshotSource
 from nvtopy.tui.app import NvtopyApp
 from nvtopy.tui.process_screen import ProcessScreen
 from nvtopy.tui.process_table import ProcessTable
 from nvtopy.tui.screens import ConfirmSignalScreen, HelpScreen
 
+from .builders import FixedSource
 from .tui_helpers import header_line, pids, screen_text, started, table_of, wait_until, widget_lines
 
 GIB = 2**30
@@ -242,7 +240,7 @@ async def test_the_table_at_80_columns_gives_command_what_user_and_owner_do_not_
 
 
 async def test_a_hashed_cgroup_owner_takes_few_columns_at_200():
-    app = NvtopyApp(FixedSource(), poll=False)
+    app = NvtopyApp(FixedSource(signal_refusal=None), poll=False)
     async with app.run_test(size=(200, 50)) as pilot:
         await show(pilot, app, snapshot_of((*ALL, proc(3, 60, ME, HASHED))))
         table = table_of(app)
@@ -341,22 +339,6 @@ def test_group_cells():
 # --------------------------------------------------------------------------- the TUI
 
 
-class FixedSource(SnapshotSource):
-    """Publishes what a test gives it; signals are recorded and answered ok (or refused: read-only)."""
-
-    signal_refusal = None
-
-    def __init__(self) -> None:
-        super().__init__(1.0)
-        self.sent: list[tuple[int, float | None, int]] = []
-
-    def signal(self, pid: int, create_time: float | None, signum: int) -> Future[SignalOutcome]:
-        self.sent.append((pid, create_time, signum))
-        future: Future[SignalOutcome] = Future()
-        future.set_result(SignalOutcome(True, f"sent {signal.Signals(signum).name} to pid {pid}"))
-        return future
-
-
 def snapshot_of(processes: tuple[GpuProcess, ...] = ALL) -> Snapshot:
     gpus = tuple(
         GpuState(
@@ -387,7 +369,7 @@ async def group_by(pilot, app, mode: str | None) -> None:
 
 async def test_owner_column_on_screen_and_escaped():
     hostile = ProcessOwner(OwnerKind.DOCKER, name="[red]evil\x1b[2J")
-    app = NvtopyApp(FixedSource(), poll=False)
+    app = NvtopyApp(FixedSource(signal_refusal=None), poll=False)
     async with app.run_test(size=(200, 50)) as pilot:
         await show(pilot, app, snapshot_of((*ALL, proc(3, 60, ME, hostile))))
         lines = widget_lines(table_of(app))
@@ -398,7 +380,7 @@ async def test_owner_column_on_screen_and_escaped():
 
 
 async def test_filter_by_owner_in_the_tui():
-    app = NvtopyApp(FixedSource(), poll=False)
+    app = NvtopyApp(FixedSource(signal_refusal=None), poll=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await show(pilot, app)
         await pilot.press("slash", *"trainer", "enter")
@@ -415,7 +397,7 @@ async def test_filter_by_owner_in_the_tui():
     ],
 )
 async def test_b_cycles_group_modes_and_the_header_says_so(mode, values):
-    app = NvtopyApp(FixedSource(), poll=False)
+    app = NvtopyApp(FixedSource(signal_refusal=None), poll=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await show(pilot, app)
         await group_by(pilot, app, mode)
@@ -429,7 +411,7 @@ async def test_b_cycles_group_modes_and_the_header_says_so(mode, values):
 
 
 async def test_group_rows_follow_the_sort_and_the_cursor_follows_its_group():
-    app = NvtopyApp(FixedSource(), poll=False)
+    app = NvtopyApp(FixedSource(signal_refusal=None), poll=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await show(pilot, app)
         await group_by(pilot, app, "user")
@@ -448,7 +430,7 @@ async def test_group_rows_follow_the_sort_and_the_cursor_follows_its_group():
 
 
 async def test_the_cursor_goes_with_its_process_between_group_modes():
-    app = NvtopyApp(FixedSource(), poll=False)
+    app = NvtopyApp(FixedSource(signal_refusal=None), poll=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await show(pilot, app)
         table = table_of(app)
@@ -472,7 +454,7 @@ def dataclass_replace(process: GpuProcess, **changes: object) -> GpuProcess:
 
 @pytest.mark.parametrize(("key", "signum"), [("T", signal.SIGTERM), ("K", signal.SIGKILL), ("I", signal.SIGINT)])
 async def test_signalling_a_group_signals_each_process_once_after_confirmation(key, signum):
-    source = FixedSource()
+    source = FixedSource(signal_refusal=None)
     app = NvtopyApp(source, poll=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await show(pilot, app)
@@ -497,7 +479,7 @@ async def test_signalling_a_group_signals_each_process_once_after_confirmation(k
 
 
 async def test_cancelling_a_group_signal_sends_nothing():
-    source = FixedSource()
+    source = FixedSource(signal_refusal=None)
     app = NvtopyApp(source, poll=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await show(pilot, app)
@@ -512,7 +494,7 @@ async def test_cancelling_a_group_signal_sends_nothing():
 
 
 async def test_readonly_refuses_a_group():
-    source = FixedSource()
+    source = FixedSource(signal_refusal=None)
     app = NvtopyApp(source, poll=False, readonly=True)
     async with app.run_test(size=(120, 40)) as pilot:
         await show(pilot, app)
@@ -526,7 +508,7 @@ async def test_readonly_refuses_a_group():
 
 async def test_a_group_with_a_foreign_pid_is_refused():
     foreign = proc(0, 70, None, None, foreign=True, command=None)
-    source = FixedSource()
+    source = FixedSource(signal_refusal=None)
     app = NvtopyApp(source, poll=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await show(pilot, app, snapshot_of((A0, foreign)))
@@ -540,7 +522,7 @@ async def test_a_group_with_a_foreign_pid_is_refused():
 
 
 async def test_space_tags_a_whole_group():
-    app = NvtopyApp(FixedSource(), poll=False)
+    app = NvtopyApp(FixedSource(signal_refusal=None), poll=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await show(pilot, app)
         await group_by(pilot, app, "gpu")
@@ -551,7 +533,7 @@ async def test_space_tags_a_whole_group():
 
 
 async def test_help_and_palette_name_the_group_key():
-    app = NvtopyApp(FixedSource(), poll=False)
+    app = NvtopyApp(FixedSource(signal_refusal=None), poll=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await show(pilot, app)
         rows = [row for _, section in app.help_sections() for row in section]
@@ -567,7 +549,7 @@ async def test_help_and_palette_name_the_group_key():
 
 @pytest.mark.parametrize("size", [(80, 24), (200, 50)], ids=["80x24", "200x50"])
 async def test_layouts_with_owners_and_groups(size):
-    app = NvtopyApp(FixedSource(), poll=False)
+    app = NvtopyApp(FixedSource(signal_refusal=None), poll=False)
     async with app.run_test(size=size) as pilot:
         await show(pilot, app)
         header = widget_lines(table_of(app))[0]
@@ -682,7 +664,7 @@ def group_line(app, value: str) -> str:
 
 
 async def test_enter_right_and_left_open_and_fold_a_group_which_stays_open_across_refreshes_and_sorts():
-    app = NvtopyApp(FixedSource(), poll=False)
+    app = NvtopyApp(FixedSource(signal_refusal=None), poll=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await show(pilot, app)
         await group_by(pilot, app, "user")
@@ -724,7 +706,7 @@ async def test_enter_right_and_left_open_and_fold_a_group_which_stays_open_acros
 
 
 async def test_enter_on_a_process_of_an_open_group_opens_its_screen():
-    app = NvtopyApp(FixedSource(), poll=False)
+    app = NvtopyApp(FixedSource(signal_refusal=None), poll=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await show(pilot, app)
         await group_by(pilot, app, "user")
@@ -736,7 +718,7 @@ async def test_enter_on_a_process_of_an_open_group_opens_its_screen():
 
 
 async def test_signals_go_to_an_open_groups_process_or_to_the_whole_group_once():
-    app = NvtopyApp(FixedSource(), poll=False)
+    app = NvtopyApp(FixedSource(signal_refusal=None), poll=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await show(pilot, app)
         await group_by(pilot, app, "user")
@@ -748,7 +730,7 @@ async def test_signals_go_to_an_open_groups_process_or_to_the_whole_group_once()
 
 
 async def test_group_sm_is_an_average_per_gpu_and_the_header_and_help_say_so():
-    app = NvtopyApp(FixedSource(), poll=False)
+    app = NvtopyApp(FixedSource(signal_refusal=None), poll=False)
     async with app.run_test(size=(200, 50)) as pilot:
         await show(pilot, app)
         header = widget_lines(table_of(app))[0]

@@ -20,12 +20,12 @@ import pytest
 
 from nvtopy.model import GpuProcess, HostInfo, ProcessType, Snapshot
 from nvtopy.render.chart import block_chart
-from nvtopy.sources.base import SnapshotSource
 from nvtopy.tui import process_screen
 from nvtopy.tui.app import NvtopyApp
 from nvtopy.tui.process_screen import CHART_HEIGHT, ProcessHistory, ProcessScreen, history_lines
 from nvtopy.tui.screens import ConfirmSignalScreen
 
+from .builders import FixedSource
 from .scenes import SCENES, build
 from .tui_helpers import more_snapshots, screen_text, select, started, wait_until
 
@@ -245,13 +245,6 @@ async def test_a_stuck_backend_never_holds_the_screen(sim, sleeper, monkeypatch)
         await pilot.pause()
         assert not isinstance(app.screen, ProcessScreen)
         release.set()
-
-
-class FixedSource(SnapshotSource):
-    """A source without a host to ask (like a replay): publishes what the test gives it."""
-
-    def __init__(self) -> None:
-        super().__init__(1.0)
 
 
 def _row(pid: int, **fields) -> GpuProcess:

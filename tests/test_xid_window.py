@@ -27,6 +27,7 @@ from nvtopy.render.text import health_lines
 from nvtopy.sources.collector import Collector
 from nvtopy.sources.events import EventLog
 
+from .builders import LatestSource
 from .test_health_exporter import exposition, remote_gpus
 from .test_health_rules import HEALTHY, STATIC
 
@@ -252,14 +253,11 @@ def test_a_dcgm_exporters_zero_is_none():
 
 
 def test_an_exporter_reusing_its_families_still_tells_an_xid_0_that_came_since(sim, clock):
-    class Source:
-        latest = None
-
     backend = sim(gpus=1)
     log = EventLog()
     log.watching = True
     collector = Collector(backend, events=log)
-    source = Source()
+    source = LatestSource(None)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(source))
     source.latest = collector.collect()

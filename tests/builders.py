@@ -1,0 +1,155 @@
+"""The one set of test builders: hand-made model objects, fake sources, CLI runners.
+
+Tests build GPUs, processes and snapshots by hand so that each test states only
+what it is about; the rest is a default that does not matter to it. Those
+defaults live here, once: a test passes what differs as keyword arguments (and a
+test file that needs other defaults throughout says so in a one-line wrapper).
+
+The other shared test modules keep their roles: ``conftest.py`` the fixtures
+(clock, simulated and NVML backends, the fake-nvml build), ``tui_helpers.py``
+what drives and reads the Textual app, ``fake_pynvml.py`` the in-process NVML,
+``prometheus_fixtures.py`` the Prometheus servers, ``scenes.py`` the snapshot scenes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
+from pathlib import Path
+
+from nvtopy.backends.base import SignalOutcome
+from nvtopy.model import GpuProcess, GpuSample, GpuState, GpuStatic, HostInfo, ProcessType, Snapshot
+from nvtopy.sources.base import SnapshotSource
+
+GIB = 1 << 30
+NOW = 1_795_000_000.0  # the frozen time of conftest.FROZEN_TIME: hand-made snapshots are taken then
+
+# --------------------------------------------------------------------------- the model, by hand
+
+
+def host_info(**changes: object) -> HostInfo:
+    """The machine of a hand-made snapshot: "node", driver 550.54.15, CUDA 12.4."""
+    values: dict[str, object] = {"hostname": "node", "driver_version": "550.54.15", "cuda_driver_version": "12.4"}
+    return HostInfo(**{**values, **changes})  # type: ignore[arg-type]
+
+
+def gpu_static(index: int = 0, **changes: object) -> GpuStatic:
+    """An H100 80GB HBM3 at ``index``: its UUID ``GPU-<index>``, its bus id, its limits and 4 NVLinks."""
+    values: dict[str, object] = {
+        "uuid": f"GPU-{index}",
+        "name": "NVIDIA H100 80GB HBM3",
+        "bus_id": f"00000000:{0x18 + index:02X}:00.0",
+        "memory_total_bytes": 80 * GIB,
+        "temperature_slowdown_c": 87,
+        "clock_sm_max_mhz": 1980,
+        "pcie_link_gen_max": 5,
+        "pcie_link_width_max": 16,
+        "nvlink_count": 4,
+    }
+    return GpuStatic(index, **{**values, **changes})  # type: ignore[arg-type]
+
+
+def gpu_process(gpu: int = 0, pid: int = 100, **changes: object) -> GpuProcess:
+    """A compute process of alice's on GPU ``gpu``: 2 GiB, ``python train.py``, started at ``NOW - 4000``."""
+    values: dict[str, object] = {
+        "gpu_index": gpu,
+        "gpu_uuid": f"GPU-{gpu}",
+        "pid": pid,
+        "type": ProcessType.COMPUTE,
+        "gpu_memory_bytes": 2 * GIB,
+        "user": "alice",
+        "command": "python train.py",
+        "create_time": NOW - 4000,
+    }
+    return GpuProcess(**{**values, **changes})  # type: ignore[arg-type]
+
+
+def gpu_state(
+    index: int = 0, *processes: GpuProcess, static: GpuStatic | None = None, sample: GpuSample | None = None
+) -> GpuState:
+    """GPU ``index`` (:func:`gpu_static` unless given) with an empty sample at ``NOW`` unless given."""
+    return GpuState(
+        static if static is not None else gpu_static(index),
+        sample if sample is not None else GpuSample(NOW),
+        processes=processes,
+    )
+
+
+def snapshot_of(*gpus: GpuState, timestamp: float = NOW, host: HostInfo | None = None) -> Snapshot:
+    """These GPUs, on :func:`host_info` unless given, at ``timestamp``."""
+    return Snapshot(timestamp, host if host is not None else host_info(), tuple(gpus))
+
+
+# --------------------------------------------------------------------------- fake sources
+
+
+class LatestSource:
+    """What the exporter's collector reads: a source whose ``latest`` snapshot is this one (or None)."""
+
+    def __init__(self, snapshot: Snapshot | None) -> None:
+        self.latest = snapshot
+
+
+class FixedSource(SnapshotSource):
+    """A source for the TUI that publishes what a test gives it (``_publish``): no thread, no timing.
+
+    ``signal_refusal``: why it cannot signal (the default of every source that has no host to ask, like a
+    replay), or None: it can, and records each signal in ``sent`` and answers it sent. ``status``: the
+    header's status line (a remote fleet's "REMOTE 2/3 hosts"), None for the refresh interval.
+    """
+
+    def __init__(self, *, signal_refusal: str | None = SnapshotSource.signal_refusal, status: str | None = None):
+        super().__init__(1.0)
+        self.signal_refusal = signal_refusal
+        self.status = status
+        self.sent: list[tuple[int, float | None, int]] = []
+
+    def status_line(self) -> str | None:
+        return self.status
+
+    def signal(self, pid: int, create_time: float | None, signum: int) -> Future[SignalOutcome]:
+        if self.signal_refusal is not None:
+            return super().signal(pid, create_time, signum)
+        self.sent.append((pid, create_time, signum))
+        future: Future[SignalOutcome] = Future()
+        future.set_result(SignalOutcome(True, f"sent {signal.Signals(signum).name} to pid {pid}"))
+        return future
+
+
+# --------------------------------------------------------------------------- the command line
+
+# The command that runs this checkout's CLI (the ``nvtopy_cmd`` fixture hands out a copy).
+NVTOPY: tuple[str, ...] = (sys.executable, "-m", "nvtopy")
+
+
+def run_command(
+    cmd: Sequence[str],
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 60,
+    cwd: Path | str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``cmd args...`` to its end, its output captured as text; ``timeout`` only bounds a hang."""
+    return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd, check=False)
+
+
+def run_nvtopy(
+    *args: str, env: Mapping[str, str] | None = None, timeout: float = 60, cwd: Path | str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``nvtopy args...`` of this checkout, run as a user would (a new process), its output captured."""
+    return run_command(NVTOPY, *args, env=env, timeout=timeout, cwd=cwd)
+
+
+def fake_nvml_env(fake_lib: str, **knobs: str) -> dict[str, str]:
+    """This environment, loading ../shared/fake-nvml from ``fake_lib``, with only the given FAKE_NVML_ knobs.
+
+    The caller's own knobs and CUDA_VISIBLE_DEVICES are dropped, so a developer's shell cannot change a test.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_NVML_") and k != "CUDA_VISIBLE_DEVICES"}
+    env.update(knobs)
+    env["LD_LIBRARY_PATH"] = fake_lib
+    return env
