@@ -413,7 +413,8 @@ def render_table(report: Report, rows: Sequence[Row], source: str, out: IO[str],
     """The report as an aligned table, the total last, notes under it; colour only on a terminal."""
     from ..render.cells import DIM
     from ..render.terminal import color_allowed
-    from ..render.text import RESET, STYLES, width_of
+    from ..render.text import RESET, STYLES
+    from ..render.units import width_of
 
     tty = out.isatty()
     color = color and tty and color_allowed()  # neither NO_COLOR nor TERM=dumb

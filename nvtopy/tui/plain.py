@@ -27,6 +27,7 @@ charts, borders, bars and symbols become ``'-._|+#``.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 from rich.segment import Segment
 from rich.style import Style
@@ -119,7 +120,7 @@ def _colourless(style: Style) -> Style:
     return style.without_color
 
 
-def honour_terminal(app: App[object]) -> None:
+def honour_terminal(app: App[Any]) -> None:
     """Fit ``app``'s drawing to the terminal: under NO_COLOR (which Textual has read: ``app.no_color``) the
     readable monochrome filter; on a dumb terminal no colour and ASCII, and ``app.no_color`` set (the views
     take the monochrome palette from it)."""

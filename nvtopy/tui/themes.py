@@ -12,6 +12,8 @@ Without colour (``NO_COLOR``, ``TERM=dumb``) every theme draws nvtopy's cells in
 
 from __future__ import annotations
 
+from typing import Any
+
 from textual.app import App
 from textual.theme import Theme
 
@@ -37,7 +39,7 @@ COLORBLIND = Theme(
 )
 
 
-def register_themes(app: App[object]) -> None:
+def register_themes(app: App[Any]) -> None:
     """Make ``colorblind`` one of ``app``'s themes (the command palette's "Change theme" lists it)."""
     app.register_theme(COLORBLIND)
 
@@ -55,6 +57,6 @@ def apply_palette(theme: str, *, monochrome: bool = False) -> None:
     use_palette(palette_for(theme, monochrome=monochrome))
 
 
-def known_theme(app: App[object], theme: str | None) -> str:
+def known_theme(app: App[Any], theme: str | None) -> str:
     """``theme`` if ``app`` has it, else the default (a Textual older or newer than the names in config.py)."""
     return theme if theme is not None and theme in app.available_themes else DEFAULT_THEME

@@ -268,7 +268,7 @@ def _sample_counts(client: RangeClient, start: float, end: float, step: float, w
                 type(timestamp) in _NUMBERS
                 and type(count) in _NUMBERS
                 and 1 <= count <= 1e9
-                and start - step < timestamp <= end + step  # type: ignore[operator]
+                and start - step < timestamp <= end + step
             ):
                 found.append((float(timestamp), int(count)))
     return sorted(found)
@@ -370,9 +370,9 @@ def account(
             for timestamp, value in series:  # a loop per point: inlined checks (a day of a fleet is millions)
                 if type(value) in _NUMBERS and -(2**64) < value < 2**64 and type(timestamp) in _NUMBERS:
                     at = (timestamp - start) / step
-                    i = round(at)
-                    if 0 <= i < points and abs(at - i) < 1e-3:  # on the grid (a range query's points are)
-                        values[i] = value * scale
+                    point = round(at)
+                    if 0 <= point < points and abs(at - point) < 1e-3:  # on the grid (a range query's points are)
+                        values[point] = value * scale
     memory: dict[tuple[tuple[str, str], ...], dict[int, int]] = {}
     for labels, series in ask("memory"):
         used = memory[_series_key(labels)] = {}
