@@ -7,9 +7,10 @@ O(n log n) in the number of processes.
 
 MIG: the MIG column (``1/2/0``: GPU/GI/CI) is shown only while some GPU has MIG
 instances, and the filter can narrow a GPU to some of its instances
-(:attr:`ProcessFilter.instances`): then only their processes are listed and
-:meth:`ProcessFilter.limit` gives the GPU as the panels show it, with only
-those instances. Filtering stays a view concern: the snapshot is never changed.
+(:attr:`ProcessFilter.instances`, a :data:`~nvtopy.selection.ChosenInstances`): then only
+their processes are listed and :meth:`ProcessFilter.limit` gives the GPU as the panels show
+it, with only those instances (:func:`~nvtopy.selection.narrow_to_instances`, as the collector
+narrows it for ``--gpus MIG-...``). Filtering stays a view concern: the snapshot is never changed.
 
 Hosts: the HOST column (``node2/3``: the host and the GPU's own index there,
 beside the GPU column's global index) is shown only while the snapshot spans
@@ -26,7 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import COLUMN_IDS as CONFIG_COLUMN_IDS
-from ..model import GpuProcess, GpuState, MigInstance, OwnerKind, ProcessType
+from ..model import GpuProcess, GpuState, MigKey, OwnerKind, ProcessType
+from ..selection import ChosenInstances, narrow_to_instances
 from ..textsafe import safe_text
 from .cells import DIM, PROCESS_CELL_KEYS, REMOTE, Cell, host_label, plural
 from .units import NA
@@ -42,7 +44,6 @@ __all__ = [
     "HOST_GROUPING",
     "MIG_COLUMN",
     "Column",
-    "InstanceKey",
     "ProcessFilter",
     "ProcessGroup",
     "SortOrder",
@@ -54,7 +55,6 @@ __all__ = [
     "host_cell",
     "host_labels",
     "host_sort_value",
-    "instance_key",
     "instance_sort_value",
     "owner_label",
     "visible_columns",
@@ -121,7 +121,7 @@ def instance_sort_value(p: GpuProcess) -> tuple[int, int, int] | None:
     """What the MIG column sorts by: GPU, GI, CI as numbers (``1/10/0`` after ``1/2/0``); None off MIG."""
     if p.gpu_instance_id is None:
         return None
-    return (p.gpu_index, p.gpu_instance_id, -1 if p.compute_instance_id is None else p.compute_instance_id)
+    return MigKey(p.gpu_index, p.gpu_instance_id, p.compute_instance_id).order
 
 
 MIG_COLUMN = Column("mig", "MIG", 6, "left", instance_sort_value, False, 2)
@@ -313,34 +313,6 @@ def _is_type(kind: ProcessType, wanted: str) -> bool:
 FLAG_FILTERS: tuple[str | None, ...] = (None, "flagged", "idle-held", "suspected-hang")
 """What the flag filter cycles through: everything, any flag, then each flag (GpuProcess.flags)."""
 
-InstanceKey = tuple[int, int, int | None]
-"""A MIG instance as the filter names it: GPU index, GPU instance id, compute instance id (None: any).
-
-Why ids and not the instance's UUID or NVML index: processes carry GPU and
-compute instance ids, so a process is matched without the GPU's static fields,
-and the key reads as the MIG column does (``1/2/0``)."""
-
-
-def instance_key(gpu_index: int, instance: MigInstance) -> InstanceKey | None:
-    """The filter's key of ``instance`` on GPU ``gpu_index``; None when its GPU instance id is unknown
-    (no process can be matched to it)."""
-    if instance.gpu_instance_id is None:
-        return None
-    return (gpu_index, instance.gpu_instance_id, instance.compute_instance_id)
-
-
-def _runs_on(process: GpuProcess, key: InstanceKey) -> bool:
-    """``process`` runs on the instance ``key`` names (as :meth:`~nvtopy.model.MigInstance.runs` decides)."""
-    gpu, gi, ci = key
-    if process.gpu_index != gpu or process.gpu_instance_id != gi:
-        return False
-    return ci is None or process.compute_instance_id is None or process.compute_instance_id == ci
-
-
-def _key_label(key: InstanceKey) -> str:
-    gpu, gi, ci = key
-    return f"{gpu}/{gi}/{'?' if ci is None else ci}"
-
 
 @dataclass(frozen=True, slots=True)
 class ProcessFilter:
@@ -352,7 +324,11 @@ class ProcessFilter:
     gpus: frozenset[int] | None = None  # None: every GPU of the snapshot
     flag: str | None = None  # FLAG_FILTERS: "flagged" (any flag), "idle-held", "suspected-hang"
     # MIG instances chosen (the GPU picker): a GPU one of them is on shows only those; other GPUs are whole.
-    instances: frozenset[InstanceKey] = frozenset()
+    instances: ChosenInstances = frozenset()
+
+    def __post_init__(self) -> None:
+        # Keys given as plain ``(gpu, gi, ci)`` tuples become MigKeys (equal to them, and they read as keys).
+        object.__setattr__(self, "instances", frozenset(MigKey(*key) for key in self.instances))
 
     @property
     def active(self) -> bool:
@@ -360,9 +336,9 @@ class ProcessFilter:
             self.text or self.mine_only or self.process_type or self.gpus is not None or self.flag or self.instances
         )
 
-    def instances_of(self, gpu_index: int) -> frozenset[InstanceKey] | None:
+    def instances_of(self, gpu_index: int) -> ChosenInstances | None:
         """The instances GPU ``gpu_index`` is narrowed to; None: the whole GPU."""
-        keys = frozenset(key for key in self.instances if key[0] == gpu_index)
+        keys = frozenset(key for key in self.instances if key.gpu_index == gpu_index)
         return keys or None
 
     def shows_gpu(self, gpu_index: int) -> bool:
@@ -374,19 +350,7 @@ class ProcessFilter:
         The GPU's own readings (memory, temperature, power, health) stay: the instances share the board.
         """
         keys = self.instances_of(gpu.index)
-        if keys is None:
-            return gpu
-        kept = tuple(m for m in gpu.static.mig_instances if instance_key(gpu.index, m) in keys)
-        indices = {m.index for m in kept}
-        sample = gpu.sample
-        if sample.mig_usage is not None:
-            sample = dataclasses.replace(sample, mig_usage=tuple(u for u in sample.mig_usage if u.index in indices))
-        return dataclasses.replace(
-            gpu,
-            static=dataclasses.replace(gpu.static, mig_instances=kept),
-            sample=sample,
-            processes=tuple(p for p in gpu.processes if any(_runs_on(p, key) for key in keys)),
-        )
+        return gpu if keys is None else narrow_to_instances(gpu, keys)
 
     def replace(self, **changes: Any) -> ProcessFilter:
         return dataclasses.replace(self, **changes)
@@ -400,12 +364,12 @@ class ProcessFilter:
             labels.append("mine")
         if self.process_type:
             labels.append(f"type {self.process_type}")
-        narrowed = {key[0] for key in self.instances}
+        narrowed = {key.gpu_index for key in self.instances}
         whole = None if self.gpus is None else sorted(self.gpus - narrowed)
         if whole is not None and (whole or not narrowed):  # a narrowed GPU is named by its instances
             labels.append("GPUs " + (",".join(str(i) for i in whole) or "none"))
         if self.instances:
-            labels.append("MIG " + ",".join(_key_label(key) for key in sorted(self.instances, key=_key_order)))
+            labels.append("MIG " + ",".join(key.label for key in sorted(self.instances, key=lambda key: key.order)))
         if self.flag:
             labels.append(self.flag)
         return labels
@@ -415,7 +379,7 @@ class ProcessFilter:
             return False
         if self.instances:
             keys = self.instances_of(process.gpu_index)
-            if keys is not None and not any(_runs_on(process, key) for key in keys):
+            if keys is not None and not any(key.runs(process) for key in keys):
                 return False
         if self.flag and not (process.flags if self.flag == "flagged" else self.flag in process.flags):
             return False
@@ -435,10 +399,6 @@ class ProcessFilter:
             ):
                 return False
         return True
-
-
-def _key_order(key: InstanceKey) -> tuple[int, int, int]:
-    return (key[0], key[1], -1 if key[2] is None else key[2])
 
 
 def _owner_matches(process: GpuProcess, needle: str) -> bool:
