@@ -22,20 +22,19 @@ in order. A local snapshot's table is as it was.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import COLUMN_IDS as CONFIG_COLUMN_IDS
-from ..model import GpuProcess, GpuState, MigKey, OwnerKind, ProcessType
+from ..columns import COLUMN_IDS, TABLE_COLUMNS, Column, owner_label
+from ..model import GpuProcess, GpuState, MigKey, ProcessType
 from ..selection import ChosenInstances, narrow_to_instances
 from ..textsafe import safe_text
-from .cells import DIM, PROCESS_CELL_KEYS, REMOTE, Cell, host_label, plural
+from .cells import DIM, REMOTE, Cell, host_label, plural
 from .units import NA
 
 __all__ = [
     "COLUMNS",
-    "COLUMN_ORDER",
     "FLAGS_COLUMN",
     "FLAG_FILTERS",
     "GROUP_MODES",
@@ -43,7 +42,6 @@ __all__ = [
     "HOST_COLUMN",
     "HOST_GROUPING",
     "MIG_COLUMN",
-    "Column",
     "ProcessFilter",
     "ProcessGroup",
     "SortOrder",
@@ -54,100 +52,24 @@ __all__ = [
     "group_value",
     "host_cell",
     "host_labels",
-    "host_sort_value",
-    "instance_sort_value",
-    "owner_label",
     "visible_columns",
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class Column:
-    key: str
-    title: str
-    width: int  # cells; the last column (COMMAND) takes what is left
-    align: str  # "left" or "right"
-    value: Callable[[GpuProcess], Any]  # what it sorts by; None sorts last in both directions
-    descending_first: bool  # numbers: biggest first on the first press
-    priority: int  # columns with the highest priority number are dropped first on narrow terminals
-
-
-def _cpu(p: GpuProcess) -> float | None:
-    return p.cpu_percent
-
-
-def owner_label(p: GpuProcess) -> str | None:
-    """The OWNER column's words, unescaped (sorting, grouping): ``"-"`` for a host process, None when unknown."""
-    owner = p.owner
-    if owner is None:
-        return None
-    return "-" if owner.kind is OwnerKind.HOST else owner.label
-
-
-COLUMNS: tuple[Column, ...] = (
-    Column("gpu", "GPU", 4, "right", lambda p: p.gpu_index, False, 0),
-    Column("pid", "PID", 7, "right", lambda p: p.pid, False, 0),
-    Column("user", "USER", 10, "left", lambda p: p.user, False, 1),
-    Column("owner", "OWNER", 11, "left", owner_label, False, 3),
-    Column("type", "TYPE", 4, "left", lambda p: p.type.value, False, 4),
-    Column("gpu_memory", "GPU-MEM", 8, "right", lambda p: p.gpu_memory_bytes, True, 0),
-    Column("sm", "SM%", 4, "right", lambda p: p.sm_percent, True, 2),
-    Column("cpu", "CPU%", 6, "right", _cpu, True, 2),
-    Column("host_memory", "HOST-MEM", 8, "right", lambda p: p.host_memory_bytes, True, 3),
-    Column("time", "TIME", 9, "right", lambda p: p.running_seconds, True, 2),
-    Column("command", "COMMAND", 0, "left", lambda p: p.command, False, 0),
-)
+_BY_KEY = {c.key: c for c in TABLE_COLUMNS}
+COLUMNS: tuple[Column, ...] = tuple(c for c in TABLE_COLUMNS if c.shown_when is None)
+"""The columns every table has, in order (:data:`~nvtopy.columns.TABLE_COLUMNS` without HOST, MIG and FLAGS)."""
 COLUMN_KEYS = tuple(c.key for c in COLUMNS)
-if COLUMN_KEYS != PROCESS_CELL_KEYS:  # cells.process_cells draws these columns, in this order
-    raise AssertionError(f"process columns {COLUMN_KEYS} != cells {PROCESS_CELL_KEYS}")
-
-
-def _flags(p: GpuProcess) -> str | None:
-    return ",".join(p.flags) if p.flags else None
-
-
-FLAGS_COLUMN = Column("flags", "FLAGS", 16, "left", _flags, False, 2)
-"""The real-work flags ("idle-held 12 min", "hang?": cells.process_flags_cell), before COMMAND.
-
-Apart from :data:`COLUMNS` because it is shown only while some process has a
-flag (most of the time none has: an empty column would cost COMMAND 17 cells),
-and it is not in the ``s`` cycle; a click on its title sorts by it. At small
-widths it is the first of the priority-2 columns to go (a flagged row keeps a
-marker), unless the flag filter asked for flagged processes.
-"""
-
-
-def instance_sort_value(p: GpuProcess) -> tuple[int, int, int] | None:
-    """What the MIG column sorts by: GPU, GI, CI as numbers (``1/10/0`` after ``1/2/0``); None off MIG."""
-    if p.gpu_instance_id is None:
-        return None
-    return MigKey(p.gpu_index, p.gpu_instance_id, p.compute_instance_id).order
-
-
-MIG_COLUMN = Column("mig", "MIG", 6, "left", instance_sort_value, False, 2)
-"""The MIG instance a process runs on (``1/2/0``: GPU/GI/CI; cells.process_instance_cell), after GPU.
-
-Apart from :data:`COLUMNS` because it is shown only while some GPU of the
-snapshot has MIG instances (a layout without MIG stays as it was). In the ``s``
-cycle then, right after GPU; at small widths it goes after OWNER, before USER.
-"""
-
-
-def host_sort_value(p: GpuProcess) -> tuple[str, int] | None:
-    """What the HOST column sorts by: the host, then the GPU (a host's GPUs stay in order); None: a local one."""
-    return None if p.host is None else (p.host, p.gpu_index)
-
-
-HOST_COLUMN = Column("host", "HOST", 14, "left", host_sort_value, False, 1)
-"""The host a process runs on, with its GPU's own index there (``node2/3``; :func:`host_cell`), after GPU.
-
-Apart from :data:`COLUMNS` because it is shown only while the snapshot spans other
-hosts (``--remote``, ``--prometheus``): a local table stays as it was. The GPU column
-keeps the global index (what ``g`` and the panels use). In the ``s`` cycle then,
-right after GPU; at small widths it outlasts every column but GPU, PID, GPU-MEM and
-COMMAND (priority 1, after USER): on a fleet, which host a process is on is the
-first thing to know.
-"""
+FLAGS_COLUMN = _BY_KEY["flags"]
+"""The real-work flags (cells.process_flags_cell), before COMMAND, while some process has a flag (most of the
+time none has: an empty column would cost COMMAND 17 cells); not in the ``s`` cycle."""
+MIG_COLUMN = _BY_KEY["mig"]
+"""The MIG instance a process runs on (cells.process_instance_cell), after GPU, while some GPU of the snapshot
+has MIG instances (a layout without MIG stays as it was); in the ``s`` cycle then, right after GPU."""
+HOST_COLUMN = _BY_KEY["host"]
+"""The host a process runs on (:func:`host_cell`), after GPU, while the snapshot spans other hosts (``--remote``,
+``--prometheus``): a local table stays as it was. The GPU column keeps the global index (what ``g`` and the
+panels use). In the ``s`` cycle then, right after GPU."""
 WIDE_HOST_WIDTH = 24  # the widest HOST gets (an FQDN, host:port): longer names are cut with an ellipsis
 
 
@@ -178,11 +100,6 @@ def group_host_cell(group: ProcessGroup, labels: Mapping[int, str]) -> Cell:
     return (plural(len(hosts), "host"), DIM)
 
 
-_BY_KEY = {c.key: c for c in (*COLUMNS, FLAGS_COLUMN, MIG_COLUMN, HOST_COLUMN)}
-COLUMN_ORDER: tuple[str, ...] = ("gpu", "host", "mig", *COLUMN_KEYS[1:-1], "flags", "command")
-"""Every column in its default place (HOST, MIG and FLAGS where they appear): what the column chooser lists."""
-if COLUMN_ORDER != CONFIG_COLUMN_IDS:  # the config file names these columns (nvtopy/config.py)
-    raise AssertionError(f"process columns {COLUMN_ORDER} != config {CONFIG_COLUMN_IDS}")
 MIN_COMMAND_WIDTH = 25
 """COMMAND never gets fewer cells while another column can give way: the command is what names a job."""
 # OWNER widens up to this on a wide terminal (``ns/pod`` names are long) while COMMAND keeps WIDE_COMMAND_WIDTH.
@@ -224,22 +141,13 @@ def visible_columns(
     COMMAND. OWNER is at most 11 cells wide on a narrow terminal and grows up to :data:`WIDE_OWNER_WIDTH`
     (or its widest cell) while COMMAND keeps :data:`WIDE_COMMAND_WIDTH` cells. ``grouped``: the rows are
     groups, SM% is titled :data:`GROUP_SM_TITLE`. ``chosen``: the user's columns in their order (the
-    column chooser, ``columns`` in the config; None: :data:`COLUMN_ORDER`); HOST, MIG and FLAGS among them
+    column chooser, ``columns`` in the config; None: :data:`~nvtopy.columns.COLUMN_IDS`); HOST, MIG and FLAGS among them
     still show only when there is something to show.
     """
-    if chosen is None:
-        columns = list(COLUMNS)
-        if mig:
-            columns.insert(1, MIG_COLUMN)
-        if hosts:
-            columns.insert(1, HOST_COLUMN)
-        if flags or keep_flags:
-            columns.insert(len(columns) - 1, FLAGS_COLUMN)
-    else:
-        hidden = {"mig"} if not mig else set()
-        hidden |= {"host"} if not hosts else set()
-        hidden |= {"flags"} if not (flags or keep_flags) else set()
-        columns = [_BY_KEY[key] for key in chosen if key in _BY_KEY and key not in hidden]
+    shown = {"host": bool(hosts), "mig": mig, "flags": flags or keep_flags}
+    keys = COLUMN_IDS if chosen is None else chosen
+    listed = (_BY_KEY[key] for key in keys if key in _BY_KEY)
+    columns = [c for c in listed if c.shown_when is None or shown[c.shown_when]]
     if hosts is not True and hosts and HOST_COLUMN in columns:  # as wide as its widest label
         width_of_host = max(len(HOST_COLUMN.title), min(int(hosts), WIDE_HOST_WIDTH))
         columns[columns.index(HOST_COLUMN)] = dataclasses.replace(HOST_COLUMN, width=width_of_host)
