@@ -22,7 +22,7 @@ in order. A local snapshot's table is as it was.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -153,7 +153,7 @@ def visible_columns(
         columns[columns.index(HOST_COLUMN)] = dataclasses.replace(HOST_COLUMN, width=width_of_host)
     if keep_flags and FLAGS_COLUMN in columns:
         columns[columns.index(FLAGS_COLUMN)] = dataclasses.replace(FLAGS_COLUMN, priority=0)
-    fitted = {
+    fitted: dict[str, Callable[[Column], Column]] = {
         "user": lambda c: _fitted(c, users, c.width),
         "owner": lambda c: _fitted(c, owners, c.width),
         "sm": lambda c: dataclasses.replace(c, title=GROUP_SM_TITLE, width=len(GROUP_SM_TITLE)) if grouped else c,
