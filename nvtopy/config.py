@@ -25,9 +25,10 @@ is looked up in an index made in one pass).
 
 Why pure (no Textual, no rich, nothing but the standard library): every command
 reads it (the health thresholds apply to ``log`` and the exporter too) and
-``nvtopy --once --json`` must start fast. The names it checks against (process
-table columns, Textual's themes, the health defaults) are restated here and
-kept equal to their owners by tests and by :mod:`nvtopy.render.processes`.
+``nvtopy --once --json`` must start fast. The names it checks against
+(Textual's themes, the health defaults) are restated here and kept equal to
+their owners by tests; the process table's columns are read from their one
+list, :mod:`nvtopy.columns` (standard library and the model only).
 
 The column chooser remembers its choice with :func:`save_columns`: it rewrites
 the ``columns = [...]`` entry only (inserting it if missing) and keeps every
@@ -48,11 +49,11 @@ from pathlib import Path
 from typing import Any
 
 from .boundedfile import FileMissingError, FileRefusedError, read_bounded
+from .columns import COLUMN_IDS
 
 __all__ = [
     "CHART_WINDOWS",
     "COLORBLIND_THEME",
-    "COLUMN_IDS",
     "DEFAULT_THEME",
     "GROUP_BY",
     "THEMES",
@@ -72,25 +73,6 @@ MAX_INTERVAL = 86400.0  # = nvtopy.commands.options.MAX_INTERVAL
 MAX_THRESHOLD = 1e6  # the health flags' range, as on the command line (options._positive)
 
 VIEWS = ("auto", "full", "compact")
-# The process table's columns, in their default order (render/processes.py checks it has exactly these).
-# HOST is shown only while the snapshot spans other hosts, MIG only while some GPU has MIG instances, FLAGS
-# only while some process is flagged.
-COLUMN_IDS = (
-    "gpu",
-    "host",
-    "mig",
-    "pid",
-    "user",
-    "owner",
-    "type",
-    "gpu_memory",
-    "sm",
-    "cpu",
-    "host_memory",
-    "time",
-    "flags",
-    "command",
-)
 GROUP_BY = ("none", "user", "owner", "gpu", "host")
 CHART_WINDOWS = ("1m", "10m", "1h", "24h")
 SORT_DIRECTIONS = ("asc", "desc")

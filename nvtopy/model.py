@@ -17,7 +17,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from .history import SampleRing
 from .ranges import FIELD_RANGES
@@ -367,21 +367,61 @@ class MigInstance(_Repr):
     ofa: int | None = None  # optical-flow accelerators
     unavailable: Reasons = field(default_factory=lambda: EMPTY_REASONS)
 
+    def key(self, gpu_index: int) -> MigKey:
+        """This instance on GPU ``gpu_index`` as processes name it (:class:`MigKey`)."""
+        return MigKey(gpu_index, self.gpu_instance_id, self.compute_instance_id)
+
     def label(self, gpu_index: int) -> str:
-        """``0/1/0``: GPU, GPU instance, compute instance (nvidia-smi's columns), ``?`` where unknown."""
-        gi = "?" if self.gpu_instance_id is None else self.gpu_instance_id
-        ci = "?" if self.compute_instance_id is None else self.compute_instance_id
-        return f"{gpu_index}/{gi}/{ci}"
+        """``0/1/0``: GPU, GPU instance, compute instance (:attr:`MigKey.label`)."""
+        return self.key(gpu_index).label
 
     def runs(self, process: GpuProcess | RawGpuProcess) -> bool:
         """Whether ``process`` runs on this instance (NVML names the GPU and compute instance of each process)."""
-        if self.gpu_instance_id is None or process.gpu_instance_id != self.gpu_instance_id:
-            return False
-        return (
-            self.compute_instance_id is None
-            or process.compute_instance_id is None
-            or process.compute_instance_id == self.compute_instance_id
-        )
+        return _runs_on(self.gpu_instance_id, self.compute_instance_id, process)
+
+
+class MigKey(NamedTuple):
+    """A MIG instance as processes name it: its GPU's index, its GPU instance id, its compute instance id.
+
+    The one identity of a chosen instance (``--gpus MIG-...`` once its UUID is matched, the TUI's GPU
+    picker; :data:`nvtopy.selection.ChosenInstances`). Why ids and not the instance's UUID or NVML
+    index: processes carry GPU and compute instance ids, so a process is matched without the GPU's
+    static fields, and the key reads as the MIG column does (``1/2/0``). None: not readable -- an
+    unknown GPU instance runs no process, an unknown compute instance any of its GPU instance's.
+    """
+
+    gpu_index: int
+    gpu_instance_id: int | None
+    compute_instance_id: int | None
+
+    @property
+    def label(self) -> str:
+        """``0/1/0``: GPU, GPU instance, compute instance (nvidia-smi's columns), ``?`` where unknown."""
+        gi = "?" if self.gpu_instance_id is None else self.gpu_instance_id
+        ci = "?" if self.compute_instance_id is None else self.compute_instance_id
+        return f"{self.gpu_index}/{gi}/{ci}"
+
+    @property
+    def order(self) -> tuple[int, int, int]:
+        """What keys sort by: GPU, GI, CI as numbers (``1/10/0`` after ``1/2/0``), an unknown id first."""
+        gi = -1 if self.gpu_instance_id is None else self.gpu_instance_id
+        return (self.gpu_index, gi, -1 if self.compute_instance_id is None else self.compute_instance_id)
+
+    def runs(self, process: GpuProcess) -> bool:
+        """Whether ``process`` runs on this instance (its GPU, then :meth:`MigInstance.runs`'s rule)."""
+        return process.gpu_index == self.gpu_index and _runs_on(self.gpu_instance_id, self.compute_instance_id, process)
+
+
+def _runs_on(gpu_instance_id: int | None, compute_instance_id: int | None, process: GpuProcess | RawGpuProcess) -> bool:
+    """The one rule for "a process runs on a MIG instance": its GPU instance, and its compute instance
+    where both are known (NVML may name only the GPU instance of a process)."""
+    if gpu_instance_id is None or process.gpu_instance_id != gpu_instance_id:
+        return False
+    return (
+        compute_instance_id is None
+        or process.compute_instance_id is None
+        or process.compute_instance_id == compute_instance_id
+    )
 
 
 MIG_ATTRIBUTE_FIELDS: tuple[str, ...] = (
@@ -618,8 +658,7 @@ class GpuProcess(_Ranged):
         """``0/1/0`` (GPU/GI/CI) for a process on a MIG instance; ``None`` for a whole GPU."""
         if self.gpu_instance_id is None:
             return None
-        ci = "?" if self.compute_instance_id is None else self.compute_instance_id
-        return f"{self.gpu_index}/{self.gpu_instance_id}/{ci}"
+        return MigKey(self.gpu_index, self.gpu_instance_id, self.compute_instance_id).label
 
     @property
     def key(self) -> tuple[int, int, float | None]:
@@ -952,6 +991,7 @@ __all__ += [
     "GpuEvent",
     "GpuHealth",
     "MigInstance",
+    "MigKey",
     "MigState",
     "MigUsage",
     "NvLink",

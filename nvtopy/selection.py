@@ -18,25 +18,35 @@ a bare hex string is a GPU UUID prefix) and the legacy
 to that instance (its other instances and their processes are left out), and a
 GPU named whole as well stays whole. ``--only-visible`` follows CUDA's MIG rule
 (:func:`parse_cuda_visible_devices`): a CUDA process uses at most one MIG device.
+
+Narrowing a GPU to some of its MIG instances has one home here, for the collector
+(``--gpus MIG-...``) and the TUI's GPU picker alike: the instances chosen are a
+:data:`ChosenInstances` (keys, :class:`~nvtopy.model.MigKey`), :func:`instances_named`
+matches a selection's UUIDs to them, and :func:`narrow_to_instances` gives the GPU
+as the views show it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from .errors import SelectionError
-from .model import GpuStatic, MigInstance
+from .model import GpuState, GpuStatic, MigInstance, MigKey
 
 __all__ = [
+    "ChosenInstances",
     "Selection",
     "SelectionWarning",
     "VisibleDevice",
     "VisibleDevices",
     "format_bus_id",
+    "instances_named",
+    "narrow_to_instances",
     "parse_bus_id",
     "parse_cuda_visible_devices",
     "resolve_gpu_list",
@@ -480,6 +490,7 @@ def parse_cuda_visible_devices(
     devices: list[VisibleDevice] = []
     seen: set[tuple[int, str | None]] = set()
     used_integers = False
+    key: tuple[int, str | None]
     for token in tokens:
         if uuid_mode:
             upper = token.upper()
@@ -666,3 +677,38 @@ def _exposes(value: str | None, exposed: Selection) -> str:
     instances = exposed.instances
     shown = [f"GPU {i}" + (f" ({', '.join(instances[i])})" if i in instances else "") for i in exposed.indices]
     return f"{_cvd_words(value)} exposes {', '.join(shown)} only"
+
+
+# ----------------------------------------------------------------- narrowing a GPU to MIG instances
+
+ChosenInstances = frozenset[MigKey]
+"""MIG instances chosen to be shown, of any GPUs: a GPU none of them is on is shown whole (the caller's rule)."""
+
+
+def instances_named(static: GpuStatic, uuids: Iterable[str]) -> ChosenInstances:
+    """The instances of ``static`` whose UUIDs are among ``uuids`` (``MIG-...``, any case): a
+    :class:`Selection`'s :attr:`~Selection.instances` of one GPU, as keys. An instance without a UUID is
+    never named."""
+    wanted = {uuid.lower() for uuid in uuids}
+    return frozenset(m.key(static.index) for m in static.mig_instances if m.uuid and m.uuid.lower() in wanted)
+
+
+def narrow_to_instances(gpu: GpuState, chosen: Collection[MigKey]) -> GpuState:
+    """``gpu`` with only the MIG instances of it in ``chosen``: their readings and the processes on them.
+
+    The GPU's own readings (memory, temperature, power, health) stay: the instances share the board.
+    Keys of other GPUs are ignored; none of this one leaves it no instance and no process (whether a
+    GPU is narrowed at all is the caller's to say). The snapshot given is never changed.
+    """
+    keys = frozenset(key for key in chosen if key.gpu_index == gpu.index)
+    kept = tuple(m for m in gpu.static.mig_instances if m.key(gpu.index) in keys)
+    indices = {m.index for m in kept}
+    sample = gpu.sample
+    if sample.mig_usage is not None:
+        sample = dataclasses.replace(sample, mig_usage=tuple(u for u in sample.mig_usage if u.index in indices))
+    return dataclasses.replace(
+        gpu,
+        static=dataclasses.replace(gpu.static, mig_instances=kept),
+        sample=sample,
+        processes=tuple(p for p in gpu.processes if any(key.runs(p) for key in keys)),
+    )

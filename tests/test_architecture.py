@@ -59,6 +59,7 @@ CORE = {
     "config",
     "boundedfile",
     "jsondecode",
+    "columns",
 }
 
 # layer -> the layers it may import (its own included). "package" is nvtopy/__init__.py (the

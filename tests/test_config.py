@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import tomllib
 
+from nvtopy.columns import COLUMN_IDS, TABLE_COLUMNS
 from nvtopy.commands import dispatch, log, options
 from nvtopy.config import (
-    COLUMN_IDS,
     GROUP_BY,
     THEMES,
     Config,
@@ -393,7 +393,7 @@ def test_names_agree_with_textual_the_cli_and_the_health_rules():
     from nvtopy.config import MAX_INTERVAL as CONFIG_MAX
     from nvtopy.config import MIN_INTERVAL as CONFIG_MIN
     from nvtopy.health.verdict import HealthThresholds
-    from nvtopy.render.processes import COLUMN_ORDER, GROUP_MODES
+    from nvtopy.render.processes import GROUP_MODES
     from nvtopy.sources.base import MIN_INTERVAL
     from nvtopy.tui.gpu_view import MODES
 
@@ -403,7 +403,7 @@ def test_names_agree_with_textual_the_cli_and_the_health_rules():
     assert defaults.idle_held_after * 60 == health.idle_held_seconds
     assert defaults.idle_held_memory * 2**30 == health.idle_held_bytes
     assert defaults.hang_after * 60 == health.hang_seconds
-    assert COLUMN_IDS == COLUMN_ORDER
+    assert defaults.columns == COLUMN_IDS == tuple(c.key for c in TABLE_COLUMNS)
     assert [None if g == "none" else g for g in GROUP_BY] == list(GROUP_MODES)
     assert set(MODES) == {"auto", "full", "compact"}
 

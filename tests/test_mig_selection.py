@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +20,7 @@ from nvtopy.backends.open import open_backend, simulated_spec
 from nvtopy.backends.simulated.faults import parse_fault_specs
 from nvtopy.backends.simulated.mig import instance_of
 from nvtopy.model import MigInstance
+from nvtopy.render.processes import ProcessFilter
 from nvtopy.selection import select_gpus
 from nvtopy.sources.collector import Collector
 
@@ -61,6 +64,37 @@ def test_collector_selection_of_two_gpus_limits_only_the_one_named_by_mig(mig_co
     assert (one.index, len(one.mig)) == (1, 3), "GPU 1 named whole: all of it"
     assert [m.instance.gpu_instance_id for m in two.mig] == [5]
     assert all(p.gpu_instance_id == 5 for p in two.processes)
+
+
+def test_the_collector_and_the_tui_filter_narrow_a_gpu_alike(mig_collector):
+    """``--gpus MIG-...`` (the collector) and the GPU picker (ProcessFilter.limit) show the same slice of a GPU."""
+    whole = mig_collector.collect().gpu(1)
+    assert whole is not None
+    chosen = whole.mig[2].instance
+    by_filter = ProcessFilter(gpus=frozenset({1}), instances=frozenset({chosen.key(1)})).limit(whole)
+    mig_collector.select(select_gpus(mig_collector.statics(), [chosen.uuid]))
+    (by_collector,) = mig_collector.collect().gpus
+    assert by_filter.static == by_collector.static
+    assert by_filter.static.mig_instances == (chosen,)
+    assert [u.index for u in by_filter.sample.mig_usage] == [u.index for u in by_collector.sample.mig_usage]
+    assert {p.pid for p in by_filter.processes} == {p.pid for p in by_collector.processes} != set()
+
+
+PACKAGE = Path(__file__).resolve().parents[1] / "nvtopy"
+# An f-string "gpu/gi/ci" whose middle part is a GPU instance id: the MIG label.
+_MIG_LABEL = re.compile(r"\{[^{}]*\}/\{(?:gi|[^{}]*gpu_instance_id[^{}]*)\}/\{")
+
+
+def test_narrowing_to_mig_instances_and_their_label_have_one_home():
+    """One function narrows a GPU to MIG instances (selection.narrow_to_instances) and one writes ``1/2/0``
+    (model.MigKey.label): the collector, the TUI filter and the model no longer each restate them."""
+    sources = {path.relative_to(PACKAGE).as_posix(): path.read_text(encoding="utf-8") for path in PACKAGE.rglob("*.py")}
+    labels = {name: len(_MIG_LABEL.findall(text)) for name, text in sources.items() if _MIG_LABEL.search(text)}
+    assert labels == {"model.py": 1}
+    narrowing = {name for name, text in sources.items() if "mig_usage=tuple(" in text}
+    assert narrowing == {"selection.py"}
+    rules = {name for name, text in sources.items() if "process.compute_instance_id ==" in text}
+    assert rules == {"model.py"}
 
 
 # --------------------------------------------------------------------------- the CLI

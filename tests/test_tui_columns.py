@@ -6,13 +6,17 @@ where the chooser writes ``columns``.
 
 from __future__ import annotations
 
+import ast
 import os
 from pathlib import Path
 
 from textual.widgets import SelectionList
 
-from nvtopy.config import COLUMN_IDS, Config, load_config
-from nvtopy.render.processes import visible_columns
+from nvtopy.columns import COLUMN_IDS, TABLE_COLUMNS
+from nvtopy.config import Config, load_config
+from nvtopy.model import GpuProcess, ProcessType
+from nvtopy.render.cells import PROCESS_CELL_KEYS, process_cells
+from nvtopy.render.processes import COLUMNS, FLAGS_COLUMN, HOST_COLUMN, MIG_COLUMN, visible_columns
 from nvtopy.tui.app import NvtopyApp
 from nvtopy.tui.columns_screen import ColumnsScreen
 from nvtopy.tui.preferences import configure
@@ -274,3 +278,36 @@ def test_visible_columns_follow_the_choice():
     assert keys == ["pid", "user", "owner", "type", "gpu_memory"]
     assert visible_columns(120) == visible_columns(120, chosen=COLUMN_IDS)
     assert visible_columns(120, mig=True, flags=True) == visible_columns(120, mig=True, flags=True, chosen=COLUMN_IDS)
+
+
+PACKAGE = Path(__file__).resolve().parents[1] / "nvtopy"
+
+
+def test_the_columns_have_one_list_and_everything_derives_from_it():
+    """nvtopy.columns.TABLE_COLUMNS is the one list: the config's ids, the table's columns, the cells' order and
+    the chooser's rows are read from it, and no module restates the column ids or builds a Column of its own."""
+    assert COLUMN_IDS == tuple(c.key for c in TABLE_COLUMNS) == Config().columns
+    assert tuple(c for c in TABLE_COLUMNS if c.shown_when is None) == COLUMNS
+    assert tuple(c.key for c in COLUMNS) == PROCESS_CELL_KEYS
+    assert [c.key for c in (HOST_COLUMN, MIG_COLUMN, FLAGS_COLUMN)] == ["host", "mig", "flags"]
+    assert all(c in TABLE_COLUMNS for c in (HOST_COLUMN, MIG_COLUMN, FLAGS_COLUMN))
+    restated, built = [], []
+    for path in PACKAGE.rglob("*.py"):
+        name = path.relative_to(PACKAGE).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Tuple | ast.List | ast.Set):
+                words = {e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+                if {"gpu_memory", "host_memory", "command"} <= words:
+                    restated.append(name)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Column":
+                built.append(name)
+    assert restated == [], "a list of column ids outside nvtopy/columns.py"
+    assert set(built) == {"columns.py"}
+
+
+def test_the_cells_come_in_the_order_of_the_list():
+    """process_cells returns its cells by position: each must be the one its key (PROCESS_CELL_KEYS) names."""
+    process = GpuProcess(3, None, 4242, ProcessType.COMPUTE, 2**30, user="alice", command="train.py --big")
+    cells = dict(zip(PROCESS_CELL_KEYS, process_cells(process, "alice"), strict=True))
+    assert cells["gpu"][0] == "3" and cells["pid"][0] == "4242" and cells["type"][0] == "C"
+    assert cells["user"][0] == "alice" and cells["command"][0] == "train.py --big"

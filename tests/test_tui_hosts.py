@@ -17,11 +17,11 @@ import time
 import pytest
 from textual.events import MouseScrollDown
 
+from nvtopy.columns import COLUMN_IDS
 from nvtopy.formats.contract import snapshot_to_dict
 from nvtopy.formats.writers import JsonlWriter
 from nvtopy.model import GpuSample, GpuState, GpuStatic, HostInfo, Snapshot
 from nvtopy.render.processes import (
-    COLUMN_ORDER,
     ProcessFilter,
     SortOrder,
     build_groups,
@@ -90,7 +90,7 @@ def test_host_column_after_gpu_only_when_the_snapshot_spans_hosts():
     assert keys[:3] == ["gpu", "host", "pid"]
     assert "host" not in [c.key for c in visible_columns(200)]
     assert [c.key for c in visible_columns(200, hosts=True, mig=True)][:3] == ["gpu", "host", "mig"]
-    assert COLUMN_ORDER[:3] == ("gpu", "host", "mig"), "the chooser and the config list it"
+    assert COLUMN_IDS[:3] == ("gpu", "host", "mig"), "the chooser and the config list it"
 
 
 def test_chosen_columns_show_host_only_on_a_fleet_and_hide_it_when_left_out():

@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from nvtopy.columns import owner_label
 from nvtopy.model import (
     GpuProcess,
     GpuSample,
@@ -37,7 +38,6 @@ from nvtopy.render.processes import (
     SortOrder,
     build_groups,
     build_rows,
-    owner_label,
     visible_columns,
 )
 from nvtopy.render.text import PROCESS_COLUMNS, process_row, render_snapshot

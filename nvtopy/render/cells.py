@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..columns import TABLE_COLUMNS
 from ..model import (
     Finding,
     GpuProcess,
@@ -530,8 +531,9 @@ def is_mine(process: GpuProcess, me: str | None) -> bool:
     return not process.foreign and process.user == me
 
 
-# The columns process_cells returns, in order (the keys of render.processes.COLUMNS).
-PROCESS_CELL_KEYS = ("gpu", "pid", "user", "owner", "type", "gpu_memory", "sm", "cpu", "host_memory", "time", "command")
+# The columns process_cells returns, in order: those every table has (nvtopy.columns; HOST, MIG and FLAGS have
+# cells of their own).
+PROCESS_CELL_KEYS = tuple(c.key for c in TABLE_COLUMNS if c.shown_when is None)
 
 
 def _value(text: str | None) -> Cell:

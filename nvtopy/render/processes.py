@@ -7,9 +7,10 @@ O(n log n) in the number of processes.
 
 MIG: the MIG column (``1/2/0``: GPU/GI/CI) is shown only while some GPU has MIG
 instances, and the filter can narrow a GPU to some of its instances
-(:attr:`ProcessFilter.instances`): then only their processes are listed and
-:meth:`ProcessFilter.limit` gives the GPU as the panels show it, with only
-those instances. Filtering stays a view concern: the snapshot is never changed.
+(:attr:`ProcessFilter.instances`, a :data:`~nvtopy.selection.ChosenInstances`): then only
+their processes are listed and :meth:`ProcessFilter.limit` gives the GPU as the panels show
+it, with only those instances (:func:`~nvtopy.selection.narrow_to_instances`, as the collector
+narrows it for ``--gpus MIG-...``). Filtering stays a view concern: the snapshot is never changed.
 
 Hosts: the HOST column (``node2/3``: the host and the GPU's own index there,
 beside the GPU column's global index) is shown only while the snapshot spans
@@ -25,15 +26,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import COLUMN_IDS as CONFIG_COLUMN_IDS
-from ..model import GpuProcess, GpuState, MigInstance, OwnerKind, ProcessType
+from ..columns import COLUMN_IDS, TABLE_COLUMNS, Column, owner_label
+from ..model import GpuProcess, GpuState, MigKey, ProcessType
+from ..selection import ChosenInstances, narrow_to_instances
 from ..textsafe import safe_text
-from .cells import DIM, PROCESS_CELL_KEYS, REMOTE, Cell, host_label, plural
+from .cells import DIM, REMOTE, Cell, host_label, plural
 from .units import NA
 
 __all__ = [
     "COLUMNS",
-    "COLUMN_ORDER",
     "FLAGS_COLUMN",
     "FLAG_FILTERS",
     "GROUP_MODES",
@@ -41,8 +42,6 @@ __all__ = [
     "HOST_COLUMN",
     "HOST_GROUPING",
     "MIG_COLUMN",
-    "Column",
-    "InstanceKey",
     "ProcessFilter",
     "ProcessGroup",
     "SortOrder",
@@ -53,101 +52,24 @@ __all__ = [
     "group_value",
     "host_cell",
     "host_labels",
-    "host_sort_value",
-    "instance_key",
-    "instance_sort_value",
-    "owner_label",
     "visible_columns",
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class Column:
-    key: str
-    title: str
-    width: int  # cells; the last column (COMMAND) takes what is left
-    align: str  # "left" or "right"
-    value: Callable[[GpuProcess], Any]  # what it sorts by; None sorts last in both directions
-    descending_first: bool  # numbers: biggest first on the first press
-    priority: int  # columns with the highest priority number are dropped first on narrow terminals
-
-
-def _cpu(p: GpuProcess) -> float | None:
-    return p.cpu_percent
-
-
-def owner_label(p: GpuProcess) -> str | None:
-    """The OWNER column's words, unescaped (sorting, grouping): ``"-"`` for a host process, None when unknown."""
-    owner = p.owner
-    if owner is None:
-        return None
-    return "-" if owner.kind is OwnerKind.HOST else owner.label
-
-
-COLUMNS: tuple[Column, ...] = (
-    Column("gpu", "GPU", 4, "right", lambda p: p.gpu_index, False, 0),
-    Column("pid", "PID", 7, "right", lambda p: p.pid, False, 0),
-    Column("user", "USER", 10, "left", lambda p: p.user, False, 1),
-    Column("owner", "OWNER", 11, "left", owner_label, False, 3),
-    Column("type", "TYPE", 4, "left", lambda p: p.type.value, False, 4),
-    Column("gpu_memory", "GPU-MEM", 8, "right", lambda p: p.gpu_memory_bytes, True, 0),
-    Column("sm", "SM%", 4, "right", lambda p: p.sm_percent, True, 2),
-    Column("cpu", "CPU%", 6, "right", _cpu, True, 2),
-    Column("host_memory", "HOST-MEM", 8, "right", lambda p: p.host_memory_bytes, True, 3),
-    Column("time", "TIME", 9, "right", lambda p: p.running_seconds, True, 2),
-    Column("command", "COMMAND", 0, "left", lambda p: p.command, False, 0),
-)
+_BY_KEY = {c.key: c for c in TABLE_COLUMNS}
+COLUMNS: tuple[Column, ...] = tuple(c for c in TABLE_COLUMNS if c.shown_when is None)
+"""The columns every table has, in order (:data:`~nvtopy.columns.TABLE_COLUMNS` without HOST, MIG and FLAGS)."""
 COLUMN_KEYS = tuple(c.key for c in COLUMNS)
-if COLUMN_KEYS != PROCESS_CELL_KEYS:  # cells.process_cells draws these columns, in this order
-    raise AssertionError(f"process columns {COLUMN_KEYS} != cells {PROCESS_CELL_KEYS}")
-
-
-def _flags(p: GpuProcess) -> str | None:
-    return ",".join(p.flags) if p.flags else None
-
-
-FLAGS_COLUMN = Column("flags", "FLAGS", 16, "left", _flags, False, 2)
-"""The real-work flags ("idle-held 12 min", "hang?": cells.process_flags_cell), before COMMAND.
-
-Apart from :data:`COLUMNS` because it is shown only while some process has a
-flag (most of the time none has: an empty column would cost COMMAND 17 cells),
-and it is not in the ``s`` cycle; a click on its title sorts by it. At small
-widths it is the first of the priority-2 columns to go (a flagged row keeps a
-marker), unless the flag filter asked for flagged processes.
-"""
-
-
-def instance_sort_value(p: GpuProcess) -> tuple[int, int, int] | None:
-    """What the MIG column sorts by: GPU, GI, CI as numbers (``1/10/0`` after ``1/2/0``); None off MIG."""
-    if p.gpu_instance_id is None:
-        return None
-    return (p.gpu_index, p.gpu_instance_id, -1 if p.compute_instance_id is None else p.compute_instance_id)
-
-
-MIG_COLUMN = Column("mig", "MIG", 6, "left", instance_sort_value, False, 2)
-"""The MIG instance a process runs on (``1/2/0``: GPU/GI/CI; cells.process_instance_cell), after GPU.
-
-Apart from :data:`COLUMNS` because it is shown only while some GPU of the
-snapshot has MIG instances (a layout without MIG stays as it was). In the ``s``
-cycle then, right after GPU; at small widths it goes after OWNER, before USER.
-"""
-
-
-def host_sort_value(p: GpuProcess) -> tuple[str, int] | None:
-    """What the HOST column sorts by: the host, then the GPU (a host's GPUs stay in order); None: a local one."""
-    return None if p.host is None else (p.host, p.gpu_index)
-
-
-HOST_COLUMN = Column("host", "HOST", 14, "left", host_sort_value, False, 1)
-"""The host a process runs on, with its GPU's own index there (``node2/3``; :func:`host_cell`), after GPU.
-
-Apart from :data:`COLUMNS` because it is shown only while the snapshot spans other
-hosts (``--remote``, ``--prometheus``): a local table stays as it was. The GPU column
-keeps the global index (what ``g`` and the panels use). In the ``s`` cycle then,
-right after GPU; at small widths it outlasts every column but GPU, PID, GPU-MEM and
-COMMAND (priority 1, after USER): on a fleet, which host a process is on is the
-first thing to know.
-"""
+FLAGS_COLUMN = _BY_KEY["flags"]
+"""The real-work flags (cells.process_flags_cell), before COMMAND, while some process has a flag (most of the
+time none has: an empty column would cost COMMAND 17 cells); not in the ``s`` cycle."""
+MIG_COLUMN = _BY_KEY["mig"]
+"""The MIG instance a process runs on (cells.process_instance_cell), after GPU, while some GPU of the snapshot
+has MIG instances (a layout without MIG stays as it was); in the ``s`` cycle then, right after GPU."""
+HOST_COLUMN = _BY_KEY["host"]
+"""The host a process runs on (:func:`host_cell`), after GPU, while the snapshot spans other hosts (``--remote``,
+``--prometheus``): a local table stays as it was. The GPU column keeps the global index (what ``g`` and the
+panels use). In the ``s`` cycle then, right after GPU."""
 WIDE_HOST_WIDTH = 24  # the widest HOST gets (an FQDN, host:port): longer names are cut with an ellipsis
 
 
@@ -178,11 +100,6 @@ def group_host_cell(group: ProcessGroup, labels: Mapping[int, str]) -> Cell:
     return (plural(len(hosts), "host"), DIM)
 
 
-_BY_KEY = {c.key: c for c in (*COLUMNS, FLAGS_COLUMN, MIG_COLUMN, HOST_COLUMN)}
-COLUMN_ORDER: tuple[str, ...] = ("gpu", "host", "mig", *COLUMN_KEYS[1:-1], "flags", "command")
-"""Every column in its default place (HOST, MIG and FLAGS where they appear): what the column chooser lists."""
-if COLUMN_ORDER != CONFIG_COLUMN_IDS:  # the config file names these columns (nvtopy/config.py)
-    raise AssertionError(f"process columns {COLUMN_ORDER} != config {CONFIG_COLUMN_IDS}")
 MIN_COMMAND_WIDTH = 25
 """COMMAND never gets fewer cells while another column can give way: the command is what names a job."""
 # OWNER widens up to this on a wide terminal (``ns/pod`` names are long) while COMMAND keeps WIDE_COMMAND_WIDTH.
@@ -224,28 +141,19 @@ def visible_columns(
     COMMAND. OWNER is at most 11 cells wide on a narrow terminal and grows up to :data:`WIDE_OWNER_WIDTH`
     (or its widest cell) while COMMAND keeps :data:`WIDE_COMMAND_WIDTH` cells. ``grouped``: the rows are
     groups, SM% is titled :data:`GROUP_SM_TITLE`. ``chosen``: the user's columns in their order (the
-    column chooser, ``columns`` in the config; None: :data:`COLUMN_ORDER`); HOST, MIG and FLAGS among them
+    column chooser, ``columns`` in the config; None: :data:`~nvtopy.columns.COLUMN_IDS`); HOST, MIG and FLAGS among them
     still show only when there is something to show.
     """
-    if chosen is None:
-        columns = list(COLUMNS)
-        if mig:
-            columns.insert(1, MIG_COLUMN)
-        if hosts:
-            columns.insert(1, HOST_COLUMN)
-        if flags or keep_flags:
-            columns.insert(len(columns) - 1, FLAGS_COLUMN)
-    else:
-        hidden = {"mig"} if not mig else set()
-        hidden |= {"host"} if not hosts else set()
-        hidden |= {"flags"} if not (flags or keep_flags) else set()
-        columns = [_BY_KEY[key] for key in chosen if key in _BY_KEY and key not in hidden]
+    shown = {"host": bool(hosts), "mig": mig, "flags": flags or keep_flags}
+    keys = COLUMN_IDS if chosen is None else chosen
+    listed = (_BY_KEY[key] for key in keys if key in _BY_KEY)
+    columns = [c for c in listed if c.shown_when is None or shown[c.shown_when]]
     if hosts is not True and hosts and HOST_COLUMN in columns:  # as wide as its widest label
         width_of_host = max(len(HOST_COLUMN.title), min(int(hosts), WIDE_HOST_WIDTH))
         columns[columns.index(HOST_COLUMN)] = dataclasses.replace(HOST_COLUMN, width=width_of_host)
     if keep_flags and FLAGS_COLUMN in columns:
         columns[columns.index(FLAGS_COLUMN)] = dataclasses.replace(FLAGS_COLUMN, priority=0)
-    fitted = {
+    fitted: dict[str, Callable[[Column], Column]] = {
         "user": lambda c: _fitted(c, users, c.width),
         "owner": lambda c: _fitted(c, owners, c.width),
         "sm": lambda c: dataclasses.replace(c, title=GROUP_SM_TITLE, width=len(GROUP_SM_TITLE)) if grouped else c,
@@ -313,34 +221,6 @@ def _is_type(kind: ProcessType, wanted: str) -> bool:
 FLAG_FILTERS: tuple[str | None, ...] = (None, "flagged", "idle-held", "suspected-hang")
 """What the flag filter cycles through: everything, any flag, then each flag (GpuProcess.flags)."""
 
-InstanceKey = tuple[int, int, int | None]
-"""A MIG instance as the filter names it: GPU index, GPU instance id, compute instance id (None: any).
-
-Why ids and not the instance's UUID or NVML index: processes carry GPU and
-compute instance ids, so a process is matched without the GPU's static fields,
-and the key reads as the MIG column does (``1/2/0``)."""
-
-
-def instance_key(gpu_index: int, instance: MigInstance) -> InstanceKey | None:
-    """The filter's key of ``instance`` on GPU ``gpu_index``; None when its GPU instance id is unknown
-    (no process can be matched to it)."""
-    if instance.gpu_instance_id is None:
-        return None
-    return (gpu_index, instance.gpu_instance_id, instance.compute_instance_id)
-
-
-def _runs_on(process: GpuProcess, key: InstanceKey) -> bool:
-    """``process`` runs on the instance ``key`` names (as :meth:`~nvtopy.model.MigInstance.runs` decides)."""
-    gpu, gi, ci = key
-    if process.gpu_index != gpu or process.gpu_instance_id != gi:
-        return False
-    return ci is None or process.compute_instance_id is None or process.compute_instance_id == ci
-
-
-def _key_label(key: InstanceKey) -> str:
-    gpu, gi, ci = key
-    return f"{gpu}/{gi}/{'?' if ci is None else ci}"
-
 
 @dataclass(frozen=True, slots=True)
 class ProcessFilter:
@@ -352,7 +232,11 @@ class ProcessFilter:
     gpus: frozenset[int] | None = None  # None: every GPU of the snapshot
     flag: str | None = None  # FLAG_FILTERS: "flagged" (any flag), "idle-held", "suspected-hang"
     # MIG instances chosen (the GPU picker): a GPU one of them is on shows only those; other GPUs are whole.
-    instances: frozenset[InstanceKey] = frozenset()
+    instances: ChosenInstances = frozenset()
+
+    def __post_init__(self) -> None:
+        # Keys given as plain ``(gpu, gi, ci)`` tuples become MigKeys (equal to them, and they read as keys).
+        object.__setattr__(self, "instances", frozenset(MigKey(*key) for key in self.instances))
 
     @property
     def active(self) -> bool:
@@ -360,9 +244,9 @@ class ProcessFilter:
             self.text or self.mine_only or self.process_type or self.gpus is not None or self.flag or self.instances
         )
 
-    def instances_of(self, gpu_index: int) -> frozenset[InstanceKey] | None:
+    def instances_of(self, gpu_index: int) -> ChosenInstances | None:
         """The instances GPU ``gpu_index`` is narrowed to; None: the whole GPU."""
-        keys = frozenset(key for key in self.instances if key[0] == gpu_index)
+        keys = frozenset(key for key in self.instances if key.gpu_index == gpu_index)
         return keys or None
 
     def shows_gpu(self, gpu_index: int) -> bool:
@@ -374,19 +258,7 @@ class ProcessFilter:
         The GPU's own readings (memory, temperature, power, health) stay: the instances share the board.
         """
         keys = self.instances_of(gpu.index)
-        if keys is None:
-            return gpu
-        kept = tuple(m for m in gpu.static.mig_instances if instance_key(gpu.index, m) in keys)
-        indices = {m.index for m in kept}
-        sample = gpu.sample
-        if sample.mig_usage is not None:
-            sample = dataclasses.replace(sample, mig_usage=tuple(u for u in sample.mig_usage if u.index in indices))
-        return dataclasses.replace(
-            gpu,
-            static=dataclasses.replace(gpu.static, mig_instances=kept),
-            sample=sample,
-            processes=tuple(p for p in gpu.processes if any(_runs_on(p, key) for key in keys)),
-        )
+        return gpu if keys is None else narrow_to_instances(gpu, keys)
 
     def replace(self, **changes: Any) -> ProcessFilter:
         return dataclasses.replace(self, **changes)
@@ -400,12 +272,12 @@ class ProcessFilter:
             labels.append("mine")
         if self.process_type:
             labels.append(f"type {self.process_type}")
-        narrowed = {key[0] for key in self.instances}
+        narrowed = {key.gpu_index for key in self.instances}
         whole = None if self.gpus is None else sorted(self.gpus - narrowed)
         if whole is not None and (whole or not narrowed):  # a narrowed GPU is named by its instances
             labels.append("GPUs " + (",".join(str(i) for i in whole) or "none"))
         if self.instances:
-            labels.append("MIG " + ",".join(_key_label(key) for key in sorted(self.instances, key=_key_order)))
+            labels.append("MIG " + ",".join(key.label for key in sorted(self.instances, key=lambda key: key.order)))
         if self.flag:
             labels.append(self.flag)
         return labels
@@ -415,7 +287,7 @@ class ProcessFilter:
             return False
         if self.instances:
             keys = self.instances_of(process.gpu_index)
-            if keys is not None and not any(_runs_on(process, key) for key in keys):
+            if keys is not None and not any(key.runs(process) for key in keys):
                 return False
         if self.flag and not (process.flags if self.flag == "flagged" else self.flag in process.flags):
             return False
@@ -435,10 +307,6 @@ class ProcessFilter:
             ):
                 return False
         return True
-
-
-def _key_order(key: InstanceKey) -> tuple[int, int, int]:
-    return (key[0], key[1], -1 if key[2] is None else key[2])
 
 
 def _owner_matches(process: GpuProcess, needle: str) -> bool:

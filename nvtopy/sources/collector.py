@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from ..backends.base import Backend, ProcessReading, Reading
@@ -41,12 +41,12 @@ from ..model import (
     freeze,
     sample_from_fields,
 )
-from ..selection import Selection
+from ..selection import Selection, instances_named, narrow_to_instances
 from .events import EventLog
 from .timeline import Timeline
 from .workers import GpuWorkers
 
-__all__ = ["HINT_MIN_BYTES", "Collector", "only_instances", "processes_hint"]
+__all__ = ["HINT_MIN_BYTES", "Collector", "processes_hint"]
 
 
 class _GpuMemo:
@@ -118,7 +118,8 @@ class Collector:
         if self.events.window_s < self.thresholds.xid_window_s:
             raise ValueError("the event log keeps a shorter Xid window than the verdict weighs")
         self._workers: GpuWorkers | None = None
-        self.instances: dict[int, frozenset[str]] = {}  # GPU -> the MIG device UUIDs (lower case) shown of it
+        # GPU -> the MIG device UUIDs shown of it (Selection.instances); a GPU not in it is shown whole.
+        self._narrowed: Mapping[int, tuple[str, ...]] = {}
 
     def statics(self) -> list[GpuStatic]:
         """Static fields of every GPU of the backend (read once; used for GPU selection)."""
@@ -206,10 +207,10 @@ class Collector:
         """
         if isinstance(indices, Selection):
             self.indices = list(indices.indices)
-            self.instances = {i: frozenset(u.lower() for u in uuids) for i, uuids in indices.instances.items()}
+            self._narrowed = indices.instances
         else:
             self.indices = list(indices)
-            self.instances = {}
+            self._narrowed = {}
 
     def close(self) -> None:
         """Let the GPU worker threads end (one stuck in the driver ends when its call returns). Never waits."""
@@ -373,9 +374,9 @@ class Collector:
             health=health,
             timeline=memo.timeline,
         )
-        keep = self.instances.get(memo.static.index)
-        if keep is not None:
-            state = only_instances(state, keep)
+        named = self._narrowed.get(memo.static.index)
+        if named is not None:  # matched at each read: the GPU's static fields may be read again (it came back)
+            state = narrow_to_instances(state, instances_named(memo.static, named))
         memo.last = state
         return state
 
@@ -437,7 +438,9 @@ class Collector:
     def _join_host(self, readings: Iterable[tuple[_GpuMemo, ProcessReading | None]]) -> dict[int, Any]:
         if self.backend.pids_are_foreign():
             # Host pids: only those proven to be local processes are joined, as their local pids.
-            lists = {m.static.index: {p.pid for p in pr.processes} for m, pr in readings if pr is not None}
+            lists: dict[int, Collection[int]] = {
+                m.static.index: {p.pid for p in pr.processes} for m, pr in readings if pr is not None
+            }
             self._host_map = self.backend.map_host_pids(lists) if any(lists.values()) else {}
             local = set(self._host_map.values())
             return self.backend.inspect_processes(local) if local else {}
@@ -466,10 +469,10 @@ class Collector:
             if raw.sm_percent is None:
                 reasons["sm_percent"] = Reason.NOT_SUPPORTED
             local_pid = self._host_map.get(raw.pid) if foreign and host is not None else None
-            if local_pid is not None and host.get(local_pid) is not None:  # type: ignore[union-attr]
-                info = host[local_pid]  # type: ignore[index]
-                reasons.update(info.unavailable)
-                row = _row(static, dataclasses.replace(raw, pid=local_pid), info, now, reasons, foreign=False)
+            proven = host.get(local_pid) if local_pid is not None and host is not None else None
+            if local_pid is not None and proven is not None:
+                reasons.update(proven.unavailable)
+                row = _row(static, dataclasses.replace(raw, pid=local_pid), proven, now, reasons, foreign=False)
                 rows.append(dataclasses.replace(row, host_pid=raw.pid))
                 continue
             if foreign:
@@ -532,24 +535,6 @@ def processes_hint(sample: GpuSample, rows: Sequence[GpuProcess], reason: Reason
     return (
         f"{used / 2**30:.1f} GiB in use but no process is visible: processes of other containers "
         "or VMs, MPS clients the driver does not list, or no permission to see them"
-    )
-
-
-def only_instances(state: GpuState, uuids: frozenset[str]) -> GpuState:
-    """``state`` limited to the MIG instances whose UUIDs (lower case) are in ``uuids``, and their processes.
-
-    The GPU's own readings (temperature, power, health) stay: the instances share them.
-    """
-    static = state.static
-    kept = tuple(m for m in static.mig_instances if m.uuid and m.uuid.lower() in uuids)
-    indices = {m.index for m in kept}
-    usage = state.sample.mig_usage
-    sample = state.sample
-    if usage is not None:
-        sample = dataclasses.replace(sample, mig_usage=tuple(u for u in usage if u.index in indices))
-    rows = tuple(p for p in state.processes if any(m.runs(p) for m in kept))
-    return dataclasses.replace(
-        state, static=dataclasses.replace(static, mig_instances=kept), sample=sample, processes=rows
     )
 
 

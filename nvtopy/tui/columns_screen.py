@@ -26,28 +26,12 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 from textual.widgets.selection_list import Selection
 
-from ..render.processes import COLUMN_ORDER, COLUMNS, FLAGS_COLUMN, HOST_COLUMN, MIG_COLUMN
+from ..columns import COLUMN_IDS, TABLE_COLUMNS
 from .checklist import CheckList
 
-__all__ = ["DESCRIPTIONS", "ColumnsScreen"]
+__all__ = ["ColumnsScreen"]
 
-_TITLES = {c.key: c.title for c in (*COLUMNS, HOST_COLUMN, MIG_COLUMN, FLAGS_COLUMN)}
-DESCRIPTIONS = {
-    "gpu": "the GPU's index",
-    "host": "host/its GPU index (--remote, --prometheus)",
-    "mig": "MIG instance GPU/GI/CI (while a GPU has MIG)",
-    "pid": "process id",
-    "user": "user name (other users' dimmed)",
-    "owner": "container, pod, Slurm job or service",
-    "type": "C compute, G graphics, C+G both, M MPS client",
-    "gpu_memory": "GPU memory used",
-    "sm": "share of the SMs the process uses",
-    "cpu": "CPU use",
-    "host_memory": "host memory (resident)",
-    "time": "running time",
-    "flags": "idle-held, suspected hang (while one is flagged)",
-    "command": "command line (takes the width that is left)",
-}
+_BY_KEY = {c.key: c for c in TABLE_COLUMNS}  # titles and descriptions: nvtopy.columns
 
 
 class ColumnsScreen(ModalScreen["tuple[str, ...] | None"]):
@@ -83,12 +67,15 @@ class ColumnsScreen(ModalScreen["tuple[str, ...] | None"]):
     def __init__(self, shown: Sequence[str] | None) -> None:
         """``shown``: the columns the table shows now, in order (None: the defaults)."""
         super().__init__()
-        chosen = [key for key in (COLUMN_ORDER if shown is None else shown) if key in _TITLES]
-        self.order: list[str] = [*chosen, *(key for key in COLUMN_ORDER if key not in chosen)]
+        chosen = [key for key in (COLUMN_IDS if shown is None else shown) if key in _BY_KEY]
+        self.order: list[str] = [*chosen, *(key for key in COLUMN_IDS if key not in chosen)]
         self.initially: set[str] = set(chosen)
 
     def _selections(self, checked: set[str]) -> list[Selection[str]]:
-        return [Selection(Content(f"{_TITLES[key]:<9} {DESCRIPTIONS[key]}"), key, key in checked) for key in self.order]
+        return [
+            Selection(Content(f"{_BY_KEY[key].title:<9} {_BY_KEY[key].description}"), key, key in checked)
+            for key in self.order
+        ]
 
     def compose(self) -> ComposeResult:
         with Vertical():
@@ -133,8 +120,8 @@ class ColumnsScreen(ModalScreen["tuple[str, ...] | None"]):
         self._relist(checked, target)
 
     def action_defaults(self) -> None:
-        self.order = list(COLUMN_ORDER)
-        self._relist(set(COLUMN_ORDER), 0)
+        self.order = list(COLUMN_IDS)
+        self._relist(set(COLUMN_IDS), 0)
 
     def action_apply(self) -> None:
         chosen = self.chosen

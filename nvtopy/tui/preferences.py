@@ -19,7 +19,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
-from ..config import COLUMN_IDS, Config, ConfigWriteError, config_path, parse_sort, save_columns
+from ..columns import COLUMN_IDS
+from ..config import Config, ConfigWriteError, config_path, parse_sort, save_columns
 from ..render.processes import COLUMNS, FLAGS_COLUMN, HOST_COLUMN, MIG_COLUMN, SortOrder
 from .view_state import ViewState
 

@@ -52,6 +52,7 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from ..columns import Column
 from ..model import GpuProcess, ProcessOwner
 from ..render.cells import (
     DIM,
@@ -67,7 +68,7 @@ from ..render.cells import (
     process_flags_cell,
     process_instance_cell,
 )
-from ..render.processes import Column, ProcessGroup, SortOrder, group_host_cell, host_cell, visible_columns
+from ..render.processes import ProcessGroup, SortOrder, group_host_cell, host_cell, visible_columns
 from ..render.styled import style
 from ..render.tree import BRANCH, LAST, AncestorRow, ancestor_cells, build_tree
 from ..render.units import NA

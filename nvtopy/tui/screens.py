@@ -29,10 +29,11 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, SelectionList, Static
 from textual.widgets.selection_list import Selection
 
-from ..model import GpuProcess, GpuStatic, MigInstance
+from ..model import GpuProcess, GpuStatic, MigInstance, MigKey
 from ..render.cells import mig_mode_cell, mig_profile_cell, mig_sm_cell, mig_uuid_cell
-from ..render.processes import COLUMNS, FLAGS_COLUMN, HOST_COLUMN, MIG_COLUMN, InstanceKey, SortOrder, instance_key
+from ..render.processes import COLUMNS, FLAGS_COLUMN, HOST_COLUMN, MIG_COLUMN, SortOrder
 from ..render.units import NA, fmt_bytes, short_name
+from ..selection import ChosenInstances
 from ..textsafe import safe_text
 from .checklist import CheckList
 
@@ -48,10 +49,10 @@ __all__ = [
     "help_sections",
 ]
 
-GpuChoice = tuple[frozenset[int] | None, frozenset[InstanceKey]]
+GpuChoice = tuple[frozenset[int] | None, ChosenInstances]
 """What the GPU picker returns: the GPUs to show (None: all) and the MIG instances chosen on GPUs
 that are not shown whole (see :attr:`~nvtopy.render.processes.ProcessFilter.instances`)."""
-PickerValue = int | InstanceKey  # a GPU's index, or an instance's key
+PickerValue = int | MigKey  # a GPU's index, or an instance's key
 
 # Styles: screens.tcss, beside this file (one file for the three dialogs).
 _STYLES = "screens.tcss"
@@ -134,23 +135,22 @@ class GpuPickerScreen(ModalScreen["GpuChoice | None"]):
         self,
         gpus: Iterable[GpuStatic],
         shown: frozenset[int] | None,
-        instances: frozenset[InstanceKey] = frozenset(),
+        instances: ChosenInstances = frozenset(),
     ) -> None:
         super().__init__()
         self.gpus = list(gpus)
         self.shown = shown
         self.instances = instances
         # Each GPU's instance keys (instances whose GPU instance id is unknown cannot be chosen: not listed).
-        self._keys: dict[int, list[InstanceKey]] = {
-            gpu.index: [k for k in (instance_key(gpu.index, m) for m in gpu.mig_instances) if k is not None]
-            for gpu in self.gpus
+        self._keys: dict[int, list[MigKey]] = {
+            gpu.index: [m.key(gpu.index) for m in _choosable(gpu)] for gpu in self.gpus
         }
 
     def _selections(self) -> list[Selection[PickerValue]]:
         selections: list[Selection[PickerValue]] = []
         for gpu in self.gpus:
             shown = self.shown is None or gpu.index in self.shown
-            narrowed = {k for k in self.instances if k[0] == gpu.index}
+            narrowed = {k for k in self.instances if k.gpu_index == gpu.index}
             selections.append(Selection(Content(_gpu_label(gpu)), gpu.index, shown and not narrowed))
             instances = list(zip(self._keys[gpu.index], _choosable(gpu), strict=True))
             for i, (key, instance) in enumerate(instances):
@@ -182,7 +182,7 @@ class GpuPickerScreen(ModalScreen["GpuChoice | None"]):
             for key in self._keys.get(value, ()):
                 change(key)
             return
-        gpu = value[0]
+        gpu = value.gpu_index
         if all(key in chooser.selected for key in self._keys[gpu]):
             chooser.select(gpu)
         else:
@@ -192,7 +192,7 @@ class GpuPickerScreen(ModalScreen["GpuChoice | None"]):
         """The GPUs shown whole or narrowed (None: every GPU, whole), and the instances of the narrowed ones."""
         selected = set(self.query_one(SelectionList).selected)
         gpus: set[int] = set()
-        instances: set[InstanceKey] = set()
+        instances: set[MigKey] = set()
         for gpu in self.gpus:
             keys = self._keys[gpu.index]
             chosen = [key for key in keys if key in selected]
@@ -226,7 +226,7 @@ class GpuPickerScreen(ModalScreen["GpuChoice | None"]):
 
 def _choosable(gpu: GpuStatic) -> list[MigInstance]:
     """The instances the picker lists (those a process can be matched to: GPU instance id known)."""
-    return [m for m in gpu.mig_instances if instance_key(gpu.index, m) is not None]
+    return [m for m in gpu.mig_instances if m.gpu_instance_id is not None]
 
 
 UUID_WIDTH = 40
