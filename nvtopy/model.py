@@ -17,7 +17,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from .history import SampleRing
 from .ranges import FIELD_RANGES
@@ -343,6 +343,16 @@ class NvLink(_Ranged):
     remote: str | None = None  # the PCI bus id of what the link reaches (peer GPU or NVSwitch), outside text
 
 
+class OnMigInstance(Protocol):
+    """What the "runs on a MIG instance" rule reads of a process: a GpuProcess, a raw one, or the API's view."""
+
+    @property
+    def gpu_instance_id(self) -> int | None: ...
+
+    @property
+    def compute_instance_id(self) -> int | None: ...
+
+
 @dataclass(frozen=True, slots=True, repr=False)
 class MigInstance(_Repr):
     """One MIG device of a GPU: a compute instance inside a GPU instance, as an admin configured it.
@@ -375,7 +385,7 @@ class MigInstance(_Repr):
         """``0/1/0``: GPU, GPU instance, compute instance (:attr:`MigKey.label`)."""
         return self.key(gpu_index).label
 
-    def runs(self, process: GpuProcess | RawGpuProcess) -> bool:
+    def runs(self, process: OnMigInstance) -> bool:
         """Whether ``process`` runs on this instance (NVML names the GPU and compute instance of each process)."""
         return _runs_on(self.gpu_instance_id, self.compute_instance_id, process)
 
@@ -412,7 +422,7 @@ class MigKey(NamedTuple):
         return process.gpu_index == self.gpu_index and _runs_on(self.gpu_instance_id, self.compute_instance_id, process)
 
 
-def _runs_on(gpu_instance_id: int | None, compute_instance_id: int | None, process: GpuProcess | RawGpuProcess) -> bool:
+def _runs_on(gpu_instance_id: int | None, compute_instance_id: int | None, process: OnMigInstance) -> bool:
     """The one rule for "a process runs on a MIG instance": its GPU instance, and its compute instance
     where both are known (NVML may name only the GPU instance of a process)."""
     if gpu_instance_id is None or process.gpu_instance_id != gpu_instance_id:

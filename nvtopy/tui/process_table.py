@@ -180,7 +180,11 @@ class ProcessTable(ScrollView, can_focus=True):
         self._unfolded: set[tuple[object, ...]] = set()  # the keys of the groups listed open
         self._given: list[Row] = []  # the rows as the app gave them (groups folded)
         self._tree = False
-        self._widths = (None, None, False)  # the widest USER and OWNER cells, and whether the rows are groups
+        self._widths: tuple[int | None, int | None, bool] = (
+            None,
+            None,
+            False,
+        )  # the widest USER and OWNER cells, and whether the rows are groups
         self._owner_widths: dict[ProcessOwner, int] = {}
         self._user_widths: dict[str, int] = {}
         self.empty_message = "No GPU processes"
@@ -297,7 +301,7 @@ class ProcessTable(ScrollView, can_focus=True):
                 cells = group_cells(row, self._me)
                 users = max(users, cell_len(cells[_USER_INDEX][0]))
                 owners = max(owners, cell_len(cells[_OWNER_INDEX][0]))
-                members: tuple[Row, ...] = row.members
+                members: tuple[GpuProcess | AncestorRow, ...] = row.members
             else:
                 members = (row,)
             for member in members:
@@ -580,7 +584,7 @@ class ProcessTable(ScrollView, can_focus=True):
         for column in placed:
             cell_text, category = cells[_COLUMN_INDEX[column.column.key]]  # type: ignore[index]
             segments.append(
-                Segment(_fit(cell_text, column.width, column.column.align), on_top(_cell_style(category, tagged)))
+                Segment(_fit(cell_text, column.width, column.column.align), on_top(_cell_style(category, bool(tagged))))
             )
             segments.append(Segment(" ", gap))
         used = placed[-1].x + placed[-1].width + 1 if placed else 2  # the cells were fitted: no measuring
