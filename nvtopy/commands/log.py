@@ -21,7 +21,6 @@ import csv
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING
@@ -210,6 +209,7 @@ def _open_output(path: str | None) -> tuple[IO[str], bool]:
 def run(command: str, args: argparse.Namespace) -> int:
     from ..sources.collector import Collector
     from ..sources.poller import Poller
+    from ..sources.ticker import Ticker
 
     if args.count is not None and args.count < 1:
         raise UsageError("--count must be at least 1")
@@ -261,9 +261,10 @@ def run(command: str, args: argparse.Namespace) -> int:
         else:
             write = JsonlWriter(out, writer_fields, processes).write
         written = 0
+        ticker = Ticker()  # the sources' own pace: drift compensated, missed ticks skipped
         with _stop_on_signals() as stop:
             while not stop.is_set():
-                started = time.monotonic()
+                ticker.tick()
                 snapshot = poller.poll_once()
                 try:
                     write(snapshot)
@@ -272,7 +273,7 @@ def run(command: str, args: argparse.Namespace) -> int:
                 written += 1
                 if args.count is not None and written >= args.count:
                     break
-                stop.wait(max(0.0, args.interval - (time.monotonic() - started)))
+                stop.wait(ticker.remaining(args.interval))
         if out is not sys.stdout:
             closing, out = out, None
             try:

@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from .ticker import Ticker
+
 if TYPE_CHECKING:
     import logging
     from concurrent.futures import Future
@@ -266,19 +268,20 @@ class SnapshotSource:
 
     def _run_periodic(self, produce: Callable[[], object], before: Callable[[], None] | None = None) -> None:
         """Call ``produce`` every interval (once per ``refresh()`` while paused) until stopped."""
+        ticker = Ticker()
         while not self._stopping:
             if before is not None:
                 before()
             timeout: float | None = None
             if not self._paused or self._refresh_once:
                 self._refresh_once = False
-                started = time.monotonic()
+                ticker.tick()
                 try:
                     produce()
                 except Exception:  # noqa: BLE001 - logged: a failing backend must not kill the monitor silently
                     _log().exception("%s failed", self.thread_name)
                 if not self._paused:
-                    timeout = max(0.0, self._interval - (time.monotonic() - started))
+                    timeout = ticker.remaining(self._interval)
             self._wait(timeout, before)
 
     def _wait(self, timeout: float | None, before: Callable[[], None] | None) -> None:
