@@ -277,8 +277,8 @@ def parse_config(text: str, name: str = FILE_NAME) -> tuple[Config, list[str]]:
             problems.append(_Problem(bad.key, bad.problem))
     if not problems:
         return Config(**values), []
-    bad = any(problem.problem is not None for problem in problems)
-    return (Config() if bad else Config(**values)), [_one_line(name, text, problems, bad)]
+    any_bad = any(problem.problem is not None for problem in problems)
+    return (Config() if any_bad else Config(**values)), [_one_line(name, text, problems, any_bad)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,7 +372,8 @@ def _shown(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, str | int | float):
         return repr(value)[:40]
-    return {list: "an array", dict: "a table"}.get(type(value), type(value).__name__)
+    kinds: dict[type, str] = {list: "an array", dict: "a table"}
+    return kinds.get(type(value), type(value).__name__)
 
 
 def _got(value: Any) -> str:

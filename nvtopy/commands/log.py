@@ -225,6 +225,8 @@ def run(command: str, args: argparse.Namespace) -> int:
             print("\n".join(PROCESS_FIELDS if process_rows else GPU_FIELDS))
             return 0
         if fmt == "csv":
+            valid: tuple[str, ...]
+            default: tuple[str, ...]
             valid, default = (PROCESS_FIELDS, DEFAULT_PROCESS_FIELDS) if processes else (GPU_FIELDS, DEFAULT_GPU_FIELDS)
             if not args.fields:  # an existing file goes on with its own columns
                 default = _existing_columns(args.output, valid) or default
