@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from .boundedfile import FileMissingError, FileRefusedError, read_bounded
+from .interval import DEFAULT_INTERVAL, MAX_INTERVAL, MIN_INTERVAL, valid_interval
 
 __all__ = [
     "CHART_WINDOWS",
@@ -67,8 +68,6 @@ __all__ = [
     "to_toml",
 ]
 
-MIN_INTERVAL = 0.1  # = nvtopy.sources.base.MIN_INTERVAL (a test keeps them equal)
-MAX_INTERVAL = 86400.0  # = nvtopy.commands.options.MAX_INTERVAL
 MAX_THRESHOLD = 1e6  # the health flags' range, as on the command line (options._positive)
 
 VIEWS = ("auto", "full", "compact")
@@ -132,7 +131,7 @@ MAX_PROBLEMS_SHOWN = 5  # in the one warning line about a file; the rest are cou
 class Config:
     """Every preference and its default. Health thresholds in the command line's units (minutes, GiB)."""
 
-    interval: float = 1.0  # seconds between refreshes of the monitor
+    interval: float = DEFAULT_INTERVAL  # seconds between refreshes of the monitor
     view: str = "auto"  # GPU panels: auto, full, compact
     columns: tuple[str, ...] = COLUMN_IDS  # the process table's columns, in order; those left out are hidden
     sort: str = "gpu"  # a column, optionally followed by " asc" or " desc" (default: the column's own direction)
@@ -345,7 +344,7 @@ def _number(value: Any) -> float | None:
 
 def _check_interval(value: Any) -> float:
     number = _number(value)
-    if number is None or not MIN_INTERVAL <= number <= MAX_INTERVAL:
+    if number is None or not valid_interval(number):
         raise _BadValueError("interval", f"must be a number from {MIN_INTERVAL:g} to {MAX_INTERVAL:.0f} (seconds)")
     return number
 

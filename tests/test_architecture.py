@@ -38,7 +38,18 @@ FORBIDDEN_IN_TUI = {"pynvml", "psutil", "nvtopy.backends.host", "nvtopy.backends
 # --- the rules -------------------------------------------------------------------------------------
 
 # The vocabulary every layer shares: the top-level modules. Any other top-level module is in no layer.
-CORE = {"model", "ranges", "selection", "errors", "textsafe", "_version", "config", "boundedfile", "jsondecode"}
+CORE = {
+    "model",
+    "ranges",
+    "selection",
+    "errors",
+    "textsafe",
+    "_version",
+    "config",
+    "boundedfile",
+    "jsondecode",
+    "interval",
+}
 
 # layer -> the layers it may import (its own included). "package" is nvtopy/__init__.py (the
 # Python API's lazy front), "entry" is nvtopy/__main__.py.

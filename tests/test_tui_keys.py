@@ -15,7 +15,7 @@ from textual.command import CommandPalette
 from textual.widgets import Input, SelectionList
 
 from nvtopy.backends.simulated.catalog import Workload
-from nvtopy.config import MAX_INTERVAL, MIN_INTERVAL
+from nvtopy.interval import MAX_INTERVAL, MIN_INTERVAL
 from nvtopy.render.processes import ProcessFilter
 from nvtopy.tui.app import INTERVALS, NvtopyApp
 from nvtopy.tui.screens import GpuPickerScreen, HelpScreen

@@ -162,13 +162,7 @@ def build_parser(command: str) -> argparse.ArgumentParser:
             "a process row's)",
         )
         parser.add_argument("--processes", action="store_true", help="CSV: one row per process; JSONL: include them")
-    parser.add_argument(
-        "--interval",
-        type=options.interval_type,
-        default=1.0,
-        metavar="SECONDS",
-        help="seconds between samples (default 1)",
-    )
+    options.add_interval_option(parser, "seconds between samples")
     parser.add_argument("--count", type=int, metavar="N", help="stop after N samples (default: until Ctrl-C)")
     options.add_timeout_option(
         parser,

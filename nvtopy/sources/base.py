@@ -7,9 +7,10 @@ how to make its next snapshot and what it can do besides; the subscription,
 publication, pausing and the thread's lifecycle are here, once. ``stop()``
 returns at once: the thread waits on an event, never on ``time.sleep``.
 
-Light on purpose: the CLI imports this module for :data:`MIN_INTERVAL` when it
-parses options, before it knows whether it will poll at all, so what only a
-running source needs (logging, futures, the model) is imported where it is used.
+Light on purpose: what only a running source needs (logging, futures, the model)
+is imported where it is used, so naming the contract costs an importer nothing.
+The pace of the thread is :class:`~nvtopy.sources.ticker.Ticker`'s; the
+interval's limits are :mod:`nvtopy.interval`'s.
 """
 
 from __future__ import annotations
@@ -28,10 +29,7 @@ if TYPE_CHECKING:
     from ..backends.base import SignalOutcome
     from ..model import ProcessDetails, Snapshot
 
-__all__ = ["MIN_INTERVAL", "SnapshotSource"]
-
-MIN_INTERVAL = 0.1
-"""The shortest refresh interval in seconds, for every source and command (``--interval``)."""
+__all__ = ["SnapshotSource"]
 
 _CANNOT_SIGNAL = "this source cannot signal processes"
 

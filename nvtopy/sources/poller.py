@@ -35,13 +35,22 @@ from typing import Any, TypeVar
 
 from ..backends.base import Backend, SignalOutcome, driver_in_words
 from ..health.verdict import HealthThresholds
+from ..interval import DEFAULT_INTERVAL, MIN_INTERVAL
 from ..model import ALL_GROUPS, HISTORY_LENGTH, ProcessDetails, Snapshot
 from ..selection import Selection
-from .base import MIN_INTERVAL, SnapshotSource
+from .base import SnapshotSource
 from .collector import Collector
 from .events import WAIT_S, EventWatcher
 
-__all__ = ["CADENCE", "FAST_GROUPS", "MONITOR_GROUPS", "SLOW_GROUPS", "STALL_INTERVALS", "WAIT_SHARE", "Poller"]
+__all__ = [
+    "CADENCE",
+    "FAST_GROUPS",
+    "MONITOR_GROUPS",
+    "SLOW_GROUPS",
+    "STALL_INTERVALS",
+    "WAIT_SHARE",
+    "Poller",
+]
 
 # What the monitor's panels show. Persistence/compute mode and energy are not drawn, so the
 # monitor never asks the driver for them. PCIe throughput is (the interconnect
@@ -106,7 +115,7 @@ class Poller(SnapshotSource):
         self,
         backend: Backend | None,
         *,
-        interval: float = 1.0,
+        interval: float = DEFAULT_INTERVAL,
         indices: Sequence[int] | None = None,
         history: int = HISTORY_LENGTH,
         groups: Collection[str] = ALL_GROUPS,

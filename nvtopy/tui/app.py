@@ -56,8 +56,8 @@ from textual.theme import Theme
 from textual.widgets import Input
 
 from ..backends.base import Backend, SignalOutcome
-from ..config import MAX_INTERVAL, MIN_INTERVAL
 from ..health.verdict import HealthThresholds
+from ..interval import DEFAULT_INTERVAL, MAX_INTERVAL, MIN_INTERVAL, STALE_INTERVALS
 from ..model import GpuProcess, GpuState, Snapshot
 from ..render.cells import NOT_VISIBLE
 from ..render.gpu import has_interconnect, mig_rows, panel_extra_rows
@@ -105,8 +105,6 @@ SIGNALS = {"SIGTERM": signals.SIGTERM, "SIGKILL": signals.SIGKILL, "SIGINT": sig
 QUIT_WAIT = 0.1
 # A poll (or opening the backend) taking longer than this is shown in the header, with its duration.
 STALL_AFTER = 2.0
-# A host whose newest reading is this many refresh intervals older than the snapshot is "stale" in its header.
-STALE_INTERVALS = 3
 
 
 def _members(row: GpuProcess | ProcessGroup) -> tuple[GpuProcess, ...]:
@@ -263,7 +261,7 @@ class NvtopyApp(App[None]):
         cls,
         backend: Backend | None,
         *,
-        interval: float = 1.0,
+        interval: float = DEFAULT_INTERVAL,
         opener: Callable[[], Backend] | None = None,
         select: Callable[[Collector], Sequence[int]] | None = None,
         waiting_for: str | None = None,
