@@ -338,3 +338,16 @@ def test_interval_is_declared_once():
         if '"--interval"' in path.read_text(encoding="utf-8").replace("'--interval'", '"--interval"')
     )
     assert declaring == ["commands/options.py"]
+
+
+def test_the_commands_open_their_gpus_one_way():
+    """--once, ``nvtopy log`` and the exporter read the statics and select with ``options.open_selection``."""
+    from pathlib import Path
+
+    commands = Path(__file__).resolve().parents[1] / "nvtopy" / "commands"
+    reading = sorted(
+        str(path.relative_to(commands))
+        for path in commands.rglob("*.py")
+        if ".read_statics(" in path.read_text(encoding="utf-8")
+    )
+    assert reading == ["options.py"]

@@ -49,6 +49,7 @@ __all__ = [
     "health_thresholds",
     "open_backend",
     "open_backend_within",
+    "open_selection",
     "release_backend",
     "resolve_selection",
     "unknown_command",
@@ -462,8 +463,7 @@ def read_one_snapshot(args: argparse.Namespace) -> tuple[Snapshot, int]:
     backend.one_shot = True  # GPM: wait the 0.1 s its first pair needs rather than print N/A
     collector = Collector(backend, timeline=False)
     try:
-        collector.read_statics(args.timeout)
-        collector.select(resolve_selection(args, collector))
+        open_selection(args, collector)
         collector.look_up_processes(args.timeout)  # while the GPM pair matures (Collector.look_up_processes)
         return collector.collect(deadline=args.timeout), backend.device_count()
     finally:
@@ -537,6 +537,19 @@ def resolve_selection(
     for warning in selection.warnings:
         (warn or warn_user)(warning)
     return selection
+
+
+def open_selection(args: argparse.Namespace, collector: Collector) -> None:
+    """Read the GPUs' static fields and poll only those --gpus and --only-visible select (warnings on stderr).
+
+    The static read waits up to ``--timeout`` (``args.timeout``) for the GPUs: one stuck in
+    the driver is selected by what is known of it (its index), never waited on again
+    (:meth:`~nvtopy.sources.collector.Collector.read_statics`). ``--once``, ``nvtopy log``
+    and the exporter open their GPUs this way; the monitor selects on its poller's thread
+    (:func:`resolve_selection`, handed to the poller).
+    """
+    collector.read_statics(args.timeout)
+    collector.select(resolve_selection(args, collector))
 
 
 def warn_user(text: str) -> None:

@@ -31,7 +31,7 @@ import logging
 import time
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 from ..backends.base import Backend, SignalOutcome, driver_in_words
 from ..health.verdict import HealthThresholds
@@ -50,6 +50,7 @@ __all__ = [
     "STALL_INTERVALS",
     "WAIT_SHARE",
     "Poller",
+    "SelectGpus",
 ]
 
 # What the monitor's panels show. Persistence/compute mode and energy are not drawn, so the
@@ -97,6 +98,10 @@ SLOW_GROUPS: frozenset[str] = ALL_GROUPS - FAST_GROUPS
 
 T = TypeVar("T")
 
+SelectGpus: TypeAlias = Callable[[Collector], Sequence[int] | Selection]
+"""Picks the GPUs to poll from a collector's statics: indices, or a :class:`~nvtopy.selection.Selection`
+(the GPUs and the MIG devices a GPU is limited to), as ``Collector.select`` takes them."""
+
 log = logging.getLogger(__name__)
 
 
@@ -124,7 +129,7 @@ class Poller(SnapshotSource):
         join: bool = True,
         collector: Collector | None = None,
         opener: Callable[[], Backend] | None = None,
-        select: Callable[[Collector], Sequence[int] | Selection] | None = None,
+        select: SelectGpus | None = None,
         waiting_for: str | None = None,
         events: bool = False,
         isolate: bool = True,

@@ -42,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import signal as signals
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from rich.text import Text
@@ -79,8 +79,7 @@ from ..render.processes import (
 )
 from ..render.tree import AncestorRow
 from ..sources.base import SnapshotSource
-from ..sources.collector import Collector
-from ..sources.poller import MONITOR_GROUPS, Poller
+from ..sources.poller import MONITOR_GROUPS, Poller, SelectGpus
 from ..textsafe import safe_text
 from .charts import ChartView, spare_rows
 from .columns_screen import ColumnsScreen
@@ -263,7 +262,7 @@ class NvtopyApp(App[None]):
         *,
         interval: float = DEFAULT_INTERVAL,
         opener: Callable[[], Backend] | None = None,
-        select: Callable[[Collector], Sequence[int]] | None = None,
+        select: SelectGpus | None = None,
         waiting_for: str | None = None,
         readonly: bool = False,
         layout: str = "auto",

@@ -148,8 +148,7 @@ def run(command: str, args: argparse.Namespace) -> int:
     try:
         previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
         collector = Collector(backend, history=1, thresholds=options.health_thresholds(args), timeline=False)
-        collector.read_statics(args.timeout)
-        collector.select(options.resolve_selection(args, collector))
+        options.open_selection(args, collector)
         poller = Poller(
             backend,
             interval=args.interval,
