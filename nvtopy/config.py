@@ -50,6 +50,7 @@ from typing import Any
 
 from .boundedfile import FileMissingError, FileRefusedError, read_bounded
 from .columns import COLUMN_IDS
+from .interval import DEFAULT_INTERVAL, MAX_INTERVAL, MIN_INTERVAL, valid_interval
 
 __all__ = [
     "CHART_WINDOWS",
@@ -68,8 +69,6 @@ __all__ = [
     "to_toml",
 ]
 
-MIN_INTERVAL = 0.1  # = nvtopy.sources.base.MIN_INTERVAL (a test keeps them equal)
-MAX_INTERVAL = 86400.0  # = nvtopy.commands.options.MAX_INTERVAL
 MAX_THRESHOLD = 1e6  # the health flags' range, as on the command line (options._positive)
 
 VIEWS = ("auto", "full", "compact")
@@ -114,7 +113,7 @@ MAX_PROBLEMS_SHOWN = 5  # in the one warning line about a file; the rest are cou
 class Config:
     """Every preference and its default. Health thresholds in the command line's units (minutes, GiB)."""
 
-    interval: float = 1.0  # seconds between refreshes of the monitor
+    interval: float = DEFAULT_INTERVAL  # seconds between refreshes of the monitor
     view: str = "auto"  # GPU panels: auto, full, compact
     columns: tuple[str, ...] = COLUMN_IDS  # the process table's columns, in order; those left out are hidden
     sort: str = "gpu"  # a column, optionally followed by " asc" or " desc" (default: the column's own direction)
@@ -259,8 +258,8 @@ def parse_config(text: str, name: str = FILE_NAME) -> tuple[Config, list[str]]:
             problems.append(_Problem(bad.key, bad.problem))
     if not problems:
         return Config(**values), []
-    bad = any(problem.problem is not None for problem in problems)
-    return (Config() if bad else Config(**values)), [_one_line(name, text, problems, bad)]
+    any_bad = any(problem.problem is not None for problem in problems)
+    return (Config() if any_bad else Config(**values)), [_one_line(name, text, problems, any_bad)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,7 +326,7 @@ def _number(value: Any) -> float | None:
 
 def _check_interval(value: Any) -> float:
     number = _number(value)
-    if number is None or not MIN_INTERVAL <= number <= MAX_INTERVAL:
+    if number is None or not valid_interval(number):
         raise _BadValueError("interval", f"must be a number from {MIN_INTERVAL:g} to {MAX_INTERVAL:.0f} (seconds)")
     return number
 
@@ -354,7 +353,8 @@ def _shown(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, str | int | float):
         return repr(value)[:40]
-    return {list: "an array", dict: "a table"}.get(type(value), type(value).__name__)
+    kinds: dict[type, str] = {list: "an array", dict: "a table"}
+    return kinds.get(type(value), type(value).__name__)
 
 
 def _got(value: Any) -> str:

@@ -60,6 +60,7 @@ CORE = {
     "boundedfile",
     "jsondecode",
     "columns",
+    "interval",
 }
 
 # layer -> the layers it may import (its own included). "package" is nvtopy/__init__.py (the

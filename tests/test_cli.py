@@ -296,3 +296,55 @@ def test_import_nvtopy_is_light():
     code = "import sys, nvtopy; print(','.join(m for m in ('textual', 'rich', 'pynvml', 'torch') if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.stdout.strip() == ""
+
+
+# --------------------------------------------------------------------------- --interval: one option, every command
+
+
+@pytest.mark.parametrize("command", ["monitor", "log", "record", "exporter"])
+def test_every_command_takes_the_same_interval(command):
+    """One ``--interval`` (options.add_interval_option): the same limits, the same default, the same errors."""
+    import argparse
+
+    from nvtopy.commands import log, monitor
+    from nvtopy.commands.exporter import command as exporter
+    from nvtopy.interval import DEFAULT_INTERVAL, MAX_INTERVAL, MIN_INTERVAL
+
+    builders = {"monitor": monitor, "log": log, "record": log, "exporter": exporter}
+    parser = builders[command].build_parser(command)
+    first = ["FILE"] if command == "record" else []
+    (action,) = [a for a in parser._actions if "--interval" in a.option_strings]
+    for seconds in (MIN_INTERVAL, MAX_INTERVAL):
+        assert parser.parse_args([*first, "--interval", str(seconds)]).interval == seconds
+    for bad in ("0.05", "86401", "nan", "abc"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            action.type(bad)
+    # The monitor's default is "not given": the config file's interval stands, else the same default.
+    default = parser.parse_args(first).interval
+    assert default == (None if command == "monitor" else DEFAULT_INTERVAL)
+    assert f"default {DEFAULT_INTERVAL:g}" in action.help
+
+
+def test_interval_is_declared_once():
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[1] / "nvtopy"
+    declaring = sorted(
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if '"--interval"' in path.read_text(encoding="utf-8").replace("'--interval'", '"--interval"')
+    )
+    assert declaring == ["commands/options.py"]
+
+
+def test_the_commands_open_their_gpus_one_way():
+    """--once, ``nvtopy log`` and the exporter read the statics and select with ``options.open_selection``."""
+    from pathlib import Path
+
+    commands = Path(__file__).resolve().parents[1] / "nvtopy" / "commands"
+    reading = sorted(
+        str(path.relative_to(commands))
+        for path in commands.rglob("*.py")
+        if ".read_statics(" in path.read_text(encoding="utf-8")
+    )
+    assert reading == ["options.py"]

@@ -389,16 +389,11 @@ def test_a_config_linked_to_dev_zero_is_one_warning_not_the_oom_killer(tmp_path,
 def test_names_agree_with_textual_the_cli_and_the_health_rules():
     from textual.theme import BUILTIN_THEMES
 
-    from nvtopy.commands.options import MAX_INTERVAL
-    from nvtopy.config import MAX_INTERVAL as CONFIG_MAX
-    from nvtopy.config import MIN_INTERVAL as CONFIG_MIN
     from nvtopy.health.verdict import HealthThresholds
     from nvtopy.render.processes import GROUP_MODES
-    from nvtopy.sources.base import MIN_INTERVAL
     from nvtopy.tui.gpu_view import MODES
 
     assert (*BUILTIN_THEMES, "colorblind") == THEMES
-    assert (CONFIG_MIN, CONFIG_MAX) == (MIN_INTERVAL, MAX_INTERVAL)
     defaults, health = Config(), HealthThresholds()
     assert defaults.idle_held_after * 60 == health.idle_held_seconds
     assert defaults.idle_held_memory * 2**30 == health.idle_held_bytes
@@ -642,3 +637,35 @@ def test_no_color_in_once_on_a_real_terminal(nvtopy_cmd):
     assert b"\x1b[" in run_on_a_pty({})
     plain = run_on_a_pty({"NO_COLOR": "1"})
     assert b"\x1b" not in plain and b"GPU" in plain
+
+
+# --------------------------------------------------------------------------- the interval: one home
+
+
+def test_the_config_file_takes_exactly_the_intervals_the_command_line_takes(tmp_path):
+    from nvtopy.interval import MAX_INTERVAL, MIN_INTERVAL, parse_interval
+
+    for seconds in (MIN_INTERVAL, 1, MAX_INTERVAL, MIN_INTERVAL / 2, MAX_INTERVAL + 1):
+        config, warnings = parse_config(f"interval = {seconds!r}\n", NAME)
+        try:
+            taken = parse_interval(repr(seconds))
+        except ValueError:
+            assert warnings and config == Config(), seconds
+        else:
+            assert (config.interval, warnings) == (taken, []), seconds
+
+
+def test_the_interval_s_limits_default_and_rules_have_one_definition():
+    """``nvtopy/interval.py`` defines them; every other module imports them (they were written in three places)."""
+    import re
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[1] / "nvtopy"
+    names = ("MIN_INTERVAL", "MAX_INTERVAL", "DEFAULT_INTERVAL", "REMOTE_MIN_INTERVAL", "STALE_INTERVALS")
+    defined = re.compile(rf"^\s*({'|'.join(names)})\s*(:[^=]*)?=", re.MULTILINE)
+    homes = {
+        (match.group(1), str(path.relative_to(package)))
+        for path in package.rglob("*.py")
+        for match in defined.finditer(path.read_text(encoding="utf-8"))
+    }
+    assert homes == {(name, "interval.py") for name in names}

@@ -193,3 +193,54 @@ def test_groups_follow_their_cadence_and_views_poll_only_what_they_show(sim):
 def test_cadence_table_covers_every_group():
     assert set(CADENCE) == set(ALL_GROUPS) | {"processes", "process_utilization"}
     assert {g for g in ALL_GROUPS if CADENCE[g] == 0} == FAST_GROUPS
+
+
+# --------------------------------------------------------------------------- the ticker: one pace for every loop
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_ticker_waits_an_interval_from_the_start_of_a_round_not_its_end():
+    from nvtopy.sources.ticker import Ticker
+
+    clock = _Clock()
+    ticker = Ticker(clock)
+    ticker.tick()
+    clock.now += 0.3  # the poll took 0.3 s
+    assert ticker.remaining(1.0) == pytest.approx(0.7), "drift compensated: the poll's time is not added"
+    assert ticker.next_deadline(1.0) == pytest.approx(101.0)
+    assert ticker.remaining(2.0) == pytest.approx(1.7), "the interval in force when the wait is computed"
+
+
+def test_the_ticker_skips_missed_ticks_rather_than_running_them_back_to_back():
+    from nvtopy.sources.ticker import Ticker
+
+    clock = _Clock()
+    ticker = Ticker(clock)
+    ticker.tick()
+    clock.now += 3.5  # a stuck driver: three ticks missed
+    assert ticker.remaining(1.0) == 0.0, "overdue: the next round starts at once"
+    ticker.tick()
+    clock.now += 0.1
+    assert ticker.remaining(1.0) == pytest.approx(0.9), "then one interval from there: no burst of catch-up rounds"
+
+
+def test_every_periodic_loop_waits_with_the_ticker():
+    """One pace: no loop computes its own "interval minus the time the round took" (``nvtopy log`` used to)."""
+    import re
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[1] / "nvtopy"
+    own_wait = re.compile(r"interval\s*-\s*\(\s*time\.monotonic\(\)")
+    offenders = [
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if own_wait.search(path.read_text(encoding="utf-8"))
+    ]
+    assert offenders == []

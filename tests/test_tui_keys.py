@@ -19,7 +19,7 @@ from textual.command import CommandPalette
 from textual.widgets import Input, SelectionList
 
 from nvtopy.backends.simulated.catalog import Workload
-from nvtopy.config import MAX_INTERVAL, MIN_INTERVAL
+from nvtopy.interval import MAX_INTERVAL, MIN_INTERVAL
 from nvtopy.render.processes import ProcessFilter, SortOrder
 from nvtopy.sources.timeline import WINDOWS
 from nvtopy.tui import app as app_module

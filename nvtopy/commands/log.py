@@ -21,7 +21,6 @@ import csv
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING
@@ -163,13 +162,7 @@ def build_parser(command: str) -> argparse.ArgumentParser:
             "a process row's)",
         )
         parser.add_argument("--processes", action="store_true", help="CSV: one row per process; JSONL: include them")
-    parser.add_argument(
-        "--interval",
-        type=options.interval_type,
-        default=1.0,
-        metavar="SECONDS",
-        help="seconds between samples (default 1)",
-    )
+    options.add_interval_option(parser, "seconds between samples")
     parser.add_argument("--count", type=int, metavar="N", help="stop after N samples (default: until Ctrl-C)")
     options.add_timeout_option(
         parser,
@@ -210,6 +203,7 @@ def _open_output(path: str | None) -> tuple[IO[str], bool]:
 def run(command: str, args: argparse.Namespace) -> int:
     from ..sources.collector import Collector
     from ..sources.poller import Poller
+    from ..sources.ticker import Ticker
 
     if args.count is not None and args.count < 1:
         raise UsageError("--count must be at least 1")
@@ -225,6 +219,8 @@ def run(command: str, args: argparse.Namespace) -> int:
             print("\n".join(PROCESS_FIELDS if process_rows else GPU_FIELDS))
             return 0
         if fmt == "csv":
+            valid: tuple[str, ...]
+            default: tuple[str, ...]
             valid, default = (PROCESS_FIELDS, DEFAULT_PROCESS_FIELDS) if processes else (GPU_FIELDS, DEFAULT_GPU_FIELDS)
             if not args.fields:  # an existing file goes on with its own columns
                 default = _existing_columns(args.output, valid) or default
@@ -241,8 +237,7 @@ def run(command: str, args: argparse.Namespace) -> int:
     try:
         out, is_new = _open_output(path)
         collector = Collector(backend, history=1, thresholds=options.health_thresholds(args), timeline=False)
-        collector.read_statics(args.timeout)
-        collector.select(options.resolve_selection(args, collector))
+        options.open_selection(args, collector)
         poller = Poller(
             backend,
             interval=args.interval,
@@ -261,9 +256,10 @@ def run(command: str, args: argparse.Namespace) -> int:
         else:
             write = JsonlWriter(out, writer_fields, processes).write
         written = 0
+        ticker = Ticker()  # the sources' own pace: drift compensated, missed ticks skipped
         with _stop_on_signals() as stop:
             while not stop.is_set():
-                started = time.monotonic()
+                ticker.tick()
                 snapshot = poller.poll_once()
                 try:
                     write(snapshot)
@@ -272,7 +268,7 @@ def run(command: str, args: argparse.Namespace) -> int:
                 written += 1
                 if args.count is not None and written >= args.count:
                     break
-                stop.wait(max(0.0, args.interval - (time.monotonic() - started)))
+                stop.wait(ticker.remaining(args.interval))
         if out is not sys.stdout:
             closing, out = out, None
             try:

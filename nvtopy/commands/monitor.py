@@ -14,18 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
 from ..errors import NvtopyError, UsageError
+from ..interval import remote_interval
 from ..textsafe import safe_text
 from . import options
-from .options import (
-    MAX_INTERVAL,
-    MIN_INTERVAL,
-    Parser,
-    add_gpu_options,
-    backend_opener,
-    interval_type,
-    resolve_selection,
-    warn_user,
-)
+from .options import Parser, add_gpu_options, backend_opener, resolve_selection, warn_user
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -53,12 +45,7 @@ def build_parser(command: str = "monitor") -> argparse.ArgumentParser:
     parser.add_argument("--once", action="store_true", help="print one snapshot and exit")
     parser.add_argument("--json", action="store_true", help="with --once: print the snapshot as JSON")
     parser.add_argument("--no-color", action="store_true", help="plain text, no escape codes")
-    parser.add_argument(
-        "--interval",
-        type=interval_type,
-        metavar="SECONDS",
-        help=f"refresh interval (default 1.0, or the config file's; {MIN_INTERVAL} to {MAX_INTERVAL:.0f})",
-    )
+    options.add_interval_option(parser, "refresh interval", from_config=True)
     parser.add_argument(
         "--print-config",
         action="store_true",
@@ -230,7 +217,7 @@ def _run_remote(args: argparse.Namespace) -> int:
     urls = [u for u in args.remote.split(",") if u.strip()]
     if not urls:  # '', ' ', ',': never a fall-through to the local GPUs
         raise UsageError("--remote: give at least one URL, e.g. --remote node2:9400")
-    source = RemoteHosts(urls, interval=max(args.interval, 1.0), ca_file=args.ca_file)
+    source = RemoteHosts(urls, interval=remote_interval(args.interval), ca_file=args.ca_file)
     return _show(args, source, source.poll_once)
 
 
@@ -285,7 +272,7 @@ def _run_prometheus(args: argparse.Namespace) -> int:
     source = PrometheusFleet(
         args.prometheus,
         where=args.where or "",
-        interval=max(args.interval, 1.0),
+        interval=remote_interval(args.interval),
         timeout=args.timeout,
         ca_file=args.ca_file,
     )

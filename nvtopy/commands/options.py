@@ -1,4 +1,4 @@
-"""What every command shares: one-line argparse errors, the interval, the GPU options.
+"""What every command shares: one-line argparse errors, ``--interval``, the GPU options, the GPUs they select.
 
 Also what the GPU options ask for: the backend (a spec for the one factory,
 :mod:`nvtopy.backends.open`) and the GPUs (:func:`nvtopy.selection.select_gpus`,
@@ -21,7 +21,7 @@ from ..backends.open import DEMO_GPUS, DEMO_PROCESSES, DEMO_SEED, BackendSpec, n
 from ..backends.open import backend_opener as spec_opener
 from ..backends.open import open_backend as open_spec
 from ..errors import BackendUnavailableError, did_you_mean, quoted_name, unknown_name
-from ..sources.base import MIN_INTERVAL
+from ..interval import DEFAULT_INTERVAL, MAX_INTERVAL, MIN_INTERVAL, parse_interval
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
@@ -37,6 +37,7 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "add_gpu_options",
     "add_health_options",
+    "add_interval_option",
     "add_timeout_option",
     "backend_opener",
     "backend_spec",
@@ -46,18 +47,15 @@ __all__ = [
     "config_warnings",
     "discard_stdout",
     "health_thresholds",
-    "interval_type",
     "open_backend",
     "open_backend_within",
+    "open_selection",
     "release_backend",
     "resolve_selection",
     "unknown_command",
     "user_config",
     "warn_user",
 ]
-
-
-MAX_INTERVAL = 86400.0
 
 
 HELP_WIDTH = 100
@@ -185,14 +183,29 @@ class Parser(argparse.ArgumentParser):
         self.usage = " ".join(word for word in words if word)
 
 
-def interval_type(text: str) -> float:
+def _interval(text: str) -> float:
+    """``--interval``'s check (:func:`~nvtopy.interval.parse_interval`), its error as argparse shows one."""
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid interval {text!r}: give seconds, e.g. 0.5 or 2") from None
-    if not MIN_INTERVAL <= value <= MAX_INTERVAL:  # NaN fails this too
-        raise argparse.ArgumentTypeError(f"interval must be between {MIN_INTERVAL} and {MAX_INTERVAL:.0f} seconds")
-    return value
+        return parse_interval(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_interval_option(parser: argparse.ArgumentParser, what: str, *, from_config: bool = False) -> None:
+    """``--interval SECONDS``, as every command that repeats takes it: one range, one default (:mod:`nvtopy.interval`).
+
+    ``what`` says what the seconds are between ("seconds between samples"). ``from_config``: the
+    command reads the config file's ``interval`` (the monitor), so the flag's default is None, "not
+    given", and the file's value or the default stands (:func:`user_config`).
+    """
+    fallback = ", or the config file's" if from_config else ""
+    parser.add_argument(
+        "--interval",
+        type=_interval,
+        default=None if from_config else DEFAULT_INTERVAL,
+        metavar="SECONDS",
+        help=f"{what} (default {DEFAULT_INTERVAL:g}{fallback}; {MIN_INTERVAL:g} to {MAX_INTERVAL:.0f})",
+    )
 
 
 def _gpu_count(text: str) -> int:
@@ -450,8 +463,7 @@ def read_one_snapshot(args: argparse.Namespace) -> tuple[Snapshot, int]:
     backend.one_shot = True  # GPM: wait the 0.1 s its first pair needs rather than print N/A
     collector = Collector(backend, timeline=False)
     try:
-        collector.read_statics(args.timeout)
-        collector.select(resolve_selection(args, collector))
+        open_selection(args, collector)
         collector.look_up_processes(args.timeout)  # while the GPM pair matures (Collector.look_up_processes)
         return collector.collect(deadline=args.timeout), backend.device_count()
     finally:
@@ -525,6 +537,19 @@ def resolve_selection(
     for warning in selection.warnings:
         (warn or warn_user)(warning)
     return selection
+
+
+def open_selection(args: argparse.Namespace, collector: Collector) -> None:
+    """Read the GPUs' static fields and poll only those --gpus and --only-visible select (warnings on stderr).
+
+    The static read waits up to ``--timeout`` (``args.timeout``) for the GPUs: one stuck in
+    the driver is selected by what is known of it (its index), never waited on again
+    (:meth:`~nvtopy.sources.collector.Collector.read_statics`). ``--once``, ``nvtopy log``
+    and the exporter open their GPUs this way; the monitor selects on its poller's thread
+    (:func:`resolve_selection`, handed to the poller).
+    """
+    collector.read_statics(args.timeout)
+    collector.select(resolve_selection(args, collector))
 
 
 def warn_user(text: str) -> None:

@@ -7,9 +7,10 @@ how to make its next snapshot and what it can do besides; the subscription,
 publication, pausing and the thread's lifecycle are here, once. ``stop()``
 returns at once: the thread waits on an event, never on ``time.sleep``.
 
-Light on purpose: the CLI imports this module for :data:`MIN_INTERVAL` when it
-parses options, before it knows whether it will poll at all, so what only a
-running source needs (logging, futures, the model) is imported where it is used.
+Light on purpose: what only a running source needs (logging, futures, the model)
+is imported where it is used, so naming the contract costs an importer nothing.
+The pace of the thread is :class:`~nvtopy.sources.ticker.Ticker`'s; the
+interval's limits are :mod:`nvtopy.interval`'s.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from .ticker import Ticker
+
 if TYPE_CHECKING:
     import logging
     from concurrent.futures import Future
@@ -26,10 +29,7 @@ if TYPE_CHECKING:
     from ..backends.base import SignalOutcome
     from ..model import ProcessDetails, Snapshot
 
-__all__ = ["MIN_INTERVAL", "SnapshotSource"]
-
-MIN_INTERVAL = 0.1
-"""The shortest refresh interval in seconds, for every source and command (``--interval``)."""
+__all__ = ["SnapshotSource"]
 
 _CANNOT_SIGNAL = "this source cannot signal processes"
 
@@ -266,19 +266,20 @@ class SnapshotSource:
 
     def _run_periodic(self, produce: Callable[[], object], before: Callable[[], None] | None = None) -> None:
         """Call ``produce`` every interval (once per ``refresh()`` while paused) until stopped."""
+        ticker = Ticker()
         while not self._stopping:
             if before is not None:
                 before()
             timeout: float | None = None
             if not self._paused or self._refresh_once:
                 self._refresh_once = False
-                started = time.monotonic()
+                ticker.tick()
                 try:
                     produce()
                 except Exception:  # noqa: BLE001 - logged: a failing backend must not kill the monitor silently
                     _log().exception("%s failed", self.thread_name)
                 if not self._paused:
-                    timeout = max(0.0, self._interval - (time.monotonic() - started))
+                    timeout = ticker.remaining(self._interval)
             self._wait(timeout, before)
 
     def _wait(self, timeout: float | None, before: Callable[[], None] | None) -> None:

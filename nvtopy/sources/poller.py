@@ -31,17 +31,27 @@ import logging
 import time
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 from ..backends.base import Backend, SignalOutcome, driver_in_words
 from ..health.verdict import HealthThresholds
+from ..interval import DEFAULT_INTERVAL, MIN_INTERVAL
 from ..model import ALL_GROUPS, HISTORY_LENGTH, ProcessDetails, Snapshot
 from ..selection import Selection
-from .base import MIN_INTERVAL, SnapshotSource
+from .base import SnapshotSource
 from .collector import Collector
 from .events import WAIT_S, EventWatcher
 
-__all__ = ["CADENCE", "FAST_GROUPS", "MONITOR_GROUPS", "SLOW_GROUPS", "STALL_INTERVALS", "WAIT_SHARE", "Poller"]
+__all__ = [
+    "CADENCE",
+    "FAST_GROUPS",
+    "MONITOR_GROUPS",
+    "SLOW_GROUPS",
+    "STALL_INTERVALS",
+    "WAIT_SHARE",
+    "Poller",
+    "SelectGpus",
+]
 
 # What the monitor's panels show. Persistence/compute mode and energy are not drawn, so the
 # monitor never asks the driver for them. PCIe throughput is (the interconnect
@@ -88,6 +98,10 @@ SLOW_GROUPS: frozenset[str] = ALL_GROUPS - FAST_GROUPS
 
 T = TypeVar("T")
 
+SelectGpus: TypeAlias = Callable[[Collector], Sequence[int] | Selection]
+"""Picks the GPUs to poll from a collector's statics: indices, or a :class:`~nvtopy.selection.Selection`
+(the GPUs and the MIG devices a GPU is limited to), as ``Collector.select`` takes them."""
+
 log = logging.getLogger(__name__)
 
 
@@ -106,7 +120,7 @@ class Poller(SnapshotSource):
         self,
         backend: Backend | None,
         *,
-        interval: float = 1.0,
+        interval: float = DEFAULT_INTERVAL,
         indices: Sequence[int] | None = None,
         history: int = HISTORY_LENGTH,
         groups: Collection[str] = ALL_GROUPS,
@@ -115,7 +129,7 @@ class Poller(SnapshotSource):
         join: bool = True,
         collector: Collector | None = None,
         opener: Callable[[], Backend] | None = None,
-        select: Callable[[Collector], Sequence[int] | Selection] | None = None,
+        select: SelectGpus | None = None,
         waiting_for: str | None = None,
         events: bool = False,
         isolate: bool = True,

@@ -47,7 +47,7 @@ from __future__ import annotations
 import asyncio
 import signal as signals
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import ClassVar
@@ -62,8 +62,8 @@ from textual.theme import Theme
 from textual.widgets import Input
 
 from ..backends.base import Backend, SignalOutcome
-from ..config import MAX_INTERVAL, MIN_INTERVAL
 from ..health.verdict import HealthThresholds
+from ..interval import DEFAULT_INTERVAL, MAX_INTERVAL, MIN_INTERVAL, STALE_INTERVALS
 from ..model import GpuProcess, GpuState, Snapshot
 from ..render.cells import NOT_VISIBLE
 from ..render.gpu import has_interconnect, mig_rows, panel_extra_rows
@@ -85,8 +85,7 @@ from ..render.processes import (
 )
 from ..render.tree import AncestorRow
 from ..sources.base import SnapshotSource
-from ..sources.collector import Collector
-from ..sources.poller import MONITOR_GROUPS, Poller
+from ..sources.poller import MONITOR_GROUPS, Poller, SelectGpus
 from ..textsafe import safe_text
 from .charts import ChartView, spare_rows
 from .columns_screen import ColumnsScreen
@@ -121,8 +120,6 @@ SIGNALS = {"SIGTERM": signals.SIGTERM, "SIGKILL": signals.SIGKILL, "SIGINT": sig
 QUIT_WAIT = 0.1
 # A poll (or opening the backend) taking longer than this is shown in the header, with its duration.
 STALL_AFTER = 2.0
-# A host whose newest reading is this many refresh intervals older than the snapshot is "stale" in its header.
-STALE_INTERVALS = 3
 
 
 def _members(row: GpuProcess | ProcessGroup | AncestorRow) -> tuple[GpuProcess | AncestorRow, ...]:
@@ -302,9 +299,9 @@ class NvtopyApp(App[None]):
         cls,
         backend: Backend | None,
         *,
-        interval: float = 1.0,
+        interval: float = DEFAULT_INTERVAL,
         opener: Callable[[], Backend] | None = None,
-        select: Callable[[Collector], Sequence[int]] | None = None,
+        select: SelectGpus | None = None,
         waiting_for: str | None = None,
         readonly: bool = False,
         layout: str = "auto",

@@ -97,9 +97,7 @@ def build_parser(command: str) -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         help="address to serve /metrics on (default 127.0.0.1:9400; 0.0.0.0:9400 for every interface)",
     )
-    parser.add_argument(
-        "--interval", type=options.interval_type, default=1.0, metavar="SECONDS", help="collection interval (default 1)"
-    )
+    options.add_interval_option(parser, "collection interval")
     options.add_timeout_option(parser, "seconds a GPU's stuck driver call is waited for before it is marked")
     tls = parser.add_argument_group("TLS (HTTPS) and mutual TLS")
     tls.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this PEM certificate (chain)")
@@ -155,8 +153,7 @@ def run(command: str, args: argparse.Namespace) -> int:
     try:
         previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
         collector = Collector(backend, history=1, thresholds=options.health_thresholds(args), timeline=False)
-        collector.read_statics(args.timeout)
-        collector.select(options.resolve_selection(args, collector))
+        options.open_selection(args, collector)
         poller = Poller(
             backend,
             interval=args.interval,

@@ -90,6 +90,7 @@ from ...formats.prometheus import (
     scraped_whole,
     xid_count,
 )
+from ...interval import STALE_INTERVALS
 from ...model import GpuSample, GpuState, GpuStatic, HostInfo, Snapshot
 from ..base import SnapshotSource
 from .hostscrape import HostGpus
@@ -107,7 +108,6 @@ __all__ = [
 
 GONE_AFTER = 600.0  # seconds a host that vanished from the answers is still shown as "no longer reported"
 DEFAULT_SCRAPE_INTERVAL = 60.0  # Prometheus's default, until a host's own is seen
-STALE_INTERVALS = 3  # a host whose newest sample is older than this many scrape intervals is stale
 MAX_QUERIES_PER_REFRESH = 2  # each host's newest sample; then, if any host has new ones, what is new
 HOST_LIST_BYTES = 4 << 20  # the first answer (one row a host): some 40,000 hosts of ordinary names
 
