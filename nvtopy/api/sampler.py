@@ -28,6 +28,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from ..interval import DEFAULT_INTERVAL
 from ..model import ALL_GROUPS, GpuState, Snapshot
 from ..sources.collector import Collector
 from ..sources.poller import Poller
@@ -113,7 +114,7 @@ class Sampler:
 
     def __init__(
         self,
-        interval: float = 1.0,
+        interval: float = DEFAULT_INTERVAL,
         gpus: str | Sequence[int | str] | None = None,
         only_visible: bool = True,
         history: int = 3600,
