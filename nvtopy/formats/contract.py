@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Callable
 from typing import Any
 
 from .._version import __version__
@@ -44,6 +45,7 @@ from ..model import (
 )
 from ..textsafe import escape_text as _esc
 from ..textsafe import unescape_text
+from .fields import field_reader
 
 __all__ = [
     "GPM_KEYS",
@@ -280,15 +282,17 @@ def nvlink_to_dict(link: NvLink) -> dict[str, Any]:
     }
 
 
+# READINGS with each field's getter (:func:`~nvtopy.formats.fields.field_reader`), resolved once.
+_READING_GETTERS: dict[str, tuple[tuple[str, Callable[[GpuState], object]], ...]] = {
+    group: tuple((key, field_reader(name)) for key, name in fields) for group, fields in READINGS.items()
+}
+
+
 def _readings(gpu: GpuState) -> dict[str, Any]:
-    static, sample = gpu.static, gpu.sample
-    data: dict[str, Any] = {}
-    for group, fields in READINGS.items():
-        data[group] = {
-            key: getattr(static, name[7:]) if name.startswith("static.") else getattr(sample, name)
-            for key, name in fields
-        }
-    links = sample.nvlinks
+    data: dict[str, Any] = {
+        group: {key: read(gpu) for key, read in getters} for group, getters in _READING_GETTERS.items()
+    }
+    links = gpu.sample.nvlinks
     data["nvlink"]["links"] = None if links is None else [nvlink_to_dict(link) for link in links]
     return data
 

@@ -38,7 +38,6 @@ values, so the exporter keeps answering with ``nvtopy_gpu_responding 0``.
 from __future__ import annotations
 
 import collections
-import operator
 import struct
 import threading
 import time
@@ -77,6 +76,7 @@ from .dcgm import (
     gpu_labels,
     ranged,
 )
+from .fields import FieldPart, field_part
 
 __all__ = [
     "COMMAND_LABEL_MAX",
@@ -319,23 +319,14 @@ _READERS: tuple[tuple[DcgmField, Callable[[GpuState], object]], ...] = ()
 
 
 def _gpu_readers() -> tuple[tuple[DcgmField, Callable[[GpuState], object]], ...]:
-    """Each GPU series' field with a getter of its raw value: what ``DcgmField.value`` reads, resolved once.
+    """Each GPU series' field with a getter of its raw value (``DcgmField.reader``), resolved once.
 
-    Why: ``value`` works out from the attribute's text where the value lives on
-    every call; 60 fields x 8 GPUs every second, that was a fifth of building the families.
+    Why: working out from the attribute's text where the value lives, for every value
+    (60 fields x 8 GPUs every second), was a fifth of building the families.
     """
     global _READERS  # made once, on first use (the same from any thread)
     if not _READERS:
-        readers = []
-        for metric in FIELDS + NVTOPY_FIELDS:
-            if metric.read is not None:
-                read = metric.read
-            elif metric.attribute.startswith(("static.", "health.")):
-                read = operator.attrgetter(metric.attribute)
-            else:
-                read = operator.attrgetter(f"sample.{metric.attribute}")
-            readers.append((metric, read))
-        _READERS = tuple(readers)
+        _READERS = tuple((metric, metric.reader()) for metric in FIELDS + NVTOPY_FIELDS)
     return _READERS
 
 
@@ -1126,8 +1117,8 @@ def parse_exposition(text: str, url: str) -> HostScrape:
     lost: dict[int, bool] = {}
     processes: dict[tuple[int, int], dict[str, Any]] = {}
     # What GPU instances' series say of their GPU, used where its own series do not (dcgm-exporter's MIG GPUs).
-    inherited: dict[int, dict[str, dict[str, Any]]] = collections.defaultdict(
-        lambda: {"static": {}, "values": {}, "health": {}}
+    inherited: dict[int, dict[FieldPart, dict[str, Any]]] = collections.defaultdict(
+        lambda: {"static": {}, "sample": {}, "health": {}}
     )
     instances: dict[int, dict[int, dict[str, Any]]] = collections.defaultdict(dict)  # gpu -> GPU_I_ID -> values
     devices: dict[int, dict[int, dict[str, Any]]] = collections.defaultdict(dict)  # gpu -> MIG device -> values
@@ -1198,23 +1189,19 @@ def parse_exposition(text: str, url: str) -> HostScrape:
                 if name in INSTANCE_FIELDS:
                     gpu_instance[name] = value
                     continue
-                said = inherited[index]  # the GPU's value, as its instance's series repeat it
-                if known.attribute.startswith("static."):
-                    said["static"].setdefault(known.attribute[7:], value)
-                elif known.attribute.startswith("health."):
-                    said["health"].setdefault(known.attribute[7:], value)
-                else:
-                    said["values"].setdefault(known.attribute, value)
+                part, key = field_part(known.attribute)
+                inherited[index][part].setdefault(key, value)  # the GPU's value, as its instance's series repeat it
                 continue
-            if known.attribute.startswith("static."):
-                static[known.attribute[7:]] = value
-            elif known.attribute.startswith("health."):
-                health[index][known.attribute[7:]] = value
+            part, key = field_part(known.attribute)
+            if part == "static":
+                static[key] = value
+            elif part == "health":
+                health[index][key] = value
             else:
-                values[index][known.attribute] = value
+                values[index][key] = value
     for index, said in inherited.items():  # the GPU's own series win
         statics[index].update({k: v for k, v in said["static"].items() if k not in statics[index]})
-        values[index] = {**said["values"], **values[index]}
+        values[index] = {**said["sample"], **values[index]}
         if said["health"]:
             health[index] = {**said["health"], **health[index]}
     for index in set(instances) | set(devices):
