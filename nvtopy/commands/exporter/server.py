@@ -32,7 +32,7 @@ from typing import IO, TYPE_CHECKING, Any, cast
 from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer
 
 from ...errors import NvtopyError, UsageError
-from ...formats.prometheus import Exposition
+from ...formats.prometheus.collect import Exposition
 from ...sources.base import SnapshotSource
 from ...textsafe import safe_text
 from .app import SnapshotHolder, WsgiApp, metrics_app

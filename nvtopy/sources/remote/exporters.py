@@ -73,7 +73,7 @@ from typing import TYPE_CHECKING
 
 from ..._version import __version__
 from ...errors import UsageError
-from ...formats.prometheus import MAX_HOSTS, HostScrape, parse_exposition
+from ...formats.prometheus.collect import MAX_HOSTS, HostScrape, parse_exposition
 from ...model import (
     GpuSample,
     GpuState,

@@ -69,7 +69,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...formats.dcgm import FIELDS, INSTANCE_FIELDS
-from ...formats.prometheus import (
+from ...formats.prometheus.collect import (
     MAX_GPU_INDEX,
     MAX_GPUS_PER_HOST,
     MAX_HOSTS,

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from ...formats.prometheus import PROCESS_FIELDS, HostScrape
+from ...formats.prometheus.collect import PROCESS_FIELDS, HostScrape
 from ...model import (
     GPM_FIELDS,
     OK_HEALTH,

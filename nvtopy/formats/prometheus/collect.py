@@ -47,8 +47,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..health.xid import MAX_XIDS_PER_GPU
-from ..model import (
+from ...health.xid import MAX_XIDS_PER_GPU
+from ...model import (
     GpuProcess,
     GpuState,
     GpuStatic,
@@ -61,9 +61,9 @@ from ..model import (
     Snapshot,
     freeze,
 )
-from ..ranges import BYTES, BYTES_PER_S, FIELD_RANGES, SECONDS, fits
-from ..textsafe import escape_text, unescape_text
-from .dcgm import (
+from ...ranges import BYTES, BYTES_PER_S, FIELD_RANGES, SECONDS, fits
+from ...textsafe import escape_text, unescape_text
+from ..dcgm import (
     BY_NAME,
     FIELDS,
     GPU_LABELS,
@@ -76,7 +76,7 @@ from .dcgm import (
     gpu_labels,
     ranged,
 )
-from .fields import FieldPart, field_part
+from ..fields import FieldPart, field_part
 
 __all__ = [
     "COMMAND_LABEL_MAX",
@@ -381,7 +381,7 @@ class SnapshotCollector:
         info = GaugeMetricFamily(
             "nvtopy_exporter_info", "nvtopy exporter build and backend.", labels=["version", "backend"]
         )
-        from .._version import __version__
+        from ..._version import __version__
 
         info.add_metric([__version__, "none" if snapshot is None else snapshot.host.backend], 1.0)
         head.append(info)
