@@ -30,7 +30,8 @@ from nvtopy.backends.simulated import faults as sim_faults
 from nvtopy.backends.simulated.faults import parse_fault_specs
 from nvtopy.errors import UsageError
 from nvtopy.formats.contract import snapshot_to_dict
-from nvtopy.formats.prometheus.collect import SnapshotCollector, parse_exposition
+from nvtopy.formats.prometheus.collect import SnapshotCollector
+from nvtopy.formats.prometheus.parse import parse_exposition
 from nvtopy.formats.writers import CsvWriter
 from nvtopy.health.realwork import SUSPECTED_HANG
 from nvtopy.model import (
