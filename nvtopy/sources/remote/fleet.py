@@ -69,6 +69,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...formats.dcgm import FIELDS, INSTANCE_FIELDS
+from ...formats.fields import field_part
 from ...formats.prometheus.parse import (
     MAX_GPU_INDEX,
     MAX_GPUS_PER_HOST,
@@ -236,8 +237,8 @@ def read_query(
 # name -> (where it goes: "static", "health" or "values"; the attribute; the field's range check and scale)
 _ROUTES: dict[str, tuple[str, str, Callable[[float], Any]]] = {}
 for _name, _field in _GPU_FIELDS.items():
-    _kind, _, _attribute = _field.attribute.rpartition(".")
-    _ROUTES[_name] = (_kind or "values", _attribute, _field.from_metric)
+    _part, _attribute = field_part(_field.attribute)
+    _ROUTES[_name] = ("values" if _part == "sample" else _part, _attribute, _field.from_metric)
 _INDEX_CACHE: dict[str, int] = {str(i): i for i in range(MAX_GPUS_PER_HOST)}
 
 
