@@ -383,13 +383,10 @@ def _mig_device(value: Any, position: int) -> tuple[MigInstance, MigUsage | None
     )
     if not any(name in value for name in (*MIG_USAGE_FIELDS, *MIG_GPM_FIELDS)):
         return instance, None
-    usage = MigUsage(
-        index=index,
-        unavailable=freeze(_reasons(value, _MIG_USAGE_REASON_KEYS)),
-        **{name: _whole(value.get(name), f"MIG device {name}") for name in MIG_USAGE_FIELDS},
-        # Its own activity (GPM; absent from recordings made before it: None).
-        **{name: _reading(value.get(name), f"MIG device {name}") for name in MIG_GPM_FIELDS},
-    )
+    readings: dict[str, Any] = {name: _whole(value.get(name), f"MIG device {name}") for name in MIG_USAGE_FIELDS}
+    # Its own activity (GPM; absent from recordings made before it: None).
+    readings.update({name: _reading(value.get(name), f"MIG device {name}") for name in MIG_GPM_FIELDS})
+    usage = MigUsage(index=index, unavailable=freeze(_reasons(value, _MIG_USAGE_REASON_KEYS)), **readings)
     return instance, usage
 
 

@@ -60,8 +60,10 @@ class TextRenderer:
         from prometheus_client.openmetrics.exposition import escape_label_name, escape_metric_name
         from prometheus_client.utils import floatToGoString
 
-        previous, labels = self._labels, {}
-        old_values, values = self._values, {}
+        previous = self._labels
+        labels: dict[tuple[tuple[str, str], ...], str] = {}
+        old_values = self._values
+        values: dict[float, str] = {}
         same: dict[int, str] = {}  # id of a label dict -> its text, in this render (families share dicts)
         names = self._names
         old_texts, texts = self._texts, {}

@@ -389,8 +389,8 @@ def parse_exposition(text: str, url: str) -> HostScrape:
             gpu_values["ecc_mode"] = True  # dcgm has no ECC-mode metric: counters are exported only when it is on
     shown = sorted(statics)[:MAX_GPUS_PER_HOST]
     for index in shown:
-        static = GpuStatic(index=index, **statics[index])
-        scrape.gpus.append((static, dict(values.get(index, {})), lost.get(index, False)))
+        gpu_static = GpuStatic(index=index, **statics[index])
+        scrape.gpus.append((gpu_static, dict(values.get(index, {})), lost.get(index, False)))
     for (index, pid), row in sorted(processes.items()):
         if index in statics:  # a process of a GPU without GPU series has nowhere to be shown
             scrape.processes.setdefault(index, []).append({"pid": pid, **row})
