@@ -208,7 +208,8 @@ def _reading(value: Any, name: str) -> int | float | None:
         return None
     kind = type(value)
     if kind is int or kind is float:
-        return value
+        reading: int | float = value
+        return reading
     raise TypeError(f"{name} is not a number")
 
 

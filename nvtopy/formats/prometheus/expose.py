@@ -121,7 +121,7 @@ class TextRenderer:
                         shown = repr(value)
                         # floatToGoString's own cases: not finite, or Go's exponent form (a dot past the 6th digit).
                         if not -_FINITE < value < _FINITE or (value > 0 and shown.find(".") > 6):
-                            shown = floatToGoString(value)
+                            shown = floatToGoString(value)  # type: ignore[no-untyped-call]  # client's, untyped
                     if value:
                         values[value] = shown
                 stamp = sample[3]
@@ -159,7 +159,7 @@ def _generate_latest(families: list[Any]) -> str:
         def collect(self) -> list[Any]:
             return families
 
-    return generate_latest(Families()).decode("utf-8")  # type: ignore[arg-type]
+    return generate_latest(Families()).decode("utf-8")
 
 
 @dataclass
