@@ -245,7 +245,8 @@ def render_cost(processes_per_gpu: int, runs: int = 30) -> dict[str, float]:
 
     from nvtopy.backends.simulated.backend import SimulatedBackend
     from nvtopy.commands.exporter.command import EXPORTER_GROUPS
-    from nvtopy.formats.prometheus import SnapshotCollector, TextRenderer
+    from nvtopy.formats.prometheus.collect import SnapshotCollector
+    from nvtopy.formats.prometheus.expose import TextRenderer
     from nvtopy.sources.collector import Collector
     from nvtopy.sources.poller import Poller
 

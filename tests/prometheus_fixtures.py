@@ -624,7 +624,7 @@ def simulated_exposition(hostname: str, seed: int, gpus: int = 8, *, faults: Seq
     from prometheus_client import CollectorRegistry, generate_latest
 
     from nvtopy.backends.open import open_backend, simulated_spec
-    from nvtopy.formats.prometheus import SnapshotCollector
+    from nvtopy.formats.prometheus.collect import SnapshotCollector
     from nvtopy.sources.collector import Collector
     from nvtopy.sources.poller import Poller
 

@@ -32,8 +32,9 @@ from nvtopy.backends.simulated.catalog import Workload, find_model
 from nvtopy.backends.simulated.faults import parse_fault_specs
 from nvtopy.commands.exporter.command import EXPORTER_GROUPS
 from nvtopy.commands.exporter.server import serve
-from nvtopy.formats import prometheus
-from nvtopy.formats.prometheus import Exposition, SnapshotCollector, TextRenderer, age_families
+from nvtopy.formats.prometheus import collect as prometheus
+from nvtopy.formats.prometheus.collect import SnapshotCollector, age_families
+from nvtopy.formats.prometheus.expose import Exposition, TextRenderer
 from nvtopy.sources.collector import Collector
 from nvtopy.sources.poller import Poller
 

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from nvtopy.errors import UsageError
-from nvtopy.formats.prometheus import MAX_LABEL, parse_exposition
+from nvtopy.formats.prometheus.parse import MAX_LABEL, parse_exposition
 from nvtopy.render.text import render_snapshot
 from nvtopy.sources.remote.fleet import GONE_AFTER, PrometheusFleet, newest_query, read_query
 from nvtopy.sources.remote.hostscrape import HostGpus

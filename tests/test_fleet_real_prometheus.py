@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from nvtopy.formats.prometheus import parse_exposition
+from nvtopy.formats.prometheus.parse import parse_exposition
 from nvtopy.model import Snapshot
 from nvtopy.sources.remote.fleet import MAX_QUERIES_PER_REFRESH, PrometheusFleet
 

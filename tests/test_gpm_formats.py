@@ -21,7 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from nvtopy.backends.simulated.faults import parse_fault_specs
 from nvtopy.commands.log import groups_for
 from nvtopy.formats.contract import snapshot_to_dict
-from nvtopy.formats.prometheus import SnapshotCollector, parse_exposition
+from nvtopy.formats.prometheus.collect import SnapshotCollector
+from nvtopy.formats.prometheus.parse import parse_exposition
 from nvtopy.formats.writers import DEFAULT_GPU_FIELDS, GPU_FIELDS, MIG_FIELDS, CsvWriter, JsonlWriter
 from nvtopy.model import GPM_FIELDS, GPM_PERCENT_FIELDS, GPM_RATE_FIELDS, MIG_GPM_FIELDS, Reason, Snapshot
 from nvtopy.sources.collector import Collector

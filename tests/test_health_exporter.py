@@ -20,7 +20,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nvtopy.commands.exporter.server import serve
 from nvtopy.formats.dcgm import BY_NAME, GPU_LABELS
-from nvtopy.formats.prometheus import NVTOPY_BY_NAME, SnapshotCollector, parse_exposition
+from nvtopy.formats.prometheus.collect import SnapshotCollector
+from nvtopy.formats.prometheus.parse import parse_exposition
+from nvtopy.formats.prometheus.series import NVTOPY_BY_NAME
 from nvtopy.model import GpuEvent, GpuHealth, Severity, Snapshot
 from nvtopy.sources.remote.exporters import RemoteHosts
 from nvtopy.textsafe import unescape_text

@@ -12,12 +12,12 @@ import pytest
 
 from nvtopy.backends.host import processes as hostmod
 from nvtopy.backends.host.processes import HostUsageReader
-from nvtopy.formats.contract import host_usage_from_dict, snapshot_to_dict
+from nvtopy.formats.contract import snapshot_to_dict
+from nvtopy.formats.contract_decoder import host_usage_from_dict, snapshot_from_dict
 from nvtopy.model import HostUsage, Reason
 from nvtopy.render.header import host_usage_parts, plain, width_of
 from nvtopy.render.text import render_snapshot
 from nvtopy.sources.collector import Collector
-from nvtopy.sources.replay import snapshot_from_dict
 
 
 def test_the_reader_measures_cpu_since_its_last_reading_and_says_na_when_no_tick_passed(monkeypatch) -> None:
@@ -91,10 +91,10 @@ def test_the_poller_thread_reads_it_with_the_gpus_and_once_text_and_json_carry_i
     assert data["host_usage"]["unavailable"] == {}
     for key in ("hostname", "driver_version", "gpus", "sequence"):  # added, never renamed
         assert key in data
-    replayed = snapshot_from_dict(data, {})
+    replayed = snapshot_from_dict(data)
     assert replayed.host_usage == usage, "a recording replays the host line"
     del data["host_usage"]
-    assert snapshot_from_dict(data, {}).host_usage is None, "an older recording: N/A"
+    assert snapshot_from_dict(data).host_usage is None, "an older recording: N/A"
 
 
 def test_a_recorded_host_usage_that_lies_is_na_with_a_reason() -> None:

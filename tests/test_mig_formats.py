@@ -17,7 +17,8 @@ from nvtopy.backends.simulated.faults import parse_fault_specs
 from nvtopy.commands.log import groups_for
 from nvtopy.formats.contract import gpm_value, gpu_to_dict, snapshot_to_dict
 from nvtopy.formats.dcgm import GPU_LABELS, MIB, gpu_instance_profile
-from nvtopy.formats.prometheus import SnapshotCollector, parse_exposition
+from nvtopy.formats.prometheus.collect import SnapshotCollector
+from nvtopy.formats.prometheus.parse import parse_exposition
 from nvtopy.formats.writers import DEFAULT_GPU_FIELDS, GPU_FIELDS, MIG_FIELDS, CsvWriter, JsonlWriter
 from nvtopy.model import (
     MIG_GPM_FIELDS,

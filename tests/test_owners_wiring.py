@@ -23,7 +23,9 @@ import pytest
 from nvtopy.backends.host.owners import OwnerResolver
 from nvtopy.backends.host.processes import PsutilInspector
 from nvtopy.formats.contract import dumps, snapshot_to_dict
-from nvtopy.formats.prometheus import OWNER_LABELS, SnapshotCollector, parse_exposition, pod_labels
+from nvtopy.formats.prometheus.collect import SnapshotCollector, pod_labels
+from nvtopy.formats.prometheus.parse import parse_exposition
+from nvtopy.formats.prometheus.series import OWNER_LABELS
 from nvtopy.formats.writers import DEFAULT_PROCESS_FIELDS, OWNER_FIELDS, PROCESS_FIELDS, CsvWriter, JsonlWriter
 from nvtopy.model import GpuProcess, HostInfo, OwnerKind, ProcessOwner, ProcessType, Snapshot
 from nvtopy.sources.collector import Collector

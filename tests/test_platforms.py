@@ -231,7 +231,7 @@ def test_tui_panel_says_why_unified_memory_has_no_bar(sim, clock):
 def test_the_driver_model_and_virtualization_mode_are_said(sim, clock, nvtopy_cmd):
     """A WDDM driver and a vGPU guest say what they are (model, JSON, replay, --once), not only their N/As."""
     from nvtopy.formats.contract import snapshot_to_dict
-    from nvtopy.sources.replay import snapshot_from_dict
+    from nvtopy.formats.contract_decoder import snapshot_from_dict
 
     snapshot = _snapshot(sim, clock, gpus=2, faults=parse_fault_specs(["wddm", "vgpu@1"], gpus=2))
     bare, guest = snapshot.gpus
@@ -243,7 +243,7 @@ def test_the_driver_model_and_virtualization_mode_are_said(sim, clock, nvtopy_cm
     data = json.loads(json.dumps(snapshot_to_dict(snapshot)))
     assert [g["driver_model"] for g in data["gpus"]] == ["WDDM", "WDDM"]
     assert [g["virtualization_mode"] for g in data["gpus"]] == ["none", "vgpu"]
-    replayed = snapshot_from_dict(data, {})
+    replayed = snapshot_from_dict(data)
     assert replayed.gpus[1].static.virtualization_mode == "vgpu" and replayed.gpus[0].static.driver_model == "WDDM"
     linux = _snapshot(sim, clock, gpus=1)
     assert linux.gpus[0].static.driver_model is None

@@ -17,7 +17,7 @@ import pytest
 
 from nvtopy.commands.dispatch import main
 from nvtopy.errors import UsageError
-from nvtopy.formats.prometheus import MAX_HOSTS
+from nvtopy.formats.prometheus.parse import MAX_HOSTS
 from nvtopy.sources.remote.exporters import RemoteHosts
 from nvtopy.sources.remote.fleet import HOST_LIST_BYTES, PrometheusFleet
 from nvtopy.sources.remote.prometheus import PrometheusClient, PrometheusError

@@ -12,7 +12,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from nvtopy.commands.exporter.server import serve
 from nvtopy.errors import UsageError
-from nvtopy.formats.prometheus import SnapshotCollector, parse_exposition
+from nvtopy.formats.prometheus.collect import SnapshotCollector
+from nvtopy.formats.prometheus.parse import parse_exposition
 from nvtopy.sources.collector import Collector
 from nvtopy.sources.poller import Poller
 from nvtopy.sources.remote.exporters import RemoteHosts, metrics_url

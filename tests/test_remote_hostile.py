@@ -27,7 +27,7 @@ import pytest
 
 from nvtopy.commands.exporter.server import serve
 from nvtopy.formats.dcgm import BY_NAME
-from nvtopy.formats.prometheus import (
+from nvtopy.formats.prometheus.parse import (
     MAX_GPU_INDEX,
     MAX_GPUS_PER_HOST,
     MAX_LABEL,

@@ -20,7 +20,7 @@ import threading
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from nvtopy.formats.prometheus import SnapshotCollector
+from nvtopy.formats.prometheus.collect import SnapshotCollector
 from nvtopy.sources.collector import Collector
 from nvtopy.sources.poller import Poller
 from nvtopy.sources.remote.exporters import RemoteHosts, _Target, host_names

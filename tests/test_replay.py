@@ -382,7 +382,8 @@ def test_any_order_of_access_gives_what_playing_in_order_gives(recording, tmp_pa
 
 def test_owner_from_dict_is_owner_to_dicts_inverse_and_trusts_nothing():
     """The one decoder of recorded owners (replay and report): round trip, escapes undone, bad input refused."""
-    from nvtopy.formats.contract import owner_from_dict, owner_to_dict
+    from nvtopy.formats.contract import owner_to_dict
+    from nvtopy.formats.contract_decoder import owner_from_dict
     from nvtopy.model import OwnerKind, ProcessOwner
 
     owner = ProcessOwner(kind=OwnerKind.KUBERNETES, namespace="ml", pod="train-\x1b[31m0", container="c", uid=1000)

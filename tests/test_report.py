@@ -25,6 +25,7 @@ from nvtopy.commands.dispatch import main
 from nvtopy.commands.report import parse_duration
 from nvtopy.errors import UsageError
 from nvtopy.formats.contract import snapshot_to_dict
+from nvtopy.formats.contract_decoder import snapshot_from_dict
 from nvtopy.model import (
     GpuProcess,
     GpuSample,
@@ -37,7 +38,6 @@ from nvtopy.model import (
     Snapshot,
 )
 from nvtopy.sources.collector import Collector
-from nvtopy.sources.replay import snapshot_from_dict
 from nvtopy.textsafe import unescape_text
 
 GIB = 2**30
@@ -778,7 +778,7 @@ def test_reading_a_line_directly_gives_what_the_replay_reader_gives(recording, t
     texts = [*lines[:5], json.dumps(snapshot_to_dict(hostile), ensure_ascii=False)]
     for text in texts:
         data = json.loads(text)
-        assert observations_from_record(data) == list(observations(snapshot_from_dict(data, {})))
+        assert observations_from_record(data) == list(observations(snapshot_from_dict(data)))
     assert observations_from_record(json.loads(texts[-1]))[0].energy_mj is None  # beyond 2**64: no reading
 
 
@@ -801,4 +801,4 @@ def test_a_line_of_the_wrong_shape_is_damage_to_both_readers(recording, change):
     with pytest.raises((KeyError, TypeError, ValueError)):
         observations_from_record(data)
     with pytest.raises((KeyError, TypeError, ValueError)):
-        list(observations(snapshot_from_dict(data, {})))
+        list(observations(snapshot_from_dict(data)))

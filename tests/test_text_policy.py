@@ -516,7 +516,8 @@ def test_exporter_labels_are_utf8_and_unescape_back(child, clock):
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
-    from nvtopy.formats.prometheus import COMMAND_LABEL_MAX, SnapshotCollector
+    from nvtopy.formats.prometheus.collect import SnapshotCollector
+    from nvtopy.formats.prometheus.series import COMMAND_LABEL_MAX
 
     expected = argv_text(child.pid)
     backend = hostile_backend([child.pid], clock=clock)

@@ -30,7 +30,9 @@ from nvtopy.backends.simulated import faults as sim_faults
 from nvtopy.backends.simulated.faults import parse_fault_specs
 from nvtopy.errors import UsageError
 from nvtopy.formats.contract import snapshot_to_dict
-from nvtopy.formats.prometheus import SnapshotCollector, parse_exposition
+from nvtopy.formats.contract_decoder import snapshot_from_dict
+from nvtopy.formats.prometheus.collect import SnapshotCollector
+from nvtopy.formats.prometheus.parse import parse_exposition
 from nvtopy.formats.writers import CsvWriter
 from nvtopy.health.realwork import SUSPECTED_HANG
 from nvtopy.model import (
@@ -54,7 +56,6 @@ from nvtopy.render.gpu import compact_line, panel_lines
 from nvtopy.render.health import gpu_health_lines
 from nvtopy.sources.collector import Collector
 from nvtopy.sources.remote.hostscrape import HostGpus
-from nvtopy.sources.replay import snapshot_from_dict
 
 from .fake_pynvml import FakeGpu, FakeMig, FakeNvml, FakeProcess, FakeSample, now_us
 
@@ -362,7 +363,7 @@ def _recorded_line(sim) -> dict:
 
 def test_replay_reads_a_recorded_absurd_figure_as_na_out_of_range(sim):
     data = _recorded_line(sim)
-    sample = snapshot_from_dict(data, {}).gpus[0].sample
+    sample = snapshot_from_dict(data).gpus[0].sample
     for name in (
         "tensor_active_percent",
         "dram_active_percent",
@@ -373,7 +374,7 @@ def test_replay_reads_a_recorded_absurd_figure_as_na_out_of_range(sim):
     ):
         assert getattr(sample, name) is None and sample.why(name) == "out_of_range", name
     assert sample.memory_used_bytes is not None
-    assert observations_from_record(data) == list(observations(snapshot_from_dict(data, {}))), "report reads the same"
+    assert observations_from_record(data) == list(observations(snapshot_from_dict(data))), "report reads the same"
     assert observations_from_record(data)[0].activity_percent is None, "not 250 % busy"
 
 

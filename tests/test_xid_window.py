@@ -16,7 +16,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from nvtopy.formats.contract import snapshot_to_dict
-from nvtopy.formats.prometheus import SnapshotCollector
+from nvtopy.formats.prometheus.collect import SnapshotCollector
 from nvtopy.formats.writers import CsvWriter
 from nvtopy.health.verdict import MAX_XID_FINDINGS, HealthInputs, HealthThresholds, assess
 from nvtopy.health.xid import MAX_XIDS_PER_GPU, XID_CATALOGUE, describe_xid

@@ -52,7 +52,8 @@ from datetime import datetime
 from typing import Any
 
 from ..errors import UsageError, unknown_name
-from ..formats.contract import encode, iso_timestamp, owner_from_dict, recorded_text
+from ..formats.contract import encode, iso_timestamp
+from ..formats.contract_decoder import owner_from_dict, recorded_text
 from ..formats.dcgm import INT64_BLANK, WATTS
 from ..health.verdict import HealthThresholds
 from ..model import OwnerKind, ProcessOwner, Reason, Snapshot

@@ -12,13 +12,15 @@ the output is always valid UTF-8 with no control characters, and
 :func:`~nvtopy.textsafe.unescape_text` gives the exact text back. Strings that
 are ours (timestamps, ``P0``, ``C``, reasons) never contain a backslash, so a
 reader may unescape every string value. :func:`encode` is the one encoder of
-``--once --json``, ``log --format jsonl`` and ``record``.
+``--once --json``, ``log --format jsonl`` and ``record``; its inverse, the one
+decoder of what they write, is :mod:`nvtopy.formats.contract_decoder`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Callable
 from typing import Any
 
 from .._version import __version__
@@ -36,14 +38,12 @@ from ..model import (
     HostUsage,
     MigState,
     NvLink,
-    OwnerKind,
     ProcessOwner,
     Reason,
     Snapshot,
-    freeze,
 )
 from ..textsafe import escape_text as _esc
-from ..textsafe import unescape_text
+from .fields import field_reader
 
 __all__ = [
     "GPM_KEYS",
@@ -58,15 +58,12 @@ __all__ = [
     "gpm_value",
     "gpu_to_dict",
     "health_to_dict",
-    "host_usage_from_dict",
     "host_usage_to_dict",
     "iso_timestamp",
     "mig_device_to_dict",
     "nvlink_to_dict",
-    "owner_from_dict",
     "owner_to_dict",
     "process_to_dict",
-    "recorded_text",
     "snapshot_to_dict",
 ]
 
@@ -104,40 +101,6 @@ def owner_to_dict(owner: ProcessOwner | None) -> dict[str, Any] | None:
         data[name] = _esc(getattr(owner, name))
     data["uid"] = owner.uid
     return data
-
-
-def recorded_text(value: Any, name: str) -> str | None:
-    """A recorded string, unescaped as the writers escaped it; ``null`` is None. Raises TypeError for a non-string."""
-    if value is None:
-        return None
-    if type(value) is not str:
-        raise TypeError(f"{name} is not text")
-    return unescape_text(value)
-
-
-def owner_from_dict(value: Any) -> ProcessOwner | None:
-    """:func:`owner_to_dict`'s inverse, trusting nothing: the names unescaped, ``None`` for ``null``.
-
-    The one decoder of a recorded owner (replay and ``report`` both read recordings). A kind
-    this version does not know reads as ``cgroup`` (an owner it cannot name). Raises
-    TypeError for an owner that is no object, or a name that is not text.
-    """
-    if value is None:
-        return None
-    if type(value) is not dict:
-        raise TypeError("owner is not an object")
-    kind = value.get("kind")
-    if type(kind) is not str:
-        raise TypeError("owner kind is not text")
-    try:
-        owner_kind = OwnerKind(kind)
-    except ValueError:
-        owner_kind = OwnerKind.CGROUP
-    names = {name: recorded_text(value.get(name), f"owner {name}") for name in OWNER_STRING_FIELDS}
-    uid = value.get("uid")
-    if uid is not None and (type(uid) is not int or not 0 <= uid < 2**32):
-        uid = None  # not a uid (a float, a negative or huge number): unknown, as a bad figure is N/A
-    return ProcessOwner(kind=owner_kind, uid=uid, **names)
 
 
 def process_to_dict(process: GpuProcess) -> dict[str, Any]:
@@ -280,15 +243,17 @@ def nvlink_to_dict(link: NvLink) -> dict[str, Any]:
     }
 
 
+# READINGS with each field's getter (:func:`~nvtopy.formats.fields.field_reader`), resolved once.
+_READING_GETTERS: dict[str, tuple[tuple[str, Callable[[GpuState], object]], ...]] = {
+    group: tuple((key, field_reader(name)) for key, name in fields) for group, fields in READINGS.items()
+}
+
+
 def _readings(gpu: GpuState) -> dict[str, Any]:
-    static, sample = gpu.static, gpu.sample
-    data: dict[str, Any] = {}
-    for group, fields in READINGS.items():
-        data[group] = {
-            key: getattr(static, name[7:]) if name.startswith("static.") else getattr(sample, name)
-            for key, name in fields
-        }
-    links = sample.nvlinks
+    data: dict[str, Any] = {
+        group: {key: read(gpu) for key, read in getters} for group, getters in _READING_GETTERS.items()
+    }
+    links = gpu.sample.nvlinks
     data["nvlink"]["links"] = None if links is None else [nvlink_to_dict(link) for link in links]
     return data
 
@@ -455,29 +420,6 @@ def host_usage_to_dict(usage: HostUsage | None) -> dict[str, Any] | None:
     data: dict[str, Any] = {name: getattr(usage, name) for name in HOST_USAGE_FIELDS}
     data["unavailable"] = {k: v.value for k, v in usage.unavailable.items() if data.get(k) is None}
     return data
-
-
-def host_usage_from_dict(value: Any) -> HostUsage | None:
-    """A recorded ``host_usage`` (replay); anything not a number is N/A, an unknown reason is ``unknown``."""
-    if not isinstance(value, dict):
-        return None
-    values: dict[str, Any] = {}
-    reasons: dict[str, Reason] = {}
-    for name in HOST_USAGE_FIELDS:
-        item = value.get(name)
-        if isinstance(item, (int, float)) and not isinstance(item, bool):
-            values[name] = int(item) if name in _HOST_INTEGERS and float(item).is_integer() else item
-    recorded = value.get("unavailable")
-    for name in HOST_USAGE_FIELDS:
-        if name in values:
-            continue
-        reason = recorded.get(name) if isinstance(recorded, dict) else None
-        reasons[name] = Reason(reason) if reason in _REASON_VALUES else Reason.UNKNOWN
-    return HostUsage(**values, unavailable=freeze(reasons))
-
-
-_HOST_INTEGERS = frozenset({"cpu_count", "ram_total_bytes", "ram_used_bytes", "swap_total_bytes", "swap_used_bytes"})
-_REASON_VALUES = frozenset(reason.value for reason in Reason)
 
 
 def encode(data: Any, *, indent: int | None = None) -> str:

@@ -85,6 +85,7 @@ from ..ranges import (
     TEMPERATURE_C,
     WATTS,
 )
+from .fields import field_reader
 
 __all__ = [
     "FIELDS",
@@ -127,15 +128,12 @@ class DcgmField:
     # Labels of a GPU's series beyond the GPU's own (dcgm-exporter's "attributes"); None: none.
     labels: Callable[[GpuState], dict[str, str] | None] | None = None
 
+    def reader(self) -> Callable[[GpuState], object]:
+        """The getter of its raw value: ``read``, else the attribute (:func:`~nvtopy.formats.fields.field_reader`)."""
+        return self.read if self.read is not None else field_reader(self.attribute)
+
     def value(self, gpu: GpuState) -> float | None:
-        if self.read is not None:
-            raw = self.read(gpu)
-        elif self.attribute.startswith("static."):
-            raw = getattr(gpu.static, self.attribute[7:])
-        elif self.attribute.startswith("health."):
-            raw = getattr(gpu.health, self.attribute[7:])
-        else:
-            raw = getattr(gpu.sample, self.attribute)
+        raw = self.reader()(gpu)
         return None if raw is None else self.to_metric(raw)
 
 

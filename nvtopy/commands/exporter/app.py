@@ -1,7 +1,7 @@
 """What the exporter answers: the WSGI app that serves the latest snapshot's exposition to a scrape.
 
 The server (:mod:`.server`) moves bytes under deadlines; this is what the bytes are. A scrape
-gets :class:`~nvtopy.formats.prometheus.Exposition`'s bytes of the latest snapshot, rendered once
+gets :class:`~nvtopy.formats.prometheus.expose.Exposition`'s bytes of the latest snapshot, rendered once
 per snapshot and shared; anything else goes to prometheus-client's own app, as it always did.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from ...formats.prometheus import Exposition
+from ...formats.prometheus.expose import Exposition
 from ...model import Snapshot
 
 __all__ = ["SnapshotHolder", "WsgiApp", "metrics_app"]

@@ -26,7 +26,7 @@ to clients whose certificate that CA signed (mutual TLS): the files are checked
 before anything starts, and a bad one is a one-line usage error.
 
 A scrape costs no rendering: the exposition of each snapshot is made once, as
-bytes, and every scrape of that snapshot shares them (:class:`~nvtopy.formats.prometheus.Exposition`).
+bytes, and every scrape of that snapshot shares them (:class:`~nvtopy.formats.prometheus.expose.Exposition`).
 """
 
 from __future__ import annotations

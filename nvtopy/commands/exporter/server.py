@@ -13,7 +13,7 @@ handshake included), and the number of waiting connections is capped
 (:data:`WRITE_TIMEOUT`, in total, not per send).
 
 What a request gets is :mod:`.app`'s WSGI app: the bytes of the latest snapshot
-(:class:`~nvtopy.formats.prometheus.Exposition`), made once per snapshot and shared.
+(:class:`~nvtopy.formats.prometheus.expose.Exposition`), made once per snapshot and shared.
 :func:`serve` wires a source (:class:`~.app.SnapshotHolder`) to a :class:`MetricsServer`.
 """
 
@@ -32,7 +32,7 @@ from typing import IO, TYPE_CHECKING, Any, cast
 from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer
 
 from ...errors import NvtopyError, UsageError
-from ...formats.prometheus import Exposition
+from ...formats.prometheus.expose import Exposition
 from ...sources.base import SnapshotSource
 from ...textsafe import safe_text
 from .app import SnapshotHolder, WsgiApp, metrics_app

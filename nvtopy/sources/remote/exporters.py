@@ -51,7 +51,7 @@ the MIG devices (``nvtopy_mig_device_*``; from dcgm-exporter, one per GPU
 instance), each one's memory (the ``GPU_I_ID`` framebuffer series) and the
 GPU and compute instance of each process, so a remote MIG GPU shows its
 instances as a local one does. A GPU instance's series never stand for the
-whole GPU's (see :func:`~nvtopy.formats.prometheus.parse_exposition`).
+whole GPU's (see :func:`~nvtopy.formats.prometheus.parse.parse_exposition`).
 
 This is for a handful of machines watched from one terminal. For a fleet, point
 a Prometheus server at the exporters and use Grafana: the names are
@@ -73,7 +73,7 @@ from typing import TYPE_CHECKING
 
 from ..._version import __version__
 from ...errors import UsageError
-from ...formats.prometheus import MAX_HOSTS, HostScrape, parse_exposition
+from ...formats.prometheus.parse import MAX_HOSTS, HostScrape, parse_exposition
 from ...model import (
     GpuSample,
     GpuState,

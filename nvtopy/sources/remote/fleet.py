@@ -32,7 +32,7 @@ same range checks and label cuts as a scraped exposition (the helpers of
 :mod:`nvtopy.formats.prometheus`) and the same mapping to the model as ``--remote``
 (:mod:`nvtopy.sources.remote.hostscrape`): nothing a server says is trusted.
 
-**Bounded**: at most :data:`~nvtopy.formats.prometheus.MAX_HOSTS` hosts are shown (the first by
+**Bounded**: at most :data:`~nvtopy.formats.prometheus.parse.MAX_HOSTS` hosts are shown (the first by
 name; a line says how many the server has), each with the GPUs and processes a ``--remote`` host
 may have; the first answer (one row a host) is read up to :data:`HOST_LIST_BYTES`, and a longer one
 is a one-line failure asking for ``--where``, never the memory and time of a million hosts. Hosts
@@ -69,7 +69,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...formats.dcgm import FIELDS, INSTANCE_FIELDS
-from ...formats.prometheus import (
+from ...formats.fields import field_part
+from ...formats.prometheus.parse import (
     MAX_GPU_INDEX,
     MAX_GPUS_PER_HOST,
     MAX_HOSTS,
@@ -77,9 +78,6 @@ from ...formats.prometheus import (
     MAX_MIG_PER_GPU,
     MAX_PID,
     MAX_PROCESSES_PER_HOST,
-    MIG_DEVICE_SERIES,
-    NVTOPY_FIELDS,
-    OWNER_LABELS,
     PROCESS_VALUES,
     HostScrape,
     mig_device_sample,
@@ -90,6 +88,7 @@ from ...formats.prometheus import (
     scraped_whole,
     xid_count,
 )
+from ...formats.prometheus.series import MIG_DEVICE_SERIES, NVTOPY_FIELDS, OWNER_LABELS
 from ...interval import STALE_INTERVALS
 from ...model import GpuSample, GpuState, GpuStatic, HostInfo, Snapshot
 from ..base import SnapshotSource
@@ -238,8 +237,8 @@ def read_query(
 # name -> (where it goes: "static", "health" or "values"; the attribute; the field's range check and scale)
 _ROUTES: dict[str, tuple[str, str, Callable[[float], Any]]] = {}
 for _name, _field in _GPU_FIELDS.items():
-    _kind, _, _attribute = _field.attribute.rpartition(".")
-    _ROUTES[_name] = (_kind or "values", _attribute, _field.from_metric)
+    _part, _attribute = field_part(_field.attribute)
+    _ROUTES[_name] = ("values" if _part == "sample" else _part, _attribute, _field.from_metric)
 _INDEX_CACHE: dict[str, int] = {str(i): i for i in range(MAX_GPUS_PER_HOST)}
 
 
@@ -283,7 +282,7 @@ class _Host:
 
 
 def _route(gpu: _Gpu, name: str, labels: dict[str, str], value: float, slow: dict[str, Any] | None) -> None:
-    """One GPU value series into ``gpu``, as :func:`~nvtopy.formats.prometheus.parse_exposition` reads it.
+    """One GPU value series into ``gpu``, as :func:`~nvtopy.formats.prometheus.parse.parse_exposition` reads it.
 
     A GPU instance's series (``GPU_I_ID``) carries the instance's own figures
     (:data:`~nvtopy.formats.dcgm.INSTANCE_FIELDS`); any other figure on it is its GPU's,
@@ -343,7 +342,7 @@ def _process_row(host: _Host, index: int, name: str, labels: dict[str, str], val
 
 
 def _scrape(host: _Host, name: str) -> HostScrape:
-    """A host's HostScrape, as :func:`~nvtopy.formats.prometheus.parse_exposition` would make it."""
+    """A host's HostScrape, as :func:`~nvtopy.formats.prometheus.parse.parse_exposition` would make it."""
     scrape = HostScrape(url=f"prometheus://{host.key[0]}", hostname=name, driver_version=host.driver)
     shown = sorted(host.gpus)[:MAX_GPUS_PER_HOST]
     for index in shown:

@@ -1,4 +1,4 @@
-"""One host's GPUs as its exporter describes them (a :class:`~nvtopy.formats.prometheus.HostScrape`), as GpuStates.
+"""One host's GPUs as its exporter describes them (a :class:`~nvtopy.formats.prometheus.parse.HostScrape`): GpuStates.
 
 Shared by the two views of other hosts: ``--remote`` (each exporter scraped
 directly, :mod:`nvtopy.sources.remote.exporters`) and ``--prometheus`` (the fleet read from a
@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from ...formats.prometheus import PROCESS_FIELDS, HostScrape
+from ...formats.prometheus.parse import HostScrape
+from ...formats.prometheus.series import PROCESS_FIELDS
 from ...model import (
     GPM_FIELDS,
     OK_HEALTH,

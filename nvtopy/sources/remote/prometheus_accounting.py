@@ -42,7 +42,8 @@ from typing import Protocol
 
 from ...accounting.ledger import Holding, Ledger, Observation, Report, owner_key
 from ...errors import UsageError
-from ...formats.prometheus import MAX_GPU_INDEX, OWNER_LABELS, owner_from_labels, scraped_label
+from ...formats.prometheus.parse import MAX_GPU_INDEX, owner_from_labels, scraped_label
+from ...formats.prometheus.series import OWNER_LABELS
 from .prometheus import parse_matchers
 
 __all__ = [
