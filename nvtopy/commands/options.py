@@ -565,3 +565,17 @@ def discard_stdout() -> None:
         os.close(devnull)
     except (OSError, ValueError, AttributeError):  # no stdout at all: nothing to flush either
         pass
+
+
+def write_utf8(text: str) -> None:
+    """``text`` on stdout as UTF-8 whatever the locale's encoding: JSON is UTF-8 (RFC 8259), and a C locale's
+    ASCII stdout would fail on the first GPU name with a non-ASCII letter (``--once --json``, ``doctor --json``).
+
+    A replaced stdout without a byte buffer (tests, embedding) gets the text as it is.
+    """
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is None:
+        sys.stdout.write(text)
+        return
+    sys.stdout.flush()  # what was written as text first stays first
+    buffer.write(text.encode("utf-8"))
