@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from ..backends.open import DEMO_GPUS, DEMO_PROCESSES, DEMO_SEED, BackendSpec, nvml_spec, simulated_spec
 from ..backends.open import backend_opener as spec_opener
 from ..backends.open import open_backend as open_spec
-from ..errors import BackendUnavailableError, did_you_mean, quoted_name, unknown_name
+from ..errors import NAME_QUOTE_LIMIT, BackendUnavailableError, did_you_mean, unknown_name
 from ..sources.base import MIN_INTERVAL
+from ..textsafe import quoted
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
@@ -152,12 +153,12 @@ class Parser(argparse.ArgumentParser):
         if first.startswith("-") and len(first) > 1:
             option = first.split("=", 1)[0]
             known = [name for name in self._option_string_actions if name.startswith("--")]
-            return f"unknown option {quoted_name(option)}{did_you_mean(option, known, limit=2)}"
+            return f"unknown option {quoted(option, NAME_QUOTE_LIMIT)}{did_you_mean(option, known, limit=2)}"
         if self.takes_command:
             if first in COMMANDS:
                 return f"{first!r} is a command: it comes first (nvtopy {first} [OPTIONS])"
             return unknown_command(first)
-        return f"unexpected argument {quoted_name(first)}"
+        return f"unexpected argument {quoted(first, NAME_QUOTE_LIMIT)}"
 
     def _check_value(self, action: argparse.Action, value: Any) -> None:
         """A value outside ``choices``: argparse's check, with the closest choices named."""
