@@ -124,13 +124,12 @@ def check_memory_health(gpus: Sequence[GpuFacts]) -> list[DoctorFinding]:
         sample, index, label = gpu.sample, gpu.static.index, gpu_label(gpu.static)
         fields = (sample.remapped_rows_failure, sample.remapped_rows_pending, sample.retired_pages_pending)
         known += any(value is not None for value in fields)
-        for rule in sorted(memory_findings(sample), key=lambda f: -f.severity.rank):  # stable: rule order within
-            detail, fix = _MEMORY_ADVICE.get(rule.code, (None, rule.action or ""))
-            findings.append(
-                DoctorFinding(
-                    key, Status.of(rule.severity), f"{label}: {rule.text}", detail, fix.format(index=index), (index,)
-                )
-            )
+        worst_first = sorted(memory_findings(sample), key=lambda f: -f.severity.rank)  # stable within a severity
+        for rule in worst_first:
+            advice = _MEMORY_ADVICE.get(rule.code)  # a rule doctor has no words for yet: the monitor's fix
+            detail, fix = (advice[0], advice[1].format(index=index)) if advice else (None, rule.action)
+            title = f"{label}: {rule.text}"
+            findings.append(DoctorFinding(key, Status.of(rule.severity), title, detail, fix, (index,)))
     if findings:
         return findings
     if not known:
