@@ -387,7 +387,7 @@ def run(
 ) -> int:
     """Read nvidia-smi's view (the file, else the command), then nvtopy's, compare and print; exit per the rows.
 
-    ``write_json`` writes the JSON document (doctor's UTF-8 writer); text goes to stdout.
+    ``write_json`` writes the JSON document (:func:`nvtopy.commands.options.write_utf8`); text goes to stdout.
     """
     path = args.against_nvidia_smi
     if path:
