@@ -51,6 +51,7 @@ from typing import Any
 from .boundedfile import FileMissingError, FileRefusedError, read_bounded
 from .columns import COLUMN_IDS
 from .interval import DEFAULT_INTERVAL, MAX_INTERVAL, MIN_INTERVAL, valid_interval
+from .textsafe import quoted
 
 __all__ = [
     "CHART_WINDOWS",
@@ -347,23 +348,25 @@ def _one_of(key: str, choices: Sequence[str]) -> Any:
     return check
 
 
-def _shown(value: Any) -> str:
-    """The bad value, short, for the message: ``'fast'``, ``12``, ``array``."""
+def _described(value: Any) -> str:
+    """The bad value, short, for the message: ``'fast'`` (quoted as every outside text is), ``12``, ``an array``."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, str | int | float):
+    if isinstance(value, str):
+        return quoted(value, 40)
+    if isinstance(value, int | float):
         return repr(value)[:40]
     kinds: dict[type, str] = {list: "an array", dict: "a table"}
     return kinds.get(type(value), type(value).__name__)
 
 
 def _got(value: Any) -> str:
-    return f" (not {_shown(value)})"
+    return f" (not {_described(value)})"
 
 
 def _check_theme(value: Any) -> str:
     if not isinstance(value, str) or value not in THEMES:
-        raise _BadValueError("theme", f"unknown theme {_shown(value)} (known: {', '.join(THEMES)})")
+        raise _BadValueError("theme", f"unknown theme {_described(value)} (known: {', '.join(THEMES)})")
     return value
 
 

@@ -11,15 +11,17 @@ import difflib
 import re
 from collections.abc import Sequence
 
+from .textsafe import quoted
+
 __all__ = [
     "INLINE_NAMES",
+    "NAME_QUOTE_LIMIT",
     "BackendUnavailableError",
     "NvtopyError",
     "SelectionError",
     "UsageError",
     "close_names",
     "did_you_mean",
-    "quoted_name",
     "unknown_name",
 ]
 
@@ -51,14 +53,10 @@ INLINE_NAMES = 24
 """A list of known names up to this long is written out in the error; a longer one (``log --fields``: 109)
 is named by count with the command that lists it, one a line: all of them on one line reads as noise."""
 
-_SHOWN = 40  # characters of a given name quoted back: a pasted paragraph is not repeated whole
+NAME_QUOTE_LIMIT = 40
+"""Characters of a name the user gave quoted back in an error: a pasted paragraph is not repeated whole."""
 _LONGEST = 100  # characters of a given name compared: no name is longer, and the comparison stays cheap
 _WORDS = re.compile(r"[^a-z0-9]+")
-
-
-def quoted_name(name: str) -> str:
-    """A name the user gave, quoted back: ``repr`` (control characters escaped), cut after 40 characters."""
-    return repr(name if len(name) <= _SHOWN else name[: _SHOWN - 1] + "…")
 
 
 def close_names(name: str, known: Sequence[str], limit: int = 3) -> list[str]:
@@ -121,7 +119,7 @@ def unknown_name(what: str, noun: str, name: str, known: Sequence[str], listing:
     one a line (``'nvtopy log --fields help' lists them``), for a list too long to write out.
     Why the close names first: the user typed one of them, nearly; the list is the fallback.
     """
-    message = f"{what + ': ' if what else ''}unknown {noun} {quoted_name(name)}{did_you_mean(name, known)}"
+    message = f"{what + ': ' if what else ''}unknown {noun} {quoted(name, NAME_QUOTE_LIMIT)}{did_you_mean(name, known)}"
     if len(known) <= INLINE_NAMES or listing is None:
         message += f" (known: {', '.join(known)})"
     else:

@@ -37,6 +37,7 @@ from types import MappingProxyType
 
 from .errors import SelectionError
 from .model import GpuState, GpuStatic, MigInstance, MigKey
+from .textsafe import quoted
 
 __all__ = [
     "ChosenInstances",
@@ -81,11 +82,6 @@ def _small_int(digits: str) -> int | None:
     """
     significant = digits.lstrip("0") or "0"
     return int(significant) if len(significant) <= _MAX_DIGITS else None
-
-
-def _shown(text: str, limit: int = 80) -> str:
-    """``text`` quoted for an error message, cut to ``limit`` characters (a 5,000-digit entry stays one short line)."""
-    return repr(text if len(text) <= limit else text[: limit - 1] + "…")
 
 
 def parse_bus_id(text: str) -> BusId | None:
@@ -179,35 +175,35 @@ def _resolve_mig_entry(entry: str, gpus: Sequence[GpuStatic]) -> tuple[GpuStatic
         match = _LEGACY_MIG_RE.match(entry)
         if match is None:
             raise SelectionError(
-                f"--gpus: {_shown(entry)} is not a MIG device: give MIG-<uuid> or MIG-GPU-<gpu-uuid>/<gi>/<ci> "
+                f"--gpus: {quoted(entry)} is not a MIG device: give MIG-<uuid> or MIG-GPU-<gpu-uuid>/<gi>/<ci> "
                 f"({_describe_mig(gpus)})"
             )
         parents = _match_uuid(match["parent"], gpus)
         if not parents:
-            raise SelectionError(f"--gpus: no GPU matches the parent of {_shown(entry)} ({_describe(gpus)})")
+            raise SelectionError(f"--gpus: no GPU matches the parent of {quoted(entry)} ({_describe(gpus)})")
         if len(parents) > 1:
             which = ", ".join(str(g.index) for g in parents)
-            raise SelectionError(f"--gpus: the parent of {_shown(entry)} matches GPUs {which}; give more of the UUID")
+            raise SelectionError(f"--gpus: the parent of {quoted(entry)} matches GPUs {which}; give more of the UUID")
         gpu = parents[0]
         instance = _legacy_instance(gpu, match["gi"], match["ci"])
         if instance is None:
-            ids = _shown(f"{match['gi']}/{match['ci']}", 24)
+            ids = quoted(f"{match['gi']}/{match['ci']}", 24)
             raise SelectionError(
-                f"--gpus: {_shown(entry)}: GPU {gpu.index} has no GPU instance/compute instance {ids} "
+                f"--gpus: {quoted(entry)}: GPU {gpu.index} has no GPU instance/compute instance {ids} "
                 f"({_describe_mig([gpu])})"
             )
         if not instance.uuid:
             raise SelectionError(
-                f"--gpus: {_shown(entry)} is MIG device {instance.label(gpu.index)}, whose UUID the driver did not "
+                f"--gpus: {quoted(entry)} is MIG device {instance.label(gpu.index)}, whose UUID the driver did not "
                 f"report: it cannot be shown alone; name GPU {gpu.index} instead"
             )
         return gpu, instance.uuid
     hits = _match_mig_uuid(entry, gpus) if len(entry) > 4 and _UUID_BODY_RE.match(entry[4:]) else []
     if not hits:
-        raise SelectionError(f"--gpus: no MIG device matches {_shown(entry)} ({_describe_mig(gpus)})")
+        raise SelectionError(f"--gpus: no MIG device matches {quoted(entry)} ({_describe_mig(gpus)})")
     if len(hits) > 1:
         which = ", ".join(m.label(g.index) for g, m in hits[:_MAX_LISTED])
-        raise SelectionError(f"--gpus: {_shown(entry)} matches MIG devices {which}; give more of the UUID")
+        raise SelectionError(f"--gpus: {quoted(entry)} matches MIG devices {which}; give more of the UUID")
     gpu, instance = hits[0]
     assert instance.uuid is not None  # _match_mig_uuid only matches instances with a UUID
     return gpu, instance.uuid
@@ -226,10 +222,10 @@ def _resolve_gpu_entry(entry: str, gpus: Sequence[GpuStatic]) -> GpuStatic:
     else:
         matches = []
     if not matches:
-        raise SelectionError(f"--gpus: no GPU matches {_shown(entry)} ({_describe(gpus)})")
+        raise SelectionError(f"--gpus: no GPU matches {quoted(entry)} ({_describe(gpus)})")
     if len(matches) > 1:
         which = ", ".join(str(g.index) for g in matches)
-        raise SelectionError(f"--gpus: {_shown(entry)} matches GPUs {which}; give more of the UUID")
+        raise SelectionError(f"--gpus: {quoted(entry)} matches GPUs {which}; give more of the UUID")
     return matches[0]
 
 
@@ -258,7 +254,7 @@ def resolve_gpu_selection(spec: str, gpus: Sequence[GpuStatic]) -> Selection:
     for raw in spec.split(","):
         entry = raw.strip()
         if not entry:
-            raise SelectionError(f"--gpus: empty entry in {_shown(spec)} ({_describe(gpus)})")
+            raise SelectionError(f"--gpus: empty entry in {quoted(spec)} ({_describe(gpus)})")
         if entry.lower().startswith("mig-"):
             gpu, uuid = _resolve_mig_entry(entry, gpus)
             uuids = named.setdefault(gpu.index, [])
@@ -425,7 +421,7 @@ def _one_mig_device(
         return usable, dropped
     device, gpu = chosen
     assert device.mig_uuid is not None
-    name = _shown(device.mig_uuid) if "/" in device.mig_uuid else device.mig_uuid
+    name = quoted(device.mig_uuid) if "/" in device.mig_uuid else device.mig_uuid
     instance = next((m for m in gpu.mig_instances if m.uuid == device.mig_uuid), None) if gpu else None
     if instance is not None:
         name += f", GPU {instance.label(device.nvml_index)}"
@@ -651,14 +647,14 @@ def select_gpus(
     if not both.indices:  # a view of nothing says why, never a bare "No GPUs selected"
         warnings = (
             *warnings,
-            f"--gpus {_shown(spec)} and --only-visible have nothing in common: {_exposes(value, exposed)}",
+            f"--gpus {quoted(spec)} and --only-visible have nothing in common: {_exposes(value, exposed)}",
         )
     return Selection(both.indices, warnings, both.instance_pairs)
 
 
 def _cvd_words(value: str | None) -> str:
     """``CUDA_VISIBLE_DEVICES='1'`` or ``CUDA_VISIBLE_DEVICES (unset)``, for a message (the value quoted and cut)."""
-    return "CUDA_VISIBLE_DEVICES (unset)" if value is None else f"CUDA_VISIBLE_DEVICES={_shown(value)}"
+    return "CUDA_VISIBLE_DEVICES (unset)" if value is None else f"CUDA_VISIBLE_DEVICES={quoted(value)}"
 
 
 def _nothing_exposed(value: str | None, statics: Sequence[GpuStatic]) -> str:

@@ -31,7 +31,16 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["FORMULA_START", "escape_text", "excerpt", "formula_safe", "safe_text", "unescape_bytes", "unescape_text"]
+__all__ = [
+    "FORMULA_START",
+    "escape_text",
+    "excerpt",
+    "formula_safe",
+    "quoted",
+    "safe_text",
+    "unescape_bytes",
+    "unescape_text",
+]
 
 # C0 controls, DEL and C1 controls -> visible escapes; tab and newline get short forms.
 _TABLE: dict[int, str] = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
@@ -164,3 +173,11 @@ def excerpt(
         out.append(piece)
         size += len(piece)
     return "".join(out) + mark
+
+
+def quoted(text: str, limit: int = 80) -> str:
+    """A value from outside quoted back in a message: ``repr`` (control characters escaped, so it cannot restyle
+    the terminal) of its :func:`excerpt` (a pasted paragraph or a 5,000-digit entry stays one short line):
+    ``unknown option '--fast'``, ``--gpus: no GPU matches 'GPU-abc…'``.
+    """
+    return repr(excerpt(text, limit, safe=False))

@@ -1,7 +1,7 @@
 """``nvtopy doctor``: each check over plain facts, the fact readers, the command end to end.
 
-Layers, as the code has them: the checks (``nvtopy.commands.doctor.command.check_*``) are
-pure functions, tested as tables of facts -> status; the readers
+Layers, as the code has them: the checks (``check_*`` in ``nvtopy.commands.doctor``'s
+``driver``, ``environment`` and ``gpus``) are pure functions, tested as tables of facts -> status; the readers
 (``nvtopy.backends.diagnose``) are tested on files and fakes; the command runs on
 the simulation (``--demo``, with its fault specs), against the fake pynvml, and on
 the real nvidia-ml-py with ../shared/fake-nvml standing in for the driver.
@@ -45,26 +45,24 @@ from nvtopy.backends.nvml.backend import NvmlBackend
 from nvtopy.backends.simulated.catalog import MODELS
 from nvtopy.backends.simulated.faults import parse_fault_specs
 from nvtopy.commands.doctor import command as doctor
-from nvtopy.commands.doctor.command import (
-    DoctorFinding,
-    Status,
-    check_accounting,
+from nvtopy.commands.doctor.checks import diagnose as judge
+from nvtopy.commands.doctor.driver import check_driver, check_gpus
+from nvtopy.commands.doctor.environment import (
     check_cuda_visible_devices,
-    check_driver,
-    check_gpus,
+    check_pid_namespace,
+    check_proc_hidepid,
+    check_python_bindings,
+)
+from nvtopy.commands.doctor.findings import DoctorFinding, Status, exit_code
+from nvtopy.commands.doctor.gpus import (
+    check_accounting,
     check_memory_health,
     check_mig,
     check_pcie_link,
     check_persistence,
-    check_pid_namespace,
-    check_proc_hidepid,
-    check_python_bindings,
     check_xid_events,
-    exit_code,
-    render_json,
-    render_text,
 )
-from nvtopy.commands.doctor.command import diagnose as judge
+from nvtopy.commands.doctor.output import render_json, render_text, use_color
 from nvtopy.commands.options import COMMANDS
 from nvtopy.model import GpuSample, GpuStatic, HostInfo, Reason
 from nvtopy.textsafe import unescape_text
@@ -923,12 +921,12 @@ class _Tty(io.StringIO):
 
 
 def test_colour_only_on_a_tty_without_no_color():
-    assert doctor.use_color(_Tty(), no_color=False, environ={}) is True
-    assert doctor.use_color(io.StringIO(), no_color=False, environ={}) is False
-    assert doctor.use_color(_Tty(), no_color=True, environ={}) is False
-    assert doctor.use_color(_Tty(), no_color=False, environ={"NO_COLOR": "1"}) is False
-    assert doctor.use_color(_Tty(), no_color=False, environ={"NO_COLOR": ""}) is True  # no-color.org: non-empty
-    assert doctor.use_color(_Tty(), no_color=False, environ={"TERM": "dumb"}) is False  # a dumb terminal: none
+    assert use_color(_Tty(), no_color=False, environ={}) is True
+    assert use_color(io.StringIO(), no_color=False, environ={}) is False
+    assert use_color(_Tty(), no_color=True, environ={}) is False
+    assert use_color(_Tty(), no_color=False, environ={"NO_COLOR": "1"}) is False
+    assert use_color(_Tty(), no_color=False, environ={"NO_COLOR": ""}) is True  # no-color.org: non-empty
+    assert use_color(_Tty(), no_color=False, environ={"TERM": "dumb"}) is False  # a dumb terminal: none
     findings = [DoctorFinding("driver", FAIL, "broken", "why", "fix it")]
     out = io.StringIO()
     render_text(findings, BackendFacts(kind="nvml"), out, color=True)
@@ -1089,3 +1087,130 @@ def test_through_dispatch_once_registered(monkeypatch, capsys):
     assert json.loads(capsys.readouterr().out)["backend"] == "simulated"
     assert dispatch.main(["doctor", "--demo", "--demo-fault", "lost@1"]) == 1
     assert dispatch.main(["doctor", "--demo", "--demo-fault", "bogus"]) == 2
+
+
+# --------------------------------------------------------------------- one home: the monitor's rules and colours
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"remapped_rows_pending": False, "remapped_rows_failure": False, "ecc_uncorrected_volatile": 0},
+        {"remapped_rows_pending": True, "remapped_rows_failure": True},
+        {"retired_pages_sbe": 60, "retired_pages_dbe": 4, "retired_pages_pending": True},
+        {"retired_pages_sbe": 63, "retired_pages_pending": False},  # one below the limit
+        {"ecc_uncorrected_volatile": 3},  # the monitor WARNs; doctor once said memory was fine
+        {**PCIE, "pcie_link_gen": 5, "pcie_link_width": 8, "utilization_gpu_percent": 0},
+        {**PCIE, "pcie_link_gen": 3, "pcie_link_width": 16, "utilization_gpu_percent": 10},
+        {**PCIE, "pcie_link_gen": 3, "pcie_link_width": 16, "utilization_gpu_percent": 9},
+        {**PCIE, "pcie_link_gen": None, "pcie_link_width": 8},
+    ],
+)
+def test_doctor_and_the_monitor_agree_on_memory_and_pcie(values):
+    """Each memory or PCIe problem doctor reports is one the monitor's verdict finds, same severity, same words."""
+    from nvtopy.health.verdict import HealthInputs, assess
+    from nvtopy.model import Severity
+
+    facts = gpu(1, **values)
+    label = f"GPU 1 ({H100}): "
+    said = [
+        (f.status.value, f.title.removeprefix(label))
+        for f in [*check_memory_health([facts]), *check_pcie_link([facts])]
+        if f.status in (WARN, FAIL)
+    ]
+    verdict = assess(facts.static, facts.sample, HealthInputs(now=FROZEN_TIME))
+    found = [(f.severity.value.lower(), f.text) for f in verdict.findings if f.severity is not Severity.OK]
+    assert sorted(said) == sorted(found)
+
+
+def _doctor_sources() -> dict[str, str]:
+    package = Path(doctor.__file__).parent
+    return {path.name: path.read_text(encoding="utf-8") for path in sorted(package.glob("*.py"))}
+
+
+def test_doctor_restates_no_health_threshold():
+    """The thresholds and the readings they judge are health/'s: doctor calls the rules, it does not redo them."""
+    restated = ("RETIRED_PAGES_LIMIT", "BUSY_UTILIZATION", "retired_pages_sbe", "pcie_link_width_max")
+    for name, text in _doctor_sources().items():
+        assert not [word for word in restated if word in text], name
+
+
+def test_doctor_has_no_colour_table_of_its_own():
+    """Doctor's colours come from render/ (FINDING_CATEGORY through --once's ANSI codes): no escape codes here."""
+    for name, text in _doctor_sources().items():
+        assert "\\x1b[" not in text and "\\033[" not in text, name
+
+
+def test_doctor_colours_are_the_monitors_finding_colours():
+    from nvtopy.render.cells import DIM, FINDING_CATEGORY
+    from nvtopy.render.text import RESET, STYLES
+
+    findings = [DoctorFinding(key, status, key) for key, status in (("a", OK), ("b", WARN), ("c", FAIL), ("d", SKIP))]
+    out = io.StringIO()
+    render_text(findings, BackendFacts(kind="nvml"), out, color=True)
+    text = out.getvalue()
+    for status, category in ((OK, FINDING_CATEGORY[Status.OK.severity]), (SKIP, DIM)):  # type: ignore[index]
+        assert f"{STYLES[category]}{status.value.upper():<4}{RESET}" in text
+    assert f"{STYLES[FINDING_CATEGORY[FAIL.severity]]}FAIL{RESET}" in text  # type: ignore[index]
+
+
+def _package_modules():
+    package = Path(doctor.__file__).parents[2]
+    return {
+        path.relative_to(package.parent).as_posix(): path.read_text(encoding="utf-8")
+        for path in sorted(package.rglob("*.py"))
+    }
+
+
+def test_severity_has_one_colour_map():
+    """Severity -> colour category is written once, in render/cells.py; every view (and doctor) looks it up there."""
+    import ast
+
+    categories = {"GOOD", "WARN", "HOT", "ALERT", "BAD", "DIM", "PLAIN"}
+    colours = {"red", "green", "yellow", "bold red", "$error", "$warning", "$success"}
+    homes = []
+    for name, text in _package_modules().items():
+        for node in ast.walk(ast.parse(text)):
+            if not isinstance(node, ast.Dict):
+                continue
+            keyed = [k for k in node.keys if isinstance(k, ast.Attribute) and ast.unparse(k).startswith("Severity.")]
+            coloured = [
+                v
+                for v in node.values
+                if (isinstance(v, ast.Name) and v.id in categories)
+                or (isinstance(v, ast.Constant) and (v.value in colours or str(v.value).startswith("\x1b[")))
+            ]
+            if keyed and coloured:
+                homes.append(f"{name}:{node.lineno}")
+    assert {home.split(":")[0] for home in homes} == {"nvtopy/render/cells.py"}, homes  # SEVERITY/FINDING_CATEGORY
+
+
+def test_one_utf8_stdout_writer():
+    """JSON on stdout as UTF-8 is written in one place (commands.options.write_utf8), whatever the command."""
+    writers = [
+        name
+        for name, text in _package_modules().items()
+        if 'getattr(sys.stdout, "buffer"' in text or "sys.stdout.buffer" in text
+    ]
+    assert writers == ["nvtopy/commands/options.py"]
+
+
+def test_one_quoting_of_outside_values():
+    """A value from outside quoted back in a message has one home: textsafe.quoted, repr of textsafe.excerpt's cut.
+
+    No other module cuts a value and repr()s it itself (``repr(text[:39] + "…")``): that was written twice
+    (errors.quoted_name, selection._shown) before.
+    """
+    import ast
+
+    homes = []
+    for name, text in _package_modules().items():
+        for node in ast.walk(ast.parse(text)):
+            is_repr = isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "repr"
+            if is_repr and ("…" in ast.unparse(node) or "excerpt(" in ast.unparse(node)):
+                homes.append(name)
+    assert homes == ["nvtopy/textsafe.py"]
+    from nvtopy.textsafe import quoted
+
+    assert quoted("fast") == "'fast'" and quoted("\x1b[2J") == "'\\x1b[2J'"
+    assert quoted("x" * 100, 40) == "'" + "x" * 39 + "…'"

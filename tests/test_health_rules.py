@@ -12,7 +12,17 @@ import pytest
 
 from nvtopy.health.realwork import GpuWatch
 from nvtopy.health.throttle import summarize_throttle
-from nvtopy.health.verdict import RETIRED_PAGES_LIMIT, HealthInputs, HealthThresholds, assess, worst
+from nvtopy.health.verdict import (
+    BUSY_UTILIZATION,
+    RETIRED_PAGES_LIMIT,
+    HealthInputs,
+    HealthThresholds,
+    assess,
+    memory_findings,
+    pcie_downgrade,
+    pcie_link,
+    worst,
+)
 from nvtopy.health.xid import XID_CATALOGUE, describe_xid
 from nvtopy.health.xid_window import XidWindow
 from nvtopy.model import GpuEvent, GpuProcess, GpuSample, GpuStatic, NvLink, ProcessType, Severity
@@ -349,6 +359,30 @@ def test_pcie_downgrade_text_never_says_none() -> None:
 def test_pcie_without_known_maximum_is_not_judged() -> None:
     static = dataclasses.replace(STATIC, pcie_link_gen_max=None, pcie_link_width_max=None)
     assert assess(static, sample(pcie_link_gen=1, pcie_link_width=1), inputs()).findings == ()
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"remapped_rows_failure": True, "remapped_rows_pending": True},
+        {"retired_pages_sbe": 70, "retired_pages_pending": True, "ecc_uncorrected_volatile": 1},
+        {"pcie_link_width": 8},
+        {"pcie_link_gen": 3, "utilization_gpu_percent": BUSY_UTILIZATION},
+        {"pcie_link_gen": 3, "utilization_gpu_percent": BUSY_UTILIZATION - 1},
+    ],
+)
+def test_the_public_rules_are_the_verdicts_own(changes: dict[str, object]) -> None:
+    """``nvtopy doctor`` calls memory_findings and pcie_downgrade: they must be exactly what the verdict finds."""
+    reading = sample(**changes)
+    rules = [*memory_findings(reading), *filter(None, [pcie_downgrade(pcie_link(STATIC, reading))])]
+    assert sorted(rules, key=lambda f: -f.severity.rank) == list(assess(STATIC, reading, inputs()).findings)
+
+
+def test_pcie_link_reads_the_link_beside_its_maximum() -> None:
+    link = pcie_link(STATIC, sample(pcie_link_gen=3, pcie_link_width=16, utilization_gpu_percent=None))
+    assert (link.gen, link.width, link.gen_max, link.width_max, link.utilization) == (3, 16, 5, 16, None)
+    assert link.slower and not link.narrow and not link.busy and not link.downgraded
 
 
 @pytest.mark.parametrize(("growth", "flagged"), [(None, False), (0, False), (7, True)])

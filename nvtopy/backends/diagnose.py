@@ -2,7 +2,7 @@
 
 Why a module of its own, in the backend layer: these are reads of the outside
 world (NVML through nvidia-ml-py, ``importlib.metadata``, ``/proc``), and the
-command that judges them (:mod:`nvtopy.commands.doctor.command`) must stay free of
+command that judges them (:mod:`nvtopy.commands.doctor.checks`) must stay free of
 pynvml and psutil. Everything here returns plain data; nothing here decides
 what is wrong.
 
@@ -58,8 +58,9 @@ __all__ = [
     "run_with_timeout",
 ]
 
-# The sample groups doctor reads: persistence mode, memory health, the PCIe link and whether the GPU is busy.
-DOCTOR_GROUPS: tuple[str, ...] = ("modes", "utilization", "remapped_rows", "retired_pages", "pcie_link")
+# The sample groups doctor reads: persistence mode, memory health (ECC errors included: the monitor's memory
+# rules judge them too), the PCIe link and whether the GPU is busy.
+DOCTOR_GROUPS: tuple[str, ...] = ("modes", "utilization", "ecc", "remapped_rows", "retired_pages", "pcie_link")
 
 # What nvmlDeviceGetAccountingMode said, in words the judge knows.
 ACCOUNTING_STATES = ("enabled", "disabled", "not_supported", "no_permission", "lost", "unknown")

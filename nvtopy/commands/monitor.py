@@ -124,13 +124,7 @@ def _write_json(snapshot: Snapshot) -> None:
     """The snapshot as JSON on stdout, always UTF-8 (RFC 8259), whatever the locale's encoding."""
     from ..formats.contract import dumps
 
-    text = dumps(snapshot) + "\n"
-    buffer = getattr(sys.stdout, "buffer", None)
-    if buffer is None:  # a replaced stdout (tests, embedding): text is all it takes
-        sys.stdout.write(text)
-        return
-    sys.stdout.flush()
-    buffer.write(text.encode("utf-8"))
+    options.write_utf8(dumps(snapshot) + "\n")
 
 
 def _run_once(args: argparse.Namespace) -> int:

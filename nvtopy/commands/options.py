@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from ..backends.open import DEMO_GPUS, DEMO_PROCESSES, DEMO_SEED, BackendSpec, nvml_spec, simulated_spec
 from ..backends.open import backend_opener as spec_opener
 from ..backends.open import open_backend as open_spec
-from ..errors import BackendUnavailableError, did_you_mean, quoted_name, unknown_name
+from ..errors import NAME_QUOTE_LIMIT, BackendUnavailableError, did_you_mean, unknown_name
 from ..interval import DEFAULT_INTERVAL, MAX_INTERVAL, MIN_INTERVAL, parse_interval
+from ..textsafe import quoted
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
@@ -150,12 +151,12 @@ class Parser(argparse.ArgumentParser):
         if first.startswith("-") and len(first) > 1:
             option = first.split("=", 1)[0]
             known = [name for name in self._option_string_actions if name.startswith("--")]
-            return f"unknown option {quoted_name(option)}{did_you_mean(option, known, limit=2)}"
+            return f"unknown option {quoted(option, NAME_QUOTE_LIMIT)}{did_you_mean(option, known, limit=2)}"
         if self.takes_command:
             if first in COMMANDS:
                 return f"{first!r} is a command: it comes first (nvtopy {first} [OPTIONS])"
             return unknown_command(first)
-        return f"unexpected argument {quoted_name(first)}"
+        return f"unexpected argument {quoted(first, NAME_QUOTE_LIMIT)}"
 
     def _check_value(self, action: argparse.Action, value: Any) -> None:
         """A value outside ``choices``: argparse's check, with the closest choices named."""
@@ -590,3 +591,17 @@ def discard_stdout() -> None:
         os.close(devnull)
     except (OSError, ValueError, AttributeError):  # no stdout at all: nothing to flush either
         pass
+
+
+def write_utf8(text: str) -> None:
+    """``text`` on stdout as UTF-8 whatever the locale's encoding: JSON is UTF-8 (RFC 8259), and a C locale's
+    ASCII stdout would fail on the first GPU name with a non-ASCII letter (``--once --json``, ``doctor --json``).
+
+    A replaced stdout without a byte buffer (tests, embedding) gets the text as it is.
+    """
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is None:
+        sys.stdout.write(text)
+        return
+    sys.stdout.flush()  # what was written as text first stays first
+    buffer.write(text.encode("utf-8"))

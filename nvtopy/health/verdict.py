@@ -31,7 +31,19 @@ from .throttle import summarize_throttle
 from .xid import describe_xid
 from .xid_window import XID_WINDOW_S, XidCount
 
-__all__ = ["MAX_XID_FINDINGS", "RETIRED_PAGES_LIMIT", "HealthInputs", "HealthThresholds", "assess", "worst"]
+__all__ = [
+    "BUSY_UTILIZATION",
+    "MAX_XID_FINDINGS",
+    "RETIRED_PAGES_LIMIT",
+    "HealthInputs",
+    "HealthThresholds",
+    "PcieLink",
+    "assess",
+    "memory_findings",
+    "pcie_downgrade",
+    "pcie_link",
+    "worst",
+]
 
 _Add = Callable[[Finding], None]  # ``findings.append``, as the rule helpers take it
 
@@ -103,8 +115,11 @@ def assess(
         add(Finding(fail, "lost", "lost: the GPU stopped answering", "check dmesg for Xid 79; reboot the node"))
 
     _xid_findings([entry for entry in inputs.recent_xids if inputs.now - entry.newest <= limits.xid_window_s], add)
-    _memory_findings(sample, add)
-    _link_findings(static, sample, inputs, add)
+    findings += memory_findings(sample)
+    downgrade = pcie_downgrade(pcie_link(static, sample))
+    if downgrade is not None:
+        add(downgrade)
+    _link_findings(sample, inputs, add)
 
     throttle = summarize_throttle(sample.throttle_reasons, sample.clock_sm_mhz, static.clock_sm_max_mhz)
     if throttle is not None and throttle.harmful:
@@ -195,7 +210,15 @@ def _xid_findings(recent: Sequence[XidCount], add: _Add) -> None:
         )
 
 
-def _memory_findings(sample: GpuSample, add: _Add) -> None:
+def memory_findings(sample: GpuSample) -> list[Finding]:
+    """The memory rules: row remapping failed or page retirement at its limit (FAIL); a reset pending for
+    remapped rows or retired pages, uncorrectable ECC errors since the driver loaded (WARN). In rule order.
+
+    Public because ``nvtopy doctor`` judges memory with these same rules and words (adding its fixes):
+    the monitor and doctor cannot disagree about a board.
+    """
+    findings: list[Finding] = []
+    add = findings.append
     fail, warn = Severity.FAIL, Severity.WARN
     if sample.remapped_rows_failure:
         add(Finding(fail, "remap-failure", "row remapping failed", "replace the board (RMA)"))
@@ -230,24 +253,69 @@ def _memory_findings(sample: GpuSample, add: _Add) -> None:
                 "the application hit was stopped; watch the remapped rows",
             )
         )
+    return findings
 
 
-def _link_findings(static: GpuStatic, sample: GpuSample, inputs: HealthInputs, add: _Add) -> None:
+@dataclass(frozen=True, slots=True)
+class PcieLink:
+    """A GPU's PCIe link beside its maximum, and whether the GPU is busy: what the downgrade rule decides on."""
+
+    gen: int | None
+    width: int | None
+    gen_max: int | None
+    width_max: int | None
+    utilization: int | None  # the GPU's utilisation (%), None where unknown (a MIG-enabled GPU)
+
+    @property
+    def narrow(self) -> bool:
+        """Fewer lanes than the GPU can use: a width does not train down at idle, so always a downgrade."""
+        return self.width is not None and self.width_max is not None and self.width < self.width_max
+
+    @property
+    def slower(self) -> bool:
+        """A lower generation than the GPU can do, whatever the load (at idle: power saving, normal)."""
+        return self.gen is not None and self.gen_max is not None and self.gen < self.gen_max
+
+    @property
+    def busy(self) -> bool:
+        """At least :data:`BUSY_UTILIZATION` % utilisation: a lower generation now is a downgrade."""
+        return self.utilization is not None and self.utilization >= BUSY_UTILIZATION
+
+    @property
+    def downgraded(self) -> bool:
+        """The rule: narrower than its maximum, or slower while busy."""
+        return self.narrow or (self.slower and self.busy)
+
+
+def pcie_link(static: GpuStatic, sample: GpuSample) -> PcieLink:
+    """The GPU's link as the downgrade rule reads it."""
+    return PcieLink(
+        sample.pcie_link_gen,
+        sample.pcie_link_width,
+        static.pcie_link_gen_max,
+        static.pcie_link_width_max,
+        sample.utilization_gpu_percent,
+    )
+
+
+def pcie_downgrade(link: PcieLink) -> Finding | None:
+    """The WARN for a downgraded link (:attr:`PcieLink.downgraded`), None for a link that is not.
+
+    Public because ``nvtopy doctor`` judges the link with this same rule and words (adding its fixes).
+    """
+    if not link.downgraded:
+        return None
+    return Finding(
+        Severity.WARN,
+        "pcie-downgrade",
+        f"PCIe link {_pcie_link(link.gen, link.width)}, the GPU can do {_pcie_link(link.gen_max, link.width_max)}",
+        "reseat the board; check the slot, riser and BIOS PCIe settings",
+    )
+
+
+def _link_findings(sample: GpuSample, inputs: HealthInputs, add: _Add) -> None:
+    """The link rules that need time (a growing counter) or more than PCIe: replays, NVLink."""
     warn = Severity.WARN
-    gen, width = sample.pcie_link_gen, sample.pcie_link_width
-    gen_max, width_max = static.pcie_link_gen_max, static.pcie_link_width_max
-    narrow = width is not None and width_max is not None and width < width_max
-    busy = sample.utilization_gpu_percent is not None and sample.utilization_gpu_percent >= BUSY_UTILIZATION
-    slow = gen is not None and gen_max is not None and gen < gen_max and busy
-    if narrow or slow:
-        add(
-            Finding(
-                warn,
-                "pcie-downgrade",
-                f"PCIe link {_pcie_link(gen, width)}, the GPU can do {_pcie_link(gen_max, width_max)}",
-                "reseat the board; check the slot, riser and BIOS PCIe settings",
-            )
-        )
     if inputs.replay_growth:
         add(
             Finding(

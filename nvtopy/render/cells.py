@@ -44,6 +44,7 @@ __all__ = [
     "BAD",
     "CATEGORIES",
     "DIM",
+    "FINDING_CATEGORY",
     "GOOD",
     "GPM_NOT_SUPPORTED",
     "GPM_NOT_SUPPORTED_SHORT",
@@ -58,6 +59,7 @@ __all__ = [
     "PROCESS_CELL_KEYS",
     "REMOTE",
     "RICH_STYLES",
+    "SEVERITY_CATEGORY",
     "WARN",
     "Cell",
     "activity_cell",
@@ -472,7 +474,13 @@ def process_instance_cell(process: GpuProcess) -> Cell:
 
 # ----------------------------------------------------------------- health
 
-_VERDICT_CATEGORY = {Severity.OK: GOOD, Severity.WARN: WARN, Severity.FAIL: ALERT}
+SEVERITY_CATEGORY: dict[Severity, str] = {Severity.OK: GOOD, Severity.WARN: WARN, Severity.FAIL: ALERT}
+"""A verdict's colour meaning: the one map from health to colour, for every view (the panels, ``--once``, the
+health screen and the header's counts; the palette then picks the colour, so "colorblind" recolours them all)."""
+
+FINDING_CATEGORY: dict[Severity, str] = {**SEVERITY_CATEGORY, Severity.FAIL: HOT}
+"""A finding's colour meaning, in a list of findings: as its verdict's, but a FAIL in red, not white on red (a
+page where every FAIL line shouts cannot be read). ``nvtopy doctor``'s status words and the findings' sentences."""
 
 
 def stalled_text(gpu: GpuState) -> str | None:
@@ -486,7 +494,7 @@ def stalled_text(gpu: GpuState) -> str | None:
 def verdict_cell(gpu: GpuState) -> Cell:
     """The GPU's one health verdict: ``("OK", GOOD)``, ``("WARN", WARN)``, ``("FAIL", ALERT)``."""
     verdict = gpu.health.verdict
-    return (verdict.value, _VERDICT_CATEGORY[verdict])
+    return (verdict.value, SEVERITY_CATEGORY[verdict])
 
 
 def finding_cell(finding: Finding, *, with_action: bool = True) -> Cell:
@@ -494,7 +502,7 @@ def finding_cell(finding: Finding, *, with_action: bool = True) -> Cell:
     text = safe_text(finding.text)
     if with_action and finding.action:
         text += f" -> {safe_text(finding.action)}"
-    return (text, HOT if finding.severity is Severity.FAIL else WARN)
+    return (text, FINDING_CATEGORY[finding.severity])
 
 
 def health_summary_cell(gpu: GpuState) -> Cell:

@@ -36,11 +36,11 @@ from .cells import (
     ALERT,
     BAD,
     DIM,
-    GOOD,
     MIG_UTILIZATION_NOTE,
     PLAIN,
     REMOTE,
     RICH_STYLES,
+    SEVERITY_CATEGORY,
     WARN,
     activity_cell,
     activity_reason,
@@ -80,7 +80,6 @@ LABEL_WIDTH = 17
 """Cells of a reading's label ("Remapped rows"), so the values line up in a column."""
 _INDENT = "    "
 _SUB = "      "
-_SEVERITY_CATEGORY = {Severity.OK: GOOD, Severity.WARN: WARN, Severity.FAIL: ALERT}
 NOT_REPORTED = "not reported"
 """The reason shown for a missing reading the source gave no reason for (a recording, a peer, a simulation)."""
 
@@ -179,12 +178,14 @@ def _findings(gpu: GpuState) -> list[Line]:
             lines.append(Line(_INDENT).add(stalled, _style(ALERT)))
         lines.append(Line(_INDENT + "the readings below are the last ones read before the driver got stuck", "dim"))
     if not health.findings:
-        lines.append(Line(_INDENT).add("OK", _style(GOOD)).add("  nothing wrong found", "dim"))
+        lines.append(
+            Line(_INDENT).add("OK", _style(SEVERITY_CATEGORY[Severity.OK])).add("  nothing wrong found", "dim")
+        )
         return lines
     for finding in health.findings:
         text, category = finding_cell(finding, with_action=False)
         word = finding.severity.value
-        lines.append(Line(_INDENT).add(f"{word:<4}", _style(_SEVERITY_CATEGORY[finding.severity])).add("  " + text))
+        lines.append(Line(_INDENT).add(f"{word:<4}", _style(SEVERITY_CATEGORY[finding.severity])).add("  " + text))
         if finding.action:
             lines.append(Line(_INDENT + "      ").add("fix: ", "dim").add(safe_text(finding.action), _style(category)))
     return lines
@@ -199,7 +200,7 @@ def _event_line(event: GpuEvent, now: float | None) -> list[Line]:
         line.add(f"  {safe_text(event.kind)}", "bold")
         return [line]
     info = describe_xid(event.xid)
-    line.add(f"  Xid {event.xid:<4}", _style(_SEVERITY_CATEGORY[info.severity]))
+    line.add(f"  Xid {event.xid:<4}", _style(SEVERITY_CATEGORY[info.severity]))
     line.add(f" {info.meaning}")
     if event.gpu_instance_id is not None or event.compute_instance_id is not None:
         gi = NA if event.gpu_instance_id is None else event.gpu_instance_id

@@ -29,7 +29,7 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Static
 
 from ..model import GpuState, Severity, Snapshot
-from ..render.cells import ALERT, RICH_STYLES, WARN
+from ..render.cells import RICH_STYLES, SEVERITY_CATEGORY
 from ..render.header import Part, Piece, choose, fit, host_usage_parts
 from ..render.health import health_counts
 from ..render.processes import GROUP_TITLES, Tags
@@ -156,11 +156,12 @@ def _health_part(app: Monitor) -> Part | None:
         return None
     pieces: list[Piece] = []
     if fail:
-        pieces.append((f"{fail} FAIL", RICH_STYLES[ALERT]))  # the theme's palette (colorblind: no red)
+        # The theme's palette, read now (colorblind: no red).
+        pieces.append((f"{fail} FAIL", RICH_STYLES[SEVERITY_CATEGORY[Severity.FAIL]]))
         if warn:
             pieces.append((" · ", ""))
     if warn:
-        pieces.append((f"{warn} WARN", f"bold {RICH_STYLES[WARN]}"))
+        pieces.append((f"{warn} WARN", f"bold {RICH_STYLES[SEVERITY_CATEGORY[Severity.WARN]]}"))
     pieces.append((" (H)", "dim"))
     return Part(tuple(pieces), rank=1)
 

@@ -28,15 +28,12 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from ..model import GpuState, Severity, Snapshot
-from ..render.cells import ALERT, GOOD, RICH_STYLES, WARN
+from ..render.cells import RICH_STYLES, SEVERITY_CATEGORY
 from ..render.health import health_counts, health_sections
 from ..render.styled import Line
 
 __all__ = ["HealthScreen"]
 
-# Categories, not styles: RICH_STYLES is read when the title is drawn, so the theme's palette applies
-# (copying the styles here at import time kept the default red and green under "colorblind").
-_COUNT_CATEGORY = {Severity.FAIL: ALERT, Severity.WARN: WARN, Severity.OK: GOOD}
 SECTION_WIDTH = 96
 """Cells a GPU's section wants before two sit side by side (a wide terminal shows two or more GPUs at once)."""
 
@@ -140,7 +137,7 @@ class HealthScreen(ModalScreen[None]):
             tuple(counts.items()),
             len(self._gpus),
             len(snapshot.gpus),
-            tuple(RICH_STYLES[c] for c in _COUNT_CATEGORY.values()),  # a theme change recolours it
+            tuple(RICH_STYLES[c] for c in SEVERITY_CATEGORY.values()),  # a theme change recolours it
         )
         if title_signature != self._title_signature:
             self._title_signature = title_signature
@@ -152,7 +149,9 @@ class HealthScreen(ModalScreen[None]):
         shown = len(self._gpus)
         text.append(f"  {shown} GPU{'s' if shown != 1 else ''}" + (f" of {total}" if shown != total else "") + ": ")
         worst_first = (Severity.FAIL, Severity.WARN, Severity.OK)
-        parts = [(f"{counts[s]} {s.value}", RICH_STYLES[_COUNT_CATEGORY[s]]) for s in worst_first]
+        # Categories, not styles: RICH_STYLES is read when the title is drawn, so the theme's palette applies
+        # (copying the styles at import time kept the default red and green under "colorblind").
+        parts = [(f"{counts[s]} {s.value}", RICH_STYLES[SEVERITY_CATEGORY[s]]) for s in worst_first]
         for i, (words, style) in enumerate(p for p in parts if not p[0].startswith("0 ")):
             if i:
                 text.append(" · ", style="dim")

@@ -121,7 +121,8 @@ class Row:
 # --------------------------------------------------------------------- comparing
 
 
-def _shown(value: Any, unit: str) -> str:
+def _figure(value: Any, unit: str) -> str:
+    """A figure as nvidia-smi writes it: ``N/A``, ``Enabled``, ``300 W`` (a whole float without its ``.0``)."""
     if value is None:
         return "N/A"
     if isinstance(value, bool):
@@ -164,8 +165,8 @@ def _compare_one(gpu: str | None, spec: Field, theirs: Any, ours_raw: Any) -> Ro
         limit, unit = TOLERANCES[spec.tolerance]
     if off <= limit:
         return row
-    said = f"off by {_shown(round(off, 2), unit)}"
-    said += f", tolerance ±{_shown(limit, unit)}" if spec.tolerance else ", must be equal"
+    said = f"off by {_figure(round(off, 2), unit)}"
+    said += f", tolerance ±{_figure(limit, unit)}" if spec.tolerance else ", must be equal"
     return Row(gpu, spec.label, theirs, ours, DIFFER, spec.unit, said)
 
 
@@ -260,11 +261,11 @@ def render_text(rows: Sequence[Row], source: str, out: IO[str]) -> None:
             group = row.gpu
             lines.append(safe_text(row.gpu) if row.gpu is not None else "machine")
         word = {AGREE: "agree", DIFFER: "DIFFER", WARN: "warn"}[row.status]
-        theirs = safe_text(_shown(row.nvidia_smi, row.unit))
+        theirs = safe_text(_figure(row.nvidia_smi, row.unit))
         if row.status == AGREE:
             lines.append(f"  {word:<7} {row.field:<{width}}  {theirs}")
             continue
-        ours = safe_text(_shown(row.nvtopy, row.unit))
+        ours = safe_text(_figure(row.nvtopy, row.unit))
         line = f"  {word:<7} {row.field:<{width}}  nvidia-smi {theirs}, nvtopy {ours}"
         lines.append(f"{line}: {safe_text(row.detail)}" if row.detail else line)
     counts = _counts(rows)
@@ -386,7 +387,7 @@ def run(
 ) -> int:
     """Read nvidia-smi's view (the file, else the command), then nvtopy's, compare and print; exit per the rows.
 
-    ``write_json`` writes the JSON document (doctor's UTF-8 writer); text goes to stdout.
+    ``write_json`` writes the JSON document (:func:`nvtopy.commands.options.write_utf8`); text goes to stdout.
     """
     path = args.against_nvidia_smi
     if path:
