@@ -33,9 +33,10 @@ test: install lint            ## lint, then the whole test suite, on every core
 test-fast: install            ## the inner loop: no slow test, no real server (markers: pyproject.toml)
 	$(BIN)/python -m pytest -n auto -m "not slow and not real_server" $(PYTEST_ARGS)
 
-lint: install
+lint: install                 ## ruff, and mypy --strict on the package ([tool.mypy] in pyproject.toml)
 	$(BIN)/ruff check nvtopy tests benchmarks screenshots examples devcheck
 	$(BIN)/ruff format --check nvtopy tests benchmarks screenshots examples devcheck
+	$(BIN)/mypy
 
 format: install
 	$(BIN)/ruff check --fix nvtopy tests benchmarks screenshots examples devcheck
@@ -59,4 +60,4 @@ device-check:                 ## on a machine with a real GPU: nvtopy against it
 	$(PYTHON) devcheck/device_check.py $(ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache build dist .cache *.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache build dist .cache *.egg-info

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import math
 import os
 import re
@@ -200,10 +201,9 @@ def load_config(
 def _toml() -> Any:
     """tomllib (Python 3.11+); None on an older Python (the config file is then ignored, with a warning)."""
     try:
-        import tomllib
+        return importlib.import_module("tomllib")  # by name: the type checker reads this as Python 3.10 too
     except ModuleNotFoundError:  # Python 3.10
         return None
-    return tomllib
 
 
 _DECODE_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")

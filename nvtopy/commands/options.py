@@ -434,7 +434,8 @@ def open_backend_within(args: argparse.Namespace, timeout: float) -> Backend:
         )
     if "error" in box:
         raise box["error"]
-    return box["backend"]
+    backend: Backend = box["backend"]
+    return backend
 
 
 def release_backend(backend: Backend, collector: Collector | None = None, poller: SnapshotSource | None = None) -> None:

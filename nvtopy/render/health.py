@@ -108,7 +108,11 @@ def reading(sample: GpuSample, name: str, *, alarm: str = WARN) -> tuple[str, st
     return (str(value), alarm if value else PLAIN)
 
 
-def _row(label: str, *values: tuple[str, str] | Line) -> Line:
+Piece = tuple[str, str] | Line
+"""One value of a health row: (words, category), or a line already styled."""
+
+
+def _row(label: str, *values: Piece) -> Line:
     """An indented reading: its label in a column, then values separated by " · "."""
     line = Line(_INDENT).add(label.ljust(LABEL_WIDTH), "bold")
     for i, value in enumerate(values):
@@ -122,14 +126,16 @@ def _row(label: str, *values: tuple[str, str] | Line) -> Line:
     return line
 
 
-def _labelled(sample: GpuSample, pairs: Sequence[tuple[str, str]], *, alarms: dict[str, str] | None = None) -> list:
+def _labelled(
+    sample: GpuSample, pairs: Sequence[tuple[str, str]], *, alarms: dict[str, str] | None = None
+) -> list[Piece]:
     """``corrected 0 · uncorrected 2``; one N/A with its reason when every field of the group is missing."""
     names = [name for _, name in pairs]
     if all(getattr(sample, name) is None for name in names):
         reasons = {sample.why(name) for name in names}
         if len(reasons) == 1:
             return [(_why(sample, names[0]), DIM)]
-    values = []
+    values: list[Piece] = []
     for label, name in pairs:
         text, category = reading(sample, name, alarm=(alarms or {}).get(name, WARN))
         values.append(Line(f"{label} ", "dim").add(text, _style(category)))
@@ -276,7 +282,7 @@ def _memory(gpu: GpuState) -> list[Line]:
 def _pcie(gpu: GpuState) -> list[Line]:
     sample, static = gpu.sample, gpu.static
     gen, width = sample.pcie_link_gen, sample.pcie_link_width
-    link: list = []
+    link: list[Piece] = []
     if gen is None and width is None:
         link = [(_why(sample, "pcie_link_gen"), DIM)]
     else:
@@ -294,7 +300,7 @@ def _pcie(gpu: GpuState) -> list[Line]:
             link.append(("trained down while idle (normal)", DIM))
     rates = [_direction(sample, "RX", "pcie_rx_bytes_per_s"), _direction(sample, "TX", "pcie_tx_bytes_per_s")]
     growing = any(f.code == "pcie-replays" for f in gpu.health.findings)
-    replay: list = [reading(sample, "pcie_replay_counter", alarm=PLAIN)]
+    replay: list[Piece] = [reading(sample, "pcie_replay_counter", alarm=PLAIN)]
     if sample.pcie_replay_counter is not None:
         replay = [(str(sample.pcie_replay_counter), WARN if growing else PLAIN)]
         replay.append(("growing" if growing else "since the driver loaded", WARN if growing else DIM))

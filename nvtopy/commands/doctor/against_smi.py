@@ -189,10 +189,12 @@ def _norm_bus(bus: Any) -> str | None:
         return bus.upper()
 
 
-def _pair(smi_gpus: Sequence[SmiGpu], ours: Sequence[dict[str, Any]]) -> list[tuple[SmiGpu | None, dict | None]]:
+def _pair(
+    smi_gpus: Sequence[SmiGpu], ours: Sequence[dict[str, Any]]
+) -> list[tuple[SmiGpu | None, dict[str, Any] | None]]:
     """Pairs by UUID, else by PCI bus id; what one side alone has is paired with ``None``."""
     left = list(ours)
-    pairs: list[tuple[SmiGpu | None, dict | None]] = []
+    pairs: list[tuple[SmiGpu | None, dict[str, Any] | None]] = []
     for smi in smi_gpus:
         match = next((g for g in left if smi.uuid and g.get("uuid") == smi.uuid), None)
         if match is None and smi.bus_id:

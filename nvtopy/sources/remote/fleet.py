@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import heapq
 import math
 import re
@@ -260,6 +261,10 @@ class _Gpu:
     pod: dict[str, str] = field(default_factory=dict)  # dcgm-exporter's pod labels (or hpc_job) of the GPU
 
 
+Kept = dict[tuple[str, str], Any]
+"""One GPU's last values of a slow group: (part, attribute) -> value, part "static", "health" or "values"."""
+
+
 @dataclass
 class _Host:
     """What the answers say of one (instance, Hostname)."""
@@ -272,7 +277,7 @@ class _Host:
     process_labels: dict[tuple[int, int], dict[str, str]] = field(default_factory=dict)
     processes_left_out: int = 0
     gpus_reported: set[str] = field(default_factory=set)
-    slow: list[dict[int, dict[str, Any]]] | None = None  # per slow group: per GPU, its last values
+    slow: list[dict[int, Kept]] | None = None  # per slow group: per GPU, its last values
 
     def gpu(self, index: int) -> _Gpu:
         gpu = self.gpus.get(index)
@@ -281,7 +286,7 @@ class _Host:
         return gpu
 
 
-def _route(gpu: _Gpu, name: str, labels: dict[str, str], value: float, slow: dict[str, Any] | None) -> None:
+def _route(gpu: _Gpu, name: str, labels: dict[str, str], value: float, slow: Kept | None) -> None:
     """One GPU value series into ``gpu``, as :func:`~nvtopy.formats.prometheus.parse.parse_exposition` reads it.
 
     A GPU instance's series (``GPU_I_ID``) carries the instance's own figures
@@ -319,11 +324,11 @@ def _route(gpu: _Gpu, name: str, labels: dict[str, str], value: float, slow: dic
             return
         target.setdefault(attribute, said)  # the GPU's own series, where it has one, wins
         if slow is not None:
-            slow.setdefault(f"{kind}.{attribute}", said)
+            slow.setdefault((kind, attribute), said)
         return
     target[attribute] = said
     if slow is not None:
-        slow[f"{kind}.{attribute}"] = said
+        slow[(kind, attribute)] = said
 
 
 def _process_row(host: _Host, index: int, name: str, labels: dict[str, str], value: float) -> None:
@@ -412,7 +417,7 @@ class _Known:
     seen_at: float = 0.0  # our clock, when it was last in an answer
     interval: float | None = None  # the shortest step of its newest sample seen so far: its scrape interval
     reads: int = 0  # times its values were read: which slow group it is asked for next
-    slow: list[dict[int, dict[str, Any]]] = field(default_factory=lambda: [{} for _ in SLOW_GROUPS])
+    slow: list[dict[int, Kept]] = field(default_factory=lambda: [{} for _ in SLOW_GROUPS])
     built: list[GpuState] | None = None  # its GPU lines of the last snapshot, while nothing new came
     gpu_count: int = 0
 
@@ -569,8 +574,10 @@ class PrometheusFleet(SnapshotSource):
         asked: dict[tuple[str, str], tuple[int, ...]] = {}  # host -> the slow groups asked of it
         for key in changed:
             known = self._known.get(key)
-            first = everything or known is None or known.built is None
-            asked[key] = tuple(range(len(SLOW_GROUPS))) if first else (known.reads % len(SLOW_GROUPS),)
+            if everything or known is None or known.built is None:  # a first read: every slow group
+                asked[key] = tuple(range(len(SLOW_GROUPS)))
+            else:
+                asked[key] = (known.reads % len(SLOW_GROUPS),)
         # One selector per set of instances: the live series of every host read, with the slow groups asked
         # of the same hosts (all of them at the first read of a fleet), each other group on its own.
         by_instances: dict[tuple[str, ...] | None, list[str]] = {None if instances is None else tuple(instances): []}
@@ -585,7 +592,7 @@ class PrometheusFleet(SnapshotSource):
         notes.extend(f"partial answer: {w}" for w in self.client.warnings)
         wanted = set(changed)
         slow_group = {name: group for group, names in enumerate(SLOW_GROUPS) for name in names}
-        fresh = {key: [{} for _ in SLOW_GROUPS] for key in changed}
+        fresh: dict[tuple[str, str], list[dict[int, Kept]]] = {key: [{} for _ in SLOW_GROUPS] for key in changed}
         for labels, value in rows:
             key = (labels.get("instance", ""), labels.get("Hostname", ""))
             if key not in wanted:
@@ -608,8 +615,8 @@ class PrometheusFleet(SnapshotSource):
             elif name.startswith("nvtopy_process_"):
                 _process_row(host, index, name, labels, value)
             else:
-                group = slow_group.get(name)
-                kept = None if group is None else fresh[key][group].setdefault(index, {})
+                of_group = slow_group.get(name)
+                kept = None if of_group is None else fresh[key][of_group].setdefault(index, {})
                 _route(host.gpu(index), name, labels, value, kept)
         for key in changed:  # the slow groups not asked this time: their last values
             known = self._known.get(key)
@@ -620,17 +627,16 @@ class PrometheusFleet(SnapshotSource):
                 known.reads += 1
             host = hosts[key]
             host.slow = slow
-            for group, kept in enumerate(slow):
+            for group, last in enumerate(slow):
                 if group in asked[key]:
                     continue
-                for index, said in kept.items():
-                    gpu = host.gpus.get(index)
+                for gpu_index, values in last.items():
+                    gpu = host.gpus.get(gpu_index)
                     if gpu is None:
                         continue
-                    for dotted, value in said.items():
-                        kind, attribute = dotted.split(".", 1)
+                    for (kind, attribute), said in values.items():
                         target = gpu.static if kind == "static" else gpu.health if kind == "health" else gpu.values
-                        target.setdefault(attribute, value)
+                        target.setdefault(attribute, said)
 
     @staticmethod
     def _identity(host: _Host, index: int, labels: dict[str, str]) -> None:
@@ -694,21 +700,22 @@ class PrometheusFleet(SnapshotSource):
         stale_hosts = 0
         for key in sorted(self._known, key=lambda k: (_natural(self._known[k].name), k)):
             known = self._known[key]
-            host = hosts.get(key)
-            if host is None:
+            seen = hosts.get(key)
+            if seen is None:
                 known.built = None
                 static = GpuStatic(index=len(gpus), host=known.name)
                 ago = _age(now - known.seen_at)
                 gpus.append(GpuState(static, GpuSample(now, lost=True), note=f"no longer reported ({ago} ago)"))
                 continue
             limit = self.stale_after or STALE_INTERVALS * (known.interval or fleet_interval)
-            age = None if host.newest is None else evaluated - host.newest
+            age = None if seen.newest is None else evaluated - seen.newest
             if age is not None and age > limit:
                 note = f"stale: newest sample {_age(age)} old (scraped every {_age(limit / STALE_INTERVALS)})"
+                identities: list[tuple[int | None, dict[str, Any]]]
                 if key in changed or not known.built:  # read now: its identities as read
                     identities = [
-                        (index, {k: host.gpus[index].static.get(k) for k, _ in _IDENTITY})
-                        for index in sorted(host.gpus)[:MAX_GPUS_PER_HOST]
+                        (index, {k: seen.gpus[index].static.get(k) for k, _ in _IDENTITY})
+                        for index in sorted(seen.gpus)[:MAX_GPUS_PER_HOST]
                     ]
                 else:  # as last shown
                     identities = [
@@ -730,12 +737,12 @@ class PrometheusFleet(SnapshotSource):
                 stale_hosts += 1
                 continue
             if key in changed or known.built is None:
-                scrape = _scrape(host, known.name)
+                scrape = _scrape(seen, known.name)
                 # Dated when measured (its newest sample, on this clock): a view tells old values by their age.
                 taken = now - max(0.0, age or 0.0)
-                made = self._mapper.gpus(scrape, len(gpus), taken, key=lambda index, key=key: (*key, index))
-                known.built = [_with_pod(gpu, host) for gpu in made]
-            elif known.built and known.built[0].index != len(gpus):  # a host came or went before it
+                made = self._mapper.gpus(scrape, len(gpus), taken, key=functools.partial(_gpu_key, key))
+                known.built = [_with_pod(gpu, seen) for gpu in made]
+            elif known.built and known.built[0].index != len(gpus):  # a seen came or went before it
                 known.built = [_reindexed(gpu, len(gpus) + n) for n, gpu in enumerate(known.built)]
             gpus.extend(known.built)  # nothing new: the very same lines
         for note in notes:
@@ -786,3 +793,8 @@ def _reindexed(gpu: GpuState, index: int) -> GpuState:
 
 def _short(exc: PrometheusError) -> str:
     return {"timeout": "no answer", "unreachable": "unreachable", "query": "query error"}.get(exc.kind, "error")
+
+
+def _gpu_key(host: tuple[str, str], index: int) -> tuple[str, str, int]:
+    """A GPU's identity across refreshes: its host's (instance, Hostname) and its index there."""
+    return (*host, index)
