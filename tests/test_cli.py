@@ -348,3 +348,16 @@ def test_the_commands_open_their_gpus_one_way():
         if ".read_statics(" in path.read_text(encoding="utf-8")
     )
     assert reading == ["options.py"]
+
+
+def test_the_commands_turn_gpus_options_into_a_selection_one_way():
+    """--gpus / --only-visible become a Selection in ``options.selection_for`` only: doctor included."""
+    from pathlib import Path
+
+    commands = Path(__file__).resolve().parents[1] / "nvtopy" / "commands"
+    selecting = sorted(
+        str(path.relative_to(commands))
+        for path in commands.rglob("*.py")
+        if "select_gpus(" in path.read_text(encoding="utf-8")
+    )
+    assert selecting == ["options.py"]

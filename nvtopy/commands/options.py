@@ -13,7 +13,7 @@ import re
 import shutil
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from ..backends.base import Backend
     from ..config import Config
     from ..health.verdict import HealthThresholds
-    from ..model import Snapshot
+    from ..model import GpuStatic, Snapshot
     from ..selection import Selection
     from ..sources.base import SnapshotSource
     from ..sources.collector import Collector
@@ -531,11 +531,22 @@ def resolve_selection(
     in --gpus, a MIG device in CUDA_VISIBLE_DEVICES). ``warn(text)`` gets each
     warning (default: :func:`warn_user`, one line on stderr at once).
     """
+    return selection_for(args, collector.statics(), warn)
+
+
+def selection_for(
+    args: argparse.Namespace, statics: Sequence[GpuStatic], warn: Callable[[str], object] | None = None
+) -> Selection:
+    """--gpus and --only-visible applied to ``statics``, each warning to ``warn`` (default :func:`warn_user`).
+
+    The one place a command turns its options into a selection: :func:`resolve_selection` for a
+    collector's GPUs, ``nvtopy doctor`` for the GPUs it gathered facts of.
+    """
     from ..selection import Selection, select_gpus  # the collector imports it anyway: no cost
 
     if args.gpus is None and not args.only_visible:  # nothing to select: every GPU, whole
-        return Selection(tuple(gpu.index for gpu in collector.statics()))
-    selection = select_gpus(collector.statics(), args.gpus, args.only_visible)
+        return Selection(tuple(gpu.index for gpu in statics))
+    selection = select_gpus(statics, args.gpus, args.only_visible)
     for warning in selection.warnings:
         (warn or warn_user)(warning)
     return selection

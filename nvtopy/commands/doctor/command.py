@@ -83,12 +83,7 @@ def run(
     finished = run_with_timeout(lambda: work(facts, opener), args.timeout)
     selected: list[int] | None = None
     if finished and (args.gpus is not None or args.only_visible) and facts.gpus:
-        from ...selection import select_gpus
-
-        selection = select_gpus([g.static for g in facts.gpus], args.gpus, args.only_visible)
-        for warning in selection.warnings:
-            options.warn_user(warning)
-        selected = list(selection.indices)
+        selected = list(options.selection_for(args, [g.static for g in facts.gpus]).indices)
     findings = diagnose(facts, host, finished=finished, timeout_s=args.timeout, selected=selected)
     if args.json:
         options.write_utf8(render_json(findings, facts) + "\n")
