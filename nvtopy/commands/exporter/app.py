@@ -8,26 +8,14 @@ per snapshot and shared; anything else goes to prometheus-client's own app, as i
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Any
 
 from ...formats.prometheus.expose import Exposition
-from ...model import Snapshot
 
-__all__ = ["SnapshotHolder", "WsgiApp", "metrics_app"]
+__all__ = ["WsgiApp", "metrics_app"]
 
 StartResponse = Callable[..., Any]  # WSGI's start_response(status, headers, exc_info=None)
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
-
-
-class SnapshotHolder(Protocol):
-    """What the exporter serves from: anything whose ``latest`` is the snapshot to show (None before the first).
-
-    A :class:`~nvtopy.sources.poller.Poller` in the command; a test's stand-in holding one snapshot.
-    Read on each scrape's thread, never waited for: a scrape never reaches the driver.
-    """
-
-    @property
-    def latest(self) -> Snapshot | None: ...
 
 
 def metrics_app(exposition: Exposition, fallback: WsgiApp) -> WsgiApp:

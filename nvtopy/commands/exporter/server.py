@@ -14,7 +14,7 @@ handshake included), and the number of waiting connections is capped
 
 What a request gets is :mod:`.app`'s WSGI app: the bytes of the latest snapshot
 (:class:`~nvtopy.formats.prometheus.expose.Exposition`), made once per snapshot and shared.
-:func:`serve` wires a source (:class:`~.app.SnapshotHolder`) to a :class:`MetricsServer`.
+:func:`serve` wires a source (:class:`~nvtopy.formats.prometheus.collect.SnapshotHolder`) to a :class:`MetricsServer`.
 """
 
 from __future__ import annotations
@@ -32,10 +32,11 @@ from typing import IO, TYPE_CHECKING, Any, cast
 from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer
 
 from ...errors import NvtopyError, UsageError
+from ...formats.prometheus.collect import SnapshotHolder
 from ...formats.prometheus.expose import Exposition
 from ...sources.base import SnapshotSource
 from ...textsafe import safe_text
-from .app import SnapshotHolder, WsgiApp, metrics_app
+from .app import WsgiApp, metrics_app
 
 if TYPE_CHECKING:
     import ssl

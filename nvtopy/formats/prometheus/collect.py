@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from ...model import GpuProcess, GpuState, OwnerKind, ProcessOwner, Snapshot
 from ...textsafe import escape_text
@@ -130,6 +130,17 @@ def _gpu_readers() -> tuple[tuple[DcgmField, Callable[[GpuState], object]], ...]
     return _READERS
 
 
+class SnapshotHolder(Protocol):
+    """What the exporter serves from: anything whose ``latest`` is the snapshot to show (None before the first).
+
+    A :class:`~nvtopy.sources.poller.Poller` in the command; a test's stand-in holding one snapshot.
+    Read on each scrape's thread, never waited for: a scrape never reaches the driver.
+    """
+
+    @property
+    def latest(self) -> Snapshot | None: ...
+
+
 class SnapshotCollector:
     """A prometheus-client collector that renders the latest snapshot of a snapshot source.
 
@@ -138,8 +149,8 @@ class SnapshotCollector:
     exporter's ``name[]``-filtered requests, and any caller of ``generate_latest``.
     """
 
-    def __init__(self, source: Any) -> None:
-        self.source = source  # anything with a ``latest`` Snapshot (a Poller)
+    def __init__(self, source: SnapshotHolder) -> None:
+        self.source = source
         # (snapshot, its families but the age): the last snapshot's families.
         self._cache: tuple[Snapshot | None, list[Any]] | None = None
         # What a process's labels are made of -> its label dict, for the processes of the last snapshot built.

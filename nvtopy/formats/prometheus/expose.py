@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...model import Snapshot
-from .collect import SnapshotCollector, age_families
+from .collect import SnapshotCollector, SnapshotHolder, age_families
 
 __all__ = ["CONTENT_TYPE", "GZIP_LEVEL", "Exposition", "TextRenderer"]
 
@@ -191,7 +191,7 @@ class Exposition:
 
     content_type = CONTENT_TYPE
 
-    def __init__(self, source: Any, *, gzip_level: int = GZIP_LEVEL) -> None:
+    def __init__(self, source: SnapshotHolder, *, gzip_level: int = GZIP_LEVEL) -> None:
         self.source = source  # anything with a ``latest`` Snapshot (a Poller)
         self._collector = SnapshotCollector(source)
         self._renderer = TextRenderer()
