@@ -14,7 +14,7 @@ can print ``null``, and one failing field never hides another.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
@@ -811,6 +811,34 @@ class GpuHealth(_Repr):
 OK_HEALTH = GpuHealth()
 
 
+class ChartSeries(Protocol):
+    """One metric over a window, oldest first, as the charts draw it (``sources.timeline.Series``)."""
+
+    @property
+    def step(self) -> float: ...
+
+    @property
+    def buckets(self) -> Sequence[int]: ...
+
+    @property
+    def lo(self) -> Sequence[float]: ...
+
+    @property
+    def mean(self) -> Sequence[float]: ...
+
+    @property
+    def hi(self) -> Sequence[float]: ...
+
+
+class ChartHistory(Protocol):
+    """What a view reads of a GPU's long history (``sources.timeline.Timeline``, which a source keeps).
+
+    A protocol here, not the class: the model is below the sources that keep the history.
+    """
+
+    def series(self, metric: str, window: float, end: float) -> ChartSeries: ...
+
+
 @dataclass(frozen=True, slots=True, repr=False)
 class GpuState(_Repr):
     """Everything a view needs about one GPU at one instant."""
@@ -824,9 +852,9 @@ class GpuState(_Repr):
     # A sentence about the process list, shown beside it (values stay): e.g. memory in use and no process visible.
     processes_hint: str | None = None
     health: GpuHealth = OK_HEALTH
-    # The GPU's long history for the charts (a nvtopy.sources.timeline.Timeline, or None): shared by every
+    # The GPU's long history for the charts (a sources.timeline.Timeline, or None): shared by every
     # snapshot of its source, not copied; thread-safe, and read as of the snapshot's time. Not compared.
-    timeline: Any = field(default=None, compare=False)
+    timeline: ChartHistory | None = field(default=None, compare=False)
 
     @property
     def index(self) -> int:

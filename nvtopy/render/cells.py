@@ -18,7 +18,8 @@ throttle reasons) is made safe here with :func:`~nvtopy.textsafe.safe_text`.
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Sequence
+from typing import Protocol
 
 from ..columns import TABLE_COLUMNS
 from ..model import (
@@ -647,7 +648,44 @@ GROUP_FOLDED, GROUP_UNFOLDED = "▸", "▾"
 """The sign before a group's name: its processes are hidden under it, or listed under it."""
 
 
-def group_cells(group: Any, me: str | None, *, unfolded: bool = False) -> tuple[Cell, ...]:
+class GroupRow(Protocol):
+    """What a group-by row's cells read (``render.processes.ProcessGroup``; a protocol: processes imports cells)."""
+
+    @property
+    def mode(self) -> str: ...
+
+    @property
+    def value(self) -> str | int | None: ...
+
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def members(self) -> Sequence[GpuProcess]: ...
+
+    @property
+    def gpus(self) -> Sequence[int]: ...
+
+    @property
+    def processes(self) -> int: ...
+
+    @property
+    def gpu_memory_bytes(self) -> int | None: ...
+
+    @property
+    def sm_percent(self) -> int | None: ...
+
+    @property
+    def cpu_percent(self) -> float | None: ...
+
+    @property
+    def host_memory_bytes(self) -> int | None: ...
+
+    @property
+    def running_seconds(self) -> float | None: ...
+
+
+def group_cells(group: GroupRow, me: str | None, *, unfolded: bool = False) -> tuple[Cell, ...]:
     """Every column of a group row (group-by; ``group`` is a :class:`~nvtopy.render.processes.ProcessGroup`).
 
     GPU: its GPUs; PID: how many processes (``(3)``); USER and OWNER: the shared one,
@@ -696,7 +734,7 @@ def group_cells(group: Any, me: str | None, *, unfolded: bool = False) -> tuple[
     )
 
 
-def group_instance_cell(group: Any) -> Cell:
+def group_instance_cell(group: GroupRow) -> Cell:
     """A group's MIG column: the instance its processes share, a dim ``-`` when none is on MIG, else how many."""
     labels = {p.instance_label for p in group.members}
     if len(labels) == 1:

@@ -49,11 +49,11 @@ from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
-from ..model import GpuState, Snapshot
+from ..model import ChartSeries, GpuState, Snapshot
 from ..render.chart import GPU_COLORS, ChartMemo, Trace, braille_chart, legend_line, rate_ceiling, short_rate
 from ..render.styled import Line
 from ..render.units import short_name
-from ..sources.timeline import METRICS, Series, Timeline, metric_values
+from ..sources.timeline import EMPTY_SERIES, METRICS, Timeline, metric_values
 
 __all__ = [
     "CHART_MIN_HEIGHT",
@@ -348,7 +348,7 @@ class _MetricChart(_Chart):
         spec, view, end = self.spec, self.view, self.end
         window = view.window
         metric = spec.metric
-        series = [(g, g.timeline.series(metric, window, end)) for g in self.gpus]
+        series = [(g, _series_of(g, metric, window, end)) for g in self.gpus]
         scale, top = 1.0, 100.0
         axis: Callable[[float], str] = _percent
         now: Callable[[float], str] = _percent
@@ -381,7 +381,7 @@ class _MetricChart(_Chart):
 
     def _legend(
         self,
-        series: Sequence[tuple[GpuState, Series]],
+        series: Sequence[tuple[GpuState, ChartSeries]],
         title: Line,
         width: int,
         scale: float,
@@ -439,7 +439,7 @@ class _GpuChart(_Chart):
                     continue
                 scale = 100.0 / limit
             entries.append(Line(f" {label} ", color).add("N/A" if value is None else f"{value * scale:.0f}%", color))
-            s = gpu.timeline.series(metric, window, end)
+            s = _series_of(gpu, metric, window, end)
             traces.append(Trace(color, s.step, s.buckets, s.lo, s.mean, s.hi, scale, (id(gpu.timeline), metric)))
         keep = Line()
         if self.more:  # GPUs that found no room: said whole, with the key to see them where it fits
@@ -467,3 +467,8 @@ def spare_rows(screen_height: int, gpu_lines: int, filter_shown: bool = False) -
     """The rows under the GPU area that the charts and the table share (header, footer, margins and the
     filter box taken off)."""
     return screen_height - gpu_lines - _CHROME - (2 if filter_shown else 0)
+
+
+def _series_of(gpu: GpuState, metric: str, window: float, end: float) -> ChartSeries:
+    """A charted GPU's series of ``metric`` (a chart holds GPUs with a timeline; one without reads as empty)."""
+    return EMPTY_SERIES if gpu.timeline is None else gpu.timeline.series(metric, window, end)
