@@ -33,26 +33,6 @@ def _has_nvml() -> bool:
 without_nvml_driver = pytest.mark.skipif(_has_nvml(), reason="this machine has an NVIDIA driver")
 FROZEN_TIME = 1_795_000_000.0  # a fixed Unix time: simulated values depend only on it
 
-# Markers of tests in files other engineers own, applied here so those files stay as they are (the markers
-# themselves are declared in pyproject.toml). node id -> markers. A whole file: its path; one test: its id.
-MARKED: dict[str, tuple[str, ...]] = {
-    "tests/test_fleet.py::test_the_queries_per_refresh_do_not_grow_with_hosts": ("slow",),
-    "tests/test_replay.py::test_the_player_keeps_a_bounded_number_of_snapshots": ("slow",),
-    "tests/test_exporter_tls.py": ("real_server",),
-    "tests/test_exporter_tls.py::test_prometheus_scrapes_it_with_the_readmes_configuration": ("slow",),
-    # reads a running logger's file between its samples, half a second apart (a partial line was seen under -n 2)
-    "tests/test_safety_switches.py::test_a_running_logger_shows_every_small_sample_as_soon_as_it_is_taken": ("timing",),
-}
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        path, _, _ = item.nodeid.partition("::")
-        name = item.nodeid.partition("[")[0]
-        for key in {path, name}:
-            for marker in MARKED.get(key, ()):
-                item.add_marker(marker)
-
 
 @pytest.fixture(autouse=True)
 def isolated_preferences(tmp_path_factory, monkeypatch):

@@ -41,7 +41,10 @@ from .prometheus_fixtures import DATA_S, prometheus, requires_prometheus, shutdo
 
 ROOT = Path(__file__).resolve().parents[1]
 OPENSSL = shutil.which("openssl")
-pytestmark = pytest.mark.skipif(OPENSSL is None, reason="the openssl CLI is needed to make test certificates")
+pytestmark = [
+    pytest.mark.skipif(OPENSSL is None, reason="the openssl CLI is needed to make test certificates"),
+    pytest.mark.real_server,
+]
 
 
 # ---------------------------------------------------------------- throwaway certificates
@@ -456,6 +459,7 @@ def _readme_scrape_config(certs: Certs, target: str) -> str:
     return "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n" + config
 
 
+@pytest.mark.slow
 @requires_prometheus
 def test_prometheus_scrapes_it_with_the_readmes_configuration(exporter, certs, tmp_path):
     ex = exporter(mutual=True)

@@ -146,6 +146,7 @@ def test_gpus_are_sorted_by_host_then_index_naturally(fake):
 # ----------------------------------------------------------------- queries
 
 
+@pytest.mark.slow
 def test_the_queries_per_refresh_do_not_grow_with_hosts(fake):
     """1 host and 64 hosts x 8 GPUs: two queries at a refresh with new samples, one without."""
     counts = {}

@@ -329,6 +329,7 @@ def _long_recording(path, lines: list[str], count: int) -> None:
             out.write(json.dumps(data, separators=(",", ":")) + "\n")
 
 
+@pytest.mark.slow
 def test_the_player_keeps_a_bounded_number_of_snapshots(recording, tmp_path):
     import gc
 

@@ -127,6 +127,7 @@ def _complete_lines(path: Path) -> list[str]:
     return data.decode().splitlines()
 
 
+@pytest.mark.timing  # reads a running logger's file between its samples, half a second apart
 @pytest.mark.parametrize("kind", list(LOGGERS))
 def test_a_running_logger_shows_every_small_sample_as_soon_as_it_is_taken(tmp_path, kind):
     path = tmp_path / f"log.{kind}"
