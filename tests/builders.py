@@ -22,13 +22,28 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from nvtopy.backends.base import SignalOutcome
-from nvtopy.model import GpuProcess, GpuSample, GpuState, GpuStatic, HostInfo, ProcessType, Snapshot
+from nvtopy.model import (
+    GpuProcess,
+    GpuSample,
+    GpuState,
+    GpuStatic,
+    HostInfo,
+    NvLink,
+    ProcessType,
+    Reason,
+    Snapshot,
+)
 from nvtopy.sources.base import SnapshotSource
 
 GIB = 1 << 30
+MIB = 1 << 20
 NOW = 1_795_000_000.0  # the frozen time of conftest.FROZEN_TIME: hand-made snapshots are taken then
 
 # --------------------------------------------------------------------------- the model, by hand
+#
+# Each builder makes a typical object, the values a test does not care about filled in; ``bare=True``
+# makes the class's own (the required fields at their emptiest: no name, no user, memory unknown), for a
+# test that must see nothing but what it passes.
 
 
 def host_info(**changes: object) -> HostInfo:
@@ -37,9 +52,12 @@ def host_info(**changes: object) -> HostInfo:
     return HostInfo(**{**values, **changes})  # type: ignore[arg-type]
 
 
-def gpu_static(index: int = 0, **changes: object) -> GpuStatic:
-    """An H100 80GB HBM3 at ``index``: its UUID ``GPU-<index>``, its bus id, its limits and 4 NVLinks."""
-    values: dict[str, object] = {
+def gpu_static(index: int = 0, *, bare: bool = False, **changes: object) -> GpuStatic:
+    """An H100 80GB HBM3 at ``index``: its UUID ``GPU-<index>``, its bus id, its limits and 4 NVLinks.
+
+    ``bare``: only ``index`` and ``changes`` (every other field None, as nothing was read).
+    """
+    values: dict[str, object] = {} if bare else {
         "uuid": f"GPU-{index}",
         "name": "NVIDIA H100 80GB HBM3",
         "bus_id": f"00000000:{0x18 + index:02X}:00.0",
@@ -49,39 +67,105 @@ def gpu_static(index: int = 0, **changes: object) -> GpuStatic:
         "pcie_link_gen_max": 5,
         "pcie_link_width_max": 16,
         "nvlink_count": 4,
-    }
+    }  # fmt: skip
     return GpuStatic(index, **{**values, **changes})  # type: ignore[arg-type]
 
 
-def gpu_process(gpu: int = 0, pid: int = 100, **changes: object) -> GpuProcess:
-    """A compute process of alice's on GPU ``gpu``: 2 GiB, ``python train.py``, started at ``NOW - 4000``."""
-    values: dict[str, object] = {
-        "gpu_index": gpu,
-        "gpu_uuid": f"GPU-{gpu}",
-        "pid": pid,
-        "type": ProcessType.COMPUTE,
-        "gpu_memory_bytes": 2 * GIB,
-        "user": "alice",
-        "command": "python train.py",
-        "create_time": NOW - 4000,
-    }
+def nvlinks(count: int = 4, *, down: tuple[int, ...] = ()) -> tuple[NvLink, ...]:
+    """``count`` NVLink 4 links, up but those in ``down``, each to its own switch port, no errors, some traffic."""
+    return tuple(
+        NvLink(i, active=i not in down, version=4, rx_bytes_per_s=5 * MIB, tx_bytes_per_s=4 * MIB, errors=0,
+               remote=f"00000000:{0x40 + i:02X}:00.0")
+        for i in range(count)
+    )  # fmt: skip
+
+
+def gpu_sample(timestamp: float = NOW, *, bare: bool = False, **changes: object) -> GpuSample:
+    """A busy, healthy H100 reading at ``timestamp``: 40 GiB used, 83 %, 61 C, 350 of 700 W, Gen5 x16, 4 links up.
+
+    No row remapped, ECC on (1 corrected error since boot), page retirement not supported (an H100 remaps
+    rows instead), no GPM figures. ``bare``: only ``timestamp`` and ``changes`` (nothing read).
+    """
+    values: dict[str, object] = {} if bare else {
+        "memory_used_bytes": 40 * GIB,
+        "utilization_gpu_percent": 83,
+        "utilization_memory_percent": 41,
+        "temperature_c": 61,
+        "power_draw_w": 350.0,
+        "power_limit_w": 700.0,
+        "pstate": 0,
+        "clock_sm_mhz": 1980,
+        "clock_mem_mhz": 2619,
+        "ecc_mode": True,
+        "ecc_corrected_volatile": 1,
+        "ecc_uncorrected_volatile": 0,
+        "ecc_corrected_aggregate": 5,
+        "ecc_uncorrected_aggregate": 0,
+        "throttle_reasons": (),
+        "pcie_rx_bytes_per_s": 120 * MIB,
+        "pcie_tx_bytes_per_s": 40 * MIB,
+        "remapped_rows_corrected": 0,
+        "remapped_rows_uncorrected": 0,
+        "remapped_rows_pending": False,
+        "remapped_rows_failure": False,
+        "retired_pages_sbe": None,
+        "retired_pages_dbe": None,
+        "retired_pages_pending": None,
+        "pcie_link_gen": 5,
+        "pcie_link_width": 16,
+        "pcie_replay_counter": 0,
+        "nvlinks": nvlinks(),
+        "nvlink_rx_bytes_per_s": 20 * MIB,
+        "nvlink_tx_bytes_per_s": 16 * MIB,
+        "unavailable": dict.fromkeys(
+            ("retired_pages_sbe", "retired_pages_dbe", "retired_pages_pending"), Reason.NOT_SUPPORTED
+        ),
+    }  # fmt: skip
+    return GpuSample(timestamp, **{**values, **changes})  # type: ignore[arg-type]
+
+
+def gpu_process(gpu: int = 0, pid: int = 100, *, bare: bool = False, **changes: object) -> GpuProcess:
+    """A compute process of alice's on GPU ``gpu``: 2 GiB, ``python job<pid>.py``, started at time ``pid``.
+
+    Command and start time follow the pid, so each row's key is its own.
+
+    ``bare``: NVML's row alone (no UUID, memory unknown, type compute), nothing read from the host.
+    """
+    values: dict[str, object] = {"gpu_index": gpu, "pid": pid, "gpu_uuid": None, "type": ProcessType.COMPUTE}
+    values["gpu_memory_bytes"] = None
+    if not bare:
+        values.update(
+            gpu_uuid=f"GPU-{gpu}",
+            gpu_memory_bytes=2 * GIB,
+            user="alice",
+            command=f"python job{pid}.py",
+            create_time=float(pid),
+        )
     return GpuProcess(**{**values, **changes})  # type: ignore[arg-type]
 
 
 def gpu_state(
-    index: int = 0, *processes: GpuProcess, static: GpuStatic | None = None, sample: GpuSample | None = None
+    index: int = 0,
+    *processes: GpuProcess,
+    static: GpuStatic | None = None,
+    sample: GpuSample | None = None,
+    **changes: object,
 ) -> GpuState:
-    """GPU ``index`` (:func:`gpu_static` unless given) with an empty sample at ``NOW`` unless given."""
+    """GPU ``index`` (:func:`gpu_static` unless given) with an empty sample at ``NOW`` unless given.
+
+    ``changes``: the state's other fields (``history``, ``health``, ``note``, ...).
+    """
     return GpuState(
         static if static is not None else gpu_static(index),
         sample if sample is not None else GpuSample(NOW),
         processes=processes,
+        **changes,  # type: ignore[arg-type]
     )
 
 
-def snapshot_of(*gpus: GpuState, timestamp: float = NOW, host: HostInfo | None = None) -> Snapshot:
-    """These GPUs, on :func:`host_info` unless given, at ``timestamp``."""
-    return Snapshot(timestamp, host if host is not None else host_info(), tuple(gpus))
+def snapshot_of(*gpus: GpuState, timestamp: float = NOW, host: HostInfo | None = None, **changes: object) -> Snapshot:
+    """These GPUs, on :func:`host_info` unless given, at ``timestamp``; ``changes``: ``sequence``, ``interval``..."""
+    return Snapshot(timestamp, host if host is not None else host_info(), tuple(gpus), **changes)  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------- fake sources

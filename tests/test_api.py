@@ -21,6 +21,7 @@ from nvtopy.backends.simulated.backend import SimulatedBackend
 from nvtopy.model import GpuStatic
 from nvtopy.selection import SelectionWarning
 
+from .builders import gpu_static
 from .conftest import mig_instances
 from .fake_torch import FakeDevice, fake_torch
 
@@ -132,10 +133,11 @@ def test_print_usage_with_torch(api_sim, monkeypatch, capsys):
 
 def statics_with_mig() -> list[GpuStatic]:
     return [
-        GpuStatic(0, uuid="GPU-11111111-1111-1111-1111-111111111111", bus_id="00000000:1B:00.0"),
-        GpuStatic(1, uuid="GPU-22222222-2222-2222-2222-222222222222", bus_id="00000000:2B:00.0"),
-        GpuStatic(
+        gpu_static(0, bare=True, uuid="GPU-11111111-1111-1111-1111-111111111111", bus_id="00000000:1B:00.0"),
+        gpu_static(1, bare=True, uuid="GPU-22222222-2222-2222-2222-222222222222", bus_id="00000000:2B:00.0"),
+        gpu_static(
             2,
+            bare=True,
             uuid="GPU-33333333-3333-3333-3333-333333333333",
             bus_id="00000000:3B:00.0",
             mig_mode=True,

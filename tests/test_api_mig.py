@@ -24,6 +24,7 @@ from nvtopy.model import GpuStatic
 from nvtopy.render.units import fmt_bytes
 from nvtopy.selection import Selection, SelectionWarning
 
+from .builders import gpu_static
 from .conftest import mig_instances
 from .fake_torch import FakeDevice, fake_torch
 
@@ -95,9 +96,10 @@ def test_job_gpus_with_torch_on_a_mig_device(mig_api, monkeypatch):
 
 def statics_with_mig() -> list[GpuStatic]:
     return [
-        GpuStatic(0, uuid="GPU-11111111-1111-1111-1111-111111111111", bus_id="00000000:1B:00.0"),
-        GpuStatic(
+        gpu_static(0, bare=True, uuid="GPU-11111111-1111-1111-1111-111111111111", bus_id="00000000:1B:00.0"),
+        gpu_static(
             1,
+            bare=True,
             uuid="GPU-22222222-2222-2222-2222-222222222222",
             bus_id="00000000:2B:00.0",
             mig_mode=True,

@@ -116,12 +116,7 @@ THIRD_PARTY: dict[str, set[str]] = {
 
 # (importing module, third-party package) -> why it may, outside the package's places. One that no longer
 # occurs fails test_third_party_reasons_are_still_needed.
-THIRD_PARTY_REASONS: dict[tuple[str, str], str] = {
-    ("backends.simulated.backend", "psutil"): (
-        "the simulator reports real pids (--real-pids) as GPU processes: it reads their start time and whether "
-        "they are zombies with psutil; both reads belong in backends/host/processes.py"
-    ),
-}
+THIRD_PARTY_REASONS: dict[tuple[str, str], str] = {}
 
 # What may stand directly under backends/: the shared modules every backend and every caller uses...
 BACKENDS_MODULES = {"base", "open", "locked", "diagnose"}
@@ -433,6 +428,12 @@ def test_no_layer_exceptions():
 def test_third_party_reasons_are_still_needed():
     edges = {(e.source, e.target) for e in package_edges()}
     assert [pair for pair in THIRD_PARTY_REASONS if pair not in edges] == []
+
+
+def test_no_third_party_reasons():
+    """Every third-party import is in its layer's place: psutil is read in backends/host/ only (the simulator's
+    real pids ask host/processes.py), pynvml in backends/nvml/ only. A new one is a design change, not an entry."""
+    assert THIRD_PARTY_REASONS == {}
 
 
 def test_backend_folders_meet_only_in_base():

@@ -23,8 +23,9 @@ from nvtopy.render.gpu import (
 from nvtopy.tui.app import NvtopyApp
 from nvtopy.tui.gpu_view import GpuView, plan_layout
 
+from .builders import FixedSource
 from .test_gpm_render import gpu
-from .test_tui_health import FixedSource, show, snapshot_of
+from .test_tui_health import my_snapshot, show
 from .tui_helpers import widget_lines
 
 HARMFUL = "HW slowdown: SM at 45 % of max"
@@ -90,7 +91,7 @@ async def test_16_gpus_at_80x24_have_labels_and_the_sign_explained() -> None:
     gpus = [throttled(i, harmful=True) if i == 3 else gpu(i) for i in range(16)]
     app = NvtopyApp(FixedSource(), poll=False)
     async with app.run_test(size=(80, 24)) as pilot:
-        await show(pilot, app, snapshot_of(*gpus))
+        await show(pilot, app, my_snapshot(*gpus))
         view = app.query_one(GpuView)
         assert view.plan.kind == "compact" and view.plan.columns == 2
         labels, *lines = widget_lines(view)

@@ -20,9 +20,7 @@ from nvtopy.model import (
     MIG_GPM_FIELDS,
     GpuHealth,
     GpuHistory,
-    GpuSample,
     GpuState,
-    GpuStatic,
     MigInstance,
     MigUsage,
     Reason,
@@ -53,9 +51,8 @@ from nvtopy.render.text import activity_notes, render_snapshot
 from nvtopy.sources.collector import Collector
 from nvtopy.tui.gpu_view import plan_layout
 
-from .builders import host_info, snapshot_of
+from .builders import GIB, gpu_sample, gpu_state, gpu_static, host_info, snapshot_of
 
-GIB = 2**30
 YELLOW = Style.parse("yellow")
 NOT_SUPPORTED = dict.fromkeys(GPM_FIELDS, Reason.NOT_SUPPORTED)
 
@@ -86,10 +83,11 @@ def gpu(
         "dram_active_percent": dram,
         **sample,
     }
-    static = GpuStatic(index, uuid=f"GPU-{index}", name=name, bus_id=f"00000000:{index + 0x18:02X}:00.0")
-    static = dataclasses.replace(static, memory_total_bytes=80 * GIB, temperature_slowdown_c=87)
+    board = {"name": name, "clock_sm_max_mhz": None, "pcie_link_gen_max": None, "pcie_link_width_max": None}
+    static = gpu_static(index, nvlink_count=None, **board)
     history = GpuHistory(utilization_gpu_percent=(util,) * 30, sm_active_percent=(sm,) * 30)
-    return GpuState(static, GpuSample(1.0, unavailable=reasons or {}, **values), history=history)
+    readings = gpu_sample(1.0, bare=True, unavailable=reasons or {}, **values)
+    return gpu_state(index, static=static, sample=readings, history=history)
 
 
 def a100(index: int = 0) -> GpuState:

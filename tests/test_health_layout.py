@@ -14,7 +14,8 @@ from nvtopy.render.health import gpu_health_lines
 from nvtopy.tui.app import NvtopyApp
 from nvtopy.tui.health_screen import SECTION_WIDTH, HealthScreen, section_columns
 
-from .test_tui_health import FixedSource, healthy_gpu, show, sick_gpu, snapshot_of
+from .builders import FixedSource
+from .test_tui_health import healthy_gpu, my_snapshot, show, sick_gpu
 from .tui_helpers import screen_text, wait_until
 
 
@@ -52,7 +53,7 @@ async def test_200_columns_show_two_gpus_side_by_side() -> None:
     gpus = [healthy_gpu(0), sick_gpu(1), healthy_gpu(2)]
     app = NvtopyApp(FixedSource(), poll=False)
     async with app.run_test(size=(200, 50)) as pilot:
-        snapshot = snapshot_of(*gpus)
+        snapshot = my_snapshot(*gpus)
         await show(pilot, app, snapshot)
         app.push_screen(HealthScreen(snapshot, gpus))
         await wait_until(pilot, lambda: isinstance(app.screen, HealthScreen), message="the health screen")

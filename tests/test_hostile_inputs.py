@@ -19,7 +19,7 @@ import subprocess
 
 import pytest
 
-from .builders import NVTOPY
+from .builders import NVTOPY, gpu_process
 from .builders import run_nvtopy as run
 
 HUGE = "9" * 5000  # more digits than Python's int() accepts (4,300)
@@ -211,7 +211,7 @@ def test_the_compute_filter_keeps_mps_clients():
     from nvtopy.render.processes import ProcessFilter
 
     def proc(kind: ProcessType) -> GpuProcess:
-        return GpuProcess(0, None, 10, kind, None)
+        return gpu_process(0, 10, bare=True, type=kind)
 
     compute, graphics = ProcessFilter(process_type="C"), ProcessFilter(process_type="G")
     assert compute.matches(proc(ProcessType.MPS), None)

@@ -17,16 +17,16 @@ from nvtopy.backends.host.pidmap import GpuPids, PidMapper, ProcView, unmapped_h
 from nvtopy.backends.nvml.backend import NvmlBackend
 from nvtopy.formats.contract import dumps
 from nvtopy.formats.writers import PROCESS_FIELDS, CsvWriter, JsonlWriter
-from nvtopy.model import GpuProcess, ProcessType
+from nvtopy.model import GpuProcess
 from nvtopy.sources.collector import Collector
 from nvtopy.sources.replay import load_recording
 
+from .builders import GIB, gpu_process
 from .conftest import needs_fake_nvml
 from .fake_pynvml import FakeGpu, FakeNvml, FakeProcess
 
 BTIME = 1_700_000_000
 SELF = 1
-GIB = 1 << 30
 
 
 def add_proc(root: Path, pid: int, ticks: int, fds: tuple[str, ...] = (), *, unreadable: bool = False) -> None:
@@ -155,9 +155,7 @@ def test_mapping_lasts_while_the_local_process_is_the_same(proc):
 
 
 def row(pid: int, memory: int | None, *, foreign: bool) -> GpuProcess:
-    return GpuProcess(
-        gpu_index=0, gpu_uuid=None, pid=pid, type=ProcessType.COMPUTE, gpu_memory_bytes=memory, foreign=foreign
-    )
+    return gpu_process(0, pid, bare=True, gpu_memory_bytes=memory, foreign=foreign)
 
 
 def test_hint_names_unmapped_gpu_memory():

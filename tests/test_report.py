@@ -27,46 +27,35 @@ from nvtopy.errors import UsageError
 from nvtopy.formats.contract import snapshot_to_dict
 from nvtopy.formats.contract_decoder import snapshot_from_dict
 from nvtopy.model import (
-    GpuProcess,
-    GpuSample,
     GpuState,
-    GpuStatic,
-    HostInfo,
     OwnerKind,
     ProcessOwner,
-    ProcessType,
     Snapshot,
 )
 from nvtopy.sources.collector import Collector
 from nvtopy.textsafe import unescape_text
 
-GIB = 2**30
-T0 = 1_795_000_000.0
+from .builders import GIB, NOW, gpu_process, gpu_sample, gpu_state, gpu_static, host_info, snapshot_of
+
+T0 = NOW
 
 
 # ----------------------------------------------------------------- hand-built snapshots
 
 
 def proc(user: str | None, memory: int | None = GIB, owner: ProcessOwner | None = None, pid: int = 100, gpu: int = 0):
-    return GpuProcess(
-        gpu_index=gpu, gpu_uuid=None, pid=pid, type=ProcessType.COMPUTE, gpu_memory_bytes=memory, user=user, owner=owner
-    )
+    return gpu_process(gpu, pid, bare=True, gpu_memory_bytes=memory, user=user, owner=owner)
 
 
-def gpu_state(index: int = 0, *, t: float, util=None, sm=None, energy=None, power=None, procs=(), uuid=None):
-    static = GpuStatic(index=index, uuid=uuid or f"GPU-{index}")
-    sample = GpuSample(
-        timestamp=t,
-        utilization_gpu_percent=util,
-        sm_active_percent=sm,
-        energy_mj=energy,
-        power_draw_w=power,
-    )
-    return GpuState(static, sample, tuple(procs))
+def gpu_at(index: int = 0, *, t: float, util=None, sm=None, energy=None, power=None, procs=(), uuid=None) -> GpuState:
+    """GPU ``index`` at time ``t`` with these readings (the ledger's figures) and nothing else."""
+    static = gpu_static(index, bare=True, uuid=uuid or f"GPU-{index}")
+    readings = {"utilization_gpu_percent": util, "sm_active_percent": sm, "energy_mj": energy, "power_draw_w": power}
+    return gpu_state(index, *procs, static=static, sample=gpu_sample(t, bare=True, **readings))
 
 
 def snap(t: float, *gpus: GpuState, host: str = "node1") -> Snapshot:
-    return Snapshot(timestamp=t, host=HostInfo(hostname=host, driver_version=None, cuda_driver_version=None), gpus=gpus)
+    return snapshot_of(*gpus, timestamp=t, host=host_info(hostname=host, driver_version=None, cuda_driver_version=None))
 
 
 def steady(ledger: Ledger, seconds: float, every: float = 10.0, start: float = T0, **gpu) -> float:
@@ -80,7 +69,7 @@ def steady(ledger: Ledger, seconds: float, every: float = 10.0, start: float = T
     for i in range(steps + 1):
         t = start + i * every
         energy = None if watts is None else int(watts * (t - T0) * 1000) + 10**9
-        ledger.add_snapshot(snap(t, gpu_state(t=t, energy=energy, **gpu)))
+        ledger.add_snapshot(snap(t, gpu_at(t=t, energy=energy, **gpu)))
     return start + steps * every
 
 
@@ -177,7 +166,7 @@ def test_a_counter_reset_counts_power_times_time_for_that_interval():
     energies = [10_000_000, 10_000_000 + 60_000 * 10, 5_000, 5_000 + 60_000 * 10]  # reset between 2nd and 3rd
     for i, energy in enumerate(energies):
         t = T0 + 10 * i
-        ledger.add_snapshot(snap(t, gpu_state(t=t, util=100, energy=energy, power=60.0, procs=alice)))
+        ledger.add_snapshot(snap(t, gpu_at(t=t, util=100, energy=energy, power=60.0, procs=alice)))
     # 3 intervals of 10 s at 60 W: 600 J from each counter delta, 600 J from power x time at the reset.
     report = ledger.report()
     assert report.rows[0].energy_kwh == pytest.approx(1800 / 3.6e6)
@@ -194,7 +183,7 @@ def counter_run(readings: dict[int, float | None], *, power: float | None = 300.
     for i in range(count):
         t = T0 + 10 * i
         energy = readings.get(i, 10**9 + 300 * 10 * i * 1000)
-        ledger.add_snapshot(snap(t, gpu_state(t=t, util=100, energy=energy, power=power, procs=[proc("alice")])))
+        ledger.add_snapshot(snap(t, gpu_at(t=t, util=100, energy=energy, power=power, procs=[proc("alice")])))
     return ledger
 
 
@@ -229,7 +218,7 @@ def test_without_a_counter_an_impossible_power_reading_is_skipped_and_counted():
     ledger = Ledger(["user"])
     for i, power in enumerate([300.0, 140737488355328.0, 300.0, 25_000.0, 300.0, -1.0, 300.0]):  # DCGM_FP64_BLANK
         t = T0 + 10 * i
-        ledger.add_snapshot(snap(t, gpu_state(t=t, util=100, power=power, procs=[proc("alice")])))
+        ledger.add_snapshot(snap(t, gpu_at(t=t, util=100, power=power, procs=[proc("alice")])))
     report = ledger.report()
     assert report.rows[0].energy_kwh == pytest.approx(300 * 60 / 3.6e6)  # the mean of the ends known: 300 W
     assert report.skipped == (("power", 3),)
@@ -326,9 +315,7 @@ def test_by_gpu_brings_its_host_and_keeps_hosts_apart():
     for i in range(361):
         t = T0 + 10 * i
         for host in ("node1", "node2"):
-            ledger.add_snapshot(
-                snap(t, gpu_state(0, t=t, util=100, procs=[proc("alice")], uuid=f"GPU-{host}"), host=host)
-            )
+            ledger.add_snapshot(snap(t, gpu_at(0, t=t, util=100, procs=[proc("alice")], uuid=f"GPU-{host}"), host=host))
     report = ledger.report()
     assert report.columns == ("host", "gpu")
     assert set(by_key(report)) == {("node1", 0), ("node2", 0)}
@@ -360,9 +347,9 @@ def _three_users() -> Ledger:
         ledger.add_snapshot(
             snap(
                 t,
-                gpu_state(0, t=t, util=100, power=100.0, procs=[proc("bob", 5 * GIB)]),
-                gpu_state(1, t=t, util=10, power=300.0, procs=[proc("alice", GIB), proc("carol", GIB, pid=2)]),
-                gpu_state(2, t=t, util=50, power=200.0, procs=[proc("alice", GIB, pid=3)]),
+                gpu_at(0, t=t, util=100, power=100.0, procs=[proc("bob", 5 * GIB)]),
+                gpu_at(1, t=t, util=10, power=300.0, procs=[proc("alice", GIB), proc("carol", GIB, pid=2)]),
+                gpu_at(2, t=t, util=50, power=200.0, procs=[proc("alice", GIB, pid=3)]),
             )
         )
     return ledger
@@ -387,8 +374,8 @@ def test_unknown_energy_sorts_last():
         ledger.add_snapshot(
             snap(
                 t,
-                gpu_state(0, t=t, util=1, procs=[proc("nopower")]),
-                gpu_state(1, t=t, util=1, power=10.0, procs=[proc("some")]),
+                gpu_at(0, t=t, util=1, procs=[proc("nopower")]),
+                gpu_at(1, t=t, util=1, power=10.0, procs=[proc("some")]),
             )
         )
     report = ledger.report()
@@ -637,7 +624,7 @@ def test_a_blank_energy_reading_in_a_recording_is_skipped_and_said(tmp_path, cap
         for i in range(61):  # ten minutes at 300 W, a reading every 10 s
             t = T0 + 10 * i
             energy = DCGM_BLANK if i == 30 else 10**9 + 3_000_000 * i
-            state = gpu_state(t=t, util=100, energy=energy, power=300.0, procs=[proc("alice")])
+            state = gpu_at(t=t, util=100, energy=energy, power=300.0, procs=[proc("alice")])
             out.write(json.dumps(snapshot_to_dict(snap(t, state))) + "\n")
     code, out, err = report_of(capsys, str(path), "--format", "json")
     assert (code, err) == (0, "")
@@ -657,7 +644,7 @@ def test_no_process_in_the_period_is_a_report_of_nothing(tmp_path, capsys):
     path = tmp_path / "idle.jsonl"
     with open(path, "w") as out:
         for i in range(3):
-            out.write(json.dumps(snapshot_to_dict(snap(T0 + i, gpu_state(t=T0 + i, util=0)))) + "\n")
+            out.write(json.dumps(snapshot_to_dict(snap(T0 + i, gpu_at(t=T0 + i, util=0)))) + "\n")
     code, out, err = report_of(capsys, str(path))
     assert (code, err) == (0, "")
     assert out.splitlines()[1] == "No GPU was held by a process in this period."
@@ -734,7 +721,7 @@ def test_hostile_names_from_a_recording_reach_no_terminal(tmp_path, capsys):
     procs = [proc(user, pid=i + 1) for i, user in enumerate(HOSTILE_USERS)]
     with open(path, "w", encoding="utf-8") as out:
         for i in range(3):
-            line = snapshot_to_dict(snap(T0 + i, gpu_state(t=T0 + i, util=50, procs=procs), host="\x1b]0;h\x07"))
+            line = snapshot_to_dict(snap(T0 + i, gpu_at(t=T0 + i, util=50, procs=procs), host="\x1b]0;h\x07"))
             out.write(json.dumps(line, ensure_ascii=False) + "\n")
     code, out, _ = report_of(capsys, str(path), "--by", "user,host")
     assert code == 0
@@ -774,7 +761,7 @@ def test_reading_a_line_directly_gives_what_the_replay_reader_gives(recording, t
         None,
     ]
     procs = [proc(user, memory=i * GIB or None, owner=owners[i % 4], pid=i + 1) for i, user in enumerate(HOSTILE_USERS)]
-    hostile = snap(T0, gpu_state(3, t=T0, util=5, sm=float("nan"), energy=2**70, procs=procs), host="h\u202e")
+    hostile = snap(T0, gpu_at(3, t=T0, util=5, sm=float("nan"), energy=2**70, procs=procs), host="h\u202e")
     texts = [*lines[:5], json.dumps(snapshot_to_dict(hostile), ensure_ascii=False)]
     for text in texts:
         data = json.loads(text)

@@ -31,13 +31,13 @@ from nvtopy.commands import dispatch as cli
 from nvtopy.commands import options
 from nvtopy.errors import NvtopyError, UsageError
 from nvtopy.formats.contract import dumps
-from nvtopy.model import GpuProcess, GpuSample, GpuState, GpuStatic, HostInfo, ProcessType, Snapshot
+from nvtopy.model import Snapshot
 from nvtopy.render.gpu import compact_line, panel_lines, panel_title
 from nvtopy.render.text import render_snapshot
 from nvtopy.sources.collector import Collector
 from nvtopy.textsafe import escape_text, safe_text, unescape_text
 
-from .builders import LatestSource
+from .builders import LatestSource, gpu_process, gpu_sample, gpu_state, gpu_static, host_info, snapshot_of
 from .conftest import mig_instances, needs_fake_nvml
 from .tui_helpers import screen_text, started, widget_strips
 
@@ -189,8 +189,9 @@ def test_ordinary_text_passes_unchanged():
 
 
 def _hostile_snapshot() -> Snapshot:
-    static = GpuStatic(
+    static = gpu_static(
         0,
+        bare=True,
         uuid=f"GPU-{CLEAR}1",
         name=GPU_NAME,
         bus_id=f"00000000:3B{OSC_TITLE}:00.0",
@@ -207,21 +208,28 @@ def _hostile_snapshot() -> Snapshot:
         host=f"peer{OSC_TITLE}",
         host_index=1,
     )
-    sample = GpuSample(1.0, compute_mode=f"Default{C1_DCS}", throttle_reasons=("sw_power_cap", f"odd{CLEAR}"))
-    process = GpuProcess(
+    sample = gpu_sample(
+        1.0, bare=True, compute_mode=f"Default{C1_DCS}", throttle_reasons=("sw_power_cap", f"odd{CLEAR}")
+    )
+    process = gpu_process(
         0,
-        static.uuid,
         4242,
-        ProcessType.COMPUTE,
-        1 << 30,
+        bare=True,
+        gpu_uuid=static.uuid,
+        gpu_memory_bytes=1 << 30,
         user=USER,
         name=f"tr\udcffain{OSC_TITLE}",
         command=SIM_COMMAND,
         status=f"running{C1_CSI}",
     )
-    noted = GpuState(GpuStatic(1, name=GPU_NAME, host=f"peer2{CLEAR}"), GpuSample(1.0), note=f"bad reply {OSC_TITLE}")
-    host = HostInfo(hostname=HOSTNAME, driver_version=DRIVER, cuda_driver_version=CUDA, nvml_version=f"12{DCS}")
-    return Snapshot(1_795_000_000.0, host, (GpuState(static, sample, processes=(process,)), noted))
+    noted = gpu_state(
+        1,
+        static=gpu_static(1, bare=True, name=GPU_NAME, host=f"peer2{CLEAR}"),
+        sample=gpu_sample(1.0, bare=True),
+        note=f"bad reply {OSC_TITLE}",
+    )
+    host = host_info(hostname=HOSTNAME, driver_version=DRIVER, cuda_driver_version=CUDA, nvml_version=f"12{DCS}")
+    return snapshot_of(gpu_state(0, process, static=static, sample=sample), noted, host=host)
 
 
 def test_json_escapes_every_outside_string_once_and_reversibly():

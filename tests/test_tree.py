@@ -3,32 +3,23 @@
 from __future__ import annotations
 
 from nvtopy.backends.simulated.faults import parse_fault_specs
-from nvtopy.model import GpuProcess, ProcessRelative, ProcessType
+from nvtopy.model import GpuProcess, ProcessRelative
 from nvtopy.render.tree import AncestorRow, TreeEntry, ancestor_cells, build_tree
 from nvtopy.tui.app import NvtopyApp
 from nvtopy.tui.process_screen import ProcessScreen
 
+from .builders import gpu_process
 from .tui_helpers import header_line, started, table_of, widget_lines
 
 SIZE = (120, 40)
 
 
-def row(pid: int, *parents: tuple[int, str], gpu: int = 0, **fields) -> GpuProcess:
+def row(pid: int, *parents: tuple[int, str], gpu: int = 0, **fields: object) -> GpuProcess:
     """A GPU process whose ancestors are ``parents`` (pid, name), nearest first."""
     chain = tuple(ProcessRelative(p, name, "alice") for p, name in parents)
-    return GpuProcess(
-        gpu_index=gpu,
-        gpu_uuid=None,
-        pid=pid,
-        type=ProcessType.COMPUTE,
-        gpu_memory_bytes=2**30,
-        user="alice",
-        command=f"proc{pid}",
-        create_time=100.0,
-        ppid=chain[0].pid if chain else fields.pop("ppid", None),
-        parents=chain,
-        **fields,
-    )
+    ppid = chain[0].pid if chain else fields.pop("ppid", None)
+    values = {"gpu_uuid": None, "gpu_memory_bytes": 2**30, "command": f"proc{pid}", "create_time": 100.0}
+    return gpu_process(gpu, pid, ppid=ppid, parents=chain, **{**values, **fields})
 
 
 def drawn(entries: list[TreeEntry]) -> list[str]:

@@ -25,8 +25,6 @@ from nvtopy.model import (
     GpuProcess,
     GpuSample,
     GpuState,
-    NvLink,
-    ProcessType,
     Reason,
     Severity,
     Snapshot,
@@ -40,86 +38,23 @@ from nvtopy.tui.health_screen import HealthScreen
 from nvtopy.tui.screens import HelpScreen
 
 from . import builders
-from .builders import FixedSource, host_info
+from .builders import GIB, NOW, FixedSource, gpu_process, gpu_state, host_info, nvlinks
+from .builders import gpu_sample as sample
 from .builders import gpu_static as static
 from .scenes import SCENES, build
 from .tui_helpers import header_line, pids, screen_text, table_of, wait_until, widget_lines, widget_strips
 
-GIB = 2**30
-MIB = 2**20
 ME = "alice"
-NOW = 1_795_000_000.0
 WARN, FAIL = Severity.WARN, Severity.FAIL
 
 
 # --------------------------------------------------------------------------- hand-made GPUs
 
 
-def links(down: tuple[int, ...] = ()) -> tuple[NvLink, ...]:
-    return tuple(
-        NvLink(i, active=i not in down, version=4, rx_bytes_per_s=5 * MIB, tx_bytes_per_s=4 * MIB, errors=0,
-               remote=f"00000000:{0x40 + i:02X}:00.0")
-        for i in range(4)
-    )  # fmt: skip
-
-
-def sample(**changes: object) -> GpuSample:
-    values: dict[str, object] = {
-        "timestamp": NOW,
-        "memory_used_bytes": 40 * GIB,
-        "utilization_gpu_percent": 83,
-        "utilization_memory_percent": 41,
-        "temperature_c": 61,
-        "power_draw_w": 350.0,
-        "power_limit_w": 700.0,
-        "pstate": 0,
-        "clock_sm_mhz": 1980,
-        "clock_mem_mhz": 2619,
-        "ecc_mode": True,
-        "ecc_corrected_volatile": 1,
-        "ecc_uncorrected_volatile": 0,
-        "ecc_corrected_aggregate": 5,
-        "ecc_uncorrected_aggregate": 0,
-        "throttle_reasons": (),
-        "pcie_rx_bytes_per_s": 120 * MIB,
-        "pcie_tx_bytes_per_s": 40 * MIB,
-        "remapped_rows_corrected": 0,
-        "remapped_rows_uncorrected": 0,
-        "remapped_rows_pending": False,
-        "remapped_rows_failure": False,
-        "retired_pages_sbe": None,
-        "retired_pages_dbe": None,
-        "retired_pages_pending": None,
-        "pcie_link_gen": 5,
-        "pcie_link_width": 16,
-        "pcie_replay_counter": 0,
-        "nvlinks": links(),
-        "nvlink_rx_bytes_per_s": 20 * MIB,
-        "nvlink_tx_bytes_per_s": 16 * MIB,
-        "unavailable": {
-            "retired_pages_sbe": Reason.NOT_SUPPORTED,
-            "retired_pages_dbe": Reason.NOT_SUPPORTED,
-            "retired_pages_pending": Reason.NOT_SUPPORTED,
-        },
-    }
-    return GpuSample(**{**values, **changes})  # type: ignore[arg-type]
-
-
 def proc(gpu: int, pid: int, *flags: str, **changes: object) -> GpuProcess:
-    values: dict[str, object] = {
-        "gpu_index": gpu,
-        "gpu_uuid": f"GPU-{gpu}",
-        "pid": pid,
-        "type": ProcessType.COMPUTE,
-        "gpu_memory_bytes": 2 * GIB,
-        "sm_percent": 0 if flags else 30,
-        "user": ME,
-        "command": f"python job{pid}.py",
-        "create_time": float(pid),
-        "flags": flags,
-        "idle_seconds": 1500.0 if "idle-held" in flags else None,
-    }
-    return GpuProcess(**{**values, **changes})  # type: ignore[arg-type]
+    """Working at 30 % of SMs; with ``flags``, at 0 % (an idle-held one idle for 25 min)."""
+    idle = 1500.0 if "idle-held" in flags else None
+    return gpu_process(gpu, pid, sm_percent=0 if flags else 30, flags=flags, idle_seconds=idle, **changes)
 
 
 HOSTILE = "[bold]evil\x1b[2J"
@@ -144,7 +79,7 @@ SICK_HEALTH = GpuHealth(
 
 def healthy_gpu(index: int = 0) -> GpuState:
     health = GpuHealth(events_note="Xid events are not supported on this GPU")
-    return GpuState(static(index), sample(), processes=(proc(index, 100 + index),), health=health)
+    return gpu_state(index, proc(index, 100 + index), sample=sample(), health=health)
 
 
 def sick_gpu(index: int = 1) -> GpuState:
@@ -158,10 +93,10 @@ def sick_gpu(index: int = 1) -> GpuState:
         pcie_replay_counter=17,
         throttle_reasons=("hw_slowdown",),
         clock_sm_mhz=891,
-        nvlinks=(*links(down=(2,))[:3], dataclasses.replace(links()[3], remote=HOSTILE)),
+        nvlinks=(*nvlinks(down=(2,))[:3], dataclasses.replace(nvlinks()[3], remote=HOSTILE)),
     )
     processes = (proc(index, 200, "idle-held", gpu_memory_bytes=8 * GIB), proc(index, 201))
-    return GpuState(static(index), readings, processes=processes, health=SICK_HEALTH)
+    return gpu_state(index, *processes, sample=readings, health=SICK_HEALTH)
 
 
 def stalled_gpu(index: int = 2, seconds: float = 12.0) -> GpuState:
@@ -171,11 +106,11 @@ def stalled_gpu(index: int = 2, seconds: float = 12.0) -> GpuState:
         responding=False,
         stalled_seconds=seconds,
     )
-    processes = (proc(index, 300, "suspected-hang"),)
-    return GpuState(static(index), sample(), processes=processes, health=health)
+    return gpu_state(index, proc(index, 300, "suspected-hang"), sample=sample(), health=health)
 
 
-def snapshot_of(*gpus: GpuState, timestamp: float = NOW) -> Snapshot:
+def my_snapshot(*gpus: GpuState, timestamp: float = NOW) -> Snapshot:
+    """These GPUs as their processes' owner (``ME``) sees them: the views mark the processes as the user's."""
     return builders.snapshot_of(*gpus, timestamp=timestamp, host=host_info(user=ME))
 
 
@@ -263,11 +198,11 @@ def test_flag_filter_and_flags_column():
 
 
 def test_health_lines_say_why_a_reading_is_missing_and_escape_outside_text():
-    text = "\n".join(line.plain for line in health_lines(snapshot_of(healthy_gpu(), sick_gpu())))
+    text = "\n".join(line.plain for line in health_lines(my_snapshot(healthy_gpu(), sick_gpu())))
     assert "Retired pages    N/A (not supported)" in text
     assert "not watched: Xid events are not supported on this GPU" in text
     bare = GpuState(static(3, nvlink_count=None), GpuSample(NOW, unavailable={"nvlinks": Reason.NO_PERMISSION}))
-    bare_text = "\n".join(line.plain for line in health_lines(snapshot_of(bare)))
+    bare_text = "\n".join(line.plain for line in health_lines(my_snapshot(bare)))
     assert "Links            N/A (no permission)" in bare_text
     assert "Remapped rows    N/A (not reported)" in bare_text
     assert "\x1b" not in text and "\\e[2J" in text
@@ -279,7 +214,7 @@ def test_health_lines_say_why_a_reading_is_missing_and_escape_outside_text():
 async def test_health_screen_opens_shows_the_evidence_and_closes():
     app = NvtopyApp(FixedSource(signal_refusal=None), poll=False)
     async with app.run_test(size=(120, 40)) as pilot:
-        await show(pilot, app, snapshot_of(healthy_gpu(), sick_gpu(), stalled_gpu()))
+        await show(pilot, app, my_snapshot(healthy_gpu(), sick_gpu(), stalled_gpu()))
         await pilot.press("H")
         await pilot.pause()
         text = health_text(app)
@@ -334,13 +269,13 @@ async def test_health_screen_opens_shows_the_evidence_and_closes():
 async def test_health_screen_updates_live():
     app = NvtopyApp(FixedSource(signal_refusal=None), poll=False)
     async with app.run_test(size=(120, 40)) as pilot:
-        await show(pilot, app, snapshot_of(healthy_gpu(), stalled_gpu(seconds=12)))
+        await show(pilot, app, my_snapshot(healthy_gpu(), stalled_gpu(seconds=12)))
         await pilot.press("H")
         await pilot.pause()
         assert "not responding (12 s)" in health_text(app)
-        await show(pilot, app, snapshot_of(healthy_gpu(), stalled_gpu(seconds=47)))
+        await show(pilot, app, my_snapshot(healthy_gpu(), stalled_gpu(seconds=47)))
         assert "not responding (47 s)" in health_text(app)
-        await show(pilot, app, snapshot_of(healthy_gpu(), healthy_gpu(2)))
+        await show(pilot, app, my_snapshot(healthy_gpu(), healthy_gpu(2)))
         assert "not responding" not in health_text(app) and "2 GPUs: 2 OK" in screen_text(app)
 
 
@@ -359,7 +294,7 @@ async def test_health_screen_counts_follow_the_colorblind_theme_and_a_theme_chan
     app = NvtopyApp(FixedSource(signal_refusal=None), poll=False)
     app.theme = "colorblind"
     async with app.run_test(size=(120, 40)) as pilot:
-        await show(pilot, app, snapshot_of(healthy_gpu(), sick_gpu()))
+        await show(pilot, app, my_snapshot(healthy_gpu(), sick_gpu()))
         await pilot.press("H")
         await pilot.pause()
         assert "2 GPUs: 1 FAIL · 1 OK" in screen_text(app)
@@ -367,7 +302,7 @@ async def test_health_screen_counts_follow_the_colorblind_theme_and_a_theme_chan
         assert {"#D55E00", "#56B4E9"} <= colours and not colours & {"red", "green"}, colours
         app.theme = "textual-dark"  # the command palette's "Change theme", with the screen open
         await pilot.pause()
-        await show(pilot, app, snapshot_of(healthy_gpu(), sick_gpu()))  # the next snapshot recolours the counts
+        await show(pilot, app, my_snapshot(healthy_gpu(), sick_gpu()))  # the next snapshot recolours the counts
         colours = count_colours()
         assert colours and not colours & {"#D55E00", "#56B4E9"}, colours
 
@@ -378,7 +313,7 @@ async def test_health_screen_opens_before_the_first_snapshot():
         await pilot.press("H")
         await pilot.pause()
         assert "waiting for the first sample" in str(app.screen.query_one("#health-text").content)
-        await show(pilot, app, snapshot_of(sick_gpu()))
+        await show(pilot, app, my_snapshot(sick_gpu()))
         assert "row remapping failed" in health_text(app)
 
 
@@ -399,7 +334,7 @@ def _panel_cells(app: NvtopyApp) -> list[list[tuple[str, Style | None, int]]]:
 async def test_a_stalled_gpu_is_drawn_not_responding_and_dimmed_while_the_other_is_not():
     app = NvtopyApp(FixedSource(signal_refusal=None), poll=False)
     async with app.run_test(size=(120, 40)) as pilot:
-        await show(pilot, app, snapshot_of(healthy_gpu(0), stalled_gpu(1)))
+        await show(pilot, app, my_snapshot(healthy_gpu(0), stalled_gpu(1)))
         view = app.query_one(GpuView)
         assert view.plan.kind == "full" and view.plan.columns == 2 and view.plan.links
         lines = widget_lines(view)
@@ -423,7 +358,7 @@ async def test_a_stalled_gpu_is_drawn_not_responding_and_dimmed_while_the_other_
 
 
 async def test_flag_filter_shows_only_flagged_rows_and_esc_clears_it():
-    snapshot = snapshot_of(healthy_gpu(0), sick_gpu(1), stalled_gpu(2))
+    snapshot = my_snapshot(healthy_gpu(0), sick_gpu(1), stalled_gpu(2))
     app = NvtopyApp(FixedSource(signal_refusal=None), poll=False)
     async with app.run_test(size=(140, 40)) as pilot:
         await show(pilot, app, snapshot)
@@ -446,14 +381,14 @@ async def test_flag_filter_shows_only_flagged_rows_and_esc_clears_it():
         await pilot.pause()
         assert app.row_filter.flag is None and pids(app) == {100, 200, 201, 300}
         # No flag anywhere: no FLAGS column.
-        await show(pilot, app, snapshot_of(healthy_gpu(0)))
+        await show(pilot, app, my_snapshot(healthy_gpu(0)))
         assert "FLAGS" not in widget_lines(table_of(app))[0]
 
 
 async def test_flag_filter_keeps_the_flags_column_at_80_columns():
     app = NvtopyApp(FixedSource(signal_refusal=None), poll=False)
     async with app.run_test(size=(80, 24)) as pilot:
-        await show(pilot, app, snapshot_of(healthy_gpu(0), sick_gpu(1)))
+        await show(pilot, app, my_snapshot(healthy_gpu(0), sick_gpu(1)))
         assert "FLAGS" not in widget_lines(table_of(app))[0], "it yields first on a small terminal"
         await pilot.press("f")
         await pilot.pause()
@@ -483,7 +418,7 @@ async def test_80x24_stays_usable():
     app = NvtopyApp(FixedSource(signal_refusal=None), poll=False)
     async with app.run_test(size=(80, 24)) as pilot:
         gpus = [healthy_gpu(0), sick_gpu(1), stalled_gpu(2), healthy_gpu(3)]
-        await show(pilot, app, snapshot_of(*gpus))
+        await show(pilot, app, my_snapshot(*gpus))
         view = app.query_one(GpuView)
         assert view.plan.kind == "compact" and view.plan.lines == 5
         labels, *lines = widget_lines(view)

@@ -20,7 +20,7 @@ from textual.events import MouseScrollDown
 from nvtopy.columns import COLUMN_IDS
 from nvtopy.formats.contract import snapshot_to_dict
 from nvtopy.formats.writers import JsonlWriter
-from nvtopy.model import GpuSample, GpuState, GpuStatic, HostInfo, Snapshot
+from nvtopy.model import GpuSample, GpuState, GpuStatic, Snapshot
 from nvtopy.render.processes import (
     ProcessFilter,
     SortOrder,
@@ -39,7 +39,7 @@ from nvtopy.tui.app import NvtopyApp
 from nvtopy.tui.gpu_view import HostGroup, host_groups, host_header, host_state, plan_layout
 from nvtopy.tui.screens import ConfirmSignalScreen
 
-from .builders import FixedSource
+from .builders import FixedSource, gpu_sample, gpu_state, gpu_static, host_info, snapshot_of
 from .tui_helpers import header_line, wait_until, widget_lines
 
 REFUSAL = "read-only: processes on other hosts cannot be signalled from here"
@@ -56,8 +56,8 @@ def fleet(sim, hosts: list[str], gpus: int = 2, *, down: tuple[str, ...] = (), s
     now = None
     for number, name in enumerate(hosts):
         if name in down:
-            static = GpuStatic(index=len(states), host=name)
-            states.append(GpuState(static, GpuSample(now or 0.0, lost=True), note=DOWN_NOTE))
+            static, lost = gpu_static(len(states), bare=True, host=name), gpu_sample(now or 0.0, bare=True, lost=True)
+            states.append(gpu_state(len(states), static=static, sample=lost, note=DOWN_NOTE))
             continue
         backend = sim(gpus=gpus, seed=number + 1, hostname=name, processes_per_gpu=2)
         snapshot = Collector(backend, history=4).collect()
@@ -74,8 +74,8 @@ def fleet(sim, hosts: list[str], gpus: int = 2, *, down: tuple[str, ...] = (), s
     states = [
         dataclasses.replace(g, sample=dataclasses.replace(g.sample, timestamp=now)) if g.note else g for g in states
     ]
-    host = HostInfo(f"{len(hosts)} hosts", "550.54.15", None, backend="remote", user="alice")
-    return Snapshot(now, host, tuple(states), sequence=1, interval=1.0)
+    host = host_info(hostname=f"{len(hosts)} hosts", cuda_driver_version=None, backend="remote", user="alice")
+    return snapshot_of(*states, timestamp=now, host=host, sequence=1, interval=1.0)
 
 
 def local(sim) -> Snapshot:

@@ -26,7 +26,6 @@ from nvtopy.model import (
     HostInfo,
     OwnerKind,
     ProcessOwner,
-    ProcessType,
     Snapshot,
 )
 from nvtopy.render import cells
@@ -46,11 +45,10 @@ from nvtopy.tui.process_screen import ProcessScreen
 from nvtopy.tui.process_table import ProcessTable
 from nvtopy.tui.screens import ConfirmSignalScreen, HelpScreen
 
-from .builders import FixedSource
+from . import builders
+from .builders import GIB, MIB, FixedSource, gpu_process, gpu_sample, gpu_state, gpu_static, host_info
 from .tui_helpers import header_line, pids, screen_text, started, table_of, wait_until, widget_lines
 
-GIB = 2**30
-MIB = 2**20
 ME = "alice"
 
 WEB = ProcessOwner(OwnerKind.DOCKER, id="a" * 64, name="web-1", container="web-1", container_id="a" * 64)
@@ -60,23 +58,9 @@ HOST = ProcessOwner(OwnerKind.HOST)
 
 
 def proc(gpu: int, pid: int, user: str | None, owner: ProcessOwner | None, **changes: object) -> GpuProcess:
-    values: dict[str, object] = {
-        "gpu_index": gpu,
-        "gpu_uuid": f"GPU-{gpu}",
-        "pid": pid,
-        "type": ProcessType.COMPUTE,
-        "gpu_memory_bytes": 1 * GIB,
-        "sm_percent": 10,
-        "user": user,
-        "command": f"python job{pid}.py",
-        "cpu_percent": 5.0,
-        "host_memory_bytes": 100 * MIB,
-        "create_time": float(pid),
-        "running_seconds": 100.0,
-        "owner": owner,
-    }
-    values.update(changes)
-    return GpuProcess(**values)
+    """1 GiB at 10 % of SMs, 5 % of a CPU and 100 MiB of RAM, running 100 s."""
+    values = {"gpu_memory_bytes": GIB, "sm_percent": 10, "cpu_percent": 5.0, "host_memory_bytes": 100 * MIB}
+    return gpu_process(gpu, pid, user=user, owner=owner, **{**values, "running_seconds": 100.0, **changes})
 
 
 # a: one process on GPUs 0 and 1 (two rows, one process); c: another user's pod; d: a host process; e: all unknown.
@@ -242,7 +226,7 @@ async def test_the_table_at_80_columns_gives_command_what_user_and_owner_do_not_
 async def test_a_hashed_cgroup_owner_takes_few_columns_at_200():
     app = NvtopyApp(FixedSource(signal_refusal=None), poll=False)
     async with app.run_test(size=(200, 50)) as pilot:
-        await show(pilot, app, snapshot_of((*ALL, proc(3, 60, ME, HASHED))))
+        await show(pilot, app, owners_snapshot((*ALL, proc(3, 60, ME, HASHED))))
         table = table_of(app)
         placed = {p.column.key: p.width for p in table._placed}
         assert placed["owner"] == len("process_api/64a1d6e2…") < 32
@@ -339,21 +323,22 @@ def test_group_cells():
 # --------------------------------------------------------------------------- the TUI
 
 
-def snapshot_of(processes: tuple[GpuProcess, ...] = ALL) -> Snapshot:
-    gpus = tuple(
-        GpuState(
-            GpuStatic(i, uuid=f"GPU-{i}", name="NVIDIA H100 80GB HBM3", memory_total_bytes=80 * GIB),
-            GpuSample(1.0),
-            processes=tuple(p for p in processes if p.gpu_index == i),
+def owners_snapshot(processes: tuple[GpuProcess, ...] = ALL) -> Snapshot:
+    gpus = (
+        gpu_state(
+            i,
+            *(p for p in processes if p.gpu_index == i),
+            static=gpu_static(i, bare=True, uuid=f"GPU-{i}", name="NVIDIA H100 80GB HBM3", memory_total_bytes=80 * GIB),
+            sample=gpu_sample(1.0, bare=True),
         )
         for i in range(4)
     )
-    return Snapshot(1_795_000_000.0, HostInfo("node", "550", "12.4", user=ME), gpus)
+    return builders.snapshot_of(*gpus, host=host_info(driver_version="550", user=ME))
 
 
 async def show(pilot, app, snapshot: Snapshot | None = None) -> None:
     target = app.snapshots_applied + 1
-    app.source._publish(snapshot or snapshot_of())
+    app.source._publish(snapshot or owners_snapshot())
     await wait_until(pilot, lambda: app.snapshots_applied >= target, message="the snapshot")
     await pilot.pause()
 
@@ -371,7 +356,7 @@ async def test_owner_column_on_screen_and_escaped():
     hostile = ProcessOwner(OwnerKind.DOCKER, name="[red]evil\x1b[2J")
     app = NvtopyApp(FixedSource(signal_refusal=None), poll=False)
     async with app.run_test(size=(200, 50)) as pilot:
-        await show(pilot, app, snapshot_of((*ALL, proc(3, 60, ME, hostile))))
+        await show(pilot, app, owners_snapshot((*ALL, proc(3, 60, ME, hostile))))
         lines = widget_lines(table_of(app))
         assert "OWNER" in lines[0]
         row = next(line for line in lines if " 60 " in line)
@@ -422,7 +407,7 @@ async def test_group_rows_follow_the_sort_and_the_cursor_follows_its_group():
         assert table_of(app).selected.value == "alice"
         # alice's process 10 grows to 20 GiB on GPU 1: her group moves to the top, the cursor with it.
         grown = tuple(dataclass_replace(p, gpu_memory_bytes=20 * GIB) if p is A1 else p for p in ALL)
-        await show(pilot, app, snapshot_of(grown))
+        await show(pilot, app, owners_snapshot(grown))
         table = table_of(app)
         assert [g.value for g in table.rows] == ["alice", "carol", "bob"]
         assert table.selected.value == "alice"
@@ -511,7 +496,7 @@ async def test_a_group_with_a_foreign_pid_is_refused():
     source = FixedSource(signal_refusal=None)
     app = NvtopyApp(source, poll=False)
     async with app.run_test(size=(120, 40)) as pilot:
-        await show(pilot, app, snapshot_of((A0, foreign)))
+        await show(pilot, app, owners_snapshot((A0, foreign)))
         await group_by(pilot, app, "gpu")
         assert [g.value for g in table_of(app).rows] == [0]
         await pilot.press("home", "T")

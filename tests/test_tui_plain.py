@@ -28,7 +28,8 @@ from nvtopy.render.terminal import ascii_drawing, color_allowed, dumb_terminal
 from nvtopy.tui.app import NvtopyApp
 from nvtopy.tui.plain import MIN_CONTRAST, readable_grey
 
-from .test_tui_health import FixedSource, healthy_gpu, show, sick_gpu, snapshot_of, stalled_gpu
+from .builders import FixedSource
+from .test_tui_health import healthy_gpu, my_snapshot, show, sick_gpu, stalled_gpu
 from .test_tui_hosts import fleet
 from .tui_helpers import started, wait_until, widget_strips
 
@@ -139,7 +140,7 @@ async def test_a_gpu_not_responding_reads_without_colour(no_color):
     for view in ("full", "compact"):
         app = NvtopyApp(FixedSource(), poll=False, layout=view)
         async with app.run_test(size=SIZE) as pilot:
-            await show(pilot, app, snapshot_of(healthy_gpu(), stalled_gpu(1)))
+            await show(pilot, app, my_snapshot(healthy_gpu(), stalled_gpu(1)))
             pieces = pieces_with(app, "#gpus", "not responding (12 s)")
             assert_readable(pieces)
             assert all(p.style.reverse for p in pieces), view
@@ -150,7 +151,7 @@ async def test_fail_and_warn_read_without_colour(no_color):
     warn = dataclasses.replace(healthy_gpu(2), health=GpuHealth(verdict=Severity.WARN, findings=(finding,)))
     app = NvtopyApp(FixedSource(), poll=False)
     async with app.run_test(size=SIZE) as pilot:
-        await show(pilot, app, snapshot_of(healthy_gpu(), sick_gpu(), warn))
+        await show(pilot, app, my_snapshot(healthy_gpu(), sick_gpu(), warn))
         assert_readable(pieces_with(app, "#gpus", "FAIL row remapping failed"))
         assert_readable(pieces_with(app, "#header", "1 FAIL"))
         assert_readable(pieces_with(app, "#header", "1 WARN"))

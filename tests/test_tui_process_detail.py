@@ -18,14 +18,14 @@ import time
 import psutil
 import pytest
 
-from nvtopy.model import GpuProcess, HostInfo, ProcessType, Snapshot
+from nvtopy.model import GpuProcess, Snapshot
 from nvtopy.render.chart import block_chart
 from nvtopy.tui import process_screen
 from nvtopy.tui.app import NvtopyApp
 from nvtopy.tui.process_screen import CHART_HEIGHT, ProcessHistory, ProcessScreen, history_lines
 from nvtopy.tui.screens import ConfirmSignalScreen
 
-from .builders import FixedSource
+from .builders import FixedSource, gpu_process, gpu_sample, gpu_state, gpu_static, host_info, snapshot_of
 from .scenes import SCENES, build
 from .tui_helpers import more_snapshots, screen_text, select, started, wait_until
 
@@ -247,26 +247,16 @@ async def test_a_stuck_backend_never_holds_the_screen(sim, sleeper, monkeypatch)
         release.set()
 
 
-def _row(pid: int, **fields) -> GpuProcess:
-    base = {
-        "gpu_index": 0,
-        "gpu_uuid": None,
-        "pid": pid,
-        "type": ProcessType.COMPUTE,
-        "gpu_memory_bytes": 2**30,
-        "user": "alice",
-        "command": "python train.py",
-        "create_time": 1000.0,
-    }
-    return GpuProcess(**{**base, **fields})
+def _row(pid: int, **fields: object) -> GpuProcess:
+    """alice's ``python train.py`` on GPU 0 (no UUID), started at 1000."""
+    values = {"gpu_uuid": None, "gpu_memory_bytes": 2**30, "command": "python train.py", "create_time": 1000.0}
+    return gpu_process(0, pid, **{**values, **fields})
 
 
 def _snapshot(*rows: GpuProcess) -> Snapshot:
-    from nvtopy.model import GpuSample, GpuState, GpuStatic
-
-    static = GpuStatic(0, uuid="GPU-0", name="NVIDIA H100 80GB HBM3", memory_total_bytes=80 * 2**30)
-    gpu = GpuState(static, GpuSample(timestamp=2000.0), processes=rows)
-    return Snapshot(2000.0, HostInfo("host", "550", "12.4", user="alice"), (gpu,))
+    static = gpu_static(0, bare=True, uuid="GPU-0", name="NVIDIA H100 80GB HBM3", memory_total_bytes=80 * 2**30)
+    gpu = gpu_state(0, *rows, static=static, sample=gpu_sample(2000.0, bare=True))
+    return snapshot_of(gpu, timestamp=2000.0, host=host_info(hostname="host", driver_version="550", user="alice"))
 
 
 async def test_a_source_without_a_host_shows_what_the_snapshot_has():

@@ -387,6 +387,22 @@ def _start_ticks(pid: int, create_time: float | None) -> int | None:
     return stat.start_ticks if abs(started - create_time) <= 1.5 / CLOCK_TICKS else None
 
 
+def process_start_time(pid: int) -> float | None:
+    """When process ``pid`` started (Unix seconds); None: no such process, or it cannot be read."""
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def running_not_zombie(pid: int) -> bool:
+    """Process ``pid`` exists and has not exited (a zombie, exited and not yet reaped, has)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def current_username() -> str | None:
     """The user nvtopy runs as (for highlighting their processes)."""
     try:

@@ -39,8 +39,6 @@ import uuid as uuidlib
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
-import psutil
-
 from ...model import (
     GPM_FIELDS,
     MIG_GPM_FIELDS,
@@ -63,7 +61,13 @@ from ...model import (
     freeze,
 )
 from ..base import Backend, EventStream, ProcessReading, Reading, SignalOutcome
-from ..host.processes import PsutilInspector, current_username, read_process_details
+from ..host.processes import (
+    PsutilInspector,
+    current_username,
+    process_start_time,
+    read_process_details,
+    running_not_zombie,
+)
 from ..host.signals import send_signal_checked, signal_name
 from .catalog import (
     DISPLAY_OWNER,
@@ -355,9 +359,8 @@ class SimulatedBackend(Backend):
 
     def _real_job(self, k: int, pid: int) -> _Job:
         rng = random.Random(f"real/{self.seed}/{pid}")
-        try:
-            start = psutil.Process(pid).create_time()
-        except psutil.Error:
+        start = process_start_time(pid)
+        if start is None:  # gone already, or not ours to read: as if it started with the simulation
             start = self._t0
         return _Job(
             pid=pid,
@@ -470,10 +473,11 @@ class SimulatedBackend(Backend):
                     if job.alive(now) and (job.pid, job.start) not in self._killed:
                         simulated.append(job)
                 self._jobs_cache[gpu] = (now, simulated)
+        # A real pid is listed while it runs: NVML stops listing a process once it exits (a zombie has).
         real = [
             job
             for job in self._real_jobs
-            if job.gpu == gpu and (job.pid, job.start) not in self._killed and _real_running(job.pid)
+            if job.gpu == gpu and (job.pid, job.start) not in self._killed and running_not_zombie(job.pid)
         ]
         return simulated + real if real else simulated
 
@@ -1074,11 +1078,3 @@ class SimulatedBackend(Backend):
         self._replaced[(job.pid, job.start)] = newer
         self._jobs_cache.clear()
         return newer.start
-
-
-def _real_running(pid: int) -> bool:
-    """A real process whose pid we report: NVML stops listing it once it exits (zombie included)."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
