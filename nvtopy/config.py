@@ -79,7 +79,7 @@ CHART_WINDOWS = ("1m", "10m", "1h", "24h")
 SORT_DIRECTIONS = ("asc", "desc")
 DEFAULT_THEME = "textual-dark"
 COLORBLIND_THEME = "colorblind"
-# Textual 8's built-in themes (tests/test_config.py keeps this equal to textual.theme.BUILTIN_THEMES), then ours.
+# Textual 8's built-in themes (tests/core/test_config.py keeps this equal to textual.theme.BUILTIN_THEMES), then ours.
 TEXTUAL_THEMES = (
     "textual-dark",
     "textual-light",

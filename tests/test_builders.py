@@ -60,7 +60,7 @@ def local_builders(path: Path) -> list[str]:
 
 
 def all_local_builders() -> dict[str, list[str]]:
-    found = {path.name: local_builders(path) for path in sorted(TESTS.glob("*.py")) if path.name != "builders.py"}
+    found = {path.name: local_builders(path) for path in sorted(TESTS.rglob("*.py")) if path.name != "builders.py"}
     return {name: helpers for name, helpers in found.items() if helpers}
 
 

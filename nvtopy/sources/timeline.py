@@ -12,7 +12,7 @@ Memory is bounded and nothing is allocated ahead: a tier grows to its capacity
 (plus :data:`SLACK` buckets, cut off in one go), then stays there. A bucket is
 its number (8 bytes) and three 4-byte floats per metric (:data:`METRICS`, 8):
 104 bytes. The most a live GPU holds is :func:`bound_bytes`, 286 kB; a full day
-of samples measures about 273 kB (``tests/test_timeline.py`` fills 24 hours with
+of samples measures about 273 kB (``tests/sources/test_timeline.py`` fills 24 hours with
 tracemalloc watching). A replay keeps the whole recording instead
 (``bounded=False``: the charts of any position of it are there at once), about
 120 bytes per recorded second per GPU.

@@ -229,7 +229,7 @@ class NvtopyApp(App[None]):
         ),
         Binding("left_square_bracket", "step(-1)", "Step back", show=False, tooltip="Replay: previous snapshot"),
     ]
-    # The help's sections in order, and the section of each action of BINDINGS (tests/test_tui_keys.py checks
+    # The help's sections in order, and the section of each action of BINDINGS (tests/tui/test_tui_keys.py checks
     # that every action has one).
     HELP_ORDER: ClassVar[tuple[str, ...]] = ("General", "Processes", "Sorting", "Filtering", "View")
     HELP_SECTIONS: ClassVar[dict[str, str]] = {
