@@ -28,6 +28,7 @@ from nvtopy.model import (
     GpuState,
     GpuStatic,
     HostInfo,
+    MigInstance,
     NvLink,
     ProcessType,
     Reason,
@@ -78,6 +79,14 @@ def nvlinks(count: int = 4, *, down: tuple[int, ...] = ()) -> tuple[NvLink, ...]
                remote=f"00000000:{0x40 + i:02X}:00.0")
         for i in range(count)
     )  # fmt: skip
+
+
+def mig_instances(*uuids: str) -> tuple[MigInstance, ...]:
+    """MIG instances with these UUIDs (GPU instances 1..n, compute instance 0, each a 3g.40gb), for a GpuStatic."""
+    return tuple(
+        MigInstance(index=i, uuid=u, gpu_instance_id=i + 1, compute_instance_id=0, profile="3g.40gb")
+        for i, u in enumerate(uuids)
+    )
 
 
 def gpu_sample(timestamp: float = NOW, *, bare: bool = False, **changes: object) -> GpuSample:

@@ -125,13 +125,3 @@ def fake_lib(tmp_path_factory) -> str:
     if result.returncode != 0:
         pytest.skip(f"cannot build fake-nvml: {result.stderr.strip()[:200]}")
     return str(build)
-
-
-def mig_instances(*uuids: str) -> tuple:
-    """MIG instances with these UUIDs (GPU instances 1..n, compute instance 0), for hand-made GpuStatic."""
-    from nvtopy.model import MigInstance
-
-    return tuple(
-        MigInstance(index=i, uuid=u, gpu_instance_id=i + 1, compute_instance_id=0, profile="3g.40gb")
-        for i, u in enumerate(uuids)
-    )

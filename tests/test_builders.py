@@ -25,22 +25,16 @@ TESTS = Path(__file__).parent
 MODEL_CLASSES = {"GpuStatic", "GpuSample", "GpuState", "GpuProcess", "HostInfo", "Snapshot"}
 
 # The builders' own names: a test file that defines one keeps a second, differing, "typical" object.
-BUILDER_NAMES = {"host_info", "gpu_static", "nvlinks", "gpu_sample", "gpu_process", "gpu_state", "snapshot_of"}
-
-# Test files whose helpers still build the model themselves, each with why. One that no longer does fails
-# test_known_local_builders_are_still_there, so the list only shrinks.
-_IN_PARALLEL = "edited in parallel by another engineer (issue 26): its helpers move onto builders.py after that merge"
-KNOWN_LOCAL_BUILDERS: dict[str, str] = dict.fromkeys(
-    (
-        "test_doctor.py",
-        "test_health_formats.py",
-        "test_health_rules.py",
-        "test_mig_formats.py",
-        "test_mig_render.py",
-        "test_render_agreement.py",
-    ),
-    _IN_PARALLEL,
-)
+BUILDER_NAMES = {
+    "host_info",
+    "gpu_static",
+    "nvlinks",
+    "mig_instances",
+    "gpu_sample",
+    "gpu_process",
+    "gpu_state",
+    "snapshot_of",
+}
 
 
 def local_builders(path: Path) -> list[str]:
@@ -60,18 +54,15 @@ def local_builders(path: Path) -> list[str]:
 
 
 def all_local_builders() -> dict[str, list[str]]:
-    found = {path.name: local_builders(path) for path in sorted(TESTS.rglob("*.py")) if path.name != "builders.py"}
+    """Each test file (by its path under tests/: two folders may hold a same-named file) with its local builders."""
+    found = {str(path.relative_to(TESTS)): local_builders(path) for path in sorted(TESTS.rglob("*.py"))
+             if path != TESTS / "builders.py"}  # fmt: skip
     return {name: helpers for name, helpers in found.items() if helpers}
 
 
 def test_no_test_file_builds_the_model_in_a_helper_of_its_own() -> None:
-    unexplained = [helper for name, helpers in all_local_builders().items() for helper in helpers
-                   if name not in KNOWN_LOCAL_BUILDERS]  # fmt: skip
-    assert unexplained == [], "build them with tests/builders.py (a file's defaults: a one-line wrapper)"
-
-
-def test_known_local_builders_are_still_there() -> None:
-    assert sorted(set(KNOWN_LOCAL_BUILDERS) - set(all_local_builders())) == []
+    """No exceptions: a helper that needs what no builder makes is a new builder (or keyword) in builders.py."""
+    assert all_local_builders() == {}, "build them with tests/builders.py (a file's defaults: a one-line wrapper)"
 
 
 def test_the_guard_sees_a_local_builder(tmp_path: Path) -> None:
@@ -84,6 +75,10 @@ def test_the_guard_sees_a_local_builder(tmp_path: Path) -> None:
         "def test_inline():\n    assert GpuStatic(0)\n"
     )
     assert local_builders(sample) == ["test_x.py:proc", "test_x.py:gpu_static", "test_x.py:steady"]
+
+
+def test_the_guarded_names_are_the_builders() -> None:
+    assert all(callable(getattr(builders, name, None)) for name in BUILDER_NAMES)
 
 
 # --------------------------------------------------------------------------- the builders themselves

@@ -22,8 +22,7 @@ from nvtopy.backends.simulated.backend import SimulatedBackend
 from nvtopy.model import GpuStatic
 from nvtopy.selection import SelectionWarning
 
-from ..builders import gpu_static
-from ..conftest import mig_instances
+from ..builders import gpu_static, mig_instances
 from ..fake_torch import FakeDevice, fake_torch
 
 GIB = 1 << 30

@@ -24,8 +24,7 @@ from nvtopy.model import GpuStatic
 from nvtopy.render.units import fmt_bytes
 from nvtopy.selection import Selection, SelectionWarning
 
-from ..builders import gpu_static
-from ..conftest import mig_instances
+from ..builders import gpu_static, mig_instances
 from ..fake_torch import FakeDevice, fake_torch
 
 GIB = 1 << 30

@@ -67,7 +67,8 @@ from nvtopy.commands.options import COMMANDS
 from nvtopy.model import GpuSample, GpuStatic, HostInfo, Reason
 from nvtopy.textsafe import unescape_text
 
-from ..conftest import FROZEN_TIME, mig_instances, needs_fake_nvml
+from ..builders import gpu_sample, gpu_static, host_info, mig_instances
+from ..conftest import FROZEN_TIME, needs_fake_nvml
 from ..fake_pynvml import FakeGpu, FakeNvml
 
 OK, WARN, FAIL, SKIP = Status.OK, Status.WARN, Status.FAIL, Status.SKIP
@@ -95,8 +96,8 @@ def gpu(index: int = 0, *, name: str = H100, memory: int = 80 * GIB, accounting:
     static = {k: v for k, v in values.items() if k in static_names}
     sample = {k: v for k, v in values.items() if k not in static_names}
     return GpuFacts(
-        static=GpuStatic(index=index, name=name, memory_total_bytes=memory, **static),
-        sample=GpuSample(timestamp=FROZEN_TIME, **sample),
+        static=gpu_static(index, bare=True, name=name, memory_total_bytes=memory, **static),
+        sample=gpu_sample(FROZEN_TIME, bare=True, **sample),
         accounting=accounting,
     )
 
@@ -105,16 +106,13 @@ def statuses(findings):
     return [f.status for f in findings]
 
 
-def host_info(**kwargs) -> HostInfo:
-    kwargs.setdefault("hostname", "node1")
-    kwargs.setdefault("driver_version", "550.54.15")
-    kwargs.setdefault("cuda_driver_version", "12.4")
-    kwargs.setdefault("nvml_version", "12.550.54.15")
-    return HostInfo(**kwargs)
+def node1(**changes) -> HostInfo:
+    """The doctor's machine: :func:`host_info` named "node1", with its NVML version."""
+    return host_info(**{"hostname": "node1", "nvml_version": "12.550.54.15", **changes})
 
 
 def nvml_facts(**kwargs) -> BackendFacts:
-    facts = BackendFacts(kind="nvml", init=DriverInit(), host=host_info(), device_count=1, done=True)
+    facts = BackendFacts(kind="nvml", init=DriverInit(), host=node1(), device_count=1, done=True)
     for key, value in kwargs.items():
         setattr(facts, key, value)
     return facts
@@ -173,7 +171,7 @@ def test_driver_versions_must_agree(kernel, library, nvml_version, driver, statu
     facts = nvml_facts(
         kernel_version=kernel,
         library_version=library,
-        host=host_info(nvml_version=nvml_version, driver_version=driver),
+        host=node1(nvml_version=nvml_version, driver_version=driver),
     )
     finding = check_driver(facts)
     assert finding.status is status, finding
@@ -183,7 +181,7 @@ def test_driver_versions_must_agree(kernel, library, nvml_version, driver, statu
 
 def test_driver_open_error_and_simulation():
     assert check_driver(nvml_facts(open_error="NVML cannot count GPUs: Unknown Error")).status is FAIL
-    simulated = check_driver(BackendFacts(kind="simulated", host=host_info(), device_count=4))
+    simulated = check_driver(BackendFacts(kind="simulated", host=node1(), device_count=4))
     assert simulated.status is OK and "Simulated" in simulated.title
 
 
@@ -245,7 +243,7 @@ def test_persistence_mode(modes, status, named):
 
 def statics(*names_and_memory):
     return [
-        GpuStatic(index=i, name=n, memory_total_bytes=m, uuid=f"GPU-{i}aaa")
+        gpu_static(i, bare=True, name=n, memory_total_bytes=m, uuid=f"GPU-{i}aaa")
         for i, (n, m) in enumerate(names_and_memory)
     ]
 

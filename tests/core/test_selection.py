@@ -18,7 +18,7 @@ from nvtopy.selection import (
     select_gpus,
 )
 
-from ..conftest import mig_instances
+from ..builders import mig_instances
 
 # GPUs 0 and 1 share the UUID prefix "5e3f" (and "5e3f0"/"5e3f9" tell them apart).
 UUID0 = "GPU-5e3f0c1a-1111-2222-3333-444455556666"

@@ -37,8 +37,17 @@ from nvtopy.render.text import render_snapshot
 from nvtopy.sources.collector import Collector
 from nvtopy.textsafe import escape_text, safe_text, unescape_text
 
-from ..builders import LatestSource, gpu_process, gpu_sample, gpu_state, gpu_static, host_info, snapshot_of
-from ..conftest import mig_instances, needs_fake_nvml
+from ..builders import (
+    LatestSource,
+    gpu_process,
+    gpu_sample,
+    gpu_state,
+    gpu_static,
+    host_info,
+    mig_instances,
+    snapshot_of,
+)
+from ..conftest import needs_fake_nvml
 from ..tui_helpers import screen_text, started, widget_strips
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -39,9 +39,7 @@ from nvtopy.model import (
     GpuSample,
     GpuState,
     GpuStatic,
-    HostInfo,
     NvLink,
-    ProcessType,
     Reason,
     Severity,
     Snapshot,
@@ -51,7 +49,7 @@ from nvtopy.render.text import GPU_COLUMNS, STYLES, gpu_row, health_lines, rende
 from nvtopy.sources.replay import load_recording
 from nvtopy.textsafe import unescape_text
 
-from ..builders import gpu_static
+from ..builders import gpu_process, gpu_sample, gpu_state, gpu_static, host_info, snapshot_of
 from ..commands.test_cli import check_contract
 
 GIB = 2**30
@@ -114,19 +112,10 @@ def static(index: int, **changes) -> GpuStatic:
 
 
 def process(gpu: int, pid: int, **changes) -> GpuProcess:
-    values = {
-        "gpu_index": gpu,
-        "gpu_uuid": f"GPU-{gpu:04d}",
-        "pid": pid,
-        "type": ProcessType.COMPUTE,
-        "gpu_memory_bytes": 20 * GIB,
-        "sm_percent": 0,
-        "user": "alice",
-        "command": "python train.py",
-        "create_time": NOW - 4000,
-        "running_seconds": 4000.0,
-    }
-    return GpuProcess(**{**values, **changes})
+    """An hour-old ``python train.py`` of alice's holding 20 GiB of GPU ``gpu``, computing nothing."""
+    return gpu_process(gpu, pid, **{"gpu_uuid": f"GPU-{gpu:04d}", "gpu_memory_bytes": 20 * GIB, "sm_percent": 0,
+                                    "command": "python train.py", "create_time": NOW - 4000,
+                                    "running_seconds": 4000.0, **changes})  # fmt: skip
 
 
 FAILING = GpuHealth(
@@ -159,34 +148,44 @@ UNSUPPORTED = dict.fromkeys(READINGS, Reason.NOT_SUPPORTED) | {"nvlinks": Reason
 
 def health_snapshot() -> Snapshot:
     """Four GPUs: failing (every reading), stalled (values kept), healthy without readings, healthy with none."""
-    failing = GpuState(
-        static(0),
-        GpuSample(NOW, **BASE_SAMPLE, **READINGS, nvlinks=LINKS),
-        processes=(
-            process(0, 101, flags=("idle-held",), idle_seconds=754.5),
-            process(0, 102, sm_percent=99, flags=("suspected-hang", FLAG)),
-            process(0, 103, sm_percent=40),
-        ),
+    failing = gpu_state(
+        0,
+        process(0, 101, flags=("idle-held",), idle_seconds=754.5),
+        process(0, 102, sm_percent=99, flags=("suspected-hang", FLAG)),
+        process(0, 103, sm_percent=40),
+        static=static(0),
+        sample=gpu_sample(NOW, bare=True, **BASE_SAMPLE, **READINGS, nvlinks=LINKS),
         health=FAILING,
     )
-    stalled = GpuState(
-        static(1),
-        GpuSample(NOW, **BASE_SAMPLE, **{**READINGS, "pcie_link_gen": 5, "pcie_link_width": 16}, nvlinks=LINKS),
+    stalled = gpu_state(
+        1,
+        static=static(1),
+        sample=gpu_sample(
+            NOW, bare=True, **BASE_SAMPLE, **{**READINGS, "pcie_link_gen": 5, "pcie_link_width": 16}, nvlinks=LINKS
+        ),
         health=STALLED,
     )
-    unsupported = GpuState(
-        static(2, pcie_link_gen_max=None, pcie_link_width_max=None, nvlink_count=0),
-        GpuSample(NOW, **{**BASE_SAMPLE, "throttle_reasons": ()}, nvlinks=None, unavailable=UNSUPPORTED),
+    unsupported = gpu_state(
+        2,
+        static=static(2, pcie_link_gen_max=None, pcie_link_width_max=None, nvlink_count=0),
+        sample=gpu_sample(
+            NOW, bare=True, **{**BASE_SAMPLE, "throttle_reasons": ()}, nvlinks=None, unavailable=UNSUPPORTED
+        ),
         health=UNWATCHED,
     )
-    no_nvlink = GpuState(
-        static(3, nvlink_count=0),
-        GpuSample(
-            NOW, **{**BASE_SAMPLE, "throttle_reasons": ()}, **READINGS | {"remapped_rows_failure": False}, nvlinks=()
+    no_nvlink = gpu_state(
+        3,
+        static=static(3, nvlink_count=0),
+        sample=gpu_sample(
+            NOW,
+            bare=True,
+            **{**BASE_SAMPLE, "throttle_reasons": ()},
+            **READINGS | {"remapped_rows_failure": False},
+            nvlinks=(),
         ),
     )
-    host = HostInfo("node7", "550.54.15", "12.4", user="alice")
-    return Snapshot(NOW, host, (failing, stalled, unsupported, no_nvlink), sequence=3, interval=1.0)
+    host = host_info(hostname="node7", user="alice")
+    return snapshot_of(failing, stalled, unsupported, no_nvlink, timestamp=NOW, host=host, sequence=3, interval=1.0)
 
 
 def assert_file_text(text: str) -> None:

@@ -22,13 +22,11 @@ from nvtopy.formats.prometheus.parse import parse_exposition
 from nvtopy.formats.writers import DEFAULT_GPU_FIELDS, GPU_FIELDS, MIG_FIELDS, CsvWriter, JsonlWriter
 from nvtopy.model import (
     MIG_GPM_FIELDS,
-    GpuProcess,
     GpuSample,
     GpuState,
     GpuStatic,
     MigInstance,
     MigUsage,
-    ProcessType,
     Reason,
     Snapshot,
     freeze,
@@ -39,6 +37,7 @@ from nvtopy.sources.replay import load_recording
 from nvtopy.textsafe import escape_text, unescape_text
 
 from ..builders import LatestSource as _Source
+from ..builders import gpu_process, gpu_sample, gpu_state, gpu_static
 from ..builders import snapshot_of as _snapshot
 
 MIG_FAULTS = ["mig=3@1", "mig=7@2", "mig=pending@3"]
@@ -85,12 +84,12 @@ def _two_cis_in_one_gi() -> GpuState:
         MigInstance(1, "MIG-bbbb", 1, 1, "1c.3g.40gb", 40 << 30, sm_count=20),
         MigInstance(2, "MIG-cccc", 2, 0, "3g.40gb", 40 << 30, sm_count=60),
     )
-    static = GpuStatic(0, uuid="GPU-1", name="NVIDIA H100", bus_id="00000000:1B:00.0", mig_mode=True)
-    static = dataclasses.replace(static, mig_mode_pending=True, mig_instances=instances)
+    static = gpu_static(0, bare=True, uuid="GPU-1", name="NVIDIA H100", bus_id="00000000:1B:00.0", mig_mode=True,
+                        mig_mode_pending=True, mig_instances=instances)  # fmt: skip
     usage = (MigUsage(0, 5 << 30, 35 << 30), MigUsage(1, 5 << 30, 35 << 30), MigUsage(2, 1 << 30, 39 << 30))
-    sample = GpuSample(1.0, memory_used_bytes=11 << 30, memory_free_bytes=69 << 30, mig_usage=usage)
-    process = GpuProcess(0, "GPU-1", 77, ProcessType.COMPUTE, None, gpu_instance_id=1, compute_instance_id=1)
-    return GpuState(static, sample, (process,))
+    sample = gpu_sample(1.0, bare=True, memory_used_bytes=11 << 30, memory_free_bytes=69 << 30, mig_usage=usage)
+    process = gpu_process(0, 77, bare=True, gpu_uuid="GPU-1", gpu_instance_id=1, compute_instance_id=1)
+    return gpu_state(0, process, static=static, sample=sample)
 
 
 # ---------------------------------------------------------------- JSON

@@ -25,7 +25,9 @@ from nvtopy.health.verdict import (
 )
 from nvtopy.health.xid import XID_CATALOGUE, describe_xid
 from nvtopy.health.xid_window import XidWindow
-from nvtopy.model import GpuEvent, GpuProcess, GpuSample, GpuStatic, NvLink, ProcessType, Severity
+from nvtopy.model import GpuEvent, GpuProcess, GpuSample, GpuStatic, NvLink, Severity
+
+from ..builders import gpu_process
 
 GIB = 1 << 30
 T0 = 1_700_000_000.0
@@ -508,14 +510,9 @@ def test_worst(verdicts: tuple[Severity, ...], expected: Severity) -> None:
 def proc(
     pid: int = 100, memory: int | None = 2 * GIB, sm: int | None = 0, create_time: float | None = T0 - 1000
 ) -> GpuProcess:
-    return GpuProcess(
-        gpu_index=0,
-        gpu_uuid="GPU-0",
-        pid=pid,
-        type=ProcessType.COMPUTE,
-        gpu_memory_bytes=memory,
-        sm_percent=sm,
-        create_time=create_time,
+    """A compute process on GPU 0 as NVML lists it: no user, no command (nothing read from the host)."""
+    return gpu_process(
+        0, pid, bare=True, gpu_uuid="GPU-0", gpu_memory_bytes=memory, sm_percent=sm, create_time=create_time
     )
 
 

@@ -15,12 +15,9 @@ import pytest
 from nvtopy.backends.simulated.faults import parse_fault_specs
 from nvtopy.model import (
     GpuProcess,
-    GpuSample,
     GpuState,
-    GpuStatic,
     MigInstance,
     MigUsage,
-    ProcessType,
     Reason,
     Snapshot,
 )
@@ -31,7 +28,7 @@ from nvtopy.render.text import render_snapshot
 from nvtopy.sources.collector import Collector
 from nvtopy.tui.gpu_view import plan_layout
 
-from ..builders import host_info, snapshot_of
+from ..builders import gpu_process, gpu_sample, gpu_state, gpu_static, host_info, snapshot_of
 
 GIB = 2**30
 UUIDS = (
@@ -57,17 +54,9 @@ def instance(index: int, gi: int, profile: str, sms: int, total_gib: float, uuid
 
 
 def process(pid: int, gi: int | None, gpu: int = 1, memory_gib: float = 1.0) -> GpuProcess:
-    return GpuProcess(
-        gpu_index=gpu,
-        gpu_uuid=f"GPU-{gpu}",
-        pid=pid,
-        type=ProcessType.COMPUTE,
-        gpu_memory_bytes=int(memory_gib * GIB),
-        user="alice",
-        command=f"python job{pid}.py",
-        gpu_instance_id=gi,
-        compute_instance_id=None if gi is None else 0,
-    )
+    """alice's ``python job<pid>.py`` on GPU ``gpu``, in GPU instance ``gi`` (compute instance 0), no start time."""
+    return gpu_process(gpu, pid, gpu_memory_bytes=int(memory_gib * GIB), create_time=None, gpu_instance_id=gi,
+                       compute_instance_id=None if gi is None else 0)  # fmt: skip
 
 
 def mig_gpu(**static: object) -> GpuState:
@@ -88,8 +77,9 @@ def mig_gpu(**static: object) -> GpuState:
         "mig_instances": instances,
         **static,
     }
-    sample = GpuSample(
+    sample = gpu_sample(
         1.0,
+        bare=True,
         memory_used_bytes=13 * GIB,
         temperature_c=55,
         power_draw_w=300.0,
@@ -99,13 +89,16 @@ def mig_gpu(**static: object) -> GpuState:
         unavailable=NOT_SUPPORTED,
     )
     processes = (process(100, 1, memory_gib=8.0), process(101, 1, memory_gib=4.0))
-    return GpuState(GpuStatic(1, **fields), sample, processes)
+    return gpu_state(1, *processes, static=gpu_static(1, bare=True, **fields), sample=sample)
 
 
 def plain_gpu(**static: object) -> GpuState:
     """GPU 0 without MIG, 40 % busy."""
-    sample = GpuSample(1.0, memory_used_bytes=10 * GIB, utilization_gpu_percent=40, utilization_memory_percent=20)
-    return GpuState(GpuStatic(0, name="NVIDIA H100 80GB HBM3", memory_total_bytes=80 * GIB, **static), sample)
+    sample = gpu_sample(
+        1.0, bare=True, memory_used_bytes=10 * GIB, utilization_gpu_percent=40, utilization_memory_percent=20
+    )
+    static_ = gpu_static(0, bare=True, name="NVIDIA H100 80GB HBM3", memory_total_bytes=80 * GIB, **static)
+    return gpu_state(0, static=static_, sample=sample)
 
 
 def texts(lines) -> list[str]:

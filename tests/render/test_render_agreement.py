@@ -37,6 +37,8 @@ from nvtopy.render.styled import Line, style
 from nvtopy.render.text import GPU_COLUMNS, PROCESS_COLUMNS, STYLES, gpu_row, process_row, render_snapshot
 from nvtopy.tui.process_table import ProcessTable
 
+from ..builders import gpu_process, gpu_sample, gpu_state
+
 GIB = 2**30
 SLOWDOWN = 87
 
@@ -80,7 +82,9 @@ BASE = {
 
 
 def gpu(static: dict | None = None, **sample) -> GpuState:
-    return GpuState(dataclasses.replace(BASE_STATIC, **(static or {})), GpuSample(1.0, **{**BASE, **sample}))
+    """GPU 0 as BASE_STATIC and BASE read it at time 1, with these static fields and readings changed."""
+    static_ = dataclasses.replace(BASE_STATIC, **(static or {}))
+    return gpu_state(0, static=static_, sample=gpu_sample(1.0, bare=True, **{**BASE, **sample}))
 
 
 GPU_CASES: dict[str, GpuState] = {
@@ -217,7 +221,7 @@ def test_both_views_follow_one_temperature_threshold(monkeypatch, margin):
 
 
 def _lost(**static) -> GpuState:
-    return GpuState(dataclasses.replace(BASE_STATIC, **static), GpuSample(1.0, lost=True))
+    return gpu_state(0, static=dataclasses.replace(BASE_STATIC, **static), sample=gpu_sample(1.0, bare=True, lost=True))
 
 
 @pytest.mark.parametrize(
@@ -290,22 +294,10 @@ ME = "alice"
 
 
 def proc(pid: int, **changes) -> GpuProcess:
-    values = {
-        "gpu_index": 0,
-        "gpu_uuid": "GPU-0",
-        "pid": pid,
-        "type": ProcessType.COMPUTE,
-        "gpu_memory_bytes": 3 * GIB,
-        "sm_percent": 41,
-        "user": ME,
-        "command": "python train.py",
-        "cpu_percent": 98.5,
-        "host_memory_bytes": 2 * GIB,
-        "create_time": 100.0,
-        "running_seconds": 3725.0,
-    }
-    values.update(changes)
-    return GpuProcess(**values)
+    """My ``python train.py`` on GPU 0, an hour in: 3 GiB, 41 % SM, 98.5 % CPU, 2 GiB of host memory."""
+    return gpu_process(0, pid, **{"gpu_uuid": "GPU-0", "gpu_memory_bytes": 3 * GIB, "sm_percent": 41, "user": ME,
+                                  "command": "python train.py", "cpu_percent": 98.5, "host_memory_bytes": 2 * GIB,
+                                  "create_time": 100.0, "running_seconds": 3725.0, **changes})  # fmt: skip
 
 
 NO_PERMISSION = {"user": Reason.NO_PERMISSION, "command": Reason.NO_PERMISSION}
