@@ -593,9 +593,14 @@ def test_tui_owner_column_of_every_kind(fake_lib, placed):
 
 
 def _row_of(screen: str, pid: int) -> str | None:
-    """The screen line of the process table holding ``pid`` as a word."""
+    """The screen line of the process table holding ``pid`` as a word.
+
+    Only lines below the table's header: a chart's axis (``500M┤``) above it can hold the same digits.
+    """
     pattern = re.compile(rf"(?<![0-9]){pid}(?![0-9])")
-    for line in screen.splitlines():
+    lines = screen.splitlines()
+    start = next((i for i, line in enumerate(lines) if "OWNER" in line and "PID" in line), len(lines))
+    for line in lines[start + 1 :]:
         if pattern.search(line):
             return line
     return None
