@@ -128,19 +128,33 @@ def _write_json(snapshot: Snapshot) -> None:
 
 
 def _run_once(args: argparse.Namespace) -> int:
-    """One snapshot, whatever the driver does (:func:`~nvtopy.commands.options.read_one_snapshot`), printed."""
-    snapshot, gpu_count = options.read_one_snapshot(args)
-    _print_once(args, snapshot, gpu_count)
+    """One snapshot, whatever the driver does (:func:`~nvtopy.commands.options.read_one_snapshot`), printed.
+
+    Why the config file and the printer come in ``meanwhile``: nothing of ``--once`` depends on the
+    config (it is read for its warnings, as every run reads it), and the printer's imports need no
+    driver, so both are done while the GPUs are read -- on Hopper, during the wait for the GPM pair.
+    """
+    printers: list[Callable[[Snapshot, int], None]] = []
+
+    def meanwhile() -> None:
+        options.user_config(args, *CONFIG_FLAGS)
+        printers.append(_printer(args))
+
+    snapshot, gpu_count = options.read_one_snapshot(args, meanwhile=meanwhile)
+    printers[0](snapshot, gpu_count)
     return 0
 
 
-def _print_once(args: argparse.Namespace, snapshot: Snapshot, gpu_count: int) -> None:
+def _printer(args: argparse.Namespace) -> Callable[[Snapshot, int], None]:
+    """What prints ``--once``'s snapshot (JSON or text), its modules imported now."""
     if args.json:
-        _write_json(snapshot)
-    else:
-        from ..render.text import render_snapshot
+        from ..formats.contract import dumps  # noqa: F401 -- imported now, during the wait; _write_json uses it
 
-        render_snapshot(snapshot, sys.stdout, color=not args.no_color, gpu_count=gpu_count)
+        return lambda snapshot, _count: _write_json(snapshot)
+    from ..render.text import render_snapshot
+
+    color = not args.no_color
+    return lambda snapshot, count: render_snapshot(snapshot, sys.stdout, color=color, gpu_count=count)
 
 
 def _run_interactive(args: argparse.Namespace) -> int:
@@ -300,6 +314,8 @@ def run(command: str, args: argparse.Namespace) -> int:
     The config file's values stand where a flag was not given (``interval``, ``view``, ``theme``, the health
     thresholds: :func:`options.user_config`).
     """
+    if args.once and not args.print_config and args.prometheus is None and args.remote is None:
+        return _run_once(args)  # it reads the config file while it waits for the driver
     config = options.user_config(args, *CONFIG_FLAGS)
     if args.print_config:
         return _print_config(args, config)
@@ -308,6 +324,4 @@ def run(command: str, args: argparse.Namespace) -> int:
         return _run_prometheus(args)
     if args.remote is not None:  # also --remote '': an error there, not a fall-through to NVML
         return _run_remote(args)
-    if not args.once:
-        return _run_interactive(args)
-    return _run_once(args)
+    return _run_interactive(args)

@@ -451,24 +451,45 @@ def release_backend(backend: Backend, collector: Collector | None = None, poller
     backend.close()
 
 
-def read_one_snapshot(args: argparse.Namespace) -> tuple[Snapshot, int]:
+def read_one_snapshot(args: argparse.Namespace, meanwhile: Callable[[], object] | None = None) -> tuple[Snapshot, int]:
     """One snapshot of the selected GPUs, whatever the driver does, and how many GPUs it has (``--once``,
     ``doctor --against-nvidia-smi``): a GPU stuck in a call is marked after ``--timeout``, not waited for.
 
     The timeout covers the whole read: opening the driver (a hung ``nvmlInit`` is one
     line and exit 1), each GPU's static fields and its readings; each step waits up to
     it for the GPUs it asks, never again for one already stuck.
+
+    Why in this order: on Hopper the reading waits once for its GPM pair, 105 ms after each
+    GPU's first sample, which the static read takes right after the GPU's UUID
+    (:mod:`nvtopy.backends.nvml.gpm`). Everything else is done inside that wait: the
+    processes' host look-up (:meth:`~nvtopy.sources.collector.Collector.look_up_processes`),
+    the GPUs' other readings (GPM is read last: ``ONE_SHOT_LAST``) and ``meanwhile``, the
+    caller's own work that needs no driver (``--once`` loads its config file and imports its
+    printer). ``meanwhile`` is called exactly once, on this thread: during the GPUs' reads,
+    or before an error is raised when they cannot be made (its warnings are not lost).
     """
     from ..sources.collector import Collector
 
-    backend = open_backend_within(args, args.timeout)
+    pending = [meanwhile] if meanwhile is not None else []
+
+    def run_meanwhile() -> None:
+        while pending:
+            pending.pop()()
+
+    try:
+        backend = open_backend_within(args, args.timeout)
+    except BaseException:
+        run_meanwhile()
+        raise
     backend.one_shot = True  # GPM: wait the 0.1 s its first pair needs rather than print N/A
     collector = Collector(backend, timeline=False)
     try:
         open_selection(args, collector)
         collector.look_up_processes(args.timeout)  # while the GPM pair matures (Collector.look_up_processes)
-        return collector.collect(deadline=args.timeout), backend.device_count()
+        snapshot = collector.collect(deadline=args.timeout, meanwhile=run_meanwhile)
+        return snapshot, backend.device_count()
     finally:
+        run_meanwhile()
         release_backend(backend, collector)
 
 

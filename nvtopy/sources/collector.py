@@ -15,8 +15,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..backends.base import Backend, ProcessReading, Reading
 from ..backends.host.pidmap import unmapped_hint
@@ -43,10 +43,18 @@ from ..model import (
 )
 from ..selection import Selection, instances_named, narrow_to_instances
 from .events import EventLog
-from .timeline import Timeline
 from .workers import GpuWorkers
 
-__all__ = ["HINT_MIN_BYTES", "Collector", "processes_hint"]
+if TYPE_CHECKING:
+    from .timeline import Timeline
+
+__all__ = ["HINT_MIN_BYTES", "ONE_SHOT_LAST", "Collector", "processes_hint"]
+
+ONE_SHOT_LAST = frozenset({"gpm", "mig"})
+"""The groups a one-shot reading (the backend's ``one_shot``) reads last on each GPU: GPM waits for its first
+pair (:data:`~nvtopy.backends.nvml.gpm.FIRST_PAIR_S` after the sample the static read took), and a MIG
+instance's figures are GPM too. Read after the GPU's other groups and its processes, the wait is what is
+left of it once they are done, not a delay before them."""
 
 
 class _GpuMemo:
@@ -59,8 +67,13 @@ class _GpuMemo:
         self.values: dict[str, Any] = {}
         self.reasons: dict[str, Reason] = {}
         self.history = HistoryBuffer(history)
-        # The charts' long history (min/mean/max buckets, bounded); None where nothing draws charts.
-        self.timeline: Timeline | None = Timeline() if timeline else None
+        # The charts' long history (min/mean/max buckets, bounded); None where nothing draws charts
+        # (imported only then: ``--once`` never needs it).
+        self.timeline: Timeline | None = None
+        if timeline:
+            from .timeline import Timeline
+
+            self.timeline = Timeline()
         self.never_read: set[str] = set(ALL_GROUPS)
         self.watch = GpuWatch(thresholds)
         self.last: GpuState | None = None  # what the last snapshot showed (a stalled GPU keeps showing it)
@@ -154,9 +167,10 @@ class Collector:
     def look_up_processes(self, deadline: float) -> None:
         """List each selected GPU's processes and look each one up on the host, now (a one-shot reading's head start).
 
-        Why: ``nvtopy --once`` on a GPU with GPM waits for its first pair of samples (0.12 s after the
-        static read, :data:`~nvtopy.backends.nvml.gpm.FIRST_PAIR_S`), and a first sight of each process on
-        the host (psutil, its owner's cgroup) costs about 0.75 ms. Done here, between the two, that work
+        Why: ``nvtopy --once`` on a GPU with GPM waits for its first pair of samples (105 ms after the
+        first one, which the static read takes: :data:`~nvtopy.backends.nvml.gpm.FIRST_PAIR_S`), and a
+        first sight of each process on the host (psutil, its owner's cgroup) costs about 0.75 ms. Done
+        here, between the two, that work
         fills the wait instead of following it; the :meth:`collect` that comes next finds every process
         known and only reads its changing figures. Each GPU's list is read on its own thread within
         ``deadline``: a GPU that does not answer is left to :meth:`collect`, which does not wait for it again.
@@ -232,6 +246,7 @@ class Collector:
         interval: float | None = None,
         deadline: float | None = None,
         stall_after: float = 0.0,
+        meanwhile: Callable[[], object] | None = None,
     ) -> Snapshot:
         """Read ``groups`` of every selected GPU (others keep their last values) and join processes.
 
@@ -245,16 +260,23 @@ class Collector:
         read has been outstanding ``stall_after`` seconds it is "not responding"
         (``health.responding`` False). None: read the GPUs one after the other
         on this thread, waiting as long as the driver takes.
+
+        ``meanwhile``: the caller's work that needs no driver (``nvtopy --once`` loads its config and
+        imports its printer), run on this thread once the GPUs' reads have started on theirs, so that
+        it fills their wait (a one-shot's GPM pair, :data:`ONE_SHOT_LAST`); within ``deadline``.
+        Without a deadline it runs first, then the GPUs are read.
         """
         backend = self.backend
         started_wall = backend.now()
         started = time.perf_counter()
         wanted = frozenset(groups)
         if deadline is None:
+            if meanwhile is not None:
+                meanwhile()
             answers = {i: self._read_gpu(i, wanted, processes, process_utilization) for i in self.indices}
             stalled: dict[int, float] = {}
         else:
-            answers, stalled = self._read_on_workers(wanted, processes, process_utilization, deadline)
+            answers, stalled = self._read_on_workers(wanted, processes, process_utilization, deadline, meanwhile)
 
         fresh = [(self._fold(index, answer), answer) for index, answer in answers.items()]
         host = self._join_host([(m, a.processes) for m, a in fresh]) if processes and join else None
@@ -278,23 +300,39 @@ class Collector:
     # ----------------------------------------------------------------- reading (worker threads)
 
     def _read_gpu(self, index: int, groups: frozenset[str], processes: bool, utilization: bool) -> _GpuRead:
-        """Every backend call of one GPU for one collection: static if needed, the groups, the processes."""
+        """Every backend call of one GPU for one collection: static if needed, the groups, the processes.
+
+        A one-shot reading reads :data:`ONE_SHOT_LAST` (GPM, which may wait for its pair) after the rest.
+        """
         backend = self.backend
         memo = self._memos.get(index)
         static = None
         if memo is None:
             static = backend.read_static(index)
         wanted = groups | (memo.never_read if memo is not None else ALL_GROUPS)
-        reading = backend.read_sample(index, wanted)
+        last = wanted & ONE_SHOT_LAST if backend.one_shot else frozenset()
+        reading = backend.read_sample(index, wanted - last)
         if memo is not None and not reading.lost and _static_incomplete(memo.static):
             static = backend.read_static(index)  # the GPU came back: its static fields can be read now
         proc_reading = backend.read_processes(index, utilization=utilization) if processes else None
+        if last and not reading.lost:  # a lost GPU: every field is LOST (_merge), nothing more to ask
+            late = backend.read_sample(index, last)
+            reading.values.update(late.values)
+            reading.unavailable.update(late.unavailable)
+            reading.lost = late.lost
         return _GpuRead(static, reading, proc_reading, frozenset(wanted))
 
     def _read_on_workers(
-        self, groups: frozenset[str], processes: bool, utilization: bool, deadline: float
+        self,
+        groups: frozenset[str],
+        processes: bool,
+        utilization: bool,
+        deadline: float,
+        meanwhile: Callable[[], object] | None = None,
     ) -> tuple[dict[int, _GpuRead], dict[int, float]]:
-        """Start each idle GPU's read on its thread, wait until ``deadline``; (answers, stalled seconds)."""
+        """Start each idle GPU's read on its thread, run ``meanwhile``, wait until ``deadline``; (answers, stalled
+        seconds)."""
+        until = time.monotonic() + max(0.0, deadline)
         workers = self._ensure_workers()
         started: list[int] = []
         for index in self.indices:
@@ -303,8 +341,10 @@ class Collector:
                 self._fold(index, late[0], processes=False)
             if workers.start(index, functools.partial(self._read_gpu, index, groups, processes, utilization)):
                 started.append(index)
+        if meanwhile is not None:
+            meanwhile()
         # Only the reads started now are waited for: a GPU already stuck costs its wait once, not every time.
-        workers.wait(started, time.monotonic() + max(0.0, deadline))
+        workers.wait(started, until)
         answers: dict[int, _GpuRead] = {}
         stalled: dict[int, float] = {}
         now = time.monotonic()

@@ -431,6 +431,8 @@ class NvmlBackend(NvmlHealthReaders, NvmlGpmReaders, Backend):
         try:
             put("uuid", self._query(gpu, "uuid", "nvmlDeviceGetUUID"), _text)
             gpu.uuid = values.get("uuid", gpu.uuid)
+            if "uuid" in values:
+                self._gpm_first(gpu, instances=False)  # the GPU's first GPM sample as early as can be (gpm.py)
             put("name", self._query(gpu, "name", "nvmlDeviceGetName"), _text)
             pci = self._query(gpu, "pci_v3", "nvmlDeviceGetPciInfo_v3")
             if pci[1] is Reason.NOT_SUPPORTED:
@@ -517,7 +519,7 @@ class NvmlBackend(NvmlHealthReaders, NvmlGpmReaders, Backend):
             if name in values:
                 del reasons[name]
         if "uuid" in values and reasons.get("name") is not Reason.LOST:
-            self._gpm_first(gpu)  # GPM measures between two samples: the first one now
+            self._gpm_first(gpu)  # its MIG instances' first GPM samples (the GPU's own is taken above)
         return GpuStatic(index=index, mig_instances=tuple(instances), unavailable=freeze(reasons), **values)
 
     def _mig_instances(self, gpu: _Gpu) -> list[MigInstance]:

@@ -7,13 +7,15 @@ spare buffer and asks ``nvmlGpmMetricsGet`` for the pair (the previous sample,
 this one); the two then swap, and this sample is the next pair's first. A MIG
 instance has its own pair (``nvmlGpmMigSampleGet``).
 
-The first sample is taken with the GPU's static fields, so that the first poll
-can measure. NVML wants the two samples of a pair more than 100 ms apart
-(:data:`FIRST_PAIR_S`): a poll that comes sooner says N/A ("not available")
-and keeps its previous sample -- a monitor or logger never waits (a slow read
-would count against the GPU's deadline). A one-shot reading (``nvtopy --once``,
-``nvtopy.snapshot()``: the backend's ``one_shot``) waits out the rest instead,
-once, so that it shows figures too.
+The first sample is taken with the GPU's static fields -- right after its UUID,
+before the other static calls -- so that the first poll can measure. NVML wants
+the two samples of a pair more than 100 ms apart (:data:`FIRST_PAIR_S`): a poll
+that comes sooner says N/A ("not available") and keeps its previous sample -- a
+monitor or logger never waits (a slow read would count against the GPU's
+deadline). A one-shot reading (``nvtopy --once``, ``nvtopy.snapshot()``: the
+backend's ``one_shot``) waits out the rest instead, once, so that it shows
+figures too; the earlier its first sample, the more of that wait the one-shot's
+other work (the driver's other calls, ``/proc``, imports) fills.
 
 Support is asked once per GPU (``nvmlGpmQueryDeviceSupport``): a board that
 says no, a driver that lacks the calls (FunctionNotFound), or NotSupported from
@@ -39,8 +41,9 @@ from ..base import Reading
 
 __all__ = ["FIRST_PAIR_S", "GPM_METRICS", "GpmState", "NvmlGpmReaders"]
 
-FIRST_PAIR_S = 0.12
-"""Seconds between the first two samples of a GPU (NVML wants more than 100 ms)."""
+FIRST_PAIR_S = 0.105
+"""Seconds between the first two samples of a GPU, measured from the first: NVML wants more than 100 ms
+(``nvmlGpmMetricsGet`` fails on a shorter pair); 5 ms over it, for the clocks' granularity."""
 
 # nvtopy's field -> NVML_GPM_METRIC_* id; rates are MiB/s in NVML, bytes/s here.
 GPM_METRICS: dict[str, int] = {
@@ -148,8 +151,13 @@ class NvmlGpmReaders:
         for name in GPM_FIELDS:
             reading.unavailable[name] = reason
 
-    def _gpm_first(self, gpu: _GpuLike) -> None:
-        """The first samples of a GPU and its MIG instances, taken with its static fields (see the module doc)."""
+    def _gpm_first(self, gpu: _GpuLike, *, instances: bool = True) -> None:
+        """The first samples of a GPU and (``instances``) its MIG instances, taken with its static fields.
+
+        The static read calls it twice: right after the UUID for the GPU's own stream (as early as
+        possible: a one-shot reading's wait is counted from it), and at its end for the MIG
+        instances, whose GPU instance ids it has read by then (see the module doc).
+        """
         try:
             if self._gpm_reason(gpu) is not None:
                 return
@@ -158,7 +166,7 @@ class NvmlGpmReaders:
         # Only streams without a sample: a static re-read (the GPU came back) must not spend a pair.
         if gpu.gpm.gpu.previous is None:
             self._gpm_step(gpu, gpu.gpm.gpu, None)
-        for gi in self._gpu_instance_ids(gpu):
+        for gi in self._gpu_instance_ids(gpu) if instances else ():
             pair = gpu.gpm.instances.setdefault(gi, _Pair())
             if pair.previous is None:
                 self._gpm_step(gpu, pair, gi)
