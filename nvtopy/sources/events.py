@@ -20,21 +20,30 @@ starts when nvtopy does (``--once`` has none; it says so).
 from __future__ import annotations
 
 import collections
-import logging
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..backends.base import Backend, EventStream
 from ..health.xid import MAX_XIDS_PER_GPU
 from ..health.xid_window import XID_WINDOW_S, XidCount, XidWindow
 from ..model import EVENTS_PER_GPU, GpuEvent
 
+if TYPE_CHECKING:
+    import logging
+
 __all__ = ["WAIT_S", "EventLog", "EventWatcher"]
 
 WAIT_S = 0.45
 """The longest one wait for events lasts: the watcher stops within this after :meth:`EventWatcher.stop`."""
 
-log = logging.getLogger(__name__)
+
+def _logger() -> logging.Logger:
+    """This module's logger, :mod:`logging` imported at the first failure: ``nvtopy --once`` never logs, and
+    the import is 3 ms of its start."""
+    import logging
+
+    return logging.getLogger(__name__)
 
 
 class EventLog:
@@ -142,8 +151,8 @@ class EventWatcher:
             while not self._stop.is_set():
                 try:
                     events = stream.wait(WAIT_S)
-                except Exception:
-                    log.exception("waiting for GPU events failed")
+                except Exception:  # noqa: BLE001 - logged, and the watch goes on
+                    _logger().exception("waiting for GPU events failed")
                     self._stop.wait(WAIT_S)
                     continue
                 if events:
@@ -151,5 +160,5 @@ class EventWatcher:
         finally:
             try:
                 stream.close()
-            except Exception:
-                log.exception("closing the event stream failed")
+            except Exception:  # noqa: BLE001 - logged: the watch is over anyway
+                _logger().exception("closing the event stream failed")

@@ -13,18 +13,27 @@ driver is logged once per kind of failure and reads as "no event".
 from __future__ import annotations
 
 import ctypes
-import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...model import GpuEvent, Reason
 from ..base import EventStream, NoEvents
 
+if TYPE_CHECKING:
+    import logging
+
 __all__ = ["NvmlEventStream", "open_xid_events"]
 
-log = logging.getLogger(__name__)
+
+def _logger() -> logging.Logger:
+    """This module's logger, :mod:`logging` imported at the first failure (``nvtopy --once`` opens no events,
+    and the import is 3 ms of its start)."""
+    import logging
+
+    return logging.getLogger(__name__)
+
 
 NO_INSTANCE = 0xFFFFFFFF  # gpuInstanceId / computeInstanceId: the event names no MIG instance
 DRAIN_TIMEOUT_MS = 1  # not 0: NVML's documentation does not say 0 polls, and a wait forever would hang the thread
@@ -110,7 +119,7 @@ def _free(nvml: Any, event_set: Any, count: Callable[[str], None]) -> None:
         count("nvmlEventSetFree")
         nvml.nvmlEventSetFree(event_set)
     except nvml.NVMLError as exc:  # e.g. Uninitialized after the backend closed: nothing left to release
-        log.debug("nvmlEventSetFree: %s", exc)
+        _logger().debug("nvmlEventSetFree: %s", exc)
 
 
 class NvmlEventStream(EventStream):
@@ -211,8 +220,11 @@ class NvmlEventStream(EventStream):
         if kind in self._logged:
             return
         self._logged.add(kind)
+        logger = _logger()
+        import logging  # loaded by _logger(): a lookup in sys.modules
+
         level = logging.INFO if isinstance(exc, self._nvml.NVMLError_GpuIsLost) else logging.WARNING
-        log.log(level, "Xid events: %s failed: %s", what, exc)
+        logger.log(level, "Xid events: %s failed: %s", what, exc)
 
 
 def _instance(value: Any) -> int | None:
