@@ -252,3 +252,16 @@ def test_gpm_costs_one_sample_and_one_measurement_per_poll(make_backend, groups)
     backend.read_sample(1, groups)
     after = sum(fake.gpu_calls[(name, 1)] for name, _ in list(fake.gpu_calls) if name.startswith("nvmlGpm"))
     assert after - before == 2, "nvmlGpmSampleGet on the GPU and nvmlGpmMetricsGet on its pair"
+
+
+def test_the_first_sample_is_taken_right_after_the_uuid_before_the_other_static_calls(make_backend):
+    """A one-shot's wait for its pair counts from the first sample: the sooner it is taken, the more of the
+    static read, the processes and the other readings fall inside the wait (``nvtopy --once``)."""
+    fake = machine()
+    order: list[str] = []
+    for name in ("nvmlDeviceGetUUID", "nvmlGpmSampleGet", "nvmlDeviceGetName", "nvmlDeviceGetMigMode"):
+        fake.fail(name, pynvml.NVMLError_Unknown, gpu=1, when=lambda *_, name=name: order.append(name) and False)
+    backend = make_backend(fake)
+    backend.read_static(1)
+    assert order == ["nvmlDeviceGetUUID", "nvmlGpmSampleGet", "nvmlDeviceGetName", "nvmlDeviceGetMigMode"]
+    assert FIRST_PAIR_S == 0.105, "NVML wants more than 100 ms between the two; 5 ms over it"
