@@ -169,11 +169,11 @@ class Collector:
 
         Why: ``nvtopy --once`` on a GPU with GPM waits for its first pair of samples (105 ms after the
         first one, which the static read takes: :data:`~nvtopy.backends.nvml.gpm.FIRST_PAIR_S`), and a
-        first sight of each process on the host (psutil, its owner's cgroup) costs about 0.75 ms. Done
-        here, between the two, that work
-        fills the wait instead of following it; the :meth:`collect` that comes next finds every process
-        known and only reads its changing figures. Each GPU's list is read on its own thread within
-        ``deadline``: a GPU that does not answer is left to :meth:`collect`, which does not wait for it again.
+        first sight of each process on the host (psutil, its owner's cgroup) costs about 0.25-0.75 ms.
+        Done here, between the two, that work fills the wait instead of following it; the
+        :meth:`collect` that comes next finds every process known and only reads its changing figures.
+        Each GPU's list is read on its own thread within ``deadline``: a GPU that does not answer is
+        left to :meth:`collect`, which does not wait for it again.
         """
         workers = self._ensure_workers()
         started = [i for i in self.indices if workers.start(i, functools.partial(self._read_process_list, i))]
