@@ -14,7 +14,6 @@ import shutil
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..backends.open import DEMO_GPUS, DEMO_PROCESSES, DEMO_SEED, BackendSpec, nvml_spec, simulated_spec
@@ -25,6 +24,8 @@ from ..interval import DEFAULT_INTERVAL, MAX_INTERVAL, MIN_INTERVAL, parse_inter
 from ..textsafe import quoted
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ..backends.base import Backend
     from ..config import Config
     from ..health.verdict import HealthThresholds
@@ -376,6 +377,8 @@ HEALTH_FLAGS = ("idle_held_after", "idle_held_memory", "hang_after")
 
 def config_file(args: argparse.Namespace) -> Path | None:
     """The config file this run reads: ``--config``, else ``$NVTOPY_CONFIG``, else the XDG one (None: no home)."""
+    from pathlib import Path  # not at the top: --once reads its config during its wait for the driver
+
     from ..config import config_path
 
     given = getattr(args, "config", None)
