@@ -7,7 +7,6 @@ API raises the same classes so callers can catch them precisely.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Sequence
 
@@ -69,6 +68,8 @@ def close_names(name: str, known: Sequence[str], limit: int = 3) -> list[str]:
     than a rare one (``temp``), so it weighs less; names far behind the best are left out, so ``lgo``
     gets ``log`` alone.
     """
+    import difflib  # here, not at the top: only a mistyped name needs it (4 ms of every start otherwise)
+
     wanted = name.strip().lower()[:_LONGEST]
     if not wanted:
         return []
