@@ -45,7 +45,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rich.segment import Segment
-from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
@@ -54,6 +53,7 @@ from ..render.chart import GPU_COLORS, ChartMemo, Trace, braille_chart, legend_l
 from ..render.styled import Line
 from ..render.units import short_name
 from ..sources.timeline import EMPTY_SERIES, METRICS, Timeline, metric_values
+from .redraw import changed_lines, refresh_lines
 
 __all__ = [
     "CHART_MIN_HEIGHT",
@@ -296,11 +296,10 @@ class ChartView(Widget):
                 lines.append(Strip([*segments, *pad], width))
         old = self._lines
         self._lines = lines
-        for y, strip in enumerate(lines):
-            if y >= len(old) or old[y] != strip:
-                self.refresh(Region(0, y, width, 1))
         if len(old) > len(lines):
             self.refresh()
+        else:
+            refresh_lines(self, changed_lines(old, lines), width)
 
     def _charts(self) -> list[_Chart]:
         snapshot, gpus = self._snapshot, [g for g in self._gpus if isinstance(g.timeline, Timeline)]
