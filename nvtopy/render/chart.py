@@ -205,6 +205,7 @@ def time_label(seconds: float) -> str:
 _TICKS = (5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 
 
+@functools.lru_cache(maxsize=64)
 def _time_axis(window: float, width: int) -> str:
     """``-10m    -8m    -6m    -4m    -2m    now`` in ``width`` cells: ticks as dense as the width allows."""
     cells = [" "] * width
@@ -394,27 +395,17 @@ def braille_chart(
     for k, columns in enumerate(every):
         # Each dot column draws its mean, joined to the previous column's, and a dot at its peak (the highest
         # value of its buckets) where that stands well above the line: (low, high, peak or -1) per column.
-        spans: list[tuple[int, int, int] | None] = []
-        previous = -1
-        for column in columns:
-            if column is None:
-                previous = -1
-                spans.append(None)
-                continue
-            _, y_mean, y_high = column
-            y_low = y_top = y_mean
-            if previous >= 0:
-                if previous < y_mean:
-                    y_low = previous
-                else:
-                    y_top = previous
-            previous = y_mean
-            spans.append((y_low, y_top, y_high if y_high - y_top >= peak_gap else -1))
-        for cell in range(plot):
-            left, right = spans[2 * cell], spans[2 * cell + 1]
-            if left is None and right is None:
-                continue
-            for row, mask in _cell(rows, left, right):
+        # One comprehension (no per-column statements): the previous column's mean, -1 after a gap.
+        previous = [-1, *(-1 if column is None else column[1] for column in columns[:-1])]
+        spans: list[tuple[int, int, int] | None] = [
+            None
+            if c is None
+            else (p if 0 <= p < c[1] else c[1], hi := (p if p > c[1] else c[1]), c[2] if c[2] - hi >= peak_gap else -1)
+            for c, p in zip(columns, previous, strict=True)
+        ]
+        # Each cell's dots at once (cached by its two dot columns: a flat or idle stretch repeats them).
+        for cell, dots in enumerate(map(functools.partial(_cell, rows), spans[0::2], spans[1::2])):
+            for row, mask in dots:
                 bits[row][cell] |= mask
                 owner[row][cell] = k
     colors = [style(trace.color) for trace in traces]
@@ -430,7 +421,7 @@ def braille_chart(
             text = "".join(map(_BRAILLE.__getitem__, row_bits))
             x = 0
             for k, run in itertools.groupby(owner[r]):  # a cell has an owner only where it has dots
-                size = sum(1 for _ in run)  # braille is one cell a character: no measuring
+                size = len(list(run))  # braille is one cell a character: no measuring
                 parts.append((text[x : x + size], colors[k] if k >= 0 else None))
                 x += size
         line.cells += plot
