@@ -7,8 +7,8 @@ each monitor runs in turn (interleaved, several repeats, medians) in a detached 
 the fake driver (8 GPUs x 64 real ``sleep`` processes reported as GPU processes, 1 s refresh), and
 its CPU is read after a warm-up and at the end: the main thread's (the UI thread: Textual's event
 loop) from ``/proc/PID/task/PID/schedstat`` (nanoseconds on a CPU), the whole process's from
-``/proc/PID/stat`` (clock ticks; threads that ended count too: nvitop starts short-lived ones); the
-rest is the other threads' (the poller, the GPU readers, the Xid watcher). The screen is captured
+``/proc/PID/stat`` (clock ticks; threads that ended and children reaped count too, as in ``make
+bench-peers``); the rest is the other threads' (the poller, the GPU readers, the Xid watcher). The screen is captured
 at the end: a row whose nvtopy screen has no chart axis (``┤``) says so (the figure would not be the one with charts).
 
 ``--floor`` adds two rows run the same way: ``textual-floor`` (``textual_floor.py --serve --dirty
@@ -62,14 +62,15 @@ def _threads(pid: int) -> dict[int, int]:
 
 
 def _process_seconds(pid: int) -> float:
-    """CPU seconds of the whole process (user + system), threads that ended included: a sum over the live
-    threads would miss a monitor's short-lived worker threads."""
+    """CPU seconds of the whole process (user + system), with its threads that ended and its children that
+    it reaped (as ``make bench-peers`` counts them): a sum over the live threads would miss nvitop's."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as f:
             fields = f.read().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime (fields 14, 15)
+    ticks = sum(int(field) for field in fields[11:15])  # utime, stime, cutime, cstime (fields 14-17)
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _peak_rss_mib(pid: int) -> float:

@@ -321,13 +321,17 @@ class GpuView(Widget):
             row = self._gpus[start : start + cols]
             height = self._plan.panel_height + max(panel_extra_rows(gpu) for gpu in row)
             panels = [self._cached_panel(gpu, panel_width, links, height) for gpu in row]
+            used = len(panels) * (panel_width + 1) - 1  # every panel row is exactly its width: no measuring
+            pad = [Segment(" " * (width - used))] if used < width else []
             for y in range(height):
                 segments: list[Segment] = []
                 for i, panel in enumerate(panels):
                     if i:
                         segments.append(_GAP)
                     segments.extend(panel[y])
-                lines.append(_strip(segments, width))
+                segments.extend(pad)
+                strip = Strip(segments, max(used, width))
+                lines.append(strip.crop(0, width) if used > width else strip)
         return lines
 
     def _compact_rows(self) -> list[tuple[HostGroup | None, tuple[GpuState, ...], int]]:
