@@ -28,6 +28,7 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual import events
+from textual.app import RenderResult
 from textual.binding import Binding, BindingType
 from textual.strip import Strip
 from textual.widgets import Static
@@ -119,6 +120,12 @@ class TextLine(Static):
             self.update(text, layout=False)  # one line, always: no layout pass
         else:
             self.refresh()
+
+    def render(self) -> RenderResult:
+        """What is shown: the text last given to :meth:`show_text` (drawn by :meth:`render_line`), else the Static's."""
+        if self._pieces is not None and self._shown is not None:
+            return self._shown
+        return super().render()
 
     def render_line(self, y: int) -> Strip:
         pieces = self._pieces
