@@ -141,7 +141,7 @@ def main() -> int:
     if args.checkout:
         tools["other"] = f"{args.checkout / '.venv' / 'bin' / 'nvtopy'} --interval 1"
     if args.peers:
-        tools["nvitop"] = str(args.peers / "bin" / "nvitop")
+        tools["nvitop"] = f"{args.peers / 'bin' / 'nvitop'} --interval 1"  # its default is 2 s
     if args.floor:
         tools["textual-floor"] = f"{python} {ROOT / 'benchmarks' / 'textual_floor.py'} --serve --dirty all"
         tools["collection"] = f"{python} {ROOT / 'benchmarks' / 'collect_only.py'} --interval 1"
