@@ -143,7 +143,11 @@ the rank follows what is happening now, yet does not flip with one sample."""
 
 def _recent_mean(values: Sequence[float]) -> float | None:
     """The mean of the last :data:`RECENT_BUCKETS` values that are numbers; None when there are none."""
-    recent = [v for v in values[-RECENT_BUCKETS:] if math.isfinite(v)]
+    window = values[-RECENT_BUCKETS:]
+    total = sum(window)
+    if window and math.isfinite(total):  # no NaN (a missed sample) nor infinity among them: every one counts
+        return total / len(window)
+    recent = [v for v in window if math.isfinite(v)]
     return sum(recent) / len(recent) if recent else None
 
 
