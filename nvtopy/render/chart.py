@@ -205,6 +205,7 @@ def time_label(seconds: float) -> str:
 _TICKS = (5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 
 
+@functools.lru_cache(maxsize=64)
 def _time_axis(window: float, width: int) -> str:
     """``-10m    -8m    -6m    -4m    -2m    now`` in ``width`` cells: ticks as dense as the width allows."""
     cells = [" "] * width
@@ -394,27 +395,17 @@ def braille_chart(
     for k, columns in enumerate(every):
         # Each dot column draws its mean, joined to the previous column's, and a dot at its peak (the highest
         # value of its buckets) where that stands well above the line: (low, high, peak or -1) per column.
-        spans: list[tuple[int, int, int] | None] = []
-        previous = -1
-        for column in columns:
-            if column is None:
-                previous = -1
-                spans.append(None)
-                continue
-            _, y_mean, y_high = column
-            y_low = y_top = y_mean
-            if previous >= 0:
-                if previous < y_mean:
-                    y_low = previous
-                else:
-                    y_top = previous
-            previous = y_mean
-            spans.append((y_low, y_top, y_high if y_high - y_top >= peak_gap else -1))
-        for cell in range(plot):
-            left, right = spans[2 * cell], spans[2 * cell + 1]
-            if left is None and right is None:
-                continue
-            for row, mask in _cell(rows, left, right):
+        # One comprehension (no per-column statements): the previous column's mean, -1 after a gap.
+        previous = [-1, *(-1 if column is None else column[1] for column in columns[:-1])]
+        spans: list[tuple[int, int, int] | None] = [
+            None
+            if c is None
+            else (p if 0 <= p < c[1] else c[1], hi := (p if p > c[1] else c[1]), c[2] if c[2] - hi >= peak_gap else -1)
+            for c, p in zip(columns, previous, strict=True)
+        ]
+        # Each cell's dots at once (cached by its two dot columns: a flat or idle stretch repeats them).
+        for cell, dots in enumerate(map(functools.partial(_cell, rows), spans[0::2], spans[1::2])):
+            for row, mask in dots:
                 bits[row][cell] |= mask
                 owner[row][cell] = k
     colors = [style(trace.color) for trace in traces]
@@ -423,14 +414,16 @@ def braille_chart(
         label = labels.get(r)
         line = Line(f"{label:>{gutter - 1}}┤" if label is not None else " " * (gutter - 1) + "│", AXIS_STYLE)
         row_bits = bits[r]
-        text = "".join(map(_BRAILLE.__getitem__, row_bits))
-        who = [o if b else -1 for b, o in zip(row_bits, owner[r], strict=True)]
-        x = 0
         parts = line.parts
-        for k, run in itertools.groupby(who):  # braille is one cell a character: no measuring
-            size = sum(1 for _ in run)
-            parts.append((text[x : x + size], colors[k] if k >= 0 else None))
-            x += size
+        if not any(row_bits):  # nothing drawn on this row: one blank run
+            parts.append((" " * plot, None))
+        else:
+            text = "".join(map(_BRAILLE.__getitem__, row_bits))
+            x = 0
+            for k, run in itertools.groupby(owner[r]):  # a cell has an owner only where it has dots
+                size = len(list(run))  # braille is one cell a character: no measuring
+                parts.append((text[x : x + size], colors[k] if k >= 0 else None))
+                x += size
         line.cells += plot
         lines.append(line)
     lines.append(Line(" " * (gutter - 1) + "└", AXIS_STYLE).add(_time_axis(window, plot), AXIS_STYLE))
@@ -439,41 +432,57 @@ def braille_chart(
     return lines
 
 
+def _block_cell(level: int, base: int, bottom: bool, style_name: str) -> tuple[str, str]:
+    """The (character, style) of a block chart's cell ``base`` eighths above the baseline, for a column
+    ``level`` eighths tall (-1: no value); ``bottom``: the cell is on the baseline."""
+    if level < 0:
+        return ("·", "dim") if bottom else (" ", "")
+    fill = level - base
+    if fill > 0:
+        return (_BLOCKS[fill if fill < 8 else 8], style_name)
+    return ("▁", AXIS_STYLE) if bottom and level == 0 else (" ", "")
+
+
 def block_chart(values: Sequence[float | None], width: int, height: int, top: float, style_name: str) -> list[Line]:
     """The last ``width`` values as columns ``height`` lines tall on a fixed 0..``top`` scale, right-aligned.
 
     Eighth-cell precision; a missing value (None or NaN) is a dim dot on the baseline, a zero
     the dim baseline itself (so an idle process still shows a line). Top line first.
+
+    Drawn a line at a time from each column's height in eighths: a line's cells take few distinct
+    values (nine heights at most), each worked out once, and a run of one style is one piece.
     """
     if width <= 0 or height <= 0:
         return []
-    recent = list(values[-width:])
-    columns: list[list[tuple[str, str]]] = []
-    for value in recent:
-        if value is None or math.isnan(value):
-            columns.append([(" ", "")] * (height - 1) + [("·", "dim")])
-            continue
-        eighths = round(min(1.0, max(0.0, value / top if top > 0 else 0.0)) * height * 8)
-        column = []
-        for row in range(height - 1, -1, -1):  # the top line first
-            fill = min(8, max(0, eighths - row * 8))
-            column.append((_BLOCKS[fill], style_name) if fill else (" ", ""))
-        if eighths == 0:
-            column[-1] = ("▁", AXIS_STYLE)
-        columns.append(column)
+    recent = values[-width:]
+    eighths = height * 8
+    levels = [
+        -1
+        if value is None or math.isnan(value)
+        else round(min(1.0, max(0.0, value / top if top > 0 else 0.0)) * eighths)
+        for value in recent
+    ]
+    pad = " " * (width - len(levels))
     lines = []
     for row in range(height):
-        line = Line(" " * (width - len(recent)))
-        run, run_style = "", None
-        for column in columns:
-            char, char_style = column[row]
+        base = (height - 1 - row) * 8
+        bottom = row == height - 1
+        known: dict[int, tuple[str, str]] = {}
+        line = Line(pad)
+        run: list[str] = []
+        run_style = ""
+        for level in levels:
+            cell = known.get(level)
+            if cell is None:
+                cell = known[level] = _block_cell(level, base, bottom, style_name)
+            char, char_style = cell
             if char_style != run_style and run:
-                line.add(run, run_style or "")
-                run = ""
+                line.add("".join(run), run_style)
+                run = []
             run_style = char_style
-            run += char
+            run.append(char)
         if run:
-            line.add(run, run_style or "")
+            line.add("".join(run), run_style)
         lines.append(line)
     return lines
 

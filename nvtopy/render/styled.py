@@ -21,6 +21,8 @@ from rich.style import Style
 
 __all__ = ["Line", "style"]
 
+_new_tuple = tuple.__new__
+
 
 @lru_cache(maxsize=256)
 def style(definition: str) -> Style | None:
@@ -99,7 +101,9 @@ class Line:
         return "".join(text for text, _ in self.parts)
 
     def segments(self) -> list[Segment]:
-        return [Segment(text, piece_style) for text, piece_style in self.parts]
+        # Made as plain tuples of Segment's three fields: Segment(...) goes through NamedTuple's Python-level
+        # __new__, a frame a piece, and every panel and chart line is turned into segments every second.
+        return [_new_tuple(Segment, (text, piece_style, None)) for text, piece_style in self.parts]
 
     def __repr__(self) -> str:
         return f"Line({self.plain!r})"

@@ -45,7 +45,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rich.segment import Segment
-from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
@@ -54,6 +53,7 @@ from ..render.chart import GPU_COLORS, ChartMemo, Trace, braille_chart, legend_l
 from ..render.styled import Line
 from ..render.units import short_name
 from ..sources.timeline import EMPTY_SERIES, METRICS, Timeline, metric_values
+from .redraw import changed_lines, refresh_lines
 
 __all__ = [
     "CHART_MIN_HEIGHT",
@@ -143,7 +143,11 @@ the rank follows what is happening now, yet does not flip with one sample."""
 
 def _recent_mean(values: Sequence[float]) -> float | None:
     """The mean of the last :data:`RECENT_BUCKETS` values that are numbers; None when there are none."""
-    recent = [v for v in values[-RECENT_BUCKETS:] if math.isfinite(v)]
+    window = values[-RECENT_BUCKETS:]
+    total = sum(window)
+    if window and math.isfinite(total):  # no NaN (a missed sample) nor infinity among them: every one counts
+        return total / len(window)
+    recent = [v for v in window if math.isfinite(v)]
     return sum(recent) / len(recent) if recent else None
 
 
@@ -296,11 +300,10 @@ class ChartView(Widget):
                 lines.append(Strip([*segments, *pad], width))
         old = self._lines
         self._lines = lines
-        for y, strip in enumerate(lines):
-            if y >= len(old) or old[y] != strip:
-                self.refresh(Region(0, y, width, 1))
         if len(old) > len(lines):
             self.refresh()
+        else:
+            refresh_lines(self, changed_lines(old, lines), width)
 
     def _charts(self) -> list[_Chart]:
         snapshot, gpus = self._snapshot, [g for g in self._gpus if isinstance(g.timeline, Timeline)]

@@ -32,7 +32,6 @@ from dataclasses import dataclass
 
 from rich.segment import Segment
 from textual import events
-from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
@@ -53,6 +52,7 @@ from ..render.gpu import (
 from ..render.styled import Line, style
 from ..render.units import fmt_age
 from ..textsafe import safe_text
+from .redraw import changed_lines, refresh_lines
 
 __all__ = [
     "MODES",
@@ -307,11 +307,10 @@ class GpuView(Widget):
             lines = [self._compact_header(width), *self._compact_lines(width, rows)]
         old = self._lines
         self._lines = lines
-        for y, strip in enumerate(lines):
-            if y >= len(old) or old[y] != strip:
-                self.refresh(Region(0, y, width, 1))
         if len(old) > len(lines):
             self.refresh()
+        else:
+            refresh_lines(self, changed_lines(old, lines), width)
 
     def _full_lines(self, width: int) -> list[Strip]:
         cols = self._plan.columns
@@ -322,13 +321,17 @@ class GpuView(Widget):
             row = self._gpus[start : start + cols]
             height = self._plan.panel_height + max(panel_extra_rows(gpu) for gpu in row)
             panels = [self._cached_panel(gpu, panel_width, links, height) for gpu in row]
+            used = len(panels) * (panel_width + 1) - 1  # every panel row is exactly its width: no measuring
+            pad = [Segment(" " * (width - used))] if used < width else []
             for y in range(height):
                 segments: list[Segment] = []
                 for i, panel in enumerate(panels):
                     if i:
                         segments.append(_GAP)
                     segments.extend(panel[y])
-                lines.append(_strip(segments, width))
+                segments.extend(pad)
+                strip = Strip(segments, max(used, width))
+                lines.append(strip.crop(0, width) if used > width else strip)
         return lines
 
     def _compact_rows(self) -> list[tuple[HostGroup | None, tuple[GpuState, ...], int]]:

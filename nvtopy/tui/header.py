@@ -23,9 +23,14 @@ from __future__ import annotations
 import time
 from typing import ClassVar, Protocol
 
+from rich.cells import cell_len
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual import events
+from textual.app import RenderResult
 from textual.binding import Binding, BindingType
+from textual.strip import Strip
 from textual.widgets import Static
 
 from ..model import GpuState, Severity, Snapshot
@@ -47,6 +52,7 @@ __all__ = [
     "KeyFooter",
     "KeyHolder",
     "Monitor",
+    "TextLine",
     "footer_parts",
     "header_text",
     "waiting_text",
@@ -86,24 +92,110 @@ class KeyHolder(Protocol):
     def get_key_display(self, binding: Binding) -> str: ...
 
 
-class HeaderBar(Static):
+class TextLine(Static):
+    """A one-line Static whose text changes every second (the clock, the host's CPU), drawn cheaply.
+
+    Why not ``Static.update``: each update turns the rich ``Text`` into Textual's ``Content`` and
+    renders that again (about half a millisecond a line, twice a second for the header and the
+    host line). Here :meth:`show_text` keeps the text's pieces (one a span, and the plain runs
+    between them, as the Static splits them) and :meth:`render_line` makes them segments over the
+    widget's own colours; an unchanged text draws nothing. A text this does not cover (a style of
+    its own, overlapping spans, two touching spans of one style) goes the Static's way, as does
+    what the Static was created with.
+    """
+
+    _shown: Text | None = None
+    _pieces: list[tuple[str, Style | None]] | None = None
+    _strip: Strip | None = None
+    _strip_key: object = None
+
+    def show_text(self, text: Text) -> None:
+        """Draw ``text`` (one line) unless it is what is drawn already (rich Text compares text and spans)."""
+        if text == self._shown:
+            return
+        self._shown = text
+        self._strip = None
+        self._pieces = _pieces(text)
+        if self._pieces is None:
+            self.update(text, layout=False)  # one line, always: no layout pass
+        else:
+            self.refresh()
+
+    def render(self) -> RenderResult:
+        """What is shown: the text last given to :meth:`show_text` (drawn by :meth:`render_line`), else the Static's."""
+        if self._pieces is not None and self._shown is not None:
+            return self._shown
+        return super().render()
+
+    def render_line(self, y: int) -> Strip:
+        pieces = self._pieces
+        if pieces is None:
+            return super().render_line(y)
+        if y:
+            return Strip([])
+        width = self.size.width
+        base = self.visual_style.rich_style
+        key = (width, base)
+        if self._strip is None or self._strip_key != key:
+            if sum(cell_len(text) for text, _ in pieces) >= width:  # a full line: wrapping drops its end's blanks
+                pieces = _without_trailing_blanks(pieces)
+            segments = [Segment(text, base if piece is None else base + piece) for text, piece in pieces]
+            self._strip = Strip(segments).crop(0, width)  # Textual pads it with the background, as the Static's
+            self._strip_key = key
+        return self._strip
+
+
+def _pieces(text: Text) -> list[tuple[str, Style | None]] | None:
+    """``text`` as (text, style) runs split where the Static splits it: at each span's ends, plain runs between;
+    None when it has a style of its own or overlapping spans (the Static draws those)."""
+    if text.style:
+        return None
+    plain = text.plain
+    pieces: list[tuple[str, Style | None]] = []
+    at = 0
+    for span in sorted(text.spans, key=lambda span: span.start):
+        if span.start < at:
+            return None
+        if span.start > at:
+            pieces.append((plain[at : span.start], None))
+        if span.end > span.start:
+            span_style = span.style if isinstance(span.style, Style) else Style.parse(span.style)
+            if pieces and span.start == at and pieces[-1][1] == span_style:
+                return None  # two touching spans of one style: the Static keeps them apart, not reproduced here
+            pieces.append((plain[span.start : span.end], span_style))
+        at = max(at, span.end)
+    if at < len(plain):
+        pieces.append((plain[at:], None))
+    return pieces
+
+
+def _without_trailing_blanks(pieces: list[tuple[str, Style | None]]) -> list[tuple[str, Style | None]]:
+    kept = list(pieces)
+    while kept:
+        text, piece_style = kept[-1]
+        stripped = text.rstrip()
+        if stripped:
+            kept[-1] = (stripped, piece_style)
+            break
+        kept.pop()
+    return kept
+
+
+class HeaderBar(TextLine):
     """Host, source state, modes and filters, GPU count, driver, clock: one line (:func:`header_text`)."""
 
     DEFAULT_CSS = """
     HeaderBar { height: 1; background: $primary-background; color: $text; }
     """
 
-    _shown: Text | None = None
-
     def show(self, text: Text) -> None:
-        """Draw ``text`` unless it is what is drawn already (rich Text compares text and spans)."""
-        if text != self._shown:
-            self._shown = text
-            self.update(text, layout=False)  # one line, always: no layout pass
+        """Draw ``text`` unless it is what is drawn already."""
+        self.show_text(text)
 
     def restyle(self) -> None:
-        """Forget what is drawn: the next :meth:`show` draws (a new theme)."""
-        self._shown = None
+        """Draw again with the widget's colours now (a new theme)."""
+        self._strip = None
+        self.refresh()
 
 
 def waiting_text(waiting: str) -> Text:
@@ -119,7 +211,7 @@ def with_stall_notice(text: Text, waiting_for: str, seconds: float, width: int) 
     return text
 
 
-class HostBar(Static):
+class HostBar(TextLine):
     """The host's CPU, load, memory and swap: one line under the GPUs, where a blank line was (as nvitop has it)."""
 
     DEFAULT_CSS = """
@@ -128,10 +220,7 @@ class HostBar(Static):
 
     def show(self, snapshot: Snapshot, width: int) -> None:
         """Draw the host line of ``snapshot`` (N/A with why where its source has no such figures)."""
-        text = Text.assemble(*host_usage_parts(snapshot.host_usage, width))
-        if text != getattr(self, "_shown", None):
-            self._shown = text
-            self.update(text, layout=False)  # one line, always
+        self.show_text(Text.assemble(*host_usage_parts(snapshot.host_usage, width)))
 
 
 def _part(text: str, style: str = "", rank: int = 0) -> Part:

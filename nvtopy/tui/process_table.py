@@ -73,6 +73,7 @@ from ..render.styled import style
 from ..render.tree import BRANCH, LAST, AncestorRow, ancestor_cells, build_tree
 from ..render.units import NA
 from ..textsafe import safe_text
+from .redraw import refresh_lines
 
 __all__ = ["ProcessTable"]
 
@@ -500,13 +501,15 @@ class ProcessTable(ScrollView, can_focus=True):
         top = round(self.scroll_offset.y)
         height = self._viewport_rows()
         shown = self._shown
+        changed = []
         for y in range(height):
             index = top + y
             signature = self._signature(index) if index < len(self.rows) else ()
             if y >= len(shown) or shown[y] != signature:
-                self.refresh(Region(0, y + 1, width, 1))
-        if not self.rows:
-            self.refresh(Region(0, 1, width, 1))
+                changed.append(y + 1)
+        if not self.rows and 1 not in changed:
+            changed.append(1)
+        refresh_lines(self, changed, width)  # one refresh call, a region per changed line
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
