@@ -334,6 +334,8 @@ class PrometheusClient:
         self.timeout = timeout
         self.max_bytes = max_bytes
         self.queries = 0  # HTTP requests made so far
+        self.bytes_received = 0  # bytes of answers' bodies read so far, as sent (gzip-compressed where it was)
+        self.json_bytes = 0  # the same answers' JSON, gzip undone
         self.warnings: list[str] = []  # Prometheus's warnings in the last answer (a partial answer)
         self.evaluated_at: float | None = None  # the server's evaluation time of the last instant query
         self._https = parts.scheme == "https"
@@ -445,6 +447,8 @@ class PrometheusClient:
             raise self._failure(call.error, limit) from None
         assert call.result is not None
         status, raw = call.result
+        self.bytes_received += call.received
+        self.json_bytes += len(raw)
         refused: JsonRefusedError | None = None
         with paused_gc():
             try:
