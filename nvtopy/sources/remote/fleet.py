@@ -94,7 +94,15 @@ from ...interval import STALE_INTERVALS
 from ...model import GpuSample, GpuState, GpuStatic, HostInfo, Snapshot
 from ..base import SnapshotSource
 from .hostscrape import HostGpus
-from .prometheus import Matcher, PrometheusClient, PrometheusError, parse_matchers, paused_gc, selector
+from .prometheus import (
+    VECTOR_ERRORS,
+    Matcher,
+    PrometheusClient,
+    PrometheusError,
+    parse_matchers,
+    paused_gc,
+    selector,
+)
 
 __all__ = [
     "GONE_AFTER",
@@ -241,6 +249,11 @@ for _name, _field in _GPU_FIELDS.items():
     _part, _attribute = field_part(_field.attribute)
     _ROUTES[_name] = ("values" if _part == "sample" else _part, _attribute, _field.from_metric)
 _INDEX_CACHE: dict[str, int] = {str(i): i for i in range(MAX_GPUS_PER_HOST)}
+# name -> _ROUTES's entry and the slow group it is in (None: read at every refresh): _read's common row, in one look-up.
+_FAST_ROUTES: dict[str, tuple[str, str, Callable[[float], Any], int | None]] = {
+    name: (*route, next((g for g, names in enumerate(SLOW_GROUPS) if name in names), None))
+    for name, route in _ROUTES.items()
+}
 
 
 def _gpu_index(text: str | None) -> int | None:
@@ -329,21 +342,6 @@ def _route(gpu: _Gpu, name: str, labels: dict[str, str], value: float, slow: Kep
     target[attribute] = said
     if slow is not None:
         slow[(kind, attribute)] = said
-
-
-def _process_row(host: _Host, index: int, name: str, labels: dict[str, str], value: float) -> None:
-    """One ``nvtopy_process_*`` value into its process's row (at most MAX_PROCESSES_PER_HOST rows a host)."""
-    metric = name[len("nvtopy_process_") :]
-    pid = scraped_whole(labels.get("pid"), MAX_PID)
-    if not pid or metric not in PROCESS_VALUES:
-        return
-    row = host.processes.get((index, pid))
-    if row is None:
-        if len(host.processes) >= MAX_PROCESSES_PER_HOST:
-            host.processes_left_out += 1
-            return
-        row = host.processes[(index, pid)] = {}
-    row[metric] = process_value(metric, value)
 
 
 def _scrape(host: _Host, name: str) -> HostScrape:
@@ -588,23 +586,37 @@ class PrometheusFleet(SnapshotSource):
                 chosen = None if every_host and len(of) == len(hosts) else tuple(sorted({key[0] for key in of}))
                 by_instances.setdefault(chosen, []).extend(names)
         parts: list[Part] = [(names, chosen) for chosen, names in by_instances.items()]
-        rows = self.client.query(read_query(self.where, parts, instances))
-        notes.extend(f"partial answer: {w}" for w in self.client.warnings)
-        wanted = set(changed)
-        slow_group = {name: group for group, names in enumerate(SLOW_GROUPS) for name in names}
+        client = self.client
+        items = client.query_items(read_query(self.where, parts, instances))
+        notes.extend(f"partial answer: {w}" for w in client.warnings)
         fresh: dict[tuple[str, str], list[dict[int, Kept]]] = {key: [{} for _ in SLOW_GROUPS] for key in changed}
-        for labels, value in rows:
-            key = (labels.get("instance", ""), labels.get("Hostname", ""))
-            if key not in wanted:
+        # Some 50 rows a GPU (200,000 at 4,096 GPUs): each is checked and read in this one loop, the common
+        # row (a GPU's own value series) without a call, the others by the functions the rest of nvtopy reads
+        # a scrape with. The same checks as PrometheusClient.query's (a metric of text values, a value pair).
+        reading = {key: (hosts[key], fresh[key]) for key in changed}
+        join, routes, index_of = "".join, _FAST_ROUTES, _INDEX_CACHE.get
+        pids: dict[str, int] = {}  # a pid's text -> its number (0: none), as scraped_whole reads it
+        for item in items:
+            try:
+                labels = item["metric"]
+                _, text = item["value"]
+                join(labels.values())  # TypeError unless every label value is text (fast: in C)
+                value = float(text)
+            except VECTOR_ERRORS:
+                raise client.malformed() from None
+            found = reading.get((labels.get("instance", ""), labels.get("Hostname", "")))
+            if found is None:
                 continue  # another host behind the same instance, with nothing new
-            host = hosts[key]
+            host, kept = found
             name = labels.get("__name__")
             gpu_text = labels.get("gpu")
-            index = _gpu_index(gpu_text)
+            index: int | None = index_of(gpu_text)
             if index is None:
-                if gpu_text and name is None and "pid" not in labels and len(host.gpus_reported) < 100_000:
-                    host.gpus_reported.add(gpu_text)  # a GPU no host has: counted, never shown
-                continue
+                index = scraped_whole(gpu_text, MAX_GPU_INDEX)
+                if index is None:
+                    if gpu_text and name is None and "pid" not in labels and len(host.gpus_reported) < 100_000:
+                        host.gpus_reported.add(gpu_text)  # a GPU no host has: counted, never shown
+                    continue
             if name is None:
                 if "pid" in labels:
                     pid = scraped_whole(labels.get("pid"), MAX_PID)
@@ -612,12 +624,39 @@ class PrometheusFleet(SnapshotSource):
                         host.process_labels[(index, pid)] = labels
                 else:
                     self._identity(host, index, labels)
-            elif name.startswith("nvtopy_process_"):
-                _process_row(host, index, name, labels, value)
+                continue
+            route = routes.get(name)
+            if route is not None and not labels.get("GPU_I_ID"):  # a GPU's own value: as _route reads it
+                said_of = host.gpus.get(index) or host.gpu(index)
+                part, attribute, convert, of_group = route
+                said = convert(value)  # None: not finite, or out of the field's range
+                (said_of.static if part == "static" else said_of.health if part == "health" else said_of.values)[
+                    attribute
+                ] = said
+                if of_group is not None:
+                    values_kept = kept[of_group].get(index)
+                    if values_kept is None:
+                        values_kept = kept[of_group][index] = {}
+                    values_kept[(part, attribute)] = said
+            elif name.startswith("nvtopy_process_"):  # a process row (at most MAX_PROCESSES_PER_HOST a host)
+                pid_text = labels.get("pid")
+                number = pids.get(pid_text)
+                if number is None:
+                    number = pids[pid_text] = scraped_whole(pid_text, MAX_PID) or 0
+                metric = name[15:]  # len("nvtopy_process_")
+                if not number or metric not in PROCESS_VALUES:
+                    continue
+                row = host.processes.get((index, number))
+                if row is None:
+                    if len(host.processes) >= MAX_PROCESSES_PER_HOST:
+                        host.processes_left_out += 1
+                        continue
+                    row = host.processes[(index, number)] = {}
+                row[metric] = process_value(metric, value)
             else:
-                of_group = slow_group.get(name)
-                kept = None if of_group is None else fresh[key][of_group].setdefault(index, {})
-                _route(host.gpu(index), name, labels, value, kept)
+                of_group = route[3] if route is not None else None
+                slow_kept = None if of_group is None else kept[of_group].setdefault(index, {})
+                _route(host.gpu(index), name, labels, value, slow_kept)
         for key in changed:  # the slow groups not asked this time: their last values
             known = self._known.get(key)
             slow = known.slow if known is not None else [{} for _ in SLOW_GROUPS]
