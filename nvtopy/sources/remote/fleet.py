@@ -223,6 +223,8 @@ def read_query(
     where: Sequence[Matcher] = (),
     parts: Sequence[Part] = ((LIVE_NAMES, None),),
     instances: Sequence[str] | None = None,
+    *,
+    hostname: bool = True,
 ) -> str:
     """The second query, for the hosts with new samples (``instances``; None: all), one answer ``or``-ed of:
 
@@ -231,13 +233,20 @@ def read_query(
     - each GPU's identity and pod, ``count by`` its labels (no ``__name__``, no ``pid``);
     - each process's values, ``max by`` its host, GPU and pid;
     - each process's identity (user, command, owner), ``count by`` its labels (no ``__name__``, a ``pid``).
+
+    ``hostname`` False: no ``Hostname`` label in the answer, where every ``instance`` has one Hostname
+    (the first query says so) and a row's ``instance`` names its host: some 20 bytes less of each of
+    the answer's 50 rows a GPU, for the server to write and this process to decode.
     """
-    by = ", ".join(_VALUE_LABELS)
-    terms = [f"max by ({by}) ({_selector(names, where, of)})" for names, of in parts]
-    terms.append(f"count by ({', '.join(_IDENTITY_LABELS)}) ({_selector(_NEWEST_SOURCES, where, instances)})")
-    terms.append(f"max by ({', '.join(_PROCESS_VALUE_LABELS)}) ({_selector(PROCESS_NAMES, where, instances)})")
+
+    def by(labels: tuple[str, ...]) -> str:
+        return ", ".join(label for label in labels if hostname or label != "Hostname")
+
+    terms = [f"max by ({by(_VALUE_LABELS)}) ({_selector(names, where, of)})" for names, of in parts]
+    terms.append(f"count by ({by(_IDENTITY_LABELS)}) ({_selector(_NEWEST_SOURCES, where, instances)})")
+    terms.append(f"max by ({by(_PROCESS_VALUE_LABELS)}) ({_selector(PROCESS_NAMES, where, instances)})")
     identities = _selector(_PROCESS_IDENTITY_SOURCES, where, instances)
-    terms.append(f"count by ({', '.join(_PROCESS_IDENTITY_LABELS)}) ({identities})")
+    terms.append(f"count by ({by(_PROCESS_IDENTITY_LABELS)}) ({identities})")
     return " or ".join(terms)
 
 
@@ -498,7 +507,7 @@ class PrometheusFleet(SnapshotSource):
         self._failure = None
         notes: list[str] = []
         try:
-            hosts, claimed = self._newest(self._host_list())
+            hosts, claimed, one_name = self._newest(self._host_list())
             evaluated = self.client.evaluated_at or now
             notes.extend(f"partial answer: {w}" for w in self.client.warnings)
             if claimed > len(hosts):
@@ -514,7 +523,7 @@ class PrometheusFleet(SnapshotSource):
                 or host.newest != self._known[key].newest
             ]
             if changed:
-                self._read(hosts, changed, notes, everything, every_host=claimed == len(hosts))
+                self._read(hosts, changed, notes, everything, every_host=claimed == len(hosts), one_name=one_name)
         except PrometheusError as exc:
             self._failure = exc
             self._status = "✗ " + _short(exc)
@@ -538,9 +547,10 @@ class PrometheusFleet(SnapshotSource):
             ) from None
 
     @staticmethod
-    def _newest(rows: list[tuple[dict[str, str], float]]) -> tuple[dict[tuple[str, str], _Host], int]:
+    def _newest(rows: list[tuple[dict[str, str], float]]) -> tuple[dict[tuple[str, str], _Host], int, bool]:
         """The hosts the first query names, each with the time of its newest GPU sample (the server's clock),
-        at most :data:`MAX_HOSTS` of them (the first by name, as they are shown); and how many it names."""
+        at most :data:`MAX_HOSTS` of them (the first by name, as they are shown); how many it names; and
+        whether each of its instances has one Hostname (then a row's ``instance`` names its host)."""
         newest: dict[tuple[str, str], float | None] = {}
         for labels, value in rows:
             key = (labels.get("instance", ""), labels.get("Hostname", ""))
@@ -552,7 +562,8 @@ class PrometheusFleet(SnapshotSource):
         if len(newest) > MAX_HOSTS:
             keys = heapq.nsmallest(MAX_HOSTS, newest, key=lambda k: (_natural(k[1] or k[0]), k))
         hosts = {key: _Host(key, newest=newest[key]) for key in keys}
-        return hosts, len(newest)
+        one_name = len({instance for instance, _ in newest}) == len(newest)
+        return hosts, len(newest), one_name
 
     def _read(
         self,
@@ -560,12 +571,15 @@ class PrometheusFleet(SnapshotSource):
         changed: list[tuple[str, str]],
         notes: list[str],
         everything: bool,
+        *,
         every_host: bool = True,
+        one_name: bool = False,
     ) -> None:
         """Read what the ``changed`` hosts have (values, identities, processes) into ``hosts``: one query.
 
         ``every_host``: ``hosts`` are all the server has (not the first :data:`MAX_HOSTS`): a question
-        about all of them needs no ``instance`` matcher.
+        about all of them needs no ``instance`` matcher. ``one_name``: every instance the server has
+        names one host (one Hostname): the answer's rows are told apart by ``instance`` alone.
         """
         every = every_host and len(changed) == len(hosts)
         instances = None if every else sorted({key[0] for key in changed})
@@ -587,13 +601,15 @@ class PrometheusFleet(SnapshotSource):
                 by_instances.setdefault(chosen, []).extend(names)
         parts: list[Part] = [(names, chosen) for chosen, names in by_instances.items()]
         client = self.client
-        items = client.query_items(read_query(self.where, parts, instances))
+        items = client.query_items(read_query(self.where, parts, instances, hostname=not one_name))
         notes.extend(f"partial answer: {w}" for w in client.warnings)
         fresh: dict[tuple[str, str], list[dict[int, Kept]]] = {key: [{} for _ in SLOW_GROUPS] for key in changed}
         # Some 50 rows a GPU (200,000 at 4,096 GPUs): each is checked and read in this one loop, the common
         # row (a GPU's own value series) without a call, the others by the functions the rest of nvtopy reads
         # a scrape with. The same checks as PrometheusClient.query's (a metric of text values, a value pair).
-        reading = {key: (hosts[key], fresh[key]) for key in changed}
+        reading: dict[str | tuple[str, str], tuple[_Host, list[dict[int, Kept]]]] = {
+            key[0] if one_name else key: (hosts[key], fresh[key]) for key in changed
+        }
         join, routes, index_of = "".join, _FAST_ROUTES, _INDEX_CACHE.get
         pids: dict[str, int] = {}  # a pid's text -> its number (0: none), as scraped_whole reads it
         for item in items:
@@ -604,7 +620,9 @@ class PrometheusFleet(SnapshotSource):
                 value = float(text)
             except VECTOR_ERRORS:
                 raise client.malformed() from None
-            found = reading.get((labels.get("instance", ""), labels.get("Hostname", "")))
+            found = reading.get(
+                labels.get("instance", "") if one_name else (labels.get("instance", ""), labels.get("Hostname", ""))
+            )
             if found is None:
                 continue  # another host behind the same instance, with nothing new
             host, kept = found
