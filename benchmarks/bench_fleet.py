@@ -48,8 +48,12 @@ GPUS_PER_HOST = 8
 
 def serve(hosts: int) -> None:
     """Child process: one exposition per host, each on a port of its own; prints the ports, serves until stdin ends."""
+    import http.server
+
     from tests.prometheus_fixtures import served_expositions, simulated_exposition
 
+    # A scrape that Prometheus gives up on (its timeout) resets the connection: not worth a traceback here.
+    http.server.ThreadingHTTPServer.handle_error = lambda self, request, address: None  # type: ignore[method-assign]
     bodies = [simulated_exposition(f"node{n:03d}", n, GPUS_PER_HOST).encode() for n in range(hosts)]
     with served_expositions(bodies) as targets:
         print(json.dumps(targets), flush=True)
