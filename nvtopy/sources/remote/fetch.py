@@ -98,6 +98,7 @@ class Exchange(Generic[T]):
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
         self._aborted = False
+        self.received = 0  # bytes of body read off the socket (before gzip is undone): what a benchmark counts
 
     def work(self) -> T:
         """The exchange itself, on the exchange's thread."""
@@ -251,6 +252,7 @@ def read_body(response: http.client.HTTPResponse, exchange: Exchange[Any], limit
             if response.length:  # the peer closed before the Content-Length it announced
                 raise http.client.IncompleteRead(b"", response.length)
             break
+        exchange.received += len(chunk)
         if inflate is not None:
             chunk = inflate.decompress(chunk, limit - size + 1)
             if inflate.unconsumed_tail:

@@ -458,3 +458,26 @@ def test_an_instance_label_from_the_server_is_escaped_into_the_next_query(fake):
 def test_exporter_demo_hostname_is_checked():
     result = run_cli("exporter", "--demo-hostname", "two words")
     assert result.returncode == 2 and "invalid hostname" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_rows_are_told_apart_by_instance_alone_only_where_each_instance_names_one_host(fake):
+    """Where every instance has one Hostname the answer leaves Hostname out (20 bytes less of each row);
+    two Hostnames behind one instance (a federating exporter) keep it, and stay two hosts with their own values."""
+    one = fleet_of(fake)
+    add_hosts(fake, 2, gpus=1)
+    shown = one.poll_once()
+    assert [g.static.host for g in shown.gpus] == ["node0", "node1"]
+    assert "Hostname" not in fake.queries[-1] and "Hostname" in fake.queries[-2], "the first query names the hosts"
+    shared = "10.0.9.9:9400"
+    fake.set_series([])
+    fake.add_exposition(simulated_exposition("left", 1, 1), shared, timestamp=NOW - 0.5)
+    fake.add_exposition(simulated_exposition("right", 2, 2), shared, timestamp=NOW - 0.5)
+    two = fleet_of(fake).poll_once()
+    assert "Hostname" in fake.queries[-1]
+    hosts = [(g.static.host, g.static.host_index, g.static.uuid) for g in two.gpus]
+    expected = [
+        (hostname, gpu.static.host_index, gpu.static.uuid)
+        for hostname, seed, gpus in (("left", 1, 1), ("right", 2, 2))
+        for gpu in HostGpus().gpus(parse_exposition(simulated_exposition(hostname, seed, gpus), "x"), 0, NOW)
+    ]
+    assert hosts == expected

@@ -402,3 +402,24 @@ def test_tls_verifies_the_server_certificate(serve, self_signed):
     trusting = PrometheusClient(f"https://127.0.0.1:{server.port}", timeout=3)
     trusting._ssl = ssl.create_default_context(cafile=str(cert))
     assert trusting.query("up") == [({"a": "1"}, 1.0)]
+
+
+def test_the_bytes_of_each_answer_are_counted_as_received_and_as_json(serve):
+    """What a benchmark reports of a refresh: the answer as sent (gzip-compressed) and the JSON it unfolds to."""
+    body = json.dumps(
+        {"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}, "value": [1, "7"]}] * 500}}
+    ).encode()
+    packed = gzip.compress(body)
+    server = serve(lambda handler: send(handler, 200, packed, Content_Encoding="gzip"))
+    client = PrometheusClient(server.url)
+    client.query("x")
+    client.query("x")
+    assert (client.bytes_received, client.json_bytes) == (2 * len(packed), 2 * len(body))
+
+
+def test_query_items_are_the_answers_items_as_decoded_with_the_time_it_was_evaluated_at(serve):
+    items = [{"metric": {"a": "b"}, "value": [1795000000.5, "7"]}, {"metric": {}, "value": [1795000000.5, "NaN"]}]
+    body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": items}}).encode()
+    client = PrometheusClient(serve(lambda handler: send(handler, 200, body)).url)
+    assert client.query_items("x") == items
+    assert client.evaluated_at == 1795000000.5

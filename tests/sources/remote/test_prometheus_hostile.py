@@ -140,3 +140,36 @@ def test_remote_takes_as_many_hosts_as_a_fleet_shows():
     with pytest.raises(UsageError) as error:
         RemoteHosts([f"node{n}:9400" for n in range(MAX_HOSTS + 1)])
     assert str(error.value) == f"--remote: {MAX_HOSTS + 1} hosts; at most {MAX_HOSTS} (for a fleet, use --prometheus)"
+
+
+@pytest.mark.parametrize(
+    ("item", "why"),
+    [
+        ({"metric": {"instance": "0:9400", "Hostname": 7}, "value": [1, "2"]}, "a label value that is not text"),
+        ({"metric": {"instance": "0:9400"}, "value": [1, "two"]}, "a value that is not a number"),
+        ({"metric": {"instance": "0:9400"}, "value": [1]}, "a value without its time"),
+        ({"metric": ["instance"], "value": [1, "2"]}, "labels that are not an object"),
+        ({"value": [1, "2"]}, "no labels"),
+        ("a string", "an item that is not an object"),
+    ],
+)
+def test_a_malformed_item_in_the_fleets_answer_is_one_line(fake, item, why):
+    """The fleet checks each item of its big answer where it reads it (no list of pairs made first): as strictly."""
+    add_hosts(fake, 1, gpus=1)
+
+    def reply(handler, query: str) -> bool:
+        if query.startswith("max by (instance, Hostname) (timestamp("):
+            return False  # the first query: the fake's own hosts
+        data = json.loads(fake.answer(query))
+        data["data"]["result"].insert(1, item)
+        send(handler, 200, json.dumps(data).encode(), Content_Type="application/json")
+        return True
+
+    fake.reply = reply
+    fleet = PrometheusFleet(fake.url, timeout=10)
+    snapshot = fleet.poll_once()
+    assert [g.note for g in snapshot.gpus] == [
+        f"prometheus {fleet.client.label}: answered a malformed vector; asked again every 2 s"
+    ], why
+    with pytest.raises(PrometheusError, match="answered a malformed vector"):
+        fleet.read_once()

@@ -1,0 +1,178 @@
+"""``make bench``: a fleet refresh (``nvtopy --prometheus URL``) against a real Prometheus, at 512 and 4,096 GPUs.
+
+Hosts of 8 simulated GPUs each (``nvtopy exporter --demo``'s exposition, the names
+dcgm-exporter and nvtopy's exporter use, about 1,100 samples a host) are served from a
+child process, one port per host, and scraped by Debian's ``prometheus`` on loopback
+(the helpers of ``tests/prometheus_fixtures.py``). Measured, per refresh of a
+:class:`~nvtopy.sources.remote.fleet.PrometheusFleet` at a 1 s interval:
+
+- **CPU**: the refreshing thread's own CPU time (``time.thread_time``) of the fetch,
+  the JSON decode and the snapshot build -- the server's evaluation is not in it;
+- **wall** time of the refresh (both queries, the server's evaluation included);
+- **queries**: HTTP requests the refresh made; **bytes**: the answers as received
+  (gzip) and their JSON.
+
+Medians over ``--refreshes`` refreshes after a first (full) one.
+
+64 hosts (512 GPUs) are scraped every 1 s: every host has a new sample at every
+refresh, so every refresh reads every host. 512 hosts (4,096 GPUs) at 1 s would be
+560,000 samples a second for Prometheus to ingest, more than a 2-core machine shared
+with other work keeps up with (scrapes time out), so they are scraped every 10 s and
+each measured refresh is made to read every host as a 1 s scrape would (each host's
+newest sample is forgotten before it, so it counts as new): the same two queries, the
+same answer, the same decoding and building.
+
+``--profile`` adds a cProfile of the refreshes at the larger size (top functions by
+own time). Run: ``.venv/bin/python benchmarks/bench_fleet.py [--sizes 64,512]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import os
+import pstats
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+GPUS_PER_HOST = 8
+
+
+def serve(hosts: int) -> None:
+    """Child process: one exposition per host, each on a port of its own; prints the ports, serves until stdin ends."""
+    import http.server
+
+    from tests.prometheus_fixtures import served_expositions, simulated_exposition
+
+    # A scrape that Prometheus gives up on (its timeout) resets the connection: not worth a traceback here.
+    http.server.ThreadingHTTPServer.handle_error = lambda self, request, address: None  # type: ignore[method-assign]
+    bodies = [simulated_exposition(f"node{n:03d}", n, GPUS_PER_HOST).encode() for n in range(hosts)]
+    with served_expositions(bodies) as targets:
+        print(json.dumps(targets), flush=True)
+        sys.stdin.read()
+        os._exit(0)  # at once: shutting 512 servers down one by one takes a poll interval each
+
+
+def _received(client: object) -> int:
+    return getattr(client, "bytes_received", 0)  # 0 on a version that does not count (a comparison with main)
+
+
+def _json(client: object) -> int:
+    return getattr(client, "json_bytes", 0)
+
+
+def measure(hosts: int, refreshes: int, profile: bool) -> dict[str, float]:
+    from nvtopy.sources.remote.fleet import PrometheusFleet
+    from tests.prometheus_fixtures import DATA_S, prometheus, scrape_config, targets_up, wait
+
+    live = hosts <= 64
+    interval = "1s" if live else "10s"
+    child = subprocess.Popen(
+        [sys.executable, __file__, "--serve", str(hosts)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        targets = json.loads(child.stdout.readline())
+        with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
+            logs: list[Path] = []
+            with prometheus(Path(tmp), scrape_config(targets, interval=interval), targets, logs) as server:
+                wait("every target scraped", DATA_S + 30, lambda: targets_up(server), logs)
+                gpus = hosts * GPUS_PER_HOST
+                wait(
+                    f"{gpus} GPUs in Prometheus",
+                    DATA_S + 30,
+                    lambda: server.values("count(nvtopy_gpu_lost)") == [float(gpus)],
+                    logs,
+                )
+                fleet = PrometheusFleet(server.url, interval=1.0, timeout=30.0)
+                fleet.poll_once()
+                first = (fleet.refresh_seconds or 0.0, fleet.refresh_cpu_seconds or 0.0)
+                shown = len(fleet.latest.gpus) if fleet.latest else 0
+                rows: list[tuple[float, float, int, int, int, int]] = []
+                profiler = cProfile.Profile() if profile else None
+                for _ in range(refreshes):
+                    time.sleep(1.0)
+                    if not live:  # as a 1 s scrape would have it: every host has a sample newer than the last read
+                        for known in fleet._known.values():
+                            known.newest = None
+                    client = fleet.client
+                    queries, sent, decoded = client.queries, _received(client), _json(client)
+                    if profiler is not None:
+                        profiler.enable()
+                    fleet.poll_once()
+                    if profiler is not None:
+                        profiler.disable()
+                    rows.append(
+                        (
+                            (fleet.refresh_cpu_seconds or 0.0) * 1000,
+                            (fleet.refresh_seconds or 0.0) * 1000,
+                            client.queries - queries,
+                            _received(client) - sent,
+                            _json(client) - decoded,
+                            fleet.hosts_read,
+                        )
+                    )
+    finally:
+        if child.stdin is not None:
+            child.stdin.close()
+        try:
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+    cpu, wall, queries, sent, decoded, read = (statistics.median(column) for column in zip(*rows, strict=True))
+    print(
+        f"{hosts:4d} hosts x {GPUS_PER_HOST} = {gpus:5d} GPUs ({'1 s scrape' if live else '10 s scrape, all read'}): "
+        f"CPU {cpu:6.1f} ms (max {max(r[0] for r in rows):.1f}), wall {wall:6.1f} ms, "
+        f"{queries:.0f} queries, {sent / 1024:.0f} KiB received ({decoded / 1024:.0f} KiB JSON), "
+        f"hosts read {read:.0f}, GPUs shown {shown}; first refresh {first[1] * 1000:.0f} ms CPU, "
+        f"{first[0] * 1000:.0f} ms wall"
+    )
+    if profiler is not None:
+        stats = pstats.Stats(profiler)
+        stats.sort_stats("tottime").print_stats(25)
+    return {
+        "hosts": hosts,
+        "gpus": gpus,
+        "cpu_ms": cpu,
+        "wall_ms": wall,
+        "queries": queries,
+        "bytes_received": sent,
+        "json_bytes": decoded,
+        "hosts_read": read,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="64,512", help="hosts of 8 GPUs, comma-separated")
+    parser.add_argument("--refreshes", type=int, default=10)
+    parser.add_argument("--profile", action="store_true", help="cProfile the refreshes at the largest size")
+    parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.serve)
+        return 0
+    from tests.prometheus_fixtures import PROMETHEUS
+
+    if PROMETHEUS is None:
+        print("bench_fleet skipped: no prometheus on PATH (apt-get install prometheus)")
+        return 0
+    sizes = [int(size) for size in args.sizes.split(",")]
+    results = [measure(hosts, args.refreshes, args.profile and hosts == max(sizes)) for hosts in sizes]
+    out = ROOT / "benchmarks" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "fleet.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
