@@ -128,7 +128,7 @@ def fake_env(fake: Path, pids: list[int]) -> dict[str, str]:
 
 
 def thread_cpu(fake: Path, nvtopy: str, window_s: float = THREAD_WINDOW_S) -> dict[str, float]:
-    """nvtopy's CPU per thread (ms per second, threads of one name summed) over ``window_s`` of steady refresh.
+    """nvtopy's CPU per thread (ms per second) over ``window_s`` of steady refresh: the UI's, the others', the top four.
 
     From ``/proc/PID/task/TID/schedstat`` (nanoseconds on CPU), read at both ends of the
     window, after the first frame and a 3 s warm-up; the TUI in a 200x50 pseudo-terminal
@@ -138,12 +138,11 @@ def thread_cpu(fake: Path, nvtopy: str, window_s: float = THREAD_WINDOW_S) -> di
     sleepers = [subprocess.Popen(["sleep", "600"]) for _ in range(64)]
     run_ = PtyRun([nvtopy, "--interval", "1"], env=fake_env(fake, [p.pid for p in sleepers]))
 
-    def sample() -> dict[int, tuple[str, int]]:
+    def sample() -> dict[int, int]:
         threads = {}
         for task in Path(f"/proc/{run_.pid}/task").iterdir():
             try:
-                name = (task / "comm").read_text().strip()
-                threads[int(task.name)] = (name, int((task / "schedstat").read_text().split()[0]))
+                threads[int(task.name)] = int((task / "schedstat").read_text().split()[0])
             except (OSError, ValueError, IndexError):
                 continue  # a thread that ended between the listing and the read
         return threads
@@ -159,12 +158,15 @@ def thread_cpu(fake: Path, nvtopy: str, window_s: float = THREAD_WINDOW_S) -> di
         for sleeper in sleepers:
             sleeper.kill()
             sleeper.wait()
-    per_name: dict[str, float] = {}
-    for tid, (name, ns) in after.items():
-        spent = ns - before.get(tid, (name, 0))[1]
-        key = name.rstrip("0123456789-_") or name  # the eight GPU readers as one row
-        per_name[key] = per_name.get(key, 0.0) + spent / 1e6 / elapsed
-    return {name: round(ms, 2) for name, ms in sorted(per_name.items(), key=lambda item: -item[1])}
+    # Python 3.11 gives its threads no kernel name (every comm is the program's): the main
+    # thread is the UI's, the others (poller, GPU readers, Xid events) by their share.
+    main = (after.get(run_.pid, 0) - before.get(run_.pid, 0)) / 1e6 / elapsed
+    others = sorted(
+        ((ns - before.get(tid, 0)) / 1e6 / elapsed for tid, ns in after.items() if tid != run_.pid), reverse=True
+    )
+    result = {"main (UI)": round(main, 2), "other threads": round(sum(others), 2)}
+    result.update({f"thread #{rank}": round(ms, 2) for rank, ms in enumerate(others[:4], 1)})
+    return result
 
 
 def call_table(mine: dict[str, object], nvitop: dict[str, object]) -> list[dict[str, object]]:
