@@ -15,6 +15,10 @@ redrawing a 200x50 screen each second, no data) and ``collection`` (``collect_on
 the monitor's poller, no UI). Their sum over nvitop, ``steady_cpu_bound``, is the least
 steady CPU a Textual monitor on this collection can reach, whatever it draws.
 
+It also prints each NVML call's rate for nvtopy and nvitop (the fake driver's
+per-call counts), nvtopy's CPU per thread over 10 s, and refuses a run whose
+nvtopy screen shows no chart: the steady CPU figure is the one with charts.
+
 Skips (exit 0, with a message) where ../shared/fake-nvml is absent.
 """
 
