@@ -60,10 +60,19 @@ MONITOR_GROUPS = ALL_GROUPS - {"modes", "energy"}
 
 # Seconds between two reads of each field group; 0 = every tick. An interval
 # longer than a group's cadence reads it every tick. Chosen from how fast each
-# value moves and what a user watches: utilisation, memory and power change
-# second by second; temperature has thermal mass; clocks and P-state follow
-# load but are read with it; fan, limits, ECC and codecs change rarely; PCIe
-# throughput samples for 20 ms per call and persistence/compute mode almost never change.
+# value moves and what a user watches (issue 27 cut the driver calls by slowing
+# what changes slowly, never what users watch each second):
+# - every tick: utilisation, memory, power, processes and GPM change second by second;
+# - 2 s: temperature (thermal mass), clocks and throttle reasons (read together: the
+#   health verdict compares them), per-process utilisation (NVML averages it over the
+#   time since the last read anyway);
+# - 5 s: the P-state (shown, not judged; the backend re-reads the memory clock when it
+#   moves), NVLink;
+# - 10-30 s: what moves over minutes or on an administrator's command: codec
+#   utilisation, ECC counters (a double-bit error also arrives at once as Xid 48), the
+#   enforced power limit, fan speed (follows temperature over tens of seconds), PCIe
+#   throughput (samples for 20 ms a call), the PCIe link, persistence/compute mode;
+# - 60 s: memory health (remapped rows, retired pages) changes over days.
 CADENCE: dict[str, float] = {
     "memory": 0.0,
     "utilization": 0.0,
@@ -73,19 +82,18 @@ CADENCE: dict[str, float] = {
     "mig": 0.0,  # per-instance memory: one call per MIG instance, none on a GPU without MIG
     "temperature": 2.0,
     "clocks": 2.0,
-    "pstate": 2.0,
     "throttle": 2.0,
     "process_utilization": 2.0,
-    "fan": 5.0,
-    "power_limit": 5.0,
-    "ecc": 5.0,
-    "codec": 5.0,
-    "energy": 5.0,
-    "pcie": 10.0,
-    "modes": 10.0,
-    # Health readings: links and their counters change over minutes, memory health over days.
+    "pstate": 5.0,
     "nvlink": 5.0,
-    "pcie_link": 10.0,
+    "energy": 5.0,
+    "codec": 10.0,
+    "ecc": 10.0,
+    "modes": 10.0,
+    "power_limit": 15.0,
+    "pcie": 20.0,
+    "fan": 30.0,
+    "pcie_link": 30.0,
     "remapped_rows": 60.0,
     "retired_pages": 60.0,
 }

@@ -774,7 +774,8 @@ def test_v3_process_call_missing_falls_back_to_v2_and_stays(fake, make_backend, 
     assert fake.calls["_nvmlGetFunctionPointer:nvmlDeviceGetGraphicsRunningProcesses_v3"] == 0
     # one C call per list and GPU per collect: the buffer is passed in, no size query first
     assert fake.calls["nvmlDeviceGetComputeRunningProcesses_v2"] == 6
-    assert fake.calls["nvmlDeviceGetGraphicsRunningProcesses_v2"] == 6
+    # GPU 1's graphics list at every collect; GPU 0's, empty, once (GRAPHICS_RECHECK_S)
+    assert fake.calls["nvmlDeviceGetGraphicsRunningProcesses_v2"] == 4
 
 
 def test_v3_and_v2_missing_fall_back_to_v1_through_ctypes(fake, make_backend, sleeper):
@@ -978,3 +979,60 @@ def test_process_utilization_samples_are_read_out_of_pynvml_structures():
     assert _UtilSample.of(raw) == (4242, 1_700_000_000_000_000, 55, 21, 3, 4)
     old = SimpleNamespace(pid=7, timeStamp=1, smUtil=9, memUtil=8)
     assert _UtilSample.of(old) == (7, 1, 9, 8, 0, 0)
+
+
+def test_an_empty_graphics_list_is_asked_again_only_after_the_recheck(fake, make_backend, sleeper, monkeypatch):
+    """Compute processes every refresh; an empty graphics list every GRAPHICS_RECHECK_S (issue 27: driver calls)."""
+    from nvtopy.backends.nvml import backend as nvml_module
+
+    now = [1000.0]
+    monkeypatch.setattr(nvml_module.time, "monotonic", lambda: now[0])
+    fake.gpus[0].compute_procs = [FakeProcess(os.getpid(), 10 * MIB)]
+    collector = Collector(make_backend(fake))
+    for _ in range(3):  # three refreshes 0.5 s apart: the empty graphics list is asked once
+        collector.collect()
+        now[0] += 0.5
+    assert fake.gpu_count("nvmlDeviceGetGraphicsRunningProcesses_v3", 0) == 1
+    assert fake.gpu_count("nvmlDeviceGetComputeRunningProcesses_v3", 0) == 3, "compute: every refresh"
+    fake.gpus[0].graphics_procs = [FakeProcess(sleeper.pid, 1 * GIB)]  # a graphics process starts
+    now[0] += nvml_module.GRAPHICS_RECHECK_S
+    assert sleeper.pid in {p.pid for p in collector.collect().gpus[0].processes}
+    asked = fake.gpu_count("nvmlDeviceGetGraphicsRunningProcesses_v3", 0)
+    for _ in range(3):  # while it has processes, every refresh
+        collector.collect()
+    assert fake.gpu_count("nvmlDeviceGetGraphicsRunningProcesses_v3", 0) == asked + 3
+
+
+def test_the_memory_clock_is_read_again_when_the_pstate_moves_or_after_the_recheck(fake, make_backend, clock):
+    """The SM clock every read; the memory clock, set by the P-state, when it moves or every CLOCK_MEM_RECHECK_S."""
+    from nvtopy.backends.nvml import backend as nvml_module
+
+    backend = make_backend(fake)
+    groups = {"pstate", "clocks"}
+
+    def clock_calls() -> int:
+        return fake.gpu_count("nvmlDeviceGetClockInfo", 0)
+
+    assert backend.read_sample(0, groups).values["clock_mem_mhz"] == 1593
+    assert clock_calls() == 2
+    clock.advance(2)
+    reading = backend.read_sample(0, groups)
+    assert "clock_mem_mhz" not in reading.values and "clock_sm_mhz" in reading.values, "same P-state: kept"
+    assert clock_calls() == 3
+    fake.gpus[0].pstate, fake.gpus[0].clock_mem = 8, 405  # the GPU idles: P8, a lower memory clock
+    clock.advance(2)
+    assert backend.read_sample(0, groups).values["clock_mem_mhz"] == 405, "the P-state moved: read at once"
+    assert clock_calls() == 5
+    fake.gpus[0].clock_mem = 810  # an application clock set within the same P-state
+    clock.advance(nvml_module.CLOCK_MEM_RECHECK_S)
+    assert backend.read_sample(0, groups).values["clock_mem_mhz"] == 810, "never older than the recheck"
+    assert clock_calls() == 7
+
+
+def test_without_a_pstate_the_memory_clock_is_read_every_time(fake, make_backend, clock):
+    fake.fail("nvmlDeviceGetPerformanceState", pynvml.NVMLError_NotSupported)
+    backend = make_backend(fake)
+    for _ in range(3):
+        clock.advance(2)
+        assert backend.read_sample(0, {"pstate", "clocks"}).values["clock_mem_mhz"] == 1593
+    assert fake.gpu_count("nvmlDeviceGetClockInfo", 0) == 6

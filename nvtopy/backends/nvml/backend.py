@@ -116,14 +116,18 @@ class _Gpu:
     __slots__ = (
         "backoff",
         "capacity",
+        "clock_mem_due",
+        "clock_mem_pstate",
         "covered",
         "gpm",
+        "graphics_due",
         "handle",
         "index",
         "mig_gis",
         "mig_handles",
         "mps_due",
         "nvlink",
+        "pstate",
         "reason",
         "retry_at",
         "utilization",
@@ -141,6 +145,10 @@ class _Gpu:
         self.utilization: dict[int, Any] | None = {}  # last per-process samples (None: unsupported)
         self.covered: set[int] = set()  # the pids listed when they were read
         self.mps_due = 0.0  # monotonic time the MPS client list is next read while it is empty
+        self.graphics_due = 0.0  # monotonic time the graphics list is next read while it is empty
+        self.pstate: int | None = None  # the P-state last read (None: not read, or unavailable)
+        self.clock_mem_pstate: int | None = None  # the P-state when the memory clock was last read
+        self.clock_mem_due = 0.0  # monotonic time the memory clock is read again whatever the P-state
         self.nvlink = NvLinkState()  # link count, last throughput counters, per-link static facts
         self.mig_handles: dict[int, Any] = {}  # MIG device index -> its handle (read with the static fields)
         self.mig_gis: dict[int, int | None] = {}  # MIG device index -> its GPU instance id (GPM samples per GI)
@@ -289,6 +297,7 @@ class NvmlBackend(NvmlHealthReaders, NvmlGpmReaders, Backend):
         """Forget a handle that failed with GpuIsLost: re-acquire it by UUID after the backoff."""
         gpu.handle = None
         gpu.reason = Reason.LOST
+        gpu.clock_mem_pstate = None  # a re-acquired GPU's memory clock is read again, not assumed
         gpu.backoff = min(self.BACKOFF_MAX, gpu.backoff * 2 or self.BACKOFF_START)
         gpu.retry_at = self._clock() + gpu.backoff
 
@@ -615,12 +624,14 @@ class NvmlBackend(NvmlHealthReaders, NvmlGpmReaders, Backend):
         done: set[str] = set()
         try:
             # GPM before MIG: the first GPM read primes the instances' streams too (one wait for all).
-            for group in sorted(groups, key=lambda g: g != "gpm"):
+            # Clocks after the P-state: a P-state change is what makes the memory clock worth re-reading.
+            for group in sorted(groups, key=lambda g: (g != "gpm", g == "clocks")):
                 readers[group](gpu, reading)
                 done.add(group)
         except (_LostError, _NoHandleError) as exc:
             reason = exc.reason if isinstance(exc, _NoHandleError) else Reason.LOST
             reading.lost = reason is Reason.LOST
+            gpu.clock_mem_pstate = None  # the snapshot forgets a lost GPU's values: read it again when back
             for group in groups:
                 if group in done:
                     continue
@@ -738,14 +749,28 @@ class NvmlBackend(NvmlHealthReaders, NvmlGpmReaders, Backend):
         value, reason = self._query(gpu, "pstate", "nvmlDeviceGetPerformanceState")
         if reason is None and not 0 <= int(value) <= 15:
             value, reason = None, Reason.UNKNOWN  # 32 = NVML_PSTATE_UNKNOWN
+        gpu.pstate = int(value) if reason is None else None
         self._store(reading, "pstate", (value, reason))
 
     def _read_clocks(self, gpu: _Gpu, reading: Reading) -> None:
+        """The SM clock at every read; the memory clock when the P-state moved, or every CLOCK_MEM_RECHECK_S.
+
+        The memory clock is set by the P-state (the board's table: P0 full speed, P8
+        idle), not by load within a P-state as the SM clock is. A memory clock not read
+        keeps its last value in the snapshot (the collector folds readings). Without a
+        known P-state it is read every time.
+        """
         nvml = self._nvml
         self._store(reading, "clock_sm_mhz", self._query(gpu, "clock_sm", "nvmlDeviceGetClockInfo", nvml.NVML_CLOCK_SM))
-        self._store(
-            reading, "clock_mem_mhz", self._query(gpu, "clock_mem", "nvmlDeviceGetClockInfo", nvml.NVML_CLOCK_MEM)
-        )
+        now = self._clock()
+        if gpu.pstate is not None and gpu.pstate == gpu.clock_mem_pstate and now < gpu.clock_mem_due:
+            return
+        result = self._query(gpu, "clock_mem", "nvmlDeviceGetClockInfo", nvml.NVML_CLOCK_MEM)
+        self._store(reading, "clock_mem_mhz", result)
+        if result[1] is None:
+            gpu.clock_mem_pstate, gpu.clock_mem_due = gpu.pstate, now + CLOCK_MEM_RECHECK_S
+        else:
+            gpu.clock_mem_pstate = None  # a failed read is tried again next time
 
     def _read_ecc(self, gpu: _Gpu, reading: Reading) -> None:
         nvml = self._nvml
@@ -843,9 +868,13 @@ class NvmlBackend(NvmlHealthReaders, NvmlGpmReaders, Backend):
             for kind, ptype in _PROCESS_LISTS:
                 if ptype is ProcessType.MPS and now < gpu.mps_due:
                     continue  # no MPS client at the last look: asked again every MPS_RECHECK_S
+                if ptype is ProcessType.GRAPHICS and now < gpu.graphics_due:
+                    continue  # no graphics process at the last look: asked again after GRAPHICS_RECHECK_S
                 entries, reason = self._process_list(gpu, kind)
                 if ptype is ProcessType.MPS:
                     gpu.mps_due = now + MPS_RECHECK_S if not entries else 0.0
+                elif ptype is ProcessType.GRAPHICS:
+                    gpu.graphics_due = now + GRAPHICS_RECHECK_S if not entries and reason is None else 0.0
                 if reason is not None:
                     if ptype is not ProcessType.MPS:  # no MPS list (old driver, no MPS): no client to show
                         reasons.append(reason)
@@ -1071,6 +1100,17 @@ def _positive_int(value: Any) -> int:
 # MPS server, and the list is one more driver call per GPU per refresh; while a GPU has MPS
 # clients it is read every refresh like the others, and a new one shows within this delay.
 MPS_RECHECK_S = 10.0
+
+# Seconds after an empty graphics list before it is read again. Compute (CUDA) processes are in
+# the compute list, read every refresh; graphics contexts (X, Vulkan/OpenGL, EGL rendering) are
+# rare on the GPUs nvtopy watches, and their list is one driver call per GPU per refresh. While a
+# GPU has graphics processes the list is read every refresh; at the default 1 s refresh an empty
+# one is read every other refresh, so a new graphics-only process shows within 2 s (nvitop's
+# process list is itself up to 2 s old: its cache lives 2 s).
+GRAPHICS_RECHECK_S = 1.5
+
+# Seconds a memory clock is kept while the P-state stays the same (see NvmlBackend._read_clocks).
+CLOCK_MEM_RECHECK_S = 10.0
 
 # The lists a GPU's processes are read from; a pid in several is one row (see ProcessType.merge).
 _PROCESS_LISTS = (
