@@ -17,6 +17,7 @@ import importlib.util
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -308,11 +309,33 @@ def unexplained_nulls(gpu: dict[str, Any], shown: dict[str, Any]) -> list[str]:
     return missing
 
 
+def _captured_pids() -> set[int]:
+    """Every pid any capture names (XML ``<pid>`` and text ``Process ID``)."""
+    found: set[int] = set()
+    for path in _capture_files():
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for xml_pid, text_pid in re.findall(r"<pid>\s*(\d+)\s*</pid>|Process ID\s*:\s*(\d+)", text):
+            found.add(int(xml_pid or text_pid))
+    return found
+
+
 @pytest.fixture(scope="module")
 def live_pids():
-    """Processes of this host that stand in for the first captured ones."""
-    procs = [subprocess.Popen(["sleep", "300"]) for _ in range(LIVE_WORKERS)]
-    yield [p.pid for p in procs]
+    """Processes of this host that stand in for the first captured ones.
+
+    None of them has a pid another capture entry keeps: a live sleep that happened to get
+    pid 10380 made the T4 capture's own pid 10380 one row with it (seen once in a CI run).
+    A colliding sleep is kept alive until the end, so its pid is not handed out again.
+    """
+    taken = _captured_pids()
+    procs: list[subprocess.Popen[bytes]] = []
+    standing_in: list[int] = []
+    while len(standing_in) < LIVE_WORKERS:
+        proc = subprocess.Popen(["sleep", "300"])
+        procs.append(proc)
+        if proc.pid not in taken:
+            standing_in.append(proc.pid)
+    yield standing_in
     for proc in procs:
         proc.kill()
         proc.wait()
