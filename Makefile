@@ -24,10 +24,12 @@ demo: install                 ## the TUI on simulated GPUs (no driver needed)
 run: install                  ## the TUI on this machine's real GPUs
 	$(BIN)/nvtopy $(ARGS)
 
-# The timing tests measure against the clock: they run after the others, one at a time, so the suite's
-# own load cannot trip them.
+# The timing tests measure against the clock: they run after the others, so the suite's own load cannot trip
+# them. --dist loadgroup keeps a module's module-scoped fixture (a real Prometheus) on one worker
+# (tests/conftest.py groups them). TEST_WORKERS: see docs/development.md.
+TEST_WORKERS ?= auto
 test: install lint            ## lint, then the whole test suite, on every core
-	$(BIN)/python -m pytest -n auto --durations=15 -m "not timing" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15 -m "not timing" $(PYTEST_ARGS)
 	$(BIN)/python -m pytest --durations=15 -m timing $(PYTEST_ARGS)
 
 test-fast: install            ## the inner loop: no slow test, no real server (markers: pyproject.toml)
