@@ -24,14 +24,18 @@ demo: install                 ## the TUI on simulated GPUs (no driver needed)
 run: install                  ## the TUI on this machine's real GPUs
 	$(BIN)/nvtopy $(ARGS)
 
-# The timing tests measure against the clock: they run after the others, one at a time, so the suite's
-# own load cannot trip them.
+# The timing tests measure against the clock: they run after the others, so the suite's own load cannot trip
+# them, two at a time (they mostly wait: about 12 s of CPU in 45 s of tests). --dist loadgroup keeps the
+# tests of a module-scoped fixture (a real Prometheus) on one worker (tests/conftest.py groups them).
+# TEST_WORKERS: one more worker than cores, as much of the suite waits on processes and servers. Measured on the
+# 2-core machine (main run): 2 workers 309 s, 3 workers 219 s, 4 workers 231 s (docs/development.md).
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test: install lint            ## lint, then the whole test suite, on every core
-	$(BIN)/python -m pytest -n auto --durations=15 -m "not timing" $(PYTEST_ARGS)
-	$(BIN)/python -m pytest --durations=15 -m timing $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15 -m "not timing" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n 2 --durations=15 -m timing $(PYTEST_ARGS)
 
 test-fast: install            ## the inner loop: no slow test, no real server (markers: pyproject.toml)
-	$(BIN)/python -m pytest -n auto -m "not slow and not real_server" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not slow and not real_server" $(PYTEST_ARGS)
 
 lint: install                 ## ruff, and mypy --strict on the package ([tool.mypy] in pyproject.toml)
 	$(BIN)/ruff check nvtopy tests benchmarks screenshots examples devcheck
