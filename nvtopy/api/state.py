@@ -200,6 +200,10 @@ def _sample(backend: Backend) -> None:
                 _thread = None
                 _wake.clear()
                 return
+            if _backend is not None and _backend is not backend:
+                # configure() chose another backend while this thread was between rounds (a watcher
+                # added then kept it going): its watchers asked for the new one, not the closed one.
+                backend, collector = _backend, None
         try:
             if collector is None:
                 collector = Collector(backend, indices=[], history=1, timeline=False)

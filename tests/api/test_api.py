@@ -424,3 +424,42 @@ def test_unknown_backend_name_is_a_clear_error(monkeypatch):
     with pytest.raises(nvtopy.errors.UsageError, match="NVTOPY_BACKEND"):
         nvtopy.snapshot()
     runtime.reset()
+
+
+def test_a_sampling_thread_kept_going_by_a_new_watcher_reads_the_newly_configured_backend():
+    """unwatch then configure then watch before the thread wakes: the thread goes on, on the new backend.
+
+    Holding the API's lock keeps the thread from looking between the calls, as a loaded machine did in a CI
+    run (an A100 job's track got the previous test's H100 GPM figures).
+    """
+
+    class Watcher:
+        indices = (0,)
+        groups = frozenset({"utilization"})
+        interval = 0.01
+
+        def __init__(self) -> None:
+            self.names: list[str] = []
+
+        def observe(self, snapshot) -> None:
+            self.names += [gpu.static.name for gpu in snapshot.gpus]
+
+    first, second = Watcher(), Watcher()
+    runtime.configure(SimulatedBackend(gpus=1, seed=3, model="NVIDIA H100 80GB HBM3"))
+    try:
+        runtime.watch(first)
+        deadline = time.monotonic() + 10
+        while not first.names:
+            assert time.monotonic() < deadline, "the thread sampled"
+            time.sleep(0.01)
+        with runtime._lock:
+            runtime.unwatch(first)
+            runtime.configure(SimulatedBackend(gpus=1, seed=3, model="NVIDIA A100-SXM4-80GB"))
+            runtime.watch(second)
+        while len(second.names) < 2:
+            assert time.monotonic() < deadline, "the thread went on for the new watcher"
+            time.sleep(0.01)
+        assert set(second.names) == {"NVIDIA A100-SXM4-80GB"}, second.names
+    finally:
+        runtime.unwatch(second)
+        runtime.reset()
