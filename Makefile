@@ -54,6 +54,7 @@ bench: install                ## the project's own benchmarks (simulated backend
 
 bench-peers: install          ## nvtopy vs nvitop and gpustat on ../shared/fake-nvml (skips without it)
 	$(BIN)/python benchmarks/bench_peers.py $(ARGS)
+	$(BIN)/python benchmarks/bench_once.py -n 9
 
 screenshots: install          ## regenerate screenshots/*.svg from the simulated backend
 	$(BIN)/python screenshots/make_screenshots.py
