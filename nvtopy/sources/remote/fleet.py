@@ -355,8 +355,18 @@ def _route(gpu: _Gpu, name: str, labels: dict[str, str], value: float, slow: Kep
         slow[(kind, attribute)] = said
 
 
-def _scrape(host: _Host, name: str) -> HostScrape:
-    """A host's HostScrape, as :func:`~nvtopy.formats.prometheus.parse.parse_exposition` would make it."""
+ProcessesSaid = dict[tuple[int, int], tuple[dict[str, str], dict[str, Any]]]
+"""A host's processes as last read: (GPU index, pid) -> their identity labels, and what those say."""
+
+
+def _scrape(host: _Host, name: str, said_before: ProcessesSaid | None = None) -> tuple[HostScrape, ProcessesSaid]:
+    """A host's HostScrape, as :func:`~nvtopy.formats.prometheus.parse.parse_exposition` would make it; and its
+    processes' identities as read, for the next time.
+
+    ``said_before``: the last read's. A process whose identity labels are the same as then (a C-level
+    comparison of two dicts) keeps what they said (:func:`process_from_labels` is a function of them
+    alone), rather than have its user, command and owner read again: 8,000 processes at 4,096 GPUs.
+    """
     scrape = HostScrape(url=f"prometheus://{host.key[0]}", hostname=name, driver_version=host.driver)
     shown = sorted(host.gpus)[:MAX_GPUS_PER_HOST]
     for index in shown:
@@ -370,10 +380,16 @@ def _scrape(host: _Host, name: str) -> HostScrape:
         scrape.gpus.append((GpuStatic(index=index, **static), values, gpu.lost))
         if gpu.health:
             scrape.health[index] = gpu.health
+    said_now: ProcessesSaid = {}
+    before = said_before or {}
     for (index, pid), said in sorted(host.processes.items()):
         if index not in host.gpus:
             continue  # a process of a GPU without GPU series has nowhere to be shown
-        row = {"pid": pid, **process_from_labels(host.process_labels.get((index, pid), {})), **said}
+        labels = host.process_labels.get((index, pid), {})
+        last = before.get((index, pid))
+        identity = last[1] if last is not None and last[0] == labels else process_from_labels(labels)
+        said_now[(index, pid)] = (labels, identity)
+        row = {"pid": pid, **identity, **said}
         scrape.processes.setdefault(index, []).append(row)
     notes = []
     reported = len(host.gpus_reported | {str(index) for index in host.gpus})
@@ -384,7 +400,7 @@ def _scrape(host: _Host, name: str) -> HostScrape:
         total = len(host.processes) + host.processes_left_out
         notes.append(f"host reported {total} processes; showing {len(host.processes)}")
     scrape.note = "; ".join(notes) or None
-    return scrape
+    return scrape, said_now
 
 
 def _pod_hint(pod: dict[str, str]) -> str | None:
@@ -428,6 +444,7 @@ class _Known:
     reads: int = 0  # times its values were read: which slow group it is asked for next
     slow: list[dict[int, Kept]] = field(default_factory=lambda: [{} for _ in SLOW_GROUPS])
     built: list[GpuState] | None = None  # its GPU lines of the last snapshot, while nothing new came
+    processes_said: ProcessesSaid = field(default_factory=dict)  # its processes' identities as last read
     gpu_count: int = 0
 
 
@@ -796,7 +813,7 @@ class PrometheusFleet(SnapshotSource):
                 stale_hosts += 1
                 continue
             if key in changed or known.built is None:
-                scrape = _scrape(seen, known.name)
+                scrape, known.processes_said = _scrape(seen, known.name, known.processes_said)
                 # Dated when measured (its newest sample, on this clock): a view tells old values by their age.
                 taken = now - max(0.0, age or 0.0)
                 made = self._mapper.gpus(scrape, len(gpus), taken, key=functools.partial(_gpu_key, key))

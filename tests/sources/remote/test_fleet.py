@@ -481,3 +481,27 @@ def test_rows_are_told_apart_by_instance_alone_only_where_each_instance_names_on
         for gpu in HostGpus().gpus(parse_exposition(simulated_exposition(hostname, seed, gpus), "x"), 0, NOW)
     ]
     assert hosts == expected
+
+
+def test_a_process_whose_labels_change_shows_what_they_say_now(fake):
+    """A process's identity (user, command, owner) is kept between refreshes only while its labels are the
+    same: the same pid with another command (the pid reused, or a relabelled series) shows the new one."""
+    text = simulated_exposition("node", 1, 1)
+    instance = "10.0.0.1:9400"
+    fake.set_series(exposition_series(text, instance, NOW - 0.5))
+    fleet = fleet_of(fake)
+    first = fleet.poll_once()
+    assert first.processes, "the simulated host runs processes"
+    pid = first.processes[0].pid
+    series = exposition_series(text, instance, NOW)
+    for s in series:
+        if s.labels.get("pid") == str(pid) and "command" in s.labels:
+            s.labels["command"] = "relabelled --now"
+            s.labels["user"] = "someone-else"
+    fake.set_series(series)
+    again = fleet.poll_once()
+    assert fleet.hosts_read == 1
+    shown = [p for p in again.processes if p.pid == pid]
+    assert shown and all((p.command, p.user) == ("relabelled --now", "someone-else") for p in shown)
+    unchanged = [(p.pid, p.command, p.user, p.owner) for p in again.processes if p.pid != pid]
+    assert unchanged == [(p.pid, p.command, p.user, p.owner) for p in first.processes if p.pid != pid]
