@@ -287,3 +287,26 @@ def test_a_replay_feeds_the_charts_from_the_whole_recording(tmp_path, sim, clock
     assert list(early.gpus[1].timeline.series("utilization", 60, early.timestamp).mean) == recorded[:10], (
         "as of the snapshot shown"
     )
+
+
+def test_samples_waiting_in_a_bucket_are_folded_in_when_read_and_past_the_pending_bound():
+    """A sample in the newest bucket waits (timeline.PENDING at most) before it is folded into it: a read
+    between any two samples, and a bucket of many more than PENDING samples, still give its exact lowest,
+    mean and highest -- NaN and None (no reading) left out, a sample dated before the bucket folded into it."""
+    timeline = Timeline()
+    said: list[float] = []
+    for n in range(5 * timeline_module.PENDING + 3):
+        when = T0 + 30 + n * 0.01 if n % 7 else T0 + 25  # now and then a clock that went back
+        util = float("nan") if n % 5 == 0 else None if n % 11 == 0 else float((n * 37) % 101)
+        timeline.add(when, values(utilization=util, power=float(n)))
+        if util is not None and util == util:
+            said.append(util)
+        if n % 9 == 0 and said:
+            for window in WINDOWS:
+                s = timeline.series("utilization", window, T0 + 59)
+                assert (s.lo[-1], s.hi[-1]) == (min(said), max(said)), window
+                assert s.mean[-1] == pytest.approx(sum(said) / len(said), rel=1e-6), window
+    minute = timeline.series("power", 86400, T0 + 59)
+    assert list(minute.buckets) == [int(T0) // 60]
+    count = 5 * timeline_module.PENDING + 3
+    assert (minute.lo[0], minute.mean[0], minute.hi[0]) == (0.0, (count - 1) / 2, count - 1.0)

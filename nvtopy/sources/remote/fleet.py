@@ -267,6 +267,14 @@ _FAST_ROUTES: dict[str, tuple[str, str, Callable[[float], Any], int | None]] = {
 }
 
 
+# The sample's ECC counters a GPU's values may hold (every key of them is one of _ROUTES's): a GPU with any of
+# them has ECC on. A set, tested in C, rather than each of a GPU's 40 keys tested in Python.
+_ECC_VALUES = frozenset(a for part, a, _ in _ROUTES.values() if part == "values" and a.startswith("ecc_"))
+_PARTS = ("static", "health", "values")  # where a GPU's value goes: _Gpu.parts, in this order
+MEMO_VALUES = 4096  # a field's values whose reading is kept (PrometheusFleet._memos), the first come
+_UNSEEN = object()
+
+
 def _gpu_index(text: str | None) -> int | None:
     index = _INDEX_CACHE.get(text)  # type: ignore[arg-type]
     return index if index is not None else scraped_whole(text, MAX_GPU_INDEX)
@@ -283,6 +291,10 @@ class _Gpu:
     instances: dict[int, dict[str, Any]] = field(default_factory=dict)  # GPU_I_ID -> its own series
     devices: dict[int, dict[str, Any]] = field(default_factory=dict)  # MIG device -> nvtopy_mig_device_*
     pod: dict[str, str] = field(default_factory=dict)  # dcgm-exporter's pod labels (or hpc_job) of the GPU
+    parts: tuple[dict[str, Any], ...] = field(init=False)  # static, health, values: as _PARTS names them
+
+    def __post_init__(self) -> None:
+        self.parts = (self.static, self.health, self.values)
 
 
 Kept = dict[tuple[str, str], Any]
@@ -355,8 +367,18 @@ def _route(gpu: _Gpu, name: str, labels: dict[str, str], value: float, slow: Kep
         slow[(kind, attribute)] = said
 
 
-def _scrape(host: _Host, name: str) -> HostScrape:
-    """A host's HostScrape, as :func:`~nvtopy.formats.prometheus.parse.parse_exposition` would make it."""
+ProcessesSaid = dict[tuple[int, int], tuple[dict[str, str], dict[str, Any]]]
+"""A host's processes as last read: (GPU index, pid) -> their identity labels, and what those say."""
+
+
+def _scrape(host: _Host, name: str, said_before: ProcessesSaid | None = None) -> tuple[HostScrape, ProcessesSaid]:
+    """A host's HostScrape, as :func:`~nvtopy.formats.prometheus.parse.parse_exposition` would make it; and its
+    processes' identities as read, for the next time.
+
+    ``said_before``: the last read's. A process whose identity labels are the same as then (a C-level
+    comparison of two dicts) keeps what they said (:func:`process_from_labels` is a function of them
+    alone), rather than have its user, command and owner read again: 8,000 processes at 4,096 GPUs.
+    """
     scrape = HostScrape(url=f"prometheus://{host.key[0]}", hostname=name, driver_version=host.driver)
     shown = sorted(host.gpus)[:MAX_GPUS_PER_HOST]
     for index in shown:
@@ -365,15 +387,21 @@ def _scrape(host: _Host, name: str) -> HostScrape:
         if gpu.instances or gpu.devices:
             static["mig_instances"], values["mig_usage"] = mig_of(gpu.instances, gpu.devices)
             static.setdefault("mig_mode", True)  # instances exist: MIG is on
-        if any(key.startswith("ecc_") for key in values):
+        if not _ECC_VALUES.isdisjoint(values):
             values["ecc_mode"] = True  # dcgm has no ECC-mode metric: counters are exported only when it is on
         scrape.gpus.append((GpuStatic(index=index, **static), values, gpu.lost))
         if gpu.health:
             scrape.health[index] = gpu.health
+    said_now: ProcessesSaid = {}
+    before = said_before or {}
     for (index, pid), said in sorted(host.processes.items()):
         if index not in host.gpus:
             continue  # a process of a GPU without GPU series has nowhere to be shown
-        row = {"pid": pid, **process_from_labels(host.process_labels.get((index, pid), {})), **said}
+        labels = host.process_labels.get((index, pid), {})
+        last = before.get((index, pid))
+        identity = last[1] if last is not None and last[0] == labels else process_from_labels(labels)
+        said_now[(index, pid)] = (labels, identity)
+        row = {"pid": pid, **identity, **said}
         scrape.processes.setdefault(index, []).append(row)
     notes = []
     reported = len(host.gpus_reported | {str(index) for index in host.gpus})
@@ -384,7 +412,7 @@ def _scrape(host: _Host, name: str) -> HostScrape:
         total = len(host.processes) + host.processes_left_out
         notes.append(f"host reported {total} processes; showing {len(host.processes)}")
     scrape.note = "; ".join(notes) or None
-    return scrape
+    return scrape, said_now
 
 
 def _pod_hint(pod: dict[str, str]) -> str | None:
@@ -428,6 +456,7 @@ class _Known:
     reads: int = 0  # times its values were read: which slow group it is asked for next
     slow: list[dict[int, Kept]] = field(default_factory=lambda: [{} for _ in SLOW_GROUPS])
     built: list[GpuState] | None = None  # its GPU lines of the last snapshot, while nothing new came
+    processes_said: ProcessesSaid = field(default_factory=dict)  # its processes' identities as last read
     gpu_count: int = 0
 
 
@@ -465,6 +494,17 @@ class PrometheusFleet(SnapshotSource):
         self.refresh_cpu_seconds: float | None = None
         self.hosts_read = 0  # hosts whose values the last refresh read (the others had no new sample)
         self._mapper = HostGpus()
+        # _read's routes of a GPU's value series and of a process's, each with its memo: a value's text -> what
+        # it reads as (range-checked, converted). A fleet's 200,000 values a refresh at 4,096 GPUs are mostly
+        # texts seen before (utilizations, clocks, temperatures, memory sizes), and the reading is a function
+        # of the text alone: a look-up rather than a call. At most MEMO_VALUES texts a series name.
+        self._routes: dict[str, tuple[int, str, Callable[[float], Any], int | None, dict[Any, Any]]] = {
+            name: (_PARTS.index(part), attribute, convert, group, {})
+            for name, (part, attribute, convert, group) in _FAST_ROUTES.items()
+        }
+        self._process_routes: dict[str, tuple[str, dict[Any, Any]]] = {
+            f"nvtopy_process_{metric}": (metric, {}) for metric in PROCESS_VALUES
+        }
         self._known: dict[tuple[str, str], _Known] = {}
         self._sequence = 0
         self._status = "connecting"
@@ -612,7 +652,7 @@ class PrometheusFleet(SnapshotSource):
         reading: dict[str | tuple[str, str], tuple[_Host, list[dict[int, Kept]]]] = {
             key[0] if one_name else key: (hosts[key], fresh[key]) for key in changed
         }
-        join, routes, index_of = "".join, _FAST_ROUTES, _INDEX_CACHE.get
+        join, routes, process_routes, index_of = "".join, self._routes, self._process_routes, _INDEX_CACHE.get
         pids: dict[str, int] = {}  # a pid's text -> its number (0: none), as scraped_whole reads it
         for item in items:
             try:
@@ -648,31 +688,39 @@ class PrometheusFleet(SnapshotSource):
             route = routes.get(name)
             if route is not None and not labels.get("GPU_I_ID"):  # a GPU's own value: as _route reads it
                 said_of = host.gpus.get(index) or host.gpu(index)
-                part, attribute, convert, of_group = route
-                said = convert(value)  # None: not finite, or out of the field's range
-                (said_of.static if part == "static" else said_of.health if part == "health" else said_of.values)[
-                    attribute
-                ] = said
+                part, attribute, convert, of_group, memo = route
+                said = memo.get(text, _UNSEEN)
+                if said is _UNSEEN:
+                    said = convert(value)  # None: not finite, or out of the field's range
+                    if len(memo) < MEMO_VALUES:
+                        memo[text] = said
+                said_of.parts[part][attribute] = said
                 if of_group is not None:
                     values_kept = kept[of_group].get(index)
                     if values_kept is None:
                         values_kept = kept[of_group][index] = {}
-                    values_kept[(part, attribute)] = said
+                    values_kept[(_PARTS[part], attribute)] = said
             elif name.startswith("nvtopy_process_"):  # a process row (at most MAX_PROCESSES_PER_HOST a host)
                 pid_text = labels.get("pid")
                 number = pids.get(pid_text)
                 if number is None:
                     number = pids[pid_text] = scraped_whole(pid_text, MAX_PID) or 0
-                metric = name[15:]  # len("nvtopy_process_")
-                if not number or metric not in PROCESS_VALUES:
+                read_as = process_routes.get(name)
+                if not number or read_as is None:
                     continue
+                metric, memo = read_as
                 row = host.processes.get((index, number))
                 if row is None:
                     if len(host.processes) >= MAX_PROCESSES_PER_HOST:
                         host.processes_left_out += 1
                         continue
                     row = host.processes[(index, number)] = {}
-                row[metric] = process_value(metric, value)
+                said = memo.get(text, _UNSEEN)
+                if said is _UNSEEN:
+                    said = process_value(metric, value)
+                    if len(memo) < MEMO_VALUES:
+                        memo[text] = said
+                row[metric] = said
             else:
                 of_group = route[3] if route is not None else None
                 slow_kept = None if of_group is None else kept[of_group].setdefault(index, {})
@@ -796,7 +844,7 @@ class PrometheusFleet(SnapshotSource):
                 stale_hosts += 1
                 continue
             if key in changed or known.built is None:
-                scrape = _scrape(seen, known.name)
+                scrape, known.processes_said = _scrape(seen, known.name, known.processes_said)
                 # Dated when measured (its newest sample, on this clock): a view tells old values by their age.
                 taken = now - max(0.0, age or 0.0)
                 made = self._mapper.gpus(scrape, len(gpus), taken, key=functools.partial(_gpu_key, key))

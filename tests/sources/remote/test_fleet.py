@@ -18,6 +18,7 @@ import pytest
 from nvtopy.errors import UsageError
 from nvtopy.formats.prometheus.parse import MAX_LABEL, parse_exposition
 from nvtopy.render.text import render_snapshot
+from nvtopy.sources.remote import fleet as fleet_module
 from nvtopy.sources.remote.fleet import GONE_AFTER, PrometheusFleet, newest_query, read_query
 from nvtopy.sources.remote.hostscrape import HostGpus
 from nvtopy.sources.remote.prometheus import parse_matchers
@@ -481,3 +482,49 @@ def test_rows_are_told_apart_by_instance_alone_only_where_each_instance_names_on
         for gpu in HostGpus().gpus(parse_exposition(simulated_exposition(hostname, seed, gpus), "x"), 0, NOW)
     ]
     assert hosts == expected
+
+
+def test_a_process_whose_labels_change_shows_what_they_say_now(fake):
+    """A process's identity (user, command, owner) is kept between refreshes only while its labels are the
+    same: the same pid with another command (the pid reused, or a relabelled series) shows the new one."""
+    text = simulated_exposition("node", 1, 1)
+    instance = "10.0.0.1:9400"
+    fake.set_series(exposition_series(text, instance, NOW - 0.5))
+    fleet = fleet_of(fake)
+    first = fleet.poll_once()
+    assert first.processes, "the simulated host runs processes"
+    pid = first.processes[0].pid
+    series = exposition_series(text, instance, NOW)
+    for s in series:
+        if s.labels.get("pid") == str(pid) and "command" in s.labels:
+            s.labels["command"] = "relabelled --now"
+            s.labels["user"] = "someone-else"
+    fake.set_series(series)
+    again = fleet.poll_once()
+    assert fleet.hosts_read == 1
+    shown = [p for p in again.processes if p.pid == pid]
+    assert shown and all((p.command, p.user) == ("relabelled --now", "someone-else") for p in shown)
+    unchanged = [(p.pid, p.command, p.user, p.owner) for p in again.processes if p.pid != pid]
+    assert unchanged == [(p.pid, p.command, p.user, p.owner) for p in first.processes if p.pid != pid]
+
+
+def test_values_read_through_a_full_memo_are_the_same_as_read_afresh(fake, monkeypatch):
+    """The readings kept per value text (PrometheusFleet's memo) are bounded (MEMO_VALUES a series name) and
+    change nothing: refresh after refresh of other values, past a memo full at once, every GPU and process
+    reads as --remote reads the same exposition (out-of-range values too: N/A)."""
+    monkeypatch.setattr(fleet_module, "MEMO_VALUES", 3)
+    fleet = fleet_of(fake)
+    for seed in range(4):
+        texts = {  # DCGM's: one value out of range (250 %), one below its range (-1 %)
+            "10.0.0.1:9400": simulated_exposition("node-a", seed, 3),
+            "10.0.0.3:9400": DCGM.replace("} 87", "} 250").replace("} 3\n", f"}} {-1 - seed}\n"),
+        }
+        fake.set_series([s for i, t in texts.items() for s in exposition_series(t, i, NOW - 0.5 + seed)])
+        snapshot = fleet.read_once()  # everything asked (no slow group kept from before)
+        want, reference = [], HostGpus()
+        for instance, text in sorted(texts.items(), key=lambda item: parse_exposition(item[1], "x").hostname):
+            want.extend(reference.gpus(parse_exposition(text, f"http://{instance}/metrics"), len(want), NOW))
+        assert [comparable(g)[1:3] for g in snapshot.gpus] == [comparable(g)[1:3] for g in want], seed
+        assert snapshot.gpus[0].sample.utilization_gpu_percent is None, "out of range: N/A, memo or not"
+    assert all(len(memo) <= 3 for *_, memo in fleet._routes.values())
+    assert all(len(memo) <= 3 for _, memo in fleet._process_routes.values())
