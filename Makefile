@@ -27,9 +27,9 @@ run: install                  ## the TUI on this machine's real GPUs
 # The timing tests measure against the clock: they run after the others, so the suite's own load cannot trip
 # them, two at a time (they mostly wait: about 12 s of CPU in 45 s of tests). --dist loadgroup keeps the
 # tests of a module-scoped fixture (a real Prometheus) on one worker (tests/conftest.py groups them).
-# TEST_WORKERS: one more worker than cores, as much of the suite waits on processes and servers. Measured on the
-# 2-core machine (main run): 2 workers 309 s, 3 workers 219 s, 4 workers 231 s (docs/development.md).
-TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
+# TEST_WORKERS: twice as many workers as cores, as much of the suite waits on processes and servers. Measured on
+# the 2-core machine (main run, back to back, same clone): 3 workers 198 s, 4 workers 141 s (docs/development.md).
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
 test: install lint            ## lint, then the whole test suite, on every core
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15 -m "not timing" $(PYTEST_ARGS)
 	$(BIN)/python -m pytest -n 2 --durations=15 -m timing $(PYTEST_ARGS)
