@@ -256,8 +256,12 @@ def main() -> int:
         "--cmd",
         f"collection={sys.executable} {COLLECT} --interval 1",
     )
-    screen = RESULTS / "peers-monitor" / "nvtopy.screen.txt"
-    if CHART_MARK not in (screen.read_text() if screen.exists() else ""):
+    # peer_overhead.py keeps each repetition's screens in a folder of its own (rep1, rep2, ...): every one must
+    # show the charts, and there must be at least one.
+    screens = sorted((RESULTS / "peers-monitor").glob("rep*/nvtopy.screen.txt"))
+    chartless = [screen for screen in screens if CHART_MARK not in screen.read_text()]
+    if not screens or chartless:
+        screen = chartless[0] if chartless else RESULTS / "peers-monitor" / "rep1" / "nvtopy.screen.txt"
         print(f"bench-peers: no chart on nvtopy's screen ({screen}): the steady CPU figure would not be 'with charts'")
         return 1
     oneshots = peer_overhead(
