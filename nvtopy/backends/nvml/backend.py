@@ -120,12 +120,11 @@ class _Gpu:
         "clock_mem_pstate",
         "covered",
         "gpm",
-        "graphics_due",
         "handle",
         "index",
+        "list_due",
         "mig_gis",
         "mig_handles",
-        "mps_due",
         "nvlink",
         "pstate",
         "reason",
@@ -144,8 +143,7 @@ class _Gpu:
         self.capacity = 32  # entries of the process and sample buffers; grows when the driver asks
         self.utilization: dict[int, Any] | None = {}  # last per-process samples (None: unsupported)
         self.covered: set[int] = set()  # the pids listed when they were read
-        self.mps_due = 0.0  # monotonic time the MPS client list is next read while it is empty
-        self.graphics_due = 0.0  # monotonic time the graphics list is next read while it is empty
+        self.list_due: dict[ProcessType, float] = {}  # monotonic time an empty list is next read (EMPTY_LIST_RECHECK_S)
         self.pstate: int | None = None  # the P-state last read (None: not read, or unavailable)
         self.clock_mem_pstate: int | None = None  # the P-state when the memory clock was last read
         self.clock_mem_due = 0.0  # monotonic time the memory clock is read again whatever the P-state
@@ -866,15 +864,15 @@ class NvmlBackend(NvmlHealthReaders, NvmlGpmReaders, Backend):
             reasons = []
             now = time.monotonic()
             for kind, ptype in _PROCESS_LISTS:
-                if ptype is ProcessType.MPS and now < gpu.mps_due:
-                    continue  # no MPS client at the last look: asked again every MPS_RECHECK_S
-                if ptype is ProcessType.GRAPHICS and now < gpu.graphics_due:
-                    continue  # no graphics process at the last look: asked again after GRAPHICS_RECHECK_S
+                recheck = EMPTY_LIST_RECHECK_S.get(ptype)
+                if recheck is not None and now < gpu.list_due.get(ptype, 0.0):
+                    continue  # empty at the last look: asked again after its recheck delay
                 entries, reason = self._process_list(gpu, kind)
-                if ptype is ProcessType.MPS:
-                    gpu.mps_due = now + MPS_RECHECK_S if not entries else 0.0
-                elif ptype is ProcessType.GRAPHICS:
-                    gpu.graphics_due = now + GRAPHICS_RECHECK_S if not entries and reason is None else 0.0
+                if recheck is not None:
+                    # A failing graphics list is asked every time: with the compute list's failure it
+                    # makes the GPU's processes unavailable (below). MPS's failure is no client to show.
+                    waits = not entries and (reason is None or ptype is ProcessType.MPS)
+                    gpu.list_due[ptype] = now + recheck if waits else 0.0
                 if reason is not None:
                     if ptype is not ProcessType.MPS:  # no MPS list (old driver, no MPS): no client to show
                         reasons.append(reason)
@@ -1108,6 +1106,9 @@ MPS_RECHECK_S = 10.0
 # one is read every other refresh, so a new graphics-only process shows within 2 s (nvitop's
 # process list is itself up to 2 s old: its cache lives 2 s).
 GRAPHICS_RECHECK_S = 1.5
+
+# The lists read only now and then while they are empty; the others (compute) at every refresh.
+EMPTY_LIST_RECHECK_S = {ProcessType.MPS: MPS_RECHECK_S, ProcessType.GRAPHICS: GRAPHICS_RECHECK_S}
 
 # Seconds a memory clock is kept while the P-state stays the same (see NvmlBackend._read_clocks).
 CLOCK_MEM_RECHECK_S = 10.0
