@@ -11,6 +11,7 @@ import pytest
 
 from ..builders import run_command as run
 from ..conftest import without_nvml_driver
+from ..import_probe import modules_loaded, once_code
 
 # The JSON contract (README): these names and types must not change.
 TOP_LEVEL = {
@@ -279,23 +280,11 @@ def test_no_driver_is_one_line_exit_1(nvtopy_cmd):
 
 @pytest.mark.parametrize("mode", [["--json"], []], ids=["json", "text"])
 def test_once_does_not_import_textual_or_rich(mode):
-    code = (
-        "import sys, io, contextlib\n"
-        "from nvtopy.commands.dispatch import main\n"
-        "with contextlib.redirect_stdout(io.StringIO()):\n"
-        f"    main(['--demo', '--once', *{mode!r}])\n"
-        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'rich'))\n"
-        "print(','.join(bad))\n"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == ""
+    assert modules_loaded(once_code(mode), ("textual", "rich")) == []
 
 
 def test_import_nvtopy_is_light():
-    code = "import sys, nvtopy; print(','.join(m for m in ('textual', 'rich', 'pynvml', 'torch') if m in sys.modules))"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert result.stdout.strip() == ""
+    assert modules_loaded("import nvtopy", ("textual", "rich", "pynvml", "torch")) == []
 
 
 # --------------------------------------------------------------------------- --interval: one option, every command

@@ -8,8 +8,6 @@ way: the config file's warnings are printed as before, also when the driver cann
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -17,6 +15,8 @@ from nvtopy.backends.simulated.backend import SimulatedBackend
 from nvtopy.commands import dispatch, options
 from nvtopy.commands.monitor import build_parser
 from nvtopy.errors import BackendUnavailableError
+
+from ..import_probe import modules_loaded, once_code
 
 
 def _args(*argv: str):
@@ -79,13 +79,4 @@ def test_once_prints_the_config_files_warning_and_the_snapshot(monkeypatch, caps
 @pytest.mark.parametrize("mode", [["--json"], []], ids=["json", "text"])
 def test_once_imports_neither_logging_nor_the_charts_history(mode):
     """What the one-shot never uses is not imported: ``logging`` (3 ms), the timeline (charts only)."""
-    code = (
-        "import sys, io, contextlib\n"
-        "from nvtopy.commands.dispatch import main\n"
-        "with contextlib.redirect_stdout(io.StringIO()):\n"
-        f"    main(['--demo', '--once', *{mode!r}])\n"
-        "print(','.join(m for m in ('logging', 'nvtopy.sources.timeline') if m in sys.modules))\n"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == ""
+    assert modules_loaded(once_code(mode), ("logging", "nvtopy.sources.timeline")) == []
