@@ -57,7 +57,9 @@ from .textsafe import quoted
 __all__ = [
     "CHART_WINDOWS",
     "COLORBLIND_THEME",
+    "DEFAULT_EXPORTER_NAMES",
     "DEFAULT_THEME",
+    "EXPORTER_NAMES",
     "GROUP_BY",
     "THEMES",
     "VIEWS",
@@ -104,6 +106,10 @@ TEXTUAL_THEMES = (
     "ansi-light",
 )
 THEMES = (*TEXTUAL_THEMES, COLORBLIND_THEME)
+# [exporter] names: the metric namings ``nvtopy exporter`` writes (tests/core/test_config.py keeps these equal to
+# nvtopy.formats.dcgm_naming.NAMINGS and DEFAULT_NAMING, their owner).
+EXPORTER_NAMES = ("dcgm-legacy", "dcgm-4.9")
+DEFAULT_EXPORTER_NAMES = "dcgm-legacy"
 
 FILE_NAME = "config.toml"
 ENV_PATH = "NVTOPY_CONFIG"
@@ -125,6 +131,7 @@ class Config:
     idle_held_after: float = 10.0  # [health] minutes at ~0 % SM before a process holding memory is idle-held
     idle_held_memory: float = 1.0  # [health] GiB a process must hold to be idle-held
     hang_after: float = 5.0  # [health] minutes busy with idle SMs before a GPU is a suspected hang
+    exporter_names: str = DEFAULT_EXPORTER_NAMES  # [exporter] names: the metric names nvtopy exporter writes
 
     def merged(self, **flags: Any) -> Config:
         """This config with the flags the user gave (a None value is a flag not given: the file's value stays)."""
@@ -137,9 +144,10 @@ class Config:
         return None if self.group_by == "none" else self.group_by
 
 
-# key in the file -> (Config field, check). [health] keys are named "health.<key>".
+# key in the file -> (Config field, check). [health] keys are named "health.<key>", [exporter] keys "exporter.<key>".
 TOP_LEVEL_KEYS = ("interval", "view", "columns", "sort", "group_by", "theme", "chart_window")
 HEALTH_KEYS = ("idle_held_after", "idle_held_memory", "hang_after")
+EXPORTER_KEYS = ("names",)  # [exporter] key -> Config field "exporter_<key>"
 
 
 class ConfigWriteError(Exception):
@@ -251,6 +259,17 @@ def parse_config(text: str, name: str = FILE_NAME) -> tuple[Config, list[str]]:
                         values[sub] = _check_threshold(f"health.{sub}", threshold, unit)
                     except _BadValueError as bad:
                         problems.append(_Problem(bad.key, bad.problem))
+            elif key == "exporter":
+                if not isinstance(value, dict):
+                    raise _BadValueError("exporter", "must be a table ([exporter])")
+                for sub, setting in value.items():
+                    if sub not in EXPORTER_KEYS:
+                        problems.append(_Problem(f"exporter.{sub}", None))
+                        continue
+                    try:
+                        values[f"exporter_{sub}"] = _one_of(f"exporter.{sub}", EXPORTER_NAMES)(setting)
+                    except _BadValueError as bad:
+                        problems.append(_Problem(bad.key, bad.problem))
             elif key in TOP_LEVEL_KEYS:
                 values[key] = _CHECKS[key](value)
             else:
@@ -278,15 +297,16 @@ class _BadValueError(Exception):
         self.problem = problem
 
 
-_KNOWN = f"known: {', '.join((*TOP_LEVEL_KEYS, 'health'))}"
-_KNOWN_HEALTH = f"known: {', '.join(HEALTH_KEYS)}"
+_KNOWN = f"known: {', '.join((*TOP_LEVEL_KEYS, 'health', 'exporter'))}"
+_KNOWN_IN = {"health": f"known: {', '.join(HEALTH_KEYS)}", "exporter": f"known: {', '.join(EXPORTER_KEYS)}"}
 
 
 def _said(problem: _Problem, *, alone: bool) -> str:
     """A problem as the warning says it (without where); ``alone``: the file's only one, with the known keys."""
     if problem.problem is not None:
         return f"'{problem.key}': {problem.problem}"
-    known = f" ({_KNOWN_HEALTH if problem.key.startswith('health.') else _KNOWN})" if alone else ""
+    table, dot, _ = problem.key.partition(".")
+    known = f" ({_KNOWN_IN.get(table, _KNOWN) if dot else _KNOWN})" if alone else ""
     return f"unknown key '{problem.key[:80]}' ignored{known}"
 
 
@@ -310,7 +330,8 @@ def _one_line(name: str, text: str, problems: list[_Problem], bad: bool) -> str:
     if more:
         shown.append(f"and {more} more")
     unknown = any(p.problem is None for p in problems)
-    known = f" ({_KNOWN}; in [health]: {', '.join(HEALTH_KEYS)})" if unknown else ""
+    tables = f"in [health]: {', '.join(HEALTH_KEYS)}; in [exporter]: {', '.join(EXPORTER_KEYS)}"
+    known = f" ({_KNOWN}; {tables})" if unknown else ""
     return f"{name}: {len(located)} problems: {'; '.join(shown)}{known}{tail}"
 
 
@@ -499,6 +520,8 @@ _COMMENTS = {
     "idle_held_after": "minutes at ~0 % SM before a process holding memory is idle-held",
     "idle_held_memory": "GiB of GPU memory a process must hold to be idle-held",
     "hang_after": "minutes busy with idle SMs before a GPU is a suspected hang",
+    "exporter_names": "metric names nvtopy exporter writes: dcgm-legacy (dcgm-exporter up to 4.8, what Grafana "
+    "dashboard 12239 reads) or dcgm-4.9 (4.9's names and units)",
 }
 
 
@@ -518,6 +541,11 @@ def to_toml(config: Config, header: Sequence[str] = ()) -> str:
     for key in HEALTH_KEYS:
         out.append(f"# {_COMMENTS[key]}")
         out.append(f"{key} = {_toml_value(getattr(config, key))}")
+    out.append("")
+    out.append("[exporter]")
+    for key in EXPORTER_KEYS:
+        out.append(f"# {_COMMENTS[f'exporter_{key}']}")
+        out.append(f"{key} = {_toml_value(getattr(config, f'exporter_{key}'))}")
     return "\n".join(out) + "\n"
 
 

@@ -23,15 +23,21 @@ from pathlib import Path
 
 from nvtopy.backends.base import SignalOutcome
 from nvtopy.model import (
+    GpuEvent,
+    GpuHealth,
     GpuProcess,
     GpuSample,
     GpuState,
     GpuStatic,
     HostInfo,
     MigInstance,
+    MigUsage,
     NvLink,
+    OwnerKind,
+    ProcessOwner,
     ProcessType,
     Reason,
+    Severity,
     Snapshot,
 )
 from nvtopy.sources.base import SnapshotSource
@@ -175,6 +181,77 @@ def gpu_state(
 def snapshot_of(*gpus: GpuState, timestamp: float = NOW, host: HostInfo | None = None, **changes: object) -> Snapshot:
     """These GPUs, on :func:`host_info` unless given, at ``timestamp``; ``changes``: ``sequence``, ``interval``..."""
     return Snapshot(timestamp, host if host is not None else host_info(), tuple(gpus), **changes)  # type: ignore[arg-type]
+
+
+def every_field_snapshot() -> Snapshot:
+    """A snapshot with every exported field set: what a test of the exporter's names and units renders.
+
+    GPU 0: every sample field (GPM included, every unit dcgm-exporter 4.9 changed: clocks, energy,
+    utilisation, framebuffer), a Kubernetes pod's process, an Xid seen twice, memory held idle;
+    GPU 1: MIG on, two GPU instances with their own framebuffer and GPM figures and a process on one;
+    GPU 2: fallen off the bus (only its health series stay). Fixed values: the same text every time.
+    """
+    gpm = {
+        "graphics_active_percent": 72.5,
+        "sm_active_percent": 64.25,
+        "sm_occupancy_percent": 31.0,
+        "tensor_active_percent": 45.5,
+        "dram_active_percent": 38.75,
+        "fp64_active_percent": 1.5,
+        "fp32_active_percent": 22.0,
+        "fp16_active_percent": 12.5,
+        "gpm_pcie_rx_bytes_per_s": 3.5e9,
+        "gpm_pcie_tx_bytes_per_s": 1.25e9,
+        "gpm_nvlink_rx_bytes_per_s": 2.0e10,
+        "gpm_nvlink_tx_bytes_per_s": 1.5e10,
+    }
+    full = gpu_sample(
+        memory_free_bytes=39 * GIB + 512 * MIB,
+        memory_reserved_bytes=512 * MIB,
+        encoder_percent=7,
+        decoder_percent=3,
+        fan_percent=55,
+        energy_mj=123_456_789,
+        throttle_reasons=("sw_power_cap",),
+        retired_pages_sbe=2,
+        retired_pages_dbe=1,
+        retired_pages_pending=True,
+        remapped_rows_corrected=4,
+        remapped_rows_uncorrected=1,
+        pcie_replay_counter=9,
+        unavailable={},
+        **gpm,
+    )
+    pod = ProcessOwner(OwnerKind.KUBERNETES, pod="trainer-0", namespace="ml", container="main")
+    health = GpuHealth(
+        verdict=Severity.WARN,
+        events=(GpuEvent(NOW - 60, 0, xid=13), GpuEvent(NOW - 30, 0, xid=13)),
+        xid_counts=((13, 2),),
+        idle_held_bytes=2 * GIB,
+        suspected_hang_seconds=0.0,
+    )
+    gpu0 = gpu_state(0, gpu_process(0, 4242, owner=pod, sm_percent=70, cpu_percent=99.5), sample=full, health=health)
+    instances = tuple(
+        MigInstance(index=i, uuid=f"MIG-1-{i}", gpu_instance_id=i + 1, compute_instance_id=0, profile=profile,
+                    memory_total_bytes=total, sm_count=sms)
+        for i, (profile, total, sms) in enumerate((("3g.40gb", 40 * GIB, 60), ("2g.20gb", 20 * GIB, 32)))
+    )  # fmt: skip
+    usage = tuple(
+        MigUsage(i, memory_used_bytes=used, memory_free_bytes=total - used, graphics_active_percent=50.0 + i,
+                 sm_active_percent=40.0 + i, sm_occupancy_percent=20.0 + i, tensor_active_percent=30.0 + i,
+                 dram_active_percent=10.0 + i)
+        for i, (used, total) in enumerate(((10 * GIB, 40 * GIB), (3 * GIB + 7 * MIB, 20 * GIB)))
+    )  # fmt: skip
+    mig_sample = gpu_sample(memory_free_bytes=40 * GIB, utilization_gpu_percent=None, mig_usage=usage, **gpm)
+    gpu1 = gpu_state(
+        1,
+        gpu_process(1, 5151, gpu_instance_id=2, compute_instance_id=0),
+        static=gpu_static(1, mig_mode=True, mig_mode_pending=True, mig_instances=instances),
+        sample=mig_sample,
+    )
+    lost_health = GpuHealth(verdict=Severity.FAIL, events=(GpuEvent(NOW - 5, 2, xid=79),), xid_counts=((79, 1),))
+    gpu2 = gpu_state(2, sample=GpuSample(NOW, lost=True), health=lost_health)
+    return snapshot_of(gpu0, gpu1, gpu2, host=host_info(hostname="node-7"))
 
 
 # --------------------------------------------------------------------------- fake sources

@@ -326,3 +326,27 @@ def test_the_80x24_screenshot_is_80_by_24() -> None:
     assert "(80x24)</text>" in svg
     rows = set(re.findall(r'-line-(\d+)"', svg))  # Rich clips every line but the last
     assert len(rows) + 1 == 24, len(rows)
+
+
+def test_the_configuration_example_is_a_config_file_with_every_key() -> None:
+    """The README's config file example reads without a warning and shows every key nvtopy knows."""
+    from nvtopy.config import EXPORTER_KEYS, HEALTH_KEYS, TOP_LEVEL_KEYS, parse_config
+
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("\n## Configuration\n") :]
+    example = next("\n".join(lines) for _, language, lines in fenced_blocks(section) if language == "toml")
+    config, warnings = parse_config(example)
+    assert warnings == [], warnings
+    keys = re.findall(r"^([a-z_]+) =", example, flags=re.MULTILINE)
+    assert sorted(keys) == sorted((*TOP_LEVEL_KEYS, *HEALTH_KEYS, *EXPORTER_KEYS))
+    assert config.exporter_names != "dcgm-legacy", "the example shows the choice that is not the default"
+
+
+def test_every_exporter_naming_is_documented() -> None:
+    """``nvtopy exporter --names`` takes what the README's table of namings lists, the default first."""
+    from nvtopy.formats.dcgm_naming import DEFAULT_NAMING, NAMINGS
+
+    text = README.read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `(dcgm-[^`]+)`( \(default\))? \|", text, flags=re.MULTILINE)
+    assert [name for name, _ in rows] == list(NAMINGS)
+    assert [name for name, default in rows if default] == [DEFAULT_NAMING]

@@ -4,11 +4,12 @@ One table so that the exporter writes and ``nvtopy --remote`` reads the same
 thing: a Grafana dashboard built for dcgm-exporter (e.g. 12239) works unchanged
 on nvtopy's exporter, and nvtopy can show any exporter that speaks these names.
 
-Units follow dcgm-exporter: framebuffer memory in MiB, power in W, energy in
-mJ, clocks in MHz, utilisation and fan in percent, profiling fields as ratios
-from 0 to 1 or in bytes per second. Labels: ``gpu``, ``UUID``,
-``pci_bus_id``, ``device`` (``nvidia<index>``), ``modelName``, ``Hostname`` and
-``DCGM_FI_DRIVER_VERSION``.
+Units follow dcgm-exporter up to 4.8 (its "legacy" naming): framebuffer memory in MiB,
+power in W, energy in mJ, clocks in MHz, utilisation and fan in percent, profiling fields
+as ratios from 0 to 1 or in bytes per second. Labels: ``gpu``, ``UUID``, ``pci_bus_id``,
+``device`` (``nvidia<index>``), ``modelName``, the host and the driver version, spelled as a
+naming says: :mod:`nvtopy.formats.dcgm_naming` (``Naming.gpu_labels``, ``Naming.labels_of``)
+holds them, and dcgm-exporter 4.9's names and units of these fields.
 
 MIG: dcgm-exporter watches each GPU instance as an entity of its own and labels
 its series with the parent's labels plus ``GPU_I_PROFILE`` (the GPU instance's
@@ -71,7 +72,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..health.xid import describe_xid
-from ..model import MIG_GPM_FIELDS, THROTTLE_REASON_BITS, GpuState, HostInfo, MigState
+from ..model import MIG_GPM_FIELDS, THROTTLE_REASON_BITS, GpuState, MigState
 from ..ranges import (
     BYTES_PER_S,
     COUNT,
@@ -90,7 +91,6 @@ from .fields import field_reader
 __all__ = [
     "FIELDS",
     "GPM_DCGM_FIELDS",
-    "GPU_LABELS",
     "INSTANCE_FIELDS",
     "INSTANCE_GPM_FIELDS",
     "INT64_BLANK",
@@ -100,7 +100,6 @@ __all__ = [
     "DcgmField",
     "gpu_instance_profile",
     "gpu_instances",
-    "gpu_labels",
     "last_xid_metric",
     "ranged",
     "throttle_mask",
@@ -109,8 +108,8 @@ __all__ = [
 ]
 
 MIB = 1024 * 1024
-GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION")
-MIG_LABELS = ("GPU_I_PROFILE", "GPU_I_ID")  # dcgm-exporter's, on a GPU instance's series (after GPU_LABELS)
+# dcgm-exporter's, on a GPU instance's series (after the GPU's labels, Naming.gpu_labels), in every naming.
+MIG_LABELS = ("GPU_I_PROFILE", "GPU_I_ID")
 
 
 @dataclass(frozen=True, slots=True)
@@ -516,20 +515,6 @@ GPM_DCGM_FIELDS: tuple[DcgmField, ...] = (
 )
 FIELDS += GPM_DCGM_FIELDS
 BY_NAME = {field.name: field for field in FIELDS}
-
-
-def gpu_labels(gpu: GpuState, host: HostInfo) -> dict[str, str]:
-    """dcgm-exporter's labels for one GPU (empty strings where a value is unknown)."""
-    static = gpu.static
-    return {
-        "gpu": str(static.index),
-        "UUID": static.uuid or "",
-        "pci_bus_id": static.bus_id or "",
-        "device": f"nvidia{static.index}",
-        "modelName": static.name or "",
-        "Hostname": host.hostname,
-        "DCGM_FI_DRIVER_VERSION": host.driver_version or "",
-    }
 
 
 def _mig_usage_reader(name: str) -> Callable[[MigState], float | None]:

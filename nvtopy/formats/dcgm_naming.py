@@ -206,8 +206,13 @@ def _scaled(field: DcgmField, rename: Rename) -> DcgmField:
             labels=field.labels,
         )
 
+    # A factor below 1 (% -> ratio, mJ -> J) divides by its whole inverse: 41 / 100 is 0.41, the double nearest
+    # the true ratio, as dcgm-exporter would write it; 41 * 0.01 is 0.41000000000000003.
+    divisor = round(1.0 / scale) if scale < 1.0 and round(1.0 / scale) * scale == 1.0 else None
+
     def scaled_to(raw: object) -> float:
-        return to_metric(raw) * scale
+        value = to_metric(raw)
+        return value / divisor if divisor is not None else value * scale
 
     def scaled_from(value: float) -> object:
         return from_metric(value / scale)

@@ -714,7 +714,9 @@ def _running(*args: str) -> Iterator[subprocess.Popen[str]]:
         proc.communicate(timeout=10)
 
 
-def _wait_for_metrics(proc: subprocess.Popen[str], port: int, timeout: float = 15.0) -> Scrape:
+def _wait_for_metrics(
+    proc: subprocess.Popen[str], port: int, timeout: float = 15.0, marker: str = "DCGM_FI_DEV_GPU_UTIL{"
+) -> Scrape:
     deadline = time.monotonic() + timeout
     while True:
         if proc.poll() is not None:
@@ -723,7 +725,7 @@ def _wait_for_metrics(proc: subprocess.Popen[str], port: int, timeout: float = 1
             status, _, body = http_get(f"http://127.0.0.1:{port}/metrics", timeout=2)
         except OSError:
             status, body = 0, ""
-        if status == 200 and "DCGM_FI_DEV_GPU_UTIL{" in body:
+        if status == 200 and marker in body:
             return Scrape(body)
         if time.monotonic() > deadline:
             pytest.fail(f"no metrics on port {port} after {timeout} s")
@@ -749,6 +751,35 @@ def test_cli_serves_and_stops_on_sigterm():
     assert f"serving http://127.0.0.1:{port}/metrics" in stderr
     assert "warning" not in stderr
     assert "Traceback" not in stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "naming"),
+    [
+        ((), "dcgm-legacy"),
+        (("--names", "dcgm-4.9"), "dcgm-4.9"),
+        (("--config", "{config}"), "dcgm-4.9"),
+        (("--config", "{config}", "--names", "dcgm-legacy"), "dcgm-legacy"),
+    ],
+    ids=["default", "flag", "config-file", "flag-over-file"],
+)
+def test_cli_names_from_the_flag_or_the_config_file(tmp_path, args, naming):
+    """``--names``, else ``[exporter] names``, else dcgm-legacy: the series, their labels and the first line say so."""
+    config = tmp_path / "config.toml"
+    config.write_text('[exporter]\nnames = "dcgm-4.9"\n', encoding="utf-8")
+    given = [arg.format(config=config) for arg in args]
+    port = _free_port()
+    utilisation = "DCGM_FI_DEV_GPU_UTIL_RATIO" if naming == "dcgm-4.9" else "DCGM_FI_DEV_GPU_UTIL"
+    with _running("--demo", "--listen", f"127.0.0.1:{port}", "--interval", "0.2", *given) as proc:
+        scrape = _wait_for_metrics(proc, port, marker=utilisation + "{")
+        samples = scrape.samples(utilisation)
+        host = "hostname" if naming == "dcgm-4.9" else "Hostname"
+        assert len(samples) == 4 and all(s.labels[host] == "demo-node" for s in samples)
+        assert all(0 <= s.value <= (1 if naming == "dcgm-4.9" else 100) for s in samples)
+        other = "DCGM_FI_DEV_GPU_UTIL" if naming == "dcgm-4.9" else "DCGM_FI_DEV_GPU_UTIL_RATIO"
+        assert scrape.samples(other) == [], "one naming at a time"
+        code, stderr = _stop(proc)
+    assert code == 0 and f"serving http://127.0.0.1:{port}/metrics, {naming} names" in stderr, stderr
 
 
 def test_cli_sigterm_right_after_the_port_opens_is_a_clean_stop():

@@ -19,7 +19,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from nvtopy.commands.exporter.server import serve
-from nvtopy.formats.dcgm import BY_NAME, GPU_LABELS
+from nvtopy.formats.dcgm import BY_NAME
+from nvtopy.formats.dcgm_naming import LEGACY
 from nvtopy.formats.prometheus.collect import SnapshotCollector
 from nvtopy.formats.prometheus.parse import parse_exposition
 from nvtopy.formats.prometheus.series import NVTOPY_BY_NAME
@@ -81,7 +82,7 @@ def test_dcgm_health_series_in_dcgms_units(scrape):
         assert scrape.value(name, gpu="0") == expected, name
         (sample,) = scrape.samples(name, gpu="0")
         attributes = {"err_code", "err_msg"} if name == "DCGM_FI_DEV_XID_ERRORS" else set()  # dcgm-exporter's
-        assert set(sample.labels) == set(GPU_LABELS) | attributes, name
+        assert set(sample.labels) == set(LEGACY.gpu_labels) | attributes, name
         assert f"# TYPE {name} gauge" in scrape.text, "dcgm's exact name, typed gauge like its other counters"
 
 
@@ -122,7 +123,7 @@ def test_verdict_responding_and_stall(scrape):
     assert scrape.value("nvtopy_gpu_idle_held_bytes", gpu="0") == 20 * GIB
     assert scrape.value("nvtopy_gpu_suspected_hang_seconds", gpu="0") == FAILING.suspected_hang_seconds
     (sample,) = scrape.samples("nvtopy_gpu_health", gpu="0")
-    assert set(sample.labels) == set(GPU_LABELS)
+    assert set(sample.labels) == set(LEGACY.gpu_labels)
 
 
 def test_a_stuck_gpu_keeps_its_last_values(scrape):
@@ -137,7 +138,7 @@ def test_xid_events_are_a_counter_per_xid(scrape):
     assert counts == {"13": 1, "79": 2, "119": 1}
     assert all(s.name == "nvtopy_xid_events_total" for s in family.samples)
     assert {s.labels["gpu"] for s in family.samples} == {"0"}, "no Xid, no series"
-    assert set(family.samples[0].labels) == {*GPU_LABELS, "xid"}
+    assert set(family.samples[0].labels) == {*LEGACY.gpu_labels, "xid"}
 
 
 def test_xid_counter_only_grows_across_snapshots():

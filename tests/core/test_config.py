@@ -21,6 +21,8 @@ import tomllib
 from nvtopy.columns import COLUMN_IDS, TABLE_COLUMNS
 from nvtopy.commands import dispatch, log, options
 from nvtopy.config import (
+    DEFAULT_EXPORTER_NAMES,
+    EXPORTER_NAMES,
     GROUP_BY,
     THEMES,
     Config,
@@ -64,6 +66,9 @@ chart_window = "1h"
 idle_held_after = 30
 idle_held_memory = 2.5
 hang_after = 2
+
+[exporter]
+names = "dcgm-4.9"
 """
     config, warnings = parse_config(text)
     assert warnings == []
@@ -78,6 +83,7 @@ hang_after = 2
         idle_held_after=30.0,
         idle_held_memory=2.5,
         hang_after=2.0,
+        exporter_names="dcgm-4.9",
     )
     assert config.group_mode == "user"
 
@@ -190,6 +196,15 @@ def test_parse_sort(text, column, descending):
             "config.toml line 1: 'health.idle_held_after': must be a number of minutes from 0 to 1000000; "
             "using defaults",
         ),
+        ("exporter = 3\n", "config.toml line 1: 'exporter': must be a table ([exporter]); using defaults"),
+        (
+            'interval = 2\n[exporter]\nnames = "dcgm-5"\n',
+            "config.toml line 3: 'exporter.names': must be one of dcgm-legacy, dcgm-4.9 (not 'dcgm-5'); using defaults",
+        ),
+        (
+            "exporter.names = 4.9\n",
+            "config.toml line 1: 'exporter.names': must be one of dcgm-legacy, dcgm-4.9 (not 4.9); using defaults",
+        ),
     ],
     ids=lambda value: value[:30] if isinstance(value, str) else value,
 )
@@ -226,15 +241,18 @@ def test_unknown_keys_are_named_in_one_line_and_the_rest_applies():
     assert config == Config(interval=2.0, hang_after=1.0)
     assert warnings == [
         "config.toml: 2 problems: line 2: unknown key 'intervall' ignored; line 6: unknown key 'health.hang' ignored "
-        "(known: interval, view, columns, sort, group_by, theme, chart_window, health; "
-        "in [health]: idle_held_after, idle_held_memory, hang_after)"
+        "(known: interval, view, columns, sort, group_by, theme, chart_window, health, exporter; "
+        "in [health]: idle_held_after, idle_held_memory, hang_after; in [exporter]: names)"
     ]
     config, warnings = parse_config("interval = 2\nintervall = 3\n", NAME)
     assert config == Config(interval=2.0)
     assert warnings == [
         "config.toml line 2: unknown key 'intervall' ignored (known: interval, view, columns, sort, group_by, "
-        "theme, chart_window, health)"
+        "theme, chart_window, health, exporter)"
     ]
+    config, warnings = parse_config('[exporter]\nnames = "dcgm-4.9"\nname = "x"\n', NAME)
+    assert config == Config(exporter_names="dcgm-4.9")
+    assert warnings == ["config.toml line 3: unknown key 'exporter.name' ignored (known: names)"]
 
 
 def test_a_thousand_problems_are_one_bounded_line_by_line_number():
@@ -389,6 +407,7 @@ def test_a_config_linked_to_dev_zero_is_one_warning_not_the_oom_killer(tmp_path,
 def test_names_agree_with_textual_the_cli_and_the_health_rules():
     from textual.theme import BUILTIN_THEMES
 
+    from nvtopy.formats.dcgm_naming import DEFAULT_NAMING, NAMINGS
     from nvtopy.health.verdict import HealthThresholds
     from nvtopy.render.processes import GROUP_MODES
     from nvtopy.tui.gpu_view import MODES
@@ -401,6 +420,7 @@ def test_names_agree_with_textual_the_cli_and_the_health_rules():
     assert defaults.columns == COLUMN_IDS == tuple(c.key for c in TABLE_COLUMNS)
     assert [None if g == "none" else g for g in GROUP_BY] == list(GROUP_MODES)
     assert set(MODES) == {"auto", "full", "compact"}
+    assert tuple(NAMINGS) == EXPORTER_NAMES and DEFAULT_EXPORTER_NAMES == DEFAULT_NAMING == Config().exporter_names
 
 
 # --------------------------------------------------------------------------- flags win; --print-config
@@ -418,6 +438,7 @@ def test_print_config_round_trips(capsys):
     assert parse_config(out) == (Config(), [])
     assert data["interval"] == 1.0 and data["columns"] == list(COLUMN_IDS)
     assert data["health"] == {"idle_held_after": 10.0, "idle_held_memory": 1.0, "hang_after": 5.0}
+    assert data["exporter"] == {"names": "dcgm-legacy"}
     assert "does not exist: the defaults" in out
 
 
@@ -467,6 +488,28 @@ def test_health_thresholds_come_from_the_file_unless_flagged(tmp_path, monkeypat
     assert (flagged.hang_seconds, flagged.idle_held_bytes, flagged.idle_held_seconds) == (420, 4 << 30, 60)
 
 
+def test_the_exporters_names_come_from_the_file_unless_flagged(tmp_path, monkeypatch):
+    """``[exporter] names``; ``nvtopy exporter --names`` wins; neither: dcgm-legacy."""
+    from nvtopy.commands.exporter import command
+
+    parser = command.build_parser("exporter")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    assert options.user_config(parser.parse_args([]), "exporter_names").exporter_names == "dcgm-legacy"
+    write(tmp_path / "nvtopy" / "config.toml", '[exporter]\nnames = "dcgm-4.9"\n')
+    assert options.user_config(parser.parse_args([]), "exporter_names").exporter_names == "dcgm-4.9"
+    flagged = parser.parse_args(["--names", "dcgm-legacy"])
+    assert options.user_config(flagged, "exporter_names").exporter_names == "dcgm-legacy"
+
+
+def test_a_bad_names_flag_is_a_one_line_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        dispatch.main(["exporter", "--names", "dcgm-5"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("nvtopy exporter: error: argument --names: unknown choice 'dcgm-5'")
+    assert "(known: dcgm-legacy, dcgm-4.9)" in err and len(err.splitlines()) == 1
+
+
 def test_the_file_is_read_once_and_its_warning_printed_once(capsys, tmp_path):
     path = write(tmp_path / "c.toml", "colour = 1\n")
     args = log.build_parser("log").parse_args(["--config", str(path)])
@@ -495,7 +538,14 @@ def test_bad_theme_flag_is_a_usage_error(capsys):
 
 
 def test_to_toml_reads_back_any_config():
-    config = Config(interval=86400.0, columns=("command", "pid"), sort="time asc", chart_window="24h", hang_after=0.5)
+    config = Config(
+        interval=86400.0,
+        columns=("command", "pid"),
+        sort="time asc",
+        chart_window="24h",
+        hang_after=0.5,
+        exporter_names="dcgm-4.9",
+    )
     assert parse_config(to_toml(config, ("a header",))) == (config, [])
 
 

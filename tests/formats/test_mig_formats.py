@@ -16,7 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from nvtopy.backends.simulated.faults import parse_fault_specs
 from nvtopy.commands.log import groups_for
 from nvtopy.formats.contract import gpm_value, gpu_to_dict, snapshot_to_dict
-from nvtopy.formats.dcgm import GPU_LABELS, MIB, gpu_instance_profile
+from nvtopy.formats.dcgm import MIB, gpu_instance_profile
+from nvtopy.formats.dcgm_naming import LEGACY
 from nvtopy.formats.prometheus.collect import SnapshotCollector
 from nvtopy.formats.prometheus.parse import parse_exposition
 from nvtopy.formats.writers import DEFAULT_GPU_FIELDS, GPU_FIELDS, MIG_FIELDS, CsvWriter, JsonlWriter
@@ -445,13 +446,13 @@ def test_exporter_gpu_instance_series_with_dcgm_labels(mig_snapshot):
     for name in ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_TOTAL"):
         found = _samples(text, name, gpu="1")
         parent = [s for s in found if "GPU_I_ID" not in s.labels]
-        assert len(parent) == 1 and set(parent[0].labels) == set(GPU_LABELS), "the GPU's series as it was"
+        assert len(parent) == 1 and set(parent[0].labels) == set(LEGACY.gpu_labels), "the GPU's series as it was"
         instances = [s for s in found if "GPU_I_ID" in s.labels]
         assert [s.labels["GPU_I_ID"] for s in instances] == ["1", "2", "3"]
         for sample, mig in zip(instances, state.mig, strict=True):
-            assert set(sample.labels) == {*GPU_LABELS, "GPU_I_PROFILE", "GPU_I_ID"}
+            assert set(sample.labels) == {*LEGACY.gpu_labels, "GPU_I_PROFILE", "GPU_I_ID"}
             assert sample.labels["GPU_I_PROFILE"] == mig.instance.profile
-            assert {k: sample.labels[k] for k in GPU_LABELS} == parent[0].labels
+            assert {k: sample.labels[k] for k in LEGACY.gpu_labels} == parent[0].labels
     used = _samples(text, "DCGM_FI_DEV_FB_USED", gpu="1", GPU_I_ID="2")[0].value
     assert used == state.mig[1].memory_used_bytes / MIB, "MiB, as dcgm-exporter"
     free = _samples(text, "DCGM_FI_DEV_FB_FREE", gpu="1", GPU_I_ID="2")[0].value

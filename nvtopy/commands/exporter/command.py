@@ -7,7 +7,11 @@ a bounded pool of threads), what it answers :mod:`.app`; this module is the comm
 its options, and the wiring from them to a poller and a server.
 
 Names and labels follow dcgm-exporter (see :mod:`nvtopy.formats.dcgm`), so its Grafana
-dashboards work unchanged. dcgm-exporter declares energy and ECC totals as
+dashboards work unchanged: ``--names`` (or ``[exporter] names`` in the config file; the flag
+wins) chooses which generation's: ``dcgm-legacy`` (up to 4.8: the names NVIDIA's dashboard
+12239 and its forks read; the default) or ``dcgm-4.9`` (4.9's names, its units -- Hz, J,
+ratios, bytes -- and its ``hostname`` and ``DCGM_FI_SYSTEM_DRIVER_VERSION`` labels):
+:mod:`nvtopy.formats.dcgm_naming`. dcgm-exporter declares energy and ECC totals as
 counters; prometheus-client would rename a counter to ``*_total``, which no
 dashboard queries, so those keep dcgm's exact names and are typed gauge
 (PromQL's ``rate``/``increase`` work on them all the same). Per-process figures
@@ -40,6 +44,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from ...errors import UsageError
+from ...formats.dcgm_naming import DEFAULT_NAMING, NAMINGS
 from ...model import ALL_GROUPS
 from .. import options
 from .server import serve
@@ -97,6 +102,15 @@ def build_parser(command: str) -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         help="address to serve /metrics on (default 127.0.0.1:9400; 0.0.0.0:9400 for every interface)",
     )
+    parser.add_argument(
+        "--names",
+        dest="exporter_names",
+        choices=tuple(NAMINGS),
+        metavar="|".join(NAMINGS),
+        help=f"metric names, units and labels: {DEFAULT_NAMING} (dcgm-exporter up to 4.8, what Grafana dashboard "
+        "12239 and its forks read) or dcgm-4.9 (4.9's: Hz, J, ratios 0-1, bytes, hostname); "
+        f"default [exporter] names in the config file, else {DEFAULT_NAMING}",
+    )
     options.add_interval_option(parser, "collection interval")
     options.add_timeout_option(parser, "seconds a GPU's stuck driver call is waited for before it is marked")
     tls = parser.add_argument_group("TLS (HTTPS) and mutual TLS")
@@ -143,6 +157,7 @@ def run(command: str, args: argparse.Namespace) -> int:
 
     host, port = parse_listen(args.listen)
     tls = tls_from_args(args)  # before the backend: a bad file is told at once
+    naming = NAMINGS[options.user_config(args, "exporter_names").exporter_names]  # the flag, else the file's
     backend = options.open_backend_within(args, args.timeout)
     poller = None
     collector = None
@@ -162,13 +177,13 @@ def run(command: str, args: argparse.Namespace) -> int:
             events=True,
             stall_after=args.timeout,
         )
-        server, _ = serve(poller, host, port, tls=tls)
+        server, _ = serve(poller, host, port, tls=tls, naming=naming)
         poller.start()
         bound = server.server_address[1]
         scheme = "http" if tls is None else "https"
         mutual = " (clients need a certificate signed by --tls-client-ca)" if args.tls_client_ca else ""
         print(
-            f"nvtopy exporter: serving {scheme}://{host}:{bound}/metrics{mutual} (Ctrl-C stops)",
+            f"nvtopy exporter: serving {scheme}://{host}:{bound}/metrics{mutual}, {naming.key} names (Ctrl-C stops)",
             file=sys.stderr,
             flush=True,
         )

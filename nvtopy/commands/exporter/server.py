@@ -32,6 +32,7 @@ from typing import IO, TYPE_CHECKING, Any, cast
 from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer
 
 from ...errors import NvtopyError, UsageError
+from ...formats.dcgm_naming import LEGACY, Naming
 from ...formats.prometheus.collect import SnapshotHolder
 from ...formats.prometheus.expose import Exposition
 from ...sources.base import SnapshotSource
@@ -506,18 +507,19 @@ def tls_context(cert: str, key: str | None = None, client_ca: str | None = None)
 
 
 def serve(
-    source: SnapshotHolder, host: str, port: int, *, tls: ssl.SSLContext | None = None
+    source: SnapshotHolder, host: str, port: int, *, tls: ssl.SSLContext | None = None, naming: Naming = LEGACY
 ) -> tuple[MetricsServer, threading.Thread]:
     """Serve the exposition of ``source`` on host:port (HTTPS with ``tls``); returns (server, its thread).
 
     The threads are bounded: one dispatcher and :data:`WORKERS` workers, however
     many connections there are (see :class:`MetricsServer`). A source that publishes
     (a Poller) has each new snapshot rendered as it comes, once something scrapes.
+    ``naming``: the names, units and labels written (``--names``).
     """
     from prometheus_client import CollectorRegistry, make_wsgi_app
 
     fallback = make_wsgi_app(CollectorRegistry(auto_describe=False))  # OPTIONS, 405, favicon: it renders nothing
-    exposition = Exposition(source)
+    exposition = Exposition(source, naming=naming)
     server = MetricsServer.listen(host, port, metrics_app(exposition, fallback), tls=tls, exposition=exposition)
     if isinstance(source, SnapshotSource):  # a poller: render each snapshot as it is published
         source.subscribe(exposition.prerender)

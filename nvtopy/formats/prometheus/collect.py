@@ -3,7 +3,10 @@
 :class:`SnapshotCollector` builds the families of the latest snapshot of a source
 (``nvtopy exporter``); :mod:`~nvtopy.formats.prometheus.expose` renders them as text.
 The series and their labels are :mod:`~nvtopy.formats.prometheus.series`'s and
-:mod:`nvtopy.formats.dcgm`'s.
+:mod:`nvtopy.formats.dcgm`'s, under the names, units and label spellings of a
+:class:`~nvtopy.formats.dcgm_naming.Naming` (``nvtopy exporter --names``): dcgm-exporter's
+legacy ones by default, or 4.9's. The naming renames dcgm-exporter's series and its host and
+driver labels (nvtopy's own series keep their names; their host label follows the naming's).
 
 MIG instances: per GPU instance, dcgm-exporter's framebuffer and profiling series with its
 ``GPU_I_PROFILE`` and ``GPU_I_ID`` labels (:mod:`nvtopy.formats.dcgm`); per MIG
@@ -32,18 +35,19 @@ from typing import Any, Protocol
 
 from ...model import GpuProcess, GpuState, OwnerKind, ProcessOwner, Snapshot
 from ...textsafe import escape_text
-from ..dcgm import FIELDS, GPU_LABELS, INSTANCE_FIELDS, DcgmField, gpu_instance_profile, gpu_instances, gpu_labels
+from ..dcgm import FIELDS, INSTANCE_FIELDS, DcgmField, gpu_instance_profile, gpu_instances
+from ..dcgm_naming import LEGACY, Naming
 from .series import (
     COMMAND_LABEL_MAX,
-    LINK_LABELS,
     LINK_SERIES,
-    MIG_DEVICE_LABELS,
     MIG_DEVICE_SERIES,
-    MIG_INFO_LABELS,
     NVTOPY_FIELDS,
     OWNER_LABELS,
     PROCESS_FIELDS,
-    PROCESS_LABELS,
+    link_labels,
+    mig_device_labels,
+    mig_info_labels,
+    process_labels,
 )
 
 __all__ = ["SnapshotCollector", "age_families", "pod_labels"]
@@ -115,19 +119,30 @@ def age_families(snapshot: Snapshot | None) -> list[Any]:
     return [age]
 
 
-_READERS: tuple[tuple[DcgmField, Callable[[GpuState], object]], ...] = ()
+# A GPU series: its field as the naming writes it, the getter of its raw value, and how a GPU instance's value
+# is read (INSTANCE_FIELDS, keyed by the legacy name; None: the series has none per GPU instance).
+_Reader = tuple[DcgmField, Callable[[GpuState], object], Callable[[Any], float | None] | None]
+_READERS: dict[str, tuple[_Reader, ...]] = {}
 
 
-def _gpu_readers() -> tuple[tuple[DcgmField, Callable[[GpuState], object]], ...]:
-    """Each GPU series' field with a getter of its raw value (``DcgmField.reader``), resolved once.
+def _gpu_readers(naming: Naming) -> tuple[_Reader, ...]:
+    """Each GPU series of ``naming`` with a getter of its raw value (``DcgmField.reader``), resolved once.
 
     Why: working out from the attribute's text where the value lives, for every value
-    (60 fields x 8 GPUs every second), was a fifth of building the families.
+    (60 fields x 8 GPUs every second), was a fifth of building the families. A naming's
+    fields are in :data:`~nvtopy.formats.dcgm.FIELDS`' order, one for one: the legacy
+    name of each (which :data:`~nvtopy.formats.dcgm.INSTANCE_FIELDS` is keyed by) is its
+    counterpart's there.
     """
-    global _READERS  # made once, on first use (the same from any thread)
-    if not _READERS:
-        _READERS = tuple((metric, metric.reader()) for metric in FIELDS + NVTOPY_FIELDS)
-    return _READERS
+    readers = _READERS.get(naming.key)
+    if readers is None:  # made once per naming, on first use (the same from any thread)
+        assert len(naming.fields) == len(FIELDS), "a naming writes every dcgm field"
+        dcgm = tuple(
+            (metric, metric.reader(), INSTANCE_FIELDS.get(legacy.name))
+            for metric, legacy in zip(naming.fields, FIELDS, strict=True)
+        )
+        readers = _READERS[naming.key] = dcgm + tuple((metric, metric.reader(), None) for metric in NVTOPY_FIELDS)
+    return readers
 
 
 class SnapshotHolder(Protocol):
@@ -149,8 +164,9 @@ class SnapshotCollector:
     exporter's ``name[]``-filtered requests, and any caller of ``generate_latest``.
     """
 
-    def __init__(self, source: SnapshotHolder) -> None:
+    def __init__(self, source: SnapshotHolder, naming: Naming = LEGACY) -> None:
         self.source = source
+        self.naming = naming  # the names, units and label spellings written (nvtopy exporter --names)
         # (snapshot, its families but the age): the last snapshot's families.
         self._cache: tuple[Snapshot | None, list[Any]] | None = None
         # What a process's labels are made of -> its label dict, for the processes of the last snapshot built.
@@ -199,23 +215,25 @@ class SnapshotCollector:
         if snapshot is None:
             return head, []
         host = snapshot.host
+        naming = self.naming
+        gpu_labels = naming.gpu_labels
         labels = [
-            (gpu, {name: _label_text(value) for name, value in gpu_labels(gpu, host).items()}) for gpu in snapshot.gpus
+            (gpu, {name: _label_text(value) for name, value in naming.labels_of(gpu, host).items()})
+            for gpu in snapshot.gpus
         ]
         # A GPU that one pod holds also gets dcgm-exporter's pod labels: its series then have more labels than the
         # others' (allowed in one family). One label dict per GPU, shared by all its series (a renderer formats it
         # once), so they are added as samples rather than through add_metric.
-        series_of = [({name: gpu_label[name] for name in GPU_LABELS} | pod_labels(gpu)) for gpu, gpu_label in labels]
-        instances = self._gpu_instances(labels)
+        series_of = [({name: gpu_label[name] for name in gpu_labels} | pod_labels(gpu)) for gpu, gpu_label in labels]
+        instances = self._gpu_instances(labels, gpu_labels)
         # The label dicts are made anew per snapshot: a family is reused only if they are equal too.
         series_key = (
             tuple(tuple(series.items()) for series in series_of),
             tuple(tuple(s.items()) for _, s in instances),
         )
         previous, reused = self._reused, {}
-        for metric, read in _gpu_readers():
+        for metric, read, read_instance in _gpu_readers(naming):
             raws = tuple(None if gpu.lost and not metric.when_lost else read(gpu) for gpu, _ in labels)
-            read_instance = INSTANCE_FIELDS.get(metric.name)
             instance_raws = () if read_instance is None else tuple(read_instance(mig) for mig, _ in instances)
             more = () if metric.labels is None else tuple(metric.labels(gpu) for gpu, _ in labels)
             inputs = (series_key, raws, instance_raws, more)
@@ -223,7 +241,7 @@ class SnapshotCollector:
             if last is not None and last[0] == inputs:
                 family = last[1]
             else:
-                family = GaugeMetricFamily(metric.name, metric.help, labels=list(GPU_LABELS))
+                family = GaugeMetricFamily(metric.name, metric.help, labels=list(gpu_labels))
                 for i, (raw, series) in enumerate(zip(raws, series_of, strict=True)):
                     if raw is not None:
                         extra = more[i] if more else None
@@ -235,19 +253,21 @@ class SnapshotCollector:
             reused[metric.name] = (inputs, family)
             head.append(family)
         self._reused = reused
-        head.extend(self._mig_devices(labels))
-        head.extend(self._xid_counts(labels))
-        head.extend(self._nvlinks(labels))
+        head.extend(self._mig_devices(labels, naming))
+        head.extend(self._xid_counts(labels, gpu_labels))
+        head.extend(self._nvlinks(labels, naming))
         lost = GaugeMetricFamily(
-            "nvtopy_gpu_lost", "1 when the GPU fell off the bus (GpuIsLost).", labels=list(GPU_LABELS)
+            "nvtopy_gpu_lost", "1 when the GPU fell off the bus (GpuIsLost).", labels=list(gpu_labels)
         )
         for gpu, gpu_label in labels:
-            lost.add_metric([gpu_label[name] for name in GPU_LABELS], 1.0 if gpu.lost else 0.0)
+            lost.add_metric([gpu_label[name] for name in gpu_labels], 1.0 if gpu.lost else 0.0)
         head.append(lost)
         return head, list(self._processes(snapshot))
 
     @staticmethod
-    def _gpu_instances(labels: list[tuple[GpuState, dict[str, str]]]) -> list[tuple[Any, dict[str, str]]]:
+    def _gpu_instances(
+        labels: list[tuple[GpuState, dict[str, str]]], gpu_labels: tuple[str, ...]
+    ) -> list[tuple[Any, dict[str, str]]]:
         """Each GPU instance of each GPU (not lost) with its series' labels: the GPU's, GPU_I_PROFILE, GPU_I_ID.
 
         Under Kubernetes, the pod labels are those of the pod holding the instance (its processes).
@@ -258,7 +278,7 @@ class SnapshotCollector:
                 continue
             for mig in gpu_instances(gpu):
                 gi = mig.instance.gpu_instance_id
-                series = {name: gpu_label[name] for name in GPU_LABELS}
+                series = {name: gpu_label[name] for name in gpu_labels}
                 series["GPU_I_PROFILE"] = _label_text(gpu_instance_profile(mig.instance.profile))
                 series["GPU_I_ID"] = str(gi)
                 series.update(_pod_labels(tuple(p for p in gpu.processes if p.gpu_instance_id == gi)))
@@ -266,18 +286,18 @@ class SnapshotCollector:
         return found
 
     @staticmethod
-    def _mig_devices(labels: list[tuple[GpuState, dict[str, str]]]) -> Iterator[Any]:
+    def _mig_devices(labels: list[tuple[GpuState, dict[str, str]]], naming: Naming) -> Iterator[Any]:
         """Per MIG device: ``nvtopy_mig_device_info`` (1) and its memory, SM count and processes."""
         from prometheus_client.core import GaugeMetricFamily
 
         info = GaugeMetricFamily(
             "nvtopy_mig_device_info",
             "A MIG device (compute instance) of the GPU: 1, with its UUID and profile as labels.",
-            labels=list(MIG_INFO_LABELS),
+            labels=list(mig_info_labels(naming)),
         )
-        families = [
-            GaugeMetricFamily(name, help_, labels=list(MIG_DEVICE_LABELS)) for name, help_, _ in MIG_DEVICE_SERIES
-        ]
+        device_labels = mig_device_labels(naming)
+        families = [GaugeMetricFamily(name, help_, labels=list(device_labels)) for name, help_, _ in MIG_DEVICE_SERIES]
+        identity = ("gpu", "UUID", naming.host_label)
         for gpu, gpu_label in labels:
             if gpu.lost:
                 continue
@@ -286,7 +306,7 @@ class SnapshotCollector:
                 instance = mig.instance
                 gi, ci = instance.gpu_instance_id, instance.compute_instance_id
                 values = [
-                    *(gpu_label[name] for name in ("gpu", "UUID", "Hostname")),
+                    *(gpu_label[name] for name in identity),
                     str(instance.index),
                     _label_text(gpu_instance_profile(instance.profile)),
                     "" if gi is None else str(gi),
@@ -307,7 +327,7 @@ class SnapshotCollector:
         yield from families
 
     @staticmethod
-    def _xid_counts(labels: list[tuple[GpuState, dict[str, str]]]) -> Iterator[Any]:
+    def _xid_counts(labels: list[tuple[GpuState, dict[str, str]]], gpu_labels: tuple[str, ...]) -> Iterator[Any]:
         """``nvtopy_xid_events_total{xid}``: Xid events seen since the exporter started, per GPU and Xid.
 
         A counter (the model's counts only grow), so ``increase(...[1h])`` alerts on new Xids; kept
@@ -318,28 +338,29 @@ class SnapshotCollector:
         family = CounterMetricFamily(
             "nvtopy_xid_events",
             "Xid events (GPU critical errors) seen since nvtopy started, per Xid.",
-            labels=[*GPU_LABELS, "xid"],
+            labels=[*gpu_labels, "xid"],
         )
         for gpu, gpu_label in labels:
             for xid, count in gpu.health.xid_counts:
-                family.add_metric([*(gpu_label[name] for name in GPU_LABELS), str(xid)], float(count))
+                family.add_metric([*(gpu_label[name] for name in gpu_labels), str(xid)], float(count))
         yield family
 
     @staticmethod
-    def _nvlinks(labels: list[tuple[GpuState, dict[str, str]]]) -> Iterator[Any]:
+    def _nvlinks(labels: list[tuple[GpuState, dict[str, str]]], naming: Naming) -> Iterator[Any]:
         """Per NVLink: active (with its peer as label ``remote``), throughput and errors; unknown values left out."""
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         families = {}
+        link_label_names = link_labels(naming)
         for name, help_, attribute, counter in LINK_SERIES:
             extra = ["remote"] if attribute == "active" else []
             kind = CounterMetricFamily if counter else GaugeMetricFamily
-            families[attribute] = kind(name, help_, labels=[*LINK_LABELS, *extra])
+            families[attribute] = kind(name, help_, labels=[*link_label_names, *extra])
         for gpu, gpu_label in labels:
             links = gpu.sample.nvlinks
             if gpu.lost or not links:
                 continue
-            base = [gpu_label[name] for name in LINK_LABELS[:-1]]
+            base = [gpu_label[name] for name in link_label_names[:-1]]
             for link in links:
                 for _, _, attribute, _ in LINK_SERIES:
                     value = getattr(link, attribute)
@@ -364,8 +385,9 @@ class SnapshotCollector:
             "start_time_seconds": "Start time of the process since the Unix epoch (seconds).",
             "idle_held_seconds": "How long the process has held GPU memory while computing nothing (~0 % SM; seconds).",
         }
+        label_names = process_labels(self.naming)
         made = {
-            key: GaugeMetricFamily(f"nvtopy_process_{key}", help_, labels=list(PROCESS_LABELS))
+            key: GaugeMetricFamily(f"nvtopy_process_{key}", help_, labels=list(label_names))
             for key, help_ in families.items()
         }
         names = {key: f"nvtopy_process_{key}" for key in families}
@@ -392,7 +414,7 @@ class SnapshotCollector:
                 )
                 series = previous.get(key)
                 if series is None:
-                    series = self._process_series(gpu.index, uuid, proc, hostname)
+                    series = self._process_series(label_names, gpu.index, uuid, proc, hostname)
                 kept[key] = series
                 rows.append((series, proc))
         self._process_labels = kept  # the processes gone are forgotten
@@ -418,8 +440,11 @@ class SnapshotCollector:
         self._reused_processes = reused
 
     @staticmethod
-    def _process_series(gpu_index: int, uuid: str | None, proc: GpuProcess, hostname: str) -> dict[str, str]:
-        """The labels of a process's series (:data:`PROCESS_LABELS`, on a MIG device its instances too), escaped."""
+    def _process_series(
+        label_names: tuple[str, ...], gpu_index: int, uuid: str | None, proc: GpuProcess, hostname: str
+    ) -> dict[str, str]:
+        """The labels of a process's series (``label_names``: :func:`~.series.process_labels`; on a MIG device
+        its instances too), escaped."""
         command = proc.command or ""
         if len(command) > COMMAND_LABEL_MAX:  # cut before escaping: never half an escape
             command = command[: COMMAND_LABEL_MAX - 1] + "…"
@@ -433,7 +458,7 @@ class SnapshotCollector:
             hostname,
             *_owner_values(proc.owner),
         ]
-        series = dict(zip(PROCESS_LABELS, values, strict=True))
+        series = dict(zip(label_names, values, strict=True))
         if proc.gpu_instance_id is not None:  # on a MIG device: its GPU and compute instance too
             series["GPU_I_ID"] = str(proc.gpu_instance_id)
             ci = proc.compute_instance_id

@@ -2,7 +2,8 @@
 
 :class:`Exposition` holds the latest snapshot's text (and its gzip), made by
 :class:`TextRenderer` from :class:`~nvtopy.formats.prometheus.collect.SnapshotCollector`'s
-families; only ``nvtopy_snapshot_age_seconds`` is made per scrape.
+families (in the naming it is given: :mod:`nvtopy.formats.dcgm_naming`); only
+``nvtopy_snapshot_age_seconds`` is made per scrape.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...model import Snapshot
+from ..dcgm_naming import LEGACY, Naming
 from .collect import SnapshotCollector, SnapshotHolder, age_families
 
 __all__ = ["CONTENT_TYPE", "GZIP_LEVEL", "Exposition", "TextRenderer"]
@@ -191,9 +193,10 @@ class Exposition:
 
     content_type = CONTENT_TYPE
 
-    def __init__(self, source: SnapshotHolder, *, gzip_level: int = GZIP_LEVEL) -> None:
+    def __init__(self, source: SnapshotHolder, *, naming: Naming = LEGACY, gzip_level: int = GZIP_LEVEL) -> None:
+        """``naming``: the names, units and labels written (``nvtopy exporter --names``; dcgm-exporter's legacy)."""
         self.source = source  # anything with a ``latest`` Snapshot (a Poller)
-        self._collector = SnapshotCollector(source)
+        self._collector = SnapshotCollector(source, naming)
         self._renderer = TextRenderer()
         self._gzip_level = gzip_level
         self._lock = threading.Lock()

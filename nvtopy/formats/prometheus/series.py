@@ -6,12 +6,15 @@ verdict (``nvtopy_gpu_health``: 0 OK, 1 WARN, 2 FAIL), whether the driver answer
 ``nvtopy_gpu_mig_mode`` and ``nvtopy_gpu_mig_mode_pending`` (1/0) say whether MIG is on
 now and after the next reset. Per NVLink its state, throughput and errors (labels
 :data:`LINK_LABELS`); per MIG device (compute instance) ``nvtopy_mig_device_info`` and its
-memory, SM count and process count (labels :data:`MIG_DEVICE_LABELS`); per process
-``nvtopy_process_*`` (labels :data:`PROCESS_LABELS`, fields :data:`PROCESS_FIELDS`).
+memory, SM count and process count (labels :func:`mig_device_labels`); per process
+``nvtopy_process_*`` (labels :func:`process_labels`, fields :data:`PROCESS_FIELDS`). The host
+label of these is the naming's (``Hostname``, or ``hostname`` in dcgm-exporter 4.9's naming:
+:mod:`nvtopy.formats.dcgm_naming`), as on the GPU's series they join with.
 
 Why a module of its own: :mod:`~nvtopy.formats.prometheus.collect` writes these series and
 :mod:`~nvtopy.formats.prometheus.parse` reads them back; a name or unit changed in one
-place changes for both. dcgm-exporter's names and units are :mod:`nvtopy.formats.dcgm`'s.
+place changes for both. dcgm-exporter's names and units are :mod:`nvtopy.formats.dcgm`'s
+(and, per naming generation, :mod:`nvtopy.formats.dcgm_naming`'s).
 """
 
 from __future__ import annotations
@@ -19,21 +22,22 @@ from __future__ import annotations
 from ...model import Severity
 from ...ranges import BYTES, BYTES_PER_S, SECONDS
 from ..dcgm import BY_NAME, MIG_LABELS, DcgmField, ranged
+from ..dcgm_naming import Naming
 
 __all__ = [
     "ALL_BY_NAME",
     "COMMAND_LABEL_MAX",
-    "LINK_LABELS",
     "LINK_SERIES",
-    "MIG_DEVICE_LABELS",
     "MIG_DEVICE_SERIES",
-    "MIG_INFO_LABELS",
     "NVTOPY_BY_NAME",
     "NVTOPY_FIELDS",
     "OWNER_LABELS",
     "POD_LABELS",
     "PROCESS_FIELDS",
-    "PROCESS_LABELS",
+    "link_labels",
+    "mig_device_labels",
+    "mig_info_labels",
+    "process_labels",
 ]
 
 
@@ -131,11 +135,18 @@ NVTOPY_BY_NAME = {field.name: field for field in NVTOPY_FIELDS}
 # Every GPU series a reader knows, dcgm-exporter's and nvtopy's, by name.
 ALL_BY_NAME = {**BY_NAME, **NVTOPY_BY_NAME}
 
-# Per NVLink: (metric, help, NvLink attribute, counter?). Labelled as the nvtopy_process_* series are: the GPU's
-# identity (gpu, UUID, Hostname), then ``link`` -- not every dcgm label: an HGX node has 144 links and four series
-# each, and the model, bus id and driver are one join away on the GPU's series (``on(gpu, Hostname)``).
-# ``remote`` (the peer's PCI bus id) labels the state series.
-LINK_LABELS = ("gpu", "UUID", "Hostname", "link")
+
+def link_labels(naming: Naming) -> tuple[str, ...]:
+    """The labels of a per-NVLink series: the GPU's identity (gpu, UUID, the naming's host label), then ``link``.
+
+    Labelled as the nvtopy_process_* series are, not with every dcgm label: an HGX node has 144 links
+    and four series each, and the model, bus id and driver are one join away on the GPU's series
+    (``on(gpu, Hostname)``). ``remote`` (the peer's PCI bus id) labels the state series too.
+    """
+    return ("gpu", "UUID", naming.host_label, "link")
+
+
+# Per NVLink: (metric, help, NvLink attribute, counter?), labelled with link_labels.
 LINK_SERIES: tuple[tuple[str, str, str, bool], ...] = (
     ("nvtopy_nvlink_link_active", "1 when the NVLink is active, 0 when not (label remote: its peer).", "active", False),
     (
@@ -154,11 +165,20 @@ LINK_SERIES: tuple[tuple[str, str, str, bool], ...] = (
 )
 
 
-# Per MIG device (a compute instance): the GPU's identity, as the per-link series have it, then which device:
-# NVML's MIG device index, dcgm-exporter's GPU instance labels (for joins with its FB series) and the compute
-# instance. ``nvtopy_mig_device_info`` adds the device's UUID (what CUDA_VISIBLE_DEVICES takes) and own profile.
-MIG_DEVICE_LABELS = ("gpu", "UUID", "Hostname", "mig_device", *MIG_LABELS, "compute_instance_id")
-MIG_INFO_LABELS = (*MIG_DEVICE_LABELS, "mig_uuid", "mig_profile")
+def mig_device_labels(naming: Naming) -> tuple[str, ...]:
+    """The labels of a MIG device's (a compute instance's) series: the GPU's identity, as a link's, then which device.
+
+    NVML's MIG device index, dcgm-exporter's GPU instance labels (for joins with its FB series) and
+    the compute instance.
+    """
+    return ("gpu", "UUID", naming.host_label, "mig_device", *MIG_LABELS, "compute_instance_id")
+
+
+def mig_info_labels(naming: Naming) -> tuple[str, ...]:
+    """``nvtopy_mig_device_info``'s: a MIG device's, then its UUID (what CUDA_VISIBLE_DEVICES takes) and profile."""
+    return (*mig_device_labels(naming), "mig_uuid", "mig_profile")
+
+
 # (metric, help, MigState attribute): unknown values are left out.
 MIG_DEVICE_SERIES: tuple[tuple[str, str, str], ...] = (
     ("nvtopy_mig_device_memory_used_bytes", "GPU memory used in the MIG device's GPU instance (bytes).", "used"),
@@ -170,7 +190,12 @@ MIG_DEVICE_SERIES: tuple[tuple[str, str, str], ...] = (
 # Who owns the process (empty where it has none of them): its container, Kubernetes pod and namespace, Slurm job,
 # and the owner's kind (docker, kubernetes, podman, slurm, systemd-service, user-session, cgroup, host).
 OWNER_LABELS = ("owner_kind", "container", "pod", "namespace", "slurm_job")
-PROCESS_LABELS = ("gpu", "UUID", "pid", "type", "user", "command", "Hostname", *OWNER_LABELS)
+
+
+def process_labels(naming: Naming) -> tuple[str, ...]:
+    """The labels of a process's series: its GPU, pid, type, user, command, the naming's host label, its owner."""
+    return ("gpu", "UUID", "pid", "type", "user", "command", naming.host_label, *OWNER_LABELS)
+
 
 # dcgm-exporter's labels of a GPU that a Kubernetes pod holds, after its GPU labels (its rendermetrics template).
 POD_LABELS = ("pod", "namespace", "container")
