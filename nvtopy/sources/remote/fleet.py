@@ -350,7 +350,7 @@ Kept = dict[tuple[str, str], Any]
 
 @dataclass
 class _Host:
-    """What the answers say of one (instance, Hostname)."""
+    """What the answers say of one (instance, host name): the name ``hostname`` or ``Hostname`` says."""
 
     key: tuple[str, str]
     gpus: dict[int, _Gpu] = field(default_factory=dict)
@@ -640,7 +640,7 @@ class PrometheusFleet(SnapshotSource):
     def _newest(rows: list[tuple[dict[str, str], float]]) -> tuple[dict[tuple[str, str], _Host], int, bool]:
         """The hosts the first query names, each with the time of its newest GPU sample (the server's clock),
         at most :data:`MAX_HOSTS` of them (the first by name, as they are shown); how many it names; and
-        whether each of its instances has one Hostname (then a row's ``instance`` names its host)."""
+        whether each of its instances has one host name (then a row's ``instance`` names its host)."""
         newest: dict[tuple[str, str], float | None] = {}
         for labels, value in rows:
             key = (labels.get("instance", ""), first_label(labels, HOST_LABELS) or "")
@@ -669,7 +669,7 @@ class PrometheusFleet(SnapshotSource):
 
         ``every_host``: ``hosts`` are all the server has (not the first :data:`MAX_HOSTS`): a question
         about all of them needs no ``instance`` matcher. ``one_name``: every instance the server has
-        names one host (one Hostname): the answer's rows are told apart by ``instance`` alone.
+        names one host (one host name): the answer's rows are told apart by ``instance`` alone.
         """
         every = every_host and len(changed) == len(hosts)
         instances = None if every else sorted({key[0] for key in changed})
@@ -811,7 +811,7 @@ class PrometheusFleet(SnapshotSource):
     # ----------------------------------------------------------------- the snapshot
 
     def _titles(self) -> None:
-        """Each host's title: its Hostname, or its instance (host:port) where the Hostname is shared or missing."""
+        """Each host's title: its host name, or its instance (host:port) where the name is shared or missing."""
         said = {key: scraped_label({"h": key[1]}, "h") or key[0] or "unknown" for key in self._known}
         counts = collections.Counter(said.values())
         for key, name in said.items():
@@ -953,5 +953,5 @@ def _short(exc: PrometheusError) -> str:
 
 
 def _gpu_key(host: tuple[str, str], index: int) -> tuple[str, str, int]:
-    """A GPU's identity across refreshes: its host's (instance, Hostname) and its index there."""
+    """A GPU's identity across refreshes: its host's (instance, host name) and its index there."""
     return (*host, index)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +21,23 @@ import pytest
 
 from nvtopy.formats.prometheus.parse import parse_exposition
 from nvtopy.model import GpuState
+from nvtopy.sources.remote.exporters import RemoteHosts
 from nvtopy.sources.remote.fleet import PrometheusFleet
 from nvtopy.sources.remote.hostscrape import HostGpus
+from nvtopy.sources.remote.prometheus import PrometheusClient
+from nvtopy.sources.remote.prometheus_accounting import account, queries
 
-from ...prometheus_fixtures import FakePrometheus, Series
+from ...prometheus_fixtures import (
+    DATA_S,
+    FakePrometheus,
+    Series,
+    prometheus,
+    requires_prometheus,
+    scrape_config,
+    served_expositions,
+    targets_up,
+    wait,
+)
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "dcgm-exporter"
 GENERATIONS = ("3.3", "4.8", "4.9")
@@ -255,3 +269,77 @@ def test_a_4_9_host_is_refreshed_with_its_slow_groups_in_turn(fake):
         fake.set_series(stored(capture("4.9"), "10.0.0.7:9400", NOW + step - 1))
         snapshot = fleet.poll_once()
         assert_reads_as(list(snapshot.gpus), want, f"refresh {step}")
+
+
+# ----------------------------------------------------------------- through a real Prometheus
+
+
+def _per_host(gpus: list[GpuState]) -> dict[str, list[GpuState]]:
+    hosts: dict[str, list[GpuState]] = {}
+    for gpu in gpus:
+        hosts.setdefault(gpu.static.host or "", []).append(gpu)
+    return hosts
+
+
+@requires_prometheus
+@pytest.mark.real_server
+def test_a_4_8_and_a_4_9_host_through_a_real_prometheus_read_alike(tmp_path):
+    """Two hosts, one serving the 4.8 capture, the other the 4.9 one, scraped by a real Prometheus every second.
+
+    ``--prometheus`` shows every GPU once with the figures each capture must read to (so the same on both);
+    ``--remote`` over both URLs too; ``report --prometheus`` gives both hosts the same figures.
+    """
+    names = {"4.8": "gpu-node-48", "4.9": "gpu-node-49"}
+    uuid = expected("4.9")["gpus"][0]["uuid"]
+    # One process on GPU 0 (nvtopy's series, beside dcgm-exporter's): the report's rows are per held GPU.
+    process = (
+        'nvtopy_process_gpu_memory_bytes{{gpu="0",UUID="{}",pid="4242",type="C",user="alice",hostname="{}"}} 1e9\n'
+    )
+    bodies = [
+        (capture(g).replace("gpu-node-07", name) + process.format(uuid, name)).encode() for g, name in names.items()
+    ]
+    logs: list[Path] = []
+    with (
+        served_expositions(bodies) as targets,
+        prometheus(tmp_path, scrape_config(targets, job="dcgm"), targets, logs) as server,
+    ):
+        wait("both exporters scraped", DATA_S, lambda: targets_up(server, job="dcgm"), logs)
+        every = "count(DCGM_FI_DEV_FB_USED or DCGM_FI_DEV_FB_USED_BYTES)"  # a whole GPU and two GPU instances a host
+        wait("both hosts' GPUs in Prometheus", DATA_S, lambda: server.values(every) == [6.0], logs)
+        snapshot = PrometheusFleet(server.url, timeout=10.0).read_once()
+        hosts = _per_host(list(snapshot.gpus))
+        assert list(hosts) == list(names.values()), [(g.static.host, g.note) for g in snapshot.gpus]
+        for generation, name in names.items():
+            assert_reads_as(hosts[name], expected(generation), f"--prometheus, {generation}")
+        assert [figures(g) for g in hosts["gpu-node-48"]] == [figures(g) for g in hosts["gpu-node-49"]]
+        assert snapshot.host.driver_version == "570.172.08"
+
+        remote = RemoteHosts(targets, interval=5.0, timeout=5.0)
+        try:
+            scraped = _per_host(list(remote.poll_once().gpus))
+        finally:
+            remote.stop()
+        assert list(scraped) == list(names.values()), [(g.static.host, g.note) for g in scraped.get("", [])]
+        for generation, name in names.items():
+            assert_reads_as(scraped[name], expected(generation), f"--remote, {generation}")
+
+        history = "count_over_time(up[10s])"  # scrapes of each target in the last 10 s
+        wait("a few seconds of history", DATA_S, lambda: [v >= 9 for v in server.values(history)] == [True] * 2, logs)
+        end = time.time()
+        report = account(PrometheusClient(server.url, timeout=10.0), by=("host",), start=end - 8, end=end, step=1.0)
+        # The report's own PromQL, asked of the server at one instant: each host's GPU 0 in the legacy unit.
+        for figure, value in (
+            ("energy", 8716204113.0),
+            ("utilization", 87.0),
+            ("power", 412.537),
+            ("sm_active", 0.8825),
+        ):
+            said = {s["metric"]["hostname"]: float(s["value"][1]) for s in server.query(queries(5.0)[figure])}
+            assert said == pytest.approx(dict.fromkeys(names.values(), value), rel=1e-9), figure
+    rows = {row.key[0]: row for row in report.rows}
+    assert sorted(rows) == sorted(names.values()), report
+    left, right = rows["gpu-node-48"], rows["gpu-node-49"]
+    assert left.gpus == right.gpus == 1, "GPU 0; the MIG GPU has GPU instances' series only"
+    assert left.held_gpu_hours > 0 and left.busy_gpu_hours == pytest.approx(left.held_gpu_hours * 0.8825)
+    for figure in ("held_gpu_hours", "busy_gpu_hours", "idle_held_gpu_hours", "energy_kwh", "peak_memory_bytes"):
+        assert getattr(left, figure) == pytest.approx(getattr(right, figure), rel=1e-6, abs=1e-12), figure
