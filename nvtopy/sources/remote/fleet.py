@@ -205,6 +205,7 @@ _NEWEST_SOURCES = ("nvtopy_gpu_lost", "DCGM_FI_DEV_FB_USED", NAMING_4_9.name("DC
 _PROCESS_IDENTITY_SOURCES = ("nvtopy_process_start_time_seconds", "nvtopy_process_gpu_memory_bytes")
 # A host: its instance and its name, spelt Hostname (dcgm-exporter up to 4.8.2, nvtopy) or hostname (4.8.3 on).
 _HOST_KEY_LABELS = ("instance", *HOST_LABELS)
+_HOST_NAME, _HOST_NAME_BEFORE = HOST_LABELS  # the newer spelling first: _read's row loop looks them up inline
 _VALUE_LABELS = (
     "__name__",
     *_HOST_KEY_LABELS,
@@ -713,7 +714,7 @@ class PrometheusFleet(SnapshotSource):
             found = reading.get(
                 labels.get("instance", "")
                 if one_name
-                else (labels.get("instance", ""), labels.get("hostname") or labels.get("Hostname", ""))
+                else (labels.get("instance", ""), labels.get(_HOST_NAME) or labels.get(_HOST_NAME_BEFORE, ""))
             )  # the host key's name as _newest reads it (first_label of HOST_LABELS), inlined: 200,000 rows
             if found is None:
                 continue  # another host behind the same instance, with nothing new
