@@ -7,6 +7,13 @@ unescaped, values out of range are None, a host claims a bounded number of
 GPUs and processes (the ``MAX_*`` caps). Profiling series are read back as
 percentages. The names and units are :mod:`nvtopy.formats.dcgm`'s and
 :mod:`~nvtopy.formats.prometheus.series`'.
+
+Every naming generation of dcgm-exporter is read, per host: 3.x to 4.8 (legacy names, ``Hostname``
+up to 4.8.2 and ``hostname`` from 4.8.3, ``DCGM_FI_DRIVER_VERSION``), 4.9 (DCGM 4.7's names and
+units: Hz, J, ratios, bytes; ``DCGM_FI_SYSTEM_DRIVER_VERSION``) and nvtopy's own. A 4.9 sample is
+turned into its legacy name and unit at the door (:func:`~nvtopy.formats.dcgm_naming.legacy_reading`),
+and a label with several spellings is read in each (:func:`scraped_spelling`): everything after that
+is one path, so a 4.9 host's figures are the same as a 4.8 host's.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from ...model import GpuStatic, MigInstance, MigUsage, OwnerKind, ProcessOwner, 
 from ...ranges import FIELD_RANGES, fits
 from ...textsafe import unescape_text
 from ..dcgm import INSTANCE_FIELDS, INSTANCE_GPM_FIELDS
+from ..dcgm_naming import DRIVER_LABELS, HOST_LABELS, READ_ALIASES, UUID_LABELS, first_label, legacy_reading
 from ..fields import FieldPart, field_part
 from .series import ALL_BY_NAME, PROCESS_FIELDS
 
@@ -43,6 +51,7 @@ __all__ = [
     "process_from_labels",
     "process_value",
     "scraped_label",
+    "scraped_spelling",
     "scraped_whole",
     "xid_count",
 ]
@@ -100,7 +109,16 @@ def scraped_label(labels: dict[str, str], name: str, limit: int = MAX_LABEL) -> 
     Shared by every reader of scraped or queried series (``--remote``, ``--prometheus``, ``report``):
     a value that is not text (a hostile server's JSON) is no label.
     """
-    value = labels.get(name)
+    return _scraped_text(labels.get(name), limit)
+
+
+def scraped_spelling(labels: dict[str, str], spellings: tuple[str, ...], limit: int = MAX_LABEL) -> str | None:
+    """A label spelt several ways across dcgm-exporter's versions (``hostname``/``Hostname``: the tuples of
+    :mod:`~nvtopy.formats.dcgm_naming`), read as :func:`scraped_label` reads one: the first spelling present."""
+    return _scraped_text(first_label(labels, spellings), limit)
+
+
+def _scraped_text(value: object, limit: int) -> str | None:
     if not isinstance(value, str) or not value:
         return None
     value = unescape_text(value[: limit * 4]) or ""  # an escape is at most 4 characters
@@ -328,12 +346,12 @@ def parse_exposition(text: str, url: str) -> HostScrape:
             static = statics.get(index)
             if static is None:
                 static = statics[index] = {
-                    "uuid": scraped_label(labels, "UUID"),
+                    "uuid": scraped_spelling(labels, UUID_LABELS),
                     "bus_id": scraped_label(labels, "pci_bus_id"),
                     "name": scraped_label(labels, "modelName"),
                 }
-            host = scraped_label(labels, "Hostname") or host
-            driver = scraped_label(labels, "DCGM_FI_DRIVER_VERSION") or driver
+            host = scraped_spelling(labels, HOST_LABELS) or host
+            driver = scraped_spelling(labels, DRIVER_LABELS) or driver
             if sample.name.startswith(_MIG_DEVICE_PREFIX):
                 mig_device_sample(devices[index], sample.name, labels, sample.value)
                 continue
@@ -349,12 +367,14 @@ def parse_exposition(text: str, url: str) -> HostScrape:
                     xid_count(health[index], labels.get("xid"), sample.value)
                 continue
             name = sample.name
-            if name not in ALL_BY_NAME and name.endswith("_total"):
-                name = name[:-6]  # prometheus-client's parser renames dcgm's counters (energy, ECC) to *_total
+            if name not in ALL_BY_NAME and name not in READ_ALIASES and name.endswith("_total"):
+                # prometheus-client's parser renames a counter X (energy, ECC; 4.9's X_TOTAL too) to X_total
+                name = name[:-6]
+            name, reading = legacy_reading(name, sample.value)  # a 4.9 series: its legacy name and unit
             known = ALL_BY_NAME.get(name)
             if known is None:
                 continue
-            value = known.from_metric(sample.value)  # None: not finite, or out of the field's range
+            value = known.from_metric(reading)  # None: not finite, or out of the field's range
             if gi is not None:
                 of_gpu = instances[index]
                 if gi not in of_gpu and len(of_gpu) >= MAX_MIG_PER_GPU:

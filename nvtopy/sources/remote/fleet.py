@@ -5,9 +5,10 @@ Prometheus server scraping dcgm-exporter or ``nvtopy exporter`` on every node; t
 source reads that server with **at most two queries per refresh, whatever the number
 of hosts** (:data:`MAX_QUERIES_PER_REFRESH`):
 
-1. :func:`newest_query`: each host's ``(instance, Hostname)`` with the ``timestamp()``
+1. :func:`newest_query`: each host's ``(instance, hostname or Hostname)`` with the ``timestamp()``
    of its newest GPU sample (``nvtopy_gpu_lost``, which nvtopy's exporter has for every
-   GPU, or ``DCGM_FI_DEV_FB_USED``, one of dcgm-exporter's defaults). 64 rows for 64 hosts.
+   GPU, or ``DCGM_FI_DEV_FB_USED``/``DCGM_FI_DEV_FB_USED_BYTES``, one of dcgm-exporter's defaults
+   up to 4.8 and from 4.9). 64 rows for 64 hosts.
 2. :func:`read_query`, only if some host has a sample newer than the last one read, and
    only of those hosts (an ``instance`` matcher, escaped): one answer ``or``-ed of the
    GPU series (``max by`` the labels that tell GPUs, GPU instances, MIG devices and Xids
@@ -15,8 +16,16 @@ of hosts** (:data:`MAX_QUERIES_PER_REFRESH`):
    (UUID, model, bus id, driver; dcgm-exporter's Kubernetes ``pod``/``namespace``/
    ``container`` and Slurm ``hpc_job``) once, the ``nvtopy_process_*`` values and each
    process's identity (user, command, owner labels) once. Where every ``instance`` names one
-   host (one Hostname: the first answer says so) the rows leave Hostname out and are told
+   host (one host name: the first answer says so) the rows leave the host label out and are told
    apart by ``instance`` alone, some 20 bytes less of each of the answer's 50 rows a GPU.
+
+**Every naming**, per host (:mod:`nvtopy.formats.dcgm_naming`): dcgm-exporter 3.x to 4.8 (legacy
+names; the host label ``Hostname`` up to 4.8.2, ``hostname`` from 4.8.3), 4.9 (DCGM 4.7's names
+and units; ``DCGM_FI_SYSTEM_DRIVER_VERSION``) and nvtopy's own. Both spellings of the host, driver
+and UUID labels are asked for (``max by``/``count by`` both); a 4.9 series has a route of its own
+that reads its value back into the legacy unit (:func:`~nvtopy.formats.dcgm_naming.legacy_reading`)
+before the legacy field's range check, so a fleet in the middle of an upgrade shows each GPU
+once, with the same figures whichever exporter it has.
 
 A host with nothing new keeps the lines it had: a refresh costs in proportion to the
 hosts that were scraped since the last one, not to the fleet. The counters and static
@@ -24,9 +33,9 @@ values (ECC, row remapping, PCIe link, energy, MIG mode: :data:`SLOW_GROUPS`) ar
 third of the series and change slowly: a host read again is asked for one group of
 them, in turn (all of them the first time), and keeps the others' last values.
 
-Series are grouped into hosts by ``(instance, Hostname)``, so two exporters that
-report the same Hostname (two containers named ``demo-node``) stay two hosts, titled
-with their ``instance`` (host:port); a host is otherwise titled with its Hostname
+Series are grouped into hosts by ``(instance, host name)`` (``hostname``, else ``Hostname``), so two
+exporters that report the same name (two containers named ``demo-node``) stay two hosts, titled
+with their ``instance`` (host:port); a host is otherwise titled with its name
 (``instance`` when it has none). GPUs are sorted by (host, index), hosts in natural
 order (node2 before node10), and numbered from 0 in that order, each keeping its own
 index as ``host_index``; process rows carry their host. What is read goes through the
@@ -54,7 +63,9 @@ again. Queries run on the source's thread, each with its deadline
 progress off. **Read-only**: nothing can be signalled on another host.
 
 ``--where`` (:func:`~nvtopy.sources.remote.prometheus.parse_matchers`) is a list of label
-matchers added to every selector, e.g. ``Hostname=~"node[1-4]"``.
+matchers added to every selector, e.g. ``Hostname=~"node[1-4]"``. A matcher names one label spelling:
+``Hostname=~...`` leaves out the hosts whose exporter says ``hostname`` (dcgm-exporter 4.8.3 on), and a
+matcher on a label a series lacks compares with "" (``instance=~...`` is the same for every naming).
 """
 
 from __future__ import annotations
@@ -72,6 +83,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...formats.dcgm import FIELDS, INSTANCE_FIELDS
+from ...formats.dcgm_naming import (
+    DRIVER_LABELS,
+    HOST_LABELS,
+    NAMING_4_9,
+    READ_ALIASES,
+    UUID_LABELS,
+    first_label,
+    legacy_reading,
+)
 from ...formats.fields import field_part
 from ...formats.prometheus.parse import (
     MAX_GPU_INDEX,
@@ -88,6 +108,7 @@ from ...formats.prometheus.parse import (
     process_from_labels,
     process_value,
     scraped_label,
+    scraped_spelling,
     scraped_whole,
     xid_count,
 )
@@ -124,6 +145,26 @@ HOST_LIST_BYTES = 4 << 20  # the first answer (one row a host): some 40,000 host
 # ----------------------------------------------------------------- what is asked for
 
 _GPU_FIELDS = {f.name: f for f in (*FIELDS, *NVTOPY_FIELDS)}
+
+
+def _aliased(name: str, read: Callable[[float], Any]) -> Callable[[float], Any]:
+    """How a 4.9 series' value reads: in its legacy unit (:func:`legacy_reading`), then as the legacy field's."""
+
+    def convert(value: float) -> Any:
+        return read(legacy_reading(name, value)[1])
+
+    return convert
+
+
+# Every GPU value series read, by name -> (its model attribute, how a value reads): the legacy and nvtopy names,
+# and dcgm-exporter 4.9's (READ_ALIASES), each converted back to its legacy unit before its legacy field's check.
+_GPU_READS: dict[str, tuple[str, Callable[[float], Any]]] = {
+    **{name: (f.attribute, f.from_metric) for name, f in _GPU_FIELDS.items()},
+    **{
+        new: (_GPU_FIELDS[legacy].attribute, _aliased(new, _GPU_FIELDS[legacy].from_metric))
+        for new, (legacy, _) in READ_ALIASES.items()
+    },
+}
 # Counters and static values: a host read again is asked for one group, in turn (the others keep their last values).
 _SLOW_ATTRIBUTES = (
     ("ecc_corrected_volatile", "ecc_uncorrected_volatile", "ecc_corrected_aggregate", "ecc_uncorrected_aggregate"),
@@ -140,29 +181,34 @@ _SLOW_ATTRIBUTES = (
     ),
 )
 SLOW_GROUPS: tuple[tuple[str, ...], ...] = tuple(
-    tuple(name for name, f in _GPU_FIELDS.items() if f.attribute in group) for group in _SLOW_ATTRIBUTES
+    tuple(name for name, (attribute, _) in _GPU_READS.items() if attribute in group) for group in _SLOW_ATTRIBUTES
 )
 _SLOW = {name for group in SLOW_GROUPS for name in group}
 _MIG_DEVICE_NAMES = ("nvtopy_mig_device_info", *(name for name, _, _ in MIG_DEVICE_SERIES))
 # Every refresh: what the views show, the GPU instances' series (INSTANCE_FIELDS), lost, Xid counts, MIG devices.
 LIVE_NAMES: tuple[str, ...] = (
-    *(name for name in _GPU_FIELDS if name not in _SLOW),
+    *(name for name in _GPU_READS if name not in _SLOW),
     "nvtopy_gpu_lost",
     "nvtopy_xid_events_total",
     *_MIG_DEVICE_NAMES,
 )
-assert not _SLOW & set(INSTANCE_FIELDS), "a GPU instance's own series are read at every refresh"
+assert not {READ_ALIASES.get(name, (name,))[0] for name in _SLOW} & set(INSTANCE_FIELDS), (
+    "a GPU instance's own series are read at every refresh"
+)
 
 # Which hosts have GPUs, and the time of their newest sample: nvtopy's exporter has the first series for every GPU
-# (a lost one too), dcgm-exporter's default counters the second. A GPU's identity comes from any of these.
-_NEWEST_SOURCES = ("nvtopy_gpu_lost", "DCGM_FI_DEV_FB_USED")
+# (a lost one too), dcgm-exporter's default counters the second (up to 4.8) or third (4.9). A GPU's identity comes
+# from any of these.
+_NEWEST_SOURCES = ("nvtopy_gpu_lost", "DCGM_FI_DEV_FB_USED", NAMING_4_9.name("DCGM_FI_DEV_FB_USED"))
 # A process's identity comes from one of these (every process has at least one of them, nvtopy's exporter
 # leaving a value out only where it is unknown): two series read twice, rather than all seven.
 _PROCESS_IDENTITY_SOURCES = ("nvtopy_process_start_time_seconds", "nvtopy_process_gpu_memory_bytes")
-_HOST_LABELS = ("instance", "Hostname")
+# A host: its instance and its name, spelt Hostname (dcgm-exporter up to 4.8.2, nvtopy) or hostname (4.8.3 on).
+_HOST_KEY_LABELS = ("instance", *HOST_LABELS)
+_HOST_NAME, _HOST_NAME_BEFORE = HOST_LABELS  # the newer spelling first: _read's row loop looks them up inline
 _VALUE_LABELS = (
     "__name__",
-    *_HOST_LABELS,
+    *_HOST_KEY_LABELS,
     "gpu",
     "GPU_I_ID",
     "GPU_I_PROFILE",
@@ -174,20 +220,21 @@ _VALUE_LABELS = (
 )
 _POD_LABELS = ("pod", "namespace", "container", "hpc_job")
 _IDENTITY_LABELS = (
-    *_HOST_LABELS,
+    *_HOST_KEY_LABELS,
     "gpu",
     "GPU_I_ID",
-    "UUID",
+    *UUID_LABELS,
     "modelName",
     "pci_bus_id",
-    "DCGM_FI_DRIVER_VERSION",
+    *DRIVER_LABELS,
     *_POD_LABELS,
 )
 PROCESS_NAMES = tuple(f"nvtopy_process_{name}" for name in PROCESS_VALUES)
-_IDENTITY = (("uuid", "UUID"), ("bus_id", "pci_bus_id"), ("name", "modelName"))  # GpuStatic <- label
-_PROCESS_VALUE_LABELS = ("__name__", *_HOST_LABELS, "gpu", "pid")
+# GpuStatic <- the label's spellings
+_IDENTITY = (("uuid", UUID_LABELS), ("bus_id", ("pci_bus_id",)), ("name", ("modelName",)))
+_PROCESS_VALUE_LABELS = ("__name__", *_HOST_KEY_LABELS, "gpu", "pid")
 _PROCESS_IDENTITY_LABELS = (
-    *_HOST_LABELS,
+    *_HOST_KEY_LABELS,
     "gpu",
     "pid",
     "type",
@@ -216,9 +263,10 @@ Part = tuple[Sequence[str], Sequence[str] | None]  # metric names, the instances
 
 
 def newest_query(where: Sequence[Matcher] = ()) -> str:
-    """The first query of every refresh: each host (instance, Hostname) with the time of its newest GPU sample."""
+    """The first query of every refresh: each host (instance, hostname or Hostname) with the time of its newest GPU
+    sample (of any naming: a host's rows with either spelling are one host, :meth:`PrometheusFleet._newest`)."""
     newest = " or ".join(f"timestamp({selector(Matcher('__name__', '=', n), *where)})" for n in _NEWEST_SOURCES)
-    return f"max by ({', '.join(_HOST_LABELS)}) ({newest})"
+    return f"max by ({', '.join(_HOST_KEY_LABELS)}) ({newest})"
 
 
 def read_query(
@@ -236,13 +284,13 @@ def read_query(
     - each process's values, ``max by`` its host, GPU and pid;
     - each process's identity (user, command, owner), ``count by`` its labels (no ``__name__``, a ``pid``).
 
-    ``hostname`` False: no ``Hostname`` label in the answer, where every ``instance`` has one Hostname
-    (the first query says so) and a row's ``instance`` names its host: some 20 bytes less of each of
-    the answer's 50 rows a GPU, for the server to write and this process to decode.
+    ``hostname`` False: no host label (``Hostname`` nor ``hostname``) in the answer, where every ``instance``
+    has one host name (the first query says so) and a row's ``instance`` names its host: some 20 bytes less
+    of each of the answer's 50 rows a GPU, for the server to write and this process to decode.
     """
 
     def by(labels: tuple[str, ...]) -> str:
-        return ", ".join(label for label in labels if hostname or label != "Hostname")
+        return ", ".join(label for label in labels if hostname or label not in HOST_LABELS)
 
     terms = [f"max by ({by(_VALUE_LABELS)}) ({_selector(names, where, of)})" for names, of in parts]
     terms.append(f"count by ({by(_IDENTITY_LABELS)}) ({_selector(_NEWEST_SOURCES, where, instances)})")
@@ -256,9 +304,9 @@ def read_query(
 
 # name -> (where it goes: "static", "health" or "values"; the attribute; the field's range check and scale)
 _ROUTES: dict[str, tuple[str, str, Callable[[float], Any]]] = {}
-for _name, _field in _GPU_FIELDS.items():
-    _part, _attribute = field_part(_field.attribute)
-    _ROUTES[_name] = ("values" if _part == "sample" else _part, _attribute, _field.from_metric)
+for _name, (_field_attribute, _read_value) in _GPU_READS.items():
+    _part, _attribute = field_part(_field_attribute)
+    _ROUTES[_name] = ("values" if _part == "sample" else _part, _attribute, _read_value)
 _INDEX_CACHE: dict[str, int] = {str(i): i for i in range(MAX_GPUS_PER_HOST)}
 # name -> _ROUTES's entry and the slow group it is in (None: read at every refresh): _read's common row, in one look-up.
 _FAST_ROUTES: dict[str, tuple[str, str, Callable[[float], Any], int | None]] = {
@@ -303,7 +351,7 @@ Kept = dict[tuple[str, str], Any]
 
 @dataclass
 class _Host:
-    """What the answers say of one (instance, Hostname)."""
+    """What the answers say of one (instance, host name): the name ``hostname`` or ``Hostname`` says."""
 
     key: tuple[str, str]
     gpus: dict[int, _Gpu] = field(default_factory=dict)
@@ -341,6 +389,7 @@ def _route(gpu: _Gpu, name: str, labels: dict[str, str], value: float, slow: Kep
     if name.startswith("nvtopy_mig_device_"):
         mig_device_sample(gpu.devices, name, labels, value)
         return
+    name, value = legacy_reading(name, value)  # a 4.9 series: as its legacy one (INSTANCE_FIELDS' names)
     route = _ROUTES.get(name)
     if route is None:
         return
@@ -592,10 +641,10 @@ class PrometheusFleet(SnapshotSource):
     def _newest(rows: list[tuple[dict[str, str], float]]) -> tuple[dict[tuple[str, str], _Host], int, bool]:
         """The hosts the first query names, each with the time of its newest GPU sample (the server's clock),
         at most :data:`MAX_HOSTS` of them (the first by name, as they are shown); how many it names; and
-        whether each of its instances has one Hostname (then a row's ``instance`` names its host)."""
+        whether each of its instances has one host name (then a row's ``instance`` names its host)."""
         newest: dict[tuple[str, str], float | None] = {}
         for labels, value in rows:
-            key = (labels.get("instance", ""), labels.get("Hostname", ""))
+            key = (labels.get("instance", ""), first_label(labels, HOST_LABELS) or "")
             said = value if math.isfinite(value) else None
             known = newest.get(key)
             if known is None or (said is not None and said > known):
@@ -621,7 +670,7 @@ class PrometheusFleet(SnapshotSource):
 
         ``every_host``: ``hosts`` are all the server has (not the first :data:`MAX_HOSTS`): a question
         about all of them needs no ``instance`` matcher. ``one_name``: every instance the server has
-        names one host (one Hostname): the answer's rows are told apart by ``instance`` alone.
+        names one host (one host name): the answer's rows are told apart by ``instance`` alone.
         """
         every = every_host and len(changed) == len(hosts)
         instances = None if every else sorted({key[0] for key in changed})
@@ -663,8 +712,10 @@ class PrometheusFleet(SnapshotSource):
             except VECTOR_ERRORS:
                 raise client.malformed() from None
             found = reading.get(
-                labels.get("instance", "") if one_name else (labels.get("instance", ""), labels.get("Hostname", ""))
-            )
+                labels.get("instance", "")
+                if one_name
+                else (labels.get("instance", ""), labels.get(_HOST_NAME) or labels.get(_HOST_NAME_BEFORE, ""))
+            )  # the host key's name as _newest reads it (first_label of HOST_LABELS), inlined: 200,000 rows
             if found is None:
                 continue  # another host behind the same instance, with nothing new
             host, kept = found
@@ -751,17 +802,17 @@ class PrometheusFleet(SnapshotSource):
         host.gpus_reported.add(str(index))
         gpu = host.gpu(index)
         static = gpu.static
-        for attribute, label in _IDENTITY:
+        for attribute, spellings in _IDENTITY:
             if static.get(attribute) is None:
-                static[attribute] = scraped_label(labels, label)
+                static[attribute] = scraped_spelling(labels, spellings)
         if not gpu.pod:
             gpu.pod = {k: labels[k] for k in _POD_LABELS if labels.get(k)}
-        host.driver = scraped_label(labels, "DCGM_FI_DRIVER_VERSION") or host.driver
+        host.driver = scraped_spelling(labels, DRIVER_LABELS) or host.driver
 
     # ----------------------------------------------------------------- the snapshot
 
     def _titles(self) -> None:
-        """Each host's title: its Hostname, or its instance (host:port) where the Hostname is shared or missing."""
+        """Each host's title: its host name, or its instance (host:port) where the name is shared or missing."""
         said = {key: scraped_label({"h": key[1]}, "h") or key[0] or "unknown" for key in self._known}
         counts = collections.Counter(said.values())
         for key, name in said.items():
@@ -903,5 +954,5 @@ def _short(exc: PrometheusError) -> str:
 
 
 def _gpu_key(host: tuple[str, str], index: int) -> tuple[str, str, int]:
-    """A GPU's identity across refreshes: its host's (instance, Hostname) and its index there."""
+    """A GPU's identity across refreshes: its host's (instance, host name) and its index there."""
     return (*host, index)

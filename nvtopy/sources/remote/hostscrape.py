@@ -12,7 +12,7 @@ carrying their host.
 :class:`HostGpus` keeps what lasts between refreshes: each GPU's short history
 (the sparklines), its long timeline (the charts) and when each Xid was first
 seen, keyed by whatever names the GPU for its source (``(url, index)`` for
-``--remote``, ``(instance, Hostname, index)`` for a fleet). :meth:`HostGpus.forget`
+``--remote``, ``(instance, host name, index)`` for a fleet). :meth:`HostGpus.forget`
 drops the GPUs no longer seen, so a fleet whose hosts come and go stays bounded.
 """
 

@@ -16,6 +16,12 @@ fleet (one per metric group, each answering for every host at once), over
   step (``avg_over_time(...[step])``: NVML's own utilisation is an average over the past too),
   and the total-energy counter (``last_over_time(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION[step])``, mJ).
 
+Every naming of dcgm-exporter, host by host: each GPU query is the legacy series ``or`` its 4.9
+name (:mod:`nvtopy.formats.dcgm_naming`) brought back to the legacy unit in PromQL, e.g.
+``avg_over_time(DCGM_FI_DEV_GPU_UTIL[w]) or (avg_over_time(DCGM_FI_DEV_GPU_UTIL_RATIO[w]) * 100)``
+and the energy in J ``* 1000``; a series' host is its ``hostname`` or ``Hostname`` label (4.8.3
+renamed it), its UUID ``UUID`` or ``uuid``. The processes are grouped by both host spellings.
+
 Whole GPUs only (``GPU_I_ID=""``: a MIG instance's series are not the GPU's). The
 answers are turned into the same :class:`~nvtopy.accounting.ledger.Observation`
 a recording gives, one per GPU per step, and summed by the same
@@ -42,7 +48,8 @@ from typing import Protocol
 
 from ...accounting.ledger import Holding, Ledger, Observation, Report, owner_key
 from ...errors import UsageError
-from ...formats.prometheus.parse import MAX_GPU_INDEX, owner_from_labels, scraped_label
+from ...formats.dcgm_naming import HOST_LABELS, NAMING_4_9, READ_ALIASES, UUID_LABELS
+from ...formats.prometheus.parse import MAX_GPU_INDEX, owner_from_labels, scraped_label, scraped_spelling
 from ...formats.prometheus.series import OWNER_LABELS
 from .prometheus import parse_matchers
 
@@ -70,8 +77,9 @@ MIN_STEP = 15.0
 """Prometheus' usual scrape interval: the window of the first look at a period of up to 6 h (a tenth of one
 under 150 s; :func:`data_span`), and the step where the scrape interval is not known."""
 
-GROUP_LABELS = ", ".join(("Hostname", "instance", "gpu", "UUID", "user", *OWNER_LABELS))
-"""What the process queries keep of a process's labels: its GPU, its user, its owner (all any key needs)."""
+GROUP_LABELS = ", ".join((*HOST_LABELS, "instance", "gpu", "UUID", "user", *OWNER_LABELS))
+"""What the process queries keep of a process's labels: its host (either spelling), GPU, user and owner (all any key
+needs)."""
 
 PROCESS_SERIES = ("gpu_memory_bytes", "start_time_seconds", "cpu_percent", "sm_utilization_percent")
 """``nvtopy_process_*`` series whose presence shows a process: one is enough (each can be N/A)."""
@@ -140,11 +148,22 @@ def queries(step: float, where: str = "") -> dict[str, str]:
     return {
         "processes": f"count by ({GROUP_LABELS}) ({processes})",
         "memory": f"sum by ({GROUP_LABELS}) (last_over_time(nvtopy_process_gpu_memory_bytes{{{where}}}{window}))",
-        "sm_active": f"avg_over_time(DCGM_FI_PROF_SM_ACTIVE{gpu}{window})",
-        "utilization": f"avg_over_time(DCGM_FI_DEV_GPU_UTIL{gpu}{window})",
-        "energy": f"last_over_time(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu}{window})",
-        "power": f"avg_over_time(DCGM_FI_DEV_POWER_USAGE{gpu}{window})",
+        "sm_active": _any_naming("avg_over_time", "DCGM_FI_PROF_SM_ACTIVE", f"{gpu}{window}"),
+        "utilization": _any_naming("avg_over_time", "DCGM_FI_DEV_GPU_UTIL", f"{gpu}{window}"),
+        "energy": _any_naming("last_over_time", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", f"{gpu}{window}"),
+        "power": _any_naming("avg_over_time", "DCGM_FI_DEV_POWER_USAGE", f"{gpu}{window}"),
     }
+
+
+def _any_naming(function: str, legacy: str, argument: str) -> str:
+    """``function(legacy...)`` or the same of dcgm-exporter 4.9's name, in the legacy unit: one answer for a fleet of
+    both (a GPU's series carry one of the names; their label sets differ, so ``or`` keeps each)."""
+    new = NAMING_4_9.name(legacy)
+    if new == legacy:
+        return f"{function}({legacy}{argument})"
+    factor = READ_ALIASES[new][1]
+    renamed = f"{function}({new}{argument})" if factor == 1 else f"({function}({new}{argument}) * {factor:g})"
+    return f"{function}({legacy}{argument}) or {renamed}"
 
 
 def _duration(seconds: float) -> str:
@@ -169,8 +188,8 @@ def _gpu_ident(labels: dict[str, str]) -> tuple[str, str, int] | None:
     index = _gpu_index(labels)
     if index is None:
         return None
-    host = scraped_label(labels, "Hostname") or scraped_label(labels, "instance") or "?"
-    uuid = scraped_label(labels, "UUID")
+    host = scraped_spelling(labels, HOST_LABELS) or scraped_label(labels, "instance") or "?"
+    uuid = scraped_spelling(labels, UUID_LABELS)
     return host, uuid or f"#{index}", index
 
 
@@ -194,14 +213,19 @@ def _points(
 # ----------------------------------------------------------------- what the server holds
 
 
-PROBE_SERIES = (
-    "DCGM_FI_DEV_POWER_USAGE",
-    "DCGM_FI_DEV_GPU_UTIL",
-    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-    "DCGM_FI_PROF_SM_ACTIVE",
+PROBE_SERIES = tuple(
+    name
+    for legacy in (
+        "DCGM_FI_DEV_POWER_USAGE",
+        "DCGM_FI_DEV_GPU_UTIL",
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "DCGM_FI_PROF_SM_ACTIVE",
+    )
+    for name in dict.fromkeys((legacy, NAMING_4_9.name(legacy)))
 )
 """Per-GPU series whose samples are counted to find the data's span and scrape interval: the first one a
-GPU has (the others may be N/A on it: utilisation under MIG, SM activity before Hopper)."""
+GPU has (the others may be N/A on it: utilisation under MIG, SM activity before Hopper), each under its
+legacy and its 4.9 name (a count has no unit)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -80,7 +80,7 @@ def _with_ghosts(fake, ghosts: list[str]):
     """The fake answers the first query (each host's newest sample) with its own hosts and ``ghosts`` more."""
 
     def reply(handler, query: str) -> bool:
-        if not query.startswith("max by (instance, Hostname) (timestamp("):
+        if not query.startswith("max by (instance, hostname, Hostname) (timestamp("):
             return False  # the second query: what the fake's own series say
         data = json.loads(fake.answer(query))
         data["data"]["result"].extend(_newest_rows(ghosts))
@@ -158,7 +158,7 @@ def test_a_malformed_item_in_the_fleets_answer_is_one_line(fake, item, why):
     add_hosts(fake, 1, gpus=1)
 
     def reply(handler, query: str) -> bool:
-        if query.startswith("max by (instance, Hostname) (timestamp("):
+        if query.startswith("max by (instance, hostname, Hostname) (timestamp("):
             return False  # the first query: the fake's own hosts
         data = json.loads(fake.answer(query))
         data["data"]["result"].insert(1, item)

@@ -27,6 +27,7 @@ import pytest
 
 from nvtopy.commands.exporter.server import serve
 from nvtopy.formats.dcgm import BY_NAME
+from nvtopy.formats.dcgm_naming import READ_ALIASES
 from nvtopy.formats.prometheus.parse import (
     MAX_GPU_INDEX,
     MAX_GPUS_PER_HOST,
@@ -329,6 +330,54 @@ def test_values_out_of_range_are_not_available():
         assert static.memory_total_bytes is None, value
         assert static.temperature_slowdown_c == (-1 if value == "-1" else None), value
     assert scrape.gpus[-1][1]["utilization_gpu_percent"] == 42
+
+
+def test_4_9_values_out_of_range_are_not_available():
+    """dcgm-exporter 4.9's names (Hz, J, ratios, bytes): a value not finite, negative or huge reads N/A, never 0.
+
+    Each is read in its legacy unit first (x 1e-6, x 1000, x 100, / 1 MiB): an overflow there (1e308 J is
+    +Inf mJ) is out of range too, and no conversion brings a hostile value into range."""
+    lines = []
+    for index, value in enumerate(ABSURD):
+        for name in READ_ALIASES:
+            lines.append(_line(name, index, value).replace("Hostname=", "hostname="))
+    lines.append(_line("DCGM_FI_DEV_GPU_UTIL_RATIO", len(ABSURD), "0.42"))
+    scrape = parse_exposition("".join(lines), "http://10.0.0.1:9400/metrics")
+    assert scrape.hostname == "weird"
+    assert len(scrape.gpus) == len(ABSURD) + 1
+    said = set()
+    for (static, values, _), value in zip(scrape.gpus, ABSURD, strict=False):
+        for attribute, got in values.items():
+            said.add(attribute)
+            if attribute == "ecc_mode":
+                continue
+            if value == "-1" and attribute == "temperature_c":
+                assert got == -1, "-1 C is a temperature"
+                continue
+            assert got is None, (value, attribute, got)
+        assert static.memory_total_bytes is None, value
+        assert scrape.health.get(static.index, {}).get("last_xid") is None, value
+    assert "clock_sm_mhz" in said and "energy_mj" in said and "utilization_gpu_percent" in said
+    assert scrape.gpus[-1][1]["utilization_gpu_percent"] == 42
+
+
+@pytest.mark.parametrize(
+    ("name", "good_values", "bad_values"),
+    [
+        ("DCGM_FI_DEV_GPU_UTIL_RATIO", ("0", "1", "0.554"), ("1.01", "-0.005", "NaN", "1e308")),
+        ("DCGM_FI_DEV_SM_CLOCK_HERTZ", ("0", "1980000000"), ("-1", "1e12", "+Inf")),
+        ("DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", ("0", "123456789.012"), ("-1", "1e20", "1e308")),
+        ("DCGM_FI_DEV_FB_USED_BYTES", ("0", "85899345920"), ("-1", "18446744073709551616", "-Inf")),
+        ("DCGM_FI_PROF_SM_UTIL_RATIO", ("0", "0.5", "1"), ("1.5", "-0.1")),
+    ],
+)
+def test_each_4_9_field_has_a_range_in_its_own_unit(name, good_values, bad_values):
+    """A 4.9 value is checked against its legacy field's range after the unit conversion: 1.98e9 Hz is 1980 MHz."""
+    for text in (*good_values, *bad_values):
+        scrape = parse_exposition(_line(name, 0, text), "http://weird:9400/metrics")
+        ((_, values, _),) = scrape.gpus
+        (got,) = (v for k, v in values.items() if k != "ecc_mode")
+        assert (got is not None) == (text in good_values), (name, text, got)
 
 
 @pytest.mark.parametrize(

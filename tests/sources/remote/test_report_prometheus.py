@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.server
 import json
 import math
+import re
 import threading
 import time
 import urllib.parse
@@ -48,10 +49,28 @@ class Fleet:
         self.missing = lambda host, t: False
         self.user = lambda host: f"user{host % 3}"
         self.labels: dict[str, str] = {}  # extra labels on every process series
+        self.renamed: set[int] = set()  # hosts whose exporter is dcgm-exporter 4.9 (its names, units, hostname)
         self.extra: dict[str, list[tuple[dict[str, str], list[tuple[float, Any]]]]] = {}
 
     def gpu_labels(self, host: int, gpu: int) -> dict[str, str]:
-        return {"Hostname": f"node{host}", "gpu": str(gpu), "UUID": f"GPU-{host}-{gpu}", "instance": f"n{host}:9400"}
+        spelling = "hostname" if host in self.renamed else "Hostname"
+        return {spelling: f"node{host}", "gpu": str(gpu), "UUID": f"GPU-{host}-{gpu}", "instance": f"n{host}:9400"}
+
+    @staticmethod
+    def renamed_factor(expr: str, kind: str) -> float | None:
+        """What the query multiplies a 4.9 host's series by (Prometheus would); None: the query does not ask for it.
+
+        The 4.9 names and units are the documented ones (dcgm-names.md), written here, not taken from nvtopy."""
+        name = {
+            "utilization": "DCGM_FI_DEV_GPU_UTIL_RATIO",
+            "energy": "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL",
+            "power": "DCGM_FI_DEV_BOARD_POWER_WATTS",
+        }[kind]
+        for term in expr.split(" or "):
+            if f"({name}{{" in term:
+                scaled = re.search(r"\) \* ([0-9.e+]+)\)$", term)
+                return float(scaled.group(1)) if scaled else 1.0
+        return None
 
     def scrapes(self, after: float, until: float) -> int:
         """How many scrapes there were in ``(after, until]``."""
@@ -83,7 +102,15 @@ class Fleet:
         else:
             raise AssertionError(expr)
         out = list(self.extra.get(kind, []))
+        # A 4.9 host's unit per legacy unit: utilisation a ratio, energy in J, power in W.
+        per_legacy = {"utilization": 0.01, "energy": 0.001, "power": 1.0}.get(kind)
         for host in range(self.hosts):
+            scale = 1.0
+            if host in self.renamed and per_legacy is not None:
+                factor = self.renamed_factor(expr, kind)
+                if factor is None:
+                    continue  # the query does not name the host's series: no answer for it
+                scale = per_legacy * factor
             for gpu in range(self.gpus):
                 labels = self.gpu_labels(host, gpu)
                 if kind in ("processes", "memory"):  # count by / sum by: the GPU's labels, user and owner
@@ -95,7 +122,7 @@ class Fleet:
                     "energy": lambda t: 1e9 + (t - START) * self.watts * 1000,
                     "power": lambda t: self.watts,
                 }[kind]
-                points = [(t, values(t)) for t in times if not self.missing(host, t)]
+                points = [(t, values(t) * scale) for t in times if not self.missing(host, t)]
                 out.append((labels, points))
         return out
 
@@ -138,6 +165,33 @@ def test_sm_activity_wins_over_utilisation_and_is_a_ratio():
     fleet.extra["sm_active"] = [(fleet.gpu_labels(0, 0), [(t, 0.25) for t in times])]
     result, _ = report(fleet)
     assert result.rows[0].busy_gpu_hours == pytest.approx(0.25)
+
+
+def test_a_fleet_of_4_8_and_4_9_hosts_reports_the_same_figures_per_host():
+    """node1 runs dcgm-exporter 4.9 (hostname, a ratio, J, BOARD_POWER_WATTS): node0's figures, under its name."""
+    fleet = Fleet(hosts=2, gpus=2, util=50.0, watts=300.0)
+    fleet.renamed = {1}
+    result, client = report(fleet, by=("host",))
+    rows = {row.key[0]: row for row in result.rows}
+    assert sorted(rows) == ["node0", "node1"], "a 4.9 host is named by its hostname label, not its instance"
+    for host in ("node0", "node1"):
+        assert rows[host].held_gpu_hours == pytest.approx(2.0), host
+        assert rows[host].busy_gpu_hours == pytest.approx(1.0), host  # 50 %, not 0.5 %
+        assert rows[host].energy_kwh == pytest.approx(0.6), host  # 300 W for 2 GPU-hours, not a thousandth of it
+    assert client.queries == 6, "one query a figure for both namings"
+
+
+def test_a_ratio_is_not_read_as_a_percentage():
+    """The fake answers a 4.9 host only where the query scales its series: without the * 100 it reads 0.5 %."""
+    fleet = Fleet(hosts=1, gpus=1, util=50.0)
+    fleet.renamed = {0}
+    asked = queries(STEP)
+    assert Fleet.renamed_factor(asked["utilization"], "utilization") == 100.0
+    assert Fleet.renamed_factor(asked["energy"], "energy") == 1000.0
+    assert Fleet.renamed_factor(asked["power"], "power") == 1.0
+    assert Fleet.renamed_factor('avg_over_time(DCGM_FI_DEV_GPU_UTIL{GPU_I_ID=""}[60s])', "utilization") is None
+    result, _ = report(fleet)
+    assert result.rows[0].busy_gpu_hours == pytest.approx(0.5)
 
 
 def test_the_number_of_queries_does_not_grow_with_the_fleet():
@@ -186,9 +240,23 @@ def test_a_where_that_is_not_matchers_is_a_usage_error(where):
 
 def test_queries_are_the_documented_ones():
     asked = queries(60.0)
-    assert asked["energy"] == 'last_over_time(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{GPU_I_ID=""}[60s])'
-    assert asked["utilization"] == 'avg_over_time(DCGM_FI_DEV_GPU_UTIL{GPU_I_ID=""}[60s])'
-    by = "Hostname, instance, gpu, UUID, user, owner_kind, container, pod, namespace, slurm_job"
+    assert asked["energy"] == (
+        'last_over_time(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{GPU_I_ID=""}[60s])'
+        ' or (last_over_time(DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL{GPU_I_ID=""}[60s]) * 1000)'
+    )
+    assert asked["utilization"] == (
+        'avg_over_time(DCGM_FI_DEV_GPU_UTIL{GPU_I_ID=""}[60s])'
+        ' or (avg_over_time(DCGM_FI_DEV_GPU_UTIL_RATIO{GPU_I_ID=""}[60s]) * 100)'
+    )
+    assert asked["power"] == (
+        'avg_over_time(DCGM_FI_DEV_POWER_USAGE{GPU_I_ID=""}[60s])'
+        ' or avg_over_time(DCGM_FI_DEV_BOARD_POWER_WATTS{GPU_I_ID=""}[60s])'
+    )
+    assert asked["sm_active"] == (
+        'avg_over_time(DCGM_FI_PROF_SM_ACTIVE{GPU_I_ID=""}[60s])'
+        ' or avg_over_time(DCGM_FI_PROF_SM_UTIL_RATIO{GPU_I_ID=""}[60s])'
+    )
+    by = "hostname, Hostname, instance, gpu, UUID, user, owner_kind, container, pod, namespace, slurm_job"
     first = "last_over_time(nvtopy_process_gpu_memory_bytes{}[60s])"
     assert asked["processes"].startswith(f"count by ({by}) ({first} or ")
     assert asked["memory"] == f"sum by ({by}) (last_over_time(nvtopy_process_gpu_memory_bytes{{}}[60s]))"
