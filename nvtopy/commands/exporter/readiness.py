@@ -86,6 +86,8 @@ class Readiness:
         self._marked: frozenset[int] = frozenset()  # GPUs the latest snapshot marks not responding
         self.collections = 0
         self.collection_seconds: float | None = None  # how long the latest collection took
+        with self._lock:
+            self._catch_up()  # one published before: dated now
         if isinstance(source, SnapshotSource):
             source.subscribe(self.observe)
 
