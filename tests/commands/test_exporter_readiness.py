@@ -25,11 +25,11 @@ from nvtopy.commands.exporter.command import EXPORTER_GROUPS, build_parser
 from nvtopy.commands.exporter.readiness import STALE_FLOOR_S, Readiness, stale_after
 from nvtopy.commands.exporter.selfmetrics import SELF_METRIC_NAMES
 from nvtopy.commands.exporter.server import serve
-from nvtopy.model import GpuHealth, GpuSample, Snapshot
+from nvtopy.model import GpuHealth, Snapshot
 from nvtopy.sources.collector import Collector
 from nvtopy.sources.poller import Poller
 
-from ..builders import NOW, LatestSource, gpu_state, snapshot_of
+from ..builders import NOW, LatestSource, gpu_sample, gpu_state, snapshot_of
 from ..conftest import ManualClock
 from ..prometheus_fixtures import shutdown_server
 
@@ -58,12 +58,12 @@ SILENT = GpuHealth(responding=False, stalled_seconds=30.0)
 
 def _answered(*indices: int, at: float = NOW) -> Snapshot:
     """A snapshot taken at ``at`` in which every GPU in ``indices`` answered."""
-    return snapshot_of(*(gpu_state(i, sample=GpuSample(at)) for i in indices), timestamp=at)
+    return snapshot_of(*(gpu_state(i, sample=gpu_sample(at, bare=True)) for i in indices), timestamp=at)
 
 
 def _stale(*indices: int, at: float, read_at: float = NOW) -> Snapshot:
     """A snapshot at ``at`` whose GPUs still show what was read at ``read_at`` (their reads are outstanding)."""
-    return snapshot_of(*(gpu_state(i, sample=GpuSample(read_at)) for i in indices), timestamp=at)
+    return snapshot_of(*(gpu_state(i, sample=gpu_sample(read_at, bare=True)) for i in indices), timestamp=at)
 
 
 class Holder(LatestSource):
@@ -116,6 +116,7 @@ def test_the_window_is_three_intervals_and_at_least_ten_seconds():
     clock = ManualClock(0.0)
     holder = Holder(_answered(0))
     readiness = Readiness(holder, interval=5.0, clock=clock)
+    assert readiness.verdict().ready, "a holder's snapshot: dated when it is first seen"
     clock.advance(14.9)
     assert readiness.verdict().ready
     clock.advance(0.2)
@@ -138,7 +139,7 @@ def test_some_gpus_silent_is_ready_and_names_them(watched):
     holder, clock, readiness = watched
     holder.publish(_answered(0, 1, 2, 3))
     clock.advance(12.0)
-    fresh = [gpu_state(i, sample=GpuSample(NOW + 12)) for i in (0, 2, 3)]
+    fresh = [gpu_state(i, sample=gpu_sample(NOW + 12)) for i in (0, 2, 3)]
     holder.publish(snapshot_of(fresh[0], gpu_state(1, health=SILENT), *fresh[1:], timestamp=NOW + 12))
     verdict = readiness.verdict()
     assert verdict == (True, "ok: 4 GPUs, last collection 0.0 s ago; not responding: GPU 1 (for up to 12 s)")
@@ -150,7 +151,7 @@ def test_a_gpu_silent_past_the_window_is_named_before_it_is_marked(watched):
     holder, clock, readiness = watched
     holder.publish(_answered(0, 1))
     clock.advance(11.0)
-    holder.publish(snapshot_of(gpu_state(0, sample=GpuSample(NOW + 11)), gpu_state(1), timestamp=NOW + 11))
+    holder.publish(snapshot_of(gpu_state(0, sample=gpu_sample(NOW + 11)), gpu_state(1), timestamp=NOW + 11))
     assert readiness.verdict() == (
         True,
         "ok: 2 GPUs, last collection 0.0 s ago; not responding: GPU 1 (for up to 11 s)",

@@ -28,14 +28,12 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ...formats.prometheus.collect import SnapshotHolder
-from ...interval import DEFAULT_INTERVAL
+from ...interval import DEFAULT_INTERVAL, STALE_INTERVALS
 from ...model import GpuState, Snapshot
 from ...sources.base import SnapshotSource
 
-__all__ = ["STALE_FLOOR_S", "STALE_INTERVALS", "Readiness", "Verdict", "stale_after"]
+__all__ = ["STALE_FLOOR_S", "Readiness", "Verdict", "stale_after"]
 
-STALE_INTERVALS = 3.0
-"""Collection intervals without a completed collection before the exporter is not ready."""
 STALE_FLOOR_S = 10.0
 """...but never fewer seconds than this: a short interval must not turn one slow poll into a failed probe."""
 MAX_NAMED = 8
@@ -43,7 +41,10 @@ MAX_NAMED = 8
 
 
 def stale_after(interval: float) -> float:
-    """Seconds without a completed collection after which the exporter is not ready: max(3 intervals, 10 s)."""
+    """Seconds without a completed collection after which the exporter is not ready: max(3 intervals, 10 s).
+
+    Three intervals: :data:`~nvtopy.interval.STALE_INTERVALS`, when the monitor calls a host's reading stale.
+    """
     return max(STALE_INTERVALS * interval, STALE_FLOOR_S)
 
 
@@ -86,8 +87,6 @@ class Readiness:
         self._marked: frozenset[int] = frozenset()  # GPUs the latest snapshot marks not responding
         self.collections = 0
         self.collection_seconds: float | None = None  # how long the latest collection took
-        with self._lock:
-            self._catch_up()  # one published before: dated now
         if isinstance(source, SnapshotSource):
             source.subscribe(self.observe)
 
