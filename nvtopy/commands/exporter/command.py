@@ -129,6 +129,13 @@ def build_parser(command: str) -> argparse.ArgumentParser:
         help="simulated GPUs: the Hostname they report (default demo-node; several exporters of one fleet)",
     )
     options.add_health_options(parser)
+    own = parser.add_argument_group("the exporter's own series")
+    own.add_argument(
+        "--self-metrics",
+        action="store_true",
+        help="also serve nvtopy_exporter_* series: collections and their duration, scrapes and their duration, "
+        "GPUs not responding, the last collection's age (off: series nobody asked for on every node)",
+    )
     return parser
 
 
@@ -177,7 +184,7 @@ def run(command: str, args: argparse.Namespace) -> int:
             events=True,
             stall_after=args.timeout,
         )
-        server, _ = serve(poller, host, port, tls=tls, naming=naming)
+        server, _ = serve(poller, host, port, tls=tls, naming=naming, self_metrics=args.self_metrics)
         poller.start()
         bound = server.server_address[1]
         scheme = "http" if tls is None else "https"

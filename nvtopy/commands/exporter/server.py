@@ -37,7 +37,9 @@ from ...formats.prometheus.collect import SnapshotHolder
 from ...formats.prometheus.expose import Exposition
 from ...sources.base import SnapshotSource
 from ...textsafe import safe_text
-from .app import WsgiApp, metrics_app
+from .app import ScrapeBody, WsgiApp, metrics_app
+from .readiness import Readiness
+from .selfmetrics import SelfMetrics
 
 if TYPE_CHECKING:
     import ssl
@@ -211,7 +213,7 @@ class MetricsServer(WSGIServer):
         app: WsgiApp,
         *,
         tls: ssl.SSLContext | None = None,
-        exposition: Exposition | None = None,
+        exposition: ScrapeBody | None = None,
     ) -> None:
         """Bind and listen on ``address`` (a resolved one, of ``family``) and start the workers; ``serve_forever``
         then dispatches. ``app`` answers each request; ``tls``: HTTPS; ``exposition``: closed with the server.
@@ -245,7 +247,7 @@ class MetricsServer(WSGIServer):
         app: WsgiApp,
         *,
         tls: ssl.SSLContext | None = None,
-        exposition: Exposition | None = None,
+        exposition: ScrapeBody | None = None,
     ) -> MetricsServer:
         """A server on ``host:port`` (a name or an address, IPv4 or IPv6). Raises NvtopyError in one line."""
         try:
@@ -507,7 +509,13 @@ def tls_context(cert: str, key: str | None = None, client_ca: str | None = None)
 
 
 def serve(
-    source: SnapshotHolder, host: str, port: int, *, tls: ssl.SSLContext | None = None, naming: Naming = LEGACY
+    source: SnapshotHolder,
+    host: str,
+    port: int,
+    *,
+    tls: ssl.SSLContext | None = None,
+    naming: Naming = LEGACY,
+    self_metrics: bool = False,
 ) -> tuple[MetricsServer, threading.Thread]:
     """Serve the exposition of ``source`` on host:port (HTTPS with ``tls``); returns (server, its thread).
 
@@ -515,14 +523,22 @@ def serve(
     many connections there are (see :class:`MetricsServer`). A source that publishes
     (a Poller) has each new snapshot rendered as it comes, once something scrapes.
     ``naming``: the names, units and labels written (``--names``).
+    ``GET /health`` answers whether its collections are fresh (:mod:`.readiness`), judged from
+    now on: call it before the poller starts. ``self_metrics``: the exporter's own series too
+    (:mod:`.selfmetrics`).
     """
     from prometheus_client import CollectorRegistry, make_wsgi_app
 
     fallback = make_wsgi_app(CollectorRegistry(auto_describe=False))  # OPTIONS, 405, favicon: it renders nothing
     exposition = Exposition(source, naming=naming)
-    server = MetricsServer.listen(host, port, metrics_app(exposition, fallback), tls=tls, exposition=exposition)
-    if isinstance(source, SnapshotSource):  # a poller: render each snapshot as it is published
+    body = ScrapeBody(exposition)
+    readiness = Readiness(source)  # a poller: follows each snapshot as it is published
+    own = SelfMetrics(readiness) if self_metrics else None
+    app = metrics_app(body, fallback, readiness=readiness, self_metrics=own)
+    server = MetricsServer.listen(host, port, app, tls=tls, exposition=body)
+    if isinstance(source, SnapshotSource):  # a poller: render each snapshot as it is published (text, then gzip)
         source.subscribe(exposition.prerender)
+        source.subscribe(body.prerender)
     thread = threading.Thread(target=server.serve_forever, name="nvtopy-exporter", daemon=True)
     thread.start()
     return server, thread

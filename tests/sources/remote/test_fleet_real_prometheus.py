@@ -127,6 +127,17 @@ def test_where_selects_hosts_and_its_values_stay_values(three_exporter_fleet: Fl
     assert snapshot.gpus == () and hostile._failure is None, "one odd Hostname, matching nothing; no error"
 
 
+def test_prometheus_reads_every_exporters_ready_gauge_through_gzip(three_exporter_fleet: Fleet):
+    """Prometheus asks for gzip: the exporter's own series, after the snapshot's text, are in the same gzip member."""
+    server = three_exporter_fleet.server
+
+    def ready() -> dict[str, float]:
+        found = {s["metric"]["instance"]: float(s["value"][1]) for s in server.query("nvtopy_exporter_ready")}
+        return found if found == dict.fromkeys(server.targets, 1.0) else {}
+
+    wait("nvtopy_exporter_ready 1 from every exporter", DATA_S, ready, server.logs)
+
+
 def test_a_stopped_exporter_is_shown_as_no_longer_reported(tmp_path: Path):
     with exporter_fleet(tmp_path, (("up-node", 5, 1), ("down-node", 6, 1))) as fleet:
         source = PrometheusFleet(fleet.url, interval=1.0)
