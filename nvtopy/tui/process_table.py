@@ -649,6 +649,7 @@ class ProcessTable(ScrollView, can_focus=True):
             return Strip.blank(width, self.rich_style)
         signature = self._signature(index)
         self._shown[y - 1] = signature
+        self._layout(width)  # a new layout empties the cache first: nothing drawn at another one is reused
         cached = self._line_cache.get(index)
         if cached is not None and cached[0] == signature:
             return cached[1]
