@@ -57,6 +57,7 @@ from textual.app import App, ComposeResult, ScreenStackError, SystemCommand
 from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.driver import Driver
+from textual.filter import LineFilter
 from textual.screen import Screen
 from textual.theme import Theme
 from textual.widgets import Input
@@ -109,6 +110,7 @@ from .screens import (
 )
 from .terminal_driver import prompt_driver
 from .themes import apply_palette, known_theme, register_themes
+from .truecolor import FastTruecolor, fast_filters
 from .view_state import ViewState
 
 __all__ = ["INTERVALS", "NvtopyApp"]
@@ -273,6 +275,7 @@ class NvtopyApp(App[None]):
         Read-only with ``readonly`` (``--readonly``) or when the source cannot signal.
         """
         super().__init__()
+        self._fast_filters: dict[int, FastTruecolor] = {}  # get_line_filters' wrappers, by wrapped filter
         self.source = source
         self.open_error: BaseException | None = None
         self.readonly = readonly or not source.can_signal
@@ -383,6 +386,10 @@ class NvtopyApp(App[None]):
     def on_source_failed(self, message: SourceFailed) -> None:
         self.open_error = message.error
         self.exit()
+
+    def get_line_filters(self) -> list[LineFilter]:
+        """Textual's filters, its ANSI-to-truecolor one made cheaper with the same output (:mod:`.truecolor`)."""
+        return fast_filters(list(super().get_line_filters()), self._fast_filters)
 
     def get_driver_class(self) -> type[Driver]:
         """Textual's driver, with an input thread that ends at once on quit (:mod:`.terminal_driver` says why)."""

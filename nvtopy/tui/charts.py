@@ -44,6 +44,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from rich.cells import cell_len
 from rich.segment import Segment
 from textual.strip import Strip
 from textual.widget import Widget
@@ -394,28 +395,43 @@ class _MetricChart(_Chart):
         format used: as many GPUs as the legend names in ``width`` (at most :data:`OVERLAID`, the spread:
         :func:`spread`), each value in its long format, else its short one, before a GPU is left out."""
         metric = self.spec.metric
+        k = _INDEX[metric]
         means = [(g.index, _recent_mean(s.mean)) for g, s in series]
+        values = [self.values[gpu.index][k] for gpu, _ in series]
+        texts: dict[tuple[int, float | None], str] = {}  # (format, value): its text, made once
+        count, fmt = 1, formats[-1]  # what is drawn when nothing fits: one GPU, its value short
+        # Which GPUs and format fit, measured from the texts alone: the lines and traces are made once, below.
+        for tried in range(min(OVERLAID, len(series)), 0, -1):  # only lines the legend can name
+            drawn = set(spread(means, tried))
+            more = len(f" +{len(series) - tried} more") if tried < len(series) else 0
+            for f, form in enumerate(formats):
+                cells = title.cells + more
+                for (gpu, _), value in zip(series, values, strict=True):
+                    if gpu.index in drawn:
+                        text = texts.get((f, value))
+                        if text is None:
+                            text = texts[(f, value)] = "N/A" if value is None else form(value)
+                        cells += len(f" {gpu.index}:") + cell_len(text)
+                if cells <= width:
+                    count, fmt = tried, form
+                    break
+            else:
+                continue
+            break
+        drawn = set(spread(means, count))
         entries: list[Line] = []
         traces: list[Trace] = []
         others: list[float] = []
-        for count in range(min(OVERLAID, len(series)), 0, -1):  # only lines the legend can name
-            drawn = set(spread(means, count))
-            more = Line(f" +{len(series) - count} more") if count < len(series) else Line()
-            for fmt in formats:
-                entries, traces, others = [], [], []
-                for gpu, s in series:
-                    value = self.values[gpu.index][_INDEX[metric]]
-                    if gpu.index not in drawn:
-                        if value is not None:
-                            others.append(value)
-                        continue
-                    color = GPU_COLORS[len(traces) % len(GPU_COLORS)]  # a colour each: at most OVERLAID lines
-                    entries.append(Line(f" {gpu.index}:", color).add("N/A" if value is None else fmt(value), color))
-                    key = (id(gpu.timeline), metric)
-                    traces.append(Trace(color, s.step, s.buckets, s.lo, s.mean, s.hi, scale, key))
-                if title.cells + sum(entry.cells for entry in entries) + more.cells <= width:
-                    return entries, traces, others, fmt
-        return entries, traces, others, formats[-1]
+        for (gpu, s), value in zip(series, values, strict=True):
+            if gpu.index not in drawn:
+                if value is not None:
+                    others.append(value)
+                continue
+            color = GPU_COLORS[len(traces) % len(GPU_COLORS)]  # a colour each: at most OVERLAID lines
+            entries.append(Line(f" {gpu.index}:", color).add("N/A" if value is None else fmt(value), color))
+            key = (id(gpu.timeline), metric)
+            traces.append(Trace(color, s.step, s.buckets, s.lo, s.mean, s.hi, scale, key))
+        return entries, traces, others, fmt
 
 
 class _GpuChart(_Chart):

@@ -169,7 +169,7 @@ class ProcessTable(ScrollView, can_focus=True):
         self._order = SortOrder()
         self._placed: list[_Placed] = []
         self._layout_width = -1
-        self._line_cache: dict[int, tuple[tuple[object, ...], Strip]] = {}
+        self._line_cache: dict[int, tuple[tuple[object, ...], Strip, list[Segment] | None]] = {}
         self._shown: list[tuple[object, ...]] = []  # signature of each row line as last drawn
         self._flags = (False, False)  # FLAGS shown (some process has a flag), and kept at any width
         self._mig = False  # MIG shown (some GPU has MIG instances)
@@ -561,16 +561,25 @@ class ProcessTable(ScrollView, can_focus=True):
         elif used < width:
             text.append(" " * (width - used))
 
-    def _row_strip(self, index: int, width: int, signature: tuple[object, ...]) -> Strip:
-        """One row as segments, made directly: every visible row changes each second (TIME, SM %), and
-        going through :class:`~rich.text.Text` (spans, then render) cost 3x as much per row."""
-        cells, selected, focused, tagged, kind = signature
-        row_style = _STYLE_TAGGED if tagged else None
-        overlay = _STYLE_GROUP if kind is ProcessGroup else None  # a group's row is bold, the cursor's reversed
+    def _overlay(self, signature: tuple[object, ...]) -> Style | None:
+        """What a row's cells wear on top of their own style: bold for a group, reversed for the cursor."""
+        _, selected, focused, _, kind = signature
+        overlay = _STYLE_GROUP if kind is ProcessGroup else None
         if selected:
             unfocused = _STYLE_CURSOR_UNFOCUSED_PLAIN if self.app.no_color else _STYLE_CURSOR_UNFOCUSED
             cursor = _STYLE_CURSOR if focused else unfocused
             overlay = cursor if overlay is None else overlay + cursor
+        return overlay
+
+    def _row_strip(self, index: int, width: int, signature: tuple[object, ...]) -> tuple[Strip, list[Segment] | None]:
+        """One row as segments, made directly: every visible row changes each second (TIME, SM %), and
+        going through :class:`~rich.text.Text` (spans, then render) cost 3x as much per row.
+
+        Also its segments (a segment a cell, at ``2 + 2 * column``), for :meth:`_spliced`; None when the row
+        was cut to the terminal's width (its segments no longer match the columns)."""
+        cells, _, _, tagged, _ = signature
+        row_style = _STYLE_TAGGED if tagged else None
+        overlay = self._overlay(signature)
 
         def on_top(cell_style: Style | None) -> Style | None:
             if overlay is None:
@@ -593,8 +602,36 @@ class ProcessTable(ScrollView, can_focus=True):
         used = placed[-1].x + placed[-1].width + 1 if placed else 2  # the cells were fitted: no measuring
         if used < width:
             segments.append(Segment(" " * (width - used)))
-        strip = Strip(segments, max(used, width))
-        return strip.crop(0, width) if used > width else strip
+        elif used == width + 1:  # the last cell ends at the edge (COMMAND takes the rest): its gap goes
+            segments.pop()  # what cropping gave, without measuring every segment of every row again
+            used = width
+        if used > width:
+            return Strip(segments, used).crop(0, width), None
+        return Strip(segments, width), segments
+
+    def _spliced(
+        self, old: tuple[object, ...], segments: list[Segment], signature: tuple[object, ...], width: int
+    ) -> tuple[Strip, list[Segment]] | None:
+        """The row drawn last at this line (``old``, ``segments``) with only the cells that changed made again:
+        a steady refresh changes a row's TIME and perhaps a figure or two, not its dozen other cells. None
+        when more than cells changed (cursor, focus, tag, kind, flags): the row is made whole."""
+        cells, old_cells = signature[0], old[0]
+        if signature[1:] != old[1:] or cells[_FLAGS_INDEX] != old_cells[_FLAGS_INDEX]:  # type: ignore[index]
+            return None
+        overlay = self._overlay(signature)
+        tagged = bool(signature[3])
+        segments = list(segments)
+        for i, column in enumerate(self._layout(width)):
+            k = _COLUMN_INDEX[column.column.key]
+            cell = cells[k]  # type: ignore[index]
+            if cell == old_cells[k]:  # type: ignore[index]
+                continue
+            cell_text, category = cell
+            cell_style = _cell_style(category, tagged)
+            if overlay is not None:
+                cell_style = overlay if cell_style is None else cell_style + overlay
+            segments[2 + 2 * i] = Segment(_fit(cell_text, column.width, column.column.align), cell_style)
+        return Strip(segments, width), segments
 
     def render_line(self, y: int) -> Strip:
         width = self._width
@@ -612,14 +649,18 @@ class ProcessTable(ScrollView, can_focus=True):
             return Strip.blank(width, self.rich_style)
         signature = self._signature(index)
         self._shown[y - 1] = signature
+        self._layout(width)  # a new layout empties the cache first: nothing drawn at another one is reused
         cached = self._line_cache.get(index)
         if cached is not None and cached[0] == signature:
             return cached[1]
-        strip = self._row_strip(index, width, signature)
-        self._line_cache[index] = (signature, strip)
+        made = None
+        if cached is not None and cached[2] is not None:  # the row drawn here last: only its changed cells
+            made = self._spliced(cached[0], cached[2], signature, width)
+        strip, segments = made or self._row_strip(index, width, signature)
+        self._line_cache[index] = (signature, strip, segments)
         if len(self._line_cache) > 4 * max(1, self.size.height):
             self._line_cache.clear()
-            self._line_cache[index] = (signature, strip)
+            self._line_cache[index] = (signature, strip, segments)
         return strip
 
 

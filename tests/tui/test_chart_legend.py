@@ -77,3 +77,53 @@ async def test_per_gpu_charts_say_how_many_gpus_found_no_room() -> None:
         text = "\n".join(strip.text for strip in view._lines)
         shown = len(re.findall(r"GPU \d+ ", text))
         assert f"+{16 - shown} GPUs" in text and "…" not in text.splitlines()[0]
+
+
+def _legend_made_whole(chart, series, title, width, scale, formats):  # type: ignore[no-untyped-def]
+    """The legend as it was chosen before issue 27's cut: every candidate's lines and traces made, then measured."""
+    from nvtopy.render.chart import GPU_COLORS, Trace
+    from nvtopy.tui.charts import _INDEX, _recent_mean
+
+    metric = chart.spec.metric
+    means = [(g.index, _recent_mean(s.mean)) for g, s in series]
+    entries, traces, others = [], [], []
+    for count in range(min(OVERLAID, len(series)), 0, -1):
+        drawn = set(spread(means, count))
+        more = Line(f" +{len(series) - count} more") if count < len(series) else Line()
+        for fmt in formats:
+            entries, traces, others = [], [], []
+            for gpu, s in series:
+                value = chart.values[gpu.index][_INDEX[metric]]
+                if gpu.index not in drawn:
+                    if value is not None:
+                        others.append(value)
+                    continue
+                color = GPU_COLORS[len(traces) % len(GPU_COLORS)]
+                entries.append(Line(f" {gpu.index}:", color).add("N/A" if value is None else fmt(value), color))
+                traces.append(Trace(color, s.step, s.buckets, s.lo, s.mean, s.hi, scale, (id(gpu.timeline), metric)))
+            if title.cells + sum(entry.cells for entry in entries) + more.cells <= width:
+                return entries, traces, others, fmt
+    return entries, traces, others, formats[-1]
+
+
+async def test_the_legend_measured_from_its_texts_is_the_one_made_whole_at_every_width() -> None:
+    """_MetricChart._legend measures the candidates' texts and makes the chosen entries once: same choice."""
+    from nvtopy.tui.charts import _series_of
+
+    app, prepare = build(Scene("many", "16 GPUs", gpus=16))
+    async with app.run_test(size=(200, 50)) as pilot:
+        await prepare(pilot)
+        view = app.query_one(ChartView)
+        checked = 0
+        for chart in view._charts():
+            series = [(g, _series_of(g, chart.spec.metric, view.window, chart.end)) for g in chart.gpus]
+            title = Line(f" {chart.spec.title} ", "bold")
+            formats = (lambda v: f"{v:.1f}%", lambda v: f"{v:.0f}")
+            for count in (16, 5, 3, 1, 0):
+                for width in range(8, 120, 3):
+                    got = chart._legend(series[:count], title, width, 1.0, formats)
+                    want = _legend_made_whole(chart, series[:count], title, width, 1.0, formats)
+                    assert [e.parts for e in got[0]] == [e.parts for e in want[0]], (chart.spec.metric, count, width)
+                    assert got[1:] == want[1:], (chart.spec.metric, count, width)
+                    checked += 1
+        assert checked > 500

@@ -61,3 +61,35 @@ async def test_a_changed_snapshot_refreshes_each_widget_once_with_its_changed_li
         for name, made in calls.items():
             assert len(made) == 1, f"{name} refreshed {len(made)} times for one snapshot"
             assert made[0] and all(region.height == 1 for region in made[0]), (name, made[0])
+
+
+async def test_a_row_redrawn_with_only_its_changed_cells_is_the_row_made_whole(sim, clock, monkeypatch):
+    """ProcessTable._spliced remakes only the cells that changed (TIME each second): the line must be the very
+    segments a whole remake gives, at the table's width, whatever changed (values, sort order, the cursor)."""
+    backend = sim(gpus=2, seed=3, processes_per_gpu=6)
+    app = NvtopyApp.for_backend(backend, poll=False)
+    spliced: list[int] = []
+    original = ProcessTable._spliced
+
+    def counting(self, *args, **kwargs):
+        made = original(self, *args, **kwargs)
+        spliced.append(made is not None)
+        return made
+
+    monkeypatch.setattr(ProcessTable, "_spliced", counting)
+    async with app.run_test(size=(150, 40)) as pilot:
+        table = app.query_one(ProcessTable)
+        for step in range(8):
+            clock.advance(1)
+            app.source.poll_once(slow=True)
+            if step == 4:
+                await pilot.press("down")  # the cursor moves: two rows change more than their cells
+            await pilot.pause()
+            width = table._width
+            for y in range(1, min(len(table.rows), table._viewport_rows()) + 1):
+                drawn = table.render_line(y)
+                index = round(table.scroll_offset.y) + y - 1
+                whole, _ = table._row_strip(index, width, table._signature(index))
+                assert drawn.cell_length == width
+                assert list(drawn) == list(whole), (step, y)
+    assert any(spliced), "no row was redrawn from its changed cells: the test saw no steady refresh"
