@@ -132,6 +132,7 @@ class Config:
     idle_held_memory: float = 1.0  # [health] GiB a process must hold to be idle-held
     hang_after: float = 5.0  # [health] minutes busy with idle SMs before a GPU is a suspected hang
     exporter_names: str = DEFAULT_EXPORTER_NAMES  # [exporter] names: the metric names nvtopy exporter writes
+    exporter_self_metrics: bool = False  # [exporter] self_metrics: nvtopy exporter serves its own nvtopy_exporter_*
 
     def merged(self, **flags: Any) -> Config:
         """This config with the flags the user gave (a None value is a flag not given: the file's value stays)."""
@@ -147,7 +148,7 @@ class Config:
 # key in the file -> (Config field, check). [health] keys are named "health.<key>", [exporter] keys "exporter.<key>".
 TOP_LEVEL_KEYS = ("interval", "view", "columns", "sort", "group_by", "theme", "chart_window")
 HEALTH_KEYS = ("idle_held_after", "idle_held_memory", "hang_after")
-EXPORTER_KEYS = ("names",)  # [exporter] key -> Config field "exporter_<key>"
+EXPORTER_KEYS = ("names", "self_metrics")  # [exporter] key -> Config field "exporter_<key>"
 
 
 class ConfigWriteError(Exception):
@@ -267,7 +268,7 @@ def parse_config(text: str, name: str = FILE_NAME) -> tuple[Config, list[str]]:
                         problems.append(_Problem(f"exporter.{sub}", None))
                         continue
                     try:
-                        values[f"exporter_{sub}"] = _one_of(f"exporter.{sub}", EXPORTER_NAMES)(setting)
+                        values[f"exporter_{sub}"] = _EXPORTER_CHECKS[sub](setting)
                     except _BadValueError as bad:
                         problems.append(_Problem(bad.key, bad.problem))
             elif key in TOP_LEVEL_KEYS:
@@ -369,6 +370,15 @@ def _one_of(key: str, choices: Sequence[str]) -> Any:
     return check
 
 
+def _flag(key: str) -> Any:
+    def check(value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise _BadValueError(key, "must be true or false" + _got(value))
+        return value
+
+    return check
+
+
 def _described(value: Any) -> str:
     """The bad value, short, for the message: ``'fast'`` (quoted as every outside text is), ``12``, ``an array``."""
     if isinstance(value, bool):
@@ -447,6 +457,7 @@ _CHECKS = {
     "theme": _check_theme,
     "chart_window": _one_of("chart_window", CHART_WINDOWS),
 }
+_EXPORTER_CHECKS = {"names": _one_of("exporter.names", EXPORTER_NAMES), "self_metrics": _flag("exporter.self_metrics")}
 
 
 # ----------------------------------------------------------------- where a key is, for messages
@@ -522,6 +533,7 @@ _COMMENTS = {
     "hang_after": "minutes busy with idle SMs before a GPU is a suspected hang",
     "exporter_names": "metric names nvtopy exporter writes: dcgm-legacy (dcgm-exporter up to 4.8, what Grafana "
     "dashboard 12239 reads) or dcgm-4.9 (4.9's names and units)",
+    "exporter_self_metrics": "nvtopy exporter also serves its own nvtopy_exporter_* series (--self-metrics)",
 }
 
 

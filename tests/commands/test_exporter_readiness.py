@@ -343,7 +343,7 @@ def test_a_name_filter_selects_the_exporters_own_series_too(served):
 
 def test_the_flag_is_in_a_group_of_its_own_after_the_health_flags():
     parser = build_parser("exporter")
-    assert parser.parse_args([]).self_metrics is False
-    assert parser.parse_args(["--self-metrics"]).self_metrics is True
+    assert parser.parse_args([]).exporter_self_metrics is None, "not given: the config file decides"
+    assert parser.parse_args(["--self-metrics"]).exporter_self_metrics is True
     text = parser.format_help()
     assert text.index("health flags") < text.index("the exporter's own series") < text.index("--self-metrics")

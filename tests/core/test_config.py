@@ -69,6 +69,7 @@ hang_after = 2
 
 [exporter]
 names = "dcgm-4.9"
+self_metrics = true
 """
     config, warnings = parse_config(text)
     assert warnings == []
@@ -84,6 +85,7 @@ names = "dcgm-4.9"
         idle_held_memory=2.5,
         hang_after=2.0,
         exporter_names="dcgm-4.9",
+        exporter_self_metrics=True,
     )
     assert config.group_mode == "user"
 
@@ -202,6 +204,10 @@ def test_parse_sort(text, column, descending):
             "config.toml line 3: 'exporter.names': must be one of dcgm-legacy, dcgm-4.9 (not 'dcgm-5'); using defaults",
         ),
         (
+            "exporter.self_metrics = 1\n",
+            "config.toml line 1: 'exporter.self_metrics': must be true or false (not 1); using defaults",
+        ),
+        (
             "exporter.names = 4.9\n",
             "config.toml line 1: 'exporter.names': must be one of dcgm-legacy, dcgm-4.9 (not 4.9); using defaults",
         ),
@@ -242,7 +248,7 @@ def test_unknown_keys_are_named_in_one_line_and_the_rest_applies():
     assert warnings == [
         "config.toml: 2 problems: line 2: unknown key 'intervall' ignored; line 6: unknown key 'health.hang' ignored "
         "(known: interval, view, columns, sort, group_by, theme, chart_window, health, exporter; "
-        "in [health]: idle_held_after, idle_held_memory, hang_after; in [exporter]: names)"
+        "in [health]: idle_held_after, idle_held_memory, hang_after; in [exporter]: names, self_metrics)"
     ]
     config, warnings = parse_config("interval = 2\nintervall = 3\n", NAME)
     assert config == Config(interval=2.0)
@@ -252,7 +258,7 @@ def test_unknown_keys_are_named_in_one_line_and_the_rest_applies():
     ]
     config, warnings = parse_config('[exporter]\nnames = "dcgm-4.9"\nname = "x"\n', NAME)
     assert config == Config(exporter_names="dcgm-4.9")
-    assert warnings == ["config.toml line 3: unknown key 'exporter.name' ignored (known: names)"]
+    assert warnings == ["config.toml line 3: unknown key 'exporter.name' ignored (known: names, self_metrics)"]
 
 
 def test_a_thousand_problems_are_one_bounded_line_by_line_number():
@@ -438,7 +444,7 @@ def test_print_config_round_trips(capsys):
     assert parse_config(out) == (Config(), [])
     assert data["interval"] == 1.0 and data["columns"] == list(COLUMN_IDS)
     assert data["health"] == {"idle_held_after": 10.0, "idle_held_memory": 1.0, "hang_after": 5.0}
-    assert data["exporter"] == {"names": "dcgm-legacy"}
+    assert data["exporter"] == {"names": "dcgm-legacy", "self_metrics": False}
     assert "does not exist: the defaults" in out
 
 
@@ -499,6 +505,19 @@ def test_the_exporters_names_come_from_the_file_unless_flagged(tmp_path, monkeyp
     assert options.user_config(parser.parse_args([]), "exporter_names").exporter_names == "dcgm-4.9"
     flagged = parser.parse_args(["--names", "dcgm-legacy"])
     assert options.user_config(flagged, "exporter_names").exporter_names == "dcgm-legacy"
+
+
+def test_the_exporters_self_metrics_come_from_the_file_or_the_flag(tmp_path, monkeypatch):
+    """``[exporter] self_metrics = true`` turns them on as ``--self-metrics`` does; neither: off."""
+    from nvtopy.commands.exporter import command
+
+    parser = command.build_parser("exporter")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    fields = ("exporter_names", "exporter_self_metrics")
+    assert options.user_config(parser.parse_args([]), *fields).exporter_self_metrics is False
+    assert options.user_config(parser.parse_args(["--self-metrics"]), *fields).exporter_self_metrics is True
+    write(tmp_path / "nvtopy" / "config.toml", "[exporter]\nself_metrics = true\n")
+    assert options.user_config(parser.parse_args([]), *fields).exporter_self_metrics is True
 
 
 def test_a_bad_names_flag_is_a_one_line_usage_error(capsys):

@@ -132,9 +132,12 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     own = parser.add_argument_group("the exporter's own series")
     own.add_argument(
         "--self-metrics",
+        dest="exporter_self_metrics",
         action="store_true",
+        default=None,
         help="also serve nvtopy_exporter_* series: collections and their duration, scrapes and their duration, "
-        "GPUs not responding, the last collection's age (off: series nobody asked for on every node)",
+        "GPUs not responding, the last collection's age (off: series nobody asked for on every node; "
+        "default [exporter] self_metrics in the config file, else off)",
     )
     return parser
 
@@ -164,7 +167,8 @@ def run(command: str, args: argparse.Namespace) -> int:
 
     host, port = parse_listen(args.listen)
     tls = tls_from_args(args)  # before the backend: a bad file is told at once
-    naming = NAMINGS[options.user_config(args, "exporter_names").exporter_names]  # the flag, else the file's
+    config = options.user_config(args, "exporter_names", "exporter_self_metrics")  # the flags, else the file's
+    naming = NAMINGS[config.exporter_names]
     backend = options.open_backend_within(args, args.timeout)
     poller = None
     collector = None
@@ -184,7 +188,7 @@ def run(command: str, args: argparse.Namespace) -> int:
             events=True,
             stall_after=args.timeout,
         )
-        server, _ = serve(poller, host, port, tls=tls, naming=naming, self_metrics=args.self_metrics)
+        server, _ = serve(poller, host, port, tls=tls, naming=naming, self_metrics=config.exporter_self_metrics)
         poller.start()
         bound = server.server_address[1]
         scheme = "http" if tls is None else "https"
