@@ -188,3 +188,19 @@ def test_the_exposition_the_server_answers_speaks_its_naming():
     assert legacy.startswith("# HELP nvtopy_exporter_info ") and GOLDEN.read_text(encoding="utf-8") in legacy
     assert "\nDCGM_FI_DEV_SM_CLOCK_HERTZ{" in new and "\nDCGM_FI_DEV_SM_CLOCK{" not in new
     assert new.startswith("# HELP nvtopy_exporter_info ") and _text(NAMING_4_9) in new
+
+
+def test_what_nvtopy_writes_in_either_naming_reads_back_the_same():
+    """The round trip: ``nvtopy exporter --names X`` scraped by ``nvtopy --remote`` gives the same GPUs,
+    processes, health and MIG instances for both namings -- the writer's factors and the reader's agree."""
+    from nvtopy.formats.prometheus.parse import parse_exposition
+
+    legacy = parse_exposition(_text(LEGACY), "http://node:9400/metrics")
+    new = parse_exposition(_text(NAMING_4_9), "http://node:9400/metrics")
+    assert legacy.error is None and new.error is None
+    assert len(legacy.gpus) == 3 and any(static.mig_instances for static, _, _ in legacy.gpus)  # one lost
+    assert (new.hostname, new.driver_version) == (legacy.hostname, legacy.driver_version) != ("node", None)
+    assert new.gpus == legacy.gpus
+    assert new.health == legacy.health and new.processes == legacy.processes
+    values = legacy.gpus[0][1]
+    assert values["clock_sm_mhz"] < 10_000 and 0 <= values["utilization_gpu_percent"] <= 100
