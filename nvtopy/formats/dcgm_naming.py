@@ -29,6 +29,7 @@ upgrade shows every GPU with the same figures whichever generation its exporter 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -194,17 +195,7 @@ def _scaled(field: DcgmField, rename: Rename) -> DcgmField:
     """``field`` under its 4.9 name and unit (the reverse scale on reading)."""
     scale, to_metric, from_metric = rename.scale, field.to_metric, field.from_metric
     if scale == 1.0:
-        return DcgmField(
-            rename.new,
-            rename.help,
-            field.attribute,
-            to_metric,
-            from_metric,
-            counter=field.counter,
-            read=field.read,
-            when_lost=field.when_lost,
-            labels=field.labels,
-        )
+        return dataclasses.replace(field, name=rename.new, help=rename.help)
 
     # A factor below 1 (% -> ratio, mJ -> J) divides by its whole inverse: 41 / 100 is 0.41, the double nearest
     # the true ratio, as dcgm-exporter would write it; 41 * 0.01 is 0.41000000000000003.
@@ -217,17 +208,7 @@ def _scaled(field: DcgmField, rename: Rename) -> DcgmField:
     def scaled_from(value: float) -> object:
         return from_metric(value / scale)
 
-    return DcgmField(
-        rename.new,
-        rename.help,
-        field.attribute,
-        scaled_to,
-        scaled_from,
-        counter=field.counter,
-        read=field.read,
-        when_lost=field.when_lost,
-        labels=field.labels,
-    )
+    return dataclasses.replace(field, name=rename.new, help=rename.help, to_metric=scaled_to, from_metric=scaled_from)
 
 
 @dataclass(frozen=True, slots=True)

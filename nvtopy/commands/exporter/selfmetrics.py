@@ -49,42 +49,49 @@ class SelfMetrics:
         readiness = self._readiness
         with self._lock:
             scrapes, scrape_seconds = self._scrapes + 1, self._last_scrape_seconds
-        age = readiness.completed_age()
-        collection_seconds = readiness.collection_seconds
-        families: list[Any] = []
-        collections = CounterMetricFamily(
-            "nvtopy_exporter_collections", "Collections the poller published since the exporter started."
-        )
-        collections.add_metric([], float(readiness.collections))
-        families.append(collections)
-        if collection_seconds is not None:
-            duration = GaugeMetricFamily(
+        # (name, help, value, counter?): a value of None (nothing measured yet) is left out, never 0.
+        said: tuple[tuple[str, str, float | None, bool], ...] = (
+            (
+                "nvtopy_exporter_collections",
+                "Collections the poller published since the exporter started.",
+                float(readiness.collections),
+                True,
+            ),
+            (
                 "nvtopy_exporter_collection_duration_seconds",
                 "Seconds the last collection took (a stuck GPU is waited for at most 0.8 interval).",
-            )
-            duration.add_metric([], collection_seconds)
-            families.append(duration)
-        if age is not None:
-            last = GaugeMetricFamily(
+                readiness.collection_seconds,
+                False,
+            ),
+            (
                 "nvtopy_exporter_last_collection_age_seconds",
                 "Seconds since the last collection in which a GPU answered (what /health judges).",
-            )
-            last.add_metric([], age)
-            families.append(last)
-        silent = GaugeMetricFamily(
-            "nvtopy_exporter_gpus_not_responding",
-            "GPUs whose driver calls do not answer (marked not responding, or silent past the readiness limit).",
-        )
-        silent.add_metric([], float(readiness.not_responding()))
-        families.append(silent)
-        count = CounterMetricFamily("nvtopy_exporter_scrapes", "Scrapes of the metrics answered, this one included.")
-        count.add_metric([], float(scrapes))
-        families.append(count)
-        if scrape_seconds is not None:
-            scrape = GaugeMetricFamily(
+                readiness.completed_age(),
+                False,
+            ),
+            (
+                "nvtopy_exporter_gpus_not_responding",
+                "GPUs whose driver calls do not answer (marked not responding, or silent past the readiness limit).",
+                float(readiness.not_responding()),
+                False,
+            ),
+            (
+                "nvtopy_exporter_scrapes",
+                "Scrapes of the metrics answered, this one included.",
+                float(scrapes),
+                True,
+            ),
+            (
                 "nvtopy_exporter_scrape_duration_seconds",
                 "Seconds the previous scrape took, from its request to its last byte sent.",
-            )
-            scrape.add_metric([], scrape_seconds)
-            families.append(scrape)
+                scrape_seconds,
+                False,
+            ),
+        )
+        families: list[Any] = []
+        for name, text, value, counter in said:
+            if value is not None:
+                family = (CounterMetricFamily if counter else GaugeMetricFamily)(name, text)
+                family.add_metric([], value)
+                families.append(family)
         return families

@@ -310,6 +310,21 @@ def _line(name: str, index: int, value: str) -> str:
 ABSURD = ("+Inf", "-Inf", "NaN", "1e308", "-1e308", "-1", "1e30", "18446744073709551616")
 
 
+def _assert_unavailable(scrape) -> set[str]:
+    """Every value of the GPUs made of ABSURD values is None (-1 C aside: a temperature); the attributes said."""
+    said: set[str] = set()
+    for (_, values, _), value in zip(scrape.gpus, ABSURD, strict=False):
+        for attribute, got in values.items():
+            said.add(attribute)
+            if attribute == "ecc_mode":
+                continue
+            if value == "-1" and attribute == "temperature_c":
+                assert got == -1, "-1 C is a temperature"
+                continue
+            assert got is None, (value, attribute, got)
+    return said
+
+
 def test_values_out_of_range_are_not_available():
     """Every field read from a remote exposition: a value that is not finite or out of its range is None."""
     lines = []
@@ -319,14 +334,8 @@ def test_values_out_of_range_are_not_available():
     lines.append(_line("DCGM_FI_DEV_GPU_UTIL", len(ABSURD), "42"))
     scrape = parse_exposition("".join(lines), "http://weird:9400/metrics")
     assert len(scrape.gpus) == len(ABSURD) + 1
-    for (static, values, _), value in zip(scrape.gpus, ABSURD, strict=False):
-        for attribute, got in values.items():
-            if attribute == "ecc_mode":
-                continue
-            if value == "-1" and attribute == "temperature_c":
-                assert got == -1, "-1 C is a temperature"
-                continue
-            assert got is None, (value, attribute, got)
+    _assert_unavailable(scrape)
+    for (static, _, _), value in zip(scrape.gpus, ABSURD, strict=False):
         assert static.memory_total_bytes is None, value
         assert static.temperature_slowdown_c == (-1 if value == "-1" else None), value
     assert scrape.gpus[-1][1]["utilization_gpu_percent"] == 42
@@ -345,16 +354,8 @@ def test_4_9_values_out_of_range_are_not_available():
     scrape = parse_exposition("".join(lines), "http://10.0.0.1:9400/metrics")
     assert scrape.hostname == "weird"
     assert len(scrape.gpus) == len(ABSURD) + 1
-    said = set()
-    for (static, values, _), value in zip(scrape.gpus, ABSURD, strict=False):
-        for attribute, got in values.items():
-            said.add(attribute)
-            if attribute == "ecc_mode":
-                continue
-            if value == "-1" and attribute == "temperature_c":
-                assert got == -1, "-1 C is a temperature"
-                continue
-            assert got is None, (value, attribute, got)
+    said = _assert_unavailable(scrape)
+    for (static, _, _), value in zip(scrape.gpus, ABSURD, strict=False):
         assert static.memory_total_bytes is None, value
         assert scrape.health.get(static.index, {}).get("last_xid") is None, value
     assert "clock_sm_mhz" in said and "energy_mj" in said and "utilization_gpu_percent" in said
