@@ -17,7 +17,6 @@ Skipped where ../shared/fake-nvml (or a C compiler) is absent.
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from ..builders import fake_nvml_env
 from ..conftest import needs_fake_nvml
 
 pytestmark = [needs_fake_nvml, pytest.mark.slow, pytest.mark.real_server, pytest.mark.timing]
@@ -85,8 +85,7 @@ def exporter(fake_lib: str, gpus: int, hang: str, *args: str) -> Iterator[Runnin
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_NVML_") and k != "CUDA_VISIBLE_DEVICES"}
-    env.update(LD_LIBRARY_PATH=fake_lib, FAKE_NVML_GPUS=str(gpus), FAKE_NVML_HANG=hang)
+    env = fake_nvml_env(fake_lib, FAKE_NVML_GPUS=str(gpus), FAKE_NVML_HANG=hang)
     command = [sys.executable, "-m", "nvtopy", "exporter", "--listen", f"127.0.0.1:{port}", "--interval", "0.5"]
     process = subprocess.Popen([*command, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
