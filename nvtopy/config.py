@@ -133,6 +133,12 @@ class Config:
     hang_after: float = 5.0  # [health] minutes busy with idle SMs before a GPU is a suspected hang
     exporter_names: str = DEFAULT_EXPORTER_NAMES  # [exporter] names: the metric names nvtopy exporter writes
     exporter_self_metrics: bool = False  # [exporter] self_metrics: nvtopy exporter serves its own nvtopy_exporter_*
+    ssh_program: str = "ssh"  # [ssh] program: the ssh client nvtopy --ssh runs (a wrapper, e.g. tsh ssh)
+    ssh_config: str | None = None  # [ssh] config: its config file (ssh -F); None: the user's own
+    ssh_options: tuple[str, ...] = ()  # [ssh] options: "Key=Value" options for it (ssh -o)
+    ssh_remote_nvtopy: str | None = None  # [ssh] remote_nvtopy: nvtopy on the far hosts, when not on their PATH
+    ssh_connect_timeout: float = 10.0  # [ssh] connect_timeout: seconds a host has to begin its stream
+    ssh_groups: tuple[tuple[str, tuple[str, ...]], ...] = ()  # [ssh.groups] name = ["host", ...]: --ssh @name
 
     def merged(self, **flags: Any) -> Config:
         """This config with the flags the user gave (a None value is a flag not given: the file's value stays)."""
@@ -149,6 +155,8 @@ class Config:
 TOP_LEVEL_KEYS = ("interval", "view", "columns", "sort", "group_by", "theme", "chart_window")
 HEALTH_KEYS = ("idle_held_after", "idle_held_memory", "hang_after")
 EXPORTER_KEYS = ("names", "self_metrics")  # [exporter] key -> Config field "exporter_<key>"
+SSH_KEYS = ("program", "config", "options", "remote_nvtopy", "connect_timeout", "groups")  # -> "ssh_<key>"
+MAX_SSH_GROUP_HOSTS = 1024  # hosts in one [ssh.groups] entry, as many as --ssh watches
 
 
 class ConfigWriteError(Exception):
@@ -271,6 +279,17 @@ def parse_config(text: str, name: str = FILE_NAME) -> tuple[Config, list[str]]:
                         values[f"exporter_{sub}"] = _EXPORTER_CHECKS[sub](setting)
                     except _BadValueError as bad:
                         problems.append(_Problem(bad.key, bad.problem))
+            elif key == "ssh":
+                if not isinstance(value, dict):
+                    raise _BadValueError("ssh", "must be a table ([ssh])")
+                for sub, setting in value.items():
+                    if sub not in SSH_KEYS:
+                        problems.append(_Problem(f"ssh.{sub}", None))
+                        continue
+                    try:
+                        values[f"ssh_{sub}"] = _SSH_CHECKS[sub](setting)
+                    except _BadValueError as bad:
+                        problems.append(_Problem(bad.key, bad.problem))
             elif key in TOP_LEVEL_KEYS:
                 values[key] = _CHECKS[key](value)
             else:
@@ -298,8 +317,12 @@ class _BadValueError(Exception):
         self.problem = problem
 
 
-_KNOWN = f"known: {', '.join((*TOP_LEVEL_KEYS, 'health', 'exporter'))}"
-_KNOWN_IN = {"health": f"known: {', '.join(HEALTH_KEYS)}", "exporter": f"known: {', '.join(EXPORTER_KEYS)}"}
+_KNOWN = f"known: {', '.join((*TOP_LEVEL_KEYS, 'health', 'exporter', 'ssh'))}"
+_KNOWN_IN = {
+    "health": f"known: {', '.join(HEALTH_KEYS)}",
+    "exporter": f"known: {', '.join(EXPORTER_KEYS)}",
+    "ssh": f"known: {', '.join(SSH_KEYS)}",
+}
 
 
 def _said(problem: _Problem, *, alone: bool) -> str:
@@ -331,7 +354,10 @@ def _one_line(name: str, text: str, problems: list[_Problem], bad: bool) -> str:
     if more:
         shown.append(f"and {more} more")
     unknown = any(p.problem is None for p in problems)
-    tables = f"in [health]: {', '.join(HEALTH_KEYS)}; in [exporter]: {', '.join(EXPORTER_KEYS)}"
+    tables = (
+        f"in [health]: {', '.join(HEALTH_KEYS)}; in [exporter]: {', '.join(EXPORTER_KEYS)}; "
+        f"in [ssh]: {', '.join(SSH_KEYS)}"
+    )
     known = f" ({_KNOWN}; {tables})" if unknown else ""
     return f"{name}: {len(located)} problems: {'; '.join(shown)}{known}{tail}"
 
@@ -459,6 +485,60 @@ _CHECKS = {
 }
 _EXPORTER_CHECKS = {"names": _one_of("exporter.names", EXPORTER_NAMES), "self_metrics": _flag("exporter.self_metrics")}
 
+_SSH_GROUP_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def _text(key: str, limit: int = 4096) -> Any:
+    def check(value: Any) -> str:
+        if not isinstance(value, str) or not value.strip() or len(value) > limit or "\0" in value:
+            raise _BadValueError(key, f"must be a non-empty string of at most {limit} characters" + _got(value))
+        return value
+
+    return check
+
+
+def _check_ssh_options(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or len(value) > 64:
+        raise _BadValueError("ssh.options", 'must be an array of "Key=Value" ssh options' + _got(value))
+    for option in value:
+        if not isinstance(option, str) or "=" not in option or option.startswith("-") or len(option) > 1024:
+            raise _BadValueError("ssh.options", f'each must be "Key=Value", e.g. "ProxyJump=bastion"{_got(option)}')
+    return tuple(value)
+
+
+def _check_connect_timeout(value: Any) -> float:
+    number = _number(value)
+    if number is None or not 1 <= number <= 300:
+        raise _BadValueError("ssh.connect_timeout", "must be a number of seconds from 1 to 300" + _got(value))
+    return number
+
+
+def _check_ssh_groups(value: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    if not isinstance(value, dict):
+        raise _BadValueError("ssh.groups", 'must be a table ([ssh.groups] lab = ["gpu1", "gpu2"])' + _got(value))
+    groups = []
+    for name, hosts in value.items():
+        key = f"ssh.groups.{name}"
+        if not _SSH_GROUP_NAME.fullmatch(name):
+            raise _BadValueError(key, "a group's name is letters, digits, _ and - (at most 64)")
+        if not isinstance(hosts, list) or len(hosts) > MAX_SSH_GROUP_HOSTS:
+            raise _BadValueError(key, f"must be an array of at most {MAX_SSH_GROUP_HOSTS} hosts" + _got(hosts))
+        for host in hosts:
+            if not isinstance(host, str) or not host.strip() or len(host) > 255:
+                raise _BadValueError(key, 'each host must be a string, "[user@]host[:port]" or "@group"' + _got(host))
+        groups.append((name, tuple(hosts)))
+    return tuple(groups)
+
+
+_SSH_CHECKS = {
+    "program": _text("ssh.program"),
+    "config": _text("ssh.config"),
+    "options": _check_ssh_options,
+    "remote_nvtopy": _text("ssh.remote_nvtopy"),
+    "connect_timeout": _check_connect_timeout,
+    "groups": _check_ssh_groups,
+}
+
 
 # ----------------------------------------------------------------- where a key is, for messages
 
@@ -534,6 +614,12 @@ _COMMENTS = {
     "exporter_names": "metric names nvtopy exporter writes: dcgm-legacy (dcgm-exporter up to 4.8, what Grafana "
     "dashboard 12239 reads) or dcgm-4.9 (4.9's names and units)",
     "exporter_self_metrics": "nvtopy exporter also serves its own nvtopy_exporter_* series (--self-metrics)",
+    "ssh_program": "the ssh client nvtopy --ssh runs (the system's OpenSSH, or a wrapper taking its options)",
+    "ssh_config": "the ssh client's config file (ssh -F; --ssh-config); not set: your own ~/.ssh/config",
+    "ssh_options": 'ssh options for every host (ssh -o; --ssh-option), e.g. ["ProxyJump=bastion"]',
+    "ssh_remote_nvtopy": "nvtopy on the far hosts, when it is not on the PATH of a non-interactive ssh session",
+    "ssh_connect_timeout": "seconds a host has to begin its stream before it is marked lost and asked again",
+    "ssh_groups": 'host groups for --ssh @name: [ssh.groups] lab = ["gpu1", "alice@gpu2:2222"]',
 }
 
 
@@ -558,6 +644,17 @@ def to_toml(config: Config, header: Sequence[str] = ()) -> str:
     for key in EXPORTER_KEYS:
         out.append(f"# {_COMMENTS[f'exporter_{key}']}")
         out.append(f"{key} = {_toml_value(getattr(config, f'exporter_{key}'))}")
+    out.append("")
+    out.append("[ssh]")
+    for key in SSH_KEYS[:-1]:
+        value = getattr(config, f"ssh_{key}")
+        out.append(f"# {_COMMENTS[f'ssh_{key}']}")
+        out.append(f"{key} = {_toml_value(value)}" if value is not None else f"# {key}: not set")
+    out.append("")
+    out.append(f"# {_COMMENTS['ssh_groups']}")
+    out.append("[ssh.groups]")
+    for name, hosts in config.ssh_groups:
+        out.append(f"{name} = {_toml_value(hosts)}")
     return "\n".join(out) + "\n"
 
 

@@ -1,4 +1,5 @@
-"""``nvtopy`` itself: the interactive monitor, ``--once`` / ``--json`` snapshots, ``--remote``, ``--prometheus``.
+"""``nvtopy`` itself: the interactive monitor, ``--once`` / ``--json`` snapshots, ``--remote``, ``--prometheus``,
+``--ssh``.
 
 Why the lazy imports: ``nvtopy --once --json`` is run from scripts and cron jobs
 and must start fast, so neither Textual nor rich is imported unless the chosen
@@ -63,6 +64,29 @@ def build_parser(command: str = "monitor") -> argparse.ArgumentParser:
         metavar="URL",
         help="show every GPU a Prometheus server has from dcgm-exporter or nvtopy exporters, grouped by host, "
         "e.g. http://prom:9090 (read-only; two queries per refresh)",
+    )
+    tui.add_argument(
+        "--ssh",
+        metavar="HOSTS",
+        help="show the GPUs of machines reached with your ssh: [user@]host[:port] or @group, comma-separated, "
+        "e.g. gpu1,gpu2 (nvtopy there if installed, else nvidia-smi; read-only)",
+    )
+    tui.add_argument(
+        "--hostfile",
+        metavar="FILE",
+        help="like --ssh, the hosts of FILE: one a line, # comments",
+    )
+    tui.add_argument(
+        "--ssh-config",
+        metavar="FILE",
+        help="with --ssh: the ssh client's config file (ssh -F) instead of ~/.ssh/config",
+    )
+    tui.add_argument(
+        "--ssh-option",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="with --ssh: an ssh option (ssh -o), e.g. ProxyJump=bastion; may be repeated",
     )
     tui.add_argument(
         "--where",
@@ -296,6 +320,34 @@ def _run_prometheus(args: argparse.Namespace) -> int:
     return _show(args, source, read_once)
 
 
+def _ssh_wanted(args: argparse.Namespace) -> bool:
+    return args.ssh is not None or args.hostfile is not None
+
+
+def _run_ssh(args: argparse.Namespace, config: Config) -> int:
+    """Machines reached over SSH: the monitor, or one snapshot of them all (``--once``, ``--json``)."""
+    from ..sources.remote.ssh.hosts import SshHosts
+    from ..sources.remote.ssh.targets import expand, read_hostfile, split_hosts
+
+    if args.gpus or args.only_visible or args.demo or args.demo_gpus is not None:
+        raise UsageError("--ssh shows whole hosts: it cannot be combined with --gpus, --only-visible or --demo")
+    specs = split_hosts(args.ssh) if args.ssh is not None else []
+    if args.hostfile is not None:
+        specs += read_hostfile(args.hostfile)
+    where = "--ssh" if args.hostfile is None else ("--hostfile" if args.ssh is None else "--ssh/--hostfile")
+    targets = expand(specs, dict(config.ssh_groups), where)
+    source = SshHosts(
+        targets,
+        interval=remote_interval(args.interval),
+        program=config.ssh_program,
+        config_file=args.ssh_config if args.ssh_config is not None else config.ssh_config,
+        options=(*config.ssh_options, *args.ssh_option),
+        remote_nvtopy=config.ssh_remote_nvtopy,
+        connect_timeout=config.ssh_connect_timeout,
+    )
+    return _show(args, source, source.read_once)
+
+
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Combinations argparse cannot express: a usage error, one line."""
     if args.json and not args.once:
@@ -304,6 +356,10 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         parser.error("--where needs --prometheus URL")
     if args.prometheus is not None and args.remote is not None:
         parser.error("--prometheus and --remote are two ways to see other hosts: give one")
+    if _ssh_wanted(args) and (args.prometheus is not None or args.remote is not None):
+        parser.error("--ssh, --remote and --prometheus are three ways to see other hosts: give one")
+    if (args.ssh_config is not None or args.ssh_option) and not _ssh_wanted(args):
+        parser.error("--ssh-config and --ssh-option need --ssh HOSTS or --hostfile FILE")
     if args.ca_file is not None and args.prometheus is None and args.remote is None:
         parser.error("--ca-file needs --remote or --prometheus (the servers it verifies)")
 
@@ -314,7 +370,8 @@ def run(command: str, args: argparse.Namespace) -> int:
     The config file's values stand where a flag was not given (``interval``, ``view``, ``theme``, the health
     thresholds: :func:`options.user_config`).
     """
-    if args.once and not args.print_config and args.prometheus is None and args.remote is None:
+    others = args.prometheus is not None or args.remote is not None or _ssh_wanted(args)
+    if args.once and not args.print_config and not others:
         return _run_once(args)  # it reads the config file while it waits for the driver
     config = options.user_config(args, *CONFIG_FLAGS)
     if args.print_config:
@@ -324,4 +381,6 @@ def run(command: str, args: argparse.Namespace) -> int:
         return _run_prometheus(args)
     if args.remote is not None:  # also --remote '': an error there, not a fall-through to NVML
         return _run_remote(args)
+    if _ssh_wanted(args):  # also --ssh '': an error there, not a fall-through to NVML
+        return _run_ssh(args, config)
     return _run_interactive(args)

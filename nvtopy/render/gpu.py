@@ -43,6 +43,7 @@ and UUIDs) goes through :func:`~nvtopy.textsafe.safe_text` here or in
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -489,9 +490,15 @@ def panel_lines(gpu: GpuState, width: int, *, links: bool = False) -> list[Line]
     blank = [Line().fit(width)] if links else []
     if gpu.note:
         # A host that could not be read is asked again; a note on a host that answered (capped) is not an error.
-        retry = Line("retrying at every refresh", "dim") if gpu.lost else Line()
-        lines = [_put(Line(), note_cell(gpu)), retry]
-        return [line.fit(width) for line in lines] + [Line().fit(width), Line().fit(width), *blank]
+        # The note is wrapped over the panel's lines (ssh's reasons are long: what failed, and what to do); a
+        # source that says when it asks again (``--ssh``'s "reconnecting in 8 s") needs no line of ours saying so.
+        text, category = note_cell(gpu)
+        wrapped = textwrap.wrap(text, max(8, width), max_lines=3, placeholder="…") or [""]
+        lines = [Line(part, RICH_STYLES[category]) for part in wrapped]
+        if gpu.lost and "reconnecting" not in text:
+            lines.append(Line("retrying at every refresh", "dim"))
+        lines += [Line()] * (4 - len(lines))
+        return [line.fit(width) for line in lines[:4]] + blank
     if gpu.lost:
         word, category = lost_cell()
         lost = Line(f"GPU {word}", RICH_STYLES[category])

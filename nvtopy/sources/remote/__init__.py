@@ -1,1 +1,2 @@
-"""Other machines: their exporters (``--remote``), a Prometheus server (``--prometheus``), TLS, accounting."""
+"""Other machines: their exporters (``--remote``), a Prometheus server (``--prometheus``), SSH (``ssh/``: ``--ssh``),
+TLS, accounting."""

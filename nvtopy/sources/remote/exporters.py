@@ -69,7 +69,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..._version import __version__
 from ...errors import UsageError
@@ -150,7 +150,17 @@ class _Target:
         return urllib.parse.urlsplit(self.url).hostname or self.label
 
 
-def host_names(targets: Sequence[_Target], reported: Sequence[str | None]) -> list[str]:
+class NamedHost(Protocol):
+    """What :func:`host_names` needs of a host: the name it was given by, and its ``host:port``."""
+
+    @property
+    def hostname(self) -> str: ...
+
+    @property
+    def label(self) -> str: ...
+
+
+def host_names(targets: Sequence[NamedHost], reported: Sequence[str | None]) -> list[str]:
     """What each target's GPUs are titled with: the hostname its exporter reported (``None``: never
     answered, so the URL's host), except where two targets would share a name: those are ``host:port``.
 

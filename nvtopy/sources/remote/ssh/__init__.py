@@ -1,0 +1,1 @@
+"""Machines reached over SSH (``--ssh``): the targets, the ssh command, the sessions, the source."""

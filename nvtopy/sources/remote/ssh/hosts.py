@@ -1,0 +1,303 @@
+"""``nvtopy --ssh HOSTS``: the GPUs of machines reached over SSH, as one fleet in the monitor.
+
+Each host has one long-lived ssh session (:mod:`.streams`) whose far side
+streams snapshots: ``nvtopy serve-stdio`` (every column, health verdicts
+included, in the JSON contract ``record`` writes; :mod:`nvtopy.formats.stream`)
+or, where nvtopy is not installed, nvidia-smi's query loop
+(:mod:`nvtopy.formats.nvidia_smi_csv`: fewer columns, and the host says which
+are missing). At each refresh this source takes every host's newest value,
+decodes only what is new since the last refresh (a host that sent ten lines
+since costs one decode) and shows every GPU with its host, as ``--remote`` and
+``--prometheus`` do: the host on every GPU and process row, ``b`` grouping by
+host, the history charts of each remote GPU kept here across refreshes.
+
+Every host has a state, shown where its GPUs would be: waiting to connect,
+connecting (for how long), live, stale (its GPUs' last identity, with how old
+their values are), lost (why, in ssh's or the far side's words, and when it is
+asked again). A host never holds up the others: this thread never waits on a
+host (the I/O thread does, against deadlines), and ``stop()`` ends every ssh
+within half a second.
+
+Read-only, as the other fleet views: the processes belong to other machines.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+from ....formats.contract_decoder import RecordedGpu, snapshot_from_dict
+from ....formats.stream import StreamError, StreamFailure, StreamHello, read_line
+from ....interval import STALE_INTERVALS
+from ....model import (
+    GpuSample,
+    GpuState,
+    GpuStatic,
+    HistoryBuffer,
+    HostInfo,
+    Snapshot,
+)
+from ...base import SnapshotSource
+from ...timeline import Timeline
+from ..exporters import host_names
+from .command import remote_script, ssh_argv
+from .session import Latest, Mode, Session, State
+from .streams import SshStreams
+from .targets import SshTarget
+
+__all__ = ["SshHosts"]
+
+
+@dataclasses.dataclass
+class _Shown:
+    """What was last built of one host: from which of its values, and the GPU lines."""
+
+    sequence: int
+    gpus: list[GpuState]
+    identities: list[GpuStatic]
+
+
+class SshHosts(SnapshotSource):
+    """A snapshot source for the monitor: every host's GPUs, over one ssh session each."""
+
+    thread_name = "nvtopy-ssh"
+    signal_refusal = "read-only: processes on other hosts cannot be signalled from here"
+    waiting_for = "the hosts"
+
+    def __init__(
+        self,
+        targets: Sequence[SshTarget],
+        interval: float = 1.0,
+        *,
+        program: str = "ssh",
+        config_file: str | None = None,
+        options: Sequence[str] = (),
+        remote_nvtopy: str | None = None,
+        connect_timeout: float = 10.0,
+        max_connecting: int = 32,
+    ) -> None:
+        super().__init__(interval)
+        self.targets = list(targets)
+
+        def argv_for(target: SshTarget) -> list[str]:
+            return ssh_argv(
+                target, program=program, config_file=config_file, options=options, connect_timeout=connect_timeout
+            )
+
+        self.streams = SshStreams(
+            self.targets,
+            argv_for,
+            remote_script(interval, remote_nvtopy),
+            interval,
+            connect_timeout=connect_timeout,
+            max_connecting=max_connecting,
+        )
+        self._history: dict[Hashable, HistoryBuffer] = {}
+        self._timelines: dict[Hashable, Timeline] = {}
+        self._shown: dict[int, _Shown] = {}  # host position -> what was last built of it
+        self._reported: list[str | None] = [None] * len(self.targets)
+        self._sequence = 0
+        self._streams_started = False
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def start(self) -> SshHosts:
+        self._start_streams()
+        super().start()
+        return self
+
+    def _start_streams(self) -> None:
+        if not self._streams_started:
+            self._streams_started = True
+            self.streams.start()
+
+    def stop(self, timeout: float | None = 2.0) -> None:
+        """Stop at once: every ssh is ended (stdin closed, SIGTERM, SIGKILL after 0.3 s)."""
+        self._stopping = True
+        self.streams.stop()
+        super().stop(timeout)
+
+    def status_line(self) -> str:
+        live = sum(1 for s in self.streams.sessions if s.status.state is State.LIVE and s.latest is not None)
+        state = "⏸ " if self._paused else ""
+        return f"{state}SSH {live}/{len(self.targets)} hosts ⟳ {self._interval:g}s"
+
+    def _run(self) -> None:
+        self._run_periodic(self.poll_once)
+
+    def read_once(self, deadline: float | None = None) -> Snapshot:
+        """``--once``: connect to every host, wait until each has sent a first snapshot, failed, or the deadline."""
+        self._start_streams()
+        end = time.monotonic() + (deadline if deadline is not None else self.streams.connect_timeout + 2.0)
+        try:
+            while time.monotonic() < end:
+                if all(_settled(s) for s in self.streams.sessions):
+                    break
+                time.sleep(0.02)
+            return self.poll_once()
+        finally:
+            self.streams.stop()
+
+    # ----------------------------------------------------------------- snapshots
+
+    def poll_once(self) -> Snapshot:
+        """Every host's newest value as GPU lines (decoding only what is new), published."""
+        now = time.time()
+        clock = time.monotonic()
+        sessions = self.streams.sessions
+        for session in sessions:
+            if session.hostname is not None:
+                self._reported[session.position] = session.hostname
+        names = host_names(self.targets, self._reported)
+        gpus: list[GpuState] = []
+        for session, name in zip(sessions, names, strict=True):
+            gpus.extend(self._host_lines(session, name, len(gpus), now, clock))
+        self._sequence += 1
+        host = HostInfo(
+            hostname=names[0] if len(names) == 1 else f"{len(names)} hosts",
+            driver_version=None,
+            cuda_driver_version=None,
+            backend="ssh",
+        )
+        snapshot = Snapshot(
+            timestamp=now, host=host, gpus=tuple(gpus), sequence=self._sequence, interval=self._interval
+        )
+        if not self._stopping:
+            self._publish(snapshot)
+        return snapshot
+
+    def _host_lines(self, session: Session, name: str, first: int, now: float, clock: float) -> list[GpuState]:
+        status = session.status
+        latest = session.latest
+        shown = self._shown.get(session.position)
+        if latest is not None and status.state is State.LIVE:
+            age = clock - latest.received
+            if shown is None or shown.sequence != latest.sequence:
+                try:
+                    built = self._build(session, name, latest, first, now)
+                except _UnreadableError as exc:
+                    self.streams.drop(session, str(exc))
+                    return [_line(first, name, f"lost: {exc}", now, lost=True)]
+                shown = self._shown[session.position] = built
+            elif shown.gpus and (shown.gpus[0].index != first or shown.gpus[0].static.host != name):
+                shown.gpus = [_moved(gpu, first + n, name) for n, gpu in enumerate(shown.gpus)]
+            limit = STALE_INTERVALS * self._interval
+            if age > limit:
+                note = f"stale: no snapshot for {age:.0f} s"
+                return [
+                    GpuState(dataclasses.replace(s, index=first + n, host=name), GpuSample(now), note=note)
+                    for n, s in enumerate(shown.identities)
+                ] or [_line(first, name, note, now)]
+            return list(shown.gpus)
+        words = status.words(clock)
+        if status.state is State.LIVE:  # connected, the first snapshot not here yet
+            words = "connected, waiting for the first snapshot"
+        lost = status.state is State.LOST
+        return [_line(first, name, words, now, lost=lost)]
+
+    def _build(self, session: Session, name: str, latest: Latest, first: int, now: float) -> _Shown:
+        if latest.mode is Mode.NVTOPY:
+            gpus = self._from_stream(session, name, latest.payload, first)
+            note = None
+        else:
+            gpus, note = self._from_smi(session, name, latest.payload, first, now)
+        identities = [g.static for g in gpus if g.note is None]
+        if note is not None:
+            gpus.append(_line(first + len(gpus), name, note, now))
+        return _Shown(latest.sequence, gpus, identities)
+
+    def _from_stream(self, session: Session, name: str, raw: bytes, first: int) -> list[GpuState]:
+        try:
+            data = read_line(raw)
+        except StreamError as exc:
+            raise _UnreadableError(f"sent a line that is no snapshot ({exc})") from None
+        if isinstance(data, StreamFailure):
+            raise _UnreadableError(data.error)
+        if isinstance(data, StreamHello):
+            raise _UnreadableError("began its stream again")
+        position = session.position
+        counter = [first]
+
+        def state(gpu: RecordedGpu) -> GpuState:
+            index = counter[0]
+            counter[0] += 1
+            return self._rehomed(gpu, (position, gpu.static.index), index, name)
+
+        try:
+            snapshot = snapshot_from_dict(data, state)
+        except (KeyError, ValueError, TypeError, AttributeError, ArithmeticError, RecursionError) as exc:
+            raise _UnreadableError(f"sent a line that is no snapshot ({type(exc).__name__})") from None
+        return list(snapshot.gpus)
+
+    def _rehomed(self, gpu: RecordedGpu, key: Hashable, index: int, host: str) -> GpuState:
+        """A far GPU as a line of this fleet: its index here, its host, its history and charts kept here."""
+        static = dataclasses.replace(gpu.static, index=index, host=host, host_index=gpu.static.index)
+        processes = tuple(dataclasses.replace(p, gpu_index=index, host=host) for p in gpu.processes)
+        health = gpu.health
+        if health.events:
+            events = tuple(dataclasses.replace(e, gpu_index=index) for e in health.events)
+            health = dataclasses.replace(health, events=events)
+        history, timeline = self._kept(key, static, gpu.sample)
+        return GpuState(
+            static,
+            gpu.sample,
+            processes,
+            gpu.processes_unavailable,
+            history.history(),
+            health=health,
+            timeline=timeline,
+        )
+
+    def _from_smi(
+        self, session: Session, name: str, cycle: Any, first: int, now: float
+    ) -> tuple[list[GpuState], str | None]:
+        if cycle.error and not cycle.gpus:
+            raise _UnreadableError(f"nvidia-smi: {cycle.error}")
+        gpus = []
+        for far_static, far_sample in cycle.gpus:
+            index = first + len(gpus)
+            static = dataclasses.replace(far_static, index=index, host=name, host_index=far_static.index)
+            sample = far_sample
+            processes = tuple(
+                dataclasses.replace(p, gpu_index=index, host=name) for p in cycle.processes.get(far_static.index, ())
+            )
+            history, timeline = self._kept((session.position, far_static.index), static, sample)
+            gpus.append(GpuState(static, sample, processes, None, history.history(), timeline=timeline))
+        missing = ", ".join(cycle.missing)
+        note = "read with nvidia-smi (nvtopy is not installed there)" + (f": no {missing}" if missing else "")
+        return gpus, note
+
+    def _kept(self, key: Hashable, static: GpuStatic, sample: GpuSample) -> tuple[HistoryBuffer, Timeline]:
+        history = self._history.get(key)
+        if history is None:
+            history = self._history[key] = HistoryBuffer()
+        history.append(static, sample)
+        timeline = self._timelines.get(key)
+        if timeline is None:
+            timeline = self._timelines[key] = Timeline()
+        timeline.record(static, sample)
+        return history, timeline
+
+
+class _UnreadableError(Exception):
+    """A host's newest value cannot be shown: one safe line saying why (the host is dropped and asked again)."""
+
+
+def _settled(session: Session) -> bool:
+    """For ``--once``: the host has a first value to show, or has failed."""
+    state = session.status.state
+    return state is State.LOST or (state is State.LIVE and session.latest is not None)
+
+
+def _line(index: int, host: str, note: str, now: float, *, lost: bool = False) -> GpuState:
+    """A host's one line where it has no GPUs to show: its state in words."""
+    return GpuState(GpuStatic(index=index, host=host), GpuSample(now, lost=lost), note=note)
+
+
+def _moved(gpu: GpuState, index: int, host: str) -> GpuState:
+    """The same GPU line at another position, or under another name (a host before it came or went)."""
+    static = dataclasses.replace(gpu.static, index=index, host=host)
+    processes = tuple(dataclasses.replace(p, gpu_index=index, host=host) for p in gpu.processes)
+    return dataclasses.replace(gpu, static=static, processes=processes)

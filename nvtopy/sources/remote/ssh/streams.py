@@ -1,0 +1,420 @@
+"""Every host's ssh process on one thread: started, read, timed, dropped and asked again.
+
+Why one thread for all hosts, with a selector, rather than a thread per host: a
+host list of 256 must not cost 256 threads, and one host that floods or hangs
+must cost the others nothing. Each host's output is a non-blocking pipe; the
+thread waits on all of them at once (``selectors``) and on its own timers, so
+every wait has a deadline:
+
+- a host that has not begun its stream ``connect_timeout`` seconds after ssh
+  started is dropped ("no answer within 10 s");
+- a live host silent for :func:`silent_after` seconds is dropped (ssh's own
+  keep-alives notice a dead network too; this notices a far side that hangs);
+- a host that sends more than :data:`FLOOD_BYTES` or :data:`FLOOD_LINES` in
+  :data:`FLOOD_WINDOW` seconds, or a line over :data:`~.session.MAX_LINE`
+  bytes, is dropped as flooding;
+- a dropped host is asked again after a backoff that doubles from 1 s up to
+  :data:`MAX_BACKOFF` (with a little jitter, so 200 hosts do not reconnect in
+  step); a host that was live a minute starts again from 1 s;
+- at most ``max_connecting`` hosts connect at once (forks and handshakes come
+  in waves, not all together).
+
+Only this thread starts ssh processes, and each is started in its own process
+group (a Ctrl-C in the terminal is the monitor's, not ssh's) and, where
+``setpriv`` exists, with the parent-death signal set: if the monitor is killed
+outright (SIGKILL, a crash), the kernel ends its ssh processes too. On
+:meth:`SshStreams.stop`, and at interpreter exit, every ssh is closed: its stdin
+(the far nvtopy ends on that EOF), SIGTERM to its group, SIGKILL to what is left
+after :data:`STOP_GRACE` seconds; every child is reaped.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import random
+import resource
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from ....errors import UsageError
+from ....formats.nvidia_smi_csv import SmiCycleReader
+from ....formats.stream import StreamError, StreamFailure, StreamHello, read_line
+from .session import MAX_LINE, MAX_PREAMBLE_LINES, Mode, Session, State
+from .targets import SshTarget
+
+__all__ = ["SshStreams", "silent_after"]
+
+READ_CHUNK = 1 << 16
+FLOOD_WINDOW = 2.0
+FLOOD_BYTES = 64 << 20  # in FLOOD_WINDOW: a healthy host sends a snapshot line (tens of KiB) a second
+FLOOD_LINES = 20_000  # in FLOOD_WINDOW: nvidia-smi's loop prints a line per GPU and process a cycle
+MAX_BACKOFF = 60.0
+LONG_BACKOFF = 30.0  # after a host said plainly that it cannot serve (no nvtopy, no nvidia-smi, no driver)
+STEADY_AFTER = 60.0  # live this long: the next drop reconnects at once, as a first one does
+STOP_GRACE = 0.3
+MAX_WAIT = 0.5  # the longest the thread sleeps without looking at its timers
+_PDEATHSIG = ("setpriv", "--pdeathsig", "TERM", "--")
+
+
+def silent_after(interval: float) -> float:
+    """Seconds without a byte after which a live host is dropped: ten intervals, at least 15 s."""
+    return max(15.0, 10 * interval)
+
+
+def _hint(said: str) -> str:
+    """What to do about the commonest ssh failures, after what ssh said."""
+    if "Permission denied" in said:
+        return f"{said} -- nvtopy never asks for a password: load a key into the agent or ssh-copy-id this host"
+    if "Host key verification failed" in said:
+        return f"{said} -- connect once with ssh to check and accept its host key"
+    return said
+
+
+class SshStreams:
+    """The hosts' sessions (:attr:`sessions`, in the order given) and the thread that runs them."""
+
+    def __init__(
+        self,
+        targets: Sequence[SshTarget],
+        argv_for: Callable[[SshTarget], list[str]],
+        script: str,
+        interval: float,
+        *,
+        connect_timeout: float = 10.0,
+        max_connecting: int = 32,
+        pdeathsig: bool = True,
+    ) -> None:
+        self.sessions = [Session(target, position) for position, target in enumerate(targets)]
+        self._argv_for = argv_for
+        self._script = script.encode()
+        self.interval = interval
+        self.connect_timeout = connect_timeout
+        self.max_connecting = max_connecting
+        self._prefix = _PDEATHSIG if pdeathsig and sys.platform == "linux" and shutil.which("setpriv") else ()
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._ending: list[tuple[float, subprocess.Popen[bytes]]] = []  # killed, not yet reaped
+        self._random = random.Random()
+        _allow_descriptors(2 * len(self.sessions) + 64)
+
+    # ----------------------------------------------------------------- control (any thread)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="nvtopy-ssh-io", daemon=True)
+        self._thread.start()
+        atexit.register(self.stop)
+
+    def stop(self, timeout: float = 1.0) -> None:
+        """End every session (stdin closed, SIGTERM, SIGKILL after :data:`STOP_GRACE`) and the thread."""
+        self._stopping = True
+        self._wake()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+        if thread is None or not thread.is_alive():
+            self._close_all()  # never started, or ended: nothing else touches the processes now
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.stop)
+
+    def drop(self, session: Session, reason: str) -> None:
+        """The source found the host's stream wrong (a line that is no snapshot): drop it, ask again later."""
+        session.failure = reason
+        self._wake()
+
+    def children(self) -> list[int]:
+        """The pids of the ssh processes now running (for tests and ``doctor``-like checks)."""
+        return [s.process.pid for s in self.sessions if s.process is not None]
+
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):  # full (already woken) or closed (stopped)
+            os.write(self._wake_w, b"x")
+
+    # ----------------------------------------------------------------- the thread
+
+    def _run(self) -> None:
+        try:
+            while not self._stopping:
+                now = time.monotonic()
+                self._start_due(now)
+                wait = self._check_timers(now)
+                for key, _ in self._selector.select(wait):
+                    if key.data is None:
+                        with contextlib.suppress(OSError):
+                            os.read(self._wake_r, 4096)
+                    else:
+                        self._read(key.data)
+        finally:
+            self._close_all()
+
+    def _start_due(self, now: float) -> None:
+        connecting = sum(1 for s in self.sessions if s.status.state is State.CONNECTING)
+        for session in self.sessions:
+            if connecting >= self.max_connecting:
+                break
+            status = session.status
+            if status.state is State.WAITING or (
+                status.state is State.LOST and status.retry_at is not None and status.retry_at <= now
+            ):
+                self._spawn(session, now)
+                connecting += 1
+
+    def _spawn(self, session: Session, now: float) -> None:
+        argv = [*self._prefix, *self._argv_for(session.target)]
+        attempts = session.status.attempts + 1
+        try:
+            process = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError as exc:
+            why = exc.strerror or type(exc).__name__
+            self._lost(session, f"could not run {argv[len(self._prefix)]}: {why.lower()}", now, LONG_BACKOFF, attempts)
+            return
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            process.stdin.write(self._script)  # a few KiB: the pipe takes it whole, no wait
+            process.stdin.flush()
+        except OSError:
+            pass  # ssh ended already: its output says why
+        os.set_blocking(process.stdout.fileno(), False)
+        self._selector.register(process.stdout, selectors.EVENT_READ, session)
+        session.process = process
+        session.buffer.clear()
+        session.said.clear()
+        session.preamble_lines = 0
+        session.mode = None
+        session.smi_reader = None
+        session.failure = None
+        session.window_start, session.window_bytes, session.window_lines = now, 0, 0
+        session.last_data = now
+        session.set_status(State.CONNECTING, attempts=attempts, mode=None)
+
+    def _check_timers(self, now: float) -> float:
+        """Drop the hosts past a deadline, reap ended processes; how long the thread may wait now."""
+        wait = MAX_WAIT
+        silent = silent_after(self.interval)
+        for session in self.sessions:
+            status = session.status
+            if session.failure is not None and session.process is not None:
+                self._lost(session, session.failure, now)
+                continue
+            if status.state is State.CONNECTING and session.process is not None:
+                left = status.since + self.connect_timeout - now
+                if left <= 0:
+                    said = session.said_reason()
+                    reason = f"no answer within {self.connect_timeout:g} s" + (f" ({said})" if said else "")
+                    self._lost(session, reason, now)
+                    continue
+                wait = min(wait, left)
+            elif status.state is State.LIVE and session.process is not None:
+                left = session.last_data + silent - now
+                if left <= 0:
+                    self._lost(session, f"silent for {silent:g} s", now)
+                    continue
+                wait = min(wait, left)
+            elif status.state is State.LOST and status.retry_at is not None:
+                wait = min(wait, max(0.0, status.retry_at - now))
+        still = []
+        for killed_at, process in self._ending:
+            if process.poll() is None:
+                if now - killed_at > STOP_GRACE:
+                    _signal_group(process, signal.SIGKILL)
+                still.append((killed_at, process))
+        self._ending = still
+        if still:
+            wait = min(wait, 0.05)
+        return max(0.0, wait)
+
+    def _read(self, session: Session) -> None:
+        process = session.process
+        if process is None or process.stdout is None:
+            return
+        try:
+            data = os.read(process.stdout.fileno(), READ_CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        now = time.monotonic()
+        if not data:
+            self._ended(session, now)
+            return
+        session.last_data = now
+        if now - session.window_start > FLOOD_WINDOW:
+            session.window_start, session.window_bytes, session.window_lines = now, 0, 0
+        session.window_bytes += len(data)
+        if session.window_bytes > FLOOD_BYTES:
+            self._lost(session, f"sent more than {FLOOD_BYTES >> 20} MiB in {FLOOD_WINDOW:g} s (flooding)", now)
+            return
+        buffer = session.buffer
+        start = len(buffer)
+        buffer += data
+        while True:
+            end = buffer.find(b"\n", start)
+            if end < 0:
+                break
+            line = bytes(buffer[:end])
+            del buffer[: end + 1]
+            start = 0
+            session.window_lines += 1
+            if session.window_lines > FLOOD_LINES:
+                self._lost(session, f"sent more than {FLOOD_LINES} lines in {FLOOD_WINDOW:g} s (flooding)", now)
+                return
+            self._line(session, line, now)
+            if session.process is not process:  # the line dropped it
+                return
+        if len(buffer) > MAX_LINE:
+            self._lost(session, f"sent a line longer than {MAX_LINE >> 20} MiB (not nvtopy's stream)", now)
+
+    def _line(self, session: Session, line: bytes, now: float) -> None:
+        line = line.rstrip(b"\r")
+        if session.mode is Mode.NVTOPY:
+            if line.startswith(b"{"):
+                session.publish(line, now)
+            elif line.strip():
+                self._stray(session, line, now)
+            return
+        if session.mode is Mode.NVIDIA_SMI:
+            cycle = session.smi_reader.feed(line[:MAX_LINE].decode("utf-8", errors="replace"))
+            if cycle is not None:
+                session.publish(cycle, now)
+            return
+        if line.startswith(b"{"):
+            try:
+                said = read_line(line)
+            except StreamError:
+                said = None
+            if isinstance(said, StreamHello):
+                session.mode = Mode.NVTOPY
+                session.hostname = said.hostname
+                session.far_version = said.version
+                self._live(session, now)
+                return
+            if isinstance(said, StreamFailure):
+                self._lost(session, said.error, now, LONG_BACKOFF)
+                return
+        elif line.startswith(b"#nvtopy-smi"):
+            session.mode = Mode.NVIDIA_SMI
+            session.smi_reader = SmiCycleReader()
+            session.smi_reader.feed(line.decode("utf-8", errors="replace"))
+            self._live(session, now)
+            return
+        self._stray(session, line, now)
+
+    def _stray(self, session: Session, line: bytes, now: float) -> None:
+        """A line that is not the stream's: kept (briefly) as what the host said; too many of them is garbage."""
+        session.preamble_lines += 1
+        session.remember(line)
+        if session.preamble_lines > MAX_PREAMBLE_LINES:
+            said = session.said_reason() or "unreadable bytes"
+            self._lost(session, f"not nvtopy's stream nor nvidia-smi's output (it said: {said})", now, LONG_BACKOFF)
+
+    def _live(self, session: Session, now: float) -> None:
+        session.live_since = now
+        session.set_status(State.LIVE, mode=session.mode, attempts=session.status.attempts)
+
+    def _ended(self, session: Session, now: float) -> None:
+        """The host's output ended: ssh exited, or is about to."""
+        process = session.process
+        code = None if process is None else process.poll()
+        said = session.said_reason()
+        backoff = None
+        if said:
+            reason = _hint(said)
+            if reason != said:  # a key to load, a host key to accept: the user's to fix, not a second's wait
+                backoff = LONG_BACKOFF
+        elif session.mode is not None:
+            reason = "the session ended"
+        else:
+            reason = "ssh ended without a word" + ("" if code is None else f" (exit {code})")
+        self._lost(session, reason, now, backoff)
+
+    def _lost(
+        self,
+        session: Session,
+        reason: str,
+        now: float,
+        backoff: float | None = None,
+        attempts: int | None = None,
+    ) -> None:
+        """Drop the host: its ssh closed and ended, the reason said, the next try scheduled."""
+        self._close(session)
+        tries = session.status.attempts if attempts is None else attempts
+        if session.live_since is not None and now - session.live_since >= STEADY_AFTER:
+            tries = 1  # it had been fine a good while: ask again at once, as after a first drop
+        session.live_since = None
+        if backoff is None:
+            backoff = min(MAX_BACKOFF, 2.0 ** max(0, tries - 1))
+        delay = backoff * self._random.uniform(0.9, 1.1)
+        session.set_status(State.LOST, reason=reason, retry_at=now + delay, attempts=tries, mode=session.mode)
+
+    def _close(self, session: Session) -> None:
+        process, session.process = session.process, None
+        if process is None:
+            return
+        if process.stdout is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                self._selector.unregister(process.stdout)
+        _end(process)
+        if process.poll() is None:
+            self._ending.append((time.monotonic(), process))
+
+    def _close_all(self) -> None:
+        for session in self.sessions:
+            self._close(session)
+        deadline = time.monotonic() + STOP_GRACE
+        for _, process in self._ending:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(max(0.0, deadline - time.monotonic()))
+        for _, process in self._ending:
+            if process.poll() is None:
+                _signal_group(process, signal.SIGKILL)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(0.2)
+        self._ending = []
+
+
+def _end(process: subprocess.Popen[bytes]) -> None:
+    """Ask a session's ssh to end: its stdin closed (the far nvtopy's cue), SIGTERM to its group; pipes closed."""
+    for pipe in (process.stdin, process.stdout):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
+    if process.poll() is None:
+        _signal_group(process, signal.SIGTERM)
+
+
+def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
+    with contextlib.suppress(OSError):
+        os.killpg(process.pid, signum)  # its own group (start_new_session): ssh and a ProxyCommand it started
+
+
+def _allow_descriptors(needed: int) -> None:
+    """Raise the soft limit on open files to ``needed`` where the hard limit allows; a usage error where not."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    target = needed if hard == resource.RLIM_INFINITY else min(hard, needed)
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        hosts = (needed - 64) // 2
+        raise UsageError(f"--ssh: {hosts} hosts need {needed} open files; the limit is {soft} (ulimit -n)")
