@@ -324,6 +324,13 @@ def _ssh_wanted(args: argparse.Namespace) -> bool:
     return args.ssh is not None or args.hostfile is not None
 
 
+def _expanded(path: str | None) -> str | None:
+    """A path as the user wrote it in the config file, ``~`` expanded (ssh's ``-F`` takes it literally)."""
+    import os
+
+    return None if path is None else os.path.expanduser(path)
+
+
 def _run_ssh(args: argparse.Namespace, config: Config) -> int:
     """Machines reached over SSH: the monitor, or one snapshot of them all (``--once``, ``--json``)."""
     from ..sources.remote.ssh.hosts import SshHosts
@@ -340,7 +347,7 @@ def _run_ssh(args: argparse.Namespace, config: Config) -> int:
         targets,
         interval=remote_interval(args.interval),
         program=config.ssh_program,
-        config_file=args.ssh_config if args.ssh_config is not None else config.ssh_config,
+        config_file=_expanded(args.ssh_config if args.ssh_config is not None else config.ssh_config),
         options=(*config.ssh_options, *args.ssh_option),
         remote_nvtopy=config.ssh_remote_nvtopy,
         connect_timeout=config.ssh_connect_timeout,

@@ -197,13 +197,16 @@ def host_state(group: HostGroup, now: float | None = None, stale_after: float | 
     """Whether a host answers, in words, and its style category: ``reachable``; ``stale 45 s`` when its newest
     reading is older than ``stale_after`` seconds at ``now``, or ``stale`` when its source said so in its lines
     (``--prometheus``: a host that stopped reporting); ``unreachable`` when nothing of it could be read (its
-    lines are notes saying why); ``see below`` for lines that are only remarks (a partial answer)."""
+    lines are notes saying why); ``connecting`` for an ``--ssh`` session on its way; ``see below`` for lines
+    that are only remarks (a partial answer)."""
     readings = [gpu for gpu in group.gpus if not gpu.note]
     if not readings:
         if any(gpu.lost for gpu in group.gpus):
             return ("unreachable", HOT)
         if any((gpu.note or "").startswith("stale") for gpu in group.gpus):
             return ("stale", WARN)
+        if any((gpu.note or "").startswith(("connecting", "connected", "waiting")) for gpu in group.gpus):
+            return ("connecting", WARN)  # --ssh: a session on its way (the line below says how long)
         return ("see below", WARN)
     if now is not None and stale_after is not None:
         age = now - max(gpu.sample.timestamp for gpu in readings)

@@ -77,6 +77,7 @@ class SshHosts(SnapshotSource):
         remote_nvtopy: str | None = None,
         connect_timeout: float = 10.0,
         max_connecting: int = 32,
+        silent_after: float | None = None,
     ) -> None:
         super().__init__(interval)
         self.targets = list(targets)
@@ -93,6 +94,7 @@ class SshHosts(SnapshotSource):
             interval,
             connect_timeout=connect_timeout,
             max_connecting=max_connecting,
+            silent_after=silent_after,
         )
         self._history: dict[Hashable, HistoryBuffer] = {}
         self._timelines: dict[Hashable, Timeline] = {}

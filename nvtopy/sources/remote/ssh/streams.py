@@ -8,7 +8,7 @@ every wait has a deadline:
 
 - a host that has not begun its stream ``connect_timeout`` seconds after ssh
   started is dropped ("no answer within 10 s");
-- a live host silent for :func:`silent_after` seconds is dropped (ssh's own
+- a live host silent for :func:`silent_after_default` seconds is dropped (ssh's own
   keep-alives notice a dead network too; this notices a far side that hangs);
 - a host that sends more than :data:`FLOOD_BYTES` or :data:`FLOOD_LINES` in
   :data:`FLOOD_WINDOW` seconds, or a line over :data:`~.session.MAX_LINE`
@@ -50,7 +50,7 @@ from ....formats.stream import StreamError, StreamFailure, StreamHello, read_lin
 from .session import MAX_LINE, MAX_PREAMBLE_LINES, Mode, Session, State
 from .targets import SshTarget
 
-__all__ = ["SshStreams", "silent_after"]
+__all__ = ["SshStreams", "silent_after_default"]
 
 READ_CHUNK = 1 << 16
 FLOOD_WINDOW = 2.0
@@ -64,7 +64,7 @@ MAX_WAIT = 0.5  # the longest the thread sleeps without looking at its timers
 _PDEATHSIG = ("setpriv", "--pdeathsig", "TERM", "--")
 
 
-def silent_after(interval: float) -> float:
+def silent_after_default(interval: float) -> float:
     """Seconds without a byte after which a live host is dropped: ten intervals, at least 15 s."""
     return max(15.0, 10 * interval)
 
@@ -90,14 +90,17 @@ class SshStreams:
         *,
         connect_timeout: float = 10.0,
         max_connecting: int = 32,
+        silent_after: float | None = None,
         pdeathsig: bool = True,
     ) -> None:
+        """``silent_after``: seconds without a byte before a live host is dropped (None: :func:`silent_after_default`)."""
         self.sessions = [Session(target, position) for position, target in enumerate(targets)]
         self._argv_for = argv_for
         self._script = script.encode()
         self.interval = interval
         self.connect_timeout = connect_timeout
         self.max_connecting = max_connecting
+        self.silent_after = silent_after_default(interval) if silent_after is None else silent_after
         self._prefix = _PDEATHSIG if pdeathsig and sys.platform == "linux" and shutil.which("setpriv") else ()
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = os.pipe()
@@ -209,7 +212,7 @@ class SshStreams:
     def _check_timers(self, now: float) -> float:
         """Drop the hosts past a deadline, reap ended processes; how long the thread may wait now."""
         wait = MAX_WAIT
-        silent = silent_after(self.interval)
+        silent = self.silent_after
         for session in self.sessions:
             status = session.status
             if session.failure is not None and session.process is not None:
@@ -366,6 +369,7 @@ class SshStreams:
         session.set_status(State.LOST, reason=reason, retry_at=now + delay, attempts=tries, mode=session.mode)
 
     def _close(self, session: Session) -> None:
+        session.buffer = bytearray()  # a flood's 16 MiB let go now, not at the next connection
         process, session.process = session.process, None
         if process is None:
             return

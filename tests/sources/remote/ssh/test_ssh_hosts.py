@@ -1,0 +1,229 @@
+"""``--ssh``'s transport, through a stand-in ``ssh`` (:mod:`.fake_ssh`): every host's state, deadline and bound.
+
+The real sshd's tests (tests/end_to_end/test_ssh_real_sshd.py) show the same paths through OpenSSH; these
+show what only a double can make happen on demand: silence, junk, a flood, a line without end, 256 hosts.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from nvtopy.model import Snapshot
+from nvtopy.sources.remote.ssh.hosts import SshHosts
+from nvtopy.sources.remote.ssh.session import State
+from nvtopy.sources.remote.ssh.targets import expand
+
+from . import fake_ssh
+
+
+def until(check: Callable[[], object], timeout: float = 10.0, what: str = "the condition") -> object:
+    """Poll ``check`` until it is true (its value returned) or fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {timeout:g} s: {what}")
+        time.sleep(0.02)
+
+
+def hosts(tmp_path: Path, names: str, **options: object) -> SshHosts:
+    program = fake_ssh.install(tmp_path)
+    settings: dict[str, object] = {"connect_timeout": 5.0, **options}
+    return SshHosts(expand(names.split(","), {}), 0.25, program=str(program), **settings)  # type: ignore[arg-type]
+
+
+def lines_of(snapshot: Snapshot) -> dict[str, list[str | None]]:
+    """Each host's lines: its GPUs' names, or its note."""
+    out: dict[str, list[str | None]] = {}
+    for gpu in snapshot.gpus:
+        out.setdefault(gpu.static.host or "", []).append(gpu.note or gpu.static.name)
+    return out
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, ended but not reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_each_host_is_read_or_says_why_and_none_holds_up_the_others(tmp_path: Path):
+    source = hosts(tmp_path, "gpu-a,hang,denied,junk,gpu-b")
+    source.streams.start()
+    try:
+        until(lambda: all(source.streams.sessions[n].latest for n in (0, 4)), what="both live hosts' snapshots")
+        until(lambda: source.streams.sessions[3].status.state is State.LOST, what="the junk host dropped")
+        snapshot = source.poll_once()
+    finally:
+        source.stop()
+    shown = lines_of(snapshot)
+    assert shown["gpu-a"] == ["NVIDIA H100 80GB HBM3"] * 2 and shown["gpu-b"] == ["NVIDIA H100 80GB HBM3"] * 2
+    assert shown["hang"][0] in ("connecting", "connecting (1 s)")
+    denied = shown["denied"][0] or ""
+    assert denied.startswith("lost: me@denied: Permission denied (publickey). -- nvtopy never asks for a password")
+    assert "reconnecting in" in denied
+    junk = shown["junk"][0] or ""
+    assert junk.startswith("lost: not nvtopy's stream nor nvidia-smi's output (it said: ") and "binary data" in junk
+    # Every GPU and process carries its host, and its index there; the fleet's indices are one run.
+    assert [gpu.index for gpu in snapshot.gpus] == list(range(len(snapshot.gpus)))
+    firsts = [gpu for gpu in snapshot.gpus if gpu.static.host == "gpu-b"]
+    assert [gpu.static.host_index for gpu in firsts] == [0, 1]
+    assert all(p.host == "gpu-b" and p.gpu_index == firsts[0].index for p in firsts[0].processes)
+    assert firsts[0].processes and firsts[0].history.timestamps and firsts[0].timeline is not None
+    assert source.status_line() == "SSH 2/5 hosts ⟳ 0.25s"
+
+
+def test_a_host_that_never_begins_its_stream_is_dropped_at_the_deadline_and_asked_again(tmp_path: Path):
+    source = hosts(tmp_path, "hang", connect_timeout=1.0)
+    source.streams.start()
+    try:
+        session = source.streams.sessions[0]
+        first = until(lambda: session.process and session.process.pid)
+        until(lambda: session.status.state is State.LOST, 4.0, "dropped after its 1 s")
+        assert session.status.reason == "no answer within 1 s"
+        until(lambda: not alive(first), 2.0, "its ssh ended")  # type: ignore[arg-type]
+        until(lambda: session.status.attempts == 2 and session.process is not None, 4.0, "asked again")
+    finally:
+        source.stop()
+
+
+@pytest.mark.parametrize(
+    ("host", "reason"),
+    [
+        ("flood", "sent more than 20000 lines in 2 s (flooding)"),
+        ("longline", "sent a line longer than 16 MiB (not nvtopy's stream)"),
+    ],
+)
+def test_a_flooding_host_is_dropped_and_costs_the_others_nothing(tmp_path: Path, host: str, reason: str):
+    source = hosts(tmp_path, f"{host},gpu-a")
+    source.streams.start()
+    try:
+        flood, other = source.streams.sessions
+        until(lambda: flood.status.state is State.LOST, 10.0, f"{host} dropped")
+        assert flood.status.reason == reason
+        assert not flood.buffer  # its bytes are let go with it
+        count = until(lambda: other.latest and other.latest.sequence)
+        until(lambda: other.latest and other.latest.sequence > count, 3.0, "the other host still streaming")  # type: ignore[operator]
+    finally:
+        source.stop()
+
+
+def test_a_silent_host_goes_stale_then_is_dropped(tmp_path: Path):
+    source = hosts(tmp_path, "once,gpu-a", silent_after=2.0)
+    source.streams.start()
+    try:
+        once = source.streams.sessions[0]
+        until(lambda: once.latest is not None, what="its one snapshot")
+        snapshot = source.poll_once()
+        assert lines_of(snapshot)["once"] == ["NVIDIA H100 80GB HBM3"] * 2
+        until(lambda: time.monotonic() - once.latest.received > 0.8, what="three intervals")  # type: ignore[union-attr]
+        stale = lines_of(source.poll_once())["once"]
+        assert len(stale) == 2 and all(note and note.startswith("stale: no snapshot for ") for note in stale)
+        until(lambda: once.status.state is State.LOST, 4.0, "dropped after 2 s of silence")
+        assert once.status.reason == "silent for 2 s"
+    finally:
+        source.stop()
+
+
+def test_a_session_that_ends_is_reconnected_with_a_backoff(tmp_path: Path):
+    source = hosts(tmp_path, "exits")
+    source.streams.start()
+    try:
+        session = source.streams.sessions[0]
+        until(lambda: session.status.state is State.LOST, what="the session's end")
+        assert session.status.reason == "the session ended"
+        lost = session.status
+        assert lost.retry_at is not None and 0.8 <= lost.retry_at - lost.since <= 1.2  # the first retry: 1 s
+        second = until(
+            lambda: session.status.attempts == 2 and session.status.state is State.LOST and session.status,
+            3.0,
+            "reconnected, and ended again",
+        )
+        assert second.retry_at is not None and 1.7 <= second.retry_at - second.since <= 2.3  # type: ignore[attr-defined]
+    finally:
+        source.stop()
+
+
+def test_stop_ends_every_ssh_at_once(tmp_path: Path):
+    source = hosts(tmp_path, "hang,gpu-a,hang2,gpu-b")
+    source.start()
+    until(lambda: len(source.streams.children()) == 4, what="four ssh processes")
+    until(lambda: source.latest is not None and "SSH 2/4" in source.status_line(), what="two hosts live")
+    children = source.streams.children()
+    began = time.monotonic()
+    source.stop()
+    took = time.monotonic() - began
+    assert took < 0.5, f"stop took {took:.2f} s"
+    assert not [pid for pid in children if alive(pid)]
+
+
+def test_256_hosts_cost_one_thread_and_two_descriptors_each(tmp_path: Path):
+    threads_before = threading.active_count()
+    fds_before = len(os.listdir("/proc/self/fd"))
+    source = hosts(tmp_path, ",".join(f"hang{n}" for n in range(256)), max_connecting=256)
+    source.streams.start()
+    try:
+        until(lambda: len(source.streams.children()) == 256, 30.0, "256 ssh processes")
+        assert threading.active_count() - threads_before == 1  # the one I/O thread
+        assert len(os.listdir("/proc/self/fd")) - fds_before <= 2 * 256 + 8
+    finally:
+        began = time.monotonic()
+        source.stop()
+        took = time.monotonic() - began
+    assert took < 2.0, f"stopping 256 sessions took {took:.2f} s"
+    assert threading.active_count() == threads_before
+
+
+def test_hosts_connect_in_waves_of_at_most_max_connecting(tmp_path: Path):
+    source = hosts(tmp_path, ",".join(f"hang{n}" for n in range(40)), max_connecting=8)
+    source.streams.start()
+    try:
+        until(lambda: len(source.streams.children()) == 8, what="the first wave")
+        time.sleep(0.3)  # a window in which a ninth would have started: there must be none (not a wait for luck)
+        states = [s.status.state for s in source.streams.sessions]
+        assert states.count(State.CONNECTING) == 8 and states.count(State.WAITING) == 32
+    finally:
+        source.stop()
+
+
+@pytest.mark.skipif(sys.platform != "linux" or not Path("/usr/bin/setpriv").exists(), reason="needs setpriv (Linux)")
+def test_a_killed_monitor_leaves_no_ssh_behind(tmp_path: Path):
+    program = fake_ssh.install(tmp_path)
+    code = textwrap.dedent(
+        f"""
+        import sys, time
+        from nvtopy.sources.remote.ssh.hosts import SshHosts
+        from nvtopy.sources.remote.ssh.targets import expand
+        source = SshHosts(expand(["hang1", "hang2", "gpu-a"], {{}}), 0.25, program={str(program)!r})
+        source.start()
+        while len(source.streams.children()) < 3:
+            time.sleep(0.02)
+        print(*source.streams.children(), flush=True)
+        time.sleep(60)
+        """
+    )
+    monitor = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert monitor.stdout is not None
+        children = [int(pid) for pid in monitor.stdout.readline().split()]
+        assert len(children) == 3 and all(alive(pid) for pid in children)
+        monitor.send_signal(signal.SIGKILL)  # no atexit, no finally: the kernel's parent-death signal only
+        monitor.wait(5)
+        until(lambda: not [pid for pid in children if alive(pid)], 5.0, "the ssh processes ended")
+    finally:
+        monitor.kill()
+        monitor.wait(5)
