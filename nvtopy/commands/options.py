@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "COMMANDS",
     "DEFAULT_TIMEOUT",
+    "add_demo_hostname_option",
     "add_gpu_options",
     "add_health_options",
     "add_interval_option",
@@ -259,6 +260,24 @@ def add_gpu_options(parser: argparse.ArgumentParser) -> None:
         metavar="SPEC",
         help="inject a fault: lost@1, unsupported=fan+power@0, xid=79:30@1, hang=30@2, remapped=0/0/1/0@3, "
         "throttle=0x8@0, idle-held@1, stuck@2, slow=3, ... (README: --demo-fault)",
+    )
+
+
+def _hostname(text: str) -> str:
+    """A ``--demo-hostname``: printable, no spaces (a Hostname label that a Prometheus query can match)."""
+    if not text or not text.isprintable() or any(c.isspace() for c in text) or len(text) > 253:
+        raise argparse.ArgumentTypeError(f"invalid hostname {text!r}")
+    return text
+
+
+def add_demo_hostname_option(parser: argparse.ArgumentParser, why: str) -> None:
+    """``--demo-hostname NAME``: the hostname simulated GPUs report (:func:`backend_spec` reads it); ``why``: the
+    use named in its help (several exporters of one fleet, several hosts behind one sshd)."""
+    parser.add_argument(
+        "--demo-hostname",
+        type=_hostname,
+        metavar="NAME",
+        help=f"simulated GPUs: the Hostname they report (default demo-node; {why})",
     )
 
 
@@ -603,6 +622,7 @@ COMMANDS = {
     "exporter": ("exporter.command", "serve Prometheus metrics under dcgm-exporter's names"),
     "doctor": ("doctor.command", "check the driver, GPUs and setup for common problems, with fixes"),
     "report": ("report", "GPU-hours, energy and peak memory per user, owner, GPU or host"),
+    "serve-stdio": ("serve_stdio", "stream snapshots on stdout: the far end of 'nvtopy --ssh' (not run by hand)"),
 }
 """``nvtopy COMMAND``: the module that runs it, and what it does in one line (``nvtopy --help``)."""
 
