@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "COMMANDS",
     "DEFAULT_TIMEOUT",
+    "INTERNAL_COMMANDS",
     "add_demo_hostname_option",
     "add_gpu_options",
     "add_health_options",
@@ -56,6 +57,7 @@ __all__ = [
     "release_backend",
     "resolve_selection",
     "unknown_command",
+    "user_commands",
     "user_config",
     "warn_user",
 ]
@@ -626,17 +628,28 @@ COMMANDS = {
 }
 """``nvtopy COMMAND``: the module that runs it, and what it does in one line (``nvtopy --help``)."""
 
+INTERNAL_COMMANDS = frozenset({"serve-stdio"})
+"""Commands a program runs, not a person (``serve-stdio``: the far end of ``nvtopy --ssh``, started over ssh):
+run like the others, but left out of ``nvtopy --help``'s list and of the names a mistyped command is matched
+against, where they would only be noise to a newcomer (the README names them)."""
+
+
+def user_commands() -> list[str]:
+    """The commands a person runs, in :data:`COMMANDS`' order."""
+    return [name for name in COMMANDS if name not in INTERNAL_COMMANDS]
+
 
 def commands_text() -> str:
     """The commands, one a line with what each does: the top of ``nvtopy --help``, where a newcomer looks."""
-    width = max(len(name) for name in COMMANDS)
-    lines = [f"  {name:<{width}}  {purpose}" for name, (_, purpose) in COMMANDS.items()]
+    names = user_commands()
+    width = max(len(name) for name in names)
+    lines = [f"  {name:<{width}}  {COMMANDS[name][1]}" for name in names]
     return "commands ('nvtopy COMMAND --help' shows its options):\n" + "\n".join(lines)
 
 
 def unknown_command(word: str) -> str:
-    """``nvtopy lgo``: the error, with the closest command and all of them (there are six)."""
-    return str(unknown_name("", "command", word, list(COMMANDS)))
+    """``nvtopy lgo``: the error, with the closest command and all a person runs (there are six)."""
+    return str(unknown_name("", "command", word, user_commands()))
 
 
 def discard_stdout() -> None:
