@@ -165,3 +165,18 @@ def test_a_hostile_snapshot_line_is_the_decoders_to_refuse():
     assert isinstance(data, dict)
     with pytest.raises(TypeError):
         snapshot_from_dict(data)
+
+
+def test_absurd_figures_in_a_snapshot_line_read_back_as_unavailable(sim):
+    """Huge, infinite and negative-huge readings: N/A with a reason (the contract decoder's rule), never a crash."""
+    line = snapshot_line(Collector(sim(gpus=1, seed=1)).collect())
+    data = json.loads(line)
+    data["gpus"][0]["memory_used_bytes"] = 10**30
+    data["gpus"][0]["power_draw_w"] = float("inf")
+    data["gpus"][0]["temperature_c"] = -(10**40)
+    raw = json.dumps(data).encode()  # inf as Infinity, as a careless far side would write it
+    received = read_line(raw)
+    assert isinstance(received, dict)
+    sample = snapshot_from_dict(received).gpus[0].sample
+    for name in ("memory_used_bytes", "power_draw_w", "temperature_c"):
+        assert getattr(sample, name) is None and name in sample.unavailable, name
