@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 __all__ = [
     "COMMANDS",
     "DEFAULT_TIMEOUT",
+    "INTERNAL_COMMANDS",
+    "add_demo_hostname_option",
     "add_gpu_options",
     "add_health_options",
     "add_interval_option",
@@ -55,6 +57,7 @@ __all__ = [
     "release_backend",
     "resolve_selection",
     "unknown_command",
+    "user_commands",
     "user_config",
     "warn_user",
 ]
@@ -259,6 +262,24 @@ def add_gpu_options(parser: argparse.ArgumentParser) -> None:
         metavar="SPEC",
         help="inject a fault: lost@1, unsupported=fan+power@0, xid=79:30@1, hang=30@2, remapped=0/0/1/0@3, "
         "throttle=0x8@0, idle-held@1, stuck@2, slow=3, ... (README: --demo-fault)",
+    )
+
+
+def _hostname(text: str) -> str:
+    """A ``--demo-hostname``: printable, no spaces (a Hostname label that a Prometheus query can match)."""
+    if not text or not text.isprintable() or any(c.isspace() for c in text) or len(text) > 253:
+        raise argparse.ArgumentTypeError(f"invalid hostname {text!r}")
+    return text
+
+
+def add_demo_hostname_option(parser: argparse.ArgumentParser, why: str) -> None:
+    """``--demo-hostname NAME``: the hostname simulated GPUs report (:func:`backend_spec` reads it); ``why``: the
+    use named in its help (several exporters of one fleet, several hosts behind one sshd)."""
+    parser.add_argument(
+        "--demo-hostname",
+        type=_hostname,
+        metavar="NAME",
+        help=f"simulated GPUs: the Hostname they report (default demo-node; {why})",
     )
 
 
@@ -603,20 +624,32 @@ COMMANDS = {
     "exporter": ("exporter.command", "serve Prometheus metrics under dcgm-exporter's names"),
     "doctor": ("doctor.command", "check the driver, GPUs and setup for common problems, with fixes"),
     "report": ("report", "GPU-hours, energy and peak memory per user, owner, GPU or host"),
+    "serve-stdio": ("serve_stdio", "stream snapshots on stdout: the far end of 'nvtopy --ssh' (not run by hand)"),
 }
 """``nvtopy COMMAND``: the module that runs it, and what it does in one line (``nvtopy --help``)."""
+
+INTERNAL_COMMANDS = frozenset({"serve-stdio"})
+"""Commands a program runs, not a person (``serve-stdio``: the far end of ``nvtopy --ssh``, started over ssh):
+run like the others, but left out of ``nvtopy --help``'s list and of the names a mistyped command is matched
+against, where they would only be noise to a newcomer (the README names them)."""
+
+
+def user_commands() -> list[str]:
+    """The commands a person runs, in :data:`COMMANDS`' order."""
+    return [name for name in COMMANDS if name not in INTERNAL_COMMANDS]
 
 
 def commands_text() -> str:
     """The commands, one a line with what each does: the top of ``nvtopy --help``, where a newcomer looks."""
-    width = max(len(name) for name in COMMANDS)
-    lines = [f"  {name:<{width}}  {purpose}" for name, (_, purpose) in COMMANDS.items()]
+    names = user_commands()
+    width = max(len(name) for name in names)
+    lines = [f"  {name:<{width}}  {COMMANDS[name][1]}" for name in names]
     return "commands ('nvtopy COMMAND --help' shows its options):\n" + "\n".join(lines)
 
 
 def unknown_command(word: str) -> str:
-    """``nvtopy lgo``: the error, with the closest command and all of them (there are six)."""
-    return str(unknown_name("", "command", word, list(COMMANDS)))
+    """``nvtopy lgo``: the error, with the closest command and all a person runs (there are six)."""
+    return str(unknown_name("", "command", word, user_commands()))
 
 
 def discard_stdout() -> None:

@@ -122,12 +122,7 @@ def build_parser(command: str) -> argparse.ArgumentParser:
         help="mutual TLS: only clients with a certificate signed by a CA in this PEM file may scrape",
     )
     options.add_gpu_options(parser)
-    parser.add_argument(
-        "--demo-hostname",
-        type=_hostname,
-        metavar="NAME",
-        help="simulated GPUs: the Hostname they report (default demo-node; several exporters of one fleet)",
-    )
+    options.add_demo_hostname_option(parser, "several exporters of one fleet")
     options.add_health_options(parser)
     own = parser.add_argument_group("the exporter's own series")
     own.add_argument(
@@ -140,13 +135,6 @@ def build_parser(command: str) -> argparse.ArgumentParser:
         "default [exporter] self_metrics in the config file, else off)",
     )
     return parser
-
-
-def _hostname(text: str) -> str:
-    """A ``--demo-hostname``: printable, no spaces (a Hostname label that a Prometheus query can match)."""
-    if not text or not text.isprintable() or any(c.isspace() for c in text) or len(text) > 253:
-        raise argparse.ArgumentTypeError(f"invalid hostname {text!r}")
-    return text
 
 
 def tls_from_args(args: argparse.Namespace) -> ssl.SSLContext | None:

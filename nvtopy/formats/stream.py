@@ -1,0 +1,185 @@
+"""The stdio stream: what ``nvtopy serve-stdio`` writes on another machine for ``nvtopy --ssh``.
+
+The near side runs ``ssh HOST 'nvtopy serve-stdio ...'`` and reads the far side's stdout,
+one line at a time. The protocol, all of it:
+
+1. **the hello**, at once: ``{"nvtopy_stream": 1, "version": "<nvtopy's>", "hostname": "<host>",
+   "interval_s": <seconds>}`` -- the far side is alive and speaks stream version 1;
+2. **a snapshot a line**, the first as soon as one is read, then one an interval: exactly the line
+   ``nvtopy record`` writes (:func:`~nvtopy.formats.contract.snapshot_to_dict` with its processes,
+   encoded compactly by :func:`~nvtopy.formats.contract.encode`), read back by
+   :func:`~nvtopy.formats.contract_decoder.snapshot_from_dict`;
+3. or **a failure**, ``{"nvtopy_stream": 1, "error": "<one line>"}`` (no driver, no GPU), after
+   which the far side exits non-zero. Its shape never changes: a far side of any later stream
+   version that fails says why in words an older near side can read.
+
+The far side ends when its stdin reaches end of file (the near side closed the session), on
+SIGTERM, SIGHUP or SIGINT, and when its stdout is closed.
+
+Why line-delimited JSON, the record/replay contract: a snapshot crosses the wire in the one
+format nvtopy already writes, documents (README, "JSON schema") and reads back with one decoder
+that checks every value of untrusted input; a line is a frame, so a reader needs no length
+prefix, and a stream captured to a file (minus its hello) replays as a recording. Only the
+hello and the failure are this module's own, both tagged ``nvtopy_stream`` (a snapshot has no
+such key), so one line is always one of the three.
+
+Reading (:func:`read_line`) treats the far side as untrusted: the line is bounded
+(:data:`MAX_LINE`), decoded by :func:`~nvtopy.jsondecode.decode_json` (no crash on nesting or
+huge integers), every field's type checked, the text of a hello or a failure made safe for a
+terminal (:mod:`nvtopy.textsafe`); anything else is a :class:`StreamError` with a short reason.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .._version import __version__
+from ..interval import MAX_INTERVAL, MIN_INTERVAL
+from ..jsondecode import JsonRefusedError, decode_json
+from ..model import Snapshot
+from ..textsafe import escape_text, excerpt, unescape_text
+from .contract import encode, snapshot_to_dict
+
+__all__ = [
+    "MAX_LINE",
+    "STREAM_KEY",
+    "STREAM_VERSION",
+    "StreamError",
+    "StreamFailure",
+    "StreamHello",
+    "error_line",
+    "hello_line",
+    "read_line",
+    "snapshot_line",
+]
+
+STREAM_KEY = "nvtopy_stream"
+"""The key of the stream's own lines (the hello, a failure); a snapshot line has none."""
+STREAM_VERSION = 1
+"""The stream version this nvtopy writes and reads: a far side that speaks a newer one is refused, in words."""
+MAX_LINE = 16 << 20
+"""Bytes of one line at most (a snapshot of 8 GPUs and their processes is kilobytes): a longer one is refused."""
+TEXT_LIMIT = 300
+"""Characters of a hello's text or a failure's message kept (the rest is cut and marked): one line."""
+_NAME_LIMIT = 253  # a hostname (DNS: 253), a version
+
+
+class StreamError(ValueError):
+    """A line that is not the stream's (junk, a wrong type, a newer stream version); ``str()`` says why, safely."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamHello:
+    """The first line: the far side runs nvtopy ``version`` on ``hostname``, a snapshot every ``interval_s``.
+
+    ``version`` and ``hostname`` are made safe for a terminal (they are for showing: the snapshots
+    carry the host's exact name).
+    """
+
+    version: str
+    hostname: str
+    interval_s: float
+    stream: int = STREAM_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class StreamFailure:
+    """The far side cannot serve (``message``: why, one line, safe for a terminal); it exits non-zero after it."""
+
+    message: str
+
+
+# ----------------------------------------------------------------- writing
+
+
+def hello_line(hostname: str, interval: float) -> str:
+    """The first line of a stream: who speaks, which version, how often snapshots follow."""
+    data = {
+        STREAM_KEY: STREAM_VERSION,
+        "version": __version__,
+        "hostname": escape_text(hostname),
+        "interval_s": float(interval),
+    }
+    return encode(data) + "\n"
+
+
+def error_line(message: str) -> str:
+    """The line that says why the far side cannot serve (one line however many the message has)."""
+    text = excerpt(message, TEXT_LIMIT, safe=False)
+    return encode({STREAM_KEY: STREAM_VERSION, "error": escape_text(text)}) + "\n"
+
+
+def snapshot_line(snapshot: Snapshot) -> str:
+    """A snapshot as ``nvtopy record`` writes it: the JSON contract with its processes, on one line."""
+    return encode(snapshot_to_dict(snapshot, processes=True)) + "\n"
+
+
+# ----------------------------------------------------------------- reading
+
+
+def read_line(raw: bytes) -> StreamHello | StreamFailure | dict[str, Any]:
+    """One line of a stream: the hello, a failure, or a snapshot line's object (for ``snapshot_from_dict``).
+
+    Raises :class:`StreamError` for anything else, its message short and safe to print.
+    """
+    if len(raw) > MAX_LINE:
+        raise StreamError(f"a line longer than {MAX_LINE >> 20} MiB: not an nvtopy stream")
+    try:
+        data = decode_json(raw)
+    except JsonRefusedError as exc:
+        raise StreamError(f"not an nvtopy stream line: {exc}") from None
+    if type(data) is not dict:
+        raise StreamError(f"not an nvtopy stream line: a JSON {_json_kind(data)}, not an object")
+    if STREAM_KEY not in data:
+        if "gpus" not in data or "timestamp" not in data:
+            raise StreamError("not an nvtopy stream line: an object that is no snapshot")
+        return data
+    stream = data[STREAM_KEY]
+    if type(stream) is not int or stream < 1:
+        raise StreamError(f"not an nvtopy stream line: {STREAM_KEY} is {_shown(stream)}")
+    if "error" in data:  # a failure reads the same in every stream version
+        return StreamFailure(_text(data["error"], "error", TEXT_LIMIT))
+    if stream > STREAM_VERSION:
+        version = data.get("version")
+        by = f" (nvtopy {_text(version, 'version', 40)})" if type(version) is str else ""
+        raise StreamError(
+            f"the far side{by} speaks stream version {stream}; this nvtopy reads {STREAM_VERSION}: "
+            "upgrade nvtopy here (or run the same version on both sides)"
+        )
+    interval: Any = data.get("interval_s")
+    if type(interval) not in (int, float) or not math.isfinite(interval) or not 0 < interval <= MAX_INTERVAL:
+        raise StreamError(f"a hello whose interval_s is {_shown(interval)}, not seconds")
+    return StreamHello(
+        version=_text(data.get("version"), "version", _NAME_LIMIT),
+        hostname=_text(data.get("hostname"), "hostname", _NAME_LIMIT),
+        interval_s=max(MIN_INTERVAL, float(interval)),
+        stream=stream,
+    )
+
+
+def _text(value: Any, name: str, limit: int) -> str:
+    """A string field of the stream's own lines, unescaped, then made safe and short for a terminal."""
+    if type(value) is not str:
+        raise StreamError(f"not an nvtopy stream line: {name} is {_shown(value)}, not text")
+    return excerpt(unescape_text(value) or "", limit)
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, str):
+        return "string"
+    if value is None:
+        return "null"
+    return "boolean" if isinstance(value, bool) else "number"
+
+
+def _shown(value: Any) -> str:
+    """A value of the wrong kind, quoted briefly and safely (a 5,000-digit number stays a short line)."""
+    if isinstance(value, dict | list):
+        return f"a JSON {_json_kind(value)}"
+    return excerpt(repr(value), 40)
