@@ -139,8 +139,8 @@ MARKER = "#nvtopy-smi"
 
 MAX_LINE = 8192
 """Characters kept of a line (a full GPU row is about 400; a process row holds a path)."""
-MAX_CYCLE_LINES = MAX_GPUS_PER_HOST + MAX_PROCESSES_PER_HOST + 64
-"""Lines one cycle may hold: every GPU and process, markers and a few lines of nvidia-smi's error."""
+MAX_CYCLE_LINES = MAX_GPUS_PER_HOST + MAX_PROCESSES_PER_HOST + 32
+"""Lines one cycle keeps at most: every GPU and process row and a few lines of nvidia-smi's words (more: counted)."""
 _MAX_NUMBER = 24  # digits before the point: more is no reading (the largest, bytes, has 20)
 
 # --------------------------------------------------------------------- the loop on the far side
@@ -195,7 +195,7 @@ def loop_script(interval: float) -> str:
         f"sleep {seconds} 2>/dev/null || sleep 1; "
         "done"
     )
-    assert "'" not in script and "!" not in script and "\n" not in script  # see loop_command
+    assert not any(c in script for c in ("'", "!", "\n", "\\\\")), "see loop_command"
     return script
 
 
@@ -203,8 +203,9 @@ def loop_command(interval: float) -> str:
     """The command for ``ssh host '<this>'``: :func:`loop_script` run by ``sh``, whatever the login shell is.
 
     The far side's login shell may be bash, dash, zsh, busybox's ash, fish or tcsh; only
-    ``exec sh -c '...'`` means the same to all of them. The script is one line with no
-    ``'`` (it needs no escaping) and no ``!`` (csh expands it even within quotes).
+    ``exec sh -c '...'`` means the same to all of them. The script is one line (csh allows
+    no newline within quotes) with no ``'`` (it needs no escaping), no ``!`` (csh expands it
+    even within quotes) and no double backslash (fish reads one within single quotes).
     """
     return f"exec sh -c '{loop_script(interval)}'"
 
@@ -417,37 +418,64 @@ def _process(values: list[str], index: int, uuid: str) -> GpuProcess | None:
 
 # --------------------------------------------------------------------- framing
 
+_SECTION_LINES: dict[str, int] = {"gpu": MAX_GPUS_PER_HOST + 16, "apps": MAX_CYCLE_LINES - MAX_GPUS_PER_HOST - 16}
+"""Lines kept of each section: every row a host may have, and a few of nvidia-smi's words; the rest are counted."""
+_MAX_COUNT_DIGITS = 7  # a section header's line count: more is no header the loop wrote
 
-class _Framer:
-    """Sorts a cycle's lines: the loop's markers, and the data lines each header announced.
 
-    One framing for :func:`parse_cycle` and :class:`SmiCycleReader`: a header's count of data
-    lines is taken as said, so a marker-like line inside data (a process name) is data.
+class _Framing:
+    """One cycle being read, line by line: the loop's markers, and the data lines each header announced.
+
+    One framing for :func:`parse_cycle` and :class:`SmiCycleReader`. A header's count of
+    data lines is taken as said, so a marker-like line inside data (a process name) is data;
+    a section keeps at most :data:`_SECTION_LINES` of them, so memory is bounded whatever
+    the host sends, and lines beyond are counted (:attr:`dropped`).
     """
 
-    __slots__ = ("left",)
+    __slots__ = ("dropped", "ended", "left", "malformed", "mode", "section", "sections", "status")
 
     def __init__(self) -> None:
         self.left = 0  # data lines still owed to the last header
+        self.section = ""
+        self.sections: dict[str, list[str]] = {}
+        self.status: dict[str, int | None] = {}
+        self.mode = "basic"
+        self.ended = False
+        self.malformed = False
+        self.dropped = 0
 
-    def classify(self, line: str) -> tuple[str, list[str]]:
-        """("data", []) or ("marker", words after :data:`MARKER`) or ("noise", []) outside any section."""
+    def add(self, line: str) -> bool:
+        """Take one line (cut to :data:`MAX_LINE`); True when it is the end marker."""
+        line = line[:MAX_LINE].rstrip("\r\n")
         if self.left > 0:
             self.left -= 1
-            return "data", []
+            kept = self.sections[self.section]
+            if len(kept) < _SECTION_LINES[self.section]:
+                kept.append(line)
+            else:
+                self.dropped += 1
+            return False
         if not line.startswith(MARKER + " "):
-            return "noise", []
-        words = line[len(MARKER) + 1 :].split()[:5]
-        if words and words[0] in ("gpu", "apps"):
-            count = words[-2] if len(words) >= 3 else ""
-            self.left = int(count) if count.isdigit() and len(count) <= 6 else 0
-            self.left = min(self.left, MAX_CYCLE_LINES)
-        return "marker", words
-
-
-def _status(words: list[str]) -> int | None:
-    text = words[-1] if len(words) >= 3 else ""
-    return int(text) if text.isdigit() and len(text) <= 3 else None
+            self.dropped += bool(line.strip())  # outside any section: a shell's warning, garbage
+            return False
+        words = line[len(MARKER) + 1 :].split()
+        if words == ["end"]:
+            self.ended = True
+            return True
+        if (words[:1] == ["gpu"] and len(words) == 4) or (words[:1] == ["apps"] and len(words) == 3):
+            section, count, status = words[0], words[-2], words[-1]
+            if section == "gpu":
+                self.malformed |= words[1] not in _FIELDS_OF_MODE
+                self.mode = words[1] if words[1] in _FIELDS_OF_MODE else self.mode
+            valid = count.isdigit() and len(count) <= _MAX_COUNT_DIGITS
+            self.malformed |= not valid
+            self.left = int(count) if valid else 0
+            self.section = section
+            self.sections[section] = []
+            self.status[section] = int(status) if status.isdigit() and len(status) <= 3 else None
+        elif words != ["cycle"]:
+            self.malformed = True
+        return False
 
 
 def _said(lines: Sequence[str], status: int | None, what: str) -> str:
@@ -461,36 +489,25 @@ def _said(lines: Sequence[str], status: int | None, what: str) -> str:
 def parse_cycle(lines: Sequence[str], now: float) -> SmiCycle:
     """One cycle's lines (from ``#nvtopy-smi cycle`` to ``#nvtopy-smi end``) as GPUs and processes at ``now``.
 
-    Pure and bounded: at most :data:`MAX_CYCLE_LINES` lines are looked at, each cut to
-    :data:`MAX_LINE` characters. A cycle without its end marker is not parsed (``error``
-    says so, and nothing is shown).
+    Pure and bounded: each line is cut to :data:`MAX_LINE` characters, and each section
+    keeps the lines its rows can need (the rest are counted in ``dropped``). A cycle without
+    its end marker, or with a header the loop did not write, is not parsed: nothing is
+    shown, and ``error`` says why.
     """
-    framer = _Framer()
-    mode = "basic"
-    sections: dict[str, list[str]] = {}
-    status: dict[str, int | None] = {}
-    current: list[str] | None = None
-    ended = False
-    dropped = max(0, len(lines) - MAX_CYCLE_LINES)
-    for raw_line in lines[:MAX_CYCLE_LINES]:
-        line = raw_line[:MAX_LINE].rstrip("\r\n")
-        kind, words = framer.classify(line)
-        if kind == "data" and current is not None:
-            current.append(line)
-        elif kind == "marker" and words and words[0] in ("gpu", "apps"):
-            section = words[0]
-            if section == "gpu" and len(words) >= 2 and words[1] in _FIELDS_OF_MODE:
-                mode = words[1]
-            current = sections[section] = []
-            status[section] = _status(words)
-        elif kind == "marker" and words[:1] == ["end"]:
-            ended = True
+    framing = _Framing()
+    for line in lines:
+        if framing.add(line):
             break
-        elif line.strip() and kind != "marker":
-            dropped += 1
+    return _parsed(framing, now)
+
+
+def _parsed(framing: _Framing, now: float) -> SmiCycle:
+    mode, sections, status, dropped = framing.mode, framing.sections, framing.status, framing.dropped
     missing = MISSING[mode]
-    if not ended or "gpu" not in sections:
+    if not framing.ended or "gpu" not in sections:
         return SmiCycle(mode=mode, missing=missing, error="an incomplete cycle (no end marker)", dropped=dropped)
+    if framing.malformed:
+        return SmiCycle(mode=mode, missing=missing, error="a malformed cycle (a header nvtopy did not write)")
 
     fields = _FIELDS_OF_MODE[mode]
     gpus: list[tuple[GpuStatic, GpuSample]] = []
@@ -519,6 +536,7 @@ def parse_cycle(lines: Sequence[str], now: float) -> SmiCycle:
     app_lines = sections.get("apps")
     app_status = status.get("apps")
     rows = 0
+    positions: dict[tuple[int, int], int] = {}  # (GPU, pid) -> its place in processes[GPU]
     bad: list[str] = []  # lines that are no CSV row: nvidia-smi's words instead of a list
     for line in app_lines or ():
         if not line.strip():
@@ -534,8 +552,8 @@ def parse_cycle(lines: Sequence[str], now: float) -> SmiCycle:
             continue
         rows += 1
         listed = processes[process.gpu_index]
-        twin = next((i for i, p in enumerate(listed) if p.pid == process.pid), None)
-        if twin is None:
+        twin = positions.setdefault((process.gpu_index, process.pid), len(listed))
+        if twin == len(listed):
             listed.append(process)
         else:  # one pid, several contexts on one GPU: one row, their memory summed
             listed[twin] = _merged(listed[twin], process)
@@ -577,37 +595,30 @@ def _merged(first: GpuProcess, second: GpuProcess) -> GpuProcess:
 class SmiCycleReader:
     """Fed the loop's output line by line; returns each complete cycle, parsed, at its end marker.
 
-    Bounded: a cycle longer than :data:`MAX_CYCLE_LINES` is dropped (counted in
-    :attr:`overflows`) and reading starts again at the next cycle marker; lines outside a
-    cycle (a login banner, a shell's warning) are ignored (counted in :attr:`noise`).
+    Bounded whatever the host sends: a cycle keeps at most the lines its rows can need
+    (:class:`_Framing`); lines outside a cycle (a login banner, a shell's warning) are
+    counted in :attr:`noise`, and a cycle that a new one interrupts in :attr:`incomplete`.
     """
 
-    __slots__ = ("_clock", "_framer", "_lines", "noise", "overflows")
+    __slots__ = ("_clock", "_cycle", "incomplete", "noise")
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
-        self._framer = _Framer()
-        self._lines: list[str] | None = None  # None: outside a cycle
+        self._cycle: _Framing | None = None  # None: outside a cycle
         self.noise = 0
-        self.overflows = 0
+        self.incomplete = 0
 
     def feed(self, line: str, now: float | None = None) -> SmiCycle | None:
         """Take one line (its end of line optional); the parsed cycle when ``line`` ends one, else None."""
-        line = line[:MAX_LINE].rstrip("\r\n")
-        kind, words = self._framer.classify(line)
-        if kind == "marker" and words[:1] == ["cycle"]:
-            self._lines = [line]
+        cycle = self._cycle
+        if (cycle is None or cycle.left == 0) and line[:MAX_LINE].rstrip("\r\n") == f"{MARKER} cycle":
+            self.incomplete += cycle is not None
+            self._cycle = _Framing()
             return None
-        if self._lines is None:
+        if cycle is None:
             self.noise += 1
-            self._framer.left = 0
             return None
-        self._lines.append(line)
-        if kind == "marker" and words[:1] == ["end"]:
-            lines, self._lines = self._lines, None
-            return parse_cycle(lines, self._clock() if now is None else now)
-        if len(self._lines) > MAX_CYCLE_LINES:
-            self._lines = None
-            self._framer.left = 0
-            self.overflows += 1
-        return None
+        if not cycle.add(line):
+            return None
+        self._cycle = None
+        return _parsed(cycle, self._clock() if now is None else now)
