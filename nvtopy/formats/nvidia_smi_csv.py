@@ -228,8 +228,8 @@ class SmiCycle:
 
 
 _MISSING_ALWAYS: tuple[str, ...] = (
-    "health verdict from the driver's counters over time",
     "Xid events",
+    "health beyond ECC and row remapping (Xid, NVLink, PCIe replays)",
     "process user, CPU and host memory",
     "graphics processes",
     "GPM activity",
@@ -237,7 +237,7 @@ _MISSING_ALWAYS: tuple[str, ...] = (
     "energy",
     "temperature thresholds",
     "MIG instances",
-    "history before nvtopy connected",
+    "history from before nvtopy connected",
 )
 _MISSING_BASIC: tuple[str, ...] = (
     "ECC",
@@ -528,7 +528,11 @@ def _parsed(framing: _Framing, now: float) -> SmiCycle:
     gpu_status = status.get("gpu")
     if not gpus and (gpu_status or any(line.strip() for line in other)):
         error = _said(other, gpu_status, "nvidia-smi")
-    dropped += sum(1 for line in other if line.strip()) if gpus else 0
+    elif gpus:
+        dropped += sum(1 for line in other if line.strip())
+        # Words among the rows (no comma: no row of any shape), as nvidia-smi prints of a GPU it cannot read
+        said = [line for line in other if line.strip() and "," not in line]
+        error = _said(said, None, "nvidia-smi") if said else None
 
     by_uuid = {static.uuid: static.index for static, _ in gpus if static.uuid}
     processes: dict[int, list[GpuProcess]] = {static.index: [] for static, _ in gpus}

@@ -1,7 +1,7 @@
 """The nvidia-smi fallback of ``--ssh`` (nvtopy.formats.nvidia_smi_csv): the real loop under real shells, the parser.
 
-The loop runs as the far side would run it, under ``sh -c`` (and ``dash``, ``bash``, ``busybox sh``
-where present), with tests/data/nvidia-smi/fake-nvidia-smi first on PATH as ``nvidia-smi``: its
+The loop runs as the far side would run it: ``loop_command`` under ``sh -c`` and the login shells
+present (bash, zsh, fish, tcsh), ``loop_script`` under each POSIX sh present (dash, bash, busybox), with tests/data/nvidia-smi/fake-nvidia-smi first on PATH as ``nvidia-smi``: its
 cycles are read from the pipe with a deadline and parsed. The parser is then fed what a broken or
 hostile host could send. The field names are checked against the ``--help-query-gpu`` of the real
 drivers in ../shared/nvidia-smi-captures, and the CSV those captures hold is parsed and compared
@@ -63,12 +63,16 @@ def smi_path(tmp_path: Path) -> str:
 
 
 def _shells() -> Iterator[tuple[str, list[str]]]:
-    """(name, argv before the script): loop_command as ssh's remote shell runs it, loop_script under each sh."""
-    yield "sh -c loop_command", ["sh", "-c"]
+    """(name, argv): loop_command as a login shell runs what ssh hands it, loop_script under each POSIX sh."""
+    yield "sh -c loop_command", ["sh", "-c", "COMMAND"]
+    for shell in ("bash", "zsh", "fish", "tcsh"):  # login shells: each must hand the command to sh unchanged
+        found = shutil.which(shell)
+        if found:
+            yield f"{shell} -c loop_command", [found, "-c", "COMMAND"]
     for shell in ("dash", "bash", "busybox"):
         found = shutil.which(shell)
         if found:
-            yield f"{shell} loop_script", [found, "sh", "-c"] if shell == "busybox" else [found, "-c"]
+            yield f"{shell} loop_script", [found, *(["sh"] if shell == "busybox" else []), "-c", "SCRIPT"]
 
 
 SHELLS = list(_shells())
@@ -110,9 +114,8 @@ def _run_loop(argv: list[str], env: dict[str, str], cycles: int = 2) -> tuple[li
 
 
 def _argv(shell: list[str], interval: float = 0.2) -> list[str]:
-    if shell == ["sh", "-c"]:
-        return [*shell, loop_command(interval)]
-    return [*shell, loop_script(interval)]
+    text = loop_command(interval) if shell[-1] == "COMMAND" else loop_script(interval)
+    return [*shell[:-1], text]
 
 
 def _env(path: str, **extra: str) -> dict[str, str]:
@@ -182,7 +185,7 @@ def test_an_old_driver_gets_the_basic_fields(shell: list[str], smi_path: str) ->
 
 
 def test_a_failing_driver_is_an_error_line_and_no_gpu(smi_path: str) -> None:
-    cycles, _ = _run_loop(_argv(["sh", "-c"]), _env(smi_path, FAKE_SMI_FAIL="1"))
+    cycles, _ = _run_loop(_argv(["sh", "-c", "COMMAND"]), _env(smi_path, FAKE_SMI_FAIL="1"))
     for cycle in cycles:
         assert cycle.gpus == () and cycle.processes == {}
         assert cycle.error is not None and cycle.error.startswith("NVIDIA-SMI has failed because it couldn't")
@@ -196,18 +199,18 @@ def test_no_nvidia_smi_at_all_says_so(tmp_path: Path) -> None:
     path = f"{empty}{os.pathsep}/usr/bin{os.pathsep}/bin"
     if shutil.which("nvidia-smi", path=path):
         pytest.skip("this machine has a real nvidia-smi on /usr/bin or /bin")
-    cycles, _ = _run_loop(_argv(["sh", "-c"]), _env(path), cycles=1)
+    cycles, _ = _run_loop(_argv(["sh", "-c", "COMMAND"]), _env(path), cycles=1)
     assert cycles[0].gpus == () and cycles[0].error is not None and "not found" in cycles[0].error
 
 
 def test_no_process_is_an_empty_list_not_an_unknown_one(smi_path: str) -> None:
-    cycles, _ = _run_loop(_argv(["sh", "-c"]), _env(smi_path, FAKE_SMI_NO_APPS="1"), cycles=1)
+    cycles, _ = _run_loop(_argv(["sh", "-c", "COMMAND"]), _env(smi_path, FAKE_SMI_NO_APPS="1"), cycles=1)
     assert cycles[0].processes == {0: (), 1: ()} and cycles[0].processes_unavailable is None
 
 
 def test_a_process_name_cannot_end_or_forge_a_cycle(smi_path: str) -> None:
     """The fake's extra process is named ``evil\\n#nvtopy-smi end\\n#nvtopy-smi cycle...``: counted lines stay data."""
-    cycles, reader = _run_loop(_argv(["sh", "-c"]), _env(smi_path, FAKE_SMI_EVIL="1"))
+    cycles, reader = _run_loop(_argv(["sh", "-c", "COMMAND"]), _env(smi_path, FAKE_SMI_EVIL="1"))
     for cycle in cycles:
         assert [p.pid for p in cycle.processes[0]] == [4242, 4343]
         assert [(p.pid, p.name) for p in cycle.processes[1]] == [(6666, "evil")]
@@ -376,6 +379,9 @@ def test_rows_of_the_wrong_shape_are_dropped_and_counted_never_a_crash() -> None
     assert [s.index for s, _ in cycle.gpus] == [0, 4]
     assert cycle.gpus[1][0].name == "A, B, C"
     assert cycle.dropped == 6 and cycle.error is None
+    lost = "Unable to determine the device handle for GPU 0000:41:00.0: Unknown Error"
+    cycle = parse_cycle(_cycle([good, lost], status=15), 1.0)
+    assert len(cycle.gpus) == 1 and cycle.error == lost and cycle.dropped == 1  # its words, beside the GPUs it read
 
 
 def test_hostile_text_is_bounded_kept_as_read_and_the_error_line_is_safe() -> None:
