@@ -1,11 +1,12 @@
 """The nvidia-smi fallback of ``--ssh`` (nvtopy.formats.nvidia_smi_csv): the real loop under real shells, the parser.
 
 The loop runs as the far side would run it: ``loop_command`` under ``sh -c`` and the login shells
-present (bash, zsh, fish, tcsh), ``loop_script`` under each POSIX sh present (dash, bash, busybox), with tests/data/nvidia-smi/fake-nvidia-smi first on PATH as ``nvidia-smi``: its
-cycles are read from the pipe with a deadline and parsed. The parser is then fed what a broken or
-hostile host could send. The field names are checked against the ``--help-query-gpu`` of the real
-drivers in ../shared/nvidia-smi-captures, and the CSV those captures hold is parsed and compared
-with the same capture's ``nvidia-smi -q``, read by nvtopy's own reader (skipped without ../shared).
+present (bash, zsh, fish, tcsh), ``loop_script`` under each POSIX sh present (dash, bash, busybox),
+with tests/data/nvidia-smi/fake-nvidia-smi first on PATH as ``nvidia-smi``: its cycles are read
+from the pipe with a deadline and parsed. The parser is then fed what a broken or hostile host
+could send. The field names are checked against the ``--help-query-gpu`` of the real drivers in
+../shared/nvidia-smi-captures, and the CSV those captures hold is parsed and compared with the same
+capture's ``nvidia-smi -q``, read by nvtopy's own reader (skipped without ../shared).
 """
 
 from __future__ import annotations
