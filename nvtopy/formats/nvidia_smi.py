@@ -26,7 +26,19 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-__all__ = ["MAX_BYTES", "SmiError", "SmiGpu", "SmiLog", "parse_nvidia_smi"]
+from ..model import Reason
+
+__all__ = [
+    "MAX_BYTES",
+    "NA_WORDS",
+    "SmiError",
+    "SmiGpu",
+    "SmiLog",
+    "na_reason",
+    "normal_bus_id",
+    "parse_nvidia_smi",
+    "smi_flag",
+]
 
 MAX_BYTES = 8 << 20  # 8 MiB: the largest real capture (8 GPUs, every process) is under 0.4 MiB
 MAX_GPUS = 1024
@@ -181,11 +193,25 @@ def _text_tree(body: str) -> _Node:
 # --------------------------------------------------------------------- values
 
 
-_NA_WORDS = (
-    "n/a|not supported|unknown error|insufficient permissions|not found|gpu is lost|"
-    "requested functionality has been deprecated|function not found|none"
-)
-_NA = re.compile(rf"^\[?({_NA_WORDS})\]?$", re.IGNORECASE)  # N/A, or the NVML error nvidia-smi printed
+NA_WORDS: dict[str, Reason] = {
+    "n/a": Reason.NOT_AVAILABLE,
+    "not supported": Reason.NOT_SUPPORTED,
+    "unknown error": Reason.UNKNOWN,
+    "insufficient permissions": Reason.NO_PERMISSION,
+    "not found": Reason.NOT_AVAILABLE,
+    "gpu is lost": Reason.LOST,
+    "requested functionality has been deprecated": Reason.NOT_SUPPORTED,
+    "function not found": Reason.NOT_SUPPORTED,
+    "none": Reason.NOT_AVAILABLE,
+}
+"""What nvidia-smi prints, bracketed or not, where it has no value (N/A, or the NVML error), and what it means."""
+_NA = re.compile(rf"^\[?({'|'.join(map(re.escape, NA_WORDS))})\]?$", re.IGNORECASE)
+
+
+def na_reason(raw: str) -> Reason | None:
+    """Why nvidia-smi printed no value (``[Not Supported]`` -> not supported); None: ``raw`` is not such a word."""
+    match = _NA.match(raw.strip())
+    return NA_WORDS[match.group(1).lower()] if match else None
 
 
 def _text(raw: str | None) -> str | None:
@@ -203,7 +229,7 @@ def _number(raw: str | None) -> float | None:
     return float(match.group(0)) if match else None
 
 
-def _flag(raw: str | None) -> bool | None:
+def smi_flag(raw: str | None) -> bool | None:
     text = _text(raw)
     if text is None:
         return None
@@ -215,7 +241,7 @@ def _flag(raw: str | None) -> bool | None:
     return None
 
 
-def _bus_id(raw: str | None) -> str | None:
+def normal_bus_id(raw: str | None) -> str | None:
     """``00000000:53:00.0``, whatever case or domain width was printed (``0000:53:00.0``)."""
     text = _text(raw)
     match = re.match(r"^([0-9a-fA-F]{1,8}):([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])$", text or "")
@@ -246,8 +272,8 @@ def _extract_gpu(position: int, gpu: _Node) -> SmiGpu:
     bus = gpu.get("pci/pci_bus_id|bus_id")
     if bus is None:
         bus = gpu.attrs.get("id") or (gpu.raw.split(" ", 1)[1] if " " in gpu.raw else None)
-    put(fields, "bus_id", bus, _bus_id)
-    put(fields, "persistence_mode", gpu.get("persistence_mode"), _flag)
+    put(fields, "bus_id", bus, normal_bus_id)
+    put(fields, "persistence_mode", gpu.get("persistence_mode"), smi_flag)
     put(fields, "compute_mode", gpu.get("compute_mode"), _text)
     put(fields, "pstate", gpu.get("performance_state"), _text)
     put(fields, "fan_percent", gpu.get("fan_speed"))
@@ -264,10 +290,10 @@ def _extract_gpu(position: int, gpu: _Node) -> SmiGpu:
     for key, element in (("sm", "sm_clock|sm"), ("mem", "mem_clock|memory")):
         put(fields, f"clock_{key}_mhz", gpu.get(f"clocks/{element}"))
         put(fields, f"clock_{key}_max_mhz", gpu.get(f"max_clocks/{element}"))
-    put(fields, "ecc_mode", gpu.get("ecc_mode/current_ecc|current"), _flag)
+    put(fields, "ecc_mode", gpu.get("ecc_mode/current_ecc|current"), smi_flag)
     _extract_ecc(gpu, fields)
-    put(fields, "mig_mode", gpu.get("mig_mode/current_mig|current"), _flag)
-    put(fields, "mig_mode_pending", gpu.get("mig_mode/pending_mig|pending"), _flag)
+    put(fields, "mig_mode", gpu.get("mig_mode/current_mig|current"), smi_flag)
+    put(fields, "mig_mode_pending", gpu.get("mig_mode/pending_mig|pending"), smi_flag)
     return SmiGpu(position, fields)
 
 
