@@ -35,7 +35,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--hosts", type=int, default=64)
     parser.add_argument("--gpus", type=int, default=8)
-    parser.add_argument("--processes", type=int, default=None, help="simulated process slots per GPU (default: the demo's)")
+    parser.add_argument("--processes", type=int, default=None, help="process slots per GPU (default: the demo's)")
     parser.add_argument("--seconds", type=float, default=20.0)
     args = parser.parse_args()
 

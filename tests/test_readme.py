@@ -37,7 +37,12 @@ OPERATORS = {"|", "||", "&", "&&", ";", "<", ">", ">>"}
 
 # Subcommands and flags that need something this test cannot give, with the reason pytest prints.
 NEEDS_SERVER = {"exporter": "starts a server that runs until stopped"}
-NEEDS_SERVER_FLAGS = {"--remote": "reads other hosts' exporters", "--prometheus": "reads a Prometheus server"}
+NEEDS_SERVER_FLAGS = {
+    "--remote": "reads other hosts' exporters",
+    "--prometheus": "reads a Prometheus server",
+    "--ssh": "reaches other hosts over ssh (tests/end_to_end/test_ssh_real_sshd.py runs these through a real sshd)",
+    "--hostfile": "reaches other hosts over ssh",
+}
 NEEDS_TERMINAL = {"replay": "the monitor, on a recording: needs a terminal"}
 ONE_SHOT_FLAGS = {"--once", "--help", "-h", "--version", "--print-config"}
 SUBCOMMANDS = {"log", "record", "replay", "exporter", "doctor", "report"}

@@ -26,10 +26,11 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Hashable, Sequence
-from typing import Any
 
 from ....formats.contract_decoder import RecordedGpu, snapshot_from_dict
+from ....formats.nvidia_smi_csv import SmiCycle
 from ....formats.stream import StreamError, StreamFailure, StreamHello, read_line
+from ....health.verdict import HealthInputs, assess
 from ....interval import STALE_INTERVALS
 from ....model import (
     GpuSample,
@@ -48,6 +49,8 @@ from .streams import SshStreams
 from .targets import SshTarget
 
 __all__ = ["SshHosts"]
+
+SMI_MISSING_SHOWN = 4  # of what a host read with nvidia-smi cannot show, the first few (the README lists all)
 
 
 @dataclasses.dataclass
@@ -216,7 +219,7 @@ class SshHosts(SnapshotSource):
         except StreamError as exc:
             raise _UnreadableError(f"sent a line that is no snapshot ({exc})") from None
         if isinstance(data, StreamFailure):
-            raise _UnreadableError(data.error)
+            raise _UnreadableError(data.message)
         if isinstance(data, StreamHello):
             raise _UnreadableError("began its stream again")
         position = session.position
@@ -253,22 +256,38 @@ class SshHosts(SnapshotSource):
         )
 
     def _from_smi(
-        self, session: Session, name: str, cycle: Any, first: int, now: float
+        self, session: Session, name: str, cycle: SmiCycle, first: int, now: float
     ) -> tuple[list[GpuState], str | None]:
+        """nvidia-smi's cycle as GPU lines: judged here by the same rules as a local GPU, on what it says."""
         if cycle.error and not cycle.gpus:
             raise _UnreadableError(f"nvidia-smi: {cycle.error}")
-        gpus = []
-        for far_static, far_sample in cycle.gpus:
+        gpus: list[GpuState] = []
+        for far_static, sample in cycle.gpus:
             index = first + len(gpus)
             static = dataclasses.replace(far_static, index=index, host=name, host_index=far_static.index)
-            sample = far_sample
             processes = tuple(
                 dataclasses.replace(p, gpu_index=index, host=name) for p in cycle.processes.get(far_static.index, ())
             )
             history, timeline = self._kept((session.position, far_static.index), static, sample)
-            gpus.append(GpuState(static, sample, processes, None, history.history(), timeline=timeline))
-        missing = ", ".join(cycle.missing)
-        note = "read with nvidia-smi (nvtopy is not installed there)" + (f": no {missing}" if missing else "")
+            health = assess(static, sample, HealthInputs(now=now))  # ECC, remapped rows, throttling, heat
+            gpus.append(
+                GpuState(
+                    static,
+                    sample,
+                    processes,
+                    cycle.processes_unavailable,
+                    history.history(),
+                    health=health,
+                    timeline=timeline,
+                )
+            )
+        missing = list(cycle.missing)
+        said = ", ".join(missing[:SMI_MISSING_SHOWN])
+        if len(missing) > SMI_MISSING_SHOWN:
+            said += f" and {len(missing) - SMI_MISSING_SHOWN} more"
+        note = f"read with nvidia-smi ({cycle.mode} query; nvtopy is not installed there)" + (
+            f": no {said}" if said else ""
+        )
         return gpus, note
 
     def _kept(self, key: Hashable, static: GpuStatic, sample: GpuSample) -> tuple[HistoryBuffer, Timeline]:

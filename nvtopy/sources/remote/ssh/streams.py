@@ -93,7 +93,10 @@ class SshStreams:
         silent_after: float | None = None,
         pdeathsig: bool = True,
     ) -> None:
-        """``silent_after``: seconds without a byte before a live host is dropped (None: :func:`silent_after_default`)."""
+        """``silent_after``: seconds without a byte before a live host is dropped (None: the default).
+
+        The default is :func:`silent_after_default`.
+        """
         self.sessions = [Session(target, position) for position, target in enumerate(targets)]
         self._argv_for = argv_for
         self._script = script.encode()
@@ -311,7 +314,7 @@ class SshStreams:
                 self._live(session, now)
                 return
             if isinstance(said, StreamFailure):
-                self._lost(session, said.error, now, LONG_BACKOFF)
+                self._lost(session, said.message, now, LONG_BACKOFF)
                 return
         elif line.startswith(b"#nvtopy-smi"):
             session.mode = Mode.NVIDIA_SMI
