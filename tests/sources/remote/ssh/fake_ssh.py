@@ -10,8 +10,9 @@ ssh's command line as nvtopy builds it, and acts by the host's name:
 - ``longline*``: a hello, then one line without end; ``once*``: a hello, one snapshot, then silence;
 - ``exits*``: a hello and two snapshots, then the session ends;
 - anything else: the remote command run by ``sh`` (reading the script on stdin, as ``sh -s`` does on a real
-  host), with ``bin`` first on PATH and ``FAKE_HOST`` set to the host: a test puts its far ``nvtopy`` (or
-  ``nvidia-smi``) there.
+  host), with ``FAKE_HOST`` set to the host and, first on PATH: for ``smi*``, only nvidia-smi (the fake of
+  ``tests/data/nvidia-smi``); for ``real*``, this checkout's own nvtopy (``serve-stdio`` on simulated GPUs
+  named after the host); for ``none*``, neither; else a far ``nvtopy`` that sends prepared lines.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ for a; do last=$a; done
 for a; do case $a in --) shift; break;; esac; shift; done
 host=$1
 export FAKE_HOST="$host"
+cd "@HOME@" || exit 1  # a session starts in the home directory, never in this checkout (python3 -m nvtopy)
 hello='{"nvtopy_stream": 1, "version": "0", "hostname": "'"$host"'", "interval_s": 1}'
 case "$host" in
   hang*) exec sleep 100000;;
@@ -39,6 +41,9 @@ case "$host" in
   longline*) echo "$hello"; head -c 40000000 /dev/zero | tr '\0' a; exec sleep 100000;;
   once*) echo "$hello"; cat "@LINE@"; exec sleep 100000;;
   exits*) echo "$hello"; cat "@LINE@"; cat "@LINE@"; exit 0;;
+  smi*) PATH="@BIN@-smi:/usr/bin:/bin" exec sh -c "$last";;
+  real*) PATH="@BIN@-real:/usr/bin:/bin" exec sh -c "$last";;
+  none*) PATH="@BIN@-none:/usr/bin:/bin" exec sh -c "$last";;
 esac
 PATH="@BIN@:/usr/bin:/bin" exec sh -c "$last"
 """
@@ -49,6 +54,13 @@ case "$*" in *--help*) exit 0;; esac
 echo '{"nvtopy_stream": 1, "version": "0", "hostname": "'"$FAKE_HOST"'", "interval_s": 1}'
 while :; do for line in "@LINES@"/line*.json; do cat "$line" || exit 1; sleep @PERIOD@; done; done
 """
+
+
+# This checkout's nvtopy on a "host": serve-stdio on two simulated GPUs, named after the host.
+REAL_NVTOPY = r"""#!/bin/sh
+exec "@PYTHON@" -m nvtopy "$@" --demo --demo-gpus 2 --demo-hostname "$FAKE_HOST"
+"""
+FAKE_NVIDIA_SMI = Path(__file__).resolve().parents[3] / "data" / "nvidia-smi" / "fake-nvidia-smi"
 
 
 def snapshot_lines(gpus: int = 2, processes: int | None = None, seed: int = 1, count: int = 1) -> list[str]:
@@ -83,18 +95,28 @@ def install(
     ``processes``: the simulator's process slots per GPU (None: its default, a few busy per GPU).
     """
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
+    bin_dir.mkdir(parents=True, exist_ok=True)
     folder = tmp_path / "lines"
     folder.mkdir(exist_ok=True)
     for n, text in enumerate(snapshot_lines(gpus, processes, count=lines)):
         (folder / f"line{n:03d}.json").write_text(text)
     line = folder / "line000.json"
     ssh = tmp_path / "ssh"
-    ssh.write_text(SCRIPT.replace("@BIN@", str(bin_dir)).replace("@LINE@", str(line)))
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    ssh.write_text(SCRIPT.replace("@BIN@", str(bin_dir)).replace("@LINE@", str(line)).replace("@HOME@", str(home)))
     ssh.chmod(0o755)
     far = bin_dir / "nvtopy"
     far.write_text(FAR_NVTOPY.replace("@LINES@", str(folder)).replace("@PERIOD@", f"{period:g}"))
     far.chmod(0o755)
+    for kind in ("smi", "real", "none"):
+        (tmp_path / f"bin-{kind}").mkdir(exist_ok=True)
+    smi = tmp_path / "bin-smi" / "nvidia-smi"
+    if not smi.is_symlink():
+        smi.symlink_to(FAKE_NVIDIA_SMI)
+    real = tmp_path / "bin-real" / "nvtopy"
+    real.write_text(REAL_NVTOPY.replace("@PYTHON@", sys.executable))
+    real.chmod(0o755)
     return ssh
 
 
