@@ -14,7 +14,7 @@ from nvtopy.sources.remote.ssh.session import Mode, State
 from nvtopy.sources.remote.ssh.targets import expand
 
 from . import fake_ssh
-from .test_ssh_hosts import lines_of, until
+from .test_ssh_hosts import lines_of
 
 
 def test_nvtopy_there_streams_every_column_and_nvidia_smi_where_it_is_not(tmp_path: Path):
