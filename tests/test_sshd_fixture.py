@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from . import sshd
 from .builders import run_nvtopy
 from .conftest import ROOT
 from .sshd import (
@@ -31,11 +32,10 @@ from .sshd import (
     requires_sshd,
     run_remote_command,
     running_ssh_lab,
-    ssh_lab,
 )
 
 pytestmark = [requires_sshd, pytest.mark.real_server]
-__all__ = ["ssh_lab"]  # the fixture, imported by its name
+ssh_lab = sshd.ssh_lab  # the fixture, here by its name
 
 DEADLINE_S = 30.0
 
@@ -115,6 +115,16 @@ def test_a_machines_own_nvidia_smi_and_nvtopy_are_hidden_from_the_hosts(tmp_path
     (system / "nvidia-debugdump").unlink()
     (system / "nvtopy").unlink()
     assert _system_path((str(system), str(system))) == str(system), "nothing to hide: the directory itself"
+
+
+def test_a_host_added_again_changes_its_behaviour_from_the_next_login(ssh_lab: SshLab):
+    ssh_lab.add_host("flaky", "echo first\n")
+    assert ssh_lab.ssh("flaky", "x").stdout == "first\n"
+    ssh_lab.add_host("flaky", HANG)
+    with pytest.raises(subprocess.TimeoutExpired):
+        ssh_lab.ssh("flaky", "echo hi", timeout=1.0)
+    ssh_lab.add_wrong_key_host("flaky")
+    assert "Permission denied" in ssh_lab.ssh("flaky", "x").stderr
 
 
 def test_an_executable_file_is_a_behaviour_too(ssh_lab: SshLab, tmp_path: Path):
