@@ -608,10 +608,12 @@ def _start(lab: SshLab) -> None:
             if lab.pid and _listening(lab.port):
                 return
             time.sleep(0.02)
+        how = "exited" if lab.process.poll() is not None else f"not serving after {STARTUP_S:.0f} s"
         lab.close()
         if "Address already in use" not in lab.log_tail(5):
             break
-    pytest.skip(f"sshd did not start on 127.0.0.1:{lab.port} within {STARTUP_S:.0f} s: {lab.log_tail(1) or 'no log'}")
+    said = " / ".join(lab.log_tail(2).splitlines()) or "no log"  # the option or file it names, then why it stopped
+    pytest.skip(f"sshd did not start on 127.0.0.1:{lab.port} ({how}): {said}")
 
 
 @pytest.fixture

@@ -280,3 +280,15 @@ def test_a_killed_test_process_takes_its_lab_with_it(tmp_path: Path):
         owner.kill()
         owner.wait(timeout=DEADLINE_S)
     wait_for("the lab's sshd and remote command stopped", lambda: not any(alive(pid) for pid in pids))
+
+
+def test_where_sshd_cannot_run_the_lab_skips_saying_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    skipped = pytest.skip.Exception
+    config = sshd._sshd_config
+    monkeypatch.setattr(sshd, "_sshd_config", lambda *args: config(*args) + "NoSuchOption yes\n")  # sshd exits
+    said = r"sshd did not start .*\(exited\): .*Bad configuration option: NoSuchOption"
+    with pytest.raises(skipped, match=said), running_ssh_lab(tmp_path / "lab"):
+        pass
+    monkeypatch.setattr(sshd, "SSHD", None)
+    with pytest.raises(skipped, match="sshd, ssh or ssh-keygen is missing"), running_ssh_lab(tmp_path / "other"):
+        pass
