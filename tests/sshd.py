@@ -30,10 +30,12 @@ unless the test puts one on it (``path_dirs=[Path("/usr/bin")]`` for the real on
 
 Every wait has a deadline. Without ``sshd``, ``ssh`` or ``ssh-keygen``, or where
 the server cannot start or let the test's key in, a test using the lab skips and
-says why (the server log's last line). At the end every process of the lab is
-stopped: the server, the per-connection servers it forked and everything the
-behaviours started, even after the client went away (without a terminal, sshd
-leaves a command running when its client is killed).
+says why (the server log's last lines). sshd runs under a keeper process (a child
+subreaper): at the end, or when the test process dies, it stops every process of
+the lab, the server, the per-connection servers it forked and everything the
+behaviours started, even after their client went away (without a terminal, sshd
+leaves a command running when its client is killed). :meth:`SshLab.remote_pids`
+lists what the hosts are running meanwhile.
 """
 
 from __future__ import annotations
