@@ -12,7 +12,7 @@ every wait has a deadline:
   keep-alives notice a dead network too; this notices a far side that hangs);
 - a host that sends more than :data:`FLOOD_BYTES` or :data:`FLOOD_LINES` in
   :data:`FLOOD_WINDOW` seconds, or a line over :data:`~.session.MAX_LINE`
-  bytes, is dropped as flooding;
+  bytes (:data:`MAX_TEXT_LINE` before the stream begins, and in nvidia-smi's CSV), is dropped;
 - a dropped host is asked again after a backoff that doubles from 1 s up to
   :data:`MAX_BACKOFF` (with a little jitter, so 200 hosts do not reconnect in
   step); a host that was live a minute starts again from 1 s;
@@ -53,6 +53,7 @@ from .targets import SshTarget
 __all__ = ["SshStreams", "silent_after_default"]
 
 READ_CHUNK = 1 << 16
+MAX_TEXT_LINE = 64 << 10  # a line before the stream begins, or of nvidia-smi's CSV: words, never megabytes
 FLOOD_WINDOW = 2.0
 FLOOD_BYTES = 64 << 20  # in FLOOD_WINDOW: a healthy host sends a snapshot line (tens of KiB) a second
 FLOOD_LINES = 20_000  # in FLOOD_WINDOW: nvidia-smi's loop prints a line per GPU and process a cycle
@@ -286,8 +287,13 @@ class SshStreams:
             self._line(session, line, now)
             if session.process is not process:  # the line dropped it
                 return
-        if len(buffer) > MAX_LINE:
+        if session.mode is Mode.NVTOPY and len(buffer) > MAX_LINE:
             self._lost(session, f"sent a line longer than {MAX_LINE >> 20} MiB (not nvtopy's stream)", now)
+        elif session.mode is not Mode.NVTOPY and len(buffer) > MAX_TEXT_LINE:  # ssh's words, a banner, CSV: short
+            what = (
+                "nvidia-smi's output" if session.mode is Mode.NVIDIA_SMI else "nvtopy's stream nor nvidia-smi's output"
+            )
+            self._lost(session, f"not {what} (a line of over {MAX_TEXT_LINE >> 10} KiB)", now, LONG_BACKOFF)
 
     def _line(self, session: Session, line: bytes, now: float) -> None:
         line = line.rstrip(b"\r")
