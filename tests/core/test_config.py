@@ -565,8 +565,43 @@ def test_to_toml_reads_back_any_config():
         chart_window="24h",
         hang_after=0.5,
         exporter_names="dcgm-4.9",
+        ssh_program="tsh",
+        ssh_config="~/.ssh/lab config",
+        ssh_options=("ProxyJump=bastion", "Compression=yes"),
+        ssh_remote_nvtopy="/opt/venv/bin/nvtopy",
+        ssh_connect_timeout=3.5,
+        ssh_groups=(("lab", ("gpu1", "alice@gpu2:2222")), ("all", ("@lab", "gpu9"))),
     )
     assert parse_config(to_toml(config, ("a header",))) == (config, [])
+
+
+def test_the_ssh_table_is_read_and_each_bad_value_named():
+    text = (
+        '[ssh]\nprogram = "tsh"\noptions = ["ProxyJump=bastion"]\nconnect_timeout = 5\n'
+        '[ssh.groups]\nlab = ["gpu1", "gpu2"]\ndgx = ["@lab", "dgx1:2222"]\n'
+    )
+    config, warnings = parse_config(text, NAME)
+    assert warnings == []
+    assert config.ssh_program == "tsh" and config.ssh_options == ("ProxyJump=bastion",)
+    assert config.ssh_connect_timeout == 5.0
+    assert dict(config.ssh_groups) == {"lab": ("gpu1", "gpu2"), "dgx": ("@lab", "dgx1:2222")}
+    for bad, said in [
+        ('[ssh]\noptions = ["-oProxyCommand=x"]\n', "'ssh.options': each must be \"Key=Value\""),
+        ('[ssh]\noptions = "ProxyJump=x"\n', "'ssh.options': must be an array"),
+        ("[ssh]\nconnect_timeout = 0\n", "'ssh.connect_timeout': must be a number of seconds from 1 to 300"),
+        ('[ssh]\nprogram = ""\n', "'ssh.program': must be a non-empty string"),
+        ('[ssh.groups]\n"a b" = ["x"]\n', "'ssh.groups.a b': a group's name is letters, digits, _ and -"),
+        ("[ssh.groups]\nlab = [1]\n", "'ssh.groups.lab': each host must be a string"),
+        ('ssh = "x"\n', "'ssh': must be a table ([ssh])"),
+    ]:
+        config, warnings = parse_config(bad, NAME)
+        assert config == Config() and len(warnings) == 1 and said in warnings[0], (bad, warnings)
+    config, warnings = parse_config('[ssh]\nprogam = "x"\n', NAME)
+    assert config == Config()
+    assert warnings == [
+        "config.toml line 2: unknown key 'ssh.progam' ignored "
+        "(known: program, config, options, remote_nvtopy, connect_timeout, groups)"
+    ]
 
 
 # --------------------------------------------------------------------------- remembering the columns
