@@ -3,9 +3,10 @@
 Issue 29's bound: the monitor's own CPU per refresh under 100 ms at 64 hosts of 8 GPUs,
 with threads and file descriptors bounded. The hosts are a transport double
 (``tests/sources/remote/ssh/fake_ssh.py``: a stand-in for ``ssh`` whose far side
-sends a prepared snapshot line of 8 simulated GPUs, about 80 kB with their processes,
-every second), because 64 far nvtopys on one 2-core machine would measure the far
-sides, not the monitor; the end-to-end tests show the same path through a real sshd.
+sends prepared snapshot lines of 8 simulated GPUs and their processes, one a second,
+as serve-stdio sends them: the first whole, about 60 kB, then patches), because 64
+far nvtopys on one 2-core machine would measure the far sides, not the monitor; the
+end-to-end tests show the same path through a real sshd.
 
 Measured in this process (which is the monitor, without a screen to draw): CPU time
 (``time.process_time``: the I/O thread reading every host's bytes, and the refreshes
@@ -45,8 +46,9 @@ def main() -> int:
     from tests.sources.remote.ssh import fake_ssh
 
     with tempfile.TemporaryDirectory() as tmp:
-        program = fake_ssh.install(Path(tmp), gpus=args.gpus, processes=args.processes, period=1.0, lines=10)
-        line_bytes = (Path(tmp) / "lines" / "line000.json").stat().st_size
+        program = fake_ssh.install(Path(tmp), gpus=args.gpus, processes=args.processes, period=1.0, lines=30)
+        sizes = [path.stat().st_size for path in sorted((Path(tmp) / "lines").iterdir())]
+        line_bytes = sum(sizes) / len(sizes)
         threads_before = threading.active_count()
         fds_before = len(os.listdir("/proc/self/fd"))
         source = SshHosts(

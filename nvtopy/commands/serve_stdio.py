@@ -2,8 +2,9 @@
 
 The monitor runs ``ssh HOST 'nvtopy serve-stdio ...'`` once per host and reads the
 lines this command writes (:mod:`nvtopy.formats.stream`: a hello at once, then a
-snapshot as soon as one is read and one an interval after it, or a failure line and a
-non-zero exit). Nobody runs it by hand.
+snapshot as soon as one is read and, an interval apart, what changed since (patches, a
+whole snapshot every few minutes), or a failure line and a non-zero exit). Nobody runs it
+by hand.
 
 Why it ends the way it does: it runs on every GPU box for as long as a monitor is open
 somewhere, so it must never outlive that monitor. The near side closing the session is
@@ -32,7 +33,7 @@ from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING
 
 from ..errors import BackendUnavailableError, NvtopyError
-from ..formats.stream import error_line, hello_line, snapshot_line
+from ..formats.stream import StreamWriter, error_line, hello_line
 from . import options
 
 if TYPE_CHECKING:
@@ -98,12 +99,13 @@ def _serve(args: argparse.Namespace, stop: threading.Event) -> None:
         poller = Poller(backend, interval=args.interval, groups=MONITOR_GROUPS, processes=True, collector=collector)
         poller.watch_events()
         ticker = Ticker()  # log's pace: drift compensated, missed ticks skipped; the first poll at once
+        writer = StreamWriter()  # the first snapshot whole, then what changed (formats.stream: patches)
         while not stop.is_set():
             ticker.tick()
             snapshot = poller.poll_once()
             if stop.is_set():
                 break
-            _write(snapshot_line(snapshot))
+            _write(writer.snapshot(snapshot))
             stop.wait(ticker.remaining(args.interval))
     except ConnectionError:
         raise

@@ -13,6 +13,25 @@ one line at a time. The protocol, all of it:
    which the far side exits non-zero. Its shape never changes: a far side of any later stream
    version that fails says why in words an older near side can read.
 
+**Patches.** After its first snapshot line, the far side (:class:`StreamWriter`) sends each
+snapshot as ``{"nvtopy_stream": 1, "patch": <what changed since the previous one>}``, and a whole
+snapshot line again every :data:`WHOLE_EVERY` snapshots. Why: a monitor watching 64 hosts decodes
+64 lines a second, and most of each line is what it was a second ago (names, UUIDs, owners,
+commands, NVLink lists read every 5 s, health readings): a patch carries only the changed values,
+so the near side parses a third of the bytes, and the values that did not change stay the very
+same objects, which the decoder recognises and does not check again
+(:class:`~nvtopy.formats.contract_decoder.SnapshotDecoder`). The near side (:class:`StreamReader`)
+applies each patch to the previous snapshot, in order, and hands on a whole snapshot object: what
+a snapshot line would have been, value for value. A patch is:
+
+- for an object: its keys whose value changed, each with its patch, plus ``"$removed": [keys]``;
+- for a list of objects the same length as before: ``{"$list": [a patch per item]}``;
+- anything else (a number, text, a list whose length changed, a new key): the new value itself.
+
+A patch that does not fit what came before (a ``$list`` of another length, a patch before any
+snapshot, a state grown past :data:`MAX_STATE_BYTES` since the last whole snapshot) is a
+:class:`StreamError`: the host is dropped and asked again, and the stream begins whole.
+
 The far side ends when its stdin reaches end of file (the near side closed the session), on
 SIGTERM, SIGHUP or SIGINT, and when its stdout is closed.
 
@@ -44,13 +63,20 @@ from .contract import encode, snapshot_to_dict
 
 __all__ = [
     "MAX_LINE",
+    "MAX_STATE_BYTES",
     "STREAM_KEY",
     "STREAM_VERSION",
+    "WHOLE_EVERY",
     "StreamError",
     "StreamFailure",
     "StreamHello",
+    "StreamPatch",
+    "StreamReader",
+    "StreamWriter",
+    "apply_patch",
     "error_line",
     "hello_line",
+    "patch_of",
     "read_line",
     "snapshot_line",
 ]
@@ -64,6 +90,14 @@ MAX_LINE = 16 << 20
 TEXT_LIMIT = 300
 """Characters of a hello's text or a failure's message kept (the rest is cut and marked): one line."""
 _NAME_LIMIT = 253  # a hostname (DNS: 253), a version
+WHOLE_EVERY = 300
+"""A whole snapshot line every this many snapshots (five minutes at 1 s), the rest patches."""
+MAX_STATE_BYTES = 4 * MAX_LINE
+"""Bytes of whole line and patches since the last whole line, at most: a stream of patches adding keys forever
+cannot grow the near side's state past this (it is an upper bound of that state's size)."""
+PATCH_KEY = "patch"
+REMOVED = "$removed"
+LIST = "$list"
 
 
 class StreamError(ValueError):
@@ -82,6 +116,13 @@ class StreamHello:
     hostname: str
     interval_s: float
     stream: int = STREAM_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class StreamPatch:
+    """A patch line: what changed since the previous snapshot (:class:`StreamReader` applies it)."""
+
+    patch: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,11 +157,127 @@ def snapshot_line(snapshot: Snapshot) -> str:
     return encode(snapshot_to_dict(snapshot, processes=True)) + "\n"
 
 
+# ----------------------------------------------------------------- patches
+
+
+def _same(a: Any, b: Any) -> bool:
+    """JSON values equal, types included (``1``, ``1.0`` and ``true`` are three values)."""
+    if type(a) is not type(b):
+        return False
+    if type(a) is dict:
+        return a.keys() == b.keys() and all(_same(value, b[key]) for key, value in a.items())
+    if type(a) is list:
+        return len(a) == len(b) and all(map(_same, a, b))
+    return bool(a == b)
+
+
+def patch_of(old: Any, new: Any) -> Any:
+    """What turns ``old`` into ``new`` (JSON values; see the module docstring): :func:`apply_patch`'s input."""
+    if type(old) is dict and type(new) is dict:
+        patch: dict[str, Any] = {}
+        for key, value in new.items():
+            if key not in old:
+                patch[key] = value
+            elif not _same(old[key], value):
+                patch[key] = patch_of(old[key], value)
+        removed = [key for key in old if key not in new]
+        if removed:
+            patch[REMOVED] = removed
+        return patch
+    if (
+        type(old) is list
+        and type(new) is list
+        and len(old) == len(new)
+        and all(type(item) is dict for item in old)
+        and all(type(item) is dict for item in new)
+    ):
+        return {LIST: [patch_of(a, b) for a, b in zip(old, new, strict=True)]}
+    return new
+
+
+def apply_patch(old: Any, patch: Any) -> Any:
+    """``old`` with ``patch`` applied: a new value, sharing every unchanged part with ``old`` (never changed).
+
+    Raises :class:`StreamError` for a patch that does not fit ``old``.
+    """
+    if type(patch) is not dict:
+        return patch
+    if type(old) is list:
+        items = patch.get(LIST)
+        if len(patch) != 1 or type(items) is not list:
+            return patch  # a new value (an object where a list was)
+        if len(items) != len(old):
+            raise StreamError(f"a patch of {len(items)} items for a list of {len(old)}")
+        return [apply_patch(a, b) for a, b in zip(old, items, strict=True)]
+    if type(old) is not dict:
+        return patch
+    if not patch:
+        return old  # unchanged: the very object (an item of a list patch that did not change)
+    new = dict(old)
+    for key, value in patch.items():
+        if key == REMOVED:
+            if type(value) is not list:
+                raise StreamError(f"{REMOVED} is {_shown(value)}, not a list of keys")
+            for gone in value:
+                if type(gone) is str:
+                    new.pop(gone, None)
+        elif key in old:
+            new[key] = apply_patch(old[key], value)
+        else:
+            new[key] = value
+    return new
+
+
+class StreamWriter:
+    """The far side's lines of one stream: the hello, then the first snapshot whole, then patches."""
+
+    def __init__(self, whole_every: int = WHOLE_EVERY) -> None:
+        self._last: dict[str, Any] | None = None
+        self._since_whole = 0
+        self._whole_every = whole_every
+
+    def snapshot(self, snapshot: Snapshot) -> str:
+        """The line for ``snapshot``: a whole snapshot line (the first, and every ``whole_every``), else a patch."""
+        data = snapshot_to_dict(snapshot, processes=True)
+        last, self._last = self._last, data
+        if last is None or self._since_whole + 1 >= self._whole_every:
+            self._since_whole = 0
+            return encode(data) + "\n"
+        self._since_whole += 1
+        return encode({STREAM_KEY: STREAM_VERSION, PATCH_KEY: patch_of(last, data)}) + "\n"
+
+
+class StreamReader:
+    """The near side of one stream: each line read, patches applied in order; whole snapshot objects out."""
+
+    def __init__(self) -> None:
+        self._state: dict[str, Any] | None = None
+        self._state_bytes = 0
+
+    def read(self, raw: bytes) -> StreamHello | StreamFailure | dict[str, Any]:
+        """The hello, a failure, or the whole snapshot object this line makes (:func:`read_line`'s, patched)."""
+        said = read_line(raw)
+        if isinstance(said, StreamPatch):
+            if self._state is None:
+                raise StreamError("a patch before any snapshot")
+            self._state_bytes += len(raw)
+            if self._state_bytes > MAX_STATE_BYTES:
+                raise StreamError(f"patches past {MAX_STATE_BYTES >> 20} MiB without a whole snapshot")
+            state = apply_patch(self._state, said.patch)
+            if type(state) is not dict or "gpus" not in state or "timestamp" not in state:
+                raise StreamError("a patch that makes no snapshot")
+            self._state = state
+            return state
+        if isinstance(said, dict):
+            self._state, self._state_bytes = said, len(raw)
+        return said
+
+
 # ----------------------------------------------------------------- reading
 
 
-def read_line(raw: bytes) -> StreamHello | StreamFailure | dict[str, Any]:
-    """One line of a stream: the hello, a failure, or a snapshot line's object (for ``snapshot_from_dict``).
+def read_line(raw: bytes) -> StreamHello | StreamFailure | StreamPatch | dict[str, Any]:
+    """One line of a stream: the hello, a failure, a patch, or a snapshot line's object (for ``snapshot_from_dict``).
 
     Raises :class:`StreamError` for anything else, its message short and safe to print.
     """
@@ -141,6 +298,11 @@ def read_line(raw: bytes) -> StreamHello | StreamFailure | dict[str, Any]:
         raise StreamError(f"not an nvtopy stream line: {STREAM_KEY} is {_shown(stream)}")
     if "error" in data:  # a failure reads the same in every stream version
         return StreamFailure(_text(data["error"], "error", TEXT_LIMIT))
+    if stream == STREAM_VERSION and PATCH_KEY in data:
+        patch = data[PATCH_KEY]
+        if type(patch) is not dict:
+            raise StreamError(f"a patch that is {_shown(patch)}, not an object")
+        return StreamPatch(patch)
     if stream > STREAM_VERSION:
         version = data.get("version")
         by = f" (nvtopy {_text(version, 'version', 40)})" if type(version) is str else ""

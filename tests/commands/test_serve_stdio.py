@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from nvtopy.formats.contract_decoder import snapshot_from_dict
-from nvtopy.formats.stream import StreamFailure, StreamHello, read_line
+from nvtopy.formats.stream import StreamFailure, StreamHello, StreamReader
 
 from ..builders import NVTOPY, run_nvtopy
 
@@ -42,6 +42,7 @@ class FarSide:
             env=env,
         )
         self.lines: queue.Queue[tuple[float, bytes]] = queue.Queue()
+        self.reader = StreamReader()  # patches applied: each snapshot whole, as the monitor reads it
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -52,14 +53,14 @@ class FarSide:
         self.lines.put((time.monotonic(), b""))  # end of file
 
     def next(self, deadline: float = LINE_DEADLINE_S) -> tuple[float, Any]:
-        """(when it came, what :func:`read_line` made of it) of the next line; fails at end of file or after
-        ``deadline`` seconds."""
+        """(when it came, what :class:`StreamReader` made of it: a patch as the whole snapshot it makes) of the
+        next line; fails at end of file or after ``deadline`` seconds."""
         try:
             when, raw = self.lines.get(timeout=deadline)
         except queue.Empty:
             raise AssertionError(f"no line within {deadline} s") from None
         assert raw, f"end of stream; stderr: {self.stderr()!r}"
-        return when, read_line(raw)
+        return when, self.reader.read(raw)
 
     def snapshot(self) -> dict[str, Any]:
         _, data = self.next()

@@ -26,10 +26,10 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Hashable, Sequence
+from typing import Any
 
 from ....formats.contract_decoder import RecordedGpu, snapshot_from_dict
 from ....formats.nvidia_smi_csv import SmiCycle
-from ....formats.stream import StreamError, StreamFailure, StreamHello, read_line
 from ....health.verdict import HealthInputs, assess
 from ....interval import STALE_INTERVALS
 from ....model import (
@@ -213,15 +213,7 @@ class SshHosts(SnapshotSource):
             gpus.append(_line(first + len(gpus), name, note, now))
         return _Shown(latest.sequence, gpus, identities)
 
-    def _from_stream(self, session: Session, name: str, raw: bytes, first: int) -> list[GpuState]:
-        try:
-            data = read_line(raw)
-        except StreamError as exc:
-            raise _UnreadableError(f"sent a line that is no snapshot ({exc})") from None
-        if isinstance(data, StreamFailure):
-            raise _UnreadableError(data.message)
-        if isinstance(data, StreamHello):
-            raise _UnreadableError("began its stream again")
+    def _from_stream(self, session: Session, name: str, data: dict[str, Any], first: int) -> list[GpuState]:
         position = session.position
         counter = [first]
 

@@ -83,7 +83,7 @@ class Latest:
 
     sequence: int  # counts up with every new value of this session's host
     received: float  # time.monotonic()
-    payload: Any  # bytes (a stream line) or an nvidia_smi_csv.SmiCycle
+    payload: Any  # a whole snapshot object (the stream's, patches applied) or an nvidia_smi_csv.SmiCycle
     mode: Mode
 
 
@@ -102,7 +102,8 @@ class Session:
         self.buffer = bytearray()
         self.said: collections.deque[str] = collections.deque(maxlen=SAID_KEPT)
         self.preamble_lines = 0
-        self.smi_reader: Any = None
+        self.smi_reader: Any = None  # nvidia_smi_csv.SmiCycleReader, in nvidia-smi's mode
+        self.stream: Any = None  # formats.stream.StreamReader, in nvtopy's mode (patches applied in order)
         self.mode: Mode | None = None
         self.window_start = 0.0
         self.window_bytes = 0

@@ -46,7 +46,7 @@ from collections.abc import Callable, Sequence
 
 from ....errors import UsageError
 from ....formats.nvidia_smi_csv import SmiCycleReader
-from ....formats.stream import StreamError, StreamFailure, StreamHello, read_line
+from ....formats.stream import StreamError, StreamFailure, StreamHello, StreamReader, read_line
 from .session import MAX_LINE, MAX_PREAMBLE_LINES, Mode, Session, State
 from .targets import SshTarget
 
@@ -55,7 +55,10 @@ __all__ = ["SshStreams", "silent_after_default"]
 READ_CHUNK = 1 << 16
 MAX_TEXT_LINE = 64 << 10  # a line before the stream begins, or of nvidia-smi's CSV: words, never megabytes
 FLOOD_WINDOW = 2.0
-FLOOD_BYTES = 64 << 20  # in FLOOD_WINDOW: a healthy host sends a snapshot line (tens of KiB) a second
+# In FLOOD_WINDOW: a healthy host sends a snapshot line a second (tens of KiB for 8 GPUs, about 1 MiB for 64 GPUs
+# with thousands of processes); every line is parsed here (a patch needs the one before it), so a flood costs this
+# thread the parsing of at most this many bytes before it is cut off.
+FLOOD_BYTES = 32 << 20
 FLOOD_LINES = 20_000  # in FLOOD_WINDOW: nvidia-smi's loop prints a line per GPU and process a cycle
 MAX_BACKOFF = 60.0
 LONG_BACKOFF = 30.0  # after a host said plainly that it cannot serve (no nvtopy, no nvidia-smi, no driver)
@@ -208,6 +211,7 @@ class SshStreams:
         session.preamble_lines = 0
         session.mode = None
         session.smi_reader = None
+        session.stream = None
         session.failure = None
         session.window_start, session.window_bytes, session.window_lines = now, 0, 0
         session.last_data = now
@@ -299,7 +303,7 @@ class SshStreams:
         line = line.rstrip(b"\r")
         if session.mode is Mode.NVTOPY:
             if line.startswith(b"{"):
-                session.publish(line, now)
+                self._stream_line(session, line, now)
             elif line.strip():
                 self._stray(session, line, now)
             return
@@ -315,6 +319,7 @@ class SshStreams:
                 said = None
             if isinstance(said, StreamHello):
                 session.mode = Mode.NVTOPY
+                session.stream = StreamReader()
                 session.hostname = said.hostname
                 session.far_version = said.version
                 self._live(session, now)
@@ -329,6 +334,21 @@ class SshStreams:
             self._live(session, now)
             return
         self._stray(session, line, now)
+
+    def _stream_line(self, session: Session, line: bytes, now: float) -> None:
+        """A line of the far nvtopy's stream: every one read here, in order (a patch needs the one before it);
+        the snapshot it makes is the host's newest value, decoded into GPUs only when a refresh takes it."""
+        try:
+            said = session.stream.read(line)
+        except StreamError as exc:
+            self._lost(session, f"sent a line that is no snapshot ({exc})", now)
+            return
+        if isinstance(said, dict):
+            session.publish(said, now)
+        elif isinstance(said, StreamFailure):
+            self._lost(session, said.message, now, LONG_BACKOFF)
+        else:
+            self._lost(session, "began its stream again", now)
 
     def _stray(self, session: Session, line: bytes, now: float) -> None:
         """A line that is not the stream's: kept (briefly) as what the host said; too many of them is garbage."""

@@ -6,7 +6,8 @@ and 256 hosts of them; a real sshd serves the end-to-end tests. The double takes
 ssh's command line as nvtopy builds it, and acts by the host's name:
 
 - ``hang*``: never says a word; ``denied*``: ssh's "Permission denied (publickey)." and exit 255;
-- ``junk*``: 300 kB of binary, then silence; ``flood*``: a hello, then lines as fast as a pipe takes them;
+- ``junk*``: 300 kB of binary, then silence; ``flood*``: a hello, a snapshot, then (empty) patches as fast as a
+  pipe takes them; ``bigflood*``: whole snapshot lines as fast;
 - ``longline*``: a hello, then one line without end; ``once*``: a hello, one snapshot, then silence;
 - ``exits*``: a hello and two snapshots, then the session ends;
 - anything else: the remote command run by ``sh`` (reading the script on stdin, as ``sh -s`` does on a real
@@ -22,7 +23,7 @@ import sys
 from pathlib import Path
 
 from nvtopy.backends.open import open_backend, simulated_spec
-from nvtopy.formats.contract import encode, snapshot_to_dict
+from nvtopy.formats.stream import StreamWriter
 from nvtopy.sources.collector import Collector
 from nvtopy.sources.poller import CADENCE, MONITOR_GROUPS
 
@@ -37,7 +38,8 @@ case "$host" in
   hang*) exec sleep 100000;;
   denied*) echo "me@$host: Permission denied (publickey)." >&2; exit 255;;
   junk*) head -c 300000 /dev/urandom; exec sleep 100000;;
-  flood*) echo "$hello"; exec yes '{"flood": 1}';;
+  flood*) echo "$hello"; cat "@LINE@"; exec yes '{"nvtopy_stream": 1, "patch": {}}';;
+  bigflood*) echo "$hello"; exec yes "$(cat "@LINE@")";;
   longline*) echo "$hello"; head -c 40000000 /dev/zero | tr '\0' a; exec sleep 100000;;
   once*) echo "$hello"; cat "@LINE@"; exec sleep 100000;;
   exits*) echo "$hello"; cat "@LINE@"; cat "@LINE@"; exit 0;;
@@ -64,7 +66,8 @@ FAKE_NVIDIA_SMI = Path(__file__).resolve().parents[3] / "data" / "nvidia-smi" / 
 
 
 def snapshot_lines(gpus: int = 2, processes: int | None = None, seed: int = 1, count: int = 1) -> list[str]:
-    """``count`` consecutive lines of ``nvtopy record`` (the stream's snapshot lines) of simulated GPUs, 1 s apart.
+    """``count`` consecutive snapshot lines of ``serve-stdio``'s stream (the first whole, then patches: sent in a
+    loop, they begin again with a whole one) of simulated GPUs, 1 s apart.
 
     Each reads the groups the live poller would at that second (:data:`~nvtopy.sources.poller.CADENCE`: NVLink
     every 5 s, clocks every 2 s, ...), so consecutive lines differ as a far ``serve-stdio``'s do.
@@ -73,17 +76,18 @@ def snapshot_lines(gpus: int = 2, processes: int | None = None, seed: int = 1, c
     backend = open_backend(simulated_spec(gpus=gpus, processes_per_gpu=processes, seed=seed, clock=lambda: now[0]))
     collector = Collector(backend, timeline=False)
     collector.collect(MONITOR_GROUPS)
+    writer = StreamWriter(whole_every=count)  # serve-stdio's lines: the first whole, then patches
     lines = []
     for second in range(1, count + 1):
         now[0] += 1.0
         due = {g for g in MONITOR_GROUPS if CADENCE[g] == 0 or second % round(CADENCE[g]) == 0}
         snapshot = collector.collect(due, process_utilization=second % 2 == 0)
-        lines.append(encode(snapshot_to_dict(snapshot)) + "\n")
+        lines.append(writer.snapshot(snapshot))
     return lines
 
 
 def snapshot_line(gpus: int = 2, processes: int | None = None, seed: int = 1) -> str:
-    """One line of ``nvtopy record`` (the stream's snapshot line) of simulated GPUs."""
+    """One whole snapshot line (``nvtopy record``'s) of simulated GPUs."""
     return snapshot_lines(gpus, processes, seed)[0]
 
 

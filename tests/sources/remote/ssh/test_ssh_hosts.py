@@ -105,6 +105,7 @@ def test_a_host_that_never_begins_its_stream_is_dropped_at_the_deadline_and_aske
     ("host", "reason"),
     [
         ("flood", "sent more than 20000 lines in 2 s (flooding)"),
+        ("bigflood", "sent more than 32 MiB in 2 s (flooding)"),
         ("longline", "sent a line longer than 16 MiB (not nvtopy's stream)"),
     ],
 )
