@@ -204,7 +204,8 @@ class SshHosts(SnapshotSource):
 
     def _build(self, session: Session, name: str, latest: Latest, first: int, now: float) -> _Shown:
         if latest.mode is Mode.NVTOPY:
-            gpus = self._from_stream(session, name, latest.payload, first)
+            taken = now - max(0.0, time.monotonic() - latest.received)  # when it came, on this clock
+            gpus = self._from_stream(session, name, latest.payload, first, taken)
             note = None
         else:
             gpus, note = self._from_smi(session, name, latest.payload, first, now)
@@ -213,14 +214,21 @@ class SshHosts(SnapshotSource):
             gpus.append(_line(first + len(gpus), name, note, now))
         return _Shown(latest.sequence, gpus, identities)
 
-    def _from_stream(self, session: Session, name: str, data: dict[str, Any], first: int) -> list[GpuState]:
+    def _from_stream(
+        self, session: Session, name: str, data: dict[str, Any], first: int, taken: float
+    ) -> list[GpuState]:
+        """The far snapshot's GPUs as lines of this fleet, dated ``taken`` (when they came, on this clock).
+
+        Why re-dated: the far host's clock may be minutes off; its values are as fresh as their arrival,
+        and the views judge staleness and draw the charts on this machine's clock.
+        """
         position = session.position
         counter = [first]
 
         def state(gpu: RecordedGpu) -> GpuState:
             index = counter[0]
             counter[0] += 1
-            return self._rehomed(gpu, (position, gpu.static.index), index, name)
+            return self._rehomed(gpu, (position, gpu.static.index), index, name, taken)
 
         try:
             snapshot = snapshot_from_dict(data, state)
@@ -228,7 +236,7 @@ class SshHosts(SnapshotSource):
             raise _UnreadableError(f"sent a line that is no snapshot ({type(exc).__name__})") from None
         return list(snapshot.gpus)
 
-    def _rehomed(self, gpu: RecordedGpu, key: Hashable, index: int, host: str) -> GpuState:
+    def _rehomed(self, gpu: RecordedGpu, key: Hashable, index: int, host: str, taken: float) -> GpuState:
         """A far GPU as a line of this fleet: its index here, its host, its history and charts kept here."""
         static = dataclasses.replace(gpu.static, index=index, host=host, host_index=gpu.static.index)
         processes = tuple(dataclasses.replace(p, gpu_index=index, host=host) for p in gpu.processes)
@@ -236,10 +244,11 @@ class SshHosts(SnapshotSource):
         if health.events:
             events = tuple(dataclasses.replace(e, gpu_index=index) for e in health.events)
             health = dataclasses.replace(health, events=events)
-        history, timeline = self._kept(key, static, gpu.sample)
+        sample = dataclasses.replace(gpu.sample, timestamp=taken)
+        history, timeline = self._kept(key, static, sample)
         return GpuState(
             static,
-            gpu.sample,
+            sample,
             processes,
             gpu.processes_unavailable,
             history.history(),
