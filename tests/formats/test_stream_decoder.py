@@ -281,6 +281,7 @@ def test_random_damage_decodes_or_fails_as_the_checked_walk(node_lines):
     rng = random.Random(29)
     parsed = [json.loads(line) for line in node_lines]
     leaves = [[leaf for leaf in _leaves(data) if leaf] for data in parsed]
+    kinds = []
     for trial in range(400):
         at = rng.randrange(1, len(node_lines))
         stream = SnapshotDecoder()
@@ -291,6 +292,8 @@ def test_random_damage_decodes_or_fails_as_the_checked_walk(node_lines):
         expected = outcome(checked, copy.deepcopy(hostile))
         assert outcome(stream.decode, copy.deepcopy(hostile)) == expected, f"trial {trial}"
         assert outcome(snapshot_from_dict, hostile) == expected, f"trial {trial}"
+        kinds.append(expected[0])
+    assert 40 < kinds.count("error") < 360, "damage that decodes and damage that fails, both"
 
 
 # ---------------------------------------------------------------- bounded
