@@ -28,6 +28,12 @@ values are unknown.
 Whatever a line holds (values of the wrong type, numbers of 5,000 digits, a
 million GPUs), it raises KeyError, ValueError, TypeError or AttributeError, never
 anything else; what the line's JSON itself may be is its reader's bound.
+
+Lines of one source read in order (a host's stream for ``nvtopy --ssh``, a recording
+played forward) go through one :class:`SnapshotDecoder`, which reuses what a line
+repeats of the line before; :func:`snapshot_from_dict` is such a decoder with no line
+before. Both check the common case a few C-level passes at a time and send anything
+else through the checkers one value at a time: the same snapshot, or the same error.
 """
 
 from __future__ import annotations
