@@ -28,17 +28,27 @@ values are unknown.
 Whatever a line holds (values of the wrong type, numbers of 5,000 digits, a
 million GPUs), it raises KeyError, ValueError, TypeError or AttributeError, never
 anything else; what the line's JSON itself may be is its reader's bound.
+
+Lines of one source read in order (a host's stream for ``nvtopy --ssh``, a recording
+played forward) go through one :class:`SnapshotDecoder`, which reuses what a line
+repeats of the line before; :func:`snapshot_from_dict` is such a decoder with no line
+before. Both check the common case a few C-level passes at a time and send anything
+else through the checkers one value at a time: the same snapshot, or the same error.
 """
 
 from __future__ import annotations
 
+import marshal
 import math
+import operator
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass
 from datetime import datetime
+from itertools import chain, repeat, starmap
 from typing import Any
 
 from ..model import (
+    EMPTY_REASONS,
     EVENTS_PER_GPU,
     MIG_GPM_FIELDS,
     MIG_USAGE_FIELDS,
@@ -59,6 +69,7 @@ from ..model import (
     ProcessOwner,
     ProcessType,
     Reason,
+    Reasons,
     Severity,
     Snapshot,
     freeze,
@@ -72,6 +83,7 @@ __all__ = [
     "MAX_GPUS",
     "MAX_MIG_DEVICES",
     "RecordedGpu",
+    "SnapshotDecoder",
     "gpu_from_dict",
     "host_usage_from_dict",
     "owner_from_dict",
@@ -404,8 +416,8 @@ def _mig_devices(item: dict[str, Any]) -> tuple[tuple[MigInstance, ...], tuple[M
     return instances, (usage if usage else None)
 
 
-def gpu_from_dict(item: dict[str, Any], timestamp: float) -> tuple[GpuStatic, GpuSample]:
-    """The static and sampled fields of one GPU of a line (what its chart needs, processes aside)."""
+def _checked_gpu(item: dict[str, Any], timestamp: float) -> tuple[GpuStatic, GpuSample]:
+    """The static and sampled fields of one GPU of a line, every value through its checker (:func:`gpu_from_dict`)."""
     reasons = _reasons(item, _GPU_REASON_KEYS)
     flat = _with_readings(item)
     instances, usage = _mig_devices(item)
@@ -510,6 +522,609 @@ class RecordedGpu:
         return GpuState(self.static, self.sample, self.processes, self.processes_unavailable, health=self.health)
 
 
+def _checked_host(data: dict[str, Any]) -> HostInfo:
+    hostname = recorded_text(data["hostname"], "hostname")
+    if hostname is None:
+        raise TypeError("hostname is not text")
+    return HostInfo(
+        hostname=hostname,
+        driver_version=recorded_text(data.get("driver_version"), "driver_version"),
+        cuda_driver_version=recorded_text(data.get("cuda_driver_version"), "cuda_driver_version"),
+        nvml_version=recorded_text(data.get("nvml_version"), "nvml_version"),
+        backend=f"replay of {recorded_text(data.get('backend'), 'backend') or 'nvml'}",
+    )
+
+
+# ----------------------------------------------------------------- the common case, in a few C-level steps
+#
+# Why: a line of 8 GPUs holds about 2,500 values; checked one by one (a Python call each) they cost
+# more than building the model objects. In the common case -- every value of the type its field
+# wants, no figure past 2**64 -- an object's values are checked by a few C-level passes (map, issuperset,
+# sum) and the object built at once. A part (a GPU, a process, an owner) with any value outside the
+# common case goes whole through the checkers above, in the order they always ran: the same value, or
+# the same error. Nothing below raises but what those checkers raise.
+
+_NONE = type(None)
+_READING_TYPES = frozenset({int, float, _NONE})
+_TEXT_TYPES = frozenset({str, _NONE})
+_FLAG_TYPES = frozenset({bool, _NONE})
+_WHOLE_TYPES = frozenset({int, _NONE})
+_STR_TYPES = frozenset({str})
+_INT_TYPES = frozenset({int})
+_NO_FLAGS_TYPES = frozenset({list, _NONE})  # a process's flags: [] or null in the common case
+_EMPTY_TYPES = frozenset({dict, _NONE})  # a process's unavailable: {} or null in the common case
+_REASON_OF = {reason.value: reason for reason in Reason}
+_PROCESS_TYPE_OF = {kind.value: kind for kind in ProcessType}
+_OWNER_KIND_OF = {kind.value: kind for kind in OwnerKind}
+_PSTATE_OF = {f"P{number}": number for number in range(33)}  # _pstate's common case: "P0" .. "P32"
+_SAMPLE_FIELD_NAMES = frozenset(GpuSample.__dataclass_fields__)
+_LINK_KEYS = tuple(NvLink.__dataclass_fields__)  # link, active, version, rx, tx, errors, remote: NvLink's order
+_HEALTH_KEYS = (
+    "verdict",
+    "findings",
+    "events",
+    "xid_counts",
+    "events_note",
+    "responding",
+    "stalled_seconds",
+    "throttle",
+    "idle_held_bytes",
+    "suspected_hang_seconds",
+)  # what _health reads of a GPU's health object
+_LINK_ROW = operator.itemgetter(*_LINK_KEYS)
+# READINGS as (group, keys, model field names): _with_readings' flattening in one update per group.
+_READING_GROUPS = tuple(
+    (group, tuple(key for key, _ in fields), tuple(field_part(name)[1] for _, name in fields))
+    for group, fields in READINGS.items()
+)
+
+
+class _Uncommon:
+    """What a common-case reader says of a value it leaves to the checkers (a value can be None)."""
+
+
+_UNCOMMON = _Uncommon()
+
+
+def _within_limit(values: tuple[Any, ...]) -> bool:
+    """Every figure (int, float or None) finite and within 2**64 either way: what _number passes unchanged."""
+    try:
+        return bool(sum(map(abs, filter(None, values))) < _LIMIT)  # NaN and the infinities fail this
+    except OverflowError:  # an integer too large for a float, beside a float
+        return False
+
+
+_KIND_RANK: dict[Callable[[Any, str], Any], int] = {_reading: 0, _number: 1, recorded_text: 2, _flag: 3}
+
+
+class _Reader:
+    """One model class's plain fields (:func:`_converters`) read from a JSON object in the common case.
+
+    The names are ordered by checker -- readings, numbers, texts, flags -- so that each kind is one
+    slice, checked by one C-level pass: every value's type among those its checker takes, the numbers
+    within :func:`_number`'s limit, the texts unescaped where one has an escape.
+    """
+
+    __slots__ = ("flags", "names", "numbers", "texts")
+
+    def __init__(self, converters: tuple[tuple[str, Callable[[Any, str], Any]], ...]) -> None:
+        ordered = sorted(converters, key=lambda item: (_KIND_RANK[item[1]], item[0]))
+        self.names = tuple(name for name, _ in ordered)
+        ranks = [_KIND_RANK[convert] for _, convert in ordered]
+        self.numbers = ranks.count(0)
+        self.texts = self.numbers + ranks.count(1)
+        self.flags = self.texts + ranks.count(2)
+
+    def values(self, data: dict[str, Any]) -> tuple[Any, ...] | None:
+        """The values in ``names`` order, as :func:`_fields` gives them; None where one is not the common case."""
+        values = tuple(map(data.get, self.names))
+        numbers, texts, flags = self.numbers, self.texts, self.flags
+        if not (
+            _READING_TYPES.issuperset(map(type, values[:texts]))
+            and _TEXT_TYPES.issuperset(map(type, values[texts:flags]))
+            and _FLAG_TYPES.issuperset(map(type, values[flags:]))
+            and (numbers == texts or _within_limit(values[numbers:texts]))
+        ):
+            return None
+        if texts < flags and "\\" in "".join(filter(None, values[texts:flags])):
+            values = (*values[:texts], *map(unescape_text, values[texts:flags]), *values[flags:])
+        return values
+
+
+_STATIC_READER = _Reader(_STATIC_FIELDS)
+_SAMPLE_READER = _Reader(_SAMPLE_FIELDS)
+_PROCESS_READER = _Reader(_PROCESS_FIELDS)
+# A process's keys, as one row: what _process reads besides the plain fields, then those (in _PROCESS_READER's order).
+_PROCESS_ROW = operator.itemgetter(
+    "pid",
+    "type",
+    "status",
+    "flags",
+    "foreign",
+    "unavailable",
+    "owner",
+    "gpu_instance_id",
+    "compute_instance_id",
+    *_PROCESS_READER.names,
+)
+# What the columns of _common_processes fill, and GpuProcess's fields in order with the default of each
+# other one: positional arguments, the cheapest call. Where a field has no plain default (a factory: a
+# field added to the model that no line has), processes are built by name, one by one.
+_PROCESS_FILLED = frozenset(
+    {
+        *_PROCESS_READER.names,
+        *("gpu_index", "gpu_uuid", "pid", "type", "status", "foreign", "unavailable", "owner", "flags"),
+        *("gpu_instance_id", "compute_instance_id"),
+    }
+)
+_PROCESS_POSITIONS = tuple((name, field.default) for name, field in GpuProcess.__dataclass_fields__.items())
+_PROCESSES_BY_POSITION = all(name in _PROCESS_FILLED or default is not MISSING for name, default in _PROCESS_POSITIONS)
+
+
+def _common_reasons(value: Any, allowed: set[str]) -> dict[str, Reason] | None:
+    """:func:`_reasons` of an ``unavailable`` object of known reasons; None where it is anything else."""
+    if not value:
+        return {}
+    if type(value) is not dict:
+        return None
+    reasons = {}
+    for key, text in value.items():
+        if key in allowed:
+            reason = _REASON_OF.get(text) if type(text) is str else None
+            if reason is None:
+                return None
+            reasons[key] = reason
+    return reasons
+
+
+class _Memo:
+    """The parts of one line, by what each was built of (its checked values): what the next line may reuse."""
+
+    __slots__ = ("healths", "hosts", "links", "owners", "reasons", "statics")
+
+    def __init__(self) -> None:
+        self.hosts: dict[tuple[Any, ...], HostInfo] = {}
+        self.reasons: dict[tuple[tuple[str, str], ...], tuple[Reasons, Reasons, bool]] = {}
+        self.statics: dict[int, tuple[tuple[Any, ...], GpuStatic]] = {}  # by GPU index: (what it was built of, it)
+        self.links: dict[int, tuple[bytes, tuple[NvLink, ...]]] = {}  # by GPU index
+        self.owners: dict[tuple[Any, ...], ProcessOwner] = {}
+        self.healths: dict[bytes, GpuHealth] = {}
+
+    def __len__(self) -> int:
+        return sum(
+            len(table) for table in (self.hosts, self.reasons, self.statics, self.links, self.owners, self.healths)
+        )
+
+
+class SnapshotDecoder:
+    """The lines of one source -- a host's stream, a recording played in order -- decoded one after another.
+
+    Why: ``nvtopy --ssh`` decodes a line per host per second (64 hosts of 8 GPUs: the monitor's own
+    CPU must stay under 100 ms a refresh), and most of a line is what the line before said. Each part
+    is checked as :func:`snapshot_from_dict` checks it; then, where the previous line (or an earlier
+    part of this one) built a part of the very same values -- a GPU's static part, its reasons, an
+    NVLink, a process owner, a GPU's health -- that frozen model object is reused instead of built
+    again. The key is the checked values the object is made of, types included (1, 1.0 and true are
+    equal to Python, not to the decoder), so a reused object is the one the line would have built:
+    the snapshots are equal to :func:`snapshot_from_dict`'s, and a line raises what it raises.
+
+    Bounded: only this line's and the previous line's parts are kept (:attr:`remembered`), whatever
+    comes and goes between lines. Not thread-safe: one decoder per source, used by one thread.
+    """
+
+    __slots__ = ("_before", "_now")
+
+    def __init__(self) -> None:
+        self._now = _Memo()
+        self._before = _Memo()
+
+    @property
+    def remembered(self) -> int:
+        """How many parts are kept for the next line (the last two lines' at most)."""
+        return len(self._now) + len(self._before)
+
+    def decode(
+        self, data: dict[str, Any], gpu_state: Callable[[RecordedGpu], GpuState] = RecordedGpu.state
+    ) -> Snapshot:
+        """The snapshot of the source's next line; as :func:`snapshot_from_dict`, with the parts it repeats reused.
+
+        Raises KeyError, ValueError, TypeError or AttributeError on a line that is not a snapshot
+        (the decoder stays usable: the next line is decoded as any other).
+        """
+        self._before, self._now = self._now, _Memo()
+        timestamp = recorded_timestamp(data)
+        host = self._host(data)
+        gpus = []
+        for item in recorded_gpus(data):
+            static, sample = self._gpu(item, timestamp)
+            unavailable = item.get("processes_unavailable")
+            listed = item.get("processes") or ()
+            if type(listed) not in (list, tuple):
+                raise TypeError("processes is not a list")
+            processes = self._processes(listed, static)
+            reason = None if unavailable is None else Reason(unavailable)
+            health = self._health(item, static.index)
+            gpus.append(gpu_state(RecordedGpu(static, sample, processes, reason, "processes" in item, health)))
+        sequence = _number(data.get("sequence"), "sequence")
+        return Snapshot(
+            timestamp=timestamp,
+            host=host,
+            gpus=tuple(gpus),
+            sequence=int(sequence or 0),
+            interval=_number(data.get("interval_s"), "interval_s"),
+            host_usage=host_usage_from_dict(data.get("host_usage")),  # None: recorded before nvtopy read it
+        )
+
+    # -- the host
+
+    def _host(self, data: dict[str, Any]) -> HostInfo:
+        key = (
+            data["hostname"],
+            data.get("driver_version"),
+            data.get("cuda_driver_version"),
+            data.get("nvml_version"),
+            data.get("backend"),
+        )
+        if type(key[0]) is not str or not _TEXT_TYPES.issuperset(map(type, key)):
+            return _checked_host(data)
+        host = self._now.hosts.get(key) or self._before.hosts.get(key) or _checked_host(data)
+        self._now.hosts[key] = host
+        return host
+
+    # -- a GPU's static and sampled parts
+
+    def _gpu(self, item: Any, timestamp: float) -> tuple[GpuStatic, GpuSample]:
+        parts = self._common_gpu(item, timestamp) if type(item) is dict else None
+        return _checked_gpu(item, timestamp) if parts is None else parts
+
+    def _gpu_reasons(self, value: Any) -> tuple[Reasons, Reasons, bool] | None:
+        """The GPU's ``unavailable``: the static part's, the sample's, and whether ``mig_usage`` is missing."""
+        if not value:
+            return EMPTY_REASONS, EMPTY_REASONS, False
+        if type(value) is not dict or not _STR_TYPES.issuperset(map(type, value.values())):
+            return None
+        key = tuple(value.items())
+        known = self._now.reasons.get(key) or self._before.reasons.get(key)
+        if known is None:
+            reasons = _common_reasons(value, _GPU_REASON_KEYS)
+            if reasons is None:
+                return None
+            known = (
+                freeze({k: v for k, v in reasons.items() if k in _STATIC_KEYS}),
+                freeze({k: v for k, v in reasons.items() if k in _SAMPLE_FIELD_NAMES}),
+                "mig_usage" in reasons,
+            )
+        self._now.reasons[key] = known
+        return known
+
+    def _common_gpu(self, item: dict[str, Any], timestamp: float) -> tuple[GpuStatic, GpuSample] | None:
+        """:func:`_checked_gpu` in the common case, in its order; None where a value is not the common case."""
+        reasons = self._gpu_reasons(item.get("unavailable"))
+        if reasons is None:
+            return None
+        static_reasons, sample_reasons, no_mig_usage = reasons
+        health = item.get("health")
+        if health is None:
+            readings = None
+        elif type(health) is dict:
+            readings = health.get("readings")
+        else:
+            return None
+        links = None
+        if readings is None or (type(readings) is dict and not readings):
+            flat = item
+        elif type(readings) is dict:
+            flat = {}  # _with_readings: the readings under the model's names, the top level winning
+            for group, keys, names in _READING_GROUPS:
+                values = readings.get(group)
+                if values is None:
+                    continue
+                if type(values) is not dict:
+                    return None
+                flat.update(zip(names, map(values.get, keys), strict=True))
+            flat.update(item)
+            nvlink = readings.get("nvlink")
+            links = None if nvlink is None else nvlink.get("links")
+        else:
+            return None
+        listed = item.get("mig_devices")
+        if listed is None or (type(listed) is list and not listed):
+            instances: tuple[MigInstance, ...] = ()
+            usage = None
+        else:  # checked: what it raises is this GPU's first error, as in _checked_gpu
+            instances, usage = _mig_devices(item)
+        if no_mig_usage:
+            usage = None
+        index = item.get("index")
+        if type(index) is not int or not 0 <= index < MAX_GPUS:
+            return None
+        values = _STATIC_READER.values(flat)
+        if values is None:
+            return None
+        static = self._static(index, instances, static_reasons, values)
+        lost = item.get("lost", False)
+        if lost is not None and type(lost) is not bool:
+            return None
+        pstate = item.get("pstate")
+        if pstate is not None:
+            pstate = _PSTATE_OF.get(pstate) if type(pstate) is str else None
+            if pstate is None:
+                return None
+        throttle = item.get("throttle_reasons")
+        if throttle is not None:
+            if type(throttle) is not list or not _STR_TYPES.issuperset(map(type, throttle)):
+                return None
+            throttle = tuple(map(unescape_text, throttle)) if "\\" in "".join(throttle) else tuple(throttle)
+        nvlinks = None
+        if links is not None:
+            nvlinks = self._nvlinks(index, links)
+            if nvlinks is None:
+                return None
+        values = _SAMPLE_READER.values(flat)
+        if values is None:
+            return None
+        sample = GpuSample(
+            timestamp=timestamp,
+            lost=bool(lost),
+            pstate=pstate,
+            throttle_reasons=throttle,
+            nvlinks=nvlinks,
+            mig_usage=usage,
+            unavailable=sample_reasons,
+            **dict(zip(_SAMPLE_READER.names, values, strict=True)),
+        )
+        return static, sample
+
+    def _static(
+        self, index: int, instances: tuple[MigInstance, ...], reasons: Reasons, values: tuple[Any, ...]
+    ) -> GpuStatic:
+        # marshal: the values exactly, types and the sign of a zero included (0.0 == -0.0 to Python)
+        key = (instances, reasons, marshal.dumps(values))
+        known = self._now.statics.get(index) or self._before.statics.get(index)
+        if known is not None and known[0] == key:
+            static = known[1]
+        else:
+            static = GpuStatic(
+                index=index,
+                mig_instances=instances,
+                unavailable=reasons,
+                **dict(zip(_STATIC_READER.names, values, strict=True)),
+            )
+        self._now.statics[index] = (key, static)
+        return static
+
+    def _nvlinks(self, index: int, links: Any) -> tuple[NvLink, ...] | None:
+        """The GPU's links, the previous line's where they are the very same (the far side reads them every 5 s)."""
+        try:  # marshal: the list exactly, types included (1, 1.0 and true are equal to Python)
+            key = marshal.dumps(links)
+        except ValueError:  # nested deeper than marshal writes
+            return self._links(links)
+        known = self._before.links.get(index)
+        nvlinks = known[1] if known is not None and known[0] == key else self._links(links)
+        if nvlinks is not None:
+            self._now.links[index] = (key, nvlinks)
+        return nvlinks
+
+    def _links(self, links: Any) -> tuple[NvLink, ...] | None:
+        """:func:`_nvlinks` of a list of links in the common case, a column at a time; None where one is not."""
+        if type(links) is not list:
+            return None
+        try:
+            rows = list(map(_LINK_ROW, links))
+        except (KeyError, TypeError):  # a link without one of the keys, or not an object
+            return self._links_one_by_one(links)
+        if not rows:
+            return ()
+        number, active, version, rx, tx, errors, remote = zip(*rows, strict=True)
+        wholes = version + rx + tx + errors
+        if not (
+            _INT_TYPES.issuperset(map(type, number))
+            and min(number) >= 0
+            and max(number) < 1 << 16
+            and _FLAG_TYPES.issuperset(map(type, active))
+            and _WHOLE_TYPES.issuperset(map(type, wholes))
+            and _within_limit(wholes)
+            and _TEXT_TYPES.issuperset(map(type, remote))
+            and "\\" not in "".join(filter(None, remote))
+        ):
+            return self._links_one_by_one(links)
+        return tuple(starmap(NvLink, rows))
+
+    def _links_one_by_one(self, links: list[Any]) -> tuple[NvLink, ...] | None:
+        decoded = []
+        for entry in links:
+            if type(entry) is not dict:
+                return None
+            values: tuple[Any, ...] = tuple(map(entry.get, _LINK_KEYS))
+            number, active, remote = values[0], values[1], values[6]
+            if not (
+                type(number) is int
+                and 0 <= number < 1 << 16
+                and (active is None or type(active) is bool)
+                and _WHOLE_TYPES.issuperset(map(type, values[2:6]))
+                and _within_limit(values[2:6])
+            ):
+                return None
+            if remote is not None:
+                if type(remote) is not str:
+                    return None
+                if "\\" in remote:
+                    values = (*values[:6], unescape_text(remote))
+            decoded.append(NvLink(*values))
+        return tuple(decoded)
+
+    # -- processes
+
+    def _processes(self, listed: list[Any] | tuple[()], gpu: GpuStatic) -> tuple[GpuProcess, ...]:
+        """A GPU's processes: a column at a time in the common case, else one by one (each through its checkers)."""
+        if not listed:
+            return ()
+        try:
+            rows = list(map(_PROCESS_ROW, listed))
+        except (KeyError, TypeError):  # a process without one of the keys, or not an object
+            rows = None
+        made = None if rows is None else self._common_processes(rows, gpu)
+        if made is None:
+            made = tuple([self._process(data, gpu) for data in listed])
+        return made
+
+    def _common_processes(self, rows: list[tuple[Any, ...]], gpu: GpuStatic) -> tuple[GpuProcess, ...] | None:
+        """:func:`_process` of every row, checked a column at a time; None where one value is not the common case."""
+        if not _PROCESSES_BY_POSITION:
+            return None
+        columns = tuple(zip(*rows, strict=True))
+        pid, kind, status, flags, foreign, unavailable, owner_column, gpu_instance, compute_instance = columns[:9]
+        reader, values = _PROCESS_READER, columns[9:]
+        instances = gpu_instance + compute_instance
+        texts = values[reader.texts : reader.flags]
+        if not (
+            _INT_TYPES.issuperset(map(type, pid))
+            and min(pid) >= 0
+            and max(pid) < 1 << 32
+            and _STR_TYPES.issuperset(map(type, kind))
+            and _PROCESS_TYPE_OF.keys() >= set(kind)
+            and _STR_TYPES.issuperset(map(type, status))
+            and _NO_FLAGS_TYPES.issuperset(map(type, flags))
+            and not any(flags)
+            and _FLAG_TYPES.issuperset(map(type, foreign))
+            and _EMPTY_TYPES.issuperset(map(type, unavailable))
+            and not any(unavailable)
+            and _WHOLE_TYPES.issuperset(map(type, instances))
+            and _within_limit(instances)
+            and _READING_TYPES.issuperset(map(type, chain.from_iterable(values[: reader.texts])))
+            and _within_limit(tuple(chain.from_iterable(values[reader.numbers : reader.texts])))
+            and _TEXT_TYPES.issuperset(map(type, chain.from_iterable(texts)))
+            and "\\" not in "".join(filter(None, chain(status, *texts)))
+        ):
+            return None
+        owners = []
+        for value in owner_column:
+            owner = self._owner(value)
+            if owner is _UNCOMMON:
+                return None
+            owners.append(owner)
+        by_name: dict[str, Iterable[Any]] = dict(zip(reader.names, values, strict=True))
+        by_name.update(
+            gpu_index=repeat(gpu.index),
+            gpu_uuid=repeat(gpu.uuid),
+            pid=pid,
+            type=map(_PROCESS_TYPE_OF.__getitem__, kind),
+            status=status,
+            foreign=map(bool, foreign),
+            unavailable=repeat(EMPTY_REASONS),
+            owner=owners,
+            flags=repeat(()),
+            gpu_instance_id=gpu_instance,
+            compute_instance_id=compute_instance,
+        )
+        # GpuProcess's fields in their order, each a column (or its default, for the fields no line has).
+        fields = [by_name[name] if name in by_name else repeat(default) for name, default in _PROCESS_POSITIONS]
+        return tuple(starmap(GpuProcess, zip(*fields)))  # noqa: B905  # the repeats are endless
+
+    def _process(self, data: Any, gpu: GpuStatic) -> GpuProcess:
+        process = self._common_process(data, gpu) if type(data) is dict else None
+        return _process(data, gpu) if process is None else process
+
+    def _common_process(self, data: dict[str, Any], gpu: GpuStatic) -> GpuProcess | None:
+        """:func:`_process` in the common case; None where a value is not the common case."""
+        values = _PROCESS_READER.values(data)
+        if values is None:
+            return None
+        pid = data.get("pid")
+        if type(pid) is not int or not 0 <= pid < 1 << 32:
+            return None
+        kind = data.get("type")
+        process_type = _PROCESS_TYPE_OF.get(kind) if type(kind) is str else None
+        if process_type is None:
+            return None
+        status = data.get("status", "running")
+        if status is None:
+            status = "running"
+        elif type(status) is not str:
+            return None
+        elif "\\" in status:
+            status = unescape_text(status)
+        flags = data.get("flags")
+        if flags is None:
+            flags = ()
+        elif type(flags) is list and _STR_TYPES.issuperset(map(type, flags)):
+            flags = tuple([unescape_text(flag) or "" for flag in flags])
+        else:
+            return None
+        foreign = data.get("foreign", False)
+        if foreign is not None and type(foreign) is not bool:
+            return None
+        gpu_instance_id = data.get("gpu_instance_id")
+        compute_instance_id = data.get("compute_instance_id")
+        if not (
+            _WHOLE_TYPES.issuperset((type(gpu_instance_id), type(compute_instance_id)))
+            and _within_limit((gpu_instance_id, compute_instance_id))
+        ):
+            return None
+        reasons = _common_reasons(data.get("unavailable"), _PROCESS_REASON_KEYS)
+        if reasons is None:
+            return None
+        owner = self._owner(data.get("owner"))
+        if owner is _UNCOMMON:
+            return None
+        return GpuProcess(
+            gpu_index=gpu.index,
+            gpu_uuid=gpu.uuid,
+            pid=pid,
+            type=process_type,
+            status=status,
+            foreign=bool(foreign),
+            unavailable=freeze(reasons),
+            owner=owner,  # type: ignore[arg-type]  # not _UNCOMMON: said above
+            flags=flags,
+            gpu_instance_id=gpu_instance_id,
+            compute_instance_id=compute_instance_id,
+            **dict(zip(_PROCESS_READER.names, values, strict=True)),
+        )
+
+    def _owner(self, value: Any) -> ProcessOwner | _Uncommon | None:
+        """:func:`owner_from_dict` in the common case, the owner reused where one of the same values was built."""
+        if value is None:
+            return None
+        if type(value) is not dict:
+            return _UNCOMMON
+        kind = value.get("kind")
+        names = tuple(map(value.get, OWNER_STRING_FIELDS))
+        if type(kind) is not str or not _TEXT_TYPES.issuperset(map(type, names)):
+            return _UNCOMMON
+        uid = value.get("uid")
+        if uid is not None and (type(uid) is not int or not 0 <= uid < 2**32):
+            uid = None  # as owner_from_dict: not a uid, unknown
+        key = (kind, uid, names)
+        owner = self._now.owners.get(key) or self._before.owners.get(key)
+        if owner is None:
+            if "\\" in "".join(filter(None, names)):
+                names = tuple(map(unescape_text, names))
+            owner_kind = _OWNER_KIND_OF.get(kind, OwnerKind.CGROUP)  # as owner_from_dict: unknown, a cgroup
+            owner = ProcessOwner(kind=owner_kind, uid=uid, **dict(zip(OWNER_STRING_FIELDS, names, strict=True)))
+        self._now.owners[key] = owner
+        return owner
+
+    # -- health
+
+    def _health(self, item: dict[str, Any], index: int) -> GpuHealth:
+        data = item.get("health")
+        if not data or type(data) is not dict:
+            return _health(item, index)
+        try:  # marshal: the values exactly, types included; deeper than it writes, no reuse
+            key = marshal.dumps((index, tuple(map(data.get, _HEALTH_KEYS, repeat(...)))))
+        except ValueError:
+            return _health(item, index)
+        health = self._now.healths.get(key) or self._before.healths.get(key) or _health(item, index)
+        self._now.healths[key] = health
+        return health
+
+
+def gpu_from_dict(item: dict[str, Any], timestamp: float) -> tuple[GpuStatic, GpuSample]:
+    """The static and sampled fields of one GPU of a line (what its chart needs, processes aside)."""
+    return SnapshotDecoder()._gpu(item, timestamp)
+
+
 def snapshot_from_dict(
     data: dict[str, Any], gpu_state: Callable[[RecordedGpu], GpuState] = RecordedGpu.state
 ) -> Snapshot:
@@ -517,36 +1132,7 @@ def snapshot_from_dict(
 
     Every value is checked against the model's type (text, number, true/false) and
     every string unescaped (``unescape_text``). Raises KeyError, ValueError,
-    TypeError or AttributeError on a line that is not a snapshot.
+    TypeError or AttributeError on a line that is not a snapshot. Lines of one source
+    read in order are cheaper through one :class:`SnapshotDecoder`.
     """
-    timestamp = recorded_timestamp(data)
-    hostname = recorded_text(data["hostname"], "hostname")
-    if hostname is None:
-        raise TypeError("hostname is not text")
-    host = HostInfo(
-        hostname=hostname,
-        driver_version=recorded_text(data.get("driver_version"), "driver_version"),
-        cuda_driver_version=recorded_text(data.get("cuda_driver_version"), "cuda_driver_version"),
-        nvml_version=recorded_text(data.get("nvml_version"), "nvml_version"),
-        backend=f"replay of {recorded_text(data.get('backend'), 'backend') or 'nvml'}",
-    )
-    gpus = []
-    for item in recorded_gpus(data):
-        static, sample = gpu_from_dict(item, timestamp)
-        unavailable = item.get("processes_unavailable")
-        listed = item.get("processes") or ()
-        if type(listed) not in (list, tuple):
-            raise TypeError("processes is not a list")
-        processes = tuple(_process(p, static) for p in listed)
-        reason = None if unavailable is None else Reason(unavailable)
-        health = _health(item, static.index)
-        gpus.append(gpu_state(RecordedGpu(static, sample, processes, reason, "processes" in item, health)))
-    sequence = _number(data.get("sequence"), "sequence")
-    return Snapshot(
-        timestamp=timestamp,
-        host=host,
-        gpus=tuple(gpus),
-        sequence=int(sequence or 0),
-        interval=_number(data.get("interval_s"), "interval_s"),
-        host_usage=host_usage_from_dict(data.get("host_usage")),  # None: recorded before nvtopy read it
-    )
+    return SnapshotDecoder().decode(data, gpu_state)

@@ -1,0 +1,320 @@
+"""A source's lines decoded one after another (``SnapshotDecoder``): the snapshots of the one-shot decoder, cheaper.
+
+Each line of a simulated 8-GPU node -- faults, a MIG GPU, NVLinks (one down, with
+errors), processes coming and going, a GPU that falls off the bus, the far side's
+cadence (slow groups repeated between reads) -- is decoded three ways, which must
+agree: by one :class:`SnapshotDecoder` that has seen the lines before, by
+:func:`snapshot_from_dict`, and by the checked walk (every value through its
+checker, no common-case path, no memory: what ``snapshot_from_dict`` was before the
+fast paths). Then hostile lines after good ones: a value that changes type between
+lines (``1``, ``1.0`` and ``true`` are equal to Python), the same object with one
+field changed, damage: the same snapshot, or the same error (type and words).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import random
+from typing import Any
+
+import pytest
+
+from nvtopy.formats import contract_decoder as decoder
+from nvtopy.formats.contract import encode, snapshot_to_dict
+from nvtopy.formats.contract_decoder import SnapshotDecoder, snapshot_from_dict
+from nvtopy.model import ALL_GROUPS, Reason, Snapshot
+from nvtopy.sources.collector import Collector
+from nvtopy.sources.poller import CADENCE
+
+FAULTS = (
+    "mig=3@1",  # a MIG GPU: devices with their own readings, processes on instances
+    "xid=79:6@2",  # GPU 2 falls off the bus 6 s in
+    "nvlink-down=3@0",
+    "nvlink-errors=5@3",
+    "ecc@4",
+    "hot@5",
+    "idle-held@6",
+    "access-denied",  # other users' processes: user and command unreadable
+    "vanished",
+)
+
+
+def _lines(sim: Any, clock: Any, count: int, *, cadence: bool) -> list[str]:
+    """``count`` lines of a node as ``nvtopy record`` writes them; ``cadence``: slow groups read as the poller does."""
+    from nvtopy.backends.simulated.faults import parse_fault_specs
+
+    backend = sim(gpus=8, seed=11, processes_per_gpu=6, lifetime_scale=0.02, faults=parse_fault_specs(FAULTS, 8))
+    collector = Collector(backend)
+    lines = []
+    for tick in range(count):
+        clock.advance(1)
+        groups = {g for g in ALL_GROUPS if not cadence or tick % max(1, int(CADENCE[g])) == 0}
+        snapshot = collector.collect(groups, process_utilization=not cadence or tick % 2 == 0)
+        lines.append(encode(snapshot_to_dict(snapshot)))
+    return lines
+
+
+@pytest.fixture(scope="module")
+def node_lines() -> list[str]:
+    from nvtopy.backends.simulated.backend import SimulatedBackend
+
+    from ..conftest import ManualClock
+
+    clock = ManualClock()
+    made: list[SimulatedBackend] = []
+
+    def sim(**kwargs: Any) -> SimulatedBackend:
+        backend = SimulatedBackend(clock=clock, viewer="alice", **kwargs)
+        made.append(backend)
+        return backend
+
+    try:
+        return _lines(sim, clock, 14, cadence=True) + _lines(sim, clock, 6, cadence=False)
+    finally:
+        for backend in made:
+            backend.close()
+
+
+def checked(data: Any) -> Snapshot:
+    """The checked walk: every value through its checker, in the order snapshot_from_dict always checked them."""
+    timestamp = decoder.recorded_timestamp(data)
+    host = decoder._checked_host(data)
+    gpus = []
+    for item in decoder.recorded_gpus(data):
+        static, sample = decoder._checked_gpu(item, timestamp)
+        unavailable = item.get("processes_unavailable")
+        listed = item.get("processes") or ()
+        if type(listed) not in (list, tuple):
+            raise TypeError("processes is not a list")
+        processes = tuple(decoder._process(p, static) for p in listed)
+        reason = None if unavailable is None else Reason(unavailable)
+        health = decoder._health(item, static.index)
+        recorded = decoder.RecordedGpu(static, sample, processes, reason, "processes" in item, health)
+        gpus.append(recorded.state())
+    sequence = decoder._number(data.get("sequence"), "sequence")
+    return Snapshot(
+        timestamp=timestamp,
+        host=host,
+        gpus=tuple(gpus),
+        sequence=int(sequence or 0),
+        interval=decoder._number(data.get("interval_s"), "interval_s"),
+        host_usage=decoder.host_usage_from_dict(data.get("host_usage")),
+    )
+
+
+def outcome(decode: Any, data: Any) -> tuple[str, Any]:
+    """What decoding ``data`` gives: ("snapshot", it, and its text) or ("error", its type and words)."""
+    try:
+        snapshot = decode(data)
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+        return "error", (type(exc), str(exc))
+    return "snapshot", (snapshot, repr(snapshot))  # repr: -0.0 and 0.0 are equal, not the same text
+
+
+def test_the_node_is_what_the_test_says(node_lines):
+    """The lines hold what the comparisons below are about (else they would prove little)."""
+    lines = [json.loads(line) for line in node_lines]
+    gpus = [gpu for line in lines for gpu in line["gpus"]]
+    assert any(gpu["mig_devices"] for gpu in gpus), "a MIG GPU"
+    assert any(gpu["lost"] for gpu in gpus) and not all(gpu["lost"] for gpu in gpus), "a GPU lost on the way"
+    assert any(gpu["health"]["readings"]["nvlink"]["links"] for gpu in gpus), "NVLinks"
+    pids = [{p["pid"] for gpu in line["gpus"] for p in gpu["processes"]} for line in lines]
+    assert any(a - b for a, b in itertools.pairwise(pids)), "processes end"
+    assert any(b - a for a, b in itertools.pairwise(pids)), "processes start"
+    assert any(p["owner"] for gpu in gpus for p in gpu["processes"]), "owners"
+    links = [[gpu["health"]["readings"]["nvlink"]["links"] for gpu in line["gpus"]] for line in lines]
+    assert any(a == b for a, b in itertools.pairwise(links)), "links repeated between reads"
+
+
+def test_a_stream_decodes_every_line_as_the_one_shot_and_the_checked_walk(node_lines):
+    stream = SnapshotDecoder()
+    previous = None
+    for line in node_lines:
+        data = json.loads(line)
+        expected = checked(json.loads(line))
+        got = stream.decode(data)
+        assert got == expected
+        assert repr(got) == repr(expected)
+        assert snapshot_from_dict(json.loads(line)) == expected
+        if previous is not None:  # what repeats is reused: the same frozen objects
+            assert all(a.static is b.static for a, b in zip(previous.gpus, got.gpus, strict=True))
+        previous = got
+
+
+def test_the_common_case_never_takes_the_checked_path(node_lines, monkeypatch):
+    """The fast paths are taken (a regression that sends every line through the checkers is caught here)."""
+    checked_parts = []
+    for name in ("_checked_gpu", "_process"):
+        monkeypatch.setattr(decoder, name, lambda *args, _name=name: checked_parts.append(_name))
+    stream = SnapshotDecoder()
+    for line in node_lines:
+        stream.decode(json.loads(line))
+    assert checked_parts == []
+    assert decoder._PROCESSES_BY_POSITION, "processes are built a column at a time"
+
+
+# ---------------------------------------------------------------- hostile lines after good ones
+
+
+def _gpu(data: dict[str, Any], index: int = 0) -> dict[str, Any]:
+    return data["gpus"][index]
+
+
+def _first_process(data: dict[str, Any]) -> dict[str, Any]:
+    return next(p for gpu in data["gpus"] for p in gpu["processes"] if p["owner"])
+
+
+def _link(data: dict[str, Any]) -> dict[str, Any]:
+    return _gpu(data)["health"]["readings"]["nvlink"]["links"][0]
+
+
+CHANGES = {
+    # a value that changes type between lines, equal to Python
+    "slowdown int to float": lambda d: _gpu(d).update(temperature_slowdown_c=float(_gpu(d)["temperature_slowdown_c"])),
+    "mig_mode true to 1": lambda d: _gpu(d).update(mig_mode=1),
+    "ecc_mode true to 1": lambda d: _gpu(d).update(ecc_mode=1),
+    "power limit to -0.0": lambda d: _gpu(d).update(power_min_limit_w=-0.0),
+    "power limit to 0": lambda d: _gpu(d).update(power_min_limit_w=0),
+    "uid int to float": lambda d: _first_process(d)["owner"].update(uid=1000.0),
+    "uid to true": lambda d: _first_process(d)["owner"].update(uid=True),
+    "link version to float": lambda d: _link(d).update(version=4.0),
+    "link active to 1": lambda d: _link(d).update(active=1),
+    "link errors to true": lambda d: _link(d).update(errors=True),
+    "pid to float": lambda d: _first_process(d).update(pid=float(_first_process(d)["pid"])),
+    "foreign to 0": lambda d: _first_process(d).update(foreign=0),
+    "index to true": lambda d: _gpu(d).update(index=True),
+    # the same object with one field changed
+    "owner name": lambda d: _first_process(d)["owner"].update(name="another"),
+    "owner kind unknown": lambda d: _first_process(d)["owner"].update(kind="jail"),
+    "owner name escaped": lambda d: _first_process(d)["owner"].update(name="a\\x1bb"),
+    "link remote escaped": lambda d: _link(d).update(remote="\\x07peer"),
+    "command escaped": lambda d: _first_process(d).update(command="python\\ttrain.py"),
+    "status null": lambda d: _first_process(d).update(status=None),
+    "flags": lambda d: _first_process(d).update(flags=["idle-held"]),
+    "process reason": lambda d: _first_process(d).update(unavailable={"sm_percent": "not_supported"}),
+    "gpu reason": lambda d: _gpu(d)["unavailable"].update(fan_percent="lost"),
+    "pstate P07": lambda d: _gpu(d).update(pstate="P07"),
+    "pstate number": lambda d: _gpu(d).update(pstate=3),
+    "serial": lambda d: _gpu(d).update(serial="0000"),
+    "health verdict": lambda d: _gpu(d)["health"].update(verdict="CRITICAL"),
+    "huge figure": lambda d: _first_process(d).update(ns_pid=2**70),
+    "nan figure": lambda d: _gpu(d).update(power_draw_w=float("nan")),
+    "process key missing": lambda d: _first_process(d).pop("host_pid"),
+    "link key missing": lambda d: _link(d).pop("errors"),
+    # damage
+    "owner not an object": lambda d: _first_process(d).update(owner=["docker"]),
+    "owner name a number": lambda d: _first_process(d)["owner"].update(name=7),
+    "unknown reason": lambda d: _gpu(d)["unavailable"].update(fan_percent="broken"),
+    "process type": lambda d: _first_process(d).update(type="Z"),
+    "process a list": lambda d: _gpu(d)["processes"].append([1, 2]),
+    "link a string": lambda d: _gpu(d)["health"]["readings"]["nvlink"]["links"].append("link"),
+    "readings a list": lambda d: _gpu(d)["health"].update(readings=[]),
+    "health a string": lambda d: _gpu(d).update(health="ok"),
+    "gpu a number": lambda d: d["gpus"].append(3),
+    "mig devices an object": lambda d: _gpu(d).update(mig_devices={}),
+    "findings an object": lambda d: _gpu(d)["health"].update(findings={}),
+    "hostname a number": lambda d: d.update(hostname=7),
+    "two errors, the first wins": lambda d: (_gpu(d).update(lost="yes"), _first_process(d).update(pid=-1)),
+}
+
+
+@pytest.mark.parametrize("change", list(CHANGES), ids=list(CHANGES))
+def test_a_hostile_line_after_good_ones_decodes_or_fails_as_the_checked_walk(node_lines, change):
+    stream = SnapshotDecoder()
+    for line in node_lines[:3]:
+        stream.decode(json.loads(line))
+    hostile = json.loads(node_lines[3])
+    CHANGES[change](hostile)
+    expected = outcome(checked, copy.deepcopy(hostile))
+    assert outcome(stream.decode, hostile) == expected
+    assert outcome(snapshot_from_dict, copy.deepcopy(hostile)) == expected
+    after = json.loads(node_lines[4])  # the decoder goes on as before
+    assert outcome(stream.decode, after) == outcome(checked, json.loads(node_lines[4]))
+
+
+POOL: tuple[Any, ...] = (
+    None,
+    0,
+    1,
+    -1,
+    1.0,
+    -0.0,
+    0.5,
+    True,
+    False,
+    "",
+    "x",
+    "P2",
+    "C",
+    "not_supported",
+    "a\\x41",
+    [],
+    {},
+    [1],
+    ["x"],
+    {"a": 1},
+    2**70,
+    -(2**70),
+    float("nan"),
+    float("inf"),
+)
+
+
+def _leaves(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    if isinstance(value, dict):
+        return [leaf for key, item in value.items() for leaf in _leaves(item, (*path, key))] or [path]
+    if isinstance(value, list):
+        return [leaf for i, item in enumerate(value) for leaf in _leaves(item, (*path, i))] or [path]
+    return [path]
+
+
+def _set(data: Any, path: tuple[Any, ...], value: Any) -> None:
+    for key in path[:-1]:
+        data = data[key]
+    data[path[-1]] = value
+
+
+def test_random_damage_decodes_or_fails_as_the_checked_walk(node_lines):
+    """Seeded: leaves of real lines set to values of every JSON type, one to three at a time, after a good line."""
+    rng = random.Random(29)
+    parsed = [json.loads(line) for line in node_lines]
+    leaves = [[leaf for leaf in _leaves(data) if leaf] for data in parsed]
+    kinds = []
+    for trial in range(400):
+        at = rng.randrange(1, len(node_lines))
+        stream = SnapshotDecoder()
+        stream.decode(json.loads(node_lines[at - 1]))
+        hostile = json.loads(node_lines[at])
+        for path in rng.sample(leaves[at], rng.randint(1, 3)):
+            _set(hostile, path, copy.deepcopy(rng.choice(POOL)))
+        expected = outcome(checked, copy.deepcopy(hostile))
+        assert outcome(stream.decode, copy.deepcopy(hostile)) == expected, f"trial {trial}"
+        assert outcome(snapshot_from_dict, hostile) == expected, f"trial {trial}"
+        kinds.append(expected[0])
+    assert 40 < kinds.count("error") < 360, "damage that decodes and damage that fails, both"
+
+
+# ---------------------------------------------------------------- bounded
+
+
+def test_the_memory_holds_two_lines_at_most_whatever_comes_and_goes(node_lines):
+    """Owners, links and GPUs that change every line: what is kept stays that of the last two lines."""
+    stream = SnapshotDecoder()
+    template = json.loads(node_lines[0])
+    per_line = []
+    for number in range(60):
+        data = copy.deepcopy(template)
+        for gpu in data["gpus"]:
+            gpu["serial"] = f"serial-{number}"  # a new static part each line
+            for link in gpu["health"]["readings"]["nvlink"]["links"] or ():
+                link["errors"] = number
+            for process in gpu["processes"]:
+                if process["owner"]:
+                    process["owner"]["name"] = f"job-{number}-{process['pid']}"  # a new owner each line
+        assert stream.decode(data) == checked(copy.deepcopy(data))
+        per_line.append(stream.remembered)
+    assert max(per_line) == max(per_line[:3]), "no growth with churn"
+    parts = 8 * 4 + sum(len(gpu["processes"]) for gpu in template["gpus"]) + 1  # statics, links, reasons, health
+    assert max(per_line) <= 2 * parts
