@@ -42,7 +42,7 @@ import marshal
 import math
 import operator
 from collections.abc import Callable, Iterable
-from dataclasses import MISSING, dataclass
+from dataclasses import MISSING, dataclass, replace
 from datetime import datetime
 from itertools import chain, repeat, starmap
 from typing import Any
@@ -82,6 +82,7 @@ from .fields import field_part
 __all__ = [
     "MAX_GPUS",
     "MAX_MIG_DEVICES",
+    "Placement",
     "RecordedGpu",
     "SnapshotDecoder",
     "gpu_from_dict",
@@ -288,12 +289,15 @@ def _reasons(data: dict[str, Any], allowed: set[str]) -> dict[str, Reason]:
 def _process(data: dict[str, Any], gpu: GpuStatic) -> GpuProcess:
     status = recorded_text(data.get("status", "running"), "status")
     flags = _texts(data.get("flags"), "flags") or ()
+    fields = _fields(data, _PROCESS_FIELDS)
+    if gpu.host is not None:  # a GPU placed in a fleet (SnapshotDecoder.decode's place): its host's process
+        fields["host"] = gpu.host
     return GpuProcess(
         gpu_index=gpu.index,
         gpu_uuid=gpu.uuid,
         pid=_count(data["pid"], "pid", 2**32),
         type=ProcessType(data["type"]),
-        **_fields(data, _PROCESS_FIELDS),
+        **fields,
         status="running" if status is None else status,
         foreign=bool(_flag(data.get("foreign", False), "foreign")),
         unavailable=freeze(_reasons(data, _PROCESS_REASON_KEYS)),
@@ -696,6 +700,15 @@ class _Memo:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a line's GPUs go in a fleet (``nvtopy --ssh``): from index ``first``, under ``host``, dated ``taken``."""
+
+    first: int
+    host: str
+    taken: float
+
+
 class SnapshotDecoder:
     """The lines of one source -- a host's stream, a recording played in order -- decoded one after another.
 
@@ -724,9 +737,17 @@ class SnapshotDecoder:
         return len(self._now) + len(self._before)
 
     def decode(
-        self, data: dict[str, Any], gpu_state: Callable[[RecordedGpu], GpuState] = RecordedGpu.state
+        self,
+        data: dict[str, Any],
+        gpu_state: Callable[[RecordedGpu], GpuState] = RecordedGpu.state,
+        *,
+        place: Placement | None = None,
     ) -> Snapshot:
         """The snapshot of the source's next line; as :func:`snapshot_from_dict`, with the parts it repeats reused.
+
+        ``place``: the line's GPUs as lines of a fleet (``--ssh``), built so the first time rather than
+        copied after: each GPU's index from ``place.first`` on (its own index kept as ``host_index``),
+        ``place.host`` on it and on its processes, and its sample dated ``place.taken``.
 
         Raises KeyError, ValueError, TypeError or AttributeError on a line that is not a snapshot
         (the decoder stays usable: the next line is decoded as any other).
@@ -734,9 +755,12 @@ class SnapshotDecoder:
         self._before, self._now = self._now, _Memo()
         timestamp = recorded_timestamp(data)
         host = self._host(data)
-        gpus = []
+        gpus: list[GpuState] = []
         for item in recorded_gpus(data):
-            static, sample = self._gpu(item, timestamp)
+            if place is None:
+                static, sample = self._gpu(item, timestamp)
+            else:
+                static, sample = self._placed_gpu(item, place, len(gpus))
             unavailable = item.get("processes_unavailable")
             listed = item.get("processes") or ()
             if type(listed) not in (list, tuple):
@@ -777,6 +801,14 @@ class SnapshotDecoder:
         parts = self._common_gpu(item, timestamp) if type(item) is dict else None
         return _checked_gpu(item, timestamp) if parts is None else parts
 
+    def _placed_gpu(self, item: Any, place: Placement, position: int) -> tuple[GpuStatic, GpuSample]:
+        index = place.first + position
+        parts = self._common_gpu(item, place.taken, (index, place.host)) if type(item) is dict else None
+        if parts is not None:
+            return parts
+        static, sample = _checked_gpu(item, place.taken)  # the uncommon case: checked, then placed
+        return replace(static, index=index, host=place.host, host_index=static.index), sample
+
     def _gpu_reasons(self, value: Any) -> tuple[Reasons, Reasons, bool] | None:
         """The GPU's ``unavailable``: the static part's, the sample's, and whether ``mig_usage`` is missing."""
         if not value:
@@ -797,7 +829,9 @@ class SnapshotDecoder:
         self._now.reasons[key] = known
         return known
 
-    def _common_gpu(self, item: dict[str, Any], timestamp: float) -> tuple[GpuStatic, GpuSample] | None:
+    def _common_gpu(
+        self, item: dict[str, Any], timestamp: float, placed: tuple[int, str] | None = None
+    ) -> tuple[GpuStatic, GpuSample] | None:
         """:func:`_checked_gpu` in the common case, in its order; None where a value is not the common case."""
         reasons = self._gpu_reasons(item.get("unavailable"))
         if reasons is None:
@@ -841,7 +875,7 @@ class SnapshotDecoder:
         values = _STATIC_READER.values(flat)
         if values is None:
             return None
-        static = self._static(index, instances, static_reasons, values)
+        static = self._static(index, instances, static_reasons, values, placed)
         lost = item.get("lost", False)
         if lost is not None and type(lost) is not bool:
             return None
@@ -876,20 +910,29 @@ class SnapshotDecoder:
         return static, sample
 
     def _static(
-        self, index: int, instances: tuple[MigInstance, ...], reasons: Reasons, values: tuple[Any, ...]
+        self,
+        index: int,
+        instances: tuple[MigInstance, ...],
+        reasons: Reasons,
+        values: tuple[Any, ...],
+        placed: tuple[int, str] | None = None,
     ) -> GpuStatic:
         # marshal: the values exactly, types and the sign of a zero included (0.0 == -0.0 to Python)
-        key = (instances, reasons, marshal.dumps(values))
+        key = (instances, reasons, marshal.dumps(values), placed)
         known = self._now.statics.get(index) or self._before.statics.get(index)
         if known is not None and known[0] == key:
             static = known[1]
-        else:
+        elif placed is None:
             static = GpuStatic(
                 index=index,
                 mig_instances=instances,
                 unavailable=reasons,
                 **dict(zip(_STATIC_READER.names, values, strict=True)),
             )
+        else:  # in its place in a fleet: whatever the line said of a host, this one's
+            named = dict(zip(_STATIC_READER.names, values, strict=True))
+            named.update(index=placed[0], host=placed[1], host_index=index)
+            static = GpuStatic(mig_instances=instances, unavailable=reasons, **named)
         self._now.statics[index] = (key, static)
         return static
 
@@ -1004,6 +1047,8 @@ class SnapshotDecoder:
                 return None
             owners.append(owner)
         by_name: dict[str, Iterable[Any]] = dict(zip(reader.names, values, strict=True))
+        if gpu.host is not None:  # placed in a fleet: every process is its host's
+            by_name["host"] = repeat(gpu.host)
         by_name.update(
             gpu_index=repeat(gpu.index),
             gpu_uuid=repeat(gpu.uuid),
@@ -1067,6 +1112,9 @@ class SnapshotDecoder:
         owner = self._owner(data.get("owner"))
         if owner is _UNCOMMON:
             return None
+        named = dict(zip(_PROCESS_READER.names, values, strict=True))
+        if gpu.host is not None:  # placed in a fleet: the process is its host's
+            named["host"] = gpu.host
         return GpuProcess(
             gpu_index=gpu.index,
             gpu_uuid=gpu.uuid,
@@ -1079,7 +1127,7 @@ class SnapshotDecoder:
             flags=flags,
             gpu_instance_id=gpu_instance_id,
             compute_instance_id=compute_instance_id,
-            **dict(zip(_PROCESS_READER.names, values, strict=True)),
+            **named,
         )
 
     def _owner(self, value: Any) -> ProcessOwner | _Uncommon | None:

@@ -318,3 +318,34 @@ def test_the_memory_holds_two_lines_at_most_whatever_comes_and_goes(node_lines):
     assert max(per_line) == max(per_line[:3]), "no growth with churn"
     parts = 8 * 4 + sum(len(gpu["processes"]) for gpu in template["gpus"]) + 1  # statics, links, reasons, health
     assert max(per_line) <= 2 * parts
+
+
+def _placed_by_hand(snapshot: Snapshot, first: int, host: str, taken: float) -> list[Any]:
+    """What placing a snapshot's GPUs in a fleet means, by copying: the decoder must build exactly this."""
+    import dataclasses
+
+    gpus = []
+    for offset, gpu in enumerate(snapshot.gpus):
+        index = first + offset
+        static = dataclasses.replace(gpu.static, index=index, host=host, host_index=gpu.static.index)
+        events = tuple(dataclasses.replace(e, gpu_index=index) for e in gpu.health.events)
+        gpus.append(
+            (
+                static,
+                dataclasses.replace(gpu.sample, timestamp=taken),
+                tuple(dataclasses.replace(p, gpu_index=index, host=host) for p in gpu.processes),
+                dataclasses.replace(gpu.health, events=events),
+            )
+        )
+    return gpus
+
+
+def test_a_placed_line_is_the_line_copied_into_its_place(node_lines):
+    stream = SnapshotDecoder()
+    for n, line in enumerate(node_lines):
+        data = json.loads(line)
+        place = decoder.Placement(first=3 + n, host="gpu-b", taken=1_800_000_000.0 + n)
+        placed = stream.decode(data, place=place)
+        got = [(g.static, g.sample, g.processes, g.health) for g in placed.gpus]
+        assert got == _placed_by_hand(snapshot_from_dict(data), place.first, place.host, place.taken)
+        assert all(p.host == "gpu-b" for g in placed.gpus for p in g.processes)
