@@ -700,6 +700,12 @@ class _Memo:
         )
 
 
+# marshal's format 2 for the memo keys: from format 3 on, an object that has other references is written as a
+# back-reference where it repeats, so the bytes of equal values depend on who else holds them (a patched line's
+# unchanged parts are shared): the same links would miss their memo every other line. Format 2 writes values only.
+_MARSHAL = 2
+
+
 @dataclass(frozen=True, slots=True)
 class Placement:
     """Where a line's GPUs go in a fleet (``nvtopy --ssh``): from index ``first``, under ``host``, dated ``taken``."""
@@ -918,7 +924,7 @@ class SnapshotDecoder:
         placed: tuple[int, str] | None = None,
     ) -> GpuStatic:
         # marshal: the values exactly, types and the sign of a zero included (0.0 == -0.0 to Python)
-        key = (instances, reasons, marshal.dumps(values), placed)
+        key = (instances, reasons, marshal.dumps(values, _MARSHAL), placed)
         known = self._now.statics.get(index) or self._before.statics.get(index)
         if known is not None and known[0] == key:
             static = known[1]
@@ -939,7 +945,7 @@ class SnapshotDecoder:
     def _nvlinks(self, index: int, links: Any) -> tuple[NvLink, ...] | None:
         """The GPU's links, the previous line's where they are the very same (the far side reads them every 5 s)."""
         try:  # marshal: the list exactly, types included (1, 1.0 and true are equal to Python)
-            key = marshal.dumps(links)
+            key = marshal.dumps(links, _MARSHAL)
         except ValueError:  # nested deeper than marshal writes
             return self._links(links)
         known = self._before.links.get(index)
@@ -1160,7 +1166,7 @@ class SnapshotDecoder:
         if not data or type(data) is not dict:
             return _health(item, index)
         try:  # marshal: the values exactly, types included; deeper than it writes, no reuse
-            key = marshal.dumps((index, tuple(map(data.get, _HEALTH_KEYS, repeat(...)))))
+            key = marshal.dumps((index, tuple(map(data.get, _HEALTH_KEYS, repeat(...)))), _MARSHAL)
         except ValueError:
             return _health(item, index)
         health = self._now.healths.get(key) or self._before.healths.get(key) or _health(item, index)

@@ -349,3 +349,29 @@ def test_a_placed_line_is_the_line_copied_into_its_place(node_lines):
         got = [(g.static, g.sample, g.processes, g.health) for g in placed.gpus]
         assert got == _placed_by_hand(snapshot_from_dict(data), place.first, place.host, place.taken)
         assert all(p.host == "gpu-b" for g in placed.gpus for p in g.processes)
+
+
+def test_unchanged_links_of_a_patched_stream_are_reused_on_every_line(sim, clock):
+    """A patched line shares its unchanged parts with the line before; the memo must still know them (its key
+    is the values, not how many references they have: marshal's format 2)."""
+    from nvtopy.formats.stream import StreamReader, StreamWriter
+
+    backend = sim(gpus=2, seed=3)
+    collector = Collector(backend, timeline=False)
+    writer, reader, stream = StreamWriter(), StreamReader(), SnapshotDecoder()
+    previous = None
+    reused = rebuilt = 0
+    for second in range(1, 13):
+        clock.advance(1)
+        due = {g for g in ALL_GROUPS if CADENCE[g] == 0 or second % round(CADENCE[g]) == 0}
+        data = reader.read(writer.snapshot(collector.collect(due)).encode())
+        snapshot = stream.decode(data)
+        if previous is not None:
+            for before, now in zip(previous.gpus, snapshot.gpus, strict=True):
+                if before.sample.nvlinks == now.sample.nvlinks:
+                    assert before.sample.nvlinks is now.sample.nvlinks
+                    reused += 1
+                else:
+                    rebuilt += 1
+        previous = snapshot
+    assert reused >= 14 and rebuilt >= 2  # NVLink is read every 5 s: two reads in 12 lines, the rest the same
