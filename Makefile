@@ -51,6 +51,7 @@ bench: install                ## the project's own benchmarks (simulated backend
 	$(BIN)/python benchmarks/bench_sampler.py $(ARGS)
 	$(BIN)/python benchmarks/bench_host.py
 	$(BIN)/python benchmarks/bench_fleet.py
+	$(BIN)/python benchmarks/bench_ssh.py
 
 bench-peers: install          ## nvtopy vs nvitop and gpustat on ../shared/fake-nvml (skips without it)
 	$(BIN)/python benchmarks/bench_peers.py $(ARGS)
