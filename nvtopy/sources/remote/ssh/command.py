@@ -23,8 +23,8 @@ line).
 The script tries, in order: the ``nvtopy`` the config names
 (``[ssh] remote_nvtopy``), ``nvtopy`` on the PATH of a non-interactive shell,
 ``~/.local/bin/nvtopy`` (pip's ``--user`` place, often not on that PATH) and
-``python3 -m nvtopy``; each is asked whether it has ``serve-stdio`` first, so
-an nvtopy too old for it is passed over. Then ``nvidia-smi``'s query loop
+``python3 -m nvtopy``; an nvtopy too old for ``serve-stdio`` is passed over
+(:func:`remote_script`). Then ``nvidia-smi``'s query loop
 (:func:`~nvtopy.formats.nvidia_smi_csv.loop_command`), and where neither
 exists one stream line saying so (:func:`~nvtopy.formats.stream.error_line`).
 """
@@ -78,16 +78,31 @@ def ssh_argv(
 
 
 def remote_script(interval: float, remote_nvtopy: str | None = None) -> str:
-    """The POSIX sh script the far side runs: nvtopy's stream if it can, else nvidia-smi's loop, else why not."""
+    """The POSIX sh script the far side runs: nvtopy's stream if it can, else nvidia-smi's loop, else why not.
+
+    An nvtopy found is run at once, not asked first whether it has ``serve-stdio`` (that question
+    costs a Python start, a few tenths of a second before the host shows): one too old for it
+    ends with argparse's status 2 before saying anything of the stream, and the script goes on
+    to the next way. ``python3 -m nvtopy`` is tried only where ``python3`` imports a
+    ``serve-stdio``, so a python3 without nvtopy is passed over.
+    """
     serve = f"serve-stdio --interval {interval:g}"
     candidates = [shlex.quote(remote_nvtopy)] if remote_nvtopy else []
-    candidates += ["nvtopy", '"$HOME/.local/bin/nvtopy"', "python3 -m nvtopy"]
-    lines = ["exec 2>&1"]  # the far side's complaints travel in the stream, where the monitor can quote them
+    candidates += ["nvtopy", '"$HOME/.local/bin/nvtopy"']
+    # In braces: the shell reads the whole script before it runs any of it, so a program started here
+    # (bash as sh reads a script from a pipe a byte at a time) finds nothing of it left on stdin.
+    lines = ["{", "exec 2>&1"]  # the far side's complaints travel in the stream, where the monitor can quote them
     for command in candidates:
-        lines.append(f"if {command} {serve} --help >/dev/null 2>&1; then exec {command} {serve}; fi")
+        lines.append(
+            f"if command -v {command} >/dev/null 2>&1; then {command} {serve}; s=$?; [ $s = 2 ] || exit $s; fi"
+        )
+    lines.append(
+        f"if python3 -c 'import nvtopy.commands.serve_stdio' >/dev/null 2>&1; then exec python3 -m nvtopy {serve}; fi"
+    )
     lines.append("if command -v nvidia-smi >/dev/null 2>&1; then")
     lines.append(loop_command(interval))
     lines.append("fi")
     lines.append(f"printf '%s\\n' {shlex.quote(error_line(NOTHING_INSTALLED).rstrip())}")
     lines.append("exit 127")
+    lines.append("}")
     return "\n".join(lines) + "\n"
