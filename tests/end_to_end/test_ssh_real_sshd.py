@@ -110,6 +110,7 @@ def test_each_failing_host_says_why_while_the_others_keep_updating(lab: sshd.Ssh
         assert note is not None and "\x1b" not in note and "\x00" not in note and len(note) < 400
 
 
+@pytest.mark.timing  # a bound on the clock (quit within 0.5 s): run apart from the loaded pass
 def test_quitting_ends_every_session_and_the_far_processes(lab: sshd.SshLab):
     source = SshHosts(expand(["gpu-a", "gpu-b", "hang"], {}), 1.0, config_file=str(lab.config))
     source.start()

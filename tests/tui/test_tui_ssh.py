@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from nvtopy.sources.remote.ssh.hosts import SshHosts
 from nvtopy.sources.remote.ssh.targets import expand
 from nvtopy.tui.app import NvtopyApp
@@ -14,6 +16,7 @@ from ..sources.remote.ssh import fake_ssh
 from ..tui_helpers import screen_text, wait_until, widget_lines
 
 
+@pytest.mark.timing  # a bound on the clock (quit within 0.5 s): run apart from the loaded pass
 async def test_hosts_are_grouped_each_says_its_state_and_quit_ends_every_ssh(tmp_path: Path):
     program = fake_ssh.install(tmp_path)
     source = SshHosts(expand(["gpu-a", "denied", "hang", "gpu-b"], {}), 1.0, program=str(program))

@@ -65,6 +65,7 @@ LONG_BACKOFF = 30.0  # after a host said plainly that it cannot serve (no nvtopy
 STEADY_AFTER = 60.0  # live this long: the next drop reconnects at once, as a first one does
 STOP_GRACE = 0.3
 MAX_WAIT = 0.5  # the longest the thread sleeps without looking at its timers
+TIMER_STEP = 0.1  # and the shortest time between two looks (unless woken from outside)
 _PDEATHSIG = ("setpriv", "--pdeathsig", "TERM", "--")
 
 
@@ -155,15 +156,23 @@ class SshStreams:
     # ----------------------------------------------------------------- the thread
 
     def _run(self) -> None:
+        """Wait on every host's output and the timers; the timers are looked at no more often than every
+        :data:`TIMER_STEP` (64 hosts wake this thread 60 times a second; a deadline is seconds away), and at
+        once when woken from outside (a host dropped by the source, a stop)."""
+        next_check = 0.0
+        wait = 0.0
         try:
             while not self._stopping:
                 now = time.monotonic()
-                self._start_due(now)
-                wait = self._check_timers(now)
-                for key, _ in self._selector.select(wait):
+                if now >= next_check:
+                    self._start_due(now)
+                    wait = self._check_timers(now)
+                    next_check = now + min(wait, TIMER_STEP)
+                for key, _ in self._selector.select(max(0.0, next_check - now)):
                     if key.data is None:
                         with contextlib.suppress(OSError):
                             os.read(self._wake_r, 4096)
+                        next_check = 0.0
                     else:
                         self._read(key.data)
         finally:

@@ -159,6 +159,7 @@ def test_a_session_that_ends_is_reconnected_with_a_backoff(tmp_path: Path):
         source.stop()
 
 
+@pytest.mark.timing  # a bound on the clock (quit within 0.5 s): run apart from the loaded pass
 def test_stop_ends_every_ssh_at_once(tmp_path: Path):
     source = hosts(tmp_path, "hang,gpu-a,hang2,gpu-b")
     source.start()
@@ -172,6 +173,7 @@ def test_stop_ends_every_ssh_at_once(tmp_path: Path):
     assert not [pid for pid in children if alive(pid)]
 
 
+@pytest.mark.timing  # a bound on the clock (quit within 0.5 s): run apart from the loaded pass
 def test_256_hosts_cost_one_thread_and_two_descriptors_each(tmp_path: Path):
     threads_before = threading.active_count()
     fds_before = len(os.listdir("/proc/self/fd"))
