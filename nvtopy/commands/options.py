@@ -603,6 +603,7 @@ COMMANDS = {
     "exporter": ("exporter.command", "serve Prometheus metrics under dcgm-exporter's names"),
     "doctor": ("doctor.command", "check the driver, GPUs and setup for common problems, with fixes"),
     "report": ("report", "GPU-hours, energy and peak memory per user, owner, GPU or host"),
+    "rules": ("rules", "print Prometheus alerting rules for the exporter's metrics"),
 }
 """``nvtopy COMMAND``: the module that runs it, and what it does in one line (``nvtopy --help``)."""
 
