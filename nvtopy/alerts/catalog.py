@@ -28,6 +28,7 @@ the Prometheus that scrapes it; the GPU faults for both.
 from __future__ import annotations
 
 import enum
+import math
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -46,6 +47,7 @@ __all__ = [
     "Threshold",
     "ValueUnit",
     "critical_xids",
+    "format_value",
     "placeholders",
     "rule",
     "with_overrides",
@@ -123,6 +125,14 @@ class AlertRule:
             if threshold.name == name:
                 return threshold.value
         raise KeyError(f"{self.id} has no threshold {name!r}")
+
+    def render(self, template: str, fills: Mapping[str, str]) -> str:
+        """``template`` (one of this rule's) filled with ``fills`` and the rule's thresholds: the words on one machine.
+
+        ``fills`` gives the subject's placeholders (:data:`SUBJECT_PLACEHOLDERS`) and ``value`` as
+        text, written for the rule's :attr:`value_unit`; a placeholder not given is a KeyError.
+        """
+        return template.format_map({**self.threshold_values, **fills})
 
     @property
     def threshold_values(self) -> dict[str, str]:
@@ -390,3 +400,35 @@ def xid_severity(xid: int) -> AlertSeverity:
 def critical_xids() -> tuple[int, ...]:
     """The catalogued Xids whose alert is critical, ascending (an unknown Xid is a warning)."""
     return tuple(sorted(x for x in XID_CATALOGUE if xid_severity(x) is AlertSeverity.CRITICAL))
+
+
+def format_value(unit: ValueUnit, value: float) -> str:
+    """``{value}`` in words, as Prometheus's templates write it (``printf "%.0f"``, ``humanizeDuration``).
+
+    So an alert on one machine and the same alert from Prometheus read alike. A figure that is not
+    finite is ``N/A``, never a number.
+    """
+    if not math.isfinite(value):
+        return "N/A"
+    if unit is ValueUnit.SECONDS:
+        return _duration_words(value)
+    return f"{value:.0f}"
+
+
+def _duration_words(seconds: float) -> str:
+    """Prometheus's ``humanizeDuration``: ``1h 5m 0s``, ``40m 0s``, ``30s``, ``250ms``."""
+    sign = "-" if seconds < 0 else ""
+    seconds = abs(seconds)
+    if seconds == 0:
+        return "0s"
+    if seconds < 1:
+        return f"{sign}{seconds * 1000:.4g}ms"
+    whole = int(seconds)
+    days, hours, minutes, secs = whole // 86400, whole // 3600 % 24, whole // 60 % 60, whole % 60
+    if days:
+        return f"{sign}{days}d {hours}h {minutes}m {secs}s"
+    if hours:
+        return f"{sign}{hours}h {minutes}m {secs}s"
+    if minutes:
+        return f"{sign}{minutes}m {secs}s"
+    return f"{sign}{seconds:.4g}s"
