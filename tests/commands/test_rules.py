@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from nvtopy.alerts.catalog import CATALOG
+from nvtopy.alerts.catalog import CATALOG, critical_xids
 from nvtopy.commands.dispatch import main
 
 from ..builders import run_nvtopy
@@ -74,3 +76,11 @@ def test_bad_options_are_one_line_and_exit_2(argv, message):
 def test_rules_is_listed_in_help():
     done = run_nvtopy("--help")
     assert "rules" in done.stdout and "alerting rules" in done.stdout
+
+
+def test_the_readme_explains_every_fleet_alert_and_the_critical_xids():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Alerts for a fleet: `nvtopy rules`", 1)[1].split("\n### ", 1)[0]
+    for r in CATALOG:
+        assert (f"| `{r.alert}` |" in section) == r.fleet, r.alert
+    assert f"({', '.join(str(x) for x in critical_xids())})" in section

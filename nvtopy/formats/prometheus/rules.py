@@ -57,7 +57,7 @@ __all__ = [
 ]
 
 DEFAULT_JOB = "nvtopy"
-"""The scrape job ``up`` is watched in (the README's scrape config names it so); ``--job`` changes it."""
+"""The scrape job ``up`` is watched in (the README's example for ``nvtopy rules`` names it so); ``--job`` changes it."""
 GROUP_GPU = "nvtopy-gpu"
 GROUP_EXPORTER = "nvtopy-exporter"
 RUNBOOK = "nvtopy README, section 'Alerts for a fleet: nvtopy rules'"
