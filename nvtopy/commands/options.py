@@ -616,7 +616,7 @@ def commands_text() -> str:
 
 
 def unknown_command(word: str) -> str:
-    """``nvtopy lgo``: the error, with the closest command and all of them (there are six)."""
+    """``nvtopy lgo``: the error, with the closest command and all of them (there are seven)."""
     return str(unknown_name("", "command", word, list(COMMANDS)))
 
 
