@@ -215,6 +215,119 @@ def targets_up(server: Server, job: str = "nvtopy") -> bool:
     return len(found) == len(server.targets) and all(value == 1.0 for value in found)
 
 
+# ----------------------------------------------------------------- Alertmanager and a webhook receiver
+
+# Debian's package (prometheus-alertmanager) installs the binary under its package's name.
+ALERTMANAGER = shutil.which("alertmanager") or shutil.which("prometheus-alertmanager")
+requires_alertmanager = pytest.mark.skipif(
+    ALERTMANAGER is None,
+    reason="alertmanager is not on PATH (Debian: apt-get install prometheus-alertmanager; .ci/run installs it as "
+    "root): this test needs a real Alertmanager",
+)
+
+
+class _Webhook(http.server.BaseHTTPRequestHandler):
+    """Alertmanager's webhook: each POSTed notification's alerts appended to ``server.received`` (bounded)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        length = min(int(self.headers.get("Content-Length") or 0), 1 << 20)
+        body = self.rfile.read(length)
+        with self.server.lock:  # type: ignore[attr-defined]
+            received: list[dict[str, Any]] = self.server.received  # type: ignore[attr-defined]
+            if len(received) < 10_000:
+                received.extend(json.loads(body).get("alerts", []))
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@dataclass
+class Receiver:
+    """A webhook receiver on loopback: its URL and every alert Alertmanager sent it, in order."""
+
+    url: str
+    server: Any
+
+    def alerts(self) -> list[dict[str, Any]]:
+        with self.server.lock:
+            return list(self.server.received)
+
+
+@contextlib.contextmanager
+def webhook_receiver() -> Iterator[Receiver]:
+    """A tiny HTTP server, in a thread of this process, that keeps what Alertmanager posts; shut down afterwards."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Webhook)
+    server.daemon_threads = True
+    server.received = []  # type: ignore[attr-defined]
+    server.lock = threading.Lock()  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
+    try:
+        yield Receiver(f"http://127.0.0.1:{server.server_address[1]}/alerts", server)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def alertmanager_config(webhook_url: str) -> str:
+    """Every alert on its own (no grouping), sent at once, to ``webhook_url``; resolved ones not sent."""
+    return (
+        "route:\n"
+        "  receiver: test\n"
+        "  group_by: ['...']\n"
+        "  group_wait: 0s\n"
+        "  group_interval: 1s\n"
+        "  repeat_interval: 1h\n"
+        "receivers:\n"
+        "  - name: test\n"
+        "    webhook_configs:\n"
+        f"      - url: '{webhook_url}'\n"
+        "        send_resolved: false\n"
+    )
+
+
+@contextlib.contextmanager
+def alertmanager(tmp: Path, config: str, logs: list[Path]) -> Iterator[str]:
+    """An Alertmanager on a free loopback port with ``config``, clustering off, ready; yields its host:port."""
+    if ALERTMANAGER is None:
+        pytest.skip("alertmanager is not on PATH")
+    path = tmp / "alertmanager.yml"
+    path.write_text(config, encoding="utf-8")
+    log = tmp / "alertmanager.log"
+    logs.append(log)
+    web = f"127.0.0.1:{free_port()}"
+    process: subprocess.Popen[bytes] | None = None
+    try:
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                [
+                    ALERTMANAGER,
+                    f"--config.file={path}",
+                    f"--storage.path={tmp / 'alertmanager-data'}",
+                    f"--web.listen-address={web}",
+                    "--cluster.listen-address=",  # no gossip port: a single instance
+                    "--log.level=warn",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=tmp,
+            )
+
+        def ready() -> bool:
+            assert process is not None and process.poll() is None, "alertmanager exited"
+            return get(f"http://{web}/-/ready")[0] == 200
+
+        wait("alertmanager ready", STARTUP_S, ready, logs)
+        yield web
+    finally:
+        stop(process)
+
+
 # ----------------------------------------------------------------- a fleet of real exporters
 
 

@@ -69,7 +69,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "core": {"core"},
     "backends": {"core", "backends"},
     "health": {"core", "health"},  # pure rules over the model: what is wrong with a GPU
-    "formats": {"core", "health", "formats"},
+    "alerts": {"core", "health", "alerts"},  # pure: the alert rules, one catalog for a machine and a fleet
+    "formats": {"core", "health", "alerts", "formats"},
     "accounting": {"core", "health", "formats", "accounting"},  # rules over observations: GPU-hours, energy
     "sources": {"core", "backends", "health", "formats", "accounting", "sources"},
     "render": {"core", "health", "formats", "render"},
@@ -80,6 +81,7 @@ MAY_IMPORT: dict[str, set[str]] = {
         "core",
         "backends",
         "health",
+        "alerts",
         "sources",
         "formats",
         "accounting",

@@ -45,7 +45,7 @@ NEEDS_SERVER_FLAGS = {
 }
 NEEDS_TERMINAL = {"replay": "the monitor, on a recording: needs a terminal"}
 ONE_SHOT_FLAGS = {"--once", "--help", "-h", "--version", "--print-config"}
-SUBCOMMANDS = {"log", "record", "replay", "exporter", "doctor", "report"}
+SUBCOMMANDS = {"log", "record", "replay", "exporter", "doctor", "report", "rules"}
 READS_THE_DRIVER = {None, "log", "record", "doctor"}  # the monitor's one-shot modes and these commands
 RUNS_UNTIL_STOPPED = {"log", "record"}
 

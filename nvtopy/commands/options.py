@@ -624,6 +624,7 @@ COMMANDS = {
     "exporter": ("exporter.command", "serve Prometheus metrics under dcgm-exporter's names"),
     "doctor": ("doctor.command", "check the driver, GPUs and setup for common problems, with fixes"),
     "report": ("report", "GPU-hours, energy and peak memory per user, owner, GPU or host"),
+    "rules": ("rules", "print Prometheus alerting rules for the exporter's metrics"),
     "serve-stdio": ("serve_stdio", "stream snapshots on stdout: the far end of 'nvtopy --ssh' (not run by hand)"),
 }
 """``nvtopy COMMAND``: the module that runs it, and what it does in one line (``nvtopy --help``)."""
@@ -648,7 +649,7 @@ def commands_text() -> str:
 
 
 def unknown_command(word: str) -> str:
-    """``nvtopy lgo``: the error, with the closest command and all a person runs (there are six)."""
+    """``nvtopy lgo``: the error, with the closest command and all a person runs (there are seven)."""
     return str(unknown_name("", "command", word, user_commands()))
 
 

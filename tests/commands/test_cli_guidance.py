@@ -115,7 +115,7 @@ def test_an_unknown_command_as_a_user_meets_it():
 def test_a_word_nothing_is_close_to_still_lists_the_commands(capsys):
     code, _, err = cli(["top"], capsys)
     line = one_error_line(err)
-    assert code == 2 and "unknown command 'top' (known: log, record, replay, exporter, doctor, report)" in line
+    assert code == 2 and "unknown command 'top' (known: log, record, replay, exporter, doctor, report, rules)" in line
     assert "did you mean" not in line
 
 

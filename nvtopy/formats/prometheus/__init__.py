@@ -9,7 +9,9 @@
   answers, rendered once per snapshot (:class:`~nvtopy.formats.prometheus.expose.Exposition`);
 - :mod:`~nvtopy.formats.prometheus.parse`: an exporter's answer (nvtopy's or dcgm-exporter's)
   read back into GPUs and processes (:func:`~nvtopy.formats.prometheus.parse.parse_exposition`),
-  trusting nothing in it.
+  trusting nothing in it;
+- :mod:`~nvtopy.formats.prometheus.rules`: the alert catalog (:mod:`nvtopy.alerts.catalog`) as a
+  Prometheus rule file: PromQL over these series, Go templates, YAML (``nvtopy rules``).
 
 Nothing is re-exported here: each name has one home, imported from its module.
 """
