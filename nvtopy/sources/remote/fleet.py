@@ -420,9 +420,17 @@ ProcessesSaid = dict[tuple[int, int], tuple[dict[str, str], dict[str, Any]]]
 """A host's processes as last read: (GPU index, pid) -> their identity labels, and what those say."""
 
 
-def _scrape(host: _Host, name: str, said_before: ProcessesSaid | None = None) -> tuple[HostScrape, ProcessesSaid]:
+def _scrape(
+    host: _Host,
+    name: str,
+    said_before: ProcessesSaid | None = None,
+    statics: dict[int, tuple[dict[str, Any], GpuStatic]] | None = None,
+) -> tuple[HostScrape, ProcessesSaid]:
     """A host's HostScrape, as :func:`~nvtopy.formats.prometheus.parse.parse_exposition` would make it; and its
     processes' identities as read, for the next time.
+
+    ``statics``: each GPU's static values as last read and the GpuStatic made of them, kept by the caller (and
+    updated here): the same values again are the very same (frozen) GpuStatic, not one made and checked again.
 
     ``said_before``: the last read's. A process whose identity labels are the same as then (a C-level
     comparison of two dicts) keeps what they said (:func:`process_from_labels` is a function of them
@@ -430,6 +438,8 @@ def _scrape(host: _Host, name: str, said_before: ProcessesSaid | None = None) ->
     """
     scrape = HostScrape(url=f"prometheus://{host.key[0]}", hostname=name, driver_version=host.driver)
     shown = sorted(host.gpus)[:MAX_GPUS_PER_HOST]
+    if statics is not None and len(statics) > MAX_GPUS_PER_HOST:  # a host whose GPUs' indices come and go: bounded
+        statics.clear()
     for index in shown:
         gpu = host.gpus[index]
         static, values = dict(gpu.static), gpu.values
@@ -438,7 +448,14 @@ def _scrape(host: _Host, name: str, said_before: ProcessesSaid | None = None) ->
             static.setdefault("mig_mode", True)  # instances exist: MIG is on
         if not _ECC_VALUES.isdisjoint(values):
             values["ecc_mode"] = True  # dcgm has no ECC-mode metric: counters are exported only when it is on
-        scrape.gpus.append((GpuStatic(index=index, **static), values, gpu.lost))
+        made = statics.get(index) if statics is not None else None
+        if made is not None and made[0] == static:  # a C-level comparison of two small dicts
+            remote_static = made[1]
+        else:
+            remote_static = GpuStatic(index=index, **static)
+            if statics is not None:
+                statics[index] = (static, remote_static)
+        scrape.gpus.append((remote_static, values, gpu.lost))
         if gpu.health:
             scrape.health[index] = gpu.health
     said_now: ProcessesSaid = {}
@@ -506,6 +523,7 @@ class _Known:
     slow: list[dict[int, Kept]] = field(default_factory=lambda: [{} for _ in SLOW_GROUPS])
     built: list[GpuState] | None = None  # its GPU lines of the last snapshot, while nothing new came
     processes_said: ProcessesSaid = field(default_factory=dict)  # its processes' identities as last read
+    statics: dict[int, tuple[dict[str, Any], GpuStatic]] = field(default_factory=dict)  # _scrape's, by GPU index
     gpu_count: int = 0
 
 
@@ -708,7 +726,6 @@ class PrometheusFleet(SnapshotSource):
                 labels = item["metric"]
                 _, text = item["value"]
                 join(labels.values())  # TypeError unless every label value is text (fast: in C)
-                value = float(text)
             except VECTOR_ERRORS:
                 raise client.malformed() from None
             found = reading.get(
@@ -716,13 +733,70 @@ class PrometheusFleet(SnapshotSource):
                 if one_name
                 else (labels.get("instance", ""), labels.get(_HOST_NAME) or labels.get(_HOST_NAME_BEFORE, ""))
             )  # the host key's name as _newest reads it (first_label of HOST_LABELS), inlined: 200,000 rows
+            name = labels.get("__name__")
+            index: int | None = index_of(labels.get("gpu"))
+            route = routes.get(name)
+            if found is not None and index is not None and route is not None and not labels.get("GPU_I_ID"):
+                # The common row, a GPU's own value (as _route reads it): a value's text seen before is a look-up,
+                # checked as a number when it was first read (the memo keeps only texts that float() read).
+                part, attribute, convert, of_group, memo = route
+                try:
+                    said = memo.get(text, _UNSEEN)
+                    if said is _UNSEEN:
+                        value = float(text)
+                except VECTOR_ERRORS:
+                    raise client.malformed() from None
+                if said is _UNSEEN:
+                    said = convert(value)  # None: not finite, or out of the field's range
+                    if len(memo) < MEMO_VALUES:
+                        memo[text] = said
+                host, kept = found
+                said_of = host.gpus.get(index) or host.gpu(index)
+                said_of.parts[part][attribute] = said
+                if of_group is not None:
+                    values_kept = kept[of_group].get(index)
+                    if values_kept is None:
+                        values_kept = kept[of_group][index] = {}
+                    values_kept[(_PARTS[part], attribute)] = said
+                continue
+            read_as = process_routes.get(name) if route is None else None
+            if found is not None and index is not None and read_as is not None:
+                # A process's value (at most MAX_PROCESSES_PER_HOST a host): the same look-up of a value's text.
+                metric, memo = read_as
+                try:
+                    said = memo.get(text, _UNSEEN)
+                    if said is _UNSEEN:
+                        value = float(text)
+                except VECTOR_ERRORS:
+                    raise client.malformed() from None
+                pid_text = labels.get("pid")
+                number = pids.get(pid_text)
+                if number is None:
+                    number = pids[pid_text] = scraped_whole(pid_text, MAX_PID) or 0
+                if not number:
+                    continue
+                host = found[0]
+                row = host.processes.get((index, number))
+                if row is None:
+                    if len(host.processes) >= MAX_PROCESSES_PER_HOST:
+                        host.processes_left_out += 1
+                        continue
+                    row = host.processes[(index, number)] = {}
+                if said is _UNSEEN:
+                    said = process_value(metric, value)
+                    if len(memo) < MEMO_VALUES:
+                        memo[text] = said
+                row[metric] = said
+                continue
+            try:
+                value = float(text)  # every row's value is a number's text, whatever else it is
+            except VECTOR_ERRORS:
+                raise client.malformed() from None
             if found is None:
                 continue  # another host behind the same instance, with nothing new
             host, kept = found
-            name = labels.get("__name__")
-            gpu_text = labels.get("gpu")
-            index: int | None = index_of(gpu_text)
             if index is None:
+                gpu_text = labels.get("gpu")
                 index = scraped_whole(gpu_text, MAX_GPU_INDEX)
                 if index is None:
                     if gpu_text and name is None and "pid" not in labels and len(host.gpus_reported) < 100_000:
@@ -736,22 +810,14 @@ class PrometheusFleet(SnapshotSource):
                 else:
                     self._identity(host, index, labels)
                 continue
-            route = routes.get(name)
-            if route is not None and not labels.get("GPU_I_ID"):  # a GPU's own value: as _route reads it
+            if route is not None and not labels.get("GPU_I_ID"):  # a GPU's own value of a GPU past the cache's
                 said_of = host.gpus.get(index) or host.gpu(index)
                 part, attribute, convert, of_group, memo = route
-                said = memo.get(text, _UNSEEN)
-                if said is _UNSEEN:
-                    said = convert(value)  # None: not finite, or out of the field's range
-                    if len(memo) < MEMO_VALUES:
-                        memo[text] = said
+                said = convert(value)
                 said_of.parts[part][attribute] = said
                 if of_group is not None:
-                    values_kept = kept[of_group].get(index)
-                    if values_kept is None:
-                        values_kept = kept[of_group][index] = {}
-                    values_kept[(_PARTS[part], attribute)] = said
-            elif name.startswith("nvtopy_process_"):  # a process row (at most MAX_PROCESSES_PER_HOST a host)
+                    kept[of_group].setdefault(index, {})[(_PARTS[part], attribute)] = said
+            elif name.startswith("nvtopy_process_"):  # of a GPU past the cache's (read_as above), or unknown
                 pid_text = labels.get("pid")
                 number = pids.get(pid_text)
                 if number is None:
@@ -759,19 +825,14 @@ class PrometheusFleet(SnapshotSource):
                 read_as = process_routes.get(name)
                 if not number or read_as is None:
                     continue
-                metric, memo = read_as
+                metric, _ = read_as
                 row = host.processes.get((index, number))
                 if row is None:
                     if len(host.processes) >= MAX_PROCESSES_PER_HOST:
                         host.processes_left_out += 1
                         continue
                     row = host.processes[(index, number)] = {}
-                said = memo.get(text, _UNSEEN)
-                if said is _UNSEEN:
-                    said = process_value(metric, value)
-                    if len(memo) < MEMO_VALUES:
-                        memo[text] = said
-                row[metric] = said
+                row[metric] = process_value(metric, value)
             else:
                 of_group = route[3] if route is not None else None
                 slow_kept = None if of_group is None else kept[of_group].setdefault(index, {})
@@ -895,7 +956,7 @@ class PrometheusFleet(SnapshotSource):
                 stale_hosts += 1
                 continue
             if key in changed or known.built is None:
-                scrape, known.processes_said = _scrape(seen, known.name, known.processes_said)
+                scrape, known.processes_said = _scrape(seen, known.name, known.processes_said, known.statics)
                 # Dated when measured (its newest sample, on this clock): a view tells old values by their age.
                 taken = now - max(0.0, age or 0.0)
                 made = self._mapper.gpus(scrape, len(gpus), taken, key=functools.partial(_gpu_key, key))
