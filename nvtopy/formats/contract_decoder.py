@@ -1174,6 +1174,34 @@ class SnapshotDecoder:
         return health
 
 
+def _checked_snapshot(data: dict[str, Any]) -> Snapshot:
+    """The checked walk: every value of a line through its checker, in the order :func:`snapshot_from_dict`
+    checks them, with no fast path and no reuse -- what :class:`SnapshotDecoder`'s snapshots and errors are
+    held equal to (tests/formats/test_stream_decoder.py)."""
+    timestamp = recorded_timestamp(data)
+    host = _checked_host(data)
+    gpus = []
+    for item in recorded_gpus(data):
+        static, sample = _checked_gpu(item, timestamp)
+        unavailable = item.get("processes_unavailable")
+        listed = item.get("processes") or ()
+        if type(listed) not in (list, tuple):
+            raise TypeError("processes is not a list")
+        processes = tuple(_process(p, static) for p in listed)
+        reason = None if unavailable is None else Reason(unavailable)
+        health = _health(item, static.index)
+        gpus.append(RecordedGpu(static, sample, processes, reason, "processes" in item, health).state())
+    sequence = _number(data.get("sequence"), "sequence")
+    return Snapshot(
+        timestamp=timestamp,
+        host=host,
+        gpus=tuple(gpus),
+        sequence=int(sequence or 0),
+        interval=_number(data.get("interval_s"), "interval_s"),
+        host_usage=host_usage_from_dict(data.get("host_usage")),
+    )
+
+
 def gpu_from_dict(item: dict[str, Any], timestamp: float) -> tuple[GpuStatic, GpuSample]:
     """The static and sampled fields of one GPU of a line (what its chart needs, processes aside)."""
     return SnapshotDecoder()._gpu(item, timestamp)

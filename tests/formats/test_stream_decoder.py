@@ -24,7 +24,7 @@ import pytest
 from nvtopy.formats import contract_decoder as decoder
 from nvtopy.formats.contract import encode, snapshot_to_dict
 from nvtopy.formats.contract_decoder import SnapshotDecoder, snapshot_from_dict
-from nvtopy.model import ALL_GROUPS, Reason, Snapshot
+from nvtopy.model import ALL_GROUPS, Snapshot
 from nvtopy.sources.collector import Collector
 from nvtopy.sources.poller import CADENCE
 
@@ -79,29 +79,7 @@ def node_lines() -> list[str]:
 
 def checked(data: Any) -> Snapshot:
     """The checked walk: every value through its checker, in the order snapshot_from_dict always checked them."""
-    timestamp = decoder.recorded_timestamp(data)
-    host = decoder._checked_host(data)
-    gpus = []
-    for item in decoder.recorded_gpus(data):
-        static, sample = decoder._checked_gpu(item, timestamp)
-        unavailable = item.get("processes_unavailable")
-        listed = item.get("processes") or ()
-        if type(listed) not in (list, tuple):
-            raise TypeError("processes is not a list")
-        processes = tuple(decoder._process(p, static) for p in listed)
-        reason = None if unavailable is None else Reason(unavailable)
-        health = decoder._health(item, static.index)
-        recorded = decoder.RecordedGpu(static, sample, processes, reason, "processes" in item, health)
-        gpus.append(recorded.state())
-    sequence = decoder._number(data.get("sequence"), "sequence")
-    return Snapshot(
-        timestamp=timestamp,
-        host=host,
-        gpus=tuple(gpus),
-        sequence=int(sequence or 0),
-        interval=decoder._number(data.get("interval_s"), "interval_s"),
-        host_usage=decoder.host_usage_from_dict(data.get("host_usage")),
-    )
+    return decoder._checked_snapshot(data)
 
 
 def outcome(decode: Any, data: Any) -> tuple[str, Any]:
