@@ -775,15 +775,7 @@ class SnapshotDecoder:
             reason = None if unavailable is None else Reason(unavailable)
             health = self._health(item, static.index)
             gpus.append(gpu_state(RecordedGpu(static, sample, processes, reason, "processes" in item, health)))
-        sequence = _number(data.get("sequence"), "sequence")
-        return Snapshot(
-            timestamp=timestamp,
-            host=host,
-            gpus=tuple(gpus),
-            sequence=int(sequence or 0),
-            interval=_number(data.get("interval_s"), "interval_s"),
-            host_usage=host_usage_from_dict(data.get("host_usage")),  # None: recorded before nvtopy read it
-        )
+        return _snapshot(data, timestamp, host, gpus)
 
     # -- the host
 
@@ -1191,6 +1183,11 @@ def _checked_snapshot(data: dict[str, Any]) -> Snapshot:
         reason = None if unavailable is None else Reason(unavailable)
         health = _health(item, static.index)
         gpus.append(RecordedGpu(static, sample, processes, reason, "processes" in item, health).state())
+    return _snapshot(data, timestamp, host, gpus)
+
+
+def _snapshot(data: dict[str, Any], timestamp: float, host: HostInfo, gpus: list[GpuState]) -> Snapshot:
+    """The line's snapshot of its decoded host and GPUs (the line's sequence, interval and host usage checked)."""
     sequence = _number(data.get("sequence"), "sequence")
     return Snapshot(
         timestamp=timestamp,
@@ -1198,7 +1195,7 @@ def _checked_snapshot(data: dict[str, Any]) -> Snapshot:
         gpus=tuple(gpus),
         sequence=int(sequence or 0),
         interval=_number(data.get("interval_s"), "interval_s"),
-        host_usage=host_usage_from_dict(data.get("host_usage")),
+        host_usage=host_usage_from_dict(data.get("host_usage")),  # None: recorded before nvtopy read it
     )
 
 
