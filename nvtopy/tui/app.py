@@ -348,6 +348,7 @@ class NvtopyApp(App[None]):
         yield KeyFooter()
 
     def on_mount(self) -> None:
+        self._end_on_signals()
         self.query_one(ProcessTable).focus()
         self.refresh_view()  # the table and the charts take the view's columns, mode and window (no snapshot yet)
         apply_palette(self.theme, monochrome=self.no_color)  # the theme's (colorblind: Okabe-Ito), or none
@@ -367,6 +368,19 @@ class NvtopyApp(App[None]):
         if self._poll:
             self.source.start()
         self._show_notice()
+
+    def _end_on_signals(self) -> None:
+        """SIGTERM (``kill``, systemd, tmux's kill-pane) and SIGHUP (the terminal closed) end the monitor as ``q``
+        does: the terminal is given back (out of the alternate screen, the cursor shown, the keyboard modes reset)
+        and the source stopped (``--ssh``'s sessions closed). Python's default for both ends the process where it
+        stands and leaves the user's terminal in the monitor's modes. Only where the event loop can take signals
+        (its main thread, a Unix loop); the handlers go with the loop."""
+        try:
+            loop = asyncio.get_running_loop()
+            for signum in (signals.SIGTERM, signals.SIGHUP):
+                loop.add_signal_handler(signum, self.exit)
+        except (NotImplementedError, RuntimeError, ValueError, AttributeError):
+            pass  # not the main thread (an embedding), or a platform without them: the default stands
 
     def _show_notice(self) -> None:
         """The source's startup notice, once, as soon as it has one (a replay's once its file is indexed)."""

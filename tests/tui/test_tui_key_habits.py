@@ -22,7 +22,7 @@ from nvtopy.tui.health_screen import HealthScreen
 from nvtopy.tui.process_screen import ProcessScreen
 from nvtopy.tui.screens import ConfirmSignalScreen, GpuPickerScreen, HelpScreen, SortByScreen
 
-from ..end_to_end.test_slow_driver import Terminal
+from ..end_to_end.test_slow_driver import ALT_SCREEN_OFF, Terminal
 from ..tui_helpers import screen_text, started, wait_until
 
 SIZE = (120, 40)
@@ -184,5 +184,22 @@ def test_q_ends_the_monitor_promptly():
         took = term.quit_time()
         assert took < 1.0, f"q took {took:.2f} s"
         assert term.status == 0
+    finally:
+        term.close()
+
+
+@pytest.mark.timing
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_end_the_monitor_and_give_the_terminal_back(signum: int):
+    """``kill PID`` (or the terminal closing) ends the monitor as ``q`` does: exit 0, out of the alternate screen."""
+    term = Terminal(["--demo"], cols=120, rows=40)
+    try:
+        term.wait_for(b"vllm", 30)  # a snapshot's processes are drawn
+        with term.lock:
+            before = len(term.output)
+        os.kill(term.pid, signum)
+        term.wait_exit(10.0)
+        assert term.status == 0
+        assert ALT_SCREEN_OFF in term.text()[before:], "the terminal was left in the alternate screen"
     finally:
         term.close()
