@@ -74,7 +74,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "accounting": {"core", "health", "formats", "accounting"},  # rules over observations: GPU-hours, energy
     "sources": {"core", "backends", "health", "formats", "accounting", "sources"},
     "render": {"core", "health", "formats", "render"},
-    "tui": {"core", "backends", "health", "sources", "formats", "render", "tui"},  # backends: base only, see below
+    "notify": {"core", "alerts", "notify"},  # the channels an alert goes out through (desktop, command, apprise)
+    # backends: base only, see below
+    "tui": {"core", "backends", "health", "alerts", "sources", "formats", "render", "notify", "tui"},
     "api": {"core", "backends", "health", "sources", "formats", "render", "api"},
     "integrations": {"core", "api", "integrations"},
     "commands": {
@@ -86,6 +88,7 @@ MAY_IMPORT: dict[str, set[str]] = {
         "formats",
         "accounting",
         "render",
+        "notify",
         "tui",
         "api",
         "integrations",
@@ -112,6 +115,7 @@ THIRD_PARTY: dict[str, set[str]] = {
     "pynvml": {"backends.nvml"},
     "psutil": {"backends.host"},
     "prometheus_client": {"formats", "commands"},
+    "apprise": {"notify"},
     "torch": {"integrations"},
     "tensorboardX": {"integrations"},
 }
