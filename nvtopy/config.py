@@ -44,7 +44,7 @@ import importlib
 import math
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -139,6 +139,10 @@ class Config:
     ssh_remote_nvtopy: str | None = None  # [ssh] remote_nvtopy: nvtopy on the far hosts, when not on their PATH
     ssh_connect_timeout: float = 10.0  # [ssh] connect_timeout: seconds a host has to begin its stream
     ssh_groups: tuple[tuple[str, tuple[str, ...]], ...] = ()  # [ssh.groups] name = ["host", ...]: --ssh @name
+    # [alerts.RULE] tables as read, frozen: (rule id, ((key, value), ...)), arrays as tuples. Only their shape is
+    # checked here; nvtopy.alerts.settings checks rule ids, thresholds and scopes against the alert catalog.
+    alerts_rules: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
+    alerts_channels: tuple[str, ...] = ()  # [alerts] channels: as written (nvtopy.notify parses them)
 
     def merged(self, **flags: Any) -> Config:
         """This config with the flags the user gave (a None value is a flag not given: the file's value stays)."""
@@ -157,6 +161,8 @@ HEALTH_KEYS = ("idle_held_after", "idle_held_memory", "hang_after")
 EXPORTER_KEYS = ("names", "self_metrics")  # [exporter] key -> Config field "exporter_<key>"
 SSH_KEYS = ("program", "config", "options", "remote_nvtopy", "connect_timeout", "groups")  # -> "ssh_<key>"
 MAX_SSH_GROUP_HOSTS = 1024  # hosts in one [ssh.groups] entry, as many as --ssh watches
+MAX_ALERT_CHANNELS = 64  # [alerts] channels: more is a file gone wrong
+MAX_ALERT_ENTRIES = 1024  # values in one [alerts.RULE] array (a scope's GPUs, users, owners)
 
 
 class ConfigWriteError(Exception):
@@ -290,6 +296,8 @@ def parse_config(text: str, name: str = FILE_NAME) -> tuple[Config, list[str]]:
                         values[f"ssh_{sub}"] = _SSH_CHECKS[sub](setting)
                     except _BadValueError as bad:
                         problems.append(_Problem(bad.key, bad.problem))
+            elif key == "alerts":
+                values.update(_check_alerts(value))
             elif key in TOP_LEVEL_KEYS:
                 values[key] = _CHECKS[key](value)
             else:
@@ -317,7 +325,7 @@ class _BadValueError(Exception):
         self.problem = problem
 
 
-_KNOWN = f"known: {', '.join((*TOP_LEVEL_KEYS, 'health', 'exporter', 'ssh'))}"
+_KNOWN = f"known: {', '.join((*TOP_LEVEL_KEYS, 'health', 'exporter', 'ssh', 'alerts'))}"
 _KNOWN_IN = {
     "health": f"known: {', '.join(HEALTH_KEYS)}",
     "exporter": f"known: {', '.join(EXPORTER_KEYS)}",
@@ -356,7 +364,7 @@ def _one_line(name: str, text: str, problems: list[_Problem], bad: bool) -> str:
     unknown = any(p.problem is None for p in problems)
     tables = (
         f"in [health]: {', '.join(HEALTH_KEYS)}; in [exporter]: {', '.join(EXPORTER_KEYS)}; "
-        f"in [ssh]: {', '.join(SSH_KEYS)}"
+        f"in [ssh]: {', '.join(SSH_KEYS)}; in [alerts]: channels and a table per rule"
     )
     known = f" ({_KNOWN}; {tables})" if unknown else ""
     return f"{name}: {len(located)} problems: {'; '.join(shown)}{known}{tail}"
@@ -540,6 +548,54 @@ _SSH_CHECKS = {
 }
 
 
+def _check_alerts(value: Any) -> dict[str, Any]:
+    """``[alerts]``: ``channels`` (strings, kept raw) and one table per rule, kept as read (frozen).
+
+    Only the shape: which rules exist and what their keys mean is :mod:`nvtopy.alerts.settings`'s to check
+    (this module cannot know the catalog). A rule table holds TOML values and arrays of them, no deeper.
+    """
+    if not isinstance(value, dict):
+        raise _BadValueError("alerts", "must be a table ([alerts])" + _got(value))
+    out: dict[str, Any] = {}
+    rules: list[tuple[str, tuple[tuple[str, Any], ...]]] = []
+    for name, setting in value.items():
+        key = f"alerts.{name}"
+        if name == "channels":
+            if not isinstance(setting, list) or len(setting) > MAX_ALERT_CHANNELS:
+                raise _BadValueError(key, f"must be an array of at most {MAX_ALERT_CHANNELS} strings" + _got(setting))
+            for channel in setting:
+                if not isinstance(channel, str) or not channel.strip() or len(channel) > 4096 or "\0" in channel:
+                    raise _BadValueError(key, "each must be a non-empty string (a channel)" + _got(channel))
+            out["alerts_channels"] = tuple(setting)
+            continue
+        if not isinstance(setting, dict):
+            raise _BadValueError(key, "must be a table of a rule's settings ([alerts.gpu-free])" + _got(setting))
+        entries: list[tuple[str, Any]] = []
+        for sub, item in setting.items():
+            if isinstance(item, list):
+                if len(item) > MAX_ALERT_ENTRIES or not all(_alert_scalar(v) for v in item):
+                    raise _BadValueError(
+                        f"{key}.{sub}", f"must be an array of at most {MAX_ALERT_ENTRIES} numbers or strings"
+                    )
+                item = tuple(item)
+            elif not _alert_scalar(item):
+                raise _BadValueError(f"{key}.{sub}", "must be a number, a string, true or false, or an array of them")
+            entries.append((sub, item))
+        rules.append((name, tuple(entries)))
+    if rules:
+        out["alerts_rules"] = tuple(rules)
+    return out
+
+
+def _alert_scalar(value: Any) -> bool:
+    """A value a rule's setting may have: a string (bounded), a bool, an int or a finite float."""
+    if isinstance(value, str):
+        return len(value) <= 4096
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return isinstance(value, bool | int)
+
+
 # ----------------------------------------------------------------- where a key is, for messages
 
 # No lazy group before optional blanks: a line of a million blanks (in a multi-line string) would take hours.
@@ -620,11 +676,22 @@ _COMMENTS = {
     "ssh_remote_nvtopy": "nvtopy on the far hosts, when it is not on the PATH of a non-interactive ssh session",
     "ssh_connect_timeout": "seconds a host has to begin its stream before it is marked lost and asked again",
     "ssh_groups": 'host groups for --ssh @name: [ssh.groups] lab = ["gpu1", "alice@gpu2:2222"]',
+    "alerts": "alert rules (nvtopy watch; 'nvtopy rules --list' names them): [alerts.RULE] enabled, for, clear, "
+    "cooldown, its thresholds, gpus, users, owners",
 }
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
-def to_toml(config: Config, header: Sequence[str] = ()) -> str:
-    """``config`` as a config file (every key, with a comment), after ``header`` comment lines."""
+def _toml_key(key: str) -> str:
+    return key if _BARE_KEY.fullmatch(key) else _toml_value(key)
+
+
+def to_toml(config: Config, header: Sequence[str] = (), channel_text: Callable[[str], str] | None = None) -> str:
+    """``config`` as a config file (every key, with a comment), after ``header`` comment lines.
+
+    ``[alerts] channels`` may hold secrets (a webhook's token): written only through ``channel_text``
+    (the notify layer's redaction), else counted in a comment, never printed as they are.
+    """
     out = [f"# {line}" for line in header]
     if out:
         out.append("")
@@ -655,6 +722,19 @@ def to_toml(config: Config, header: Sequence[str] = ()) -> str:
     out.append("[ssh.groups]")
     for name, hosts in config.ssh_groups:
         out.append(f"{name} = {_toml_value(hosts)}")
+    out.append("")
+    out.append(f"# {_COMMENTS['alerts']}")
+    out.append("[alerts]")
+    if channel_text is not None:
+        out.append(f"channels = {_toml_value(tuple(channel_text(c) for c in config.alerts_channels))}")
+    elif config.alerts_channels:
+        count = len(config.alerts_channels)
+        out.append(f"# channels: {count} set in the file, not printed (a channel's URL may hold a secret)")
+    else:
+        out.append("# channels: none set")
+    for rule_id, settings in config.alerts_rules:
+        out.append(f"[alerts.{_toml_key(rule_id)}]")
+        out.extend(f"{_toml_key(key)} = {_toml_value(value)}" for key, value in settings)
     return "\n".join(out) + "\n"
 
 

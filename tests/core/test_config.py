@@ -247,15 +247,16 @@ def test_unknown_keys_are_named_in_one_line_and_the_rest_applies():
     assert config == Config(interval=2.0, hang_after=1.0)
     assert warnings == [
         "config.toml: 2 problems: line 2: unknown key 'intervall' ignored; line 6: unknown key 'health.hang' ignored "
-        "(known: interval, view, columns, sort, group_by, theme, chart_window, health, exporter, ssh; "
+        "(known: interval, view, columns, sort, group_by, theme, chart_window, health, exporter, ssh, alerts; "
         "in [health]: idle_held_after, idle_held_memory, hang_after; in [exporter]: names, self_metrics; "
-        "in [ssh]: program, config, options, remote_nvtopy, connect_timeout, groups)"
+        "in [ssh]: program, config, options, remote_nvtopy, connect_timeout, groups; "
+        "in [alerts]: channels and a table per rule)"
     ]
     config, warnings = parse_config("interval = 2\nintervall = 3\n", NAME)
     assert config == Config(interval=2.0)
     assert warnings == [
         "config.toml line 2: unknown key 'intervall' ignored (known: interval, view, columns, sort, group_by, "
-        "theme, chart_window, health, exporter, ssh)"
+        "theme, chart_window, health, exporter, ssh, alerts)"
     ]
     config, warnings = parse_config('[exporter]\nnames = "dcgm-4.9"\nname = "x"\n', NAME)
     assert config == Config(exporter_names="dcgm-4.9")
