@@ -1,0 +1,237 @@
+"""``nvtopy watch`` as users run it: a real subprocess on the simulated backend (and the fake libnvidia-ml).
+
+A line per alert that fires, as the fault is injected; exit code 0 on SIGTERM and SIGINT;
+``--once-free N`` printing indices for a script; ``--timeout`` giving up in one line; a bad
+``[alerts]`` entry one line and exit code 2. Each wait polls for its condition within a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from nvtopy.alerts.catalog import AlertSeverity
+from nvtopy.alerts.engine import AlertEngine
+from nvtopy.alerts.events import AlertEvent, Transition
+from nvtopy.commands.watch import event_line, json_line, watch_loop
+from nvtopy.model import GpuSample
+
+from ..builders import NOW, NVTOPY, fake_nvml_env, gpu_state, host_info, run_nvtopy, snapshot_of
+from ..conftest import needs_fake_nvml
+
+pytestmark = pytest.mark.timeout(120)
+
+DEADLINE_S = 30.0
+
+
+class Running:
+    """A watch subprocess whose stdout lines are read on a thread, so a test can wait for one with a deadline."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(
+            [*NVTOPY, "watch", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+
+    def wait_for(self, text: str, timeout: float = DEADLINE_S) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no line with {text!r} within {timeout} s; seen {self.seen}")
+            try:
+                line = self.lines.get(timeout=min(left, 0.5))
+            except queue.Empty:
+                assert self.proc.poll() is None, f"watch ended: {self.proc.stderr.read() if self.proc.stderr else ''}"
+                continue
+            self.seen.append(line)
+            if text in line:
+                return line
+
+    def stop(self, signum: int = signal.SIGTERM) -> tuple[int, str]:
+        self.proc.send_signal(signum)
+        code = self.proc.wait(timeout=15)
+        assert self.proc.stderr is not None
+        return code, self.proc.stderr.read()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def running() -> Iterator[list[Running]]:
+    started: list[Running] = []
+    yield started
+    for one in started:
+        one.kill()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_line_when_a_fault_comes_and_exit_0_on_a_signal(running, signum):
+    watch = Running("--demo", "--demo-fault", "xid=79:2@1", "--interval", "0.2")
+    running.append(watch)
+    line = watch.wait_for("gpu-xid")
+    assert " FIRING critical gpu-xid: Xid 79 on GPU 1 of demo-node: GPU has fallen off the bus -- reboot" in line
+    assert not any("gpu-xid" in seen for seen in watch.seen[:-1]), "once"
+    code, err = watch.stop(signum)
+    assert code == 0 and "Traceback" not in err and err == "", err
+
+
+def test_json_lines_are_alert_events(running):
+    watch = Running("--demo", "--demo-fault", "lost@2", "--interval", "0.2", "--json")
+    running.append(watch)
+    record = json.loads(watch.wait_for('"rule":"gpu-lost"'))
+    assert (record["transition"], record["gpu"], record["severity"], record["host"]) == (
+        "firing",
+        2,
+        "critical",
+        "demo-node",
+    )
+    assert record["summary"] == "GPU 2 of demo-node fell off the bus" and record["key"].startswith(
+        "gpu-lost/demo-node/"
+    )
+    assert watch.stop()[0] == 0
+
+
+def test_once_free_prints_the_free_gpus_indices():
+    result = run_nvtopy("watch", "--demo", "--demo-procs", "0", "--once-free", "2", timeout=60)
+    assert (result.returncode, result.stdout, result.stderr) == (0, "0,1\n", "")
+    picked = run_nvtopy("watch", "--demo", "--demo-procs", "0", "--once-free", "--gpus", "2,3", timeout=60)
+    assert (picked.returncode, picked.stdout) == (0, "2\n"), "N defaults to 1, the lowest selected"
+
+
+def test_once_free_follows_the_gpu_free_rules_scope_in_the_config(tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text("[alerts.gpu-free]\ngpus = [3]\n")
+    result = run_nvtopy("watch", "--demo", "--demo-procs", "0", "--once-free", "--config", str(config))
+    assert (result.returncode, result.stdout) == (0, "3\n"), result.stderr
+
+
+def test_once_free_gives_up_after_its_timeout_in_one_line():
+    started = time.monotonic()
+    result = run_nvtopy("watch", "--demo", "--demo-steady", "--once-free", "2", "--timeout", "1", "--interval", "0.2")
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr == "nvtopy: error: --once-free: gave up after 1 s: 0 of the 2 GPUs asked for were free\n"
+    assert time.monotonic() - started < 60, "a bound on a hang, not a measurement"
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("--for", "3"), "--for goes with --once-free"),
+        (("--timeout", "3"), "--timeout goes with --once-free"),
+        (("--once-free", "0"), "give between 1 and 256 GPUs"),
+        (("--once-free", "--json"), "--json does not go with --once-free"),
+    ],
+)
+def test_bad_options_are_one_line_and_exit_2(args, said):
+    result = run_nvtopy("watch", "--demo", *args)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and said in result.stderr, result.stderr
+
+
+def test_a_bad_alerts_entry_is_one_line_naming_its_key(tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text("[alerts.gpu-fre]\nfor = 3\n")
+    result = run_nvtopy("watch", "--demo", "--config", str(config))
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (
+        "nvtopy: error: alerts.gpu-fre: unknown rule 'gpu-fre'; did you mean 'gpu-free'? (known: gpu-xid, "
+        "gpu-remap-pending, gpu-remap-failed, gpu-not-responding, gpu-lost, gpu-idle-held, gpu-suspected-hang, "
+        "gpu-temperature-near-slowdown, gpu-power-capped, gpu-health-worse, gpu-free, process-ended)\n"
+    )
+
+
+# ---------------------------------------------------------------------------------------- in process
+
+
+def hostile_event() -> AlertEvent:
+    return AlertEvent(
+        rule_id="process-ended",
+        alert="NvtopyProcessEnded",
+        title="process ended",
+        severity=AlertSeverity.WARNING,
+        transition=Transition.FIRING,
+        key="process-ended/node/GPU-0/42",
+        at=NOW,
+        host="node",
+        summary="Process 42 (evil \x1b]0;pwned\x07 \u202eboom) on GPU 0 of node ended",
+        action="Look at its output.",
+    )
+
+
+def test_outside_text_is_escaped_for_the_terminal():
+    line = event_line(hostile_event())
+    assert "\x1b" not in line and "\x07" not in line and "\u202e" not in line and "\n" not in line
+    assert "evil \\e]0;pwned\\x07 \\u202eboom" in line and line.endswith(" -- Look at its output.")
+    record = json_line(hostile_event())
+    assert record.isascii() and "\n" not in record
+    assert json.loads(record)["summary"] == hostile_event().summary, "JSON keeps the text, escaped its own way"
+
+
+def test_the_notify_hook_gets_every_event_and_a_failing_one_is_said_once(capsys):
+    lost = gpu_state(0, sample=GpuSample(NOW, lost=True))
+    snapshots = iter([snapshot_of(lost, timestamp=NOW + t, host=host_info()) for t in range(3)])
+    got: list[AlertEvent] = []
+
+    def notify(event: AlertEvent) -> None:
+        got.append(event)
+        raise RuntimeError("the webhook is down")
+
+    from nvtopy.commands.watch import _Notifier
+
+    stop = threading.Event()
+    notifier = _Notifier(notify)
+    found = watch_loop(lambda: next(snapshots), AlertEngine(), 0.01, stop, notifier, until=lambda e: bool(e.firing()))
+    assert found and [e.rule_id for e in got] == ["gpu-lost"]
+    notifier(got[0])
+    assert capsys.readouterr().err.count("notifications failed: RuntimeError: the webhook is down") == 1
+
+
+def test_the_loop_ends_at_its_deadline_and_on_stop():
+    lost = gpu_state(0, sample=GpuSample(NOW, lost=True))
+    stop = threading.Event()
+    ticks = iter(range(1000))
+    calls = []
+
+    def poll():
+        calls.append(1)
+        return snapshot_of(lost, timestamp=NOW + len(calls), host=host_info())
+
+    assert not watch_loop(poll, AlertEngine(), 0.01, stop, lambda e: None, deadline=5, clock=lambda: next(ticks))
+    assert len(calls) == 6, "polls at clock 0 to 5: the sixth finds the deadline reached"
+    stop.set()
+    assert not watch_loop(poll, AlertEngine(), 0.01, stop, lambda e: None) and len(calls) == 6, "stopped: no poll"
+
+
+# ------------------------------------------------------------------------------------- fake-nvml
+
+
+@needs_fake_nvml
+def test_an_xid_from_the_fake_driver_is_a_line(running, fake_lib):
+    env = fake_nvml_env(fake_lib, FAKE_NVML_GPUS="2", FAKE_NVML_XID="1:48@3", FAKE_NVML_PROCS_PER_GPU="1")
+    watch = Running("--interval", "0.2", env={**os.environ, **env})
+    running.append(watch)
+    line = watch.wait_for("gpu-xid")
+    assert "FIRING critical gpu-xid: Xid 48 on GPU 1 of " in line and "double-bit ECC error" in line
+    assert watch.stop()[0] == 0
