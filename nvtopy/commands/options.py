@@ -625,7 +625,7 @@ COMMANDS = {
     "doctor": ("doctor.command", "check the driver, GPUs and setup for common problems, with fixes"),
     "report": ("report", "GPU-hours, energy and peak memory per user, owner, GPU or host"),
     "rules": ("rules", "print Prometheus alerting rules for the exporter's metrics"),
-    "watch": ("watch", "evaluate the alert rules headless, a line per alert; --once-free waits for free GPUs"),
+    "watch": ("watch", "print each alert as it fires or clears; wait for free GPUs"),
     "serve-stdio": ("serve_stdio", "stream snapshots on stdout: the far end of 'nvtopy --ssh' (not run by hand)"),
 }
 """``nvtopy COMMAND``: the module that runs it, and what it does in one line (``nvtopy --help``)."""

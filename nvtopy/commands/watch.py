@@ -233,8 +233,8 @@ def run(command: str, args: argparse.Namespace, *, notify: Notify | None = None)
     poller: Poller | None = None
     try:
         collector = Collector(backend, history=1, thresholds=options.health_thresholds(args), timeline=False)
-        collector.read_statics(DRIVER_TIMEOUT)
-        collector.select(options.resolve_selection(args, collector))
+        # --timeout is --once-free's own here: the driver gets the usual wait, as every command's.
+        options.open_selection(argparse.Namespace(**{**vars(args), "timeout": DRIVER_TIMEOUT}), collector)
         poller = Poller(backend, interval=args.interval, groups=ALL_GROUPS, processes=True, collector=collector)
         poller.watch_events()
         engine = AlertEngine(settings)
