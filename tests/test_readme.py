@@ -36,7 +36,10 @@ COMMAND_TIMEOUT_S = 90  # a loaded 2-core machine; a healthy command takes under
 OPERATORS = {"|", "||", "&", "&&", ";", "<", ">", ">>"}
 
 # Subcommands and flags that need something this test cannot give, with the reason pytest prints.
-NEEDS_SERVER = {"exporter": "starts a server that runs until stopped"}
+NEEDS_SERVER = {
+    "exporter": "starts a server that runs until stopped",
+    "watch": "runs until stopped or GPUs are free (tests/commands/test_watch.py runs it)",
+}
 NEEDS_SERVER_FLAGS = {
     "--remote": "reads other hosts' exporters",
     "--prometheus": "reads a Prometheus server",
@@ -45,7 +48,7 @@ NEEDS_SERVER_FLAGS = {
 }
 NEEDS_TERMINAL = {"replay": "the monitor, on a recording: needs a terminal"}
 ONE_SHOT_FLAGS = {"--once", "--help", "-h", "--version", "--print-config"}
-SUBCOMMANDS = {"log", "record", "replay", "exporter", "doctor", "report", "rules"}
+SUBCOMMANDS = {"log", "record", "replay", "exporter", "doctor", "report", "rules", "watch"}
 READS_THE_DRIVER = {None, "log", "record", "doctor"}  # the monitor's one-shot modes and these commands
 RUNS_UNTIL_STOPPED = {"log", "record"}
 
