@@ -224,22 +224,22 @@ def run(command: str, args: argparse.Namespace, *, notify: Notify | None = None)
     settings = _settings(args)  # a bad [alerts] entry: one line, exit 2, before any driver is opened
     once_free = args.once_free
     if once_free is not None:
-        free = settings.get("gpu-free")
-        if not free.enabled:
+        if not settings.get("gpu-free").enabled:
             raise UsageError("--once-free: the gpu-free rule is disabled in the config ([alerts.gpu-free])")
         settings = settings.only("gpu-free", for_s=args.for_ or 0.0, clear_s=0.0, cooldown_s=0.0)
-    backend = options.open_backend_within(args, DRIVER_TIMEOUT)
-    collector: Collector | None = None
-    poller: Poller | None = None
-    try:
-        collector = Collector(backend, history=1, thresholds=options.health_thresholds(args), timeline=False)
-        # --timeout is --once-free's own here: the driver gets the usual wait, as every command's.
-        options.open_selection(argparse.Namespace(**{**vars(args), "timeout": DRIVER_TIMEOUT}), collector)
-        poller = Poller(backend, interval=args.interval, groups=ALL_GROUPS, processes=True, collector=collector)
-        poller.watch_events()
-        engine = AlertEngine(settings)
-        notifier = _Notifier(notify)
-        with _stop_on_signals() as stop:
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    with _stop_on_signals() as stop:  # from the start: a SIGTERM while the driver opens ends it cleanly too
+        backend = options.open_backend_within(args, DRIVER_TIMEOUT)
+        collector: Collector | None = None
+        poller: Poller | None = None
+        try:
+            collector = Collector(backend, history=1, thresholds=options.health_thresholds(args), timeline=False)
+            # --timeout is --once-free's own here: the driver gets the usual wait, as every command's.
+            options.open_selection(argparse.Namespace(**{**vars(args), "timeout": DRIVER_TIMEOUT}), collector)
+            poller = Poller(backend, interval=args.interval, groups=ALL_GROUPS, processes=True, collector=collector)
+            poller.watch_events()
+            engine = AlertEngine(settings)
+            notifier = _Notifier(notify)
             if once_free is None:
                 write = json_line if args.json else event_line
 
@@ -250,7 +250,6 @@ def run(command: str, args: argparse.Namespace, *, notify: Notify | None = None)
 
                 watch_loop(poller.poll_once, engine, args.interval, stop, emit)
                 return 0
-            deadline = None if args.timeout is None else time.monotonic() + args.timeout
             found = watch_loop(
                 poller.poll_once,
                 engine,
@@ -260,11 +259,11 @@ def run(command: str, args: argparse.Namespace, *, notify: Notify | None = None)
                 until=lambda e: len(e.firing_gpus("gpu-free")) >= once_free,
                 deadline=deadline,
             )
-        if not found:
-            free_now = len(engine.firing_gpus("gpu-free"))
-            why = "stopped" if stop.is_set() else f"gave up after {args.timeout:g} s"
-            raise NvtopyError(f"--once-free: {why}: {free_now} of the {once_free} GPUs asked for were free")
-        print(",".join(str(i) for i in engine.firing_gpus("gpu-free")[:once_free]))
-        return 0
-    finally:
-        options.release_backend(backend, collector, poller)
+        finally:
+            options.release_backend(backend, collector, poller)
+    free = engine.firing_gpus("gpu-free")
+    if not found:
+        why = "stopped by a signal" if stop.is_set() else f"gave up after {args.timeout:g} s"
+        raise NvtopyError(f"--once-free: {why}: {len(free)} of the {once_free} GPUs asked for were free")
+    print(",".join(str(i) for i in free[:once_free]))
+    return 0

@@ -136,6 +136,25 @@ def test_once_free_gives_up_after_its_timeout_in_one_line():
     assert time.monotonic() - started < 60, "a bound on a hang, not a measurement"
 
 
+def test_once_free_stopped_by_a_signal_prints_no_gpu_and_says_so(running):
+    watch = Running("--demo", "--demo-steady", "--once-free", "--interval", "0.2")
+    running.append(watch)
+    deadline = time.monotonic() + DEADLINE_S  # the GPUs are polled: the watch is past its start
+    while watch.proc.poll() is None and time.monotonic() < deadline and not _polling(watch.proc.pid):
+        time.sleep(0.05)
+    code, err = watch.stop(signal.SIGTERM)
+    assert code == 1 and watch.seen == [] and watch.lines.empty(), "a script gets no GPU, and knows"
+    assert err.endswith("--once-free: stopped by a signal: 0 of the 1 GPUs asked for were free\n"), err
+
+
+def _polling(pid: int) -> bool:
+    """The watch has threads besides its main one (the event watcher): it has opened the GPUs."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/task")) > 1
+    except OSError:
+        return False
+
+
 @pytest.mark.parametrize(
     ("args", "said"),
     [
