@@ -126,6 +126,7 @@ class _State:
     """One instance's hysteresis: when its condition began to hold or to be clear, whether it fires."""
 
     last: _Instance
+    met: bool | None = None  # the condition at the last snapshot (None: unknown, or the subject missing)
     firing: bool = False
     pending_since: float | None = None
     clear_since: float | None = None
@@ -210,14 +211,22 @@ class AlertEngine:
         """The keys of ``rule_id``'s firing instances (``gpu-free/host/GPU-...``), sorted."""
         return tuple(sorted(k for k, s in self._states.items() if s.firing and s.last.settings.id == rule_id))
 
-    def firing_gpus(self, rule_id: str) -> tuple[int, ...]:
-        """The indices of the GPUs ``rule_id`` fires on now, ascending (``--once-free``: the free GPUs)."""
+    def firing_gpus(self, rule_id: str, *, holding: bool = False) -> tuple[int, ...]:
+        """The indices of the GPUs ``rule_id`` fires on now, ascending.
+
+        ``holding``: only those whose condition held at the last snapshot too -- a firing alert
+        survives a reading gone N/A (a free GPU that was then lost still fires "free" until it is
+        known to be taken), which is right for an alert and wrong for ``--once-free``'s answer.
+        """
         return tuple(
             sorted(
                 {
                     s.last.gpu_index
                     for s in self._states.values()
-                    if s.firing and s.last.settings.id == rule_id and s.last.gpu_index is not None
+                    if s.firing
+                    and s.last.settings.id == rule_id
+                    and s.last.gpu_index is not None
+                    and (s.met is True or not holding)
                 }
             )
         )
@@ -231,6 +240,7 @@ class AlertEngine:
                 return None  # nothing to remember: neither pending nor firing
             state = self._states[key] = _State(instance)
         state.last = instance
+        state.met = met
         rule = instance.settings.rule
         if met is None:  # unknown: no clock runs, a firing alert stays firing
             state.pending_since = None

@@ -256,12 +256,12 @@ def run(command: str, args: argparse.Namespace, *, notify: Notify | None = None)
                 args.interval,
                 stop,
                 notifier,
-                until=lambda e: len(e.firing_gpus("gpu-free")) >= once_free,
+                until=lambda e: len(e.firing_gpus("gpu-free", holding=True)) >= once_free,
                 deadline=deadline,
             )
         finally:
             options.release_backend(backend, collector, poller)
-    free = engine.firing_gpus("gpu-free")
+    free = engine.firing_gpus("gpu-free", holding=True)
     if not found:
         why = "stopped by a signal" if stop.is_set() else f"gave up after {args.timeout:g} s"
         raise NvtopyError(f"--once-free: {why}: {len(free)} of the {once_free} GPUs asked for were free")

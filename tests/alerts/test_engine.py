@@ -299,6 +299,15 @@ def test_a_gpu_with_a_process_much_memory_or_unknown_readings_is_not_free():
     assert [gpu_free(g, 512) for g in cases] == [False, False, None, None, None]
 
 
+def test_a_free_gpu_then_lost_still_fires_but_is_not_free_now():
+    eng = only("gpu-free", **{"for": 0, "clear": 0})
+    assert len(feed(eng, [at(0, free_gpu(0), free_gpu(1))])) == 2
+    lost = gpu_state(1, sample=GpuSample(NOW, lost=True))
+    assert feed(eng, [at(1, free_gpu(0), lost)]) == [], "N/A clears nothing"
+    assert eng.firing_gpus("gpu-free") == (0, 1)
+    assert eng.firing_gpus("gpu-free", holding=True) == (0,), "--once-free's answer: free at this snapshot"
+
+
 def test_gpu_free_takes_its_memory_threshold_from_the_settings():
     eng = only("gpu-free", **{"for": 0}, memory_mib=1024)
     assert len(feed(eng, [at(0, free_gpu(0, used_mib=600))])) == 1
