@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from ..alerts.settings import AlertSettings
     from ..model import Snapshot
 
-__all__ = ["build_parser", "event_line", "run", "watch_loop"]
+__all__ = ["build_parser", "channels_notifier", "event_line", "json_line", "run", "watch_loop"]
 
 Notify = Callable[[AlertEvent], None]
 DRIVER_TIMEOUT = options.DEFAULT_TIMEOUT  # seconds nvmlInit and the GPUs' first read may take
@@ -215,8 +215,21 @@ def _settings(args: argparse.Namespace) -> AlertSettings:
     return alert_settings(config.alerts_rules, config.alerts_channels)
 
 
+def channels_notifier(settings: AlertSettings) -> Notify | None:
+    """The sender for ``settings.channels`` (the config's ``[alerts] channels``), or None: none configured.
+
+    The seam where :mod:`nvtopy.notify`'s dispatcher plugs in (it must not block: a deadline per send,
+    a bounded queue); until it does, alerts go to stdout only.
+    """
+    return None
+
+
 def run(command: str, args: argparse.Namespace, *, notify: Notify | None = None) -> int:
-    """The watch (or ``--once-free``'s wait); ``notify`` gets every event besides the line on stdout."""
+    """The watch (or ``--once-free``'s wait).
+
+    ``notify`` gets every event besides the line on stdout (default: :func:`channels_notifier`'s, from the
+    config's channels). ``--once-free`` notifies nobody: a script's wait is no alert.
+    """
     from ..alerts.engine import AlertEngine
     from ..sources.collector import Collector
     from ..sources.poller import Poller
@@ -239,8 +252,8 @@ def run(command: str, args: argparse.Namespace, *, notify: Notify | None = None)
             poller = Poller(backend, interval=args.interval, groups=ALL_GROUPS, processes=True, collector=collector)
             poller.watch_events()
             engine = AlertEngine(settings)
-            notifier = _Notifier(notify)
             if once_free is None:
+                notifier = _Notifier(notify if notify is not None else channels_notifier(settings))
                 write = json_line if args.json else event_line
 
                 def emit(event: AlertEvent) -> None:
@@ -255,7 +268,7 @@ def run(command: str, args: argparse.Namespace, *, notify: Notify | None = None)
                 engine,
                 args.interval,
                 stop,
-                notifier,
+                lambda _event: None,
                 until=lambda e: len(e.firing_gpus("gpu-free", holding=True)) >= once_free,
                 deadline=deadline,
             )

@@ -254,3 +254,22 @@ def test_an_xid_from_the_fake_driver_is_a_line(running, fake_lib):
     line = watch.wait_for("gpu-xid")
     assert "FIRING critical gpu-xid: Xid 48 on GPU 1 of " in line and "double-bit ECC error" in line
     assert watch.stop()[0] == 0
+
+
+def test_run_hands_every_event_to_notify_and_a_sigterm_ends_it_with_0(capsys):
+    from nvtopy.commands import watch
+
+    parser = watch.build_parser("watch")
+    args = parser.parse_args(["--demo", "--demo-fault", "lost@1", "--interval", "0.1"])
+    got: list[AlertEvent] = []
+
+    def notify(event: AlertEvent) -> None:
+        got.append(event)
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler watch installed sets its stop event
+
+    before = signal.getsignal(signal.SIGTERM)
+    assert watch.run("watch", args, notify=notify) == 0
+    assert [(e.rule_id, e.gpu_index) for e in got] == [("gpu-lost", 1)]
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "FIRING critical gpu-lost: GPU 1 of demo-node fell off the bus" in out
+    assert signal.getsignal(signal.SIGTERM) is before, "the handler it replaced is back"
