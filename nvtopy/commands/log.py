@@ -18,11 +18,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
-import signal
 import sys
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import IO, TYPE_CHECKING
 
 from ..boundedfile import FileRefusedError, open_regular
@@ -38,6 +35,7 @@ from ..formats.writers import (
 )
 from ..model import ALL_GROUPS, GROUP_OF_FIELD, HEALTH_GROUPS, MIG_GPM_FIELDS, Snapshot
 from . import options
+from .signals import stop_on_signals
 
 if TYPE_CHECKING:
     from ..sources.collector import Collector
@@ -174,18 +172,6 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     return parser
 
 
-@contextmanager
-def _stop_on_signals() -> Iterator[threading.Event]:
-    """SIGINT and SIGTERM set an event instead of raising: the sample in progress completes."""
-    stop = threading.Event()
-    handlers = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield stop
-    finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-
-
 def _open_output(path: str | None) -> tuple[IO[str], bool]:
     """(stream, is_new): appended to when it exists, so a restarted logger continues its file."""
     if path is None:
@@ -257,7 +243,7 @@ def run(command: str, args: argparse.Namespace) -> int:
             write = JsonlWriter(out, writer_fields, processes).write
         written = 0
         ticker = Ticker()  # the sources' own pace: drift compensated, missed ticks skipped
-        with _stop_on_signals() as stop:
+        with stop_on_signals() as stop:
             while not stop.is_set():
                 ticker.tick()
                 snapshot = poller.poll_once()

@@ -26,12 +26,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..alerts.events import AlertEvent, Transition
@@ -39,6 +37,7 @@ from ..errors import NvtopyError, UsageError
 from ..model import ALL_GROUPS
 from ..textsafe import safe_text
 from . import options
+from .signals import stop_on_signals
 
 if TYPE_CHECKING:
     from ..alerts.engine import AlertEngine
@@ -143,18 +142,6 @@ def json_line(event: AlertEvent) -> str:
     return json.dumps(event.to_json(), ensure_ascii=True, separators=(",", ":"))
 
 
-@contextmanager
-def _stop_on_signals() -> Iterator[threading.Event]:
-    """SIGINT and SIGTERM set an event instead of raising: the poll in progress completes, the source stops."""
-    stop = threading.Event()
-    handlers = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield stop
-    finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-
-
 class _Notifier:
     """Calls ``notify`` with each event; a notifier that raises is said once on stderr, never ends the watch."""
 
@@ -241,7 +228,7 @@ def run(command: str, args: argparse.Namespace, *, notify: Notify | None = None)
             raise UsageError("--once-free: the gpu-free rule is disabled in the config ([alerts.gpu-free])")
         settings = settings.only("gpu-free", for_s=args.for_ or 0.0, clear_s=0.0, cooldown_s=0.0)
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
-    with _stop_on_signals() as stop:  # from the start: a SIGTERM while the driver opens ends it cleanly too
+    with stop_on_signals() as stop:  # from the start: a SIGTERM while the driver opens ends it cleanly too
         backend = options.open_backend_within(args, DRIVER_TIMEOUT)
         collector: Collector | None = None
         poller: Poller | None = None

@@ -1,0 +1,28 @@
+"""SIGINT and SIGTERM as a request to stop, for the commands that run until told (log, record, watch).
+
+Why an event and not KeyboardInterrupt: a signal that raises lands anywhere -- in the middle
+of a write, a driver call, a source's start -- and leaves a half-written line or a thread
+behind. Setting an event lets the work in progress complete; the loop looks at the event
+between two steps and ends cleanly (exit 0, the source stopped, the file whole).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+__all__ = ["stop_on_signals"]
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[threading.Event]:
+    """An event SIGINT and SIGTERM set while the block runs; the previous handlers come back after it."""
+    stop = threading.Event()
+    handlers = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
