@@ -256,6 +256,7 @@ class Dispatcher:
             raise ValueError(f"capacity must be at least 1, not {capacity}")
         if not 0 < send_timeout < threading.TIMEOUT_MAX:
             raise ValueError(f"send_timeout must be a positive number of seconds, not {send_timeout}")
+        overflow = Overflow(overflow)  # ValueError for a word that is none of its values
         names = [channel.name for channel in channels]
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
@@ -264,7 +265,7 @@ class Dispatcher:
         self._reports: collections.deque[tuple[str, str]] = collections.deque(maxlen=_REPORTS_KEPT)
         self._report_cond = threading.Condition()
         self._closing = False
-        self._lanes = [_Lane(channel, capacity, Overflow(overflow), send_timeout, self._report) for channel in channels]
+        self._lanes = [_Lane(channel, capacity, overflow, send_timeout, self._report) for channel in channels]
         self._reporter = threading.Thread(target=self._run_reporter, name="nvtopy-notify-reports", daemon=True)
         self._reporter.start()
         for lane in self._lanes:

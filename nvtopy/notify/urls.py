@@ -7,7 +7,12 @@ apprise's to keep up to date; nvtopy only chooses the words. A generic webhook i
 
 Deadlines: apprise's ``notify(timeout=...)`` returns when the call's time is up, and the service's
 own socket timeouts (``cto``/``rto`` in the URL, 4 s each by default) are lowered to what is left
-of the send's deadline, so the thread apprise sends on does not linger past it either.
+of the send's deadline (plus :data:`SOCKET_SLACK`, so the call's timeout speaks first and a hang
+reads "no answer within"), so the thread apprise sends on does not linger past it either.
+
+Apprise's own log lines may quote a URL as the user wrote it (an unparseable one in full), so its
+logger is kept to itself (a ``NullHandler``, not propagated): nvtopy says what went wrong through
+the dispatcher's ``on_problem``, scrubbed.
 
 Only this module imports apprise, and only when a URL channel is configured: importing it costs
 about 0.2 s, which no user without one should pay.
@@ -15,6 +20,7 @@ about 0.2 s, which no user without one should pay.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from ..alerts.catalog import AlertSeverity
@@ -28,6 +34,15 @@ if TYPE_CHECKING:
 __all__ = ["AppriseChannel", "looks_like_url"]
 
 _MESSAGE_LIMIT = 200  # characters of apprise's reason kept in a problem report
+SOCKET_SLACK = 0.5
+"""Seconds the socket timeouts exceed the call's: a hang ends the call, not the socket, first."""
+
+
+def _quiet_apprise_log() -> None:
+    log = logging.getLogger("apprise")
+    if not any(isinstance(handler, logging.NullHandler) for handler in log.handlers):
+        log.addHandler(logging.NullHandler())  # and so Python's last-resort handler never prints it to stderr
+    log.propagate = False
 
 
 def looks_like_url(entry: str) -> bool:
@@ -41,6 +56,7 @@ class AppriseChannel:
     def __init__(self, url: str) -> None:
         import apprise
 
+        _quiet_apprise_log()
         self._apprise_module = apprise
         scheme = url.split("://", 1)[0].strip().lower()
         asset = apprise.AppriseAsset(app_id="nvtopy", app_desc="nvtopy GPU alerts", secure_logging=True)
@@ -80,8 +96,8 @@ class AppriseChannel:
     def send(self, event: AlertEvent, deadline: float) -> None:
         left = remaining(deadline)
         # The socket timeouts bound apprise's own sending thread; the call's timeout bounds this one.
-        self._plugin.socket_connect_timeout = min(self._connect_timeout, left)
-        self._plugin.socket_read_timeout = min(self._read_timeout, left)
+        self._plugin.socket_connect_timeout = min(self._connect_timeout, left + SOCKET_SLACK)
+        self._plugin.socket_read_timeout = min(self._read_timeout, left + SOCKET_SLACK)
         common = self._apprise_module.common
         try:
             result = self._apprise.notify(
