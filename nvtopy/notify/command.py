@@ -10,7 +10,9 @@ Environment variables (a missing value is an empty string): ``NVTOPY_ALERT_RULE`
 gpu-xid, ...), ``_NAME`` (the CamelCase alert name), ``_TITLE``, ``_HEADLINE``, ``_SEVERITY``
 (warning/critical), ``_TRANSITION`` (firing/cleared), ``_KEY``, ``_TIME`` (ISO 8601), ``_EPOCH``,
 ``_HOST``, ``_GPU`` (index), ``_UUID``, ``_PID``, ``_USER``, ``_XID``, ``_VALUE``, ``_SUMMARY``,
-``_DESCRIPTION``, ``_ACTION``; each prefixed ``NVTOPY_ALERT`` (``NVTOPY_ALERT_SUMMARY``).
+``_DESCRIPTION``, ``_ACTION``; each prefixed ``NVTOPY_ALERT`` (``NVTOPY_ALERT_SUMMARY``). A value
+longer than :data:`ENV_VALUE_LIMIT` characters is cut (Linux refuses to start a program with an
+environment string over 128 kB); stdin always has it whole.
 """
 
 from __future__ import annotations
@@ -20,12 +22,15 @@ import os
 from collections.abc import Sequence
 
 from ..alerts.events import AlertEvent
+from ..textsafe import escape_text
 from .channel import ChannelError
 from .process import run_with_deadline
 
-__all__ = ["ENV_PREFIX", "CommandChannel", "event_environment"]
+__all__ = ["ENV_PREFIX", "ENV_VALUE_LIMIT", "CommandChannel", "event_environment"]
 
 ENV_PREFIX = "NVTOPY_ALERT"
+ENV_VALUE_LIMIT = 16_384
+"""Characters of one variable's value: far past any real summary, far below the kernel's 128 kB per string."""
 
 
 def event_environment(event: AlertEvent) -> dict[str, str]:
@@ -52,9 +57,16 @@ def event_environment(event: AlertEvent) -> dict[str, str]:
         "DESCRIPTION": event.description,
         "ACTION": event.action,
     }
-    return {
-        f"{ENV_PREFIX}_{key}": "" if value is None else str(value).replace("\0", "") for key, value in values.items()
-    }
+    return {f"{ENV_PREFIX}_{key}": _env_value(value) for key, value in values.items()}
+
+
+def _env_value(value: object) -> str:
+    text = "" if value is None else str(value).replace("\0", "")
+    try:
+        os.fsencode(text)  # undecodable bytes from the OS (surrogateescape) go back out as those bytes
+    except UnicodeEncodeError:  # a lone surrogate from elsewhere (a JSON "\\ud800") cannot: written visibly
+        text = escape_text(text) or ""
+    return text if len(text) <= ENV_VALUE_LIMIT else text[: ENV_VALUE_LIMIT - 1] + "…"
 
 
 class CommandChannel:
