@@ -54,9 +54,9 @@ class AppriseChannel:
     """One apprise URL. Raises ``ValueError`` (one line, no secret) for a URL apprise cannot use."""
 
     def __init__(self, url: str) -> None:
+        _quiet_apprise_log()  # before the import: apprise logs while it loads, too
         import apprise
 
-        _quiet_apprise_log()
         self._apprise_module = apprise
         scheme = url.split("://", 1)[0].strip().lower()
         asset = apprise.AppriseAsset(app_id="nvtopy", app_desc="nvtopy GPU alerts", secure_logging=True)

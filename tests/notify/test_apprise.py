@@ -177,9 +177,12 @@ def test_redacted_entry_never_shows_a_token_of_a_url_apprise_cannot_parse():
     assert redacted_entry(f"command:curl -H 'Authorization: {SECRET}' x") == "command:curl …"
 
 
-def test_apprise_logs_nothing_to_stderr_about_a_bad_url(tmp_path):
-    """Apprise logs an unparseable URL in full; with no logging set up, Python would print it to stderr."""
+@pytest.mark.parametrize("setup", ["", "import logging; logging.basicConfig(level=logging.DEBUG)"])
+def test_apprise_logs_nothing_to_stderr_about_a_bad_url(setup):
+    """Apprise logs an unparseable URL in full: with no logging set up, Python's last resort would print it to
+    stderr; with a root handler (a command that sets logging up), it would propagate there."""
     script = (
+        f"{setup}\n"
         "from nvtopy.notify import parse_channels\n"
         f"for entry in ['json://host/x', 'sl@ck://{SECRET}', 'slack://{SECRET}']:\n"
         "    try:\n"

@@ -93,3 +93,20 @@ def test_open_dispatcher_checks_every_entry_before_starting_anything():
     dispatcher = open_dispatcher(["bell"], capacity=5, overflow="drop-newest", send_timeout=2.0)
     assert isinstance(dispatcher, Dispatcher) and [channel.name for channel in dispatcher.channels] == ["bell"]
     assert dispatcher.close(DEADLINE_S)
+
+
+def test_apprise_is_imported_only_when_a_url_is_configured():
+    """Importing apprise costs about 0.2 s: a user without a URL channel must not pay it."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from nvtopy.notify import open_dispatcher\n"
+        "open_dispatcher(['bell', 'desktop', 'command:/bin/true']).close(5)\n"
+        "print('apprise' in sys.modules)\n"
+        "open_dispatcher(['json://localhost/x']).close(5)\n"
+        "print('apprise' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["False", "True"], done.stderr
