@@ -24,6 +24,8 @@ def secret_parts(raw: str, shown: str) -> list[str]:
 
     Each piece also in its percent-decoded form; longest first, so a scrub replaces a whole token
     before a piece of it. The scheme is no secret (apprise may show another spelling: ``ntfys``).
+    Every value in the query counts as a secret too: apprise shows headers (``+X-Token=...``) and
+    payload extras as they are, and nvtopy shows no query at all (:func:`without_query`).
     """
     raw = raw.split("://", 1)[-1]
     kept = set(_SEPARATORS.split(shown)) | set(_SEPARATORS.split(urllib.parse.unquote(shown)))
@@ -31,6 +33,11 @@ def secret_parts(raw: str, shown: str) -> list[str]:
     for piece in _SEPARATORS.split(raw):
         for form in (piece, urllib.parse.unquote(piece)):
             if len(form) >= _SHORTEST_SECRET and form not in kept:
+                secrets.add(form)
+    query = raw.split("#", 1)[0].partition("?")[2]
+    for _, value in urllib.parse.parse_qsl(query, keep_blank_values=True):
+        for form in (value, urllib.parse.quote(value), urllib.parse.quote_plus(value)):
+            if len(form) >= _SHORTEST_SECRET:
                 secrets.add(form)
     return sorted(secrets, key=lambda secret: (-len(secret), secret))
 

@@ -145,6 +145,26 @@ def test_service_tokens_are_masked_in_what_is_shown(url, secrets):
     assert SECRET not in channel.scrub(f"error posting to {url}")
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"json://host/x?+X-Token={SECRET}",
+        f"json://host/x?:apikey={SECRET}",
+        f"jsons://h/x?+Authorization=Bearer%20{SECRET}",
+    ],
+)
+def test_a_token_in_a_header_or_a_payload_extra_is_not_shown_either(url):
+    channel = AppriseChannel(url)
+    for text in (
+        channel.name,
+        channel.description,
+        repr(channel),
+        redacted_entry(url),
+        channel.scrub(f"failed: {url}"),
+    ):
+        assert SECRET not in text, text
+
+
 def test_the_scrubber_masks_what_the_privacy_form_left_out():
     raw = f"json://alice:{SECRET}@host:8080/path%2Fx?token=abc123"
     shown = "json://alice:****@host:8080/path%2Fx?token=a...3"
