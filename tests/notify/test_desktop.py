@@ -212,3 +212,12 @@ def test_gvariant_string_quotes_and_escapes(text, literal):
 def test_the_desktop_entry_parses():
     (channel,) = parse_channels(["desktop"])
     assert channel.name == "desktop" and "desktop notifications" in channel.description
+
+
+def test_systemds_user_bus_counts_as_a_session_bus_without_the_variable(tmp_path):
+    (tmp_path / "bus").write_text("")  # GLib looks for $XDG_RUNTIME_DIR/bus when the variable is not set
+    channel = DesktopChannel({"XDG_RUNTIME_DIR": str(tmp_path), "PATH": os.environ.get("PATH", os.defpath)})
+    assert channel.unavailable_reason() in (None, "neither gdbus nor notify-send is installed")
+    assert DesktopChannel({"XDG_RUNTIME_DIR": str(tmp_path / "none")}).unavailable_reason() == (
+        "no session bus (DBUS_SESSION_BUS_ADDRESS is not set)"
+    )
