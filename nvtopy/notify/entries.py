@@ -42,7 +42,8 @@ def parse_channels(entries: Sequence[str], *, setting: str = SETTING) -> list[Ch
     """One channel per entry, in order; :class:`UsageError` (one line, no secret) for the first bad one.
 
     Apprise URLs are checked here, so a mistyped one stops ``nvtopy watch`` at its start rather than at
-    the first alert. Two identical entries are one channel.
+    the first alert. Two identical entries are one channel; two channels that would show the same name
+    (URLs that differ only in their query, which is not shown) get their places in their names.
     """
     channels: list[Channel] = []
     names: set[str] = set()
@@ -56,9 +57,10 @@ def parse_channels(entries: Sequence[str], *, setting: str = SETTING) -> list[Ch
         if text in seen:
             continue
         seen.add(text)
-        channel = _parse_one(text, where, index=position if commands > 1 else None)
-        if channel.name in names:  # two spellings of one URL: apprise renders both the same
-            continue
+        numbered = commands > 1 and text.startswith(_COMMAND)  # two commands may share a program's name
+        channel = _parse_one(text, where, index=position if numbered else None)
+        if channel.name in names:  # two URLs differing in their query only (not shown): named by place
+            channel = _parse_one(text, where, index=position)
         names.add(channel.name)
         channels.append(channel)
     return channels
@@ -81,7 +83,7 @@ def _parse_one(text: str, where: str, index: int | None) -> Channel:
         from .urls import AppriseChannel  # apprise is imported only when a URL is configured
 
         try:
-            return AppriseChannel(text)
+            return AppriseChannel(text, index=index)
         except ValueError as exc:
             raise UsageError(f"{where}: {exc}") from None
     shown = quoted(text, 40) if len(text) <= 40 and ":" not in text and "@" not in text else "this entry"

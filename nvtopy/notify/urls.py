@@ -51,9 +51,12 @@ def looks_like_url(entry: str) -> bool:
 
 
 class AppriseChannel:
-    """One apprise URL. Raises ``ValueError`` (one line, no secret) for a URL apprise cannot use."""
+    """One apprise URL. Raises ``ValueError`` (one line, no secret) for a URL apprise cannot use.
 
-    def __init__(self, url: str) -> None:
+    ``index`` (its place in the config) tells apart two URLs that show the same (they differ in the query).
+    """
+
+    def __init__(self, url: str, *, index: int | None = None) -> None:
         _quiet_apprise_log()  # before the import: apprise logs while it loads, too
         import apprise
 
@@ -71,7 +74,7 @@ class AppriseChannel:
         self._plugin: Any = plugin
         shown = str(plugin.url(privacy=True))  # type: ignore[no-untyped-call]  # apprise's, untyped
         self._secrets = secret_parts(url, shown)
-        self._name = scrub(without_query(shown), self._secrets)
+        self._name = scrub(without_query(shown), self._secrets) + (f" #{index}" if index is not None else "")
         self._service = str(getattr(plugin, "service_name", scheme))
         self._connect_timeout = float(plugin.socket_connect_timeout)
         self._read_timeout = float(plugin.socket_read_timeout)

@@ -35,6 +35,17 @@ def test_nothing_configured_is_no_channel():
     assert parse_channels([]) == []
 
 
+def test_urls_that_differ_in_their_query_only_are_two_channels_named_by_place():
+    channels = parse_channels(["json://h/x?+X-Team=a", "json://h/x?+X-Team=b", "command:a", "command:b", "json://h/y"])
+    assert [channel.name for channel in channels] == [
+        "json://h/x",
+        "json://h/x #2",
+        "command#3:a",
+        "command#4:b",
+        "json://h/y",
+    ]
+
+
 def test_a_repeated_entry_is_one_channel():
     assert [channel.name for channel in parse_channels(["bell", "bell", "json://h/x", " json://h/x"])] == [
         "bell",
