@@ -142,7 +142,9 @@ class Config:
     # [alerts.RULE] tables as read, frozen: (rule id, ((key, value), ...)), arrays as tuples. Only their shape is
     # checked here; nvtopy.alerts.settings checks rule ids, thresholds and scopes against the alert catalog.
     alerts_rules: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
-    alerts_channels: tuple[str, ...] = ()  # [alerts] channels: as written (nvtopy.notify parses them)
+    # [alerts] channels: as written (nvtopy.notify parses them); None: not set (a command's own default, e.g.
+    # nvtopy watch's desktop notifications), () set empty (none at all)
+    alerts_channels: tuple[str, ...] | None = None
 
     def merged(self, **flags: Any) -> Config:
         """This config with the flags the user gave (a None value is a flag not given: the file's value stays)."""
@@ -725,13 +727,13 @@ def to_toml(config: Config, header: Sequence[str] = (), channel_text: Callable[[
     out.append("")
     out.append(f"# {_COMMENTS['alerts']}")
     out.append("[alerts]")
-    if channel_text is not None:
-        out.append(f"channels = {_toml_value(tuple(channel_text(c) for c in config.alerts_channels))}")
-    elif config.alerts_channels:
-        count = len(config.alerts_channels)
-        out.append(f"# channels: {count} set in the file, not printed (a channel's URL may hold a secret)")
+    channels = config.alerts_channels
+    if channels is None:
+        out.append("# channels: not set (nvtopy watch: the desktop's notifications where a session bus exists)")
+    elif channel_text is not None or not channels:
+        out.append(f"channels = {_toml_value(tuple(map(channel_text or str, channels)))}")
     else:
-        out.append("# channels: none set")
+        out.append(f"# channels: {len(channels)} set in the file, not printed (a channel's URL may hold a secret)")
     for rule_id, settings in config.alerts_rules:
         out.append(f"[alerts.{_toml_key(rule_id)}]")
         out.extend(f"{_toml_key(key)} = {_toml_value(value)}" for key, value in settings)

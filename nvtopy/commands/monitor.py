@@ -122,6 +122,7 @@ CONFIG_FLAGS = ("interval", "view", "theme")
 def _print_config(args: argparse.Namespace, config: Config) -> int:
     """``--print-config``: the effective configuration as a config file (it reads back as the same settings)."""
     from ..config import to_toml
+    from ..notify import redacted_entry
 
     path = options.config_file(args)
     if path is None:
@@ -132,7 +133,7 @@ def _print_config(args: argparse.Namespace, config: Config) -> int:
     else:
         source = f"{path} does not exist: the defaults"
     header = ("nvtopy's effective configuration", source, "command-line flags win over the file")
-    sys.stdout.write(to_toml(config, header))
+    sys.stdout.write(to_toml(config, header, channel_text=redacted_entry))  # a channel's secret never printed
     return 0
 
 

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from ..alerts.events import AlertEvent, Transition
@@ -43,11 +44,13 @@ if TYPE_CHECKING:
     from ..alerts.engine import AlertEngine
     from ..alerts.settings import AlertSettings
     from ..model import Snapshot
+    from ..notify import Dispatcher
 
 __all__ = ["build_parser", "channels_notifier", "event_line", "json_line", "run", "watch_loop"]
 
 Notify = Callable[[AlertEvent], None]
 DRIVER_TIMEOUT = options.DEFAULT_TIMEOUT  # seconds nvmlInit and the GPUs' first read may take
+CLOSE_TIMEOUT = 3.0  # seconds the channels have, at the end, to send what is queued
 MAX_WAIT_S = 7 * 86400.0  # --timeout and --for: a week at most
 
 
@@ -199,16 +202,39 @@ def _settings(args: argparse.Namespace) -> AlertSettings:
     from ..alerts.settings import alert_settings
 
     config = options.user_config(args)
-    return alert_settings(config.alerts_rules, config.alerts_channels)
+    return alert_settings(config.alerts_rules, _channels(config.alerts_channels))
 
 
-def channels_notifier(settings: AlertSettings) -> Notify | None:
-    """The sender for ``settings.channels`` (the config's ``[alerts] channels``), or None: none configured.
+DEFAULT_CHANNELS = ("desktop",)
+"""Where ``watch`` sends alerts when the config sets no ``[alerts] channels``: the desktop, where one runs."""
 
-    The seam where :mod:`nvtopy.notify`'s dispatcher plugs in (it must not block: a deadline per send,
-    a bounded queue); until it does, alerts go to stdout only.
+
+def _channels(configured: tuple[str, ...] | None, environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The channel entries in force: the config's; when it sets none, the desktop's where a session bus exists.
+
+    Why only then: on a server (no session bus) a default desktop channel could only fail; the line on
+    stdout is the alert there. ``channels = []`` in the config turns every channel off.
     """
-    return None
+    if configured is not None:
+        return configured
+    env = os.environ if environ is None else environ
+    return DEFAULT_CHANNELS if env.get("DBUS_SESSION_BUS_ADDRESS") else ()
+
+
+def channels_notifier(settings: AlertSettings) -> Dispatcher | None:
+    """A dispatcher for ``settings.channels`` (started), or None: none configured. A bad entry: UsageError.
+
+    The dispatcher never blocks the poll (a deadline per send, a bounded queue per channel); a channel's
+    trouble is said once on stderr (failing, working again, dropping alerts), never once per alert.
+    """
+    if not settings.channels:
+        return None
+    from ..notify import open_dispatcher
+
+    def on_problem(channel: str, text: str) -> None:
+        options.warn_user(f"alert channel {safe_text(channel)}: {safe_text(text)}")
+
+    return open_dispatcher(settings.channels, on_problem)
 
 
 def run(command: str, args: argparse.Namespace, *, notify: Notify | None = None) -> int:
@@ -228,6 +254,8 @@ def run(command: str, args: argparse.Namespace, *, notify: Notify | None = None)
             raise UsageError("--once-free: the gpu-free rule is disabled in the config ([alerts.gpu-free])")
         settings = settings.only("gpu-free", for_s=args.for_ or 0.0, clear_s=0.0, cooldown_s=0.0)
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    # The channels: a bad entry is one line and exit 2 before the driver opens. --once-free notifies nobody.
+    dispatcher = channels_notifier(settings) if once_free is None and notify is None else None
     with stop_on_signals() as stop:  # from the start: a SIGTERM while the driver opens ends it cleanly too
         backend = options.open_backend_within(args, DRIVER_TIMEOUT)
         collector: Collector | None = None
@@ -240,7 +268,7 @@ def run(command: str, args: argparse.Namespace, *, notify: Notify | None = None)
             poller.watch_events()
             engine = AlertEngine(settings)
             if once_free is None:
-                notifier = _Notifier(notify if notify is not None else channels_notifier(settings))
+                notifier = _Notifier(notify if notify is not None or dispatcher is None else dispatcher.send)
                 write = json_line if args.json else event_line
 
                 def emit(event: AlertEvent) -> None:
@@ -261,6 +289,8 @@ def run(command: str, args: argparse.Namespace, *, notify: Notify | None = None)
             )
         finally:
             options.release_backend(backend, collector, poller)
+            if dispatcher is not None:
+                dispatcher.close(timeout=CLOSE_TIMEOUT)  # what is queued goes out; a hung channel is left behind
     free = engine.firing_gpus("gpu-free", holding=True)
     if not found:
         why = "stopped by a signal" if stop.is_set() else f"gave up after {args.timeout:g} s"

@@ -273,3 +273,57 @@ def test_run_hands_every_event_to_notify_and_a_sigterm_ends_it_with_0(capsys):
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and "FIRING critical gpu-lost: GPU 1 of demo-node fell off the bus" in out
     assert signal.getsignal(signal.SIGTERM) is before, "the handler it replaced is back"
+
+
+# ---------------------------------------------------------------------------------------- the channels
+
+
+def test_an_alert_reaches_a_configured_command_channel(running, tmp_path):
+    """The config's channels get each alert (a real script run by the command channel), besides the line."""
+    seen = tmp_path / "seen.jsonl"
+    script = tmp_path / "on-alert.sh"
+    script.write_text(f'#!/bin/sh\nprintf "%s %s\\n" "$NVTOPY_ALERT_RULE" "$NVTOPY_ALERT_TRANSITION" >> {seen}\n')
+    script.chmod(0o755)
+    config = tmp_path / "config.toml"
+    config.write_text(f'[alerts]\nchannels = ["command:{script}"]\n')
+    watch = Running("--demo", "--demo-fault", "lost@2", "--interval", "0.2", "--config", str(config))
+    running.append(watch)
+    watch.wait_for("gpu-lost")
+    deadline = time.monotonic() + DEADLINE_S
+    while "gpu-lost firing" not in (seen.read_text() if seen.exists() else ""):
+        assert time.monotonic() < deadline, f"the command channel never ran; {watch.seen}"
+        time.sleep(0.05)
+    code, err = watch.stop()
+    assert code == 0 and err == "", err
+
+
+def test_a_bad_channel_is_one_line_and_exit_2_without_its_secret(tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text('[alerts]\nchannels = ["bell", "bogus://s3cr3t-token@example.invalid/x"]\n')
+    result = run_nvtopy("watch", "--demo", "--config", str(config))
+    assert result.returncode == 2 and result.stdout == "" and result.stderr.count("\n") == 1, result.stderr
+    assert "channels entry 2" in result.stderr and "s3cr3t" not in result.stderr, result.stderr
+
+
+def test_print_config_shows_channels_without_their_secrets(tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text('[alerts]\nchannels = ["bell", "json://user:s3cr3t@127.0.0.1:9/hook"]\n')
+    result = run_nvtopy("--print-config", "--config", str(config))
+    assert result.returncode == 0, result.stderr
+    line = next(line for line in result.stdout.splitlines() if line.startswith("channels = "))
+    assert '"bell"' in line and "127.0.0.1" in line and "s3cr3t" not in result.stdout, line
+
+
+@pytest.mark.parametrize(
+    ("configured", "environ", "expected"),
+    [
+        (None, {"DBUS_SESSION_BUS_ADDRESS": "unix:path=/run/user/1000/bus"}, ("desktop",)),
+        (None, {}, ()),  # a server: no desktop to notify, the line on stdout is the alert
+        ((), {"DBUS_SESSION_BUS_ADDRESS": "unix:path=/run/user/1000/bus"}, ()),  # channels = [] turns them off
+        (("bell",), {}, ("bell",)),
+    ],
+)
+def test_with_no_channels_set_watch_notifies_the_desktop_where_there_is_one(configured, environ, expected):
+    from nvtopy.commands.watch import _channels
+
+    assert _channels(configured, environ) == expected
