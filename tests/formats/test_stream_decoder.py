@@ -378,7 +378,7 @@ def _links_of(state: dict[str, Any]) -> list[Any]:
 def test_a_patched_stream_decodes_every_line_as_the_checked_walk(node_lines):
     """What the decoder knows by identity (the very same JSON object as the line before) is never a stale part."""
     states = _patched(node_lines)
-    shared = sum(a is b for x, y in itertools.pairwise(states) for a, b in zip(_links_of(x), _links_of(y)))
+    shared = sum(a is b for x, y in itertools.pairwise(states) for a, b in zip(_links_of(x), _links_of(y), strict=True))
     assert shared >= 20, "the lines share unchanged links (else the identity path is not exercised)"
     for place in (None, decoder.Placement(first=5, host="gpu-c", taken=1_800_000_000.0)):
         stream = SnapshotDecoder()
