@@ -620,9 +620,13 @@ class _Reader:
         self.texts = self.numbers + ranks.count(1)
         self.flags = self.texts + ranks.count(2)
 
-    def values(self, data: dict[str, Any]) -> tuple[Any, ...] | None:
-        """The values in ``names`` order, as :func:`_fields` gives them; None where one is not the common case."""
-        values = tuple(map(data.get, self.names))
+    def values(self, data: dict[str, Any], defaults: tuple[Any, ...] | None = None) -> tuple[Any, ...] | None:
+        """The values in ``names`` order, as :func:`_fields` gives them; None where one is not the common case.
+
+        ``defaults``: a value per name for the names ``data`` lacks (a GPU's health readings, under the model's
+        names: what :func:`_with_readings` lays flat, the top level winning).
+        """
+        values = tuple(map(data.get, self.names) if defaults is None else map(data.get, self.names, defaults))
         numbers, texts, flags = self.numbers, self.texts, self.flags
         if not (
             _READING_TYPES.issuperset(map(type, values[:texts]))
@@ -707,7 +711,7 @@ class _Columns:
 class _Memo:
     """The parts of one line, by what each was built of (its checked values): what the next line may reuse."""
 
-    __slots__ = ("healths", "hosts", "links", "owners", "reasons", "statics")
+    __slots__ = ("healths", "hosts", "links", "owners", "reasons", "same", "statics")
 
     def __init__(self) -> None:
         self.hosts: dict[tuple[Any, ...], HostInfo] = {}
@@ -716,10 +720,13 @@ class _Memo:
         self.links: dict[int, tuple[bytes, tuple[NvLink, ...], Any]] = {}  # by GPU index: key, links, the list
         self.owners: dict[tuple[Any, ...], ProcessOwner] = {}
         self.healths: dict[bytes, GpuHealth] = {}
+        # (part, GPU) -> (the JSON it was made of, held: compared by identity; what was made of it)
+        self.same: dict[tuple[str, int], tuple[Any, Any]] = {}
 
     def __len__(self) -> int:
         return sum(
-            len(table) for table in (self.hosts, self.reasons, self.statics, self.links, self.owners, self.healths)
+            len(table)
+            for table in (self.hosts, self.reasons, self.statics, self.links, self.owners, self.healths, self.same)
         )
 
 
@@ -904,10 +911,21 @@ class SnapshotDecoder:
         static, sample = _checked_gpu(item, place.taken)  # the uncommon case: checked, then placed
         return replace(static, index=index, host=place.host, host_index=static.index), sample
 
-    def _gpu_reasons(self, value: Any) -> tuple[Reasons, Reasons, bool] | None:
+    def _gpu_reasons(self, value: Any, slot: int | None = None) -> tuple[Reasons, Reasons, bool] | None:
         """The GPU's ``unavailable``: the static part's, the sample's, and whether ``mig_usage`` is missing."""
         if not value:
             return EMPTY_REASONS, EMPTY_REASONS, False
+        if slot is not None:
+            same = self._before.same.get(("reasons", slot))
+            if same is not None and same[0] is value:  # the very object of the line before
+                self._now.same["reasons", slot] = same
+                return same[1]  # type: ignore[no-any-return]
+        known = self._reasons_of(value)
+        if known is not None and slot is not None:
+            self._now.same["reasons", slot] = (value, known)
+        return known
+
+    def _reasons_of(self, value: Any) -> tuple[Reasons, Reasons, bool] | None:
         if type(value) is not dict or not _STR_TYPES.issuperset(map(type, value.values())):
             return None
         key = tuple(value.items())
@@ -924,11 +942,37 @@ class SnapshotDecoder:
         self._now.reasons[key] = known
         return known
 
+    def _readings(self, readings: dict[str, Any], slot: int | None) -> tuple[Any, Any, Any] | None:
+        """A GPU's health readings under the model's names (:func:`_with_readings`): a default per static and
+        sample field, and the links; the line before's where the readings are the very same object."""
+        if slot is not None:
+            same = self._before.same.get(("readings", slot))
+            if same is not None and same[0] is readings:
+                self._now.same["readings", slot] = same
+                return same[1]  # type: ignore[no-any-return]
+        flat: dict[str, Any] = {}
+        for group, keys, names in _READING_GROUPS:
+            values = readings.get(group)
+            if values is None:
+                continue
+            if type(values) is not dict:
+                return None
+            flat.update(zip(names, map(values.get, keys), strict=True))
+        nvlink = readings.get("nvlink")
+        links = None if nvlink is None else nvlink.get("links")
+        laid = (tuple(map(flat.get, _STATIC_READER.names)), tuple(map(flat.get, _SAMPLE_READER.names)), links)
+        if slot is not None:
+            self._now.same["readings", slot] = (readings, laid)
+        return laid
+
     def _common_gpu(
         self, item: dict[str, Any], timestamp: float, placed: tuple[int, str] | None = None
     ) -> tuple[GpuStatic, GpuSample] | None:
         """:func:`_checked_gpu` in the common case, in its order; None where a value is not the common case."""
-        reasons = self._gpu_reasons(item.get("unavailable"))
+        slot = item.get("index")  # where this GPU's parts are remembered (any key would do: identity decides)
+        if type(slot) is not int:
+            slot = None
+        reasons = self._gpu_reasons(item.get("unavailable"), slot)
         if reasons is None:
             return None
         static_reasons, sample_reasons, no_mig_usage = reasons
@@ -939,21 +983,14 @@ class SnapshotDecoder:
             readings = health.get("readings")
         else:
             return None
-        links = None
+        links = static_defaults = sample_defaults = None
         if readings is None or (type(readings) is dict and not readings):
-            flat = item
+            pass
         elif type(readings) is dict:
-            flat = {}  # _with_readings: the readings under the model's names, the top level winning
-            for group, keys, names in _READING_GROUPS:
-                values = readings.get(group)
-                if values is None:
-                    continue
-                if type(values) is not dict:
-                    return None
-                flat.update(zip(names, map(values.get, keys), strict=True))
-            flat.update(item)
-            nvlink = readings.get("nvlink")
-            links = None if nvlink is None else nvlink.get("links")
+            laid = self._readings(readings, slot)
+            if laid is None:
+                return None
+            static_defaults, sample_defaults, links = laid
         else:
             return None
         listed = item.get("mig_devices")
@@ -967,7 +1004,7 @@ class SnapshotDecoder:
         index = item.get("index")
         if type(index) is not int or not 0 <= index < MAX_GPUS:
             return None
-        values = _STATIC_READER.values(flat)
+        values = _STATIC_READER.values(item, static_defaults)
         if values is None:
             return None
         static = self._static(index, instances, static_reasons, values, placed)
@@ -989,7 +1026,7 @@ class SnapshotDecoder:
             nvlinks = self._nvlinks(index, links)
             if nvlinks is None:
                 return None
-        values = _SAMPLE_READER.values(flat)
+        values = _SAMPLE_READER.values(item, sample_defaults)
         if values is None:
             return None
         # GpuSample(timestamp=..., ..., **the reader's values), its fields put in order by one C-level call
@@ -1267,12 +1304,18 @@ class SnapshotDecoder:
         data = item.get("health")
         if not data or type(data) is not dict:
             return _health(item, index)
+        values = tuple(map(data.get, _HEALTH_KEYS, repeat(...)))
+        same = self._before.same.get(("health", index))
+        if same is not None and all(map(operator.is_, values, same[0])):  # the very objects of the line before
+            self._now.same["health", index] = same
+            return same[1]  # type: ignore[no-any-return]
         try:  # marshal: the values exactly, types included; deeper than it writes, no reuse
-            key = marshal.dumps((index, tuple(map(data.get, _HEALTH_KEYS, repeat(...)))), _MARSHAL)
+            key = marshal.dumps((index, values), _MARSHAL)
         except ValueError:
             return _health(item, index)
         health = self._now.healths.get(key) or self._before.healths.get(key) or _health(item, index)
         self._now.healths[key] = health
+        self._now.same["health", index] = (values, health)
         return health
 
 

@@ -294,7 +294,8 @@ def test_the_memory_holds_two_lines_at_most_whatever_comes_and_goes(node_lines):
         assert stream.decode(data) == checked(copy.deepcopy(data))
         per_line.append(stream.remembered)
     assert max(per_line) == max(per_line[:3]), "no growth with churn"
-    parts = 8 * 4 + sum(len(gpu["processes"]) for gpu in template["gpus"]) + 1  # statics, links, reasons, health
+    # a GPU: its static, links, reasons, health, and its readings, reasons and health known by identity
+    parts = 8 * 7 + sum(len(gpu["processes"]) for gpu in template["gpus"]) + 1
     assert max(per_line) <= 2 * parts
 
 
