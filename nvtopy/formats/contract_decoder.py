@@ -626,7 +626,14 @@ class _Reader:
         ``defaults``: a value per name for the names ``data`` lacks (a GPU's health readings, under the model's
         names: what :func:`_with_readings` lays flat, the top level winning).
         """
-        values = tuple(map(data.get, self.names) if defaults is None else map(data.get, self.names, defaults))
+        return self.checked(self.raw(data, defaults))
+
+    def raw(self, data: dict[str, Any], defaults: tuple[Any, ...] | None = None) -> tuple[Any, ...]:
+        """The values in ``names`` order as they are, unchecked (see :meth:`values`)."""
+        return tuple(map(data.get, self.names) if defaults is None else map(data.get, self.names, defaults))
+
+    def checked(self, values: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        """:meth:`raw`'s values as :meth:`values` gives them; None where one is not the common case."""
         numbers, texts, flags = self.numbers, self.texts, self.flags
         if not (
             _READING_TYPES.issuperset(map(type, values[:texts]))
@@ -720,8 +727,8 @@ class _Memo:
         self.links: dict[int, tuple[bytes, tuple[NvLink, ...], Any]] = {}  # by GPU index: key, links, the list
         self.owners: dict[tuple[Any, ...], ProcessOwner] = {}
         self.healths: dict[bytes, GpuHealth] = {}
-        # (part, GPU) -> (the JSON it was made of, held: compared by identity; what was made of it)
-        self.same: dict[tuple[str, int], tuple[Any, Any]] = {}
+        # (part, GPU or id) -> (the JSON it was made of, held: compared by identity, ..., what was made of it)
+        self.same: dict[tuple[str, int], tuple[Any, ...]] = {}
 
     def __len__(self) -> int:
         return sum(
@@ -1004,10 +1011,25 @@ class SnapshotDecoder:
         index = item.get("index")
         if type(index) is not int or not 0 <= index < MAX_GPUS:
             return None
-        values = _STATIC_READER.values(item, static_defaults)
-        if values is None:
-            return None
-        static = self._static(index, instances, static_reasons, values, placed)
+        raw = _STATIC_READER.raw(item, static_defaults)
+        same = self._before.same.get(("static", index))
+        if (  # the very values (objects) of the line before, in the same place: the same static part
+            same is not None
+            and same[1] is instances
+            and same[2] is static_reasons
+            and same[3] == placed
+            and all(map(operator.is_, raw, same[0]))
+        ):
+            static = same[4]
+            known = self._before.statics.get(index)
+            if known is not None:
+                self._now.statics[index] = known
+        else:
+            values = _STATIC_READER.checked(raw)
+            if values is None:
+                return None
+            static = self._static(index, instances, static_reasons, values, placed)
+        self._now.same["static", index] = (raw, instances, static_reasons, placed, static)
         lost = item.get("lost", False)
         if lost is not None and type(lost) is not bool:
             return None
@@ -1281,6 +1303,10 @@ class SnapshotDecoder:
             return None
         if type(value) is not dict:
             return _UNCOMMON
+        same = self._before.same.get(("owner", id(value)))  # the memo holds the object: its id is its own
+        if same is not None and same[0] is value:  # the very object of the line before (a patched stream's)
+            self._now.same["owner", id(value)] = same
+            return same[1]  # type: ignore[no-any-return]
         kind = value.get("kind")
         names = tuple(map(value.get, OWNER_STRING_FIELDS))
         if type(kind) is not str or not _TEXT_TYPES.issuperset(map(type, names)):
@@ -1296,6 +1322,7 @@ class SnapshotDecoder:
             owner_kind = _OWNER_KIND_OF.get(kind, OwnerKind.CGROUP)  # as owner_from_dict: unknown, a cgroup
             owner = ProcessOwner(kind=owner_kind, uid=uid, **dict(zip(OWNER_STRING_FIELDS, names, strict=True)))
         self._now.owners[key] = owner
+        self._now.same["owner", id(value)] = (value, owner)
         return owner
 
     # -- health

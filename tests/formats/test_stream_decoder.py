@@ -294,8 +294,9 @@ def test_the_memory_holds_two_lines_at_most_whatever_comes_and_goes(node_lines):
         assert stream.decode(data) == checked(copy.deepcopy(data))
         per_line.append(stream.remembered)
     assert max(per_line) == max(per_line[:3]), "no growth with churn"
-    # a GPU: its static, links, reasons, health, and its readings, reasons and health known by identity
-    parts = 8 * 7 + sum(len(gpu["processes"]) for gpu in template["gpus"]) + 1
+    # a GPU: its static, links, reasons, health, and its static, readings, reasons and health known by identity;
+    # a process: its owner, by values and by identity
+    parts = 8 * 8 + 2 * sum(len(gpu["processes"]) for gpu in template["gpus"]) + 1
     assert max(per_line) <= 2 * parts
 
 
@@ -415,3 +416,27 @@ def test_a_changed_link_in_a_patched_line_is_not_missed(node_lines):
     assert second == checked(copy.deepcopy(changed))
     others = [n for n in range(len(state["gpus"])) if n != gpu and first.gpus[n].sample.nvlinks]
     assert all(second.gpus[n].sample.nvlinks is first.gpus[n].sample.nvlinks for n in others)
+
+
+def test_a_changed_owner_in_a_patched_line_is_not_missed(node_lines):
+    """One process's owner renamed, everything else shared with the line before: the new name is read."""
+    from nvtopy.formats.stream import apply_patch
+
+    state = json.loads(node_lines[0])
+    stream = SnapshotDecoder()
+    first = stream.decode(state)
+    gpu, at = next(
+        (g, n) for g, item in enumerate(state["gpus"]) for n, p in enumerate(item["processes"]) if p["owner"]
+    )
+    processes = [{} for _ in state["gpus"][gpu]["processes"]]
+    processes[at] = {"owner": {"name": "renamed"}}
+    patch = {"gpus": {"$list": [{} for _ in state["gpus"]]}}
+    patch["gpus"]["$list"][gpu] = {"processes": {"$list": processes}}
+    changed = apply_patch(state, patch)
+    second = stream.decode(changed)
+    assert second.gpus[gpu].processes[at].owner.name == "renamed"
+    assert second == checked(copy.deepcopy(changed))
+    kept = [(g, n) for g, item in enumerate(first.gpus) for n, p in enumerate(item.processes) if p.owner]
+    assert all(
+        second.gpus[g].processes[n].owner is first.gpus[g].processes[n].owner for g, n in kept if (g, n) != (gpu, at)
+    ), "the unchanged owners are the very same objects"
