@@ -718,7 +718,19 @@ class _Columns:
 class _Memo:
     """The parts of one line, by what each was built of (its checked values): what the next line may reuse."""
 
-    __slots__ = ("healths", "hosts", "links", "owners", "reasons", "same", "statics")
+    __slots__ = (
+        "healths",
+        "hosts",
+        "links",
+        "owners",
+        "reasons",
+        "same_health",
+        "same_owner",
+        "same_readings",
+        "same_reasons",
+        "same_static",
+        "statics",
+    )
 
     def __init__(self) -> None:
         self.hosts: dict[tuple[Any, ...], HostInfo] = {}
@@ -727,13 +739,21 @@ class _Memo:
         self.links: dict[int, tuple[bytes, tuple[NvLink, ...], Any]] = {}  # by GPU index: key, links, the list
         self.owners: dict[tuple[Any, ...], ProcessOwner] = {}
         self.healths: dict[bytes, GpuHealth] = {}
-        # (part, GPU or id) -> (the JSON it was made of, held: compared by identity, ..., what was made of it)
-        self.same: dict[tuple[str, int], tuple[Any, ...]] = {}
+        # Known by identity, by GPU (the owners: by the id of the JSON object, which the entry holds):
+        # (the JSON it was made of, held and compared by identity, ..., what was made of it)
+        self.same_reasons: dict[int, tuple[Any, ...]] = {}
+        self.same_readings: dict[int, tuple[Any, ...]] = {}
+        self.same_static: dict[int, tuple[Any, ...]] = {}
+        self.same_health: dict[int, tuple[Any, ...]] = {}
+        self.same_owner: dict[int, tuple[Any, ...]] = {}
 
     def __len__(self) -> int:
         return sum(
             len(table)
-            for table in (self.hosts, self.reasons, self.statics, self.links, self.owners, self.healths, self.same)
+            for table in (
+                *(self.hosts, self.reasons, self.statics, self.links, self.owners, self.healths),
+                *(self.same_reasons, self.same_readings, self.same_static, self.same_health, self.same_owner),
+            )
         )
 
 
@@ -923,13 +943,13 @@ class SnapshotDecoder:
         if not value:
             return EMPTY_REASONS, EMPTY_REASONS, False
         if slot is not None:
-            same = self._before.same.get(("reasons", slot))
+            same = self._before.same_reasons.get(slot)
             if same is not None and same[0] is value:  # the very object of the line before
-                self._now.same["reasons", slot] = same
+                self._now.same_reasons[slot] = same
                 return same[1]  # type: ignore[no-any-return]
         known = self._reasons_of(value)
         if known is not None and slot is not None:
-            self._now.same["reasons", slot] = (value, known)
+            self._now.same_reasons[slot] = (value, known)
         return known
 
     def _reasons_of(self, value: Any) -> tuple[Reasons, Reasons, bool] | None:
@@ -953,9 +973,9 @@ class SnapshotDecoder:
         """A GPU's health readings under the model's names (:func:`_with_readings`): a default per static and
         sample field, and the links; the line before's where the readings are the very same object."""
         if slot is not None:
-            same = self._before.same.get(("readings", slot))
+            same = self._before.same_readings.get(slot)
             if same is not None and same[0] is readings:
-                self._now.same["readings", slot] = same
+                self._now.same_readings[slot] = same
                 return same[1]  # type: ignore[no-any-return]
         flat: dict[str, Any] = {}
         for group, keys, names in _READING_GROUPS:
@@ -969,7 +989,7 @@ class SnapshotDecoder:
         links = None if nvlink is None else nvlink.get("links")
         laid = (tuple(map(flat.get, _STATIC_READER.names)), tuple(map(flat.get, _SAMPLE_READER.names)), links)
         if slot is not None:
-            self._now.same["readings", slot] = (readings, laid)
+            self._now.same_readings[slot] = (readings, laid)
         return laid
 
     def _common_gpu(
@@ -1012,7 +1032,7 @@ class SnapshotDecoder:
         if type(index) is not int or not 0 <= index < MAX_GPUS:
             return None
         raw = _STATIC_READER.raw(item, static_defaults)
-        same = self._before.same.get(("static", index))
+        same = self._before.same_static.get(index)
         if (  # the very values (objects) of the line before, in the same place: the same static part
             same is not None
             and same[1] is instances
@@ -1029,7 +1049,7 @@ class SnapshotDecoder:
             if values is None:
                 return None
             static = self._static(index, instances, static_reasons, values, placed)
-        self._now.same["static", index] = (raw, instances, static_reasons, placed, static)
+        self._now.same_static[index] = (raw, instances, static_reasons, placed, static)
         lost = item.get("lost", False)
         if lost is not None and type(lost) is not bool:
             return None
@@ -1303,9 +1323,9 @@ class SnapshotDecoder:
             return None
         if type(value) is not dict:
             return _UNCOMMON
-        same = self._before.same.get(("owner", id(value)))  # the memo holds the object: its id is its own
+        same = self._before.same_owner.get(id(value))  # the memo holds the object: its id is its own
         if same is not None and same[0] is value:  # the very object of the line before (a patched stream's)
-            self._now.same["owner", id(value)] = same
+            self._now.same_owner[id(value)] = same
             return same[1]  # type: ignore[no-any-return]
         kind = value.get("kind")
         names = tuple(map(value.get, OWNER_STRING_FIELDS))
@@ -1322,7 +1342,7 @@ class SnapshotDecoder:
             owner_kind = _OWNER_KIND_OF.get(kind, OwnerKind.CGROUP)  # as owner_from_dict: unknown, a cgroup
             owner = ProcessOwner(kind=owner_kind, uid=uid, **dict(zip(OWNER_STRING_FIELDS, names, strict=True)))
         self._now.owners[key] = owner
-        self._now.same["owner", id(value)] = (value, owner)
+        self._now.same_owner[id(value)] = (value, owner)
         return owner
 
     # -- health
@@ -1332,9 +1352,9 @@ class SnapshotDecoder:
         if not data or type(data) is not dict:
             return _health(item, index)
         values = tuple(map(data.get, _HEALTH_KEYS, repeat(...)))
-        same = self._before.same.get(("health", index))
+        same = self._before.same_health.get(index)
         if same is not None and all(map(operator.is_, values, same[0])):  # the very objects of the line before
-            self._now.same["health", index] = same
+            self._now.same_health[index] = same
             return same[1]  # type: ignore[no-any-return]
         try:  # marshal: the values exactly, types included; deeper than it writes, no reuse
             key = marshal.dumps((index, values), _MARSHAL)
@@ -1342,7 +1362,7 @@ class SnapshotDecoder:
             return _health(item, index)
         health = self._now.healths.get(key) or self._before.healths.get(key) or _health(item, index)
         self._now.healths[key] = health
-        self._now.same["health", index] = (values, health)
+        self._now.same_health[index] = (values, health)
         return health
 
 

@@ -162,21 +162,24 @@ class SshHosts(SnapshotSource):
                 self._reported[session.position] = session.hostname
         names = host_names(self.targets, self._reported)
         gpus: list[GpuState] = []
-        with paused_gc():  # tens of thousands of objects a refresh, no cycles: no collection walking them all
+        # No collection while the refresh builds tens of thousands of objects (none in a cycle), and until the
+        # snapshot they replace is let go (published): a collection counts objects made less objects freed, so a
+        # refresh that replaces as many as it makes sets off none, and no collection walks them all again.
+        with paused_gc():
             for session, name in zip(sessions, names, strict=True):
                 gpus.extend(self._host_lines(session, name, len(gpus), now, clock))
-        self._sequence += 1
-        host = HostInfo(
-            hostname=names[0] if len(names) == 1 else f"{len(names)} hosts",
-            driver_version=None,
-            cuda_driver_version=None,
-            backend="ssh",
-        )
-        snapshot = Snapshot(
-            timestamp=now, host=host, gpus=tuple(gpus), sequence=self._sequence, interval=self._interval
-        )
-        if not self._stopping:
-            self._publish(snapshot)
+            self._sequence += 1
+            host = HostInfo(
+                hostname=names[0] if len(names) == 1 else f"{len(names)} hosts",
+                driver_version=None,
+                cuda_driver_version=None,
+                backend="ssh",
+            )
+            snapshot = Snapshot(
+                timestamp=now, host=host, gpus=tuple(gpus), sequence=self._sequence, interval=self._interval
+            )
+            if not self._stopping:
+                self._publish(snapshot)
         return snapshot
 
     def _host_lines(self, session: Session, name: str, first: int, now: float, clock: float) -> list[GpuState]:
