@@ -1041,6 +1041,7 @@ class SnapshotDecoder:
             and all(map(operator.is_, raw, same[0]))
         ):
             static = same[4]
+            self._now.same_static[index] = same  # its values are these, the very objects
             known = self._before.statics.get(index)
             if known is not None:
                 self._now.statics[index] = known
@@ -1049,7 +1050,7 @@ class SnapshotDecoder:
             if values is None:
                 return None
             static = self._static(index, instances, static_reasons, values, placed)
-        self._now.same_static[index] = (raw, instances, static_reasons, placed, static)
+            self._now.same_static[index] = (raw, instances, static_reasons, placed, static)
         lost = item.get("lost", False)
         if lost is not None and type(lost) is not bool:
             return None
