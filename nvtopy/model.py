@@ -157,6 +157,9 @@ def _make_fast_constructor(cls: type[_T]) -> Callable[..., _T]:
     names = tuple(cls.__dataclass_fields__)  # type: ignore[attr-defined]
     if getattr(cls, "__slots__", None) != names or len(cls.__bases__) != 1:
         raise TypeError(f"{cls.__name__}: a fast constructor needs a slotted dataclass of one base")
+    post_init = getattr(cls, "__post_init__", None)
+    if post_init is not None and post_init is not _Ranged.__post_init__:  # work this would skip: refused
+        raise TypeError(f"{cls.__name__}: a fast constructor checks the ranges only, not another __post_init__")
     twin = type(f"_{cls.__name__}Twin", cls.__bases__, {"__slots__": names})  # settable; the same layout
     arguments = ", ".join(f"a{n}" for n in range(len(names)))
     ranged = _ranged_fields(cls) if issubclass(cls, _Ranged) else ()

@@ -83,6 +83,25 @@ def test_the_fast_object_is_the_one_the_dataclass_builds(name):
     assert fast_constructor(cls) is fast_constructor(cls), "made once per class"
 
 
+def test_a_class_whose_construction_does_more_is_refused():
+    """Only the range rule is done here: a class with another ``__post_init__``, or not slotted, gets none."""
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Checked:
+        value: int
+
+        def __post_init__(self) -> None:
+            raise AssertionError("work a fast constructor would skip")
+
+    @dataclasses.dataclass(frozen=True)
+    class Plain:
+        value: int
+
+    for cls in (Checked, Plain):
+        with pytest.raises(TypeError):
+            fast_constructor(cls)
+
+
 RANGED = [
     (cls, name)
     for cls in (GpuSample, GpuProcess, NvLink, GpuStatic)
