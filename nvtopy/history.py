@@ -66,6 +66,8 @@ class SampleRing(Generic[V]):
     def window(self) -> tuple[tuple[float, ...], tuple[tuple[V, ...], ...]]:
         """The last ``points`` samples, oldest first: their times, and each figure's values."""
         points = self.points
+        if len(self.times) <= points:  # not full: each column whole, copied once (a slice would copy it twice)
+            return tuple(self.times), tuple(map(tuple, self.figures))
         return tuple(self.times[-points:]), tuple(tuple(column[-points:]) for column in self.figures)
 
     def nbytes(self) -> int:

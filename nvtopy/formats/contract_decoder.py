@@ -72,6 +72,7 @@ from ..model import (
     Reasons,
     Severity,
     Snapshot,
+    fast_constructor,
     freeze,
 )
 from ..ranges import FIELD_RANGES
@@ -619,9 +620,20 @@ class _Reader:
         self.texts = self.numbers + ranks.count(1)
         self.flags = self.texts + ranks.count(2)
 
-    def values(self, data: dict[str, Any]) -> tuple[Any, ...] | None:
-        """The values in ``names`` order, as :func:`_fields` gives them; None where one is not the common case."""
-        values = tuple(map(data.get, self.names))
+    def values(self, data: dict[str, Any], defaults: tuple[Any, ...] | None = None) -> tuple[Any, ...] | None:
+        """The values in ``names`` order, as :func:`_fields` gives them; None where one is not the common case.
+
+        ``defaults``: a value per name for the names ``data`` lacks (a GPU's health readings, under the model's
+        names: what :func:`_with_readings` lays flat, the top level winning).
+        """
+        return self.checked(self.raw(data, defaults))
+
+    def raw(self, data: dict[str, Any], defaults: tuple[Any, ...] | None = None) -> tuple[Any, ...]:
+        """The values in ``names`` order as they are, unchecked (see :meth:`values`)."""
+        return tuple(map(data.get, self.names) if defaults is None else map(data.get, self.names, defaults))
+
+    def checked(self, values: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        """:meth:`raw`'s values as :meth:`values` gives them; None where one is not the common case."""
         numbers, texts, flags = self.numbers, self.texts, self.flags
         if not (
             _READING_TYPES.issuperset(map(type, values[:texts]))
@@ -661,6 +673,15 @@ _PROCESS_FILLED = frozenset(
         *("gpu_instance_id", "compute_instance_id"),
     }
 )
+# The model's fast constructors (model.fast_constructor: every ranged value still checked, the same objects).
+_NEW_SAMPLE = fast_constructor(GpuSample)
+_NEW_PROCESS = fast_constructor(GpuProcess)
+_NEW_LINK = fast_constructor(NvLink)
+_SAMPLE_EXTRA = ("timestamp", "lost", "pstate", "throttle_reasons", "nvlinks", "mig_usage", "unavailable")
+# From (the sample reader's values, then _SAMPLE_EXTRA's) to GpuSample's fields in their order.
+_SAMPLE_ORDER = operator.itemgetter(
+    *((*_SAMPLE_READER.names, *_SAMPLE_EXTRA).index(name) for name in GpuSample.__dataclass_fields__)
+)
 _PROCESS_POSITIONS = tuple((name, field.default) for name, field in GpuProcess.__dataclass_fields__.items())
 _PROCESSES_BY_POSITION = all(name in _PROCESS_FILLED or default is not MISSING for name, default in _PROCESS_POSITIONS)
 
@@ -681,22 +702,58 @@ def _common_reasons(value: Any, allowed: set[str]) -> dict[str, Reason] | None:
     return reasons
 
 
+@dataclass(frozen=True, slots=True)
+class _Columns:
+    """Process rows checked a column at a time (the common case): the columns, and each row's owner."""
+
+    columns: tuple[tuple[Any, ...], ...]  # _PROCESS_ROW's keys, then _PROCESS_READER's names
+    owners: list[ProcessOwner | None]
+
+    @property
+    def hosts(self) -> tuple[Any, ...]:
+        """Each row's own ``host`` (a recording of --remote or --prometheus; None elsewhere)."""
+        return self.columns[9 + _PROCESS_READER.names.index("host")]
+
+
 class _Memo:
     """The parts of one line, by what each was built of (its checked values): what the next line may reuse."""
 
-    __slots__ = ("healths", "hosts", "links", "owners", "reasons", "statics")
+    __slots__ = (
+        "healths",
+        "hosts",
+        "links",
+        "owners",
+        "reasons",
+        "same_health",
+        "same_owner",
+        "same_readings",
+        "same_reasons",
+        "same_static",
+        "statics",
+    )
 
     def __init__(self) -> None:
         self.hosts: dict[tuple[Any, ...], HostInfo] = {}
         self.reasons: dict[tuple[tuple[str, str], ...], tuple[Reasons, Reasons, bool]] = {}
         self.statics: dict[int, tuple[tuple[Any, ...], GpuStatic]] = {}  # by GPU index: (what it was built of, it)
-        self.links: dict[int, tuple[bytes, tuple[NvLink, ...]]] = {}  # by GPU index
+        self.links: dict[int, tuple[bytes, tuple[NvLink, ...], Any]] = {}  # by GPU index: key, links, the list
         self.owners: dict[tuple[Any, ...], ProcessOwner] = {}
         self.healths: dict[bytes, GpuHealth] = {}
+        # Known by identity, by GPU (the owners: by the id of the JSON object, which the entry holds):
+        # (the JSON it was made of, held and compared by identity, ..., what was made of it)
+        self.same_reasons: dict[int, tuple[Any, ...]] = {}
+        self.same_readings: dict[int, tuple[Any, ...]] = {}
+        self.same_static: dict[int, tuple[Any, ...]] = {}
+        self.same_health: dict[int, tuple[Any, ...]] = {}
+        self.same_owner: dict[int, tuple[Any, ...]] = {}
 
     def __len__(self) -> int:
         return sum(
-            len(table) for table in (self.hosts, self.reasons, self.statics, self.links, self.owners, self.healths)
+            len(table)
+            for table in (
+                *(self.hosts, self.reasons, self.statics, self.links, self.owners, self.healths),
+                *(self.same_reasons, self.same_readings, self.same_static, self.same_health, self.same_owner),
+            )
         )
 
 
@@ -726,6 +783,12 @@ class SnapshotDecoder:
     again. The key is the checked values the object is made of, types included (1, 1.0 and true are
     equal to Python, not to the decoder), so a reused object is the one the line would have built:
     the snapshots are equal to :func:`snapshot_from_dict`'s, and a line raises what it raises.
+
+    A part the previous line had as the very same JSON object (a patched stream's line shares every
+    unchanged part with the line before: :class:`~nvtopy.formats.stream.StreamReader`) is known by
+    identity, without reading it again; so a line's JSON must not be changed after it was decoded
+    (each line is new JSON, or such a patched copy). Identity is only compared with objects the memo
+    still holds, so an id is never that of another object.
 
     Bounded: only this line's and the previous line's parts are kept (:attr:`remembered`), whatever
     comes and goes between lines. Not thread-safe: one decoder per source, used by one thread.
@@ -761,8 +824,12 @@ class SnapshotDecoder:
         self._before, self._now = self._now, _Memo()
         timestamp = recorded_timestamp(data)
         host = self._host(data)
+        items = recorded_gpus(data)
+        every = self._every_process(items)
+        if every is not None:
+            return _snapshot(data, timestamp, host, self._gpus_of(items, every, timestamp, gpu_state, place))
         gpus: list[GpuState] = []
-        for item in recorded_gpus(data):
+        for item in items:
             if place is None:
                 static, sample = self._gpu(item, timestamp)
             else:
@@ -776,6 +843,70 @@ class SnapshotDecoder:
             health = self._health(item, static.index)
             gpus.append(gpu_state(RecordedGpu(static, sample, processes, reason, "processes" in item, health)))
         return _snapshot(data, timestamp, host, gpus)
+
+    def _gpus_of(
+        self,
+        items: list[Any],
+        every: tuple[list[int], _Columns | None],
+        timestamp: float,
+        gpu_state: Callable[[RecordedGpu], GpuState],
+        place: Placement | None,
+    ) -> list[GpuState]:
+        """The loop above, for a line whose processes are all of the common case (checked at once, so none raises):
+        each GPU's other parts in the same order (the same first error), then every process in one pass."""
+        counts, columns = every
+        parts: list[tuple[GpuStatic, GpuSample, Reason | None, bool, GpuHealth]] = []
+        for item in items:
+            if place is None:
+                static, sample = self._gpu(item, timestamp)
+            else:
+                static, sample = self._placed_gpu(item, place, len(parts))
+            unavailable = item.get("processes_unavailable")
+            reason = None if unavailable is None else Reason(unavailable)
+            parts.append((static, sample, reason, "processes" in item, self._health(item, static.index)))
+        processes: tuple[GpuProcess, ...] = ()
+        if columns is not None:
+            statics = [part[0] for part in parts]
+            hosts: list[Any] = []
+            at = 0
+            for static, count in zip(statics, counts, strict=True):  # the GPU's host, else each process's own
+                hosts.extend(repeat(static.host, count) if static.host is not None else columns.hosts[at : at + count])
+                at += count
+            processes = self._built_processes(
+                columns,
+                chain.from_iterable(map(repeat, [static.index for static in statics], counts)),
+                chain.from_iterable(map(repeat, [static.uuid for static in statics], counts)),
+                hosts,
+            )
+        gpus = []
+        at = 0
+        for (static, sample, reason, listed, health), count in zip(parts, counts, strict=True):
+            mine = processes[at : at + count] if count else ()
+            at += count
+            gpus.append(gpu_state(RecordedGpu(static, sample, mine, reason, listed, health)))
+        return gpus
+
+    def _every_process(self, items: list[Any]) -> tuple[list[int], _Columns | None] | None:
+        """Every GPU's processes as rows, checked a column at a time for the whole line: (processes per GPU, the
+        checked columns); None where a GPU or a process is not the common case (then GPU by GPU, as always)."""
+        if not _PROCESSES_BY_POSITION:
+            return None
+        counts = []
+        rows: list[tuple[Any, ...]] = []
+        try:
+            for item in items:
+                listed = item.get("processes") if type(item) is dict else None
+                if type(item) is not dict or (listed and type(listed) is not list):
+                    return None
+                counts.append(len(listed) if listed else 0)
+                if listed:
+                    rows.extend(map(_PROCESS_ROW, listed))
+        except (KeyError, TypeError):  # a process without one of the keys, or not an object
+            return None
+        if not rows:
+            return counts, None
+        columns = self._common_columns(rows)
+        return None if columns is None else (counts, columns)
 
     # -- the host
 
@@ -807,10 +938,21 @@ class SnapshotDecoder:
         static, sample = _checked_gpu(item, place.taken)  # the uncommon case: checked, then placed
         return replace(static, index=index, host=place.host, host_index=static.index), sample
 
-    def _gpu_reasons(self, value: Any) -> tuple[Reasons, Reasons, bool] | None:
+    def _gpu_reasons(self, value: Any, slot: int | None = None) -> tuple[Reasons, Reasons, bool] | None:
         """The GPU's ``unavailable``: the static part's, the sample's, and whether ``mig_usage`` is missing."""
         if not value:
             return EMPTY_REASONS, EMPTY_REASONS, False
+        if slot is not None:
+            same = self._before.same_reasons.get(slot)
+            if same is not None and same[0] is value:  # the very object of the line before
+                self._now.same_reasons[slot] = same
+                return same[1]  # type: ignore[no-any-return]
+        known = self._reasons_of(value)
+        if known is not None and slot is not None:
+            self._now.same_reasons[slot] = (value, known)
+        return known
+
+    def _reasons_of(self, value: Any) -> tuple[Reasons, Reasons, bool] | None:
         if type(value) is not dict or not _STR_TYPES.issuperset(map(type, value.values())):
             return None
         key = tuple(value.items())
@@ -827,11 +969,37 @@ class SnapshotDecoder:
         self._now.reasons[key] = known
         return known
 
+    def _readings(self, readings: dict[str, Any], slot: int | None) -> tuple[Any, Any, Any] | None:
+        """A GPU's health readings under the model's names (:func:`_with_readings`): a default per static and
+        sample field, and the links; the line before's where the readings are the very same object."""
+        if slot is not None:
+            same = self._before.same_readings.get(slot)
+            if same is not None and same[0] is readings:
+                self._now.same_readings[slot] = same
+                return same[1]  # type: ignore[no-any-return]
+        flat: dict[str, Any] = {}
+        for group, keys, names in _READING_GROUPS:
+            values = readings.get(group)
+            if values is None:
+                continue
+            if type(values) is not dict:
+                return None
+            flat.update(zip(names, map(values.get, keys), strict=True))
+        nvlink = readings.get("nvlink")
+        links = None if nvlink is None else nvlink.get("links")
+        laid = (tuple(map(flat.get, _STATIC_READER.names)), tuple(map(flat.get, _SAMPLE_READER.names)), links)
+        if slot is not None:
+            self._now.same_readings[slot] = (readings, laid)
+        return laid
+
     def _common_gpu(
         self, item: dict[str, Any], timestamp: float, placed: tuple[int, str] | None = None
     ) -> tuple[GpuStatic, GpuSample] | None:
         """:func:`_checked_gpu` in the common case, in its order; None where a value is not the common case."""
-        reasons = self._gpu_reasons(item.get("unavailable"))
+        slot = item.get("index")  # where this GPU's parts are remembered (any key would do: identity decides)
+        if type(slot) is not int:
+            slot = None
+        reasons = self._gpu_reasons(item.get("unavailable"), slot)
         if reasons is None:
             return None
         static_reasons, sample_reasons, no_mig_usage = reasons
@@ -842,21 +1010,14 @@ class SnapshotDecoder:
             readings = health.get("readings")
         else:
             return None
-        links = None
+        links = static_defaults = sample_defaults = None
         if readings is None or (type(readings) is dict and not readings):
-            flat = item
+            pass
         elif type(readings) is dict:
-            flat = {}  # _with_readings: the readings under the model's names, the top level winning
-            for group, keys, names in _READING_GROUPS:
-                values = readings.get(group)
-                if values is None:
-                    continue
-                if type(values) is not dict:
-                    return None
-                flat.update(zip(names, map(values.get, keys), strict=True))
-            flat.update(item)
-            nvlink = readings.get("nvlink")
-            links = None if nvlink is None else nvlink.get("links")
+            laid = self._readings(readings, slot)
+            if laid is None:
+                return None
+            static_defaults, sample_defaults, links = laid
         else:
             return None
         listed = item.get("mig_devices")
@@ -870,10 +1031,26 @@ class SnapshotDecoder:
         index = item.get("index")
         if type(index) is not int or not 0 <= index < MAX_GPUS:
             return None
-        values = _STATIC_READER.values(flat)
-        if values is None:
-            return None
-        static = self._static(index, instances, static_reasons, values, placed)
+        raw = _STATIC_READER.raw(item, static_defaults)
+        same = self._before.same_static.get(index)
+        if (  # the very values (objects) of the line before, in the same place: the same static part
+            same is not None
+            and same[1] is instances
+            and same[2] is static_reasons
+            and same[3] == placed
+            and all(map(operator.is_, raw, same[0]))
+        ):
+            static = same[4]
+            self._now.same_static[index] = same  # its values are these, the very objects
+            known = self._before.statics.get(index)
+            if known is not None:
+                self._now.statics[index] = known
+        else:
+            values = _STATIC_READER.checked(raw)
+            if values is None:
+                return None
+            static = self._static(index, instances, static_reasons, values, placed)
+            self._now.same_static[index] = (raw, instances, static_reasons, placed, static)
         lost = item.get("lost", False)
         if lost is not None and type(lost) is not bool:
             return None
@@ -892,20 +1069,12 @@ class SnapshotDecoder:
             nvlinks = self._nvlinks(index, links)
             if nvlinks is None:
                 return None
-        values = _SAMPLE_READER.values(flat)
+        values = _SAMPLE_READER.values(item, sample_defaults)
         if values is None:
             return None
-        sample = GpuSample(
-            timestamp=timestamp,
-            lost=bool(lost),
-            pstate=pstate,
-            throttle_reasons=throttle,
-            nvlinks=nvlinks,
-            mig_usage=usage,
-            unavailable=sample_reasons,
-            **dict(zip(_SAMPLE_READER.names, values, strict=True)),
-        )
-        return static, sample
+        # GpuSample(timestamp=..., ..., **the reader's values), its fields put in order by one C-level call
+        fields = _SAMPLE_ORDER((*values, timestamp, bool(lost), pstate, throttle, nvlinks, usage, sample_reasons))
+        return static, _NEW_SAMPLE(*fields)
 
     def _static(
         self,
@@ -935,15 +1104,22 @@ class SnapshotDecoder:
         return static
 
     def _nvlinks(self, index: int, links: Any) -> tuple[NvLink, ...] | None:
-        """The GPU's links, the previous line's where they are the very same (the far side reads them every 5 s)."""
+        """The GPU's links, the previous line's where they are the very same (the far side reads them every 5 s).
+
+        The very same list object (a patched line shares what did not change: :class:`~.stream.StreamReader`)
+        is known without reading it; else the key is its values, exactly.
+        """
+        known = self._before.links.get(index)
+        if known is not None and known[2] is links:  # held by the memo: an id never reused while compared
+            self._now.links[index] = known
+            return known[1]
         try:  # marshal: the list exactly, types included (1, 1.0 and true are equal to Python)
             key = marshal.dumps(links, _MARSHAL)
         except ValueError:  # nested deeper than marshal writes
             return self._links(links)
-        known = self._before.links.get(index)
         nvlinks = known[1] if known is not None and known[0] == key else self._links(links)
         if nvlinks is not None:
-            self._now.links[index] = (key, nvlinks)
+            self._now.links[index] = (key, nvlinks, links)
         return nvlinks
 
     def _links(self, links: Any) -> tuple[NvLink, ...] | None:
@@ -969,7 +1145,7 @@ class SnapshotDecoder:
             and "\\" not in "".join(filter(None, remote))
         ):
             return self._links_one_by_one(links)
-        return tuple(starmap(NvLink, rows))
+        return tuple(starmap(_NEW_LINK, rows))
 
     def _links_one_by_one(self, links: list[Any]) -> tuple[NvLink, ...] | None:
         decoded = []
@@ -1013,6 +1189,14 @@ class SnapshotDecoder:
         """:func:`_process` of every row, checked a column at a time; None where one value is not the common case."""
         if not _PROCESSES_BY_POSITION:
             return None
+        columns = self._common_columns(rows)
+        if columns is None:
+            return None
+        hosts = columns.hosts if gpu.host is None else repeat(gpu.host)  # placed in a fleet: its host's processes
+        return self._built_processes(columns, repeat(gpu.index), repeat(gpu.uuid), hosts)
+
+    def _common_columns(self, rows: list[tuple[Any, ...]]) -> _Columns | None:
+        """The rows (one or more) checked a column at a time; None where one value is not the common case."""
         columns = tuple(zip(*rows, strict=True))
         pid, kind, status, flags, foreign, unavailable, owner_column, gpu_instance, compute_instance = columns[:9]
         reader, values = _PROCESS_READER, columns[9:]
@@ -1038,31 +1222,37 @@ class SnapshotDecoder:
             and "\\" not in "".join(filter(None, chain(status, *texts)))
         ):
             return None
-        owners = []
+        owners: list[ProcessOwner | None] = []
         for value in owner_column:
             owner = self._owner(value)
-            if owner is _UNCOMMON:
+            if isinstance(owner, _Uncommon):
                 return None
             owners.append(owner)
-        by_name: dict[str, Iterable[Any]] = dict(zip(reader.names, values, strict=True))
-        if gpu.host is not None:  # placed in a fleet: every process is its host's
-            by_name["host"] = repeat(gpu.host)
+        return _Columns(columns, owners)
+
+    def _built_processes(
+        self, columns: _Columns, gpu_index: Iterable[Any], gpu_uuid: Iterable[Any], hosts: Iterable[Any]
+    ) -> tuple[GpuProcess, ...]:
+        """The processes of checked rows; ``gpu_index``, ``gpu_uuid``, ``hosts``: a value per row (or endless)."""
+        pid, kind, status, _, foreign, _, _, gpu_instance, compute_instance = columns.columns[:9]
+        by_name: dict[str, Iterable[Any]] = dict(zip(_PROCESS_READER.names, columns.columns[9:], strict=True))
         by_name.update(
-            gpu_index=repeat(gpu.index),
-            gpu_uuid=repeat(gpu.uuid),
+            host=hosts,
+            gpu_index=gpu_index,
+            gpu_uuid=gpu_uuid,
             pid=pid,
             type=map(_PROCESS_TYPE_OF.__getitem__, kind),
             status=status,
             foreign=map(bool, foreign),
             unavailable=repeat(EMPTY_REASONS),
-            owner=owners,
+            owner=columns.owners,
             flags=repeat(()),
             gpu_instance_id=gpu_instance,
             compute_instance_id=compute_instance,
         )
         # GpuProcess's fields in their order, each a column (or its default, for the fields no line has).
         fields = [by_name[name] if name in by_name else repeat(default) for name, default in _PROCESS_POSITIONS]
-        return tuple(starmap(GpuProcess, zip(*fields)))  # noqa: B905  # the repeats are endless
+        return tuple(starmap(_NEW_PROCESS, zip(*fields)))  # noqa: B905  # the repeats are endless
 
     def _process(self, data: Any, gpu: GpuStatic) -> GpuProcess:
         process = self._common_process(data, gpu) if type(data) is dict else None
@@ -1134,6 +1324,10 @@ class SnapshotDecoder:
             return None
         if type(value) is not dict:
             return _UNCOMMON
+        same = self._before.same_owner.get(id(value))  # the memo holds the object: its id is its own
+        if same is not None and same[0] is value:  # the very object of the line before (a patched stream's)
+            self._now.same_owner[id(value)] = same
+            return same[1]  # type: ignore[no-any-return]
         kind = value.get("kind")
         names = tuple(map(value.get, OWNER_STRING_FIELDS))
         if type(kind) is not str or not _TEXT_TYPES.issuperset(map(type, names)):
@@ -1149,6 +1343,7 @@ class SnapshotDecoder:
             owner_kind = _OWNER_KIND_OF.get(kind, OwnerKind.CGROUP)  # as owner_from_dict: unknown, a cgroup
             owner = ProcessOwner(kind=owner_kind, uid=uid, **dict(zip(OWNER_STRING_FIELDS, names, strict=True)))
         self._now.owners[key] = owner
+        self._now.same_owner[id(value)] = (value, owner)
         return owner
 
     # -- health
@@ -1157,12 +1352,18 @@ class SnapshotDecoder:
         data = item.get("health")
         if not data or type(data) is not dict:
             return _health(item, index)
+        values = tuple(map(data.get, _HEALTH_KEYS, repeat(...)))
+        same = self._before.same_health.get(index)
+        if same is not None and all(map(operator.is_, values, same[0])):  # the very objects of the line before
+            self._now.same_health[index] = same
+            return same[1]  # type: ignore[no-any-return]
         try:  # marshal: the values exactly, types included; deeper than it writes, no reuse
-            key = marshal.dumps((index, tuple(map(data.get, _HEALTH_KEYS, repeat(...)))), _MARSHAL)
+            key = marshal.dumps((index, values), _MARSHAL)
         except ValueError:
             return _health(item, index)
         health = self._now.healths.get(key) or self._before.healths.get(key) or _health(item, index)
         self._now.healths[key] = health
+        self._now.same_health[index] = (values, health)
         return health
 
 

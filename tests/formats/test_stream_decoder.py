@@ -294,7 +294,9 @@ def test_the_memory_holds_two_lines_at_most_whatever_comes_and_goes(node_lines):
         assert stream.decode(data) == checked(copy.deepcopy(data))
         per_line.append(stream.remembered)
     assert max(per_line) == max(per_line[:3]), "no growth with churn"
-    parts = 8 * 4 + sum(len(gpu["processes"]) for gpu in template["gpus"]) + 1  # statics, links, reasons, health
+    # a GPU: its static, links, reasons, health, and its static, readings, reasons and health known by identity;
+    # a process: its owner, by values and by identity
+    parts = 8 * 8 + 2 * sum(len(gpu["processes"]) for gpu in template["gpus"]) + 1
     assert max(per_line) <= 2 * parts
 
 
@@ -353,3 +355,88 @@ def test_unchanged_links_of_a_patched_stream_are_reused_on_every_line(sim, clock
                     rebuilt += 1
         previous = snapshot
     assert reused >= 14 and rebuilt >= 2  # NVLink is read every 5 s: two reads in 12 lines, the rest the same
+
+
+# ---------------------------------------------------------------- a patched stream: parts shared with the line before
+
+
+def _patched(node_lines: list[str]) -> list[dict[str, Any]]:
+    """The lines as ``--ssh`` gets them: each a patched copy of the one before, sharing every unchanged part."""
+    from nvtopy.formats.stream import apply_patch, patch_of
+
+    states: list[dict[str, Any]] = []
+    previous: dict[str, Any] | None = None
+    for line in node_lines:
+        data = json.loads(line)
+        states.append(data if previous is None else apply_patch(states[-1], patch_of(previous, data)))
+        previous = data
+    return states
+
+
+def _links_of(state: dict[str, Any]) -> list[Any]:
+    return [gpu["health"]["readings"]["nvlink"]["links"] for gpu in state["gpus"]]
+
+
+def test_a_patched_stream_decodes_every_line_as_the_checked_walk(node_lines):
+    """What the decoder knows by identity (the very same JSON object as the line before) is never a stale part."""
+    states = _patched(node_lines)
+    shared = sum(a is b for x, y in itertools.pairwise(states) for a, b in zip(_links_of(x), _links_of(y), strict=True))
+    assert shared >= 20, "the lines share unchanged links (else the identity path is not exercised)"
+    for place in (None, decoder.Placement(first=5, host="gpu-c", taken=1_800_000_000.0)):
+        stream = SnapshotDecoder()
+        for n, state in enumerate(states):
+            got = stream.decode(state, place=place)
+            expected = checked(copy.deepcopy(state))
+            if place is not None:
+                expected_parts = _placed_by_hand(expected, place.first, place.host, place.taken)
+                assert [(g.static, g.sample, g.processes, g.health) for g in got.gpus] == expected_parts, n
+            else:
+                assert got == expected, n
+                assert repr(got) == repr(expected), n
+
+
+def test_a_changed_link_in_a_patched_line_is_not_missed(node_lines):
+    """One value of one link changes, everything else shared: the new value is read, the rest reused."""
+    from nvtopy.formats.stream import apply_patch
+
+    state = json.loads(node_lines[0])
+    stream = SnapshotDecoder()
+    first = stream.decode(state)
+    gpu = next(n for n, links in enumerate(_links_of(state)) if links)
+    links = state["gpus"][gpu]["health"]["readings"]["nvlink"]["links"]
+    errors = links[0]["errors"] + 7
+    patch_links = {"$list": [{"errors": errors}] + [{} for _ in links[1:]]}
+    patch = {"gpus": {"$list": [{} for _ in state["gpus"]]}}
+    patch["gpus"]["$list"][gpu] = {"health": {"readings": {"nvlink": {"links": patch_links}}}}
+    changed = apply_patch(state, patch)
+    assert changed["gpus"][gpu - 1 if gpu else gpu + 1] is state["gpus"][gpu - 1 if gpu else gpu + 1]
+    second = stream.decode(changed)
+    assert second.gpus[gpu].sample.nvlinks[0].errors == errors
+    assert second.gpus[gpu].sample.nvlinks[1:] == first.gpus[gpu].sample.nvlinks[1:]
+    assert second == checked(copy.deepcopy(changed))
+    others = [n for n in range(len(state["gpus"])) if n != gpu and first.gpus[n].sample.nvlinks]
+    assert all(second.gpus[n].sample.nvlinks is first.gpus[n].sample.nvlinks for n in others)
+
+
+def test_a_changed_owner_in_a_patched_line_is_not_missed(node_lines):
+    """One process's owner renamed, everything else shared with the line before: the new name is read."""
+    from nvtopy.formats.stream import apply_patch
+
+    state = json.loads(node_lines[0])
+    stream = SnapshotDecoder()
+    first = stream.decode(state)
+    gpu, at = next(
+        (g, n) for g, item in enumerate(state["gpus"]) for n, p in enumerate(item["processes"]) if p["owner"]
+    )
+    processes = [{} for _ in state["gpus"][gpu]["processes"]]
+    processes[at] = {"owner": {"name": "renamed"}}
+    patch = {"gpus": {"$list": [{} for _ in state["gpus"]]}}
+    patch["gpus"]["$list"][gpu] = {"processes": {"$list": processes}}
+    changed = apply_patch(state, patch)
+    second = stream.decode(changed)
+    assert second.gpus[gpu].processes[at].owner.name == "renamed"
+    assert second == checked(copy.deepcopy(changed))
+    kept = [(g, n) for g, item in enumerate(first.gpus) for n, p in enumerate(item.processes) if p.owner]
+    assert all(
+        second.gpus[g].processes[n].owner is first.gpus[g].processes[n].owner for g, n in kept if (g, n) != (gpu, at)
+    ), "the unchanged owners are the very same objects"

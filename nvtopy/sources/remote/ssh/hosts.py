@@ -39,10 +39,12 @@ from ....model import (
     HistoryBuffer,
     HostInfo,
     Snapshot,
+    fast_constructor,
 )
 from ...base import SnapshotSource
 from ...timeline import Timeline
 from ..exporters import host_names
+from ..prometheus import paused_gc
 from .command import remote_script, ssh_argv
 from .session import Latest, Mode, Session, State
 from .streams import SshStreams
@@ -50,6 +52,7 @@ from .targets import SshTarget
 
 __all__ = ["SshHosts"]
 
+_NEW_STATE = fast_constructor(GpuState)  # 512 GPUs a refresh: the dataclass __init__ is a cost
 SMI_MISSING_SHOWN = 4  # of what a host read with nvidia-smi cannot show, the first few (the README lists all)
 
 
@@ -159,20 +162,24 @@ class SshHosts(SnapshotSource):
                 self._reported[session.position] = session.hostname
         names = host_names(self.targets, self._reported)
         gpus: list[GpuState] = []
-        for session, name in zip(sessions, names, strict=True):
-            gpus.extend(self._host_lines(session, name, len(gpus), now, clock))
-        self._sequence += 1
-        host = HostInfo(
-            hostname=names[0] if len(names) == 1 else f"{len(names)} hosts",
-            driver_version=None,
-            cuda_driver_version=None,
-            backend="ssh",
-        )
-        snapshot = Snapshot(
-            timestamp=now, host=host, gpus=tuple(gpus), sequence=self._sequence, interval=self._interval
-        )
-        if not self._stopping:
-            self._publish(snapshot)
+        # No collection while the refresh builds tens of thousands of objects (none in a cycle), and until the
+        # snapshot they replace is let go (published): a collection counts objects made less objects freed, so a
+        # refresh that replaces as many as it makes sets off none, and no collection walks them all again.
+        with paused_gc():
+            for session, name in zip(sessions, names, strict=True):
+                gpus.extend(self._host_lines(session, name, len(gpus), now, clock))
+            self._sequence += 1
+            host = HostInfo(
+                hostname=names[0] if len(names) == 1 else f"{len(names)} hosts",
+                driver_version=None,
+                cuda_driver_version=None,
+                backend="ssh",
+            )
+            snapshot = Snapshot(
+                timestamp=now, host=host, gpus=tuple(gpus), sequence=self._sequence, interval=self._interval
+            )
+            if not self._stopping:
+                self._publish(snapshot)
         return snapshot
 
     def _host_lines(self, session: Session, name: str, first: int, now: float, clock: float) -> list[GpuState]:
@@ -231,14 +238,17 @@ class SshHosts(SnapshotSource):
         def state(gpu: RecordedGpu) -> GpuState:
             static = gpu.static
             history, timeline = self._kept((position, static.host_index), static, gpu.sample)
-            return GpuState(
+            # GpuState's fields in order: static, sample, processes, why none, history, note, hint, health, charts
+            return _NEW_STATE(
                 static,
                 gpu.sample,
                 gpu.processes,
                 gpu.processes_unavailable,
                 history.history(),
-                health=gpu.health,
-                timeline=timeline,
+                None,
+                None,
+                gpu.health,
+                timeline,
             )
 
         decoder = self._decoders.get(position)

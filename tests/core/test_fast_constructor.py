@@ -1,0 +1,181 @@
+"""The model's fast constructor (``model.fast_constructor``): the object ``cls(*values)`` builds, range rule included.
+
+Why it exists: ``nvtopy --ssh`` at 64 hosts x 8 GPUs builds thousands of samples,
+processes and links a second from untrusted far sides, and the dataclass
+``__init__`` was most of a refresh. What must not change: a reading outside its
+range (NaN, an infinity, a negative, a huge figure, not a number) is ``None`` with
+the reason ``out_of_range``, exactly as through the checked constructor -- here
+on the model's own classes, then through the ``--ssh`` decoding path (a far
+side's stream line decoded in its place in the fleet).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+
+from nvtopy.formats.contract_decoder import Placement, SnapshotDecoder, _checked_snapshot
+from nvtopy.formats.stream import StreamReader
+from nvtopy.model import (
+    GpuHistory,
+    GpuProcess,
+    GpuSample,
+    GpuState,
+    GpuStatic,
+    NvLink,
+    ProcessType,
+    Reason,
+    fast_constructor,
+)
+from nvtopy.ranges import FIELD_RANGES, within
+
+BAD = (float("nan"), float("inf"), float("-inf"), -1, 2**70, 1e308, "12", [1])
+
+
+def _values(obj: object) -> list[object]:
+    return [getattr(obj, name) for name in obj.__dataclass_fields__]  # type: ignore[attr-defined]
+
+
+def _sample() -> GpuSample:
+    return GpuSample(
+        1_800_000_000.0,
+        memory_used_bytes=5 << 30,
+        utilization_gpu_percent=50,
+        temperature_c=60,
+        power_draw_w=300.5,
+        sm_active_percent=41.5,
+        pcie_rx_bytes_per_s=123,
+        throttle_reasons=("gpu_idle",),
+        nvlinks=(NvLink(0, True, 4, 10, 20, 0, "00000000:05:00.0"),),
+    )
+
+
+def _process() -> GpuProcess:
+    return GpuProcess(
+        3, "GPU-x", 1234, ProcessType.COMPUTE, 1 << 30, sm_percent=40, cpu_percent=99.5, running_seconds=12.5,
+        create_time=1_799_999_000.0, host="node001",
+    )  # fmt: skip
+
+
+EXAMPLES = {
+    "GpuSample": _sample,
+    "GpuProcess": _process,
+    "NvLink": lambda: NvLink(3, True, 4, 10, 20, 0, "00000000:05:00.0"),
+    "GpuStatic": lambda: GpuStatic(7, "GPU-x", "H100", memory_total_bytes=80 << 30, host="node001", host_index=0),
+    "GpuHistory": lambda: GpuHistory((1.0, 2.0), (1, None), (2, 3)),
+    "GpuState": lambda: GpuState(GpuStatic(0), _sample(), (_process(),)),
+}
+
+
+@pytest.mark.parametrize("name", list(EXAMPLES))
+def test_the_fast_object_is_the_one_the_dataclass_builds(name):
+    expected = EXAMPLES[name]()
+    cls = type(expected)
+    made = fast_constructor(cls)(*_values(expected))
+    assert type(made) is cls
+    assert made == expected
+    assert repr(made) == repr(expected)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(made, next(iter(cls.__dataclass_fields__)), 9)  # frozen as the dataclass is
+    assert fast_constructor(cls) is fast_constructor(cls), "made once per class"
+
+
+def test_a_class_whose_construction_does_more_is_refused():
+    """Only the range rule is done here: a class with another ``__post_init__``, or not slotted, gets none."""
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Checked:
+        value: int
+
+        def __post_init__(self) -> None:
+            raise AssertionError("work a fast constructor would skip")
+
+    @dataclasses.dataclass(frozen=True)
+    class Plain:
+        value: int
+
+    for cls in (Checked, Plain):
+        with pytest.raises(TypeError):
+            fast_constructor(cls)
+
+
+RANGED = [
+    (cls, name)
+    for cls in (GpuSample, GpuProcess, NvLink, GpuStatic)
+    for name in cls.__dataclass_fields__
+    if name in FIELD_RANGES
+]
+
+
+@pytest.mark.parametrize(("cls", "name"), RANGED, ids=[f"{cls.__name__}.{name}" for cls, name in RANGED])
+def test_a_value_out_of_range_is_none_with_its_reason_as_through_the_dataclass(cls, name):
+    base = {GpuSample: _sample, GpuProcess: _process, NvLink: EXAMPLES["NvLink"], GpuStatic: EXAMPLES["GpuStatic"]}
+    values = _values(base[cls]())
+    position = list(cls.__dataclass_fields__).index(name)
+    low, high = FIELD_RANGES[name]
+    for bad in (*BAD, low - 1, high + 1):
+        if within(name, bad):  # -1 is a temperature
+            continue
+        values[position] = bad
+        made = fast_constructor(cls)(*values)
+        expected = cls(*values)
+        assert getattr(made, name) is None, f"{name}={bad!r} kept"
+        assert made == expected and repr(made) == repr(expected)
+        if hasattr(made, "unavailable"):
+            assert made.unavailable[name] is Reason.OUT_OF_RANGE
+    for good in (low, high, None):
+        values[position] = good
+        assert getattr(fast_constructor(cls)(*values), name) == good
+
+
+# ----------------------------------------------------------------- through --ssh's decoding
+
+
+def _far_line(**changes: object) -> bytes:
+    """A far side's whole snapshot line of two simulated GPUs, with ``changes`` on GPU 0 and its first process."""
+    from tests.sources.remote.ssh.fake_ssh import snapshot_line
+
+    data = json.loads(snapshot_line(gpus=2))
+    gpu = data["gpus"][0]
+    process = gpu["processes"][0]
+    for key, value in changes.items():
+        part, field = key.split("__")
+        (gpu if part == "gpu" else process)[field] = value
+    return json.dumps(data).encode()  # NaN and Infinity as Python's json writes them (and reads them back)
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        "gpu__utilization_gpu_percent",
+        "gpu__power_draw_w",
+        "gpu__temperature_c",
+        "gpu__sm_active_percent",
+        "process__sm_percent",
+        "process__cpu_percent",
+        "process__running_seconds",
+        "process__gpu_memory_bytes",
+    ],
+)
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -500, 1e300], ids=["nan", "inf", "negative", "huge"])
+def test_a_far_sides_bad_figure_is_na_with_its_reason_on_the_ssh_path(field, bad):
+    reader, decoder = StreamReader(), SnapshotDecoder()
+    state = reader.read(_far_line(**{field: bad}))
+    snapshot = decoder.decode(state, place=Placement(8, "node001", 1_800_000_000.0))
+    part, name = field.split("__")
+    gpu = snapshot.gpus[0]
+    held = gpu.sample if part == "gpu" else gpu.processes[0]
+    assert getattr(held, name) is None
+    assert held.unavailable[name] is Reason.OUT_OF_RANGE
+    assert gpu.static.index == 8 and all(p.host == "node001" for p in gpu.processes)
+    checked = _checked_snapshot(json.loads(_far_line(**{field: bad})))  # the checked walk says the same
+    held_checked = checked.gpus[0].sample if part == "gpu" else checked.gpus[0].processes[0]
+    assert getattr(held_checked, name) is None
+    if part == "gpu":
+        assert dataclasses.replace(held, timestamp=0) == dataclasses.replace(held_checked, timestamp=0)
+    else:
+        assert dataclasses.replace(held, gpu_index=0, host=None) == dataclasses.replace(held_checked, host=None)
+    assert not math.isnan(snapshot.gpus[1].sample.power_draw_w or 0.0)  # the other GPU as it was
