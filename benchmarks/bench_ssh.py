@@ -8,7 +8,8 @@ as serve-stdio sends them: the first whole, about 60 kB, then patches), because 
 far nvtopys on one 2-core machine would measure the far sides, not the monitor; the
 end-to-end tests show the same path through a real sshd.
 
-Measured in this process (which is the monitor, without a screen to draw): CPU time
+Measured in this process (which is the monitor, without a screen to draw, its garbage
+collector settled as the monitor settles it: ``gc_policy.settle_for_fleet``): CPU time
 (``time.process_time``: the I/O thread reading every host's bytes, and the refreshes
 decoding and building the snapshot) over ``--seconds`` seconds of 1 s refreshes,
 divided by the refreshes made; the refresh's own share (``time.thread_time`` in
@@ -40,6 +41,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=20.0)
     args = parser.parse_args()
 
+    from nvtopy.sources.remote.gc_policy import settle_for_fleet
     from nvtopy.sources.remote.ssh.hosts import SshHosts
     from nvtopy.sources.remote.ssh.session import State
     from nvtopy.sources.remote.ssh.targets import expand
@@ -55,6 +57,7 @@ def main() -> int:
             expand([f"node{n:03d}" for n in range(args.hosts)], {}), 1.0, program=str(program), max_connecting=64
         )
         refresh_cpu: list[float] = []
+        settle_for_fleet()  # as nvtopy --ssh does before its app runs
         source.streams.start()
         try:
             began = time.monotonic()

@@ -282,10 +282,12 @@ def _show(args: argparse.Namespace, source: Any, read_once: Callable[[], Snapsho
 
             render_snapshot(snapshot, sys.stdout, color=not args.no_color)
         return 0
+    from ..sources.remote.gc_policy import settle_for_fleet
     from ..tui.app import NvtopyApp
 
     app = NvtopyApp(source, layout=args.view)
     _configure(app, args, options.user_config(args, *CONFIG_FLAGS))
+    settle_for_fleet()  # thousands of short-lived objects a refresh: a collector set for them (gc_policy)
     app.run()
     return 0
 

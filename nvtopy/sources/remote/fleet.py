@@ -116,6 +116,7 @@ from ...formats.prometheus.series import MIG_DEVICE_SERIES, NVTOPY_FIELDS, OWNER
 from ...interval import STALE_INTERVALS
 from ...model import GpuSample, GpuState, GpuStatic, HostInfo, Snapshot
 from ..base import SnapshotSource
+from .gc_policy import paused_gc
 from .hostscrape import HostGpus
 from .prometheus import (
     VECTOR_ERRORS,
@@ -123,7 +124,6 @@ from .prometheus import (
     PrometheusClient,
     PrometheusError,
     parse_matchers,
-    paused_gc,
     selector,
 )
 

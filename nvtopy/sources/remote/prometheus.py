@@ -29,13 +29,9 @@ what reaches the server is exactly the matchers the user meant, or a usage error
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import re
-import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +41,7 @@ from ...errors import NvtopyError, UsageError
 from ...jsondecode import JsonRefusedError, decode_json
 from ...textsafe import excerpt
 from .fetch import GRACE, Exchange, basic_authorization, failure, read_body
+from .gc_policy import paused_gc
 from .tls import client_context
 
 if TYPE_CHECKING:
@@ -57,7 +54,6 @@ __all__ = [
     "PrometheusClient",
     "PrometheusError",
     "parse_matchers",
-    "paused_gc",
     "quote",
     "selector",
 ]
@@ -237,35 +233,6 @@ def _string(body: str, position: int, fail: Any) -> tuple[str, int]:
 
 
 # ----------------------------------------------------------------- the client
-
-_gc_lock = threading.Lock()
-_gc_pauses = 0  # callers inside paused_gc() now
-_gc_was_enabled = False
-
-
-@contextlib.contextmanager
-def paused_gc() -> Iterator[None]:
-    """No cyclic garbage collection while a large answer is decoded and turned into the model.
-
-    Why: an answer about 500 GPUs is some 30,000 JSON objects, and allocating them
-    sets off collections that walk every object alive, again and again -- more than
-    half the time of a refresh (measured: 600-800 ms with, 250-400 ms without). What
-    is made there holds no cycles; the collector runs as usual once the last caller
-    (of any thread) leaves.
-    """
-    global _gc_pauses, _gc_was_enabled
-    with _gc_lock:
-        if _gc_pauses == 0:
-            _gc_was_enabled = gc.isenabled()
-            gc.disable()
-        _gc_pauses += 1
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_pauses -= 1
-            if _gc_pauses == 0 and _gc_was_enabled:
-                gc.enable()
 
 
 class _Call(Exchange[tuple[int, bytes]]):

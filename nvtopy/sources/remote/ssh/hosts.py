@@ -44,7 +44,7 @@ from ....model import (
 from ...base import SnapshotSource
 from ...timeline import Timeline
 from ..exporters import host_names
-from ..prometheus import paused_gc
+from ..gc_policy import paused_gc
 from .command import remote_script, ssh_argv
 from .session import Latest, Mode, Session, State
 from .streams import SshStreams
