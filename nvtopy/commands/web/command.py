@@ -147,6 +147,7 @@ def run(command: str, args: argparse.Namespace) -> int:
     host, port = parse_listen(args.listen)
     tls = tls_from_args(args)  # before anything listens: a bad file is one line
     nvtopy = (sys.executable, "-m", "nvtopy", *args.monitor_argv)
+    _check_monitor(nvtopy)
     settings = WebSettings(
         monitor=(*nvtopy, "--readonly"),  # whatever the flags: no page may send a signal
         once=nvtopy,
@@ -157,6 +158,41 @@ def run(command: str, args: argparse.Namespace) -> int:
         idle_timeout=args.idle_timeout,
     )
     return asyncio.run(_serve(settings, host, port, tls))
+
+
+CHECK_DEADLINE = 60.0
+"""Seconds the first snapshot (:func:`_check_monitor`) may take before the server starts without it."""
+
+
+def _check_monitor(nvtopy: tuple[str, ...]) -> None:
+    """One snapshot with the monitor's flags, before anything listens: what every session would meet.
+
+    Why: some of the monitor's usage errors are found only when it runs (``--demo`` with ``--remote``,
+    an ``@group`` the config lacks, ``--gpus`` naming a GPU that is not there); found in each browser's
+    session they would be a page that closes. A usage error (exit 2) is raised here, one line; any
+    other failure (no driver yet, hosts down) is a warning: the sessions show it, and it may pass.
+    """
+    import subprocess
+
+    try:
+        result = subprocess.run(
+            [*nvtopy, "--once", "--json"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            timeout=CHECK_DEADLINE,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        print(f"nvtopy: warning: no snapshot within {CHECK_DEADLINE:g} s; serving anyway", file=sys.stderr)
+        return
+    if result.returncode == 0:
+        return
+    lines = result.stderr.decode("utf-8", "replace").strip().splitlines() or ["nvtopy --once failed"]
+    line = lines[-1].removeprefix("nvtopy: error: ")  # already made safe by the CLI that wrote it
+    if result.returncode == UsageError.exit_code:
+        raise UsageError(line)
+    print(f"nvtopy: warning: {line} (the sessions will show it until it passes)", file=sys.stderr, flush=True)
 
 
 async def _serve(settings: WebSettings, host: str, port: int, tls: ssl.SSLContext | None) -> int:

@@ -108,15 +108,27 @@ def make_app(settings: WebSettings) -> web.Application:
 
     app = web.Application(middlewares=[token_required], client_max_size=_MAX_MESSAGE)
     app.on_response_prepare.append(secure_headers)
-    app["settings"] = settings
     once_slots = asyncio.Semaphore(_ONCE_AT_ONCE)
     pages = jinja2.Environment(loader=jinja2.FileSystemLoader(_FILES / "templates"), autoescape=True)
+
+    async def index(request: web.Request) -> web.StreamResponse:
+        return await _index(request, settings, pages)
+
+    async def websocket(request: web.Request) -> web.StreamResponse:
+        return await _websocket(request, settings)
+
+    async def once_txt(_request: web.Request) -> web.StreamResponse:
+        return await _once(settings, once_slots, json_format=False)
+
+    async def once_json(_request: web.Request) -> web.StreamResponse:
+        return await _once(settings, once_slots, json_format=True)
+
     app.add_routes(
         [
-            web.get("/", lambda request: _index(request, settings, pages)),
-            web.get("/ws", lambda request: _websocket(request, settings)),
-            web.get("/once.txt", lambda _request: _once(settings, once_slots, json_format=False)),
-            web.get("/once.json", lambda _request: _once(settings, once_slots, json_format=True)),
+            web.get("/", index),
+            web.get("/ws", websocket),
+            web.get("/once.txt", once_txt),
+            web.get("/once.json", once_json),
             web.static("/static", _FILES / "static", show_index=False, follow_symlinks=False),
         ]
     )
