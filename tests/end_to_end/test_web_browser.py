@@ -86,7 +86,9 @@ def test_the_page_shows_the_monitor_and_a_key_changes_it(server: WebServer, brow
     page, screen = _open(browser, server.url)
     try:
         assert page.url == server.base + "/"  # the token left the address bar (the cookie holds it)
-        _wait_for(page, screen, ["H100 80GB HBM3", "demo-node", "GPU▲", "PID", "GPU-MEM", "COMMAND", "python train.py"])  # the GPU panels, the process table
+        panels = ["demo-node", "H100 80GB HBM3", "read-only"]  # the header and the GPU panels
+        table = ["GPU▲", "PID", "GPU-MEM", "COMMAND", "python train.py"]  # the process table, sorted by GPU
+        _wait_for(page, screen, panels + table)
         page.wait_for_function("document.body.classList.contains('-first-byte')")
         page.locator(".xterm-helper-textarea").focus()
         before = page.screenshot()
