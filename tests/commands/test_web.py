@@ -184,8 +184,9 @@ async def test_an_idle_session_is_closed_and_its_monitor_ends():
         headers = {"Authorization": f"Bearer {idle.token}"}
         async with aiohttp.ClientSession(headers=headers) as client, client.ws_connect(_ws(idle)) as ws:
             await _first_screen(ws)
+            end = asyncio.get_running_loop().time() + WS_DEADLINE  # the monitor draws on: bound the whole wait
             while (message := await ws.receive(timeout=WS_DEADLINE)).type == aiohttp.WSMsgType.BINARY:
-                pass
+                assert asyncio.get_running_loop().time() < end, "the idle session was never closed"
             assert message.type == aiohttp.WSMsgType.CLOSE
             assert message.extra == "idle: closed by nvtopy web"
         poll(lambda: not idle.sessions(), WS_DEADLINE, "the idle session's monitor ends")
