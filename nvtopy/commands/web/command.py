@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_LISTEN", "build_parser", "check_args", "run"]
 
 DEFAULT_LISTEN = "127.0.0.1:9410"
-MAX_SESSIONS = 64  # the largest --max-sessions: each session is a process of about 60 MiB (README)
+MAX_SESSIONS = 64  # the largest --max-sessions: each session is a process of about 40 MiB (README)
 _NOT_HERE = {"once": "--once", "json": "--json", "print_config": "--print-config"}
 
 
@@ -73,7 +73,7 @@ def _add_own_options(parser: argparse.ArgumentParser) -> None:
         type=_session_count,
         default=4,
         metavar="N",
-        help="browser sessions at once (default 4; each runs a monitor process, about 60 MiB)",
+        help="browser sessions at once (default 4; each runs a monitor process, about 40 MiB)",
     )
     own.add_argument(
         "--idle-timeout",
