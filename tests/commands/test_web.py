@@ -254,3 +254,57 @@ def test_bad_flags_are_one_line_and_exit_2(args, said):
     assert said in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert result.stdout == ""
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory):
+    """A throwaway self-signed certificate for 127.0.0.1 and its key, made by the openssl CLI."""
+    import shutil
+    import subprocess
+
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("the openssl CLI is needed to make a test certificate")
+    folder = tmp_path_factory.mktemp("web-tls")
+    subprocess.run(
+        [
+            *(openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"),
+            *("-keyout", "key.pem", "-out", "cert.pem", "-days", "2", "-subj", "/CN=127.0.0.1"),
+            *("-addext", "subjectAltName=IP:127.0.0.1"),
+        ],
+        cwd=folder,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return folder / "cert.pem", folder / "key.pem"
+
+
+def test_with_tls_everything_is_https_and_the_cookie_is_secure(certificate):
+    import ssl
+
+    cert, key = certificate
+    context = ssl.create_default_context(cafile=str(cert))
+    with web_server("--demo", "--tls-cert", str(cert), "--tls-key", str(key)) as secure:
+        assert secure.base.startswith("https://127.0.0.1:")
+        opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context))
+        request = urllib.request.Request(
+            secure.base + "/once.json", headers={"Authorization": f"Bearer {secure.token}"}
+        )
+        with opener.open(request, timeout=60) as response:
+            assert json.loads(response.read())["backend"] == "simulated"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            opener.open(secure.base + "/once.json", timeout=60)
+        assert refused.value.code == 401
+
+        class NoRedirect(urllib.request.HTTPRedirectHandler):
+            def redirect_request(self, *args, **kwargs):
+                return None
+
+        with pytest.raises(urllib.error.HTTPError) as first:
+            urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), NoRedirect).open(secure.url)
+        assert first.value.code == 303 and "Secure" in first.value.headers["Set-Cookie"]
+        with opener.open(
+            urllib.request.Request(secure.base + "/", headers={"Authorization": f"Bearer {secure.token}"})
+        ) as page:
+            assert b'data-session-websocket-url="wss://' in page.read()
