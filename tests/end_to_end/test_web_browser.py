@@ -103,12 +103,17 @@ def test_the_page_shows_the_monitor_and_a_key_changes_it(server: WebServer, brow
         page.close()
 
 
-def test_the_kill_keys_reach_no_signal(server: WebServer, browser):
-    """K, T and I in the process table: the monitor says it is read-only and asks nothing."""
+@pytest.mark.parametrize("where", ["table", "process screen"])
+def test_the_kill_keys_reach_no_signal(server: WebServer, browser, where):
+    """K, T and I, in the process table or a process's own screen: the monitor says it is read-only, asks nothing."""
     page, screen = _open(browser, server.url)
     try:
-        _wait_for(page, screen, ["PID", "COMMAND"])
+        _wait_for(page, screen, ["PID", "COMMAND", "python"])
         page.locator(".xterm-helper-textarea").focus()
+        if where == "process screen":
+            since = len(screen.chunks)
+            page.keyboard.press("Enter")  # the selected process's screen: its footer says read-only
+            _wait_for(page, screen, ["read-only ·"], since)
         since = len(screen.chunks)
         page.keyboard.press("Shift+K")
         _wait_for(page, screen, ["read-only (--readonly)", "sending signals is disabled"], since)
