@@ -200,7 +200,8 @@ async def _serve(settings: WebSettings, host: str, port: int, tls: ssl.SSLContex
 
     from .server import STOP_DEADLINE, make_app
 
-    runner = web.AppRunner(make_app(settings), access_log=None, shutdown_timeout=STOP_DEADLINE)
+    # A session takes up to 2 x STOP_DEADLINE to end (asked, then killed): its handler gets that before it is cancelled.
+    runner = web.AppRunner(make_app(settings), access_log=None, shutdown_timeout=2 * STOP_DEADLINE + 1)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port, ssl_context=tls)
@@ -232,4 +233,4 @@ async def _serve(settings: WebSettings, host: str, port: int, tls: ssl.SSLContex
         return 0
     finally:
         with contextlib.suppress(asyncio.TimeoutError):  # sessions: STOP_DEADLINE each, at once, then killed
-            await asyncio.wait_for(runner.cleanup(), 3 * STOP_DEADLINE)
+            await asyncio.wait_for(runner.cleanup(), 3 * STOP_DEADLINE + 5)
