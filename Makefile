@@ -57,8 +57,9 @@ bench-peers: install          ## nvtopy vs nvitop and gpustat on ../shared/fake-
 	$(BIN)/python benchmarks/bench_peers.py $(ARGS)
 	$(BIN)/python benchmarks/bench_once.py -n 9
 
-screenshots: install          ## regenerate screenshots/*.svg from the simulated backend
+screenshots: install          ## regenerate screenshots/*.svg from the simulated backend (and web-demo.png: Chromium)
 	$(BIN)/python screenshots/make_screenshots.py
+	NVTOPY_WEB_SCREENSHOT=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/end_to_end/test_web_browser.py -k shows
 
 device-wheels:                ## nvtopy's runtime dependencies as cp312 manylinux x86_64 wheels in .whl/ (needs a network)
 	$(PYTHON) devcheck/device_check.py --download-wheels --wheels .whl

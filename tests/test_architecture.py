@@ -116,6 +116,11 @@ THIRD_PARTY: dict[str, set[str]] = {
     "psutil": {"backends.host"},
     "prometheus_client": {"formats", "commands"},
     "apprise": {"notify"},
+    # nvtopy web's server: the monitor (a Textual app, one process per browser) served by textual-serve's
+    # app protocol over aiohttp, its page rendered from textual-serve's template with jinja2
+    "aiohttp": {"commands.web"},
+    "jinja2": {"commands.web"},
+    "textual_serve": {"commands.web"},
     "torch": {"integrations"},
     "tensorboardX": {"integrations"},
 }

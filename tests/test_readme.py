@@ -39,6 +39,7 @@ OPERATORS = {"|", "||", "&", "&&", ";", "<", ">", ">>"}
 NEEDS_SERVER = {
     "exporter": "starts a server that runs until stopped",
     "watch": "runs until stopped or GPUs are free (tests/commands/test_watch.py runs it)",
+    "web": "starts a web server that runs until stopped (tests/commands/test_web.py runs it)",
 }
 NEEDS_SERVER_FLAGS = {
     "--remote": "reads other hosts' exporters",
@@ -48,7 +49,7 @@ NEEDS_SERVER_FLAGS = {
 }
 NEEDS_TERMINAL = {"replay": "the monitor, on a recording: needs a terminal"}
 ONE_SHOT_FLAGS = {"--once", "--help", "-h", "--version", "--print-config"}
-SUBCOMMANDS = {"log", "record", "replay", "exporter", "doctor", "report", "rules", "watch"}
+SUBCOMMANDS = {"log", "record", "replay", "exporter", "doctor", "report", "rules", "watch", "web"}
 READS_THE_DRIVER = {None, "log", "record", "doctor"}  # the monitor's one-shot modes and these commands
 RUNS_UNTIL_STOPPED = {"log", "record"}
 

@@ -626,6 +626,7 @@ COMMANDS = {
     "report": ("report", "GPU-hours, energy and peak memory per user, owner, GPU or host"),
     "rules": ("rules", "print Prometheus alerting rules for the exporter's metrics"),
     "watch": ("watch", "print each alert as it fires or clears; wait for free GPUs"),
+    "web": ("web.command", "the monitor in a browser, read-only, behind a token"),
     "serve-stdio": ("serve_stdio", "stream snapshots on stdout: the far end of 'nvtopy --ssh' (not run by hand)"),
 }
 """``nvtopy COMMAND``: the module that runs it, and what it does in one line (``nvtopy --help``)."""

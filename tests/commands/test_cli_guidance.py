@@ -47,7 +47,7 @@ def test_help_says_nvtopy_command_and_lists_the_commands_at_the_top(columns_80, 
     assert code == 0
     lines = out.splitlines()
     assert lines[0] == "usage: nvtopy [COMMAND] [OPTIONS]"
-    top = lines[:17]
+    top = lines[:18]
     for name in user_commands():  # serve-stdio is run by nvtopy --ssh, not by a person: not listed
         purpose = COMMANDS[name][1]
         assert any(line.split() == [name, *purpose.split()] for line in top), f"{name} not in the first lines"
@@ -117,7 +117,7 @@ def test_a_word_nothing_is_close_to_still_lists_the_commands(capsys):
     line = one_error_line(err)
     assert (
         code == 2
-        and "unknown command 'top' (known: log, record, replay, exporter, doctor, report, rules, watch)" in line
+        and "unknown command 'top' (known: log, record, replay, exporter, doctor, report, rules, watch, web)" in line
     )
     assert "did you mean" not in line
 

@@ -6,7 +6,10 @@ per snapshot and shared, then the exporter's own series, made per scrape: ``nvto
 always (so ``/metrics`` is never empty, not even before the first collection) and, with
 ``--self-metrics``, :mod:`.selfmetrics`'. ``GET /health`` (dcgm-exporter's path, which its Helm
 chart probes; ``/ready`` the same) answers :mod:`.readiness`' verdict: 200 or 503 and one line of
-text. Anything else goes to prometheus-client's own app, as it always did.
+text. ``GET /once.txt`` and ``/once.json`` answer the latest snapshot as ``nvtopy --once --no-color``
+and ``nvtopy --once --json`` print it (the same renderers, so the same escaping), for curl and
+scripts; 503 before the first collection. Anything else goes to prometheus-client's own app, as it
+always did.
 """
 
 from __future__ import annotations
@@ -18,18 +21,22 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from ...formats.prometheus.collect import SnapshotHolder
 from ...formats.prometheus.expose import GZIP_LEVEL, Exposition
 from ...model import Snapshot
 from .readiness import Readiness
 from .selfmetrics import SelfMetrics
 
-__all__ = ["HEALTH_PATHS", "ScrapeBody", "WsgiApp", "metrics_app"]
+__all__ = ["HEALTH_PATHS", "ONCE_PATHS", "ScrapeBody", "WsgiApp", "metrics_app", "once_body"]
 
 StartResponse = Callable[..., Any]  # WSGI's start_response(status, headers, exc_info=None)
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 HEALTH_PATHS = ("/health", "/ready")
 """Where the readiness verdict is answered (every other path serves the metrics, as prometheus-client's app does)."""
+
+ONCE_PATHS = ("/once.txt", "/once.json")
+"""The latest snapshot as ``nvtopy --once`` prints it: text, or ``--json``'s document."""
 
 _GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"  # RFC 1952: deflate, no name, no mtime, OS unknown
 
@@ -40,6 +47,7 @@ def metrics_app(
     *,
     readiness: Readiness,
     self_metrics: SelfMetrics | None = None,
+    snapshots: SnapshotHolder | None = None,
 ) -> WsgiApp:
     """The WSGI app: ``/health`` gets ``readiness``' verdict; a GET, the exposition and the exporter's own series.
 
@@ -63,6 +71,10 @@ def metrics_app(
             status = "200 OK" if verdict.ready else "503 Service Unavailable"
             start_response(status, [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(text)))])
             return [text] if method == "GET" else []
+        if path in ONCE_PATHS and method in ("GET", "HEAD") and snapshots is not None:
+            status, content_type, text = once_body(snapshots.latest, json_format=path == "/once.json")
+            start_response(status, [("Content-Type", content_type), ("Content-Length", str(len(text)))])
+            return [text] if method == "GET" else []
         if method != "GET" or path == "/favicon.ico":
             return fallback(environ, start_response)
         started = time.perf_counter()
@@ -83,6 +95,27 @@ def metrics_app(
         return _Timed(chunks, lambda: self_metrics.scraped(time.perf_counter() - started))
 
     return app
+
+
+def once_body(snapshot: Snapshot | None, *, json_format: bool) -> tuple[str, str, bytes]:
+    """``/once.txt`` or ``/once.json`` of ``snapshot``: (status, content type, UTF-8 body).
+
+    The CLI's renderers (``nvtopy --once --no-color``, ``--once --json``), so the same escaping of
+    untrusted text; the text to a string, which is no terminal: no colour, commands whole.
+    """
+    if snapshot is None:
+        return "503 Service Unavailable", "text/plain; charset=utf-8", b"no snapshot yet: the first collection runs\n"
+    if json_format:
+        from ...formats.contract import dumps
+
+        return "200 OK", "application/json; charset=utf-8", (dumps(snapshot) + "\n").encode("utf-8")
+    import io
+
+    from ...render.text import render_snapshot
+
+    out = io.StringIO()
+    render_snapshot(snapshot, out, color=False)
+    return "200 OK", "text/plain; charset=utf-8", out.getvalue().encode("utf-8")
 
 
 class ScrapeBody:

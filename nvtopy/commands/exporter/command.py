@@ -52,7 +52,7 @@ from .server import serve
 if TYPE_CHECKING:
     import ssl
 
-__all__ = ["build_parser", "parse_listen", "run", "tls_from_args"]
+__all__ = ["add_tls_options", "build_parser", "is_loopback", "parse_listen", "run", "tls_from_args"]
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, port
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
     try:
@@ -113,14 +113,7 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     )
     options.add_interval_option(parser, "collection interval")
     options.add_timeout_option(parser, "seconds a GPU's stuck driver call is waited for before it is marked")
-    tls = parser.add_argument_group("TLS (HTTPS) and mutual TLS")
-    tls.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this PEM certificate (chain)")
-    tls.add_argument("--tls-key", metavar="FILE", help="the certificate's PEM private key (unencrypted)")
-    tls.add_argument(
-        "--tls-client-ca",
-        metavar="FILE",
-        help="mutual TLS: only clients with a certificate signed by a CA in this PEM file may scrape",
-    )
+    add_tls_options(parser, "scrape")
     options.add_gpu_options(parser)
     options.add_demo_hostname_option(parser, "several exporters of one fleet")
     options.add_health_options(parser)
@@ -135,6 +128,20 @@ def build_parser(command: str) -> argparse.ArgumentParser:
         "default [exporter] self_metrics in the config file, else off)",
     )
     return parser
+
+
+def add_tls_options(parser: argparse.ArgumentParser, verb: str) -> None:
+    """``--tls-cert``, ``--tls-key``, ``--tls-client-ca``: one set of TLS flags for every nvtopy server
+    (the exporter, ``nvtopy web``); ``verb`` is what a client does there ("scrape"). :func:`tls_from_args` reads them.
+    """
+    tls = parser.add_argument_group("TLS (HTTPS) and mutual TLS")
+    tls.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this PEM certificate (chain)")
+    tls.add_argument("--tls-key", metavar="FILE", help="the certificate's PEM private key (unencrypted)")
+    tls.add_argument(
+        "--tls-client-ca",
+        metavar="FILE",
+        help=f"mutual TLS: only clients with a certificate signed by a CA in this PEM file may {verb}",
+    )
 
 
 def tls_from_args(args: argparse.Namespace) -> ssl.SSLContext | None:
@@ -186,7 +193,7 @@ def run(command: str, args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
-        if not _is_loopback(host) and not args.tls_client_ca:
+        if not is_loopback(host) and not args.tls_client_ca:
             print(
                 f"nvtopy: warning: listening on {host}: "
                 "anyone who can reach this port can read GPU and process metrics"

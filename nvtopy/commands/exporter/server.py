@@ -534,7 +534,7 @@ def serve(
     body = ScrapeBody(exposition)
     readiness = Readiness(source)  # a poller: follows each snapshot as it is published
     own = SelfMetrics(readiness) if self_metrics else None
-    app = metrics_app(body, fallback, readiness=readiness, self_metrics=own)
+    app = metrics_app(body, fallback, readiness=readiness, self_metrics=own, snapshots=source)
     server = MetricsServer.listen(host, port, app, tls=tls, exposition=body)
     if isinstance(source, SnapshotSource):  # a poller: render each snapshot as it is published (text, then gzip)
         source.subscribe(exposition.prerender)

@@ -1,0 +1,1 @@
+"""``nvtopy web``: the monitor in a browser, read-only, behind a token (:mod:`.command`, :mod:`.server`)."""
