@@ -213,14 +213,37 @@ def add_interval_option(parser: argparse.ArgumentParser, what: str, *, from_conf
     )
 
 
-def _gpu_count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid GPU count {text!r}") from None
-    if not 0 <= value <= 256:
-        raise argparse.ArgumentTypeError("GPU count must be between 0 and 256")
-    return value
+def whole_number(low: int, high: int, noun: str) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``low`` to ``high``, else one line naming ``noun`` and the range."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid {noun} {text!r}: not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{noun} {value} is not between {low} and {high}")
+        return value
+
+    return parse
+
+
+def seconds_between(low: float, high: float) -> Callable[[str], float]:
+    """An argparse type: seconds from ``low`` to ``high`` (NaN and infinities refused), else one line."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid number of seconds {text!r}") from None
+        if not low <= value <= high:  # NaN compares false: refused too
+            raise argparse.ArgumentTypeError(f"{text} is not between {low:g} and {high:.0f} seconds")
+        return value
+
+    return parse
+
+
+_gpu_count = whole_number(0, 256, "GPU count")
 
 
 def add_gpu_options(parser: argparse.ArgumentParser) -> None:

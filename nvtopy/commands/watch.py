@@ -54,24 +54,8 @@ CLOSE_TIMEOUT = 3.0  # seconds the channels have, at the end, to send what is qu
 MAX_WAIT_S = 7 * 86400.0  # --timeout and --for: a week at most
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number of GPUs {text!r}") from None
-    if not 1 <= value <= 256:
-        raise argparse.ArgumentTypeError("give between 1 and 256 GPUs")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number of seconds {text!r}") from None
-    if not 0 <= value <= MAX_WAIT_S:  # NaN fails this too
-        raise argparse.ArgumentTypeError(f"give between 0 and {MAX_WAIT_S:.0f} seconds")
-    return value
+_count = options.whole_number(1, 256, "number of GPUs")
+_seconds = options.seconds_between(0, MAX_WAIT_S)
 
 
 def build_parser(command: str) -> argparse.ArgumentParser:

@@ -160,7 +160,7 @@ def _polling(pid: int) -> bool:
     [
         (("--for", "3"), "--for goes with --once-free"),
         (("--timeout", "3"), "--timeout goes with --once-free"),
-        (("--once-free", "0"), "give between 1 and 256 GPUs"),
+        (("--once-free", "0"), "number of GPUs 0 is not between 1 and 256"),
         (("--once-free", "--json"), "--json does not go with --once-free"),
     ],
 )

@@ -88,13 +88,16 @@ def test_the_first_page_sets_the_cookie_and_leaves_the_token_out_of_its_url(serv
 
 
 def test_once_txt_is_the_cli_table_without_escapes(server: WebServer):
-    _, headers, body = _get(server.base + "/once.txt", {"Authorization": f"Bearer {server.token}"})
+    status, headers, body = _get(server.base + "/once.txt", {"Authorization": f"Bearer {server.token}"})
+    assert status == 200, body
     assert headers["Content-Type"] == "text/plain; charset=utf-8"
     text = body.decode()
     assert "\x1b" not in text
     cli = run_nvtopy("--demo", "--once", "--no-color").stdout
     # The same table as the CLI's (the values move: the simulation runs on): the same header lines, GPU rows.
-    assert [line.split()[:2] for line in text.splitlines()[1:4]] == [line.split()[:2] for line in cli.splitlines()[1:4]]
+    assert [line.split()[:2] for line in text.splitlines()[1:4]] == [
+        line.split()[:2] for line in cli.splitlines()[1:4]
+    ], f"served:\n{text}\nthe CLI's:\n{cli}"
 
 
 def test_once_json_is_the_cli_document(server: WebServer):

@@ -23,7 +23,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from ...errors import NvtopyError, UsageError
-from .. import monitor
+from .. import monitor, options
 from ..exporter.command import add_tls_options, is_loopback, parse_listen, tls_from_args
 from ..options import Parser
 
@@ -39,24 +39,8 @@ MAX_SESSIONS = 64  # the largest --max-sessions: each session is a process of ab
 _NOT_HERE = {"once": "--once", "json": "--json", "print_config": "--print-config"}
 
 
-def _session_count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if not 1 <= value <= MAX_SESSIONS:
-        raise argparse.ArgumentTypeError(f"{value} is not between 1 and {MAX_SESSIONS}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 1 <= value <= 7 * 86400:  # also NaN and inf: neither compares
-        raise argparse.ArgumentTypeError(f"{text} is not between 1 and 604800 seconds")
-    return value
+_session_count = options.whole_number(1, MAX_SESSIONS, "session count")
+_seconds = options.seconds_between(1, 7 * 86400)
 
 
 def _add_own_options(parser: argparse.ArgumentParser) -> None:
