@@ -1,6 +1,11 @@
 """``nvtopy`` itself: the interactive monitor, ``--once`` / ``--json`` snapshots, ``--remote``, ``--prometheus``,
 ``--ssh``.
 
+Alerts: the monitor evaluates the config's ``[alerts]`` rules on what it shows (local GPUs and fleets
+alike; :mod:`nvtopy.tui.alert_feed` says why) and hands each transition to the channels of ``[alerts]
+channels`` (:func:`nvtopy.commands.watch.channels_notifier`, the one seam for both commands). A bad
+``[alerts]`` entry is one line and exit 2 before anything is drawn, as for ``nvtopy watch``.
+
 Why the lazy imports: ``nvtopy --once --json`` is run from scripts and cron jobs
 and must start fast, so neither Textual nor rich is imported unless the chosen
 mode draws with them.
@@ -21,6 +26,8 @@ from . import options
 from .options import Parser, add_gpu_options, backend_opener, resolve_selection, warn_user
 
 if TYPE_CHECKING:
+    from ..alerts.events import AlertEvent
+    from ..alerts.settings import AlertSettings
     from ..config import Config
     from ..model import Snapshot
     from ..tui.app import NvtopyApp
@@ -144,6 +151,19 @@ def _configure(app: NvtopyApp, args: argparse.Namespace, config: Config) -> None
     app.startup_warnings = options.config_warnings(args)
 
 
+def monitor_alerts(args: argparse.Namespace) -> tuple[AlertSettings, Callable[[AlertEvent], None] | None]:
+    """The monitor's alert rules (the config's ``[alerts]``) and their channels' sender (None: none configured).
+
+    A bad entry raises :class:`~nvtopy.alerts.settings.AlertConfigError` (a usage error: one line, exit 2).
+    """
+    from ..alerts.settings import alert_settings
+    from .watch import channels_notifier
+
+    config = options.user_config(args, *CONFIG_FLAGS)
+    settings = alert_settings(config.alerts_rules, config.alerts_channels)
+    return settings, channels_notifier(settings)
+
+
 def _write_json(snapshot: Snapshot) -> None:
     """The snapshot as JSON on stdout, always UTF-8 (RFC 8259), whatever the locale's encoding."""
     from ..formats.contract import dumps
@@ -191,6 +211,7 @@ def _run_interactive(args: argparse.Namespace) -> int:
     here: its poller thread closes it if the driver lets it before the process exits.
     """
     waiting_for, opener = backend_opener(args, close_at_exit=False)  # usage errors: now, before drawing
+    alerts, notify = monitor_alerts(args)  # a bad [alerts] entry too
     NvtopyApp = _import_app_without_tls()  # noqa: N806 -- a class, imported late
 
     warnings: list[str] = []
@@ -209,6 +230,8 @@ def _run_interactive(args: argparse.Namespace) -> int:
         readonly=args.readonly,
         layout=args.view,
         thresholds=options.health_thresholds(args),
+        alerts=alerts,
+        notify=notify,
     )
     _configure(app, args, options.user_config(args, *CONFIG_FLAGS))
     app.run()
@@ -281,9 +304,10 @@ def _show(args: argparse.Namespace, source: Any, read_once: Callable[[], Snapsho
 
             render_snapshot(snapshot, sys.stdout, color=not args.no_color)
         return 0
+    alerts, notify = monitor_alerts(args)  # a bad [alerts] entry: one line, exit 2, before drawing
     from ..tui.app import NvtopyApp
 
-    app = NvtopyApp(source, layout=args.view)
+    app = NvtopyApp(source, layout=args.view, alerts=alerts, notify=notify)
     _configure(app, args, options.user_config(args, *CONFIG_FLAGS))
     app.run()
     return 0

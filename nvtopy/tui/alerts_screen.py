@@ -1,0 +1,187 @@
+"""The alerts screen: what fires now, and the transitions that fired and cleared, newest first.
+
+Why a screen: a toast says an alert happened and goes; this keeps it. Each firing alert
+shows its severity, title, subject (host, GPU, process, Xid), since when, its value, its
+summary and what to do; under them, the history of transitions (:data:`~.alert_feed.HISTORY`
+at most), each with its time.
+
+Drawn from what the app's :class:`~.alert_feed.AlertFeed` holds already: opening, scrolling
+and closing never wait on the source. The app hands it the feed after each snapshot
+(:meth:`AlertsScreen.show`); the text is replaced only when it changed. Outside text in the
+alerts' words (command lines, user and host names, driver strings) goes through
+:func:`~nvtopy.textsafe.safe_text` and into rich ``Text`` pieces, never markup: a process
+named ``[bold]x`` is shown as ``[bold]x``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.css.query import NoMatches
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from ..alerts.catalog import AlertSeverity
+from ..alerts.events import AlertEvent, Transition
+from ..render.cells import ALERT, DIM, GOOD, HOT, RICH_STYLES, WARN
+from ..render.units import fmt_age
+from ..textsafe import safe_text
+from .alert_feed import HISTORY, subject
+
+__all__ = ["AlertsScreen", "alerts_text"]
+
+_SEVERITY_CATEGORY = {AlertSeverity.CRITICAL: ALERT, AlertSeverity.WARNING: WARN}
+
+
+def _clock(at: float) -> str:
+    """``12:03:04``, with the date when it is not today's (a replay, a screen left open overnight)."""
+    local = time.localtime(at)
+    if time.strftime("%Y-%m-%d", local) == time.strftime("%Y-%m-%d"):
+        return time.strftime("%H:%M:%S", local)
+    return time.strftime("%Y-%m-%d %H:%M:%S", local)
+
+
+def _ago(at: float, now: float | None) -> str:
+    if now is None or not now >= at:
+        return ""
+    return f" ({fmt_age(now - at)} ago)"
+
+
+def _severity(text: Text, severity: AlertSeverity) -> None:
+    text.append(f" {severity.value.upper()} ", RICH_STYLES[_SEVERITY_CATEGORY[severity]])
+
+
+def _firing_lines(text: Text, event: AlertEvent, now: float | None) -> None:
+    _severity(text, event.severity)
+    text.append(" ")
+    text.append(safe_text(event.title), "bold")
+    text.append(f"  {subject(event)}")
+    text.append(f"  since {_clock(event.at)}{_ago(event.at, now)}", RICH_STYLES[DIM])
+    if event.value is not None:
+        text.append("  value ", RICH_STYLES[DIM])
+        text.append(safe_text(event.value))
+    text.append("\n    ")
+    text.append(safe_text(event.summary))
+    if event.action:
+        text.append("\n    do: ", RICH_STYLES[DIM])
+        text.append(safe_text(event.action))
+    text.append("\n")
+
+
+def _history_line(text: Text, event: AlertEvent) -> None:
+    text.append(f" {_clock(event.at)}  ")
+    if event.transition is Transition.FIRING:
+        text.append("FIRING ", RICH_STYLES[HOT if event.severity is AlertSeverity.CRITICAL else WARN])
+        text.append(f"{event.severity.value:<8} ", RICH_STYLES[DIM])
+    else:
+        text.append("cleared", RICH_STYLES[GOOD])
+        text.append(" " * 10)
+    text.append(safe_text(event.title), "bold")
+    text.append(f"  {subject(event)}", RICH_STYLES[DIM])
+    text.append("\n    ")
+    text.append(safe_text(event.summary))
+    text.append("\n")
+
+
+def alerts_text(firing: Sequence[AlertEvent], history: Sequence[AlertEvent], now: float | None) -> Text:
+    """The screen's body: the firing alerts (worst first), then the history (newest first); ``now``: the
+    latest snapshot's time, for "since ... (5 min ago)"."""
+    text = Text(end="")
+    text.append("Firing now\n", "bold underline")
+    if not firing:
+        text.append(" nothing fires\n", RICH_STYLES[DIM])
+    worst_first = sorted(firing, key=lambda e: e.severity is not AlertSeverity.CRITICAL)  # stable: rule order
+    for event in worst_first:
+        _firing_lines(text, event, now)
+    text.append("\nHistory", "bold underline")
+    text.append(f"  newest first, the last {HISTORY} kept\n", RICH_STYLES[DIM])
+    if not history:
+        text.append(" nothing fired or cleared yet\n", RICH_STYLES[DIM])
+    for event in history:
+        _history_line(text, event)
+    text.rstrip()
+    return text
+
+
+class AlertsScreen(ModalScreen[None]):
+    """The firing alerts and the history of transitions, updated live; scrolls; esc, q or a closes it.
+
+    Modal and opaque, as the health screen: the monitor's keys do not reach past it.
+    """
+
+    CSS_PATH = "screens.tcss"
+    BINDINGS = [
+        Binding("escape,q,a", "close", "Close", show=False),
+        Binding("home", "scroll('home')", "Top", show=False),
+        Binding("end", "scroll('end')", "Bottom", show=False),
+    ]
+
+    def __init__(
+        self, firing: Sequence[AlertEvent], history: Sequence[AlertEvent], now: float | None, *, live: bool = True
+    ) -> None:
+        super().__init__()
+        self._firing = tuple(firing)
+        self._history = tuple(history)
+        self._now = now
+        self._live = live
+        self._signature: tuple[object, ...] | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text(" Alerts", style="bold reverse"), id="alerts-title")
+        with VerticalScroll(id="alerts-body"):
+            yield Static(Text(""), id="alerts-text")
+        yield Static(Text(" ↑ ↓ PgUp PgDn Home End scroll · esc, q or a closes", style="dim"), id="alerts-hint")
+
+    def on_mount(self) -> None:
+        self.query_one("#alerts-body", VerticalScroll).focus()
+        self._draw()
+
+    def show(self, firing: Sequence[AlertEvent], history: Sequence[AlertEvent], now: float | None) -> None:
+        """What the feed holds after a new snapshot: redrawn only where the text changed."""
+        self._firing, self._history, self._now = tuple(firing), tuple(history), now
+        if self.is_mounted:
+            self._draw()
+
+    def _draw(self) -> None:
+        try:
+            body = self.query_one("#alerts-text", Static)
+            title = self.query_one("#alerts-title", Static)
+        except NoMatches:  # a snapshot came between the push and the compose: on_mount draws it
+            return
+        text = alerts_text(self._firing, self._history, self._now)
+        styles = tuple(RICH_STYLES.values())  # a theme change recolours it
+        signature = (text.plain, tuple(text.spans), styles)
+        if signature == self._signature:
+            return
+        self._signature = signature
+        body.update(text)
+        title.update(self._title(), layout=False)
+
+    def _title(self) -> Text:
+        """`` Alerts  2 firing (1 critical) · 14 transitions``, and whether they are a recording's."""
+        text = Text(" Alerts ", style="bold reverse", end="")
+        critical = sum(1 for e in self._firing if e.severity is AlertSeverity.CRITICAL)
+        text.append(f"  {len(self._firing)} firing")
+        if critical:
+            text.append(" (")
+            text.append(f"{critical} critical", RICH_STYLES[ALERT])
+            text.append(")")
+        text.append(f" · {len(self._history)} transition{'s' if len(self._history) != 1 else ''}")
+        if not self._live:
+            text.append(" · a recording's: shown, not sent", RICH_STYLES[DIM])
+        return text
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+    def action_scroll(self, where: str) -> None:
+        body = self.query_one("#alerts-body", VerticalScroll)
+        if where == "home":
+            body.scroll_home(animate=False)
+        else:
+            body.scroll_end(animate=False)
