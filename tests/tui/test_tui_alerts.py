@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 
 import pytest
 from textual.widgets._toast import Toast
@@ -24,7 +25,7 @@ from nvtopy.tui.alert_feed import TOAST_WINDOW_S, TOASTS_PER_WINDOW, AlertFeed, 
 from nvtopy.tui.alerts_screen import AlertsScreen
 from nvtopy.tui.app import NvtopyApp
 
-from ..builders import NOW, FixedSource, gpu_process, gpu_sample, gpu_state, host_info, snapshot_of
+from ..builders import NOW, FixedSource, gpu_process, gpu_sample, gpu_state, host_info, run_nvtopy, snapshot_of
 from ..tui_helpers import header_line, screen_text, started, wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -320,3 +321,25 @@ def test_health_worse_and_not_responding_words_survive_nan_values():
     feed.observe(snap(stalled, timestamp=NOW + 120))
     text = build(feed.firing(), feed.history, NOW + 120).plain
     assert "not responding" in text.lower() and "nan" not in text.lower()
+
+
+# --------------------------------------------------------------------------- the command line
+
+
+@pytest.mark.parametrize(
+    ("table", "said"),
+    [
+        ("[alerts.nope]\nenabled = false\n", "nvtopy: error: alerts.nope: unknown rule 'nope'"),
+        ('[alerts.gpu-free]\nmemory_mib = "lots"\n', "alerts.gpu-free.memory_mib: must be a number from 0 to 1e9"),
+    ],
+)
+def test_a_bad_alerts_entry_is_one_line_and_exit_2_before_the_monitor_draws(tmp_path, table, said):
+    config = tmp_path / "config.toml"
+    config.write_text(table)
+    env = {**os.environ, "NVTOPY_CONFIG": str(config)}
+    for args in (("--demo",), ("--remote", "127.0.0.1:9")):
+        done = run_nvtopy(*args, env=env, timeout=60)
+        assert done.returncode == 2, (args, done.stderr)
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and said in lines[0], (args, done.stderr)
+        assert "\x1b[?1049h" not in done.stdout, "nothing was drawn"
