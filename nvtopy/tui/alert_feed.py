@@ -107,12 +107,13 @@ def subject(event: AlertEvent) -> str:
 
 def event_toast(event: AlertEvent) -> Toast:
     """One transition's toast: its headline, its summary and (firing) what to do."""
-    message = event.summary
+    lines = [safe_text(event.summary)]  # each line made safe on its own: safe_text shows a newline as \n
     if event.transition is Transition.FIRING and event.action:
-        message += f"\n{event.action}"
+        lines.append(safe_text(event.action))
+    lines.append("(a: alerts)")
     severity = toast_severity(event)
     timeout = TOAST_TIMEOUT * (2 if severity == "error" else 1)
-    return Toast(safe_text(event.headline), safe_text(message) + "\n(a: alerts)", severity, timeout)
+    return Toast(safe_text(event.headline), "\n".join(lines), severity, timeout)
 
 
 def summary_toast(events: Sequence[AlertEvent]) -> Toast:

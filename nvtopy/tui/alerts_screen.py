@@ -33,7 +33,7 @@ from ..render.units import fmt_age
 from ..textsafe import safe_text
 from .alert_feed import HISTORY, subject
 
-__all__ = ["AlertsScreen", "alerts_text"]
+__all__ = ["AlertsScreen", "firing_text", "history_text"]
 
 _SEVERITY_CATEGORY = {AlertSeverity.CRITICAL: ALERT, AlertSeverity.WARNING: WARN}
 
@@ -88,9 +88,9 @@ def _history_line(text: Text, event: AlertEvent) -> None:
     text.append("\n")
 
 
-def alerts_text(firing: Sequence[AlertEvent], history: Sequence[AlertEvent], now: float | None) -> Text:
-    """The screen's body: the firing alerts (worst first), then the history (newest first); ``now``: the
-    latest snapshot's time, for "since ... (5 min ago)"."""
+def firing_text(firing: Sequence[AlertEvent], now: float | None) -> Text:
+    """The firing alerts, critical ones first (else in the catalog's order); ``now``: the latest snapshot's
+    time, for "since 12:03:04 (5 min ago)"."""
     text = Text(end="")
     text.append("Firing now\n", "bold underline")
     if not firing:
@@ -98,7 +98,14 @@ def alerts_text(firing: Sequence[AlertEvent], history: Sequence[AlertEvent], now
     worst_first = sorted(firing, key=lambda e: e.severity is not AlertSeverity.CRITICAL)  # stable: rule order
     for event in worst_first:
         _firing_lines(text, event, now)
-    text.append("\nHistory", "bold underline")
+    text.rstrip()
+    return text
+
+
+def history_text(history: Sequence[AlertEvent]) -> Text:
+    """The transitions, newest first, each with its time."""
+    text = Text(end="")
+    text.append("History", "bold underline")
     text.append(f"  newest first, the last {HISTORY} kept\n", RICH_STYLES[DIM])
     if not history:
         text.append(" nothing fired or cleared yet\n", RICH_STYLES[DIM])
@@ -129,12 +136,13 @@ class AlertsScreen(ModalScreen[None]):
         self._history = tuple(history)
         self._now = now
         self._live = live
-        self._signature: tuple[object, ...] | None = None
+        self._signatures: dict[str, tuple[object, ...]] = {}
 
     def compose(self) -> ComposeResult:
         yield Static(Text(" Alerts", style="bold reverse"), id="alerts-title")
         with VerticalScroll(id="alerts-body"):
-            yield Static(Text(""), id="alerts-text")
+            yield Static(Text(""), id="alerts-firing")  # changes with every snapshot ("5 s ago")
+            yield Static(Text(""), id="alerts-history")  # only with a new transition
         yield Static(Text(" ↑ ↓ PgUp PgDn Home End scroll · esc, q or a closes", style="dim"), id="alerts-hint")
 
     def on_mount(self) -> None:
@@ -149,18 +157,28 @@ class AlertsScreen(ModalScreen[None]):
 
     def _draw(self) -> None:
         try:
-            body = self.query_one("#alerts-text", Static)
+            firing = self.query_one("#alerts-firing", Static)
+            history = self.query_one("#alerts-history", Static)
             title = self.query_one("#alerts-title", Static)
         except NoMatches:  # a snapshot came between the push and the compose: on_mount draws it
             return
-        text = alerts_text(self._firing, self._history, self._now)
         styles = tuple(RICH_STYLES.values())  # a theme change recolours it
-        signature = (text.plain, tuple(text.spans), styles)
-        if signature == self._signature:
-            return
-        self._signature = signature
-        body.update(text)
-        title.update(self._title(), layout=False)
+        text = firing_text(self._firing, self._now)
+        if self._changed("firing", (text.plain, tuple(text.spans), styles)):
+            firing.update(text)
+        # The history only grows at its head (and drops its tail): its length and newest entry (the object: an
+        # equal event can come again, a replay stepped back) say whether it changed.
+        newest = id(self._history[0]) if self._history else None
+        if self._changed("history", (len(self._history), newest, styles)):
+            history.update(history_text(self._history))
+        if self._changed("title", (len(self._firing), len(self._history), self._firing, styles)):
+            title.update(self._title(), layout=False)
+
+    def _changed(self, part: str, signature: tuple[object, ...]) -> bool:
+        if self._signatures.get(part) == signature:
+            return False
+        self._signatures[part] = signature
+        return True
 
     def _title(self) -> Text:
         """`` Alerts  2 firing (1 critical) · 14 transitions``, and whether they are a recording's."""

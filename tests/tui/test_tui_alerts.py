@@ -62,7 +62,7 @@ def alerts_text(app: NvtopyApp) -> str:
     """Everything the alerts screen holds (scrolled out of view or not)."""
     screen = app.screen
     assert isinstance(screen, AlertsScreen), screen
-    return str(screen.query_one("#alerts-text").content)
+    return "\n".join(str(screen.query_one(part).content) for part in ("#alerts-firing", "#alerts-history"))
 
 
 def fixed_app(notify=None, settings: AlertSettings | None = None, **kwargs) -> NvtopyApp:
@@ -86,6 +86,7 @@ async def test_an_injected_fault_toasts_lists_and_reaches_the_seam(sim):
         got = alert_toasts(app)
         assert got, toasts(app)
         assert any("GPU lost" in title + message for title, message, _ in got)
+        assert all("\\n" not in message for _, message, _ in got), "lines, not escaped newlines"
         assert all(severity == "error" for title, _, severity in got if "critical" in title), got
         assert "1 alert (a)" in header_line(app) or "alerts (a)" in header_line(app)
         await pilot.press("a")
@@ -311,7 +312,7 @@ def test_the_feed_without_notify_and_live_sends_nothing_and_a_replay_step_back_r
 
 def test_health_worse_and_not_responding_words_survive_nan_values():
     """A GPU whose stall time is NaN: the engine's words say N/A, and the screen's text builds."""
-    from nvtopy.tui.alerts_screen import alerts_text as build
+    from nvtopy.tui.alerts_screen import firing_text, history_text
 
     stalled = dataclasses.replace(
         lost(0, is_lost=False), health=GpuHealth(responding=False, stalled_seconds=float("nan"))
@@ -319,7 +320,7 @@ def test_health_worse_and_not_responding_words_survive_nan_values():
     feed = AlertFeed(AlertSettings())
     feed.observe(snap(stalled))
     feed.observe(snap(stalled, timestamp=NOW + 120))
-    text = build(feed.firing(), feed.history, NOW + 120).plain
+    text = firing_text(feed.firing(), NOW + 120).plain + history_text(feed.history).plain
     assert "not responding" in text.lower() and "nan" not in text.lower()
 
 
