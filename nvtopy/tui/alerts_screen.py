@@ -38,12 +38,17 @@ __all__ = ["AlertsScreen", "firing_text", "history_text"]
 _SEVERITY_CATEGORY = {AlertSeverity.CRITICAL: ALERT, AlertSeverity.WARNING: WARN}
 
 
-def _clock(at: float) -> str:
-    """``12:03:04``, with the date when it is not today's (a replay, a screen left open overnight)."""
-    local = time.localtime(at)
-    if time.strftime("%Y-%m-%d", local) == time.strftime("%Y-%m-%d"):
-        return time.strftime("%H:%M:%S", local)
-    return time.strftime("%Y-%m-%d %H:%M:%S", local)
+def _day(at: float | None) -> str:
+    """The local date of ``at`` (None: today's)."""
+    return time.strftime("%Y-%m-%d", time.localtime(at))
+
+
+def _clock(at: float, now: float | None) -> str:
+    """``12:03:04``, with the date when it is not the day of ``now`` (the latest snapshot's time: a replay's
+    day is its recording's; None: today)."""
+    if _day(at) == _day(now):
+        return time.strftime("%H:%M:%S", time.localtime(at))
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
 
 
 def _ago(at: float, now: float | None) -> str:
@@ -61,7 +66,7 @@ def _firing_lines(text: Text, event: AlertEvent, now: float | None) -> None:
     text.append(" ")
     text.append(safe_text(event.title), "bold")
     text.append(f"  {subject(event)}")
-    text.append(f"  since {_clock(event.at)}{_ago(event.at, now)}", RICH_STYLES[DIM])
+    text.append(f"  since {_clock(event.at, now)}{_ago(event.at, now)}", RICH_STYLES[DIM])
     if event.value is not None:
         text.append("  value ", RICH_STYLES[DIM])
         text.append(safe_text(event.value))
@@ -73,14 +78,14 @@ def _firing_lines(text: Text, event: AlertEvent, now: float | None) -> None:
     text.append("\n")
 
 
-def _history_line(text: Text, event: AlertEvent) -> None:
-    text.append(f" {_clock(event.at)}  ")
+def _history_line(text: Text, event: AlertEvent, now: float | None) -> None:
+    text.append(f" {_clock(event.at, now)}  ")
     if event.transition is Transition.FIRING:
         text.append("FIRING ", RICH_STYLES[HOT if event.severity is AlertSeverity.CRITICAL else WARN])
         text.append(f"{event.severity.value:<8} ", RICH_STYLES[DIM])
     else:
         text.append("cleared", RICH_STYLES[GOOD])
-        text.append(" " * 10)
+        text.append(" " * 9)  # under "FIRING warning  "
     text.append(safe_text(event.title), "bold")
     text.append(f"  {subject(event)}", RICH_STYLES[DIM])
     text.append("\n    ")
@@ -102,15 +107,15 @@ def firing_text(firing: Sequence[AlertEvent], now: float | None) -> Text:
     return text
 
 
-def history_text(history: Sequence[AlertEvent]) -> Text:
-    """The transitions, newest first, each with its time."""
+def history_text(history: Sequence[AlertEvent], now: float | None) -> Text:
+    """The transitions, newest first, each with its time (and date, when not the day of ``now``)."""
     text = Text(end="")
     text.append("History", "bold underline")
     text.append(f"  newest first, the last {HISTORY} kept\n", RICH_STYLES[DIM])
     if not history:
         text.append(" nothing fired or cleared yet\n", RICH_STYLES[DIM])
     for event in history:
-        _history_line(text, event)
+        _history_line(text, event, now)
     text.rstrip()
     return text
 
@@ -169,8 +174,8 @@ class AlertsScreen(ModalScreen[None]):
         # The history only grows at its head (and drops its tail): its length and newest entry (the object: an
         # equal event can come again, a replay stepped back) say whether it changed.
         newest = id(self._history[0]) if self._history else None
-        if self._changed("history", (len(self._history), newest, styles)):
-            history.update(history_text(self._history))
+        if self._changed("history", (len(self._history), newest, _day(self._now), styles)):
+            history.update(history_text(self._history, self._now))
         if self._changed("title", (len(self._firing), len(self._history), self._firing, styles)):
             title.update(self._title(), layout=False)
 

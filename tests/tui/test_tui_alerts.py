@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
 
 import pytest
 from textual.widgets._toast import Toast
@@ -320,7 +321,7 @@ def test_health_worse_and_not_responding_words_survive_nan_values():
     feed = AlertFeed(AlertSettings())
     feed.observe(snap(stalled))
     feed.observe(snap(stalled, timestamp=NOW + 120))
-    text = firing_text(feed.firing(), NOW + 120).plain + history_text(feed.history).plain
+    text = firing_text(feed.firing(), NOW + 120).plain + history_text(feed.history, NOW + 120).plain
     assert "not responding" in text.lower() and "nan" not in text.lower()
 
 
@@ -344,3 +345,40 @@ def test_a_bad_alerts_entry_is_one_line_and_exit_2_before_the_monitor_draws(tmp_
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and said in lines[0], (args, done.stderr)
         assert "\x1b[?1049h" not in done.stdout, "nothing was drawn"
+
+
+@pytest.fixture
+def utc():
+    """The screen shows times of day: pin the time zone."""
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    yield
+    if old is None:
+        os.environ.pop("TZ", None)
+    else:
+        os.environ["TZ"] = old
+    time.tzset()
+
+
+def test_the_alerts_screen_picture_at_80x24(snap_compare, utc):
+    """The screen on an app of its own (the monitor under it has pictures of its own): a critical and a warning
+    firing, a cleared one in the history, a hostile command line shown as written."""
+    from textual.app import App
+
+    feed = AlertFeed(AlertSettings())
+    hot = gpu_state(2, sample=gpu_sample(remapped_rows_pending=True))
+    mine = gpu_process(0, 4242, user=ME, command=HOSTILE)
+    feed.observe(snap(gpu_state(0, mine), lost(1), hot, timestamp=NOW))
+    feed.observe(snap(gpu_state(0), lost(1), hot, timestamp=NOW + 30))
+    clear_s = AlertSettings().get("gpu-lost").rule.clear_s
+    feed.observe(snap(gpu_state(0), lost(1, is_lost=False), hot, timestamp=NOW + 40))
+    feed.observe(snap(gpu_state(0), lost(1, is_lost=False), hot, timestamp=NOW + 41 + clear_s))
+
+    class Screen(App[None]):
+        CSS_PATH = None
+
+        def on_mount(self) -> None:
+            self.push_screen(AlertsScreen(feed.firing(), feed.history, NOW + 300))
+
+    assert snap_compare(Screen(), terminal_size=(80, 24))
