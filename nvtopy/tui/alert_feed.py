@@ -8,7 +8,10 @@ around it, with no Textual in it (the app draws, :mod:`.alerts_screen` lists):
 
 - :class:`AlertFeed`: the engine, fed on the UI thread from the snapshots the app applies
   (the engine is pure and takes well under a millisecond for a few GPUs; the app never waits
-  on the source for it). A snapshot older than the last one -- a replay stepped back --
+  on the source for it). Only while the UI lags does it skip one (a newer snapshot replaces a waiting
+  one): hysteresis runs on the snapshots' own times and ``process-ended`` compares with the last
+  list it saw, so nothing is missed but a condition that came and went between two drawn
+  snapshots. A snapshot older than the last one -- a replay stepped back --
   starts a new engine: the recording is watched again from there. The transitions go into a
   bounded history (:data:`HISTORY`, newest first) and, for a live source only, to ``notify``
   -- the seam where :mod:`nvtopy.notify`'s channels plug in. A recording's alerts happened

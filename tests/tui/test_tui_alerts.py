@@ -347,6 +347,15 @@ def test_a_bad_alerts_entry_is_one_line_and_exit_2_before_the_monitor_draws(tmp_
         assert "\x1b[?1049h" not in done.stdout, "nothing was drawn"
 
 
+def test_a_bad_alerts_entry_stops_a_replay_too(tmp_path, lost_recording):
+    config = tmp_path / "config.toml"
+    config.write_text("[alerts.gpu-lost]\nfor = -1\n")
+    done = run_nvtopy("replay", str(lost_recording), env={**os.environ, "NVTOPY_CONFIG": str(config)}, timeout=60)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("nvtopy: error: alerts.gpu-lost.for: must be seconds"), lines
+
+
 @pytest.fixture
 def utc():
     """The screen shows times of day: pin the time zone."""
