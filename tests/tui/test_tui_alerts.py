@@ -22,7 +22,7 @@ from nvtopy.formats.contract import snapshot_to_dict
 from nvtopy.model import GpuHealth
 from nvtopy.sources.collector import Collector
 from nvtopy.sources.replay import ReplayPlayer, load_recording
-from nvtopy.tui.alert_feed import TOAST_WINDOW_S, TOASTS_PER_WINDOW, AlertFeed, ToastLimiter
+from nvtopy.tui.alert_feed import TOASTS_PER_WINDOW, AlertFeed, ToastLimiter
 from nvtopy.tui.alerts_screen import AlertsScreen
 from nvtopy.tui.app import NvtopyApp
 
@@ -32,6 +32,7 @@ from ..tui_helpers import header_line, screen_text, started, wait_until
 pytestmark = pytest.mark.timeout(120)
 
 ME = "alice"
+WINDOW_S = 1.5  # the toasts' window in the app tests (TOAST_WINDOW_S in use)
 HOSTILE = "[bold]x\x1b[2J [red]boom[/red]"
 
 
@@ -147,9 +148,13 @@ async def test_a_burst_becomes_one_summarising_toast():
         assert "8 alerts (a)" in header_line(app)
 
 
-async def test_a_storm_over_many_snapshots_is_limited_then_summed_up():
+async def test_a_storm_over_many_snapshots_is_limited_then_summed_up(clock):
     """One transition a snapshot: the first few toast alone; the rest wait for the window and come as one."""
     app = fixed_app()
+    assert app.alerts is not None
+    # The window on a manual clock (however slow the machine, the storm is inside it), short: the app's timer
+    # for the held transitions waits this long in real time.
+    app.alerts.toasts = ToastLimiter(window=WINDOW_S, clock=clock)
     async with app.run_test(size=(120, 40)) as pilot:
         # GPU i is lost from snapshot i on: one new gpu-lost a snapshot.
         for step in range(TOASTS_PER_WINDOW + 4):
@@ -157,11 +162,12 @@ async def test_a_storm_over_many_snapshots_is_limited_then_summed_up():
             await show(pilot, app, snap(*gpus, timestamp=NOW + step))
         assert len(alert_toasts(app)) == TOASTS_PER_WINDOW, alert_toasts(app)
         assert app.alerts is not None and app.alerts.toasts.held == 4
-        # Once the window allows, the 4 held ones are one toast (the app's timer; the window is real time).
+        clock.advance(WINDOW_S)
+        # Once the window allows, the 4 held ones are one toast (the app's timer flushes them).
         await wait_until(
             pilot,
             lambda: any(t[0] == "4 alerts: 4 fired" for t in alert_toasts(app)),
-            timeout=TOAST_WINDOW_S + 10,
+            timeout=WINDOW_S + 10,
             message="the summary of the held transitions",
         )
         assert app.alerts.toasts.held == 0
