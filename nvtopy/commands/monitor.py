@@ -2,9 +2,11 @@
 ``--ssh``.
 
 Alerts: the monitor evaluates the config's ``[alerts]`` rules on what it shows (local GPUs and fleets
-alike; :mod:`nvtopy.tui.alert_feed` says why) and hands each transition to the channels of ``[alerts]
-channels`` (:func:`nvtopy.commands.watch.channels_notifier`, the one seam for both commands). A bad
-``[alerts]`` entry is one line and exit 2 before anything is drawn, as for ``nvtopy watch``.
+alike; :mod:`nvtopy.tui.alert_feed` says why). On this machine's GPUs it also hands each transition to
+the channels of ``[alerts] channels`` (:func:`nvtopy.commands.watch.channels_notifier`, the one seam for
+both commands); a fleet's (``--remote``, ``--prometheus``, ``--ssh``) are shown, never sent: sending them
+is the fleet's Alertmanager's job, and every open monitor sending them would page a team once per viewer.
+A bad ``[alerts]`` entry is one line and exit 2 before anything is drawn, as for ``nvtopy watch``.
 
 Why the lazy imports: ``nvtopy --once --json`` is run from scripts and cron jobs
 and must start fast, so neither Textual nor rich is imported unless the chosen
@@ -151,8 +153,11 @@ def _configure(app: NvtopyApp, args: argparse.Namespace, config: Config) -> None
     app.startup_warnings = options.config_warnings(args)
 
 
-def monitor_alerts(args: argparse.Namespace) -> tuple[AlertSettings, Callable[[AlertEvent], None] | None]:
-    """The monitor's alert rules (the config's ``[alerts]``) and their channels' sender (None: none configured).
+def monitor_alerts(
+    args: argparse.Namespace, *, send: bool = True
+) -> tuple[AlertSettings, Callable[[AlertEvent], None] | None]:
+    """The monitor's alert rules (the config's ``[alerts]``) and their channels' sender (None: none configured,
+    or ``send`` False: a fleet's monitor sends nothing).
 
     A bad entry raises :class:`~nvtopy.alerts.settings.AlertConfigError` (a usage error: one line, exit 2).
     """
@@ -161,7 +166,7 @@ def monitor_alerts(args: argparse.Namespace) -> tuple[AlertSettings, Callable[[A
 
     config = options.user_config(args, *CONFIG_FLAGS)
     settings = alert_settings(config.alerts_rules, config.alerts_channels)
-    return settings, channels_notifier(settings)
+    return settings, channels_notifier(settings) if send else None
 
 
 def _write_json(snapshot: Snapshot) -> None:
@@ -304,10 +309,10 @@ def _show(args: argparse.Namespace, source: Any, read_once: Callable[[], Snapsho
 
             render_snapshot(snapshot, sys.stdout, color=not args.no_color)
         return 0
-    alerts, notify = monitor_alerts(args)  # a bad [alerts] entry: one line, exit 2, before drawing
+    alerts, _ = monitor_alerts(args, send=False)  # a bad [alerts] entry: one line, exit 2, before drawing
     from ..tui.app import NvtopyApp
 
-    app = NvtopyApp(source, layout=args.view, alerts=alerts, notify=notify)
+    app = NvtopyApp(source, layout=args.view, alerts=alerts)  # a fleet's alerts: shown, not sent (see above)
     _configure(app, args, options.user_config(args, *CONFIG_FLAGS))
     app.run()
     return 0

@@ -26,7 +26,8 @@ around it, with no Textual in it (the app draws, :mod:`.alerts_screen` lists):
 Fleets (``--remote``, ``--prometheus``, ``--ssh``): the engine keys its alerts by host, so
 the same rules run over a fleet's snapshots. A fleet's own alerting belongs to its
 Prometheus (``nvtopy rules``); evaluating here is harmless and shows the viewer what the
-rules say about the hosts on screen.
+rules say about the hosts on screen. The CLI gives a fleet's monitor no ``notify``
+(:mod:`nvtopy.commands.monitor` says why).
 
 The events keep outside text (command lines, user and host names) as it was; every word of
 a toast is made safe here (:func:`~nvtopy.textsafe.safe_text`) and shown without markup.

@@ -362,6 +362,33 @@ def test_a_bad_alerts_entry_stops_a_replay_too(tmp_path, lost_recording):
     assert len(lines) == 1 and lines[0].startswith("nvtopy: error: alerts.gpu-lost.for: must be seconds"), lines
 
 
+def test_the_cli_gives_the_local_monitor_the_channels_and_a_fleet_none(monkeypatch, tmp_path):
+    """The seam: the local monitor's notify is ``watch.channels_notifier``'s; a fleet's monitor sends nothing."""
+    from nvtopy.commands import dispatch, watch
+
+    config = tmp_path / "config.toml"
+    config.write_text('[alerts]\nchannels = ["desktop"]\n[alerts.gpu-lost]\ngpus = [1]\n')
+    monkeypatch.setenv("NVTOPY_CONFIG", str(config))
+    given: list[AlertSettings] = []
+
+    def sender(settings: AlertSettings):
+        given.append(settings)
+        return calls.append
+
+    calls: list[AlertEvent] = []
+    monkeypatch.setattr(watch, "channels_notifier", sender)
+    apps: list[NvtopyApp] = []
+    monkeypatch.setattr(NvtopyApp, "run", lambda app, *a, **k: apps.append(app))
+    assert dispatch.main(["--demo"]) == 0
+    assert dispatch.main(["--remote", "127.0.0.1:9"]) == 0
+    local, fleet = apps
+    assert local.alerts is not None and local.alerts.live and local.alerts.notify == calls.append
+    assert given and given[0].channels == ("desktop",) and given[0].get("gpu-lost").gpus == ("1",)
+    assert fleet.alerts is not None and fleet.alerts.notify is None, "a fleet's alerts are shown, not sent"
+    assert fleet.alerts.settings.get("gpu-lost").gpus == ("1",)
+    assert len(given) == 1, "no sender is even made for a fleet"
+
+
 @pytest.fixture
 def utc():
     """The screen shows times of day: pin the time zone."""
