@@ -18,6 +18,8 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from rich.console import Group, RenderableType
+from rich.padding import Padding
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -35,6 +37,8 @@ from .alert_feed import HISTORY, subject
 
 __all__ = ["AlertsScreen", "firing_text", "history_text"]
 
+INDENT = "    "
+"""A summary or an action under its alert's line: wrapped lines keep it (:func:`_indented`)."""
 _SEVERITY_CATEGORY = {AlertSeverity.CRITICAL: ALERT, AlertSeverity.WARNING: WARN}
 
 
@@ -70,10 +74,10 @@ def _firing_lines(text: Text, event: AlertEvent, now: float | None) -> None:
     if event.value is not None:
         text.append("  value ", RICH_STYLES[DIM])
         text.append(safe_text(event.value))
-    text.append("\n    ")
+    text.append("\n" + INDENT)
     text.append(safe_text(event.summary))
     if event.action:
-        text.append("\n    do: ", RICH_STYLES[DIM])
+        text.append("\n" + INDENT + "do: ", RICH_STYLES[DIM])
         text.append(safe_text(event.action))
     text.append("\n")
 
@@ -88,7 +92,7 @@ def _history_line(text: Text, event: AlertEvent, now: float | None) -> None:
         text.append(" " * 9)  # under "FIRING warning  "
     text.append(safe_text(event.title), "bold")
     text.append(f"  {subject(event)}", RICH_STYLES[DIM])
-    text.append("\n    ")
+    text.append("\n" + INDENT)
     text.append(safe_text(event.summary))
     text.append("\n")
 
@@ -120,6 +124,18 @@ def history_text(history: Sequence[AlertEvent], now: float | None) -> Text:
     return text
 
 
+def _indented(text: Text) -> RenderableType:
+    """``text`` with each line that starts with :data:`INDENT` wrapped under itself, not at the left edge
+    (a summary or an action longer than the terminal is wide stays in its alert's column)."""
+    parts: list[RenderableType] = []
+    for line in text.split("\n", allow_blank=True):
+        if line.plain.startswith(INDENT):
+            parts.append(Padding(line[len(INDENT) :], (0, 0, 0, len(INDENT))))
+        else:
+            parts.append(line)
+    return Group(*parts)
+
+
 class AlertsScreen(ModalScreen[None]):
     """The firing alerts and the history of transitions, updated live; scrolls; esc, q or a closes it.
 
@@ -142,6 +158,7 @@ class AlertsScreen(ModalScreen[None]):
         self._now = now
         self._live = live
         self._signatures: dict[str, tuple[object, ...]] = {}
+        self.texts: dict[str, Text] = {}  # what the firing and history parts show, as text (tests read it)
 
     def compose(self) -> ComposeResult:
         yield Static(Text(" Alerts", style="bold reverse"), id="alerts-title")
@@ -170,12 +187,16 @@ class AlertsScreen(ModalScreen[None]):
         styles = tuple(RICH_STYLES.values())  # a theme change recolours it
         text = firing_text(self._firing, self._now)
         if self._changed("firing", (text.plain, tuple(text.spans), styles)):
-            firing.update(text)
+            self.texts["firing"] = text
+            firing.update(_indented(text))
         # The history only grows at its head (and drops its tail): its length and newest entry (the object: an
         # equal event can come again, a replay stepped back) say whether it changed.
         newest = id(self._history[0]) if self._history else None
         if self._changed("history", (len(self._history), newest, _day(self._now), styles)):
-            history.update(history_text(self._history, self._now))
+            # One Text, not :func:`_indented`'s Group: 500 entries as Paddings cost 0.2 s a redraw (a
+            # history line rarely wraps); the firing part is short and its actions long: it is indented.
+            text = self.texts["history"] = history_text(self._history, self._now)
+            history.update(text)
         if self._changed("title", (len(self._firing), len(self._history), self._firing, styles)):
             title.update(self._title(), layout=False)
 

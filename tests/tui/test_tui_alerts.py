@@ -64,7 +64,7 @@ def alerts_text(app: NvtopyApp) -> str:
     """Everything the alerts screen holds (scrolled out of view or not)."""
     screen = app.screen
     assert isinstance(screen, AlertsScreen), screen
-    return "\n".join(str(screen.query_one(part).content) for part in ("#alerts-firing", "#alerts-history"))
+    return "\n".join(screen.texts[part].plain for part in ("firing", "history"))
 
 
 def fixed_app(notify=None, settings: AlertSettings | None = None, **kwargs) -> NvtopyApp:
