@@ -26,6 +26,8 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.css.query import NoMatches
 from textual.screen import ModalScreen
+from textual.strip import Strip
+from textual.widget import Widget
 from textual.widgets import Static
 
 from ..alerts.catalog import AlertSeverity
@@ -35,7 +37,7 @@ from ..render.units import fmt_age
 from ..textsafe import safe_text
 from .alert_feed import HISTORY, subject
 
-__all__ = ["AlertsScreen", "firing_text", "history_text"]
+__all__ = ["AlertsScreen", "HistoryLines", "firing_text", "history_text"]
 
 INDENT = "    "
 """A summary or an action under its alert's line: wrapped lines keep it (:func:`_indented`)."""
@@ -111,17 +113,98 @@ def firing_text(firing: Sequence[AlertEvent], now: float | None) -> Text:
     return text
 
 
-def history_text(history: Sequence[AlertEvent], now: float | None) -> Text:
-    """The transitions, newest first, each with its time (and date, when not the day of ``now``)."""
+def history_heading() -> Text:
     text = Text(end="")
     text.append("History", "bold underline")
-    text.append(f"  newest first, the last {HISTORY} kept\n", RICH_STYLES[DIM])
-    if not history:
-        text.append(" nothing fired or cleared yet\n", RICH_STYLES[DIM])
-    for event in history:
-        _history_line(text, event, now)
+    text.append(f"  newest first, the last {HISTORY} kept", RICH_STYLES[DIM])
+    return text
+
+
+def history_entry(event: AlertEvent, now: float | None) -> Text:
+    """One transition: its time, FIRING (with severity) or cleared, title, subject; its summary under it."""
+    text = Text(end="")
+    _history_line(text, event, now)
     text.rstrip()
     return text
+
+
+def history_text(history: Sequence[AlertEvent], now: float | None) -> Text:
+    """The transitions, newest first, each with its time (and date, when not the day of ``now``), as one Text."""
+    text = history_heading()
+    text.append("\n")
+    if not history:
+        text.append(" nothing fired or cleared yet", RICH_STYLES[DIM])
+    for i, event in enumerate(history):
+        text.append_text(history_entry(event, now))
+        if i < len(history) - 1:
+            text.append("\n")
+    return text
+
+
+class HistoryLines(Widget):
+    """The history, drawn line by line (Textual's Line API): only the lines in view are drawn.
+
+    Why not one Static: 500 transitions are 1,000 lines, and a Static wraps and converts all of them at
+    every change -- half a second a new transition on a loaded machine, with the screen open. Here each
+    transition is wrapped once for the width (cached by the event object), and a new one costs its own
+    lines only.
+    """
+
+    DEFAULT_CSS = """
+    HistoryLines { height: auto; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._events: tuple[AlertEvent, ...] = ()
+        self._now: float | None = None
+        self._wrapped: dict[int, tuple[AlertEvent, list[Strip]]] = {}
+        self._key: tuple[object, ...] | None = None
+        self._lines: list[Strip] = []
+
+    def show(self, events: Sequence[AlertEvent], now: float | None) -> None:
+        self._events, self._now = tuple(events), now
+        self._relayout()
+
+    def on_resize(self) -> None:
+        self._relayout()
+
+    def _relayout(self) -> None:
+        width = self.size.width or max(1, self.app.size.width - 3)
+        key = (width, _day(self._now), tuple(RICH_STYLES.values()))
+        if key != self._key:
+            self._key = key
+            self._wrapped.clear()
+        console = self.app.console
+        options = console.options.update_width(width)
+        wrapped: dict[int, tuple[AlertEvent, list[Strip]]] = {}
+        lines: list[Strip] = []
+        if not self._events:
+            empty = Text(" nothing fired or cleared yet", RICH_STYLES[DIM], end="")
+            lines = [Strip(segments) for segments in console.render_lines(empty, options, pad=False)]
+        for event in self._events:
+            cached = self._wrapped.get(id(event))
+            if cached is None or cached[0] is not event:
+                text = history_entry(event, self._now)
+                cached = (event, [Strip(segments) for segments in console.render_lines(text, options, pad=False)])
+            wrapped[id(event)] = cached
+            lines.extend(cached[1])
+        self._wrapped = wrapped  # the events that left the history go from the cache too
+        self._lines = lines
+        if self.styles.height is None or self.styles.height.value != len(lines):
+            self.styles.height = len(lines)
+        self.refresh()
+
+    @property
+    def plain(self) -> str:
+        """The lines drawn, as text (one transition may wrap onto several)."""
+        return "\n".join(strip.text for strip in self._lines)
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        if y >= len(self._lines):
+            return Strip.blank(width, self.rich_style)
+        return self._lines[y].apply_style(self.rich_style).extend_cell_length(width, self.rich_style)
 
 
 def _indented(text: Text) -> RenderableType:
@@ -158,13 +241,14 @@ class AlertsScreen(ModalScreen[None]):
         self._now = now
         self._live = live
         self._signatures: dict[str, tuple[object, ...]] = {}
-        self.texts: dict[str, Text] = {}  # what the firing and history parts show, as text (tests read it)
+        self.texts: dict[str, Text] = {}  # what the firing part shows, as text (tests read it)
 
     def compose(self) -> ComposeResult:
         yield Static(Text(" Alerts", style="bold reverse"), id="alerts-title")
         with VerticalScroll(id="alerts-body"):
             yield Static(Text(""), id="alerts-firing")  # changes with every snapshot ("5 s ago")
-            yield Static(Text(""), id="alerts-history")  # only with a new transition
+            yield Static(history_heading(), id="alerts-history-title")
+            yield HistoryLines(id="alerts-history")  # only with a new transition; only the lines in view
         yield Static(Text(" ↑ ↓ PgUp PgDn Home End scroll · esc, q or a closes", style="dim"), id="alerts-hint")
 
     def on_mount(self) -> None:
@@ -180,7 +264,7 @@ class AlertsScreen(ModalScreen[None]):
     def _draw(self) -> None:
         try:
             firing = self.query_one("#alerts-firing", Static)
-            history = self.query_one("#alerts-history", Static)
+            history = self.query_one("#alerts-history", HistoryLines)
             title = self.query_one("#alerts-title", Static)
         except NoMatches:  # a snapshot came between the push and the compose: on_mount draws it
             return
@@ -193,10 +277,7 @@ class AlertsScreen(ModalScreen[None]):
         # equal event can come again, a replay stepped back) say whether it changed.
         newest = id(self._history[0]) if self._history else None
         if self._changed("history", (len(self._history), newest, _day(self._now), styles)):
-            # One Text, not :func:`_indented`'s Group: 500 entries as Paddings cost 0.2 s a redraw (a
-            # history line rarely wraps); the firing part is short and its actions long: it is indented.
-            text = self.texts["history"] = history_text(self._history, self._now)
-            history.update(text)
+            history.show(self._history, self._now)
         if self._changed("title", (len(self._firing), len(self._history), self._firing, styles)):
             title.update(self._title(), layout=False)
 

@@ -64,7 +64,7 @@ def alerts_text(app: NvtopyApp) -> str:
     """Everything the alerts screen holds (scrolled out of view or not)."""
     screen = app.screen
     assert isinstance(screen, AlertsScreen), screen
-    return "\n".join(screen.texts[part].plain for part in ("firing", "history"))
+    return screen.texts["firing"].plain + "\nHistory\n" + screen.query_one("#alerts-history").plain
 
 
 def fixed_app(notify=None, settings: AlertSettings | None = None, **kwargs) -> NvtopyApp:
@@ -387,6 +387,41 @@ def test_the_cli_gives_the_local_monitor_the_channels_and_a_fleet_none(monkeypat
     assert fleet.alerts is not None and fleet.alerts.notify is None, "a fleet's alerts are shown, not sent"
     assert fleet.alerts.settings.get("gpu-lost").gpus == ("1",)
     assert len(given) == 1, "no sender is even made for a fleet"
+
+
+async def test_a_new_transition_wraps_only_itself_in_the_history():
+    """500 transitions: a new one is wrapped alone (the others' lines are reused), and the list scrolls to its end."""
+    from textual.app import App
+
+    feed = AlertFeed(AlertSettings())
+    for cycle in range(250):  # GPU 0 lost and back, again and again (past clear and cooldown): 500 transitions
+        at = NOW + cycle * 1000
+        for is_lost, later in ((True, 0), (False, 1), (False, 100)):
+            feed.observe(snap(lost(0, is_lost=is_lost), timestamp=at + later))
+    assert len(feed.history) == 500
+
+    class Screen(App[None]):
+        def on_mount(self) -> None:
+            self.push_screen(AlertsScreen(feed.firing(), feed.history, end))
+
+    end = NOW + 250 * 1000  # the newest transition's time: "now" for the screen, before and after
+    app = Screen()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        history = screen.query_one("#alerts-history")
+        before = list(history._lines)
+        assert len(before) >= 1000
+        feed.observe(snap(lost(0), timestamp=end))
+        screen.show(feed.firing(), feed.history, end)
+        await pilot.pause()
+        after = history._lines
+        assert len(after) == len(before), "one in, the oldest out"
+        reused = {id(strip) for strip in before} & {id(strip) for strip in after}
+        assert len(reused) == len(after) - 2, "every line but the new transition's two is the one drawn before"
+        await pilot.press("end")
+        await pilot.pause()
+        assert screen.query_one("#alerts-body").scroll_y > 900
 
 
 @pytest.fixture
