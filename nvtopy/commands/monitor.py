@@ -1,6 +1,13 @@
 """``nvtopy`` itself: the interactive monitor, ``--once`` / ``--json`` snapshots, ``--remote``, ``--prometheus``,
 ``--ssh``.
 
+Alerts: the monitor evaluates the config's ``[alerts]`` rules on what it shows (local GPUs and fleets
+alike; :mod:`nvtopy.tui.alert_feed` says why). On this machine's GPUs it also hands each transition to
+the channels of ``[alerts] channels`` (:func:`nvtopy.commands.watch.channels_notifier`, the one seam for
+both commands); a fleet's (``--remote``, ``--prometheus``, ``--ssh``) are shown, never sent: sending them
+is the fleet's Alertmanager's job, and every open monitor sending them would page a team once per viewer.
+A bad ``[alerts]`` entry is one line and exit 2 before anything is drawn, as for ``nvtopy watch``.
+
 Why the lazy imports: ``nvtopy --once --json`` is run from scripts and cron jobs
 and must start fast, so neither Textual nor rich is imported unless the chosen
 mode draws with them.
@@ -21,6 +28,7 @@ from . import options
 from .options import Parser, add_gpu_options, backend_opener, resolve_selection, warn_user
 
 if TYPE_CHECKING:
+    from ..alerts.settings import AlertSettings
     from ..config import Config
     from ..model import Snapshot
     from ..tui.app import NvtopyApp
@@ -145,6 +153,19 @@ def _configure(app: NvtopyApp, args: argparse.Namespace, config: Config) -> None
     app.startup_warnings = options.config_warnings(args)
 
 
+def monitor_alerts(args: argparse.Namespace) -> AlertSettings:
+    """The monitor's alert rules (the config's ``[alerts]``): its channels as the config sets them, none if unset.
+
+    Why no default channel here (``nvtopy watch`` has the desktop's): the monitor shows each alert itself, as a
+    toast and on its alerts screen. A bad entry raises :class:`~nvtopy.alerts.settings.AlertConfigError` (a
+    usage error: one line, exit 2).
+    """
+    from ..alerts.settings import alert_settings
+
+    config = options.user_config(args, *CONFIG_FLAGS)
+    return alert_settings(config.alerts_rules, config.alerts_channels or ())
+
+
 def _write_json(snapshot: Snapshot) -> None:
     """The snapshot as JSON on stdout, always UTF-8 (RFC 8259), whatever the locale's encoding."""
     from ..formats.contract import dumps
@@ -192,6 +213,7 @@ def _run_interactive(args: argparse.Namespace) -> int:
     here: its poller thread closes it if the driver lets it before the process exits.
     """
     waiting_for, opener = backend_opener(args, close_at_exit=False)  # usage errors: now, before drawing
+    alerts = monitor_alerts(args)  # a bad [alerts] entry too
     NvtopyApp = _import_app_without_tls()  # noqa: N806 -- a class, imported late
 
     warnings: list[str] = []
@@ -200,6 +222,14 @@ def _run_interactive(args: argparse.Namespace) -> int:
         """A selection warning (why no GPU is shown, CUDA's MIG rule): in the monitor now, on stderr after it."""
         warnings.append(text)
         app.notify(safe_text(text), severity="warning", timeout=15, markup=False)  # thread-safe: posts a message
+
+    def channel_trouble(channel: str, text: str) -> None:
+        """A channel failing, back, dropping alerts (once each, from the dispatcher's thread): a toast."""
+        app.notify(safe_text(f"alert channel {channel}: {text}"), severity="warning", timeout=15, markup=False)
+
+    from .watch import CLOSE_TIMEOUT, channels_notifier
+
+    dispatcher = channels_notifier(alerts, channel_trouble)  # a bad channel entry: one line, exit 2, before drawing
 
     app = NvtopyApp.for_backend(
         None,
@@ -210,9 +240,15 @@ def _run_interactive(args: argparse.Namespace) -> int:
         readonly=args.readonly,
         layout=args.view,
         thresholds=options.health_thresholds(args),
+        alerts=alerts,
+        notify=None if dispatcher is None else dispatcher.send,
     )
     _configure(app, args, options.user_config(args, *CONFIG_FLAGS))
-    app.run()
+    try:
+        app.run()
+    finally:
+        if dispatcher is not None:
+            dispatcher.close(timeout=CLOSE_TIMEOUT)  # what is queued goes out; a hung channel is left behind
     for warning in warnings:
         warn_user(warning)
     if app.open_error is not None:
@@ -282,10 +318,11 @@ def _show(args: argparse.Namespace, source: Any, read_once: Callable[[], Snapsho
 
             render_snapshot(snapshot, sys.stdout, color=not args.no_color)
         return 0
+    alerts = monitor_alerts(args)  # a bad [alerts] entry: one line, exit 2, before drawing; never sent (above)
     from ..sources.remote.gc_policy import settle_for_fleet
     from ..tui.app import NvtopyApp
 
-    app = NvtopyApp(source, layout=args.view)
+    app = NvtopyApp(source, layout=args.view, alerts=alerts)  # a fleet's alerts: shown, not sent (see above)
     _configure(app, args, options.user_config(args, *CONFIG_FLAGS))
     settle_for_fleet()  # thousands of short-lived objects a refresh: a collector set for them (gc_policy)
     app.run()

@@ -45,10 +45,13 @@ def run(command: str, args: argparse.Namespace) -> int:
     if player.indexed.wait(HEAD_START) and player.open_error is not None:
         raise player.open_error
     config = options.user_config(args, "view", "theme")  # a bad file: one line, then the defaults
+    from ..alerts.settings import alert_settings
+
+    alerts = alert_settings(config.alerts_rules)  # listed and toasted, never sent (no notify): they are history
     from ..tui.app import NvtopyApp
     from ..tui.preferences import configure
 
-    app = NvtopyApp(player, layout=config.view)  # read-only: a replay cannot signal
+    app = NvtopyApp(player, layout=config.view, alerts=alerts)  # read-only: a replay cannot signal
     configure(app, config, options.config_file(args))
     app.startup_warnings = options.config_warnings(args)
     app.run()

@@ -205,18 +205,22 @@ def _channels(configured: tuple[str, ...] | None, environ: Mapping[str, str] | N
     return DEFAULT_CHANNELS if env.get("DBUS_SESSION_BUS_ADDRESS") else ()
 
 
-def channels_notifier(settings: AlertSettings) -> Dispatcher | None:
+def _said_on_stderr(channel: str, text: str) -> None:
+    options.warn_user(f"alert channel {safe_text(channel)}: {safe_text(text)}")
+
+
+def channels_notifier(
+    settings: AlertSettings, on_problem: Callable[[str, str], None] = _said_on_stderr
+) -> Dispatcher | None:
     """A dispatcher for ``settings.channels`` (started), or None: none configured. A bad entry: UsageError.
 
-    The dispatcher never blocks the poll (a deadline per send, a bounded queue per channel); a channel's
-    trouble is said once on stderr (failing, working again, dropping alerts), never once per alert.
+    The dispatcher never blocks the caller (a deadline per send, a bounded queue per channel); a channel's
+    trouble is said once through ``on_problem`` (failing, working again, dropping alerts), never once per
+    alert: on stderr for ``watch``, a toast in the monitor. The caller closes it.
     """
     if not settings.channels:
         return None
     from ..notify import open_dispatcher
-
-    def on_problem(channel: str, text: str) -> None:
-        options.warn_user(f"alert channel {safe_text(channel)}: {safe_text(text)}")
 
     return open_dispatcher(settings.channels, on_problem)
 

@@ -36,6 +36,12 @@ and window -- is one frozen :class:`~nvtopy.tui.view_state.ViewState`: a key
 that changes it calls :meth:`NvtopyApp.change_view`, which redraws once. The
 help is made from :attr:`NvtopyApp.BINDINGS` (:func:`~nvtopy.tui.screens.help_sections`).
 
+Alerts (:mod:`.alert_feed`): with ``alerts`` settings (the CLI passes the config's ``[alerts]``), the
+local alert engine runs on each snapshot the app applies; each transition is a toast (a burst: one
+summarising toast), ``a`` opens the alerts screen (:mod:`.alerts_screen`: what fires now, the history),
+the header counts what fires, and ``notify`` -- the seam for :mod:`nvtopy.notify`'s channels -- is given
+every transition of a live source (never a replay's: a source that can step is a recording).
+
 Preferences: the CLI sets the starting sort, grouping, columns, theme and chart
 window from the config file (:func:`~nvtopy.tui.preferences.configure`); ``C``
 opens the column chooser, whose choice is written back to that file. The
@@ -60,8 +66,11 @@ from textual.driver import Driver
 from textual.filter import LineFilter
 from textual.screen import Screen
 from textual.theme import Theme
+from textual.timer import Timer
 from textual.widgets import Input
 
+from ..alerts.events import AlertEvent
+from ..alerts.settings import AlertSettings
 from ..backends.base import Backend, SignalOutcome
 from ..health.verdict import HealthThresholds
 from ..interval import DEFAULT_INTERVAL, MAX_INTERVAL, MIN_INTERVAL, STALE_INTERVALS
@@ -88,6 +97,8 @@ from ..render.tree import AncestorRow
 from ..sources.base import SnapshotSource
 from ..sources.poller import MONITOR_GROUPS, Poller, SelectGpus
 from ..textsafe import safe_text
+from .alert_feed import AlertFeed, Notify, Toast
+from .alerts_screen import AlertsScreen
 from .charts import ChartView, spare_rows
 from .columns_screen import ColumnsScreen
 from .gpu_view import MODES, GpuView, host_groups, plan_layout
@@ -202,6 +213,13 @@ class NvtopyApp(App[None]):
             tooltip="GPU health: findings and fixes, Xid events, memory and link readings",
         ),
         Binding(
+            "a",
+            "alerts",
+            "Alerts",
+            show=False,
+            tooltip="Alerts: what fires now (severity, subject, since when, what to do) and what fired and cleared",
+        ),
+        Binding(
             "enter",
             "open_process",
             "Details",
@@ -257,6 +275,7 @@ class NvtopyApp(App[None]):
         "interval": "View",
         "step": "View",
         "health": "View",
+        "alerts": "View",
         "zoom": "View",
         "cycle_charts": "View",
         "choose_columns": "View",
@@ -269,10 +288,14 @@ class NvtopyApp(App[None]):
         readonly: bool = False,
         layout: str = "auto",
         poll: bool = True,
+        alerts: AlertSettings | None = None,
+        notify: Notify | None = None,
     ) -> None:
         """Show ``source``; ``poll=False``: its thread is not started (the caller has it publish).
 
-        Read-only with ``readonly`` (``--readonly``) or when the source cannot signal.
+        Read-only with ``readonly`` (``--readonly``) or when the source cannot signal. ``alerts``: the
+        local alert rules to evaluate (None: no alerts); ``notify``: called with every transition
+        (FIRING, CLEARED) of a live source, on the UI thread -- it must not block.
         """
         super().__init__()
         self._fast_filters: dict[int, FastTruecolor] = {}  # get_line_filters' wrappers, by wrapped filter
@@ -296,6 +319,10 @@ class NvtopyApp(App[None]):
         self._snapshot_at = time.monotonic()  # when the current snapshot arrived (a stalled GPU's age grows from it)
         self._notice_shown = False  # the source's startup notice (shown once)
         self._taken_at_mount: Snapshot | None = None  # a snapshot the source had published before the app mounted
+        # The alert engine and what it said (None: no alerts). A source that can step is a recording: its
+        # alerts are listed and toasted, never sent out.
+        self.alerts = None if alerts is None else AlertFeed(alerts, notify, live=not source.can_step)
+        self._toast_timer: Timer | None = None
 
     @classmethod
     def for_backend(
@@ -312,6 +339,8 @@ class NvtopyApp(App[None]):
         events: bool = True,
         thresholds: HealthThresholds | None = None,
         isolate: bool = True,
+        alerts: AlertSettings | None = None,
+        notify: Notify | None = None,
     ) -> NvtopyApp:
         """The monitor of a local backend: a :class:`~nvtopy.sources.poller.Poller` of what the panels show.
 
@@ -320,8 +349,8 @@ class NvtopyApp(App[None]):
         waits for ("the NVIDIA driver"). ``events``: watch Xid events while the monitor
         runs (the health screen's timeline); ``thresholds``: of the health flags
         (``--idle-held-after`` and friends); ``isolate``: each GPU on its own thread with a deadline (False: in
-        turn on the polling thread, as pictures need: no timing may enter them). See
-        :class:`~nvtopy.sources.poller.Poller`.
+        turn on the polling thread, as pictures need: no timing may enter them); ``alerts``, ``notify``: as
+        :class:`NvtopyApp` has them. See :class:`~nvtopy.sources.poller.Poller`.
         """
         poller = Poller(
             backend,
@@ -334,7 +363,7 @@ class NvtopyApp(App[None]):
             thresholds=thresholds,
             isolate=isolate,
         )
-        return cls(poller, readonly=readonly, layout=layout, poll=poll)
+        return cls(poller, readonly=readonly, layout=layout, poll=poll, alerts=alerts, notify=notify)
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -460,12 +489,63 @@ class NvtopyApp(App[None]):
         self._snapshot_at = time.monotonic()
         self.snapshots_applied += 1
         self.process_history.add(message.snapshot)
+        self._alerts_from(message.snapshot)  # before the redraw: the header counts what fires
         self.refresh_view()  # new data, same view
         for screen in self.screen_stack:
             if isinstance(screen, HealthScreen):  # open (perhaps under the help): it follows the live snapshots
                 screen.show(message.snapshot, self.visible_gpus())
             elif isinstance(screen, ProcessScreen):
                 screen.show(message.snapshot)
+            elif isinstance(screen, AlertsScreen) and self.alerts is not None:
+                screen.show(self.alerts.firing(), self.alerts.history, message.snapshot.timestamp)
+
+    # ----------------------------------------------------------------- alerts
+
+    def _alerts_from(self, snapshot: Snapshot) -> None:
+        """The alert engine on ``snapshot``: its transitions to ``notify`` (live) and as toasts, rate-limited."""
+        feed = self.alerts
+        if feed is None:
+            return
+        events = feed.observe(snapshot)
+        failure = feed.failure_to_say()
+        if failure is not None:
+            self.notify(failure, severity="warning", timeout=15, markup=False)
+        if events:
+            self._show_toasts(feed.toasts.add(events))
+
+    def _show_toasts(self, toasts: list[Toast]) -> None:
+        for toast in toasts:  # words made safe by alert_feed; never markup
+            self.notify(toast.message, title=toast.title, severity=toast.severity, timeout=toast.timeout, markup=False)
+        self._schedule_held_toasts()
+
+    def _schedule_held_toasts(self) -> None:
+        """Transitions held back by the toasts' rate limit: one summarising toast as soon as the window allows."""
+        feed = self.alerts
+        due = None if feed is None else feed.toasts.due()
+        if due is None or self._toast_timer is not None:
+            return
+
+        def flush() -> None:
+            self._toast_timer = None
+            if self.alerts is not None:
+                self._show_toasts(self.alerts.toasts.flush())
+
+        self._toast_timer = self.set_timer(max(0.05, due), flush)
+
+    def firing_alerts(self) -> tuple[AlertEvent, ...]:
+        """What fires now (the header's count); nothing when the app evaluates no alerts."""
+        return () if self.alerts is None else self.alerts.firing()
+
+    def action_alerts(self) -> None:
+        """Open the alerts screen on what the feed holds (never waits for the source: it follows later snapshots)."""
+        if isinstance(self.screen, AlertsScreen):
+            return
+        feed = self.alerts
+        if feed is None:
+            self.notify("alerts are off here", severity="warning", timeout=3)
+            return
+        now = None if self.snapshot is None else self.snapshot.timestamp
+        self.push_screen(AlertsScreen(feed.firing(), feed.history, now, live=feed.live))
 
     def on_resize(self) -> None:
         self.refresh_view()  # a new size, same view: the layout plan and the columns that fit
@@ -859,6 +939,7 @@ class NvtopyApp(App[None]):
         yield SystemCommand("Only my processes", "Toggle showing only your processes", self.action_toggle_mine)
         yield SystemCommand("Tree view", "Processes under their parents, or the plain list", self.action_toggle_tree)
         yield SystemCommand("GPU health", "Findings, Xid events, memory and link readings", self.action_health)
+        yield SystemCommand("Alerts", "What fires now, and what fired and cleared", self.action_alerts)
         for flag in FLAG_FILTERS:
             title = f"{flag} processes" if flag else "every process (no flag filter)"
             yield SystemCommand(

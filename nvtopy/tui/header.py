@@ -33,6 +33,8 @@ from textual.binding import Binding, BindingType
 from textual.strip import Strip
 from textual.widgets import Static
 
+from ..alerts.catalog import AlertSeverity
+from ..alerts.events import AlertEvent
 from ..model import GpuState, Severity, Snapshot
 from ..render.cells import RICH_STYLES, SEVERITY_CATEGORY
 from ..render.header import Part, Piece, choose, fit, host_usage_parts
@@ -82,6 +84,8 @@ class Monitor(Protocol):
     def readonly(self) -> bool: ...
 
     def visible_gpus(self) -> tuple[GpuState, ...]: ...
+
+    def firing_alerts(self) -> tuple[AlertEvent, ...]: ...
 
 
 class KeyHolder(Protocol):
@@ -255,6 +259,17 @@ def _health_part(app: Monitor) -> Part | None:
     return Part(tuple(pieces), rank=1)
 
 
+def _alerts_part(app: Monitor) -> Part | None:
+    """``2 alerts (a)`` while alerts fire (the alerts screen's key), in red when one is critical."""
+    firing = app.firing_alerts()
+    if not firing:
+        return None
+    critical = any(e.severity is AlertSeverity.CRITICAL for e in firing)
+    style = RICH_STYLES[SEVERITY_CATEGORY[Severity.FAIL if critical else Severity.WARN]]
+    words = f"{len(firing)} alert{'s' if len(firing) != 1 else ''}"
+    return Part(((words, style if critical else f"bold {style}"), (" (a)", "dim")), rank=1)
+
+
 def header_text(
     app: Monitor, snapshot: Snapshot, counts: tuple[int, int, int], width: int, *, no_chart_room: bool = False
 ) -> Text:
@@ -281,6 +296,7 @@ def header_text(
     else:
         parts.append(_part(f"⟳ {source.interval:g}s", rank=4))
     parts.append(_health_part(app))
+    parts.append(_alerts_part(app))
     view = app.view
     labels = view.row_filter.describe()
     if labels:
