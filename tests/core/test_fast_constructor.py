@@ -26,11 +26,12 @@ from nvtopy.model import (
     GpuState,
     GpuStatic,
     NvLink,
-    ProcessType,
     Reason,
     fast_constructor,
 )
 from nvtopy.ranges import FIELD_RANGES, within
+
+from ..builders import gpu_process, gpu_sample
 
 BAD = (float("nan"), float("inf"), float("-inf"), -1, 2**70, 1e308, "12", [1])
 
@@ -40,8 +41,9 @@ def _values(obj: object) -> list[object]:
 
 
 def _sample() -> GpuSample:
-    return GpuSample(
+    return gpu_sample(
         1_800_000_000.0,
+        bare=True,
         memory_used_bytes=5 << 30,
         utilization_gpu_percent=50,
         temperature_c=60,
@@ -54,9 +56,9 @@ def _sample() -> GpuSample:
 
 
 def _process() -> GpuProcess:
-    return GpuProcess(
-        3, "GPU-x", 1234, ProcessType.COMPUTE, 1 << 30, sm_percent=40, cpu_percent=99.5, running_seconds=12.5,
-        create_time=1_799_999_000.0, host="node001",
+    return gpu_process(
+        3, 1234, bare=True, gpu_uuid="GPU-x", gpu_memory_bytes=1 << 30, sm_percent=40, cpu_percent=99.5,
+        running_seconds=12.5, create_time=1_799_999_000.0, host="node001",
     )  # fmt: skip
 
 
