@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import time
 
 import pytest
 from textual.widgets._toast import Toast
@@ -436,20 +435,6 @@ async def test_a_new_transition_wraps_only_itself_in_the_history():
         await pilot.press("end")
         await pilot.pause()
         assert screen.query_one("#alerts-body").scroll_y > 900
-
-
-@pytest.fixture
-def utc():
-    """The screen shows times of day: pin the time zone."""
-    old = os.environ.get("TZ")
-    os.environ["TZ"] = "UTC"
-    time.tzset()
-    yield
-    if old is None:
-        os.environ.pop("TZ", None)
-    else:
-        os.environ["TZ"] = old
-    time.tzset()
 
 
 def test_the_alerts_screen_picture_at_80x24(snap_compare, utc):

@@ -368,17 +368,6 @@ async def test_replay_feeds_the_same_charts(long_recording):
 # ----------------------------------------------------------------- pictures
 
 
-@pytest.fixture
-def utc(monkeypatch):
-    import time
-
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
-
-
 @pytest.mark.parametrize("size", [(200, 50), (120, 40)], ids=["200x50", "120x40"])
 @pytest.mark.parametrize("name", ["charts", "charts-gpu"])
 def test_charts_scene(snap_compare, utc, name, size):

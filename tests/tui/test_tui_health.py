@@ -10,7 +10,6 @@ health scenes of tests/scenes.py are also pinned as SVG snapshots.
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
 import time
 
@@ -481,19 +480,6 @@ async def test_a_hung_gpu_freezes_nothing(sim, clock):
 
 
 # --------------------------------------------------------------------------- SVG snapshots
-
-
-@pytest.fixture
-def utc():
-    old = os.environ.get("TZ")
-    os.environ["TZ"] = "UTC"
-    time.tzset()
-    yield
-    if old is None:
-        os.environ.pop("TZ", None)
-    else:
-        os.environ["TZ"] = old
-    time.tzset()
 
 
 @pytest.mark.parametrize("size", [(120, 40), (80, 24)], ids=["120x40", "80x24"])

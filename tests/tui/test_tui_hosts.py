@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-import os
 import time
 
 import pytest
@@ -373,20 +372,6 @@ def test_json_of_the_fleet_round_trips_through_the_contract(sim):
 
 
 # --------------------------------------------------------------------------- the picture
-
-
-@pytest.fixture
-def utc():
-    """The header shows the snapshot's time of day: pin the time zone."""
-    old = os.environ.get("TZ")
-    os.environ["TZ"] = "UTC"
-    time.tzset()
-    yield
-    if old is None:
-        os.environ.pop("TZ", None)
-    else:
-        os.environ["TZ"] = old
-    time.tzset()
 
 
 def test_compact_view_of_three_hosts(snap_compare, sim, utc):

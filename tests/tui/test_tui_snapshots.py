@@ -7,26 +7,14 @@ layout change fails here; when it is intended, accept it with
 
 from __future__ import annotations
 
-import os
-import time
-
 import pytest
 
 from ..scenes import SCENES, build
 
 
 @pytest.fixture(autouse=True)
-def utc():
-    """The header shows the snapshot's time of day: pin the time zone."""
-    old = os.environ.get("TZ")
-    os.environ["TZ"] = "UTC"
-    time.tzset()
-    yield
-    if old is None:
-        os.environ.pop("TZ", None)
-    else:
-        os.environ["TZ"] = old
-    time.tzset()
+def _in_utc(utc):
+    """The header shows the snapshot's time of day: every picture here in UTC (conftest's utc)."""
 
 
 @pytest.mark.parametrize("size", [(120, 40), (80, 24)], ids=["120x40", "80x24"])
