@@ -183,8 +183,21 @@ def watch_loop(
 
 
 def _settings(args: argparse.Namespace) -> AlertSettings:
-    from ..alerts.settings import alert_settings
+    """The rules and channels in force; a config file that cannot be read whole is a usage error here.
 
+    Why stricter than the monitor (which warns and goes on with the defaults): an alerting service that
+    started on the defaults after a typo in its file would alert on what its user turned off and send
+    nowhere they set up -- and say so only once, in a log nobody reads.
+    """
+    from ..alerts.settings import alert_settings
+    from ..config import load_config
+
+    if getattr(args, "_config_loaded", None) is None:
+        config, problems = load_config(getattr(args, "config", None) or None)
+        if problems:
+            said = problems[0].removesuffix("; using defaults")
+            raise UsageError(f"{said} (nvtopy watch does not start on a config file it cannot read whole)")
+        args._config_loaded = (config, problems)
     config = options.user_config(args)
     return alert_settings(config.alerts_rules, _channels(config.alerts_channels))
 

@@ -181,6 +181,23 @@ def test_a_bad_alerts_entry_is_one_line_naming_its_key(tmp_path):
     )
 
 
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ('[alerts]\nchannels = "bell"\n', "'alerts.channels': must be an array"),
+        ("[alerts.gpu-free]\nmemory_mib = nan\n", "alerts.gpu-free.memory_mib"),
+        ("interval = 0\n", "'interval'"),
+    ],
+)
+def test_a_config_file_it_cannot_read_whole_stops_watch_in_one_line(tmp_path, text, said):
+    """The monitor warns and takes the defaults; an alerting service must not start on them."""
+    config = tmp_path / "config.toml"
+    config.write_text(text)
+    result = run_nvtopy("watch", "--demo", "--config", str(config))
+    assert result.returncode == 2 and result.stdout == "" and result.stderr.count("\n") == 1, result.stderr
+    assert said in result.stderr and "does not start" in result.stderr and "using defaults" not in result.stderr
+
+
 # ---------------------------------------------------------------------------------------- in process
 
 
