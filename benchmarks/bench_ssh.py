@@ -34,11 +34,19 @@ sys.path.insert(0, str(ROOT))
 
 
 def main() -> int:
+    from nvtopy.model import HISTORY_LENGTH
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--hosts", type=int, default=64)
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--processes", type=int, default=None, help="process slots per GPU (default: the demo's)")
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--history",
+        type=int,
+        default=HISTORY_LENGTH,
+        help="points put in every GPU's sparkline history before measuring (default: full, as after 5 minutes)",
+    )
     args = parser.parse_args()
 
     from nvtopy.sources.remote.gc_policy import settle_for_fleet
@@ -48,7 +56,10 @@ def main() -> int:
     from tests.sources.remote.ssh import fake_ssh
 
     with tempfile.TemporaryDirectory() as tmp:
-        program = fake_ssh.install(Path(tmp), gpus=args.gpus, processes=args.processes, period=1.0, lines=30)
+        # a line a second, none sent twice while measured: the far side's first line is whole, then patches
+        # (serve-stdio sends a whole line every 300; a fake that cycled back to its first line would send more)
+        lines = int(args.seconds) + 10
+        program = fake_ssh.install(Path(tmp), gpus=args.gpus, processes=args.processes, period=1.0, lines=lines)
         sizes = [path.stat().st_size for path in sorted((Path(tmp) / "lines").iterdir())]
         line_bytes = sum(sizes) / len(sizes)
         threads_before = threading.active_count()
@@ -67,7 +78,12 @@ def main() -> int:
                     return 1
                 time.sleep(0.05)
             connected = time.monotonic() - began
-            source.poll_once()  # the first: every GPU's history and chart begun
+            snapshot = source.poll_once()  # the first: every GPU's history and chart begun
+            for buffer in source._history.values():  # every sparkline's history as full as after its minutes
+                for n in range(args.history):
+                    buffer._ring.append(n - args.history, (None,) * 7)
+            io_clock = time.pthread_getcpuclockid(source.streams._thread.ident)  # type: ignore[union-attr]
+            io_start = time.clock_gettime(io_clock)
             cpu_start, wall_start = time.process_time(), time.monotonic()
             refreshes = 0
             while time.monotonic() - wall_start < args.seconds:
@@ -77,6 +93,7 @@ def main() -> int:
                 refresh_cpu.append(time.thread_time() - thread_start)
                 refreshes += 1
             cpu = time.process_time() - cpu_start
+            io_cpu = time.clock_gettime(io_clock) - io_start
             live = sum(1 for s in source.streams.sessions if s.status.state is State.LIVE)
             threads = threading.active_count() - threads_before
             fds = len(os.listdir("/proc/self/fd")) - fds_before
@@ -92,8 +109,10 @@ def main() -> int:
     print(
         f"  monitor CPU per refresh (I/O thread + refresh): {cpu / refreshes * 1000:.0f} ms; "
         f"the refresh alone: median {statistics.median(refresh_cpu) * 1000:.0f} ms, "
-        f"max {max(refresh_cpu) * 1000:.0f} ms"
+        f"mean {statistics.mean(refresh_cpu) * 1000:.0f} ms, max {max(refresh_cpu) * 1000:.0f} ms; "
+        f"the I/O thread {io_cpu / refreshes * 1000:.0f} ms a refresh"
     )
+    print("  each refresh (ms):", " ".join(f"{c * 1000:.0f}" for c in refresh_cpu))
     print(f"  live hosts {live}/{args.hosts}; threads added {threads}; open files added {fds}")
     return 0
 

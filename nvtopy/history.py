@@ -14,7 +14,9 @@ either: the time as a double (a float32 of a Unix time is off by up to two minut
 an object per value (the collector reads a GPU's whole window on every refresh).
 
 The ring grows a quarter past its length (at least 16 points) and is then cut back in one go, so an
-append is amortised O(1) and the memory is bounded by ``points + slack`` rows.
+append is amortised O(1) and the memory is bounded by ``points + slack`` rows. The cut makes new
+columns rather than deleting from the old ones, so a :meth:`SampleRing.view` handed out earlier --
+a GPU's history in a published snapshot -- never changes under its reader.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 import sys
 from array import array
 from collections.abc import MutableSequence, Sequence
-from typing import Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 __all__ = ["SampleRing"]
 
@@ -57,11 +59,10 @@ class SampleRing(Generic[V]):
         for column, value in zip(self.figures, values, strict=True):
             column.append(value)
         held = len(times)
-        if held > self.points + self.slack:
+        if held > self.points + self.slack:  # cut into new columns: a view() of the old ones stays as it was
             cut = held - self.points
-            del times[:cut]
-            for column in self.figures:
-                del column[:cut]
+            self.times = times[cut:]
+            self.figures = tuple(column[cut:] for column in self.figures)
 
     def window(self) -> tuple[tuple[float, ...], tuple[tuple[V, ...], ...]]:
         """The last ``points`` samples, oldest first: their times, and each figure's values."""
@@ -69,6 +70,17 @@ class SampleRing(Generic[V]):
         if len(self.times) <= points:  # not full: each column whole, copied once (a slice would copy it twice)
             return tuple(self.times), tuple(map(tuple, self.figures))
         return tuple(self.times[-points:]), tuple(tuple(column[-points:]) for column in self.figures)
+
+    def view(self) -> tuple[tuple[Sequence[Any], ...], int, int]:
+        """The last ``points`` samples without copying them: the columns (time first) and the slice to read.
+
+        The slice of these very columns keeps its values: a column is only ever appended to, and the
+        oldest samples are cut by making new columns (:meth:`append`), never by changing these. So a
+        view taken now reads the same later, from any thread (a slice of a list is one step under the
+        GIL), whatever was appended since.
+        """
+        stop = len(self.times)
+        return (self.times, *self.figures), max(0, stop - self.points), stop
 
     def nbytes(self) -> int:
         """Bytes the columns take (the arrays or lists, over-allocation included; not the objects a list holds)."""

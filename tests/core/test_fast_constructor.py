@@ -20,7 +20,6 @@ import pytest
 from nvtopy.formats.contract_decoder import Placement, SnapshotDecoder, _checked_snapshot
 from nvtopy.formats.stream import StreamReader
 from nvtopy.model import (
-    GpuHistory,
     GpuProcess,
     GpuSample,
     GpuState,
@@ -67,7 +66,6 @@ EXAMPLES = {
     "GpuProcess": _process,
     "NvLink": lambda: NvLink(3, True, 4, 10, 20, 0, "00000000:05:00.0"),
     "GpuStatic": lambda: GpuStatic(7, "GPU-x", "H100", memory_total_bytes=80 << 30, host="node001", host_index=0),
-    "GpuHistory": lambda: GpuHistory((1.0, 2.0), (1, None), (2, 3)),
     "GpuState": lambda: GpuState(GpuStatic(0), _sample(), (_process(),)),
 }
 

@@ -61,6 +61,27 @@ def test_history_buffer_is_a_ring_of_the_gpus_points():
     assert HistoryBuffer().history() == GpuHistory(), "nothing yet: empty"
 
 
+def test_a_history_handed_out_never_changes_as_the_buffer_goes_on():
+    """A snapshot's history is a window onto the ring (nothing copied): later points and cuts must not show in it."""
+    static = GpuStatic(index=0, memory_total_bytes=100)
+    buffer = HistoryBuffer(length=4)
+    kept = []
+    for t in range(60):  # past the ring's slack many times over: every cut happens while old windows are held
+        buffer.append(static, GpuSample(timestamp=float(t), utilization_gpu_percent=t, power_draw_w=t / 2))
+        kept.append((t, buffer.history()))
+    for t, history in kept:
+        first = max(0, t - 3)
+        assert history.timestamps == tuple(float(n) for n in range(first, t + 1)), f"the history of t={t} moved"
+        assert history.utilization_gpu_percent == tuple(range(first, t + 1))
+        assert history.power_draw_w == tuple(n / 2 for n in range(first, t + 1))
+    early, again = kept[10][1], HistoryBuffer(length=4)
+    for t in range(7, 11):
+        again.append(static, GpuSample(timestamp=float(t), utilization_gpu_percent=t, power_draw_w=t / 2))
+    assert early == again.history() and hash(early) == hash(again.history()), "compared by the values it holds"
+    assert early != kept[11][1]
+    assert repr(early).startswith("GpuHistory(timestamps=(7.0, 8.0, 9.0, 10.0), utilization_gpu_percent=(7, 8")
+
+
 def test_gpu_and_process_histories_share_the_one_ring():
     """The sparklines' and the process screen's short histories are the same ring, not copies of the idea."""
     assert isinstance(HistoryBuffer()._ring, SampleRing)
