@@ -7,11 +7,21 @@ first turns a bad line or a bad answer into a crash (or, on a source's thread, i
 a misleading "closed the connection"). :func:`decode_json` raises one error,
 :class:`JsonRefusedError`, whose ``str()`` says why in a few words; the size of
 what is decoded is its caller's bound (a recording's line, an answer's bytes).
+
+Why msgspec first: ``nvtopy --ssh`` decodes 64 hosts' lines a second and the fleet view a
+30 MB Prometheus answer a refresh; msgspec's decoder is about 3-4x faster than the standard
+library's there. It gives the very values the standard library gives for the JSON it accepts
+(integers of any size, the same nearest float, the last of two equal keys); for anything it
+refuses -- invalid UTF-8, a lone surrogate escape, ``NaN``, an integer of thousands of digits,
+deep nesting, any syntax error -- the line goes through ``json.loads`` as before, so what is
+accepted, replaced and refused, and the words of a refusal, are unchanged
+(``tests/core/test_jsondecode.py`` compares the two on hostile inputs).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["JsonRefusedError", "decode_json"]
@@ -33,8 +43,25 @@ class JsonRefusedError(ValueError):
         return self.kind == "syntax"
 
 
+_fast: Callable[[bytes | str], Any] | None = None
+
+
+def _fast_decoder() -> Callable[[bytes | str], Any]:
+    """msgspec's decoder, imported the first time JSON is read (``nvtopy --once`` reads none)."""
+    global _fast
+    if _fast is None:
+        import msgspec.json
+
+        _fast = msgspec.json.Decoder().decode
+    return _fast
+
+
 def decode_json(raw: bytes | str) -> Any:
     """``raw`` (UTF-8 bytes, undecodable ones replaced, or text) as JSON; JsonRefusedError saying why it is not."""
+    try:
+        return _fast_decoder()(raw)
+    except (ValueError, RecursionError):  # msgspec's DecodeError and ValidationError are ValueErrors
+        pass  # decoded again as it always was: the same values, replacements and refusals
     text = raw.decode("utf-8", "replace") if isinstance(raw, bytes | bytearray) else raw
     try:
         return json.loads(text)
