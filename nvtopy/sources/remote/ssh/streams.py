@@ -53,6 +53,7 @@ from .targets import SshTarget
 __all__ = ["SshStreams", "silent_after_default"]
 
 READ_CHUNK = 1 << 16
+CHUNKS_PER_WAKE = 64  # 4 MiB of one host at one wake-up at most
 MAX_TEXT_LINE = 64 << 10  # a line before the stream begins, or of nvidia-smi's CSV: words, never megabytes
 FLOOD_WINDOW = 2.0
 # In FLOOD_WINDOW: a healthy host sends a snapshot line a second (tens of KiB for 8 GPUs, about 1 MiB for 64 GPUs
@@ -64,6 +65,9 @@ MAX_BACKOFF = 60.0
 LONG_BACKOFF = 30.0  # after a host said plainly that it cannot serve (no nvtopy, no nvidia-smi, no driver)
 STEADY_AFTER = 60.0  # live this long: the next drop reconnects at once, as a first one does
 STOP_GRACE = 0.3
+COALESCE = 0.05
+"""Seconds the thread pauses after reading hosts' output, so that the next wake-up reads several hosts' lines:
+64 hosts sending a line a second woke it 60 times a second, each a context switch and a pass of the loop."""
 MAX_WAIT = 0.5  # the longest the thread sleeps without looking at its timers
 TIMER_STEP = 0.1  # and the shortest time between two looks (unless woken from outside)
 _PDEATHSIG = ("setpriv", "--pdeathsig", "TERM", "--")
@@ -116,6 +120,7 @@ class SshStreams:
         os.set_blocking(self._wake_w, False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._stopping = False
+        self._woken = threading.Event()  # set by _wake: a coalescing pause ends at once
         self._thread: threading.Thread | None = None
         self._ending: list[tuple[float, subprocess.Popen[bytes]]] = []  # killed, not yet reaped
         self._random = random.Random()
@@ -150,6 +155,7 @@ class SshStreams:
         return [s.process.pid for s in self.sessions if s.process is not None]
 
     def _wake(self) -> None:
+        self._woken.set()
         with contextlib.suppress(OSError):  # full (already woken) or closed (stopped)
             os.write(self._wake_w, b"x")
 
@@ -168,6 +174,7 @@ class SshStreams:
                     self._start_due(now)
                     wait = self._check_timers(now)
                     next_check = now + min(wait, TIMER_STEP)
+                hosts_read = False
                 for key, _ in self._selector.select(max(0.0, next_check - now)):
                     if key.data is None:
                         with contextlib.suppress(OSError):
@@ -175,6 +182,10 @@ class SshStreams:
                         next_check = 0.0
                     else:
                         self._read(key.data)
+                        hosts_read = True
+                if hosts_read and not self._woken.is_set():
+                    self._woken.wait(COALESCE)  # let other hosts' lines gather: one wake-up reads many
+                self._woken.clear()
         finally:
             self._close_all()
 
@@ -263,26 +274,40 @@ class SshStreams:
         return max(0.0, wait)
 
     def _read(self, session: Session) -> None:
+        """What the host's pipe holds now, :data:`READ_CHUNK` at a time, at most :data:`CHUNKS_PER_WAKE` chunks.
+
+        Why more than one read: the thread pauses between wake-ups (:data:`COALESCE`), so a host with
+        large lines (64 GPUs, thousands of processes: a megabyte a second) must be read whole at each,
+        and a flood must still be counted at its own pace; the bound keeps one host from holding the
+        thread while the others wait.
+        """
+        process = session.process
+        for _ in range(CHUNKS_PER_WAKE):
+            if session.process is not process or not self._read_chunk(session) or self._stopping:
+                return
+
+    def _read_chunk(self, session: Session) -> bool:
+        """One read of the host's pipe, its lines handled; False when the pipe was empty or the host is dropped."""
         process = session.process
         if process is None or process.stdout is None:
-            return
+            return False
         try:
             data = os.read(process.stdout.fileno(), READ_CHUNK)
         except BlockingIOError:
-            return
+            return False
         except OSError:
             data = b""
         now = time.monotonic()
         if not data:
             self._ended(session, now)
-            return
+            return False
         session.last_data = now
         if now - session.window_start > FLOOD_WINDOW:
             session.window_start, session.window_bytes, session.window_lines = now, 0, 0
         session.window_bytes += len(data)
         if session.window_bytes > FLOOD_BYTES:
             self._lost(session, f"sent more than {FLOOD_BYTES >> 20} MiB in {FLOOD_WINDOW:g} s (flooding)", now)
-            return
+            return False
         buffer = session.buffer
         start = len(buffer)
         buffer += data
@@ -296,17 +321,20 @@ class SshStreams:
             session.window_lines += 1
             if session.window_lines > FLOOD_LINES:
                 self._lost(session, f"sent more than {FLOOD_LINES} lines in {FLOOD_WINDOW:g} s (flooding)", now)
-                return
+                return False
             self._line(session, line, now)
             if session.process is not process:  # the line dropped it
-                return
+                return False
         if session.mode is Mode.NVTOPY and len(buffer) > MAX_LINE:
             self._lost(session, f"sent a line longer than {MAX_LINE >> 20} MiB (not nvtopy's stream)", now)
-        elif session.mode is not Mode.NVTOPY and len(buffer) > MAX_TEXT_LINE:  # ssh's words, a banner, CSV: short
+            return False
+        if session.mode is not Mode.NVTOPY and len(buffer) > MAX_TEXT_LINE:  # ssh's words, a banner, CSV: short
             what = (
                 "nvidia-smi's output" if session.mode is Mode.NVIDIA_SMI else "nvtopy's stream nor nvidia-smi's output"
             )
             self._lost(session, f"not {what} (a line of over {MAX_TEXT_LINE >> 10} KiB)", now, LONG_BACKOFF)
+            return False
+        return True
 
     def _line(self, session: Session, line: bytes, now: float) -> None:
         line = line.rstrip(b"\r")
