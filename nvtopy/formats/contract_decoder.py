@@ -79,6 +79,7 @@ from ..ranges import FIELD_RANGES
 from ..textsafe import excerpt, unescape_text
 from .contract import HOST_USAGE_FIELDS, OWNER_STRING_FIELDS, READINGS
 from .fields import field_part
+from .stream import LIST
 
 __all__ = [
     "MAX_GPUS",
@@ -685,6 +686,51 @@ _SAMPLE_ORDER = operator.itemgetter(
 _PROCESS_POSITIONS = tuple((name, field.default) for name, field in GpuProcess.__dataclass_fields__.items())
 _PROCESSES_BY_POSITION = all(name in _PROCESS_FILLED or default is not MISSING for name, default in _PROCESS_POSITIONS)
 
+# For a line patched from the last one (SnapshotDecoder._patched): the keys a GPU's patch may hold to be built from
+# its last parts (its sampled figures, its processes); a process's figures (readings and numbers: a type and a limit
+# to check, no text to unescape) and GpuProcess's fields in order.
+_PATCHABLE_GPU_KEYS = frozenset({*_SAMPLE_READER.names, "processes"})
+_PROCESS_FIGURES = frozenset(_PROCESS_READER.names[: _PROCESS_READER.texts])
+_PROCESS_FIELD_NAMES = tuple(GpuProcess.__dataclass_fields__)
+_PROCESS_VALUES = operator.attrgetter(*_PROCESS_FIELD_NAMES)
+_PROCESS_AT = {name: n for n, name in enumerate(_PROCESS_FIELD_NAMES)}
+_SAMPLE_AT = {name: n for n, name in enumerate(_SAMPLE_READER.names)}
+_UNCHANGED = object()
+_CARRIED_OWNERS = 8192  # owners a patched line keeps known from the line before, at most (bounded memory)
+
+
+def _list_patch(change: Any, length: int) -> list[Any] | None:
+    """A stream patch of a list of ``length`` objects (``{"$list": [a patch each]}``); None where it is else."""
+    if type(change) is not dict or len(change) != 1:
+        return None
+    items = change.get(LIST)
+    return items if type(items) is list and len(items) == length else None
+
+
+@dataclass(frozen=True, slots=True)
+class _KeptGpu:
+    """One GPU of the last line, as a patch of its figures starts from it."""
+
+    static: GpuStatic
+    sample_parts: tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]] | None  # raw, checked, the rest
+    processes: tuple[GpuProcess, ...]
+    reason: Reason | None
+    listed: bool
+    health: GpuHealth
+    sample: GpuSample
+
+    def recorded(self) -> RecordedGpu:
+        return RecordedGpu(self.static, self.sample, self.processes, self.reason, self.listed, self.health)
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    """The last line's GPUs, placed from ``first`` under ``host``."""
+
+    first: int
+    host: str
+    gpus: list[_KeptGpu]
+
 
 def _common_reasons(value: Any, allowed: set[str]) -> dict[str, Reason] | None:
     """:func:`_reasons` of an ``unavailable`` object of known reasons; None where it is anything else."""
@@ -794,11 +840,13 @@ class SnapshotDecoder:
     comes and goes between lines. Not thread-safe: one decoder per source, used by one thread.
     """
 
-    __slots__ = ("_before", "_now")
+    __slots__ = ("_before", "_kept", "_now", "_parts")
 
     def __init__(self) -> None:
         self._now = _Memo()
         self._before = _Memo()
+        self._parts: tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]] | None = None
+        self._kept: _Kept | None = None  # the last line's GPUs as a patch of the next one starts from them
 
     @property
     def remembered(self) -> int:
@@ -811,6 +859,7 @@ class SnapshotDecoder:
         gpu_state: Callable[[RecordedGpu], GpuState] = RecordedGpu.state,
         *,
         place: Placement | None = None,
+        patch: Any = None,
     ) -> Snapshot:
         """The snapshot of the source's next line; as :func:`snapshot_from_dict`, with the parts it repeats reused.
 
@@ -818,9 +867,22 @@ class SnapshotDecoder:
         copied after: each GPU's index from ``place.first`` on (its own index kept as ``host_index``),
         ``place.host`` on it and on its processes, and its sample dated ``place.taken``.
 
+        ``patch``: the stream patch (:mod:`~nvtopy.formats.stream`) that made ``data`` of the line this
+        decoder decoded last, with the same ``place`` apart from its date (None: unknown). Where it
+        changes only GPUs' sampled figures and their processes' (the common case: a second of a busy
+        host), the line is decoded from the patch: each GPU's static part, health and links are the
+        last line's objects, and only the changed values are read and checked -- into the very
+        snapshot the whole line would make (``tests/formats/test_stream_decoder.py`` holds them equal).
+        Anything else in the patch: the whole line is decoded.
+
         Raises KeyError, ValueError, TypeError or AttributeError on a line that is not a snapshot
         (the decoder stays usable: the next line is decoded as any other).
         """
+        kept, self._kept = self._kept, None
+        if patch is not None and kept is not None and place is not None and type(patch) is dict:
+            patched = self._patched(data, patch, kept, gpu_state, place)
+            if patched is not None:
+                return patched
         self._before, self._now = self._now, _Memo()
         timestamp = recorded_timestamp(data)
         host = self._host(data)
@@ -856,11 +918,13 @@ class SnapshotDecoder:
         each GPU's other parts in the same order (the same first error), then every process in one pass."""
         counts, columns = every
         parts: list[tuple[GpuStatic, GpuSample, Reason | None, bool, GpuHealth]] = []
+        samples: list[tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]] | None] = []
         for item in items:
             if place is None:
                 static, sample = self._gpu(item, timestamp)
             else:
                 static, sample = self._placed_gpu(item, place, len(parts))
+                samples.append(self._parts)
             unavailable = item.get("processes_unavailable")
             reason = None if unavailable is None else Reason(unavailable)
             parts.append((static, sample, reason, "processes" in item, self._health(item, static.index)))
@@ -880,11 +944,167 @@ class SnapshotDecoder:
             )
         gpus = []
         at = 0
+        kept: list[_KeptGpu] = []
         for (static, sample, reason, listed, health), count in zip(parts, counts, strict=True):
             mine = processes[at : at + count] if count else ()
             at += count
             gpus.append(gpu_state(RecordedGpu(static, sample, mine, reason, listed, health)))
+            if place is not None:
+                kept.append(_KeptGpu(static, samples[len(kept)], mine, reason, listed, health, sample))
+        if place is not None:
+            self._kept = _Kept(place.first, place.host, kept)
         return gpus
+
+    def _patched(
+        self,
+        data: dict[str, Any],
+        patch: dict[str, Any],
+        kept: _Kept,
+        gpu_state: Callable[[RecordedGpu], GpuState],
+        place: Placement,
+    ) -> Snapshot | None:
+        """:meth:`decode` of a line that ``patch`` made of the last one, from the last one's parts: a GPU whose patch
+        changes only sampled figures and its processes' is built from its own last parts, any other GPU as the whole
+        line builds it. None where the patch does not fit the last line, or a GPU's decoding fails (the whole line is
+        decoded then, and raises its own first error)."""
+        if place.first != kept.first or place.host != kept.host:
+            return None
+        changes: Any = patch.get("gpus", _UNCHANGED)
+        if changes is _UNCHANGED:
+            changes = [{}] * len(kept.gpus)
+        else:
+            changes = _list_patch(changes, len(kept.gpus))
+            if changes is None:
+                return None
+            whole = sum(1 for change in changes if type(change) is not dict or not change.keys() <= _PATCHABLE_GPU_KEYS)
+            if 2 * whole > len(changes):  # most GPUs as the whole line decodes them: cheaper all at once
+                return None
+        before, self._before, self._now = self._before, self._now, _Memo()
+        if len(self._before.same_owner) <= _CARRIED_OWNERS:  # processes patched keep their owners: still known
+            self._now.same_owner.update(self._before.same_owner)
+            self._now.owners.update(self._before.owners)
+        try:
+            made = self._patched_gpus(data, kept, changes, gpu_state, place)
+        except (KeyError, ValueError, TypeError, AttributeError, ArithmeticError, RecursionError):
+            made = None
+        if made is None:  # as if this had not been tried: the whole line is decoded from the same memos
+            self._now, self._before = self._before, before
+            return None
+        timestamp, host, states, now = made
+        self._kept = _Kept(kept.first, kept.host, now)
+        return _snapshot(data, timestamp, host, states)
+
+    def _patched_gpus(
+        self,
+        data: dict[str, Any],
+        kept: _Kept,
+        changes: list[Any],
+        gpu_state: Callable[[RecordedGpu], GpuState],
+        place: Placement,
+    ) -> tuple[float, HostInfo, list[GpuState], list[_KeptGpu]] | None:
+        timestamp = recorded_timestamp(data)
+        host = self._host(data)
+        items: list[Any] | None = None
+        taken = place.taken
+        states: list[GpuState] = []
+        now: list[_KeptGpu] = []
+        for position, (gpu, change) in enumerate(zip(kept.gpus, changes, strict=True)):
+            if type(change) is not dict:
+                return None
+            made = self._patched_gpu(gpu, change, taken) if gpu.sample_parts is not None else None
+            if made is None:  # this GPU as the whole line decodes it
+                if items is None:
+                    items = recorded_gpus(data)
+                    if len(items) != len(kept.gpus):
+                        return None
+                made = self._whole_gpu(items[position], place, position, gpu, change)
+            else:
+                self._carry(gpu.static.host_index)
+            states.append(gpu_state(made.recorded()))
+            now.append(made)
+        return timestamp, host, states, now
+
+    def _patched_gpu(self, gpu: _KeptGpu, change: dict[str, Any], taken: float) -> _KeptGpu | None:
+        """The GPU from its last parts and a patch of its sampled figures and processes; None where it is more."""
+        raw, values, extras = gpu.sample_parts  # type: ignore[misc]  # not None: said by the caller
+        processes = gpu.processes
+        if change:
+            if not change.keys() <= _PATCHABLE_GPU_KEYS:
+                return None  # a static field, health, links, reasons, lost, pstate, ...
+            if len(change) > ("processes" in change):  # the raw values with the patch's, checked as a line's
+                figures = list(raw)
+                at = _SAMPLE_AT
+                for key, value in change.items():
+                    if key != "processes":
+                        figures[at[key]] = value
+                raw = tuple(figures)
+                values = _SAMPLE_READER.checked(raw)
+                if values is None:
+                    return None
+            if "processes" in change:
+                patched = self._patched_processes(processes, change["processes"])
+                if patched is None:
+                    return None
+                processes = patched
+        sample = _NEW_SAMPLE(*_SAMPLE_ORDER((*values, taken, *extras)))
+        return _KeptGpu(gpu.static, (raw, values, extras), processes, gpu.reason, gpu.listed, gpu.health, sample)
+
+    def _whole_gpu(
+        self, item: Any, place: Placement, position: int, last: _KeptGpu, change: dict[str, Any]
+    ) -> _KeptGpu:
+        """One GPU of a line as :meth:`decode`'s loop decodes it (raises what it raises); its processes patched where
+        its static part is the last line's and they only changed figures."""
+        static, sample = self._placed_gpu(item, place, position)
+        parts = self._parts
+        unavailable = item.get("processes_unavailable")
+        listed = item.get("processes") or ()
+        if type(listed) not in (list, tuple):
+            raise TypeError("processes is not a list")
+        processes: tuple[GpuProcess, ...] | None = None
+        if static is last.static:
+            processes = (
+                self._patched_processes(last.processes, change["processes"])
+                if "processes" in change
+                else last.processes
+            )
+        if processes is None:
+            processes = self._processes(listed, static)
+        reason = None if unavailable is None else Reason(unavailable)
+        health = self._health(item, static.index)
+        return _KeptGpu(static, parts, processes, reason, "processes" in item, health, sample)
+
+    def _carry(self, index: int | None) -> None:
+        """A GPU built from its last parts (``index``: its own on its host): what the memo knew of it, kept for the
+        next whole line's reuse."""
+        before, now = self._before, self._now
+        for memo in ("same_static", "statics", "links", "same_health", "same_reasons", "same_readings"):
+            known = getattr(before, memo).get(index)
+            if known is not None:
+                getattr(now, memo)[index] = known
+
+    @staticmethod
+    def _patched_processes(processes: tuple[GpuProcess, ...], change: Any) -> tuple[GpuProcess, ...] | None:
+        """A GPU's processes with a patch of their figures applied; None where it is more (a process came or went, a
+        text changed) or a value is not the common case."""
+        changes = _list_patch(change, len(processes))
+        if changes is None:
+            return None
+        made = []
+        for process, fields in zip(processes, changes, strict=True):
+            if not fields:
+                made.append(process)
+                continue
+            if type(fields) is not dict or process.unavailable or not fields.keys() <= _PROCESS_FIGURES:
+                return None  # a value out of range before (its reason must go with it), or not figures alone
+            figures = tuple(fields.values())
+            if not (_READING_TYPES.issuperset(map(type, figures)) and _within_limit(figures)):
+                return None
+            args = list(_PROCESS_VALUES(process))
+            at = _PROCESS_AT
+            for key, value in fields.items():
+                args[at[key]] = value
+            made.append(_NEW_PROCESS(*args))
+        return tuple(made)
 
     def _every_process(self, items: list[Any]) -> tuple[list[int], _Columns | None] | None:
         """Every GPU's processes as rows, checked a column at a time for the whole line: (processes per GPU, the
@@ -932,9 +1152,11 @@ class SnapshotDecoder:
 
     def _placed_gpu(self, item: Any, place: Placement, position: int) -> tuple[GpuStatic, GpuSample]:
         index = place.first + position
+        self._parts = None
         parts = self._common_gpu(item, place.taken, (index, place.host)) if type(item) is dict else None
         if parts is not None:
             return parts
+        self._parts = None
         static, sample = _checked_gpu(item, place.taken)  # the uncommon case: checked, then placed
         return replace(static, index=index, host=place.host, host_index=static.index), sample
 
@@ -1069,12 +1291,14 @@ class SnapshotDecoder:
             nvlinks = self._nvlinks(index, links)
             if nvlinks is None:
                 return None
-        values = _SAMPLE_READER.values(item, sample_defaults)
+        raw_sample = _SAMPLE_READER.raw(item, sample_defaults)
+        values = _SAMPLE_READER.checked(raw_sample)
         if values is None:
             return None
+        extras = (bool(lost), pstate, throttle, nvlinks, usage, sample_reasons)
+        self._parts = (raw_sample, values, extras)  # what a patch of this GPU's sample alone starts from
         # GpuSample(timestamp=..., ..., **the reader's values), its fields put in order by one C-level call
-        fields = _SAMPLE_ORDER((*values, timestamp, bool(lost), pstate, throttle, nvlinks, usage, sample_reasons))
-        return static, _NEW_SAMPLE(*fields)
+        return static, _NEW_SAMPLE(*_SAMPLE_ORDER((*values, timestamp, *extras)))
 
     def _static(
         self,

@@ -255,6 +255,9 @@ class StreamReader:
     def __init__(self) -> None:
         self._state: dict[str, Any] | None = None
         self._state_bytes = 0
+        self.patch: dict[str, Any] | None = None
+        """The patch that made the newest snapshot object of the one before (None: it came whole): a decoder
+        that decoded the one before decodes this one from it (``SnapshotDecoder.decode``'s ``patch``)."""
 
     def read(self, raw: bytes) -> StreamHello | StreamFailure | dict[str, Any]:
         """The hello, a failure, or the whole snapshot object this line makes (:func:`read_line`'s, patched)."""
@@ -268,10 +271,10 @@ class StreamReader:
             state = apply_patch(self._state, said.patch)
             if type(state) is not dict or "gpus" not in state or "timestamp" not in state:
                 raise StreamError("a patch that makes no snapshot")
-            self._state = state
+            self._state, self.patch = state, said.patch
             return state
         if isinstance(said, dict):
-            self._state, self._state_bytes = said, len(raw)
+            self._state, self._state_bytes, self.patch = said, len(raw), None
         return said
 
 

@@ -41,11 +41,11 @@ FAULTS = (
 )
 
 
-def _lines(sim: Any, clock: Any, count: int, *, cadence: bool) -> list[str]:
+def _lines(sim: Any, clock: Any, count: int, *, cadence: bool, faults: tuple[str, ...] = FAULTS) -> list[str]:
     """``count`` lines of a node as ``nvtopy record`` writes them; ``cadence``: slow groups read as the poller does."""
     from nvtopy.backends.simulated.faults import parse_fault_specs
 
-    backend = sim(gpus=8, seed=11, processes_per_gpu=6, lifetime_scale=0.02, faults=parse_fault_specs(FAULTS, 8))
+    backend = sim(gpus=8, seed=11, processes_per_gpu=6, lifetime_scale=0.02, faults=parse_fault_specs(faults, 8))
     collector = Collector(backend)
     lines = []
     for tick in range(count):
@@ -440,3 +440,177 @@ def test_a_changed_owner_in_a_patched_line_is_not_missed(node_lines):
     assert all(
         second.gpus[g].processes[n].owner is first.gpus[g].processes[n].owner for g, n in kept if (g, n) != (gpu, at)
     ), "the unchanged owners are the very same objects"
+
+
+# ---------------------------------------------------------------- a patched line decoded from its patch (--ssh)
+
+
+def _states_and_patches(lines: list[str]) -> list[tuple[dict[str, Any], Any]]:
+    """Each line as ``--ssh`` gets it -- the state a patch makes of the one before -- with that patch (None: whole)."""
+    from nvtopy.formats.stream import apply_patch, patch_of
+
+    made: list[tuple[dict[str, Any], Any]] = []
+    previous: dict[str, Any] | None = None
+    for line in lines:
+        data = json.loads(line)
+        if previous is None:
+            made.append((data, None))
+        else:
+            patch = patch_of(previous, data)
+            made.append((apply_patch(made[-1][0], patch), patch))
+        previous = data
+    return made
+
+
+def _decode_from_patches(pairs: list[tuple[dict[str, Any], Any]], monkeypatch: Any) -> tuple[list[Any], int]:
+    """Every state decoded placed, from its patch where there is one; (each outcome, GPUs built from their parts)."""
+    built = 0
+    real = SnapshotDecoder._patched_gpu
+
+    def counted(self: Any, *args: Any) -> Any:
+        nonlocal built
+        made = real(self, *args)
+        built += made is not None
+        return made
+
+    monkeypatch.setattr(SnapshotDecoder, "_patched_gpu", counted)
+    stream = SnapshotDecoder()
+    outcomes = []
+    for n, (state, patch) in enumerate(pairs):
+        place = decoder.Placement(first=5, host="gpu-c", taken=1_800_000_000.0 + n)
+        outcomes.append(outcome(lambda data, p=place, q=patch: stream.decode(data, place=p, patch=q), state))
+    return outcomes, built
+
+
+def _expected(pairs: list[tuple[dict[str, Any], Any]]) -> list[Any]:
+    """What the checked walk makes of each state, placed as ``_decode_from_patches`` places it."""
+    made = []
+    for n, (state, _) in enumerate(pairs):
+        kind, value = outcome(checked, copy.deepcopy(state))
+        if kind == "snapshot":
+            value = _placed_by_hand(value[0], 5, "gpu-c", 1_800_000_000.0 + n)
+        made.append((kind, value))
+    return made
+
+
+def _parts(outcomes: list[Any]) -> list[Any]:
+    return [
+        (kind, [(g.static, g.sample, g.processes, g.health) for g in value[0].gpus] if kind == "snapshot" else value)
+        for kind, value in outcomes
+    ]
+
+
+def test_a_line_decoded_from_its_patch_is_the_whole_lines_snapshot(node_lines, monkeypatch):
+    """A MIG GPU, a lost GPU, links, processes coming and going, unreadable users: from the patch or whole, the same."""
+    pairs = _states_and_patches(node_lines)
+    outcomes, _ = _decode_from_patches(pairs, monkeypatch)
+    assert _parts(outcomes) == _expected(pairs)
+
+
+@pytest.fixture(scope="module")
+def plain_lines() -> list[str]:
+    """A busy node with no fault, read at the poller's cadence: what most hosts of a fleet send, line after line."""
+    from nvtopy.backends.simulated.backend import SimulatedBackend
+
+    from ..conftest import ManualClock
+
+    clock = ManualClock()
+    backend = SimulatedBackend(clock=clock, viewer="alice", gpus=8, seed=5, processes_per_gpu=4, lifetime_scale=0.05)
+    try:
+        return _lines(lambda **_: backend, clock, 24, cadence=True, faults=())
+    finally:
+        backend.close()
+
+
+def test_a_busy_nodes_lines_decoded_from_their_patches_are_the_whole_lines(plain_lines, monkeypatch):
+    pairs = _states_and_patches(plain_lines)
+    outcomes, built = _decode_from_patches(pairs, monkeypatch)
+    assert _parts(outcomes) == _expected(pairs)
+    assert built >= 8 * 10, "GPUs were built from their last parts (else this proves nothing)"
+    assert built < 8 * (len(pairs) - 1), "and some from the whole line (health read, processes that came)"
+
+
+HOSTILE_FIGURES = [
+    ("utilization_gpu_percent", True),  # true is no 1 to the checks
+    ("utilization_gpu_percent", 1.0),
+    ("utilization_gpu_percent", 2**70),
+    ("power_draw_w", -5.0),
+    ("temperature_c", 10**30),
+    ("memory_used_bytes", "12"),
+    ("memory_used_bytes", [1]),
+    ("memory_used_bytes", {"x": 1}),
+    ("ecc_mode", "ena\\u0062led"),  # a text with an escape
+    ("compute_mode", 3),
+    ("persistence_mode", 1),
+    ("clock_sm_mhz", None),
+]
+
+
+@pytest.mark.parametrize(("key", "value"), HOSTILE_FIGURES, ids=lambda v: repr(v)[:20])
+def test_a_hostile_figure_in_a_patch_decodes_or_fails_as_the_whole_line(plain_lines, monkeypatch, key, value):
+    """A patch changes one figure of one GPU to something odd, then back: each line as the checked walk says."""
+    pairs = _states_and_patches(plain_lines[:4])
+    base = pairs[-1][0]
+    gpus = len(base["gpus"])
+    for figure in (value, base["gpus"][1].get(key, 0), value):
+        patch = {"gpus": {"$list": [{} for _ in range(gpus)]}}
+        patch["gpus"]["$list"][1] = {key: figure}
+        if type(figure) is dict:
+            patch["gpus"]["$list"][1] = {key: {"$list": []}}
+        from nvtopy.formats.stream import apply_patch
+
+        try:
+            state = apply_patch(pairs[-1][0], patch)
+        except ValueError:
+            continue
+        pairs.append((state, patch))
+    outcomes, built = _decode_from_patches(pairs, monkeypatch)
+    assert _parts(outcomes) == _expected(pairs)
+    assert built >= 7, "GPUs of the patched lines were built from their parts (a line that fails is whole after)"
+
+
+HOSTILE_PROCESS_FIGURES = [
+    ("gpu_memory_bytes", 2**70),  # out of range: None and its reason, then a plain value again
+    ("gpu_memory_bytes", -1),
+    ("cpu_percent", True),
+    ("cpu_percent", "5"),
+    ("running_seconds", 1e300),
+    ("sm_percent", None),
+    ("pid", 77),  # not a figure: another process
+    ("command", "python train\\u0021"),
+    ("owner", None),
+]
+
+
+@pytest.mark.parametrize(("key", "value"), HOSTILE_PROCESS_FIGURES, ids=lambda v: repr(v)[:20])
+def test_a_hostile_process_figure_in_a_patch_decodes_or_fails_as_the_whole_line(plain_lines, monkeypatch, key, value):
+    from nvtopy.formats.stream import apply_patch
+
+    pairs = _states_and_patches(plain_lines[:4])
+    base = pairs[-1][0]
+    gpu = next(n for n, item in enumerate(base["gpus"]) if item["processes"])
+    count = len(base["gpus"][gpu]["processes"])
+    for figure in (value, base["gpus"][gpu]["processes"][0].get(key, 1), value, 12345):
+        processes = [{} for _ in range(count)]
+        processes[0] = {key: figure}
+        patch = {"gpus": {"$list": [{} for _ in base["gpus"]]}}
+        patch["gpus"]["$list"][gpu] = {"processes": {"$list": processes}, "power_draw_w": 100.5}
+        pairs.append((apply_patch(pairs[-1][0], patch), patch))
+    outcomes, built = _decode_from_patches(pairs, monkeypatch)
+    assert _parts(outcomes) == _expected(pairs)
+    assert built >= 7, "GPUs of the patched lines were built from their parts (a line that fails is whole after)"
+
+
+def test_a_patch_of_a_line_the_decoder_did_not_see_is_not_used(plain_lines):
+    """The patch is from the line before; the decoder decoded another one (a refresh skipped a line): whole."""
+    pairs = _states_and_patches(plain_lines[:6])
+    stream = SnapshotDecoder()
+    place = decoder.Placement(first=0, host="h", taken=1.0)
+    stream.decode(pairs[0][0], place=place)
+    stream.decode(pairs[1][0], place=place, patch=pairs[1][1])
+    # line 3's patch applies to line 2, which this decoder never saw: hosts.py passes no patch then, and a decoder
+    # given one anyway (wrongly) must at least not build from line 1's parts -- so the source must not pass it
+    got = stream.decode(pairs[3][0], place=place)
+    assert [(g.static, g.sample, g.processes) for g in got.gpus] == [
+        (g[0], g[1], g[2]) for g in _placed_by_hand(checked(copy.deepcopy(pairs[3][0])), 0, "h", 1.0)
+    ]

@@ -189,8 +189,10 @@ class SshHosts(SnapshotSource):
         if latest is not None and status.state is State.LIVE:
             age = clock - latest.received
             if shown is None or shown.sequence != latest.sequence:
+                # the patch that made this value of the one shown: the decoder starts from that one's parts
+                patch = latest.patch if shown is not None and latest.sequence == shown.sequence + 1 else None
                 try:
-                    built = self._build(session, name, latest, first, now)
+                    built = self._build(session, name, latest, first, now, patch=patch)
                 except _UnreadableError as exc:
                     self.streams.drop(session, str(exc))
                     return [_line(first, name, f"lost: {exc}", now, lost=True)]
@@ -211,10 +213,10 @@ class SshHosts(SnapshotSource):
         lost = status.state is State.LOST
         return [_line(first, name, words, now, lost=lost)]
 
-    def _build(self, session: Session, name: str, latest: Latest, first: int, now: float) -> _Shown:
+    def _build(self, session: Session, name: str, latest: Latest, first: int, now: float, *, patch: Any) -> _Shown:
         if latest.mode is Mode.NVTOPY:
             taken = now - max(0.0, time.monotonic() - latest.received)  # when it came, on this clock
-            gpus = self._from_stream(session, name, latest.payload, first, taken)
+            gpus = self._from_stream(session, name, latest.payload, first, taken, patch=patch)
             note = None
         else:
             gpus, note = self._from_smi(session, name, latest.payload, first, now)
@@ -224,7 +226,7 @@ class SshHosts(SnapshotSource):
         return _Shown(latest.sequence, gpus, identities)
 
     def _from_stream(
-        self, session: Session, name: str, data: dict[str, Any], first: int, taken: float
+        self, session: Session, name: str, data: dict[str, Any], first: int, taken: float, *, patch: Any = None
     ) -> list[GpuState]:
         """The far snapshot's GPUs as lines of this fleet, dated ``taken`` (when they came, on this clock).
 
@@ -255,7 +257,7 @@ class SshHosts(SnapshotSource):
         if decoder is None:
             decoder = self._decoders[position] = SnapshotDecoder()
         try:
-            snapshot = decoder.decode(data, state, place=Placement(first, name, taken))
+            snapshot = decoder.decode(data, state, place=Placement(first, name, taken), patch=patch)
         except (KeyError, ValueError, TypeError, AttributeError, ArithmeticError, RecursionError) as exc:
             raise _UnreadableError(f"sent a line that is no snapshot ({type(exc).__name__})") from None
         return list(snapshot.gpus)

@@ -85,6 +85,7 @@ class Latest:
     received: float  # time.monotonic()
     payload: Any  # a whole snapshot object (the stream's, patches applied) or an nvidia_smi_csv.SmiCycle
     mode: Mode
+    patch: Any = None  # the stream's patch that made payload of the value before it (sequence - 1); None: whole
 
 
 class Session:
@@ -124,10 +125,10 @@ class Session:
         merged = {"mode": self.mode, "attempts": current.attempts, **fields}
         self.status = Status(state, time.monotonic(), **merged)
 
-    def publish(self, payload: Any, now: float) -> None:
+    def publish(self, payload: Any, now: float, patch: Any = None) -> None:
         self._sequence += 1
         assert self.mode is not None
-        self.latest = Latest(self._sequence, now, payload, self.mode)
+        self.latest = Latest(self._sequence, now, payload, self.mode, patch)
 
     def remember(self, raw: bytes) -> None:
         """A line that is not the stream's (ssh's complaint, a banner): kept as a short safe excerpt."""

@@ -381,7 +381,7 @@ class SshStreams:
             self._lost(session, f"sent a line that is no snapshot ({exc})", now)
             return
         if isinstance(said, dict):
-            session.publish(said, now)
+            session.publish(said, now, session.stream.patch)
         elif isinstance(said, StreamFailure):
             self._lost(session, said.message, now, LONG_BACKOFF)
         else:
