@@ -69,7 +69,7 @@ def _json(client: object) -> int:
     return getattr(client, "json_bytes", 0)
 
 
-def measure(hosts: int, refreshes: int, profile: bool) -> dict[str, float]:
+def measure(hosts: int, refreshes: int, profile: bool, history: int) -> dict[str, float]:
     from nvtopy.sources.remote.fleet import PrometheusFleet
     from tests.prometheus_fixtures import DATA_S, prometheus, scrape_config, targets_up, wait
 
@@ -95,6 +95,9 @@ def measure(hosts: int, refreshes: int, profile: bool) -> dict[str, float]:
                 fleet = PrometheusFleet(server.url, interval=1.0, timeout=30.0)
                 fleet.poll_once()
                 first = (fleet.refresh_seconds or 0.0, fleet.refresh_cpu_seconds or 0.0)
+                for buffer in fleet._mapper._history.values():  # every sparkline as full as after its minutes
+                    for n in range(history):
+                        buffer._ring.append(n - history, (None,) * 7)
                 shown = len(fleet.latest.gpus) if fleet.latest else 0
                 rows: list[tuple[float, float, int, int, int, int]] = []
                 profiler = cProfile.Profile() if profile else None
@@ -157,6 +160,12 @@ def main() -> int:
     parser.add_argument("--refreshes", type=int, default=10)
     parser.add_argument("--profile", action="store_true", help="cProfile the refreshes at the largest size")
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--history",
+        type=int,
+        default=300,
+        help="points put in every GPU's sparkline history after the first refresh (default: full, as after 5 min)",
+    )
     args = parser.parse_args()
     if args.serve:
         serve(args.serve)
@@ -167,7 +176,7 @@ def main() -> int:
         print("bench_fleet skipped: no prometheus on PATH (apt-get install prometheus)")
         return 0
     sizes = [int(size) for size in args.sizes.split(",")]
-    results = [measure(hosts, args.refreshes, args.profile and hosts == max(sizes)) for hosts in sizes]
+    results = [measure(hosts, args.refreshes, args.profile and hosts == max(sizes), args.history) for hosts in sizes]
     out = ROOT / "benchmarks" / "results"
     out.mkdir(parents=True, exist_ok=True)
     (out / "fleet.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
