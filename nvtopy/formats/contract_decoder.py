@@ -696,7 +696,6 @@ _PROCESS_VALUES = operator.attrgetter(*_PROCESS_FIELD_NAMES)
 _PROCESS_AT = {name: n for n, name in enumerate(_PROCESS_FIELD_NAMES)}
 _SAMPLE_AT = {name: n for n, name in enumerate(_SAMPLE_READER.names)}
 _UNCHANGED = object()
-_CARRIED_OWNERS = 8192  # owners a patched line keeps known from the line before, at most (bounded memory)
 
 
 def _list_patch(change: Any, length: int) -> list[Any] | None:
@@ -980,9 +979,20 @@ class SnapshotDecoder:
             if 2 * whole > len(changes):  # most GPUs as the whole line decodes them: cheaper all at once
                 return None
         before, self._before, self._now = self._before, self._now, _Memo()
-        if len(self._before.same_owner) <= _CARRIED_OWNERS:  # processes patched keep their owners: still known
-            self._now.same_owner.update(self._before.same_owner)
-            self._now.owners.update(self._before.owners)
+        last, memo = self._before, self._now
+        # What the memo knew of each GPU (by its index: as many as the host has), kept for the next whole line's
+        # reuse of what a GPU built from its parts still shares; a GPU decoded whole below writes its own over it.
+        memo.same_static.update(last.same_static)
+        memo.statics.update(last.statics)
+        memo.links.update(last.links)
+        memo.same_health.update(last.same_health)
+        memo.same_reasons.update(last.same_reasons)
+        memo.same_readings.update(last.same_readings)
+        # Processes patched keep their owners, still known -- while they are about as many as the processes
+        # (owners of processes that ended are let go: the memo stays the size of two lines' parts)
+        if len(last.same_owner) <= 2 * sum(len(gpu.processes) for gpu in kept.gpus) + 16:
+            memo.same_owner.update(last.same_owner)
+            memo.owners.update(last.owners)
         try:
             made = self._patched_gpus(data, kept, changes, gpu_state, place)
         except (KeyError, ValueError, TypeError, AttributeError, ArithmeticError, RecursionError):
@@ -1018,8 +1028,6 @@ class SnapshotDecoder:
                     if len(items) != len(kept.gpus):
                         return None
                 made = self._whole_gpu(items[position], place, position, gpu, change)
-            else:
-                self._carry(gpu.static.host_index)
             states.append(gpu_state(made.recorded()))
             now.append(made)
         return timestamp, host, states, now
@@ -1072,15 +1080,6 @@ class SnapshotDecoder:
         reason = None if unavailable is None else Reason(unavailable)
         health = self._health(item, static.index)
         return _KeptGpu(static, parts, processes, reason, "processes" in item, health, sample)
-
-    def _carry(self, index: int | None) -> None:
-        """A GPU built from its last parts (``index``: its own on its host): what the memo knew of it, kept for the
-        next whole line's reuse."""
-        before, now = self._before, self._now
-        for memo in ("same_static", "statics", "links", "same_health", "same_reasons", "same_readings"):
-            known = getattr(before, memo).get(index)
-            if known is not None:
-                getattr(now, memo)[index] = known
 
     @staticmethod
     def _patched_processes(processes: tuple[GpuProcess, ...], change: Any) -> tuple[GpuProcess, ...] | None:

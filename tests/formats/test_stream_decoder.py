@@ -614,3 +614,29 @@ def test_a_patch_of_a_line_the_decoder_did_not_see_is_not_used(plain_lines):
     assert [(g.static, g.sample, g.processes) for g in got.gpus] == [
         (g[0], g[1], g[2]) for g in _placed_by_hand(checked(copy.deepcopy(pairs[3][0])), 0, "h", 1.0)
     ]
+
+
+def test_the_memory_of_a_patched_stream_stays_that_of_two_lines(plain_lines):
+    """Lines decoded from their patches carry what the memo knew forward; with a GPU's processes replaced on every
+    line (a new pid, a new owner), what is kept must still not grow: owners of ended processes are let go."""
+    from nvtopy.formats.stream import apply_patch
+
+    state = _states_and_patches(plain_lines[:1])[0][0]
+    gpu = next(n for n, item in enumerate(state["gpus"]) if item["processes"])
+    stream = SnapshotDecoder()
+    place = decoder.Placement(0, "h", 0.0)
+    stream.decode(state, place=place)
+    sizes = []
+    for n in range(1, 200):
+        processes = copy.deepcopy(state["gpus"][gpu]["processes"])
+        for at, process in enumerate(processes):
+            process["pid"] = 100_000 + n * 10 + at  # another process
+            process["owner"] = {"kind": "slurm", "name": f"job-{n}-{at}", "uid": 1000}
+        changes = [{"power_draw_w": 100.0 + n} for _ in state["gpus"]]
+        changes[gpu] = {"processes": {"$list": [dict(p) for p in processes]}, "power_draw_w": 50.0 + n}
+        patch = {"timestamp": state["timestamp"], "gpus": {"$list": changes}}
+        state = apply_patch(state, patch)
+        got = stream.decode(state, place=place, patch=patch)
+        assert [p.pid for p in got.gpus[gpu].processes] == [p["pid"] for p in processes]
+        sizes.append(stream.remembered)
+    assert max(sizes[100:]) <= 2 * max(sizes[:20]), f"the memory grew with churn: {sizes[:20]} ... {sizes[-5:]}"
