@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import sys
 from array import array
-from collections.abc import MutableSequence, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, MutableSequence, Sequence
 from typing import Any, Generic, TypeVar, cast
 
 __all__ = ["SampleRing"]
 
 V = TypeVar("V", float, "float | None")
+_consume: Callable[[Iterable[object]], None] = deque[object](maxlen=0).extend  # runs an iterator out
 
 
 class SampleRing(Generic[V]):
@@ -39,7 +41,7 @@ class SampleRing(Generic[V]):
     and reads (the collector's thread, the UI thread).
     """
 
-    __slots__ = ("figures", "points", "slack", "times")
+    __slots__ = ("_append", "figures", "points", "slack", "times")
 
     def __init__(self, figures: int, points: int, typecode: str | None = "f") -> None:
         self.points = max(1, points)
@@ -48,6 +50,7 @@ class SampleRing(Generic[V]):
         self.figures: tuple[MutableSequence[V], ...] = tuple(
             cast("MutableSequence[V]", [] if typecode is None else array(typecode)) for _ in range(figures)
         )
+        self._append: Callable[[Any, Any], None] = list.append if typecode is None else array.append
 
     def __len__(self) -> int:
         return min(len(self.times), self.points)
@@ -55,9 +58,10 @@ class SampleRing(Generic[V]):
     def append(self, when: float, values: Sequence[V]) -> None:
         """Add one sample: its time and one value per figure, in column order."""
         times = self.times
+        if len(values) != len(self.figures):
+            raise ValueError(f"{len(values)} values for {len(self.figures)} figures")
         times.append(when)
-        for column, value in zip(self.figures, values, strict=True):
-            column.append(value)
+        _consume(map(self._append, self.figures, values))  # each column's append, in C: every GPU, every refresh
         held = len(times)
         if held > self.points + self.slack:  # cut into new columns: a view() of the old ones stays as it was
             cut = held - self.points

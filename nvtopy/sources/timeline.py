@@ -200,9 +200,14 @@ class _Tier:
         base = len(self.lo) - _WIDTH
         lo, mean, hi, sums, counts = self.lo, self.mean, self.hi, self.sums, self.counts
         for m, column in enumerate(zip(*pending, strict=True)):
-            said = [value for value in column if value == value]  # noqa: PLR0124 -- NaN: no reading
-            if not said:
-                continue
+            total = sum(column, sums[m])  # NaN when one value is NaN (sums never are): else every value was said
+            if total == total:  # noqa: PLR0124 -- the common case: no value missing, nothing to filter
+                said: Sequence[float] = column
+            else:
+                said = [value for value in column if value == value]  # noqa: PLR0124 -- NaN: no reading
+                if not said:
+                    continue
+                total = sum(said, sums[m])
             at = base + m
             if counts[m]:
                 lo[at] = min(lo[at], *said)
@@ -210,9 +215,9 @@ class _Tier:
             else:
                 lo[at] = min(said)
                 hi[at] = max(said)
-            sums[m] = sum(said, sums[m])
+            sums[m] = total
             counts[m] += len(said)
-            mean[at] = sums[m] / counts[m]
+            mean[at] = total / counts[m]
 
     def _cut(self, oldest: int) -> None:
         """Drop the buckets before ``oldest``."""
