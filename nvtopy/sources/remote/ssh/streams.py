@@ -65,9 +65,10 @@ MAX_BACKOFF = 60.0
 LONG_BACKOFF = 30.0  # after a host said plainly that it cannot serve (no nvtopy, no nvidia-smi, no driver)
 STEADY_AFTER = 60.0  # live this long: the next drop reconnects at once, as a first one does
 STOP_GRACE = 0.3
-COALESCE = 0.05
-"""Seconds the thread pauses after reading hosts' output, so that the next wake-up reads several hosts' lines:
-64 hosts sending a line a second woke it 60 times a second, each a context switch and a pass of the loop."""
+COALESCE = 0.1
+"""Seconds the thread pauses after reading hosts' output (a quarter of the interval at most), so that the next
+wake-up reads several hosts' lines: 64 hosts sending a line a second woke it 60 times a second, each a context
+switch and a pass of the loop (measured at 64 hosts: 16 ms of its CPU a second, 7 ms with 0.05 s, 6 with 0.1 s)."""
 MAX_WAIT = 0.5  # the longest the thread sleeps without looking at its timers
 TIMER_STEP = 0.1  # and the shortest time between two looks (unless woken from outside)
 _PDEATHSIG = ("setpriv", "--pdeathsig", "TERM", "--")
@@ -121,6 +122,7 @@ class SshStreams:
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._stopping = False
         self._woken = threading.Event()  # set by _wake: a coalescing pause ends at once
+        self._coalesce = min(COALESCE, interval / 4)
         self._thread: threading.Thread | None = None
         self._ending: list[tuple[float, subprocess.Popen[bytes]]] = []  # killed, not yet reaped
         self._random = random.Random()
@@ -184,7 +186,7 @@ class SshStreams:
                         self._read(key.data)
                         hosts_read = True
                 if hosts_read and not self._woken.is_set():
-                    self._woken.wait(COALESCE)  # let other hosts' lines gather: one wake-up reads many
+                    self._woken.wait(self._coalesce)  # let other hosts' lines gather: one wake-up reads many
                 self._woken.clear()
         finally:
             self._close_all()
