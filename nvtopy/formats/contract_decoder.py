@@ -781,7 +781,7 @@ class _Memo:
         self.hosts: dict[tuple[Any, ...], HostInfo] = {}
         self.reasons: dict[tuple[tuple[str, str], ...], tuple[Reasons, Reasons, bool]] = {}
         self.statics: dict[int, tuple[tuple[Any, ...], GpuStatic]] = {}  # by GPU index: (what it was built of, it)
-        self.links: dict[int, tuple[bytes, tuple[NvLink, ...], Any]] = {}  # by GPU index: key, links, the list
+        self.links: dict[int, tuple[bytes | None, tuple[NvLink, ...], Any]] = {}  # by GPU index: key, links, the list
         self.owners: dict[tuple[Any, ...], ProcessOwner] = {}
         self.healths: dict[bytes, GpuHealth] = {}
         # Known by identity, by GPU (the owners: by the id of the JSON object, which the entry holds):
@@ -839,13 +839,16 @@ class SnapshotDecoder:
     comes and goes between lines. Not thread-safe: one decoder per source, used by one thread.
     """
 
-    __slots__ = ("_before", "_kept", "_now", "_parts")
+    __slots__ = ("_before", "_from_patch", "_kept", "_now", "_parts")
 
     def __init__(self) -> None:
         self._now = _Memo()
         self._before = _Memo()
         self._parts: tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]] | None = None
         self._kept: _Kept | None = None  # the last line's GPUs as a patch of the next one starts from them
+        # The line is a patched copy of the one before: a part that is not the very same object changed (the
+        # stream's patches carry only what changed), so no key of its values is made to find it among the old
+        self._from_patch = False
 
     @property
     def remembered(self) -> int:
@@ -878,6 +881,7 @@ class SnapshotDecoder:
         (the decoder stays usable: the next line is decoded as any other).
         """
         kept, self._kept = self._kept, None
+        self._from_patch = patch is not None
         if patch is not None and kept is not None and place is not None and type(patch) is dict:
             patched = self._patched(data, patch, kept, gpu_state, place)
             if patched is not None:
@@ -1336,6 +1340,11 @@ class SnapshotDecoder:
         if known is not None and known[2] is links:  # held by the memo: an id never reused while compared
             self._now.links[index] = known
             return known[1]
+        if known is not None and self._from_patch:  # another list in a patched line: changed values, built
+            nvlinks = self._links(links)
+            if nvlinks is not None:
+                self._now.links[index] = (None, nvlinks, links)
+            return nvlinks
         try:  # marshal: the list exactly, types included (1, 1.0 and true are equal to Python)
             key = marshal.dumps(links, _MARSHAL)
         except ValueError:  # nested deeper than marshal writes
@@ -1580,6 +1589,10 @@ class SnapshotDecoder:
         if same is not None and all(map(operator.is_, values, same[0])):  # the very objects of the line before
             self._now.same_health[index] = same
             return same[1]  # type: ignore[no-any-return]
+        if same is not None and self._from_patch:  # other values in a patched line: changed, built
+            health = _health(item, index)
+            self._now.same_health[index] = (values, health)
+            return health
         try:  # marshal: the values exactly, types included; deeper than it writes, no reuse
             key = marshal.dumps((index, values), _MARSHAL)
         except ValueError:
