@@ -2,7 +2,7 @@
 
 Why the fleet's own policy: a fleet refresh (``--prometheus``, ``--remote``, ``--ssh``)
 builds thousands of short-lived objects a second -- at 64 hosts x 8 GPUs some 13,000 a
-refresh (samples, processes, history tuples) -- and CPython's collector, set off every 700
+refresh (samples, processes, GPU states) -- and CPython's collector, set off every 700
 allocations, walks every object alive each time it reaches the oldest generation: Textual's
 widgets, the modules, the histories. None of that work frees anything: the model holds no
 cycles. Measured with ``benchmarks/bench_ssh.py`` (64 x 8, 15 s, this 2-core machine under
