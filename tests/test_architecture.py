@@ -116,6 +116,7 @@ THIRD_PARTY: dict[str, set[str]] = {
     "psutil": {"backends.host"},
     "prometheus_client": {"formats", "commands"},
     "apprise": {"notify"},
+    "msgspec": {"core"},  # in nvtopy/jsondecode.py: the one home of JSON from outside (hosts, recordings, Prometheus)
     # nvtopy web's server: the monitor (a Textual app, one process per browser) served by textual-serve's
     # app protocol over aiohttp, its page rendered from textual-serve's template with jinja2
     "aiohttp": {"commands.web"},
