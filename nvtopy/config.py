@@ -45,13 +45,13 @@ import math
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .boundedfile import FileMissingError, FileRefusedError, read_bounded
 from .columns import COLUMN_IDS
 from .interval import DEFAULT_INTERVAL, MAX_INTERVAL, MIN_INTERVAL, valid_interval
+from .records import dataclass
 from .textsafe import quoted
 
 __all__ = [

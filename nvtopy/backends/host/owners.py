@@ -33,11 +33,12 @@ import os
 import re
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from ...boundedfile import FileRefusedError, read_bounded
 from ...jsondecode import JsonRefusedError, decode_json
 from ...model import OwnerKind, ProcessOwner
+from ...records import dataclass
 
 __all__ = ["OwnerResolver", "ResolvedOwner", "parse_cgroup"]
 
