@@ -99,7 +99,7 @@ def test_mutable_as_dataclasses():
 @pytest.mark.parametrize("options", [{"frozen": True, "slots": True}, {"frozen": True}, {}])
 def test_dataclasses_functions_copy_and_pickle(options):
     global Pickled  # pickle finds a class by its module's name
-    _, Pickled = _pair(**options)  # noqa: N806
+    _, Pickled = _pair(**options)
     Pickled.__qualname__ = "Pickled"
     point = Pickled(1, 2, ("a",), "n")
     assert dataclasses.is_dataclass(point)
@@ -147,7 +147,7 @@ def test_errors_at_definition_as_dataclasses():
 
             @decorator(frozen=True)
             class Shared:
-                a: list[int] = []  # noqa: RUF012
+                a: list[int] = []
 
 
 def test_what_it_does_not_cover_is_the_real_dataclass():
