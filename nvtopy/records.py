@@ -69,10 +69,15 @@ def _plain(cls: type, options: dict[str, Any]) -> bool:
 
 
 def _record(cls: type, *, init: bool, show: bool, eq: bool, frozen: bool, options: dict[str, Any]) -> type:
+    undocumented = not cls.__dict__.get("__doc__")
+    if undocumented:  # dataclasses would write one from inspect.signature: 10-20 ms on first use
+        cls.__doc__ = "-"
     made: Any = dataclasses.dataclass(cls, init=False, repr=False, eq=False, frozen=False, **options)
     fields = [f for f in made.__dataclass_fields__.values() if f._field_type is not _CLASSVAR]
     if any(f._field_type is not _FIELD for f in fields):
         raise TypeError(f"{made.__name__}: an InitVar field needs dataclasses.dataclass itself")
+    if undocumented:  # as dataclasses writes it: the class's name and its __init__'s parameters
+        made.__doc__ = f"{made.__name__}({', '.join(_parameter(f) for f in fields if f.init)})"
     if init:
         _check_order(made, fields)
         made.__init__ = _lazy_init(made)
@@ -89,6 +94,16 @@ def _record(cls: type, *, init: bool, show: bool, eq: bool, frozen: bool, option
         if "__slots__" in made.__dict__ and options.get("slots"):
             made.__getstate__, made.__setstate__ = _state([f.name for f in fields])
     return made  # type: ignore[no-any-return]
+
+
+def _parameter(f: dataclasses.Field[Any]) -> str:
+    """A field as its ``__init__`` parameter is shown: ``name: type``, ``= default`` or ``= <factory>``."""
+    import inspect  # dataclasses imports it: no cost
+
+    text = f"{f.name}: {inspect.formatannotation(f.type)}"
+    if f.default_factory is not dataclasses.MISSING:
+        return f"{text} = <factory>"
+    return text if f.default is dataclasses.MISSING else f"{text} = {f.default!r}"
 
 
 def _check_order(cls: type, fields: list[dataclasses.Field[Any]]) -> None:

@@ -181,6 +181,8 @@ def visible_columns(
 
 @dataclass(frozen=True, slots=True)
 class SortOrder:
+    """The process table's sort: a column and its direction."""
+
     column: str = "gpu"
     reverse: bool = False
 

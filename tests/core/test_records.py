@@ -197,3 +197,17 @@ def test_init_is_compiled_once_on_first_use():
     assert real is not stub
     Lazy(2)
     assert Lazy.__init__ is real
+
+
+def test_an_undocumented_class_is_documented_as_dataclasses_does():
+    docs = []
+    for decorator in DECORATORS.values():
+
+        @decorator(frozen=True)
+        class Bare:
+            a: int
+            b: str = "x"
+            c: list[int] = dataclasses.field(default_factory=list)
+
+        docs.append(Bare.__doc__)
+    assert docs[0] == docs[1] == "Bare(a: 'int', b: 'str' = 'x', c: 'list[int]' = <factory>)"
