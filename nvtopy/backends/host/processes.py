@@ -26,11 +26,12 @@ from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from ...model import CHILDREN_SHOWN, HostProcess, HostUsage, ProcessDetails, ProcessRelative, Reason, freeze
-from .owners import OwnerResolver, ResolvedOwner
 from .procstat import CLOCK_TICKS, Stat, read_cpu_times, read_first_sight, read_meminfo, read_stat
 
 if TYPE_CHECKING:
     import psutil
+
+    from .owners import OwnerResolver, ResolvedOwner
 
 __all__ = ["HostUsageReader", "PsutilInspector", "in_foreign_pid_namespace", "read_process_details", "username_for_uid"]
 
@@ -165,13 +166,29 @@ class PsutilInspector:
         self._clock = clock
         self._entries: dict[int, _Entry] = {}
         # Who owns each process: read once per new entry (pid + create time), never per refresh.
-        self.resolver = resolver if resolver is not None else OwnerResolver()
+        self._resolver = resolver
+
+    @property
+    def resolver(self) -> OwnerResolver:
+        """Who owns each process (:mod:`.owners`), made at the first process looked up: ``nvtopy --once``
+        imports it (and its JSON decoder) while its GPM pair matures, not before the pair's first sample."""
+        if self._resolver is None:
+            from .owners import OwnerResolver
+
+            self._resolver = OwnerResolver()
+        return self._resolver
+
+    @resolver.setter
+    def resolver(self, resolver: OwnerResolver) -> None:
+        self._resolver = resolver
 
     def _resolve_owner(self, entry: _Entry, pid: int) -> None:
         """Read ``entry``'s owner once; a failure leaves ``None`` fields, never an exception."""
         try:
             entry.owned = self.resolver.resolve(pid, entry.create_time)
         except Exception:  # noqa: BLE001 -- the resolver never raises; a monitor keeps the row if it did
+            from .owners import ResolvedOwner
+
             entry.owned = ResolvedOwner(owner=None)
 
     def _open(self, pid: int) -> _Entry | None:
@@ -291,7 +308,7 @@ class PsutilInspector:
             result[pid] = self._inspect_one(pid, now, ancestors)
         # The entries hold each owner; the resolver's own cache keeps only the live ones (pruned only when it
         # holds more than the entries: nothing to do on a steady refresh).
-        if len(self.resolver) > len(self._entries):
+        if self._resolver is not None and len(self._resolver) > len(self._entries):
             self.resolver.forget((pid, entry.create_time) for pid, entry in self._entries.items())
         return result
 
