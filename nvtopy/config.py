@@ -45,14 +45,16 @@ import math
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .boundedfile import FileMissingError, FileRefusedError, read_bounded
 from .columns import COLUMN_IDS
 from .interval import DEFAULT_INTERVAL, MAX_INTERVAL, MIN_INTERVAL, valid_interval
 from .records import dataclass
 from .textsafe import quoted
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = [
     "CHART_WINDOWS",
@@ -176,20 +178,27 @@ class ConfigWriteError(Exception):
 
 def config_path(environ: Mapping[str, str] | None = None) -> Path | None:
     """The config file to read: ``$NVTOPY_CONFIG``, else the XDG one; None when there is no home to find it in."""
+    from pathlib import Path  # not at the top: load_config needs only the name (--once never imports pathlib)
+
+    where = _config_file(environ)
+    return None if where is None else Path(where)
+
+
+def _config_file(environ: Mapping[str, str] | None = None) -> str | None:
+    """:func:`config_path` as a string, with :mod:`os.path` (pathlib and what it imports cost ~5 ms)."""
     env = os.environ if environ is None else environ
     explicit = env.get(ENV_PATH)
     if explicit:
-        return Path(explicit).expanduser()
+        return os.path.expanduser(explicit)
     base = env.get("XDG_CONFIG_HOME", "")
     if base and os.path.isabs(base):
-        return Path(base) / "nvtopy" / FILE_NAME
+        return os.path.join(base, "nvtopy", FILE_NAME)
     home = env.get("HOME")
     if not home:
-        try:
-            home = str(Path.home())
-        except (RuntimeError, KeyError):  # no HOME and no passwd entry: no config
+        home = os.path.expanduser("~")  # the passwd entry's home
+        if home.startswith("~"):  # no HOME and no passwd entry: no config
             return None
-    return Path(home) / ".config" / "nvtopy" / FILE_NAME
+    return os.path.join(home, ".config", "nvtopy", FILE_NAME)
 
 
 # ----------------------------------------------------------------- reading
@@ -206,7 +215,7 @@ def load_config(
     """
     env = os.environ if environ is None else environ
     explicit = path is not None or bool(env.get(ENV_PATH))
-    where = Path(path).expanduser() if path is not None else config_path(env)
+    where = os.path.expanduser(os.fspath(path)) if path is not None else _config_file(env)
     if where is None:
         return Config(), []
     try:
@@ -755,6 +764,8 @@ def save_columns(path: str | os.PathLike[str], columns: Sequence[str] | None) ->
     unknown = [] if columns is None else [c for c in columns if c not in COLUMN_IDS]
     if unknown or columns == []:
         raise ConfigWriteError(f"not a column list: {columns!r}")
+    from pathlib import Path
+
     target = Path(os.path.realpath(Path(path).expanduser()))  # a symlinked dotfile stays a symlink
     try:
         text = read_bounded(target, MAX_FILE_BYTES).decode("utf-8")  # never a FIFO waited on by the app
