@@ -240,7 +240,9 @@ def _toml() -> Any:
         return None
 
 
-_DECODE_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
+# The patterns of this module are strings, compiled (and cached) by re at their first use: a run that reads
+# no config file (most --once runs) compiles none of them.
+_DECODE_POSITION = r"\s*\(at line (\d+), column (\d+)\)\s*$"
 
 
 def parse_config(text: str, name: str = FILE_NAME) -> tuple[Config, list[str]]:
@@ -256,7 +258,7 @@ def parse_config(text: str, name: str = FILE_NAME) -> tuple[Config, list[str]]:
         data = toml.loads(text)
     except toml.TOMLDecodeError as exc:
         message = str(exc)
-        found = _DECODE_POSITION.search(message)
+        found = re.search(_DECODE_POSITION, message)
         if found is not None:
             problem = message[: found.start()]
             where = f"{name} line {found.group(1)}"
@@ -504,7 +506,7 @@ _CHECKS = {
 }
 _EXPORTER_CHECKS = {"names": _one_of("exporter.names", EXPORTER_NAMES), "self_metrics": _flag("exporter.self_metrics")}
 
-_SSH_GROUP_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_SSH_GROUP_NAME = r"[A-Za-z0-9_-]{1,64}"
 
 
 def _text(key: str, limit: int = 4096) -> Any:
@@ -538,7 +540,7 @@ def _check_ssh_groups(value: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
     groups = []
     for name, hosts in value.items():
         key = f"ssh.groups.{name}"
-        if not _SSH_GROUP_NAME.fullmatch(name):
+        if not re.fullmatch(_SSH_GROUP_NAME, name):
             raise _BadValueError(key, "a group's name is letters, digits, _ and - (at most 64)")
         if not isinstance(hosts, list) or len(hosts) > MAX_SSH_GROUP_HOSTS:
             raise _BadValueError(key, f"must be an array of at most {MAX_SSH_GROUP_HOSTS} hosts" + _got(hosts))
@@ -610,13 +612,12 @@ def _alert_scalar(value: Any) -> bool:
 # ----------------------------------------------------------------- where a key is, for messages
 
 # No lazy group before optional blanks: a line of a million blanks (in a multi-line string) would take hours.
-_HEADER = re.compile(r"""^\s*\[\[?([^\[\]#]*)\]\]?\s*(?:#.*)?$""")
+_HEADER = r"""^\s*\[\[?([^\[\]#]*)\]\]?\s*(?:#.*)?$"""
 _BARE_OR_QUOTED = r"""(?:{name}|"{name}"|'{name}')"""
 
 
 _KEY_PART = r"""(?:[A-Za-z0-9_-]+|"[^"\n]*"|'[^'\n]*')"""
-_KEY = re.compile(rf"^\s*({_KEY_PART}(?:\s*\.\s*{_KEY_PART})*)\s*=")
-_KEY_PARTS = re.compile(_KEY_PART)
+_KEY = rf"^\s*({_KEY_PART}(?:\s*\.\s*{_KEY_PART})*)\s*="
 
 
 class _KeyLines:
@@ -632,12 +633,12 @@ class _KeyLines:
         self._first: dict[str, int] = {}
         section: tuple[str, ...] = ()
         for number, line in enumerate(text.splitlines(), start=1):
-            found = _HEADER.match(line)
+            found = re.match(_HEADER, line)
             if found is not None:
                 section = tuple(_unquoted(found.group(1)))
                 self._first.setdefault(".".join(section), number)
                 continue
-            key = _KEY.match(line)
+            key = re.match(_KEY, line)
             if key is not None:
                 self._first.setdefault(".".join((*section, *_unquoted(key.group(1)))), number)
 
@@ -647,7 +648,7 @@ class _KeyLines:
 
 def _unquoted(key: str) -> list[str]:
     """``health . "hang_after"`` -> ["health", "hang_after"] (quotes dropped, escapes left as written)."""
-    return [part.strip("\"'") for part in _KEY_PARTS.findall(key)]
+    return [part.strip("\"'") for part in re.findall(_KEY_PART, key)]
 
 
 # ----------------------------------------------------------------- printing
@@ -690,11 +691,11 @@ _COMMENTS = {
     "alerts": "alert rules (nvtopy watch; 'nvtopy rules --list' names them): [alerts.RULE] enabled, for, clear, "
     "cooldown, its thresholds, gpus, users, owners",
 }
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_BARE_KEY = r"[A-Za-z0-9_-]+"
 
 
 def _toml_key(key: str) -> str:
-    return key if _BARE_KEY.fullmatch(key) else _toml_value(key)
+    return key if re.fullmatch(_BARE_KEY, key) else _toml_value(key)
 
 
 def to_toml(config: Config, header: Sequence[str] = (), channel_text: Callable[[str], str] | None = None) -> str:
@@ -815,7 +816,7 @@ def _set_top_level(text: str, key: str, value: str | None) -> str:
     entry = "" if value is None else f"{key} = {value}\n"
     assignment = re.compile(rf"^\s*{_BARE_OR_QUOTED.format(name=re.escape(key))}\s*=")
     for number, line in enumerate(lines):
-        if _HEADER.match(line):
+        if re.match(_HEADER, line):
             break
         if assignment.match(line):
             end = _value_end(lines, number)
