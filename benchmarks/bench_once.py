@@ -16,7 +16,7 @@ own user+sys (``os.wait4``), medians of ``-n`` runs after one discarded warm-up.
 Floor rows say what no change to nvtopy's one-shot path can remove: the
 interpreter's start (``python -c pass``, with nvtopy's venv), the start plus
 importing the CLI's entry point, and the start plus importing the CLI and the
-NVML backend: what must run before the first GPM sample can be taken. On the
+NVML backend and its bindings (``pynvml``): what must run before the first GPM sample can be taken. On the
 ``h100`` profile that last row plus the pair's 105 ms (``FIRST_PAIR_S``) is
 printed as the GPM floor: no one-shot that shows GPM figures ends sooner.
 
@@ -106,7 +106,8 @@ def commands(args: argparse.Namespace) -> list[Command]:
             Command("floor: + import the CLI", [python, "-c", "import nvtopy.commands.dispatch"], "floor"),
             Command(
                 "floor: + import the CLI and the NVML backend",
-                [python, "-c", "import nvtopy.commands.dispatch, nvtopy.backends.nvml.backend"],
+                # pynvml too: the backend imports it when it opens the driver, before the first GPM sample
+                [python, "-c", "import nvtopy.commands.dispatch, nvtopy.backends.nvml.backend, pynvml"],
                 "floor",
             ),
         ]

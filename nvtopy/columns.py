@@ -16,10 +16,10 @@ processes stays as it was. The rest are the columns every table has.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from .model import GpuProcess, MigKey, OwnerKind
+from .records import dataclass
 
 __all__ = [
     "COLUMN_IDS",

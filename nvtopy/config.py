@@ -45,14 +45,16 @@ import math
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .boundedfile import FileMissingError, FileRefusedError, read_bounded
 from .columns import COLUMN_IDS
 from .interval import DEFAULT_INTERVAL, MAX_INTERVAL, MIN_INTERVAL, valid_interval
+from .records import dataclass
 from .textsafe import quoted
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = [
     "CHART_WINDOWS",
@@ -176,20 +178,27 @@ class ConfigWriteError(Exception):
 
 def config_path(environ: Mapping[str, str] | None = None) -> Path | None:
     """The config file to read: ``$NVTOPY_CONFIG``, else the XDG one; None when there is no home to find it in."""
+    from pathlib import Path  # not at the top: load_config needs only the name (--once never imports pathlib)
+
+    where = _config_file(environ)
+    return None if where is None else Path(where)
+
+
+def _config_file(environ: Mapping[str, str] | None = None) -> str | None:
+    """:func:`config_path` as a string, with :mod:`os.path` (pathlib and what it imports cost ~5 ms)."""
     env = os.environ if environ is None else environ
     explicit = env.get(ENV_PATH)
     if explicit:
-        return Path(explicit).expanduser()
+        return os.path.expanduser(explicit)
     base = env.get("XDG_CONFIG_HOME", "")
     if base and os.path.isabs(base):
-        return Path(base) / "nvtopy" / FILE_NAME
+        return os.path.join(base, "nvtopy", FILE_NAME)
     home = env.get("HOME")
     if not home:
-        try:
-            home = str(Path.home())
-        except (RuntimeError, KeyError):  # no HOME and no passwd entry: no config
+        home = os.path.expanduser("~")  # the passwd entry's home
+        if home.startswith("~"):  # no HOME and no passwd entry: no config
             return None
-    return Path(home) / ".config" / "nvtopy" / FILE_NAME
+    return os.path.join(home, ".config", "nvtopy", FILE_NAME)
 
 
 # ----------------------------------------------------------------- reading
@@ -206,7 +215,7 @@ def load_config(
     """
     env = os.environ if environ is None else environ
     explicit = path is not None or bool(env.get(ENV_PATH))
-    where = Path(path).expanduser() if path is not None else config_path(env)
+    where = os.path.expanduser(os.fspath(path)) if path is not None else _config_file(env)
     if where is None:
         return Config(), []
     try:
@@ -231,7 +240,9 @@ def _toml() -> Any:
         return None
 
 
-_DECODE_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
+# The patterns of this module are strings, compiled (and cached) by re at their first use: a run that reads
+# no config file (most --once runs) compiles none of them.
+_DECODE_POSITION = r"\s*\(at line (\d+), column (\d+)\)\s*$"
 
 
 def parse_config(text: str, name: str = FILE_NAME) -> tuple[Config, list[str]]:
@@ -247,7 +258,7 @@ def parse_config(text: str, name: str = FILE_NAME) -> tuple[Config, list[str]]:
         data = toml.loads(text)
     except toml.TOMLDecodeError as exc:
         message = str(exc)
-        found = _DECODE_POSITION.search(message)
+        found = re.search(_DECODE_POSITION, message)
         if found is not None:
             problem = message[: found.start()]
             where = f"{name} line {found.group(1)}"
@@ -495,7 +506,7 @@ _CHECKS = {
 }
 _EXPORTER_CHECKS = {"names": _one_of("exporter.names", EXPORTER_NAMES), "self_metrics": _flag("exporter.self_metrics")}
 
-_SSH_GROUP_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_SSH_GROUP_NAME = r"[A-Za-z0-9_-]{1,64}"
 
 
 def _text(key: str, limit: int = 4096) -> Any:
@@ -529,7 +540,7 @@ def _check_ssh_groups(value: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
     groups = []
     for name, hosts in value.items():
         key = f"ssh.groups.{name}"
-        if not _SSH_GROUP_NAME.fullmatch(name):
+        if not re.fullmatch(_SSH_GROUP_NAME, name):
             raise _BadValueError(key, "a group's name is letters, digits, _ and - (at most 64)")
         if not isinstance(hosts, list) or len(hosts) > MAX_SSH_GROUP_HOSTS:
             raise _BadValueError(key, f"must be an array of at most {MAX_SSH_GROUP_HOSTS} hosts" + _got(hosts))
@@ -601,13 +612,12 @@ def _alert_scalar(value: Any) -> bool:
 # ----------------------------------------------------------------- where a key is, for messages
 
 # No lazy group before optional blanks: a line of a million blanks (in a multi-line string) would take hours.
-_HEADER = re.compile(r"""^\s*\[\[?([^\[\]#]*)\]\]?\s*(?:#.*)?$""")
+_HEADER = r"""^\s*\[\[?([^\[\]#]*)\]\]?\s*(?:#.*)?$"""
 _BARE_OR_QUOTED = r"""(?:{name}|"{name}"|'{name}')"""
 
 
 _KEY_PART = r"""(?:[A-Za-z0-9_-]+|"[^"\n]*"|'[^'\n]*')"""
-_KEY = re.compile(rf"^\s*({_KEY_PART}(?:\s*\.\s*{_KEY_PART})*)\s*=")
-_KEY_PARTS = re.compile(_KEY_PART)
+_KEY = rf"^\s*({_KEY_PART}(?:\s*\.\s*{_KEY_PART})*)\s*="
 
 
 class _KeyLines:
@@ -623,12 +633,12 @@ class _KeyLines:
         self._first: dict[str, int] = {}
         section: tuple[str, ...] = ()
         for number, line in enumerate(text.splitlines(), start=1):
-            found = _HEADER.match(line)
+            found = re.match(_HEADER, line)
             if found is not None:
                 section = tuple(_unquoted(found.group(1)))
                 self._first.setdefault(".".join(section), number)
                 continue
-            key = _KEY.match(line)
+            key = re.match(_KEY, line)
             if key is not None:
                 self._first.setdefault(".".join((*section, *_unquoted(key.group(1)))), number)
 
@@ -638,7 +648,7 @@ class _KeyLines:
 
 def _unquoted(key: str) -> list[str]:
     """``health . "hang_after"`` -> ["health", "hang_after"] (quotes dropped, escapes left as written)."""
-    return [part.strip("\"'") for part in _KEY_PARTS.findall(key)]
+    return [part.strip("\"'") for part in re.findall(_KEY_PART, key)]
 
 
 # ----------------------------------------------------------------- printing
@@ -681,11 +691,11 @@ _COMMENTS = {
     "alerts": "alert rules (nvtopy watch; 'nvtopy rules --list' names them): [alerts.RULE] enabled, for, clear, "
     "cooldown, its thresholds, gpus, users, owners",
 }
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_BARE_KEY = r"[A-Za-z0-9_-]+"
 
 
 def _toml_key(key: str) -> str:
-    return key if _BARE_KEY.fullmatch(key) else _toml_value(key)
+    return key if re.fullmatch(_BARE_KEY, key) else _toml_value(key)
 
 
 def to_toml(config: Config, header: Sequence[str] = (), channel_text: Callable[[str], str] | None = None) -> str:
@@ -755,6 +765,8 @@ def save_columns(path: str | os.PathLike[str], columns: Sequence[str] | None) ->
     unknown = [] if columns is None else [c for c in columns if c not in COLUMN_IDS]
     if unknown or columns == []:
         raise ConfigWriteError(f"not a column list: {columns!r}")
+    from pathlib import Path
+
     target = Path(os.path.realpath(Path(path).expanduser()))  # a symlinked dotfile stays a symlink
     try:
         text = read_bounded(target, MAX_FILE_BYTES).decode("utf-8")  # never a FIFO waited on by the app
@@ -804,7 +816,7 @@ def _set_top_level(text: str, key: str, value: str | None) -> str:
     entry = "" if value is None else f"{key} = {value}\n"
     assignment = re.compile(rf"^\s*{_BARE_OR_QUOTED.format(name=re.escape(key))}\s*=")
     for number, line in enumerate(lines):
-        if _HEADER.match(line):
+        if re.match(_HEADER, line):
             break
         if assignment.match(line):
             end = _value_end(lines, number)

@@ -32,11 +32,12 @@ import dataclasses
 import os
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import MappingProxyType
 
 from .errors import SelectionError
 from .model import GpuState, GpuStatic, MigInstance, MigKey
+from .records import dataclass
 from .textsafe import quoted
 
 __all__ = [

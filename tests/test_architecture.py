@@ -50,6 +50,7 @@ FORBIDDEN_IN_TUI = {"pynvml", "psutil", "nvtopy.backends.host", "nvtopy.backends
 # The vocabulary every layer shares: the top-level modules. Any other top-level module is in no layer.
 CORE = {
     "model",
+    "records",
     "history",
     "ranges",
     "selection",

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from ..records import dataclass
 from .base import driver_in_words
 
 if TYPE_CHECKING:

@@ -515,8 +515,6 @@ def read_one_snapshot(args: argparse.Namespace, meanwhile: Callable[[], object] 
     printer). ``meanwhile`` is called exactly once, on this thread: during the GPUs' reads,
     or before an error is raised when they cannot be made (its warnings are not lost).
     """
-    from ..sources.collector import Collector
-
     pending = [meanwhile] if meanwhile is not None else []
 
     def run_meanwhile() -> None:
@@ -529,6 +527,8 @@ def read_one_snapshot(args: argparse.Namespace, meanwhile: Callable[[], object] 
         run_meanwhile()
         raise
     backend.one_shot = True  # GPM: wait the 0.1 s its first pair needs rather than print N/A
+    from ..sources.collector import Collector  # after the open: the first GPM sample is not kept waiting for it
+
     collector = Collector(backend, timeline=False)
     try:
         open_selection(args, collector)

@@ -40,6 +40,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from ..model import GpuProcess, GpuSample
+from ..records import dataclass
 from .verdict import HealthThresholds
 
 __all__ = ["GpuWatch", "WatchResult", "looks_hung"]
@@ -49,7 +50,7 @@ SUSPECTED_HANG = "suspected-hang"
 _COUNTER_READINGS = 1024  # per counter: changes within the window; a cap whatever the cadence
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True)
 class WatchResult:
     """What one observation found: the rows with their flags, and the GPU-level facts for :func:`assess`."""
 

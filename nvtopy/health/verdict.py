@@ -24,9 +24,9 @@ Findings are ordered worst first, so the first one is what a one-line view shows
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from ..model import Finding, GpuEvent, GpuHealth, GpuSample, GpuStatic, Severity
+from ..records import dataclass
 from .throttle import summarize_throttle
 from .xid import describe_xid
 from .xid_window import XID_WINDOW_S, XidCount

@@ -14,9 +14,9 @@ Text given here must already be safe for a terminal (:func:`nvtopy.textsafe.safe
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from ..model import HostUsage
+from ..records import dataclass
 from .cells import DIM, RICH_STYLES, load_category, used_of_total
 from .units import NA
 from .units import width_of as cell_len

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from ..columns import COLUMN_IDS, TABLE_COLUMNS, Column, owner_label
 from ..model import GpuProcess, GpuState, MigKey, ProcessType
+from ..records import dataclass
 from ..selection import ChosenInstances, narrow_to_instances
 from ..textsafe import safe_text
 from .cells import DIM, REMOTE, Cell, host_label, plural
@@ -180,6 +181,8 @@ def visible_columns(
 
 @dataclass(frozen=True, slots=True)
 class SortOrder:
+    """The process table's sort: a column and its direction."""
+
     column: str = "gpu"
     reverse: bool = False
 

@@ -38,7 +38,8 @@ def test_each_figure_fails_on_its_own(monkeypatch) -> None:
         raise OSError("no /proc/loadavg")
 
     monkeypatch.setattr(hostmod.os, "getloadavg", missing)
-    monkeypatch.setattr(hostmod.psutil, "swap_memory", denied)
+    monkeypatch.setattr(hostmod, "read_meminfo", lambda: None)  # memory and swap from psutil, whose swap is denied
+    monkeypatch.setattr(psutil, "swap_memory", denied)
     usage = HostUsageReader().read()
     assert usage.load_1m is usage.load_5m is usage.load_15m is None
     assert usage.unavailable["load_15m"] is Reason.NOT_AVAILABLE

@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 from nvtopy.backends.host import processes as hostprocs
+from nvtopy.backends.host import procstat
 from nvtopy.backends.host.processes import PsutilInspector, in_foreign_pid_namespace, username_for_uid
 from nvtopy.backends.host.signals import send_signal_checked
 from nvtopy.model import HostProcess, Reason
@@ -65,8 +66,9 @@ def _wait_zombie(pid: int) -> None:
 
 
 def _psutil_path_only(monkeypatch) -> None:
-    """The inspector reads every refresh through psutil (as where /proc cannot answer)."""
+    """The inspector reads every first sight and refresh through psutil (as where /proc cannot answer)."""
     monkeypatch.setattr(hostprocs, "read_stat", lambda pid: None)
+    monkeypatch.setattr(hostprocs, "read_first_sight", lambda pid: None)
 
 
 def _unused_pid() -> int:
@@ -118,6 +120,9 @@ def _hide_proc(monkeypatch, pid: int) -> None:
     for module in (_common, _pslinux):
         monkeypatch.setattr(module, "open_binary", guard(module.open_binary))
         monkeypatch.setattr(module, "open_text", guard(module.open_text))
+    # nvtopy's own /proc reads (procstat) meet the same wall
+    monkeypatch.setattr(procstat, "_read_line", guard(procstat._read_line))
+    monkeypatch.setattr(procstat, "_read_all", guard(procstat._read_all))
 
 
 # --------------------------------------------------------------------------- live processes
@@ -333,6 +338,7 @@ def test_constructor_no_such_process(monkeypatch):
         return real(pid)
 
     monkeypatch.setattr(psutil, "Process", fake)
+    _psutil_path_only(monkeypatch)
     assert PsutilInspector().inspect([os.getpid()]) == {os.getpid(): None}
 
 
@@ -422,7 +428,6 @@ def test_pid_reuse_rereads_the_process(spawn, monkeypatch):
     assert inspector.inspect([child.pid])[child.pid].command == first.command
 
     # is_running() is False once the create time differs (psutil's PID reuse check): look again.
-    _psutil_path_only(monkeypatch)
     monkeypatch.setattr(psutil.Process, "is_running", lambda self: False)
     reused = inspector.inspect([child.pid])[child.pid]
     assert reused is not None

@@ -937,4 +937,4 @@ def test_the_module_reads_files_only() -> None:
             imported.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             imported.add(node.module.split(".")[0])
-    assert imported <= {"__future__", "json", "os", "re", "collections", "dataclasses"}
+    assert imported <= {"__future__", "json", "os", "re", "collections", "dataclasses", "functools"}

@@ -11,7 +11,15 @@ import pytest
 
 from nvtopy.backends.host import processes as hostprocs
 from nvtopy.backends.host.processes import PsutilInspector
-from nvtopy.backends.host.procstat import CLOCK_TICKS, PAGE_SIZE, Stat, read_stat
+from nvtopy.backends.host.procstat import (
+    CLOCK_TICKS,
+    PAGE_SIZE,
+    Stat,
+    read_cpu_times,
+    read_first_sight,
+    read_meminfo,
+    read_stat,
+)
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="/proc/<pid>/stat is Linux's")
 
@@ -108,6 +116,7 @@ def test_a_reused_pid_is_read_again_on_the_fast_path(child, monkeypatch):
         psutil.Process, "cmdline", lambda self: ["new-process"] if self.pid == child.pid else real_cmdline(self)
     )
     monkeypatch.setattr(hostprocs, "read_stat", reused)
+    monkeypatch.setattr(hostprocs, "read_first_sight", lambda pid, proc="/proc": None)  # psutil reopens it
     info = inspector.inspect([child.pid])[child.pid]
     assert info is not None
     assert info.command == "new-process", "a reused pid kept the old process's facts"
@@ -151,3 +160,118 @@ def test_read_stat_refuses_a_cut_line(tmp_path):
     assert read_stat(42, proc=str(tmp_path)) is None
     (tmp_path / "42" / "stat").write_bytes(f"42 (x) {rest}\n".encode())
     assert read_stat(42, proc=str(tmp_path)) is not None
+
+
+# --------------------------------------------------------------------------- the first sight, without psutil
+
+
+def test_the_status_words_are_psutils():
+    from nvtopy.backends.host.procstat import _STATUS
+
+    words = {name: getattr(psutil, name) for name in dir(psutil) if name.startswith("STATUS_")}
+    assert set(_STATUS.values()) - {"?"} <= set(words.values()) | {"wake-kill"}
+    assert _STATUS["Z"] == psutil.STATUS_ZOMBIE and _STATUS["S"] == psutil.STATUS_SLEEPING
+
+
+def _as_psutil_says(pid: int) -> tuple:
+    process = psutil.Process(pid)
+    with process.oneshot():
+        return (process.name(), process.cmdline(), process.uids().real, process.create_time(), process.ppid())
+
+
+def test_the_first_sight_says_what_psutil_says(child):
+    sight = read_first_sight(child.pid)
+    assert sight is not None
+    assert (sight.name, sight.cmdline, sight.uid, sight.create_time, sight.stat.ppid) == _as_psutil_says(child.pid)
+    assert sight.stat.start_ticks == read_stat(child.pid).start_ticks
+
+
+def test_a_long_name_is_the_argv_word_it_was_cut_from_as_psutil_has_it(tmp_path):
+    """The kernel keeps 15 characters of a name: psutil (and so nvtopy) shows the argv's word it starts."""
+    long_name = tmp_path / "a-rather-long-sleeper-name"
+    long_name.symlink_to("/bin/sleep")
+    process = subprocess.Popen([str(long_name), "30"])
+    try:
+        deadline = time.monotonic() + 10
+        while (sight := read_first_sight(process.pid)) is None or sight.cmdline[:1] != [str(long_name)]:
+            assert time.monotonic() < deadline, "the child never showed its argv"
+            time.sleep(0.01)
+        assert sight.name == "a-rather-long-sleeper-name" == psutil.Process(process.pid).name()
+        assert _as_psutil_says(process.pid)[:2] == (sight.name, sight.cmdline)
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("python\x00-c\x00pass\x00", ["python", "-c", "pass"]),
+        ("python\x00", ["python"]),
+        ("retitled worker 3\x00", ["retitled", "worker", "3"]),  # setproctitle: spaces inside one argument
+        ("no terminator at all", ["no", "terminator", "at", "all"]),
+        ("a\x00b c\x00", ["a", "b c"]),  # a space inside an argument of many stays
+    ],
+)
+def test_a_command_line_is_split_as_psutil_splits_it(text, expected):
+    from nvtopy.backends.host.procstat import _split_cmdline
+
+    assert _split_cmdline(text) == expected
+
+
+def test_what_psutil_must_classify_is_left_to_it(child, tmp_path):
+    """Gone, zombie, unreadable, no /proc: None (psutil tells gone from denied from zombie)."""
+    assert read_first_sight(2**22 + 1) is None  # no such pid
+    assert read_first_sight(child.pid, proc=str(tmp_path)) is None  # no /proc there
+    child.kill()
+    deadline = time.monotonic() + 10
+    while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert read_first_sight(child.pid) is None
+
+
+def test_an_empty_command_line_is_left_to_psutil(tmp_path):
+    """A kernel thread, or a process between fork and exec: the inspector reads such a pid again later."""
+    fake = tmp_path / "7"
+    fake.mkdir()
+    (fake / "stat").write_bytes(b"7 (kworker) S 2 0 0 0 -1 0 0 0 0 0 1 2 0 0 20 0 1 0 55 0 0\n")
+    (fake / "statm").write_bytes(b"0 0 0 0 0 0 0\n")
+    (fake / "status").write_bytes(b"Name:\tkworker\nUid:\t0\t0\t0\t0\n")
+    (fake / "cmdline").write_bytes(b"")
+    (tmp_path / "stat").write_bytes(b"cpu  1 2 3 4 5 6 7 8 9 10\nbtime 1700000000\n")
+    assert read_first_sight(7, proc=str(tmp_path)) is None
+    (fake / "cmdline").write_bytes(b"worker\x00--fast\x00")
+    sight = read_first_sight(7, proc=str(tmp_path))
+    assert sight is not None and sight.cmdline == ["worker", "--fast"] and sight.uid == 0
+    assert sight.create_time == 55 / CLOCK_TICKS + 1700000000
+
+
+def test_the_hosts_cpu_times_and_memory_are_psutils():
+    fields = read_cpu_times()
+    assert fields is not None and len(fields) == 10
+    assert fields == pytest.approx(list(psutil.cpu_times()), abs=1.0)  # a second of ticks may pass between
+    memory = read_meminfo()
+    assert memory is not None and memory[b"MemTotal:"] == psutil.virtual_memory().total
+    total, used = hostprocs._ram(memory)
+    reading = psutil.virtual_memory()
+    assert total == reading.total
+    assert used == pytest.approx(reading.total - reading.available, abs=256 << 20)
+    assert hostprocs._swap(memory) == pytest.approx(
+        (psutil.swap_memory().total, psutil.swap_memory().used), abs=64 << 20
+    )
+    assert hostprocs._cpu_count() == psutil.cpu_count()
+
+
+def test_a_first_sight_and_the_host_line_import_no_psutil(child):
+    """The point of it: ``nvtopy --once`` on a normal host never imports psutil (~25 ms)."""
+    code = (
+        "import sys; from nvtopy.backends.host.processes import PsutilInspector, HostUsageReader; "
+        f"reader = HostUsageReader(); info = PsutilInspector().inspect([{child.pid}])[{child.pid}]; "
+        "usage = reader.read(); "
+        "assert info.command and info.user and info.cpu_percent is not None, info; "
+        "assert usage.ram_total_bytes and usage.cpu_count, usage; "
+        "print('psutil' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "False"

@@ -29,15 +29,17 @@ exception. Names are kept as data (escaping is the views' job) but cut to
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from ...boundedfile import FileRefusedError, read_bounded
 from ...jsondecode import JsonRefusedError, decode_json
 from ...model import OwnerKind, ProcessOwner
+from ...records import dataclass
 
 __all__ = ["OwnerResolver", "ResolvedOwner", "parse_cgroup"]
 
@@ -134,8 +136,15 @@ def parse_cgroup(text: str | None) -> ProcessOwner:
     systemd services (system and per-user) and login sessions. Anything else is
     kind ``cgroup`` with the raw path; ``/`` or nothing is kind ``host``.
     """
+    return _parse_cgroup_text(text or "")
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_cgroup_text(text: str) -> ProcessOwner:
+    """:func:`parse_cgroup`, remembered by the file's text: a job's processes share their cgroup file (64
+    processes of one container: one parse, not 64), and the owner is immutable."""
     try:
-        return _parse_cgroup(text or "")
+        return _parse_cgroup(text)
     except Exception:  # noqa: BLE001 -- a monitor must show the row whatever the file says
         return ProcessOwner(kind=OwnerKind.CGROUP, cgroup=_cut(text, MAX_PATH))
 

@@ -30,9 +30,9 @@ import os
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
 from ...model import GpuProcess
+from ...records import dataclass
 
 __all__ = ["GpuPids", "PidMapper", "PidMapping", "ProcView", "unmapped_hint"]
 

@@ -9,6 +9,8 @@ Why a stateful inspector rather than ``psutil.Process(pid)`` per row:
   where that cannot answer).
 - PIDs are reused: an entry is only trusted while the create time matches (the
   kernel's start time in clock ticks, on the hot path).
+- psutil is imported only when /proc cannot answer (:mod:`.procstat`: a first sight, the host's
+  CPU and memory, by psutil's rules): most runs of ``nvtopy --once`` never import it.
 
 It also answers whether NVML's pids can be resolved here at all: NVML reports
 host pids, so inside a container without ``--pid=host`` they belong to another
@@ -18,15 +20,18 @@ PID namespace and must never be joined with (or signalled as) local processes.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable, Collection
-from typing import Any
-
-import psutil
+from typing import TYPE_CHECKING, Any
 
 from ...model import CHILDREN_SHOWN, HostProcess, HostUsage, ProcessDetails, ProcessRelative, Reason, freeze
-from .owners import OwnerResolver, ResolvedOwner
-from .procstat import CLOCK_TICKS, Stat, read_stat
+from .procstat import CLOCK_TICKS, Stat, read_cpu_times, read_first_sight, read_meminfo, read_stat
+
+if TYPE_CHECKING:
+    import psutil
+
+    from .owners import OwnerResolver, ResolvedOwner
 
 __all__ = ["HostUsageReader", "PsutilInspector", "in_foreign_pid_namespace", "read_process_details", "username_for_uid"]
 
@@ -103,7 +108,7 @@ class _Entry:
 
     def __init__(
         self,
-        process: psutil.Process,
+        process: psutil.Process | None,  # None: read from /proc (procstat); made when psutil must answer
         create_time: float | None,  # None: /proc/<pid> cannot be read (hidepid=1)
         *,
         user: str | None,
@@ -111,13 +116,13 @@ class _Entry:
         name: str | None,
         command: str | None,
         reasons: dict[str, Reason] | None = None,
-        first: tuple[str, Any, int, int] | None = None,
+        first: tuple[str, float, int, int] | None = None,
     ) -> None:
         self.process = process
         self.create_time = create_time
         self.user, self.uid, self.name, self.command = user, uid, name, command
         self.reasons: dict[str, Reason] = reasons if reasons is not None else {}
-        self.first = first  # (status, cpu times, rss, ppid) read with the static facts, used once
+        self.first = first  # (status, CPU seconds, rss, ppid) read with the static facts, used once
         self.last_cpu: float | None = None  # user+system seconds at the previous reading
         self.last_wall: float | None = None
         self.last_percent: float | None = None  # the CPU % last reported (a too-short window repeats it)
@@ -161,17 +166,56 @@ class PsutilInspector:
         self._clock = clock
         self._entries: dict[int, _Entry] = {}
         # Who owns each process: read once per new entry (pid + create time), never per refresh.
-        self.resolver = resolver if resolver is not None else OwnerResolver()
+        self._resolver = resolver
+
+    @property
+    def resolver(self) -> OwnerResolver:
+        """Who owns each process (:mod:`.owners`), made at the first process looked up: ``nvtopy --once``
+        imports it (and its JSON decoder) while its GPM pair matures, not before the pair's first sample."""
+        if self._resolver is None:
+            from .owners import OwnerResolver
+
+            self._resolver = OwnerResolver()
+        return self._resolver
+
+    @resolver.setter
+    def resolver(self, resolver: OwnerResolver) -> None:
+        self._resolver = resolver
 
     def _resolve_owner(self, entry: _Entry, pid: int) -> None:
         """Read ``entry``'s owner once; a failure leaves ``None`` fields, never an exception."""
         try:
             entry.owned = self.resolver.resolve(pid, entry.create_time)
         except Exception:  # noqa: BLE001 -- the resolver never raises; a monitor keeps the row if it did
+            from .owners import ResolvedOwner
+
             entry.owned = ResolvedOwner(owner=None)
 
     def _open(self, pid: int) -> _Entry | None:
-        """Read the static facts of a new pid; ``None`` when it no longer exists."""
+        """Read the static facts of a new pid; ``None`` when it no longer exists.
+
+        From /proc where it answers (:func:`~.procstat.read_first_sight`: psutil's figures without
+        psutil), else from psutil, which tells a gone, denied or zombie process apart.
+        """
+        sight = read_first_sight(pid)
+        if sight is not None:
+            stat = sight.stat
+            entry = _Entry(
+                None,
+                sight.create_time,
+                user=username_for_uid(sight.uid),
+                uid=sight.uid,
+                name=sight.name,
+                command=_join_cmdline(sight.cmdline),
+                first=(stat.status, stat.cpu_seconds, stat.rss_bytes, stat.ppid),
+            )
+            entry.start_ticks = stat.start_ticks
+            return entry
+        return self._open_psutil(pid)
+
+    def _open_psutil(self, pid: int) -> _Entry | None:
+        import psutil
+
         try:
             process = psutil.Process(pid)
         except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
@@ -202,7 +246,8 @@ class PsutilInspector:
                 except psutil.AccessDenied:
                     reasons["command"] = Reason.NO_PERMISSION
                 try:  # the dynamic facts too, from the same /proc reads: a new pid costs one pass
-                    first = (process.status(), process.cpu_times(), process.memory_info().rss, process.ppid())
+                    times = process.cpu_times()
+                    first = (process.status(), times.user + times.system, process.memory_info().rss, process.ppid())
                 except psutil.Error:
                     first = None  # read again (and classified) by the regular path
         except psutil.ZombieProcess:
@@ -226,6 +271,8 @@ class PsutilInspector:
 
     @staticmethod
     def _denied_entry(pid: int, process: psutil.Process | None = None) -> _Entry | None:
+        import psutil
+
         reasons = dict.fromkeys(("user", "command"), Reason.NO_PERMISSION)
         try:
             process = process or psutil.Process(pid)
@@ -261,7 +308,7 @@ class PsutilInspector:
             result[pid] = self._inspect_one(pid, now, ancestors)
         # The entries hold each owner; the resolver's own cache keeps only the live ones (pruned only when it
         # holds more than the entries: nothing to do on a steady refresh).
-        if len(self.resolver) > len(self._entries):
+        if self._resolver is not None and len(self._resolver) > len(self._entries):
             self.resolver.forget((pid, entry.create_time) for pid, entry in self._entries.items())
         return result
 
@@ -271,6 +318,10 @@ class PsutilInspector:
         if entry.create_time is None or now - entry.create_time > _EXEC_WINDOW_S:
             entry.retry_command = False
             return
+        import psutil
+
+        if entry.process is None:
+            return  # read from /proc, which gave a command line: no retry is ever set
         try:
             cmdline = entry.process.cmdline()
         except psutil.Error:
@@ -287,7 +338,7 @@ class PsutilInspector:
                 # The pid now belongs to a new process: forget the cached facts and look again.
                 del self._entries[pid]
                 entry, stat = None, None
-        if entry is not None and stat is None and not entry.process.is_running():
+        if entry is not None and stat is None and not _still_running(entry, pid):
             # Gone, or the pid now belongs to a new process (is_running compares
             # create times): forget the cached facts and look again.
             del self._entries[pid]
@@ -303,31 +354,34 @@ class PsutilInspector:
         reasons = dict(entry.reasons)
         cpu_percent: float | None = None
         rss: int | None = None
-        times = None
         ppid = entry.ppid
         status = "running"
         busy: float | None = None
-        try:
-            if stat is not None:
-                status, busy, rss, ppid = stat.status, stat.cpu_seconds, stat.rss_bytes, stat.ppid
-            elif entry.first is not None:
-                status, times, rss, ppid = entry.first
-                entry.first = None
-            else:
-                with entry.process.oneshot():
-                    status = entry.process.status()
-                    times = entry.process.cpu_times()
-                    rss = entry.process.memory_info().rss
-                    ppid = entry.process.ppid()  # from the stat line just read: free
-        except psutil.ZombieProcess:
-            status = psutil.STATUS_ZOMBIE
-        except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
-            self._entries.pop(pid, None)
-            return None
-        except psutil.AccessDenied:
-            reasons["cpu_percent"] = reasons["host_memory_bytes"] = Reason.NO_PERMISSION
-        if times is not None:
-            busy = times.user + times.system
+        if stat is not None:
+            status, busy, rss, ppid = stat.status, stat.cpu_seconds, stat.rss_bytes, stat.ppid
+        elif entry.first is not None:
+            status, busy, rss, ppid = entry.first
+            entry.first = None
+        else:
+            import psutil
+
+            process = entry.process
+            try:
+                if process is None:  # read from /proc until now: _still_running made it, unless it is gone
+                    raise psutil.NoSuchProcess(pid)
+                with process.oneshot():
+                    status = process.status()
+                    times = process.cpu_times()
+                    rss = process.memory_info().rss
+                    ppid = process.ppid()  # from the stat line just read: free
+                busy = times.user + times.system
+            except psutil.ZombieProcess:
+                status = psutil.STATUS_ZOMBIE
+            except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
+                self._entries.pop(pid, None)
+                return None
+            except psutil.AccessDenied:
+                reasons["cpu_percent"] = reasons["host_memory_bytes"] = Reason.NO_PERMISSION
         if busy is not None:
             window = None if entry.last_wall is None else now - entry.last_wall
             if entry.last_cpu is not None and window is not None and window >= _MIN_CPU_WINDOW_S:
@@ -340,8 +394,6 @@ class PsutilInspector:
             if window is None or not 0 <= window < _MIN_CPU_WINDOW_S:
                 entry.last_cpu, entry.last_wall = busy, now
             entry.last_percent = cpu_percent
-        if status == psutil.STATUS_ZOMBIE:
-            status = "zombie"
         for key, value in (("cpu_percent", cpu_percent), ("host_memory_bytes", rss)):
             if value is None:
                 reasons.setdefault(key, Reason.NOT_AVAILABLE)
@@ -380,6 +432,8 @@ def _start_ticks(pid: int, create_time: float | None) -> int | None:
     stat = read_stat(pid)
     if stat is None:
         return None
+    import psutil
+
     try:
         started = psutil.boot_time() + stat.start_ticks / CLOCK_TICKS
     except (psutil.Error, OSError):
@@ -387,8 +441,32 @@ def _start_ticks(pid: int, create_time: float | None) -> int | None:
     return stat.start_ticks if abs(started - create_time) <= 1.5 / CLOCK_TICKS else None
 
 
+def _still_running(entry: _Entry, pid: int) -> bool:
+    """psutil's ``is_running()`` of the entry's process: it exists, with the create time first read.
+
+    An entry read from /proc gets its psutil.Process here, the first time psutil must answer for it
+    (the pid became unreadable): the create time it reads must be the entry's, else the pid now
+    belongs to another process.
+    """
+    import psutil
+
+    if entry.process is not None:
+        return entry.process.is_running()
+    try:
+        process = psutil.Process(pid)
+        started = process.create_time()
+    except psutil.Error:
+        return False
+    if entry.create_time is None or abs(started - entry.create_time) > 1.5 / CLOCK_TICKS:
+        return False
+    entry.process = process
+    return True
+
+
 def process_start_time(pid: int) -> float | None:
     """When process ``pid`` started (Unix seconds); None: no such process, or it cannot be read."""
+    import psutil
+
     try:
         return psutil.Process(pid).create_time()
     except psutil.Error:
@@ -397,6 +475,8 @@ def process_start_time(pid: int) -> float | None:
 
 def running_not_zombie(pid: int) -> bool:
     """Process ``pid`` exists and has not exited (a zombie, exited and not yet reaped, has)."""
+    import psutil
+
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
@@ -418,7 +498,14 @@ def _ancestor(pid: int, memo: dict[int, _Ancestor]) -> _Ancestor:
     """``pid`` as a relative (name and user) and its own parent; None when it cannot be read."""
     if pid in memo:
         return memo[pid]
-    found: _Ancestor = None
+    sight = read_first_sight(pid)
+    if sight is not None:  # psutil's name, parent and user, read from /proc
+        found: _Ancestor = (ProcessRelative(pid, sight.name or None, username_for_uid(sight.uid)), sight.stat.ppid)
+        memo[pid] = found
+        return found
+    import psutil
+
+    found = None
     try:
         process = psutil.Process(pid)
         with process.oneshot():
@@ -455,6 +542,8 @@ def _chain(ppid: int | None, memo: dict[int, _Ancestor], *, until: int = 1) -> t
 
 def _children(process: psutil.Process) -> tuple[tuple[ProcessRelative, ...], int]:
     """Its direct children (the first :data:`CHILDREN_SHOWN`, by pid) and how many there are."""
+    import psutil
+
     try:
         found = sorted(process.children(), key=lambda child: child.pid)
     except (psutil.Error, OSError):
@@ -483,6 +572,8 @@ def read_process_details(pid: int, create_time: float | None) -> ProcessDetails 
     """
     if create_time is None or pid <= 0:
         return None
+    import psutil
+
     try:
         process = psutil.Process(pid)
         started = process.create_time()
@@ -541,8 +632,16 @@ def read_process_details(pid: int, create_time: float | None) -> ProcessDetails 
 def _cpu_ticks() -> tuple[float, float] | None:
     """(busy, total) CPU seconds of every CPU since boot; None when they cannot be read.
 
-    Idle and I/O wait are not busy (as top and psutil.cpu_percent count them).
+    Idle and I/O wait are not busy (as top and psutil.cpu_percent count them). psutil's
+    ``cpu_times()`` read from /proc/stat (:func:`~.procstat.read_cpu_times`), else psutil's own.
     """
+    fields = read_cpu_times()
+    if fields is not None:
+        total = sum(fields) - fields[8] - fields[9]  # guest and guest_nice: in user already
+        idle = fields[3] + fields[4]  # idle and iowait
+        return total - idle, total
+    import psutil
+
     try:
         times = psutil.cpu_times()
     except (psutil.Error, OSError, AttributeError):
@@ -572,11 +671,11 @@ class HostUsageReader:
         def attempt(names: tuple[str, ...], function: Callable[[], tuple[Any, ...]]) -> None:
             try:
                 found = function()
-            except psutil.AccessDenied:
-                reasons.update(dict.fromkeys(names, Reason.NO_PERMISSION))
-                return
-            except (psutil.Error, OSError, AttributeError, ValueError, TypeError):
-                reasons.update(dict.fromkeys(names, Reason.NOT_AVAILABLE))
+            except Exception as exc:  # what the figure's failure was: classified here (a bug is raised)
+                reason = _usage_reason(exc)
+                if reason is None:
+                    raise
+                reasons.update(dict.fromkeys(names, reason))
                 return
             values.update(zip(names, found, strict=True))
 
@@ -586,10 +685,11 @@ class HostUsageReader:
             reasons["cpu_busy_percent"] = Reason.NOT_AVAILABLE  # unreadable, or no tick went by yet
         else:
             values["cpu_busy_percent"] = 100.0 * (ticks[0] - last[0]) / (ticks[1] - last[1])
-        attempt(("cpu_count",), lambda: (psutil.cpu_count(),))
+        memory = read_meminfo()  # one read for both figures; None: psutil reads them
+        attempt(("cpu_count",), lambda: (_cpu_count(),))
         attempt(("load_1m", "load_5m", "load_15m"), os.getloadavg)
-        attempt(("ram_total_bytes", "ram_used_bytes"), _ram)
-        attempt(("swap_total_bytes", "swap_used_bytes"), _swap)
+        attempt(("ram_total_bytes", "ram_used_bytes"), lambda: _ram(memory))
+        attempt(("swap_total_bytes", "swap_used_bytes"), lambda: _swap(memory))
         for name in HostUsage.__dataclass_fields__:
             if name != "unavailable" and values.get(name) is None:
                 values.pop(name, None)
@@ -597,12 +697,53 @@ class HostUsageReader:
         return HostUsage(**values, unavailable=freeze(reasons))
 
 
-def _ram() -> tuple[int, int]:
-    """(total, used) where used is total minus available: what the kernel cannot give without swapping."""
-    memory = psutil.virtual_memory()
-    return memory.total, max(0, memory.total - memory.available)
+def _usage_reason(exc: Exception) -> Reason | None:
+    """The reason a host figure is N/A for ``exc``; None: a bug, raised. (psutil's errors only once it is imported.)"""
+    psutil = sys.modules.get("psutil")
+    if psutil is not None and isinstance(exc, psutil.AccessDenied):
+        return Reason.NO_PERMISSION
+    if isinstance(exc, (OSError, AttributeError, ValueError, TypeError)):
+        return Reason.NOT_AVAILABLE
+    if psutil is not None and isinstance(exc, psutil.Error):
+        return Reason.NOT_AVAILABLE
+    return None
 
 
-def _swap() -> tuple[int, int]:
+def _cpu_count() -> int | None:
+    """psutil's ``cpu_count()``: the CPUs online (sysconf), None when fewer than one is said."""
+    try:
+        count = os.sysconf("SC_NPROCESSORS_ONLN")
+    except (ValueError, OSError, AttributeError):
+        import psutil
+
+        return psutil.cpu_count()
+    return count if count >= 1 else None
+
+
+def _ram(memory: dict[bytes, int] | None = None) -> tuple[int, int]:
+    """(total, used) where used is total minus available: what the kernel cannot give without swapping.
+
+    psutil's ``virtual_memory()`` figures; from ``memory`` (/proc/meminfo) where it has ``MemAvailable``
+    (a kernel since 3.14), else psutil's own estimate.
+    """
+    total = memory.get(b"MemTotal:") if memory else None
+    available = memory.get(b"MemAvailable:") if memory else None
+    if memory is None or total is None or not available or b"MemFree:" not in memory:
+        import psutil
+
+        reading = psutil.virtual_memory()
+        return reading.total, max(0, reading.total - reading.available)
+    if available > total:  # as psutil (and procps' free) read a container's distorted figures
+        available = memory[b"MemFree:"]
+    return total, max(0, total - available)
+
+
+def _swap(memory: dict[bytes, int] | None = None) -> tuple[int, int]:
+    """psutil's ``swap_memory()`` total and used (total minus free), from ``memory`` where it has them."""
+    if memory is not None and b"SwapTotal:" in memory and b"SwapFree:" in memory:
+        total = memory[b"SwapTotal:"]
+        return total, total - memory[b"SwapFree:"]
+    import psutil
+
     swap = psutil.swap_memory()
     return swap.total, swap.used

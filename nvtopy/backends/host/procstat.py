@@ -12,9 +12,14 @@ psutil's steady path for one process -- ``is_running()`` (which builds a second
 134 µs; the inspector's whole steady read with these two files costs about 29 µs
 (``make bench``: ``benchmarks/bench_host.py``, 64 processes; 42 µs before the files
 were read with ``os.read`` rather than ``open()``). At 64 processes
-psutil's path was most of the poller's CPU. psutil still reads everything else (user, command line, the first sight of
-a pid, other systems): this module only answers for a pid psutil opened, and the
-inspector falls back to psutil whenever it returns ``None``.
+psutil's path was most of the poller's CPU.
+
+The first sight of a pid (:func:`read_first_sight`: its name, command line and user besides) and
+the host's CPU time and memory (:func:`read_cpu_times`, :func:`read_meminfo`) are read here too,
+by psutil's own rules, and psutil is not imported at all while every answer comes from here:
+``nvtopy --once`` spent about 25 ms importing it and ~0.3 ms a process in its layers. Anything
+unusual (a zombie, an empty command line, a file that cannot be read, a field missing) is
+``None``, and the caller asks psutil, which classifies it (gone, denied, zombie) as before.
 
 The PID-reuse guard stays exact: the kernel's start time of the process (field
 22, in clock ticks since boot) is compared with the one read when the pid was
@@ -24,11 +29,19 @@ first seen; psutil derives ``create_time()`` from the same field.
 from __future__ import annotations
 
 import os
+import sys
 from typing import NamedTuple
 
-import psutil
-
-__all__ = ["CLOCK_TICKS", "PAGE_SIZE", "Stat", "read_stat"]
+__all__ = [
+    "CLOCK_TICKS",
+    "PAGE_SIZE",
+    "FirstSight",
+    "Stat",
+    "read_cpu_times",
+    "read_first_sight",
+    "read_meminfo",
+    "read_stat",
+]
 
 try:
     CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -36,20 +49,21 @@ try:
 except (AttributeError, ValueError, OSError):  # not POSIX: never used (no /proc)
     CLOCK_TICKS, PAGE_SIZE = 100, 4096
 
-# /proc/<pid>/stat's state letter -> psutil's status words (as psutil itself maps them on Linux).
+# /proc/<pid>/stat's state letter -> psutil's status words (as psutil itself maps them on Linux; its
+# STATUS_* constants are these strings: tests/backends/test_procstat.py holds them to it).
 _STATUS = {
-    "R": psutil.STATUS_RUNNING,
-    "S": psutil.STATUS_SLEEPING,
-    "D": psutil.STATUS_DISK_SLEEP,
-    "T": psutil.STATUS_STOPPED,
-    "t": psutil.STATUS_TRACING_STOP,
-    "Z": psutil.STATUS_ZOMBIE,
-    "X": psutil.STATUS_DEAD,
-    "x": psutil.STATUS_DEAD,
+    "R": "running",
+    "S": "sleeping",
+    "D": "disk-sleep",
+    "T": "stopped",
+    "t": "tracing-stop",
+    "Z": "zombie",
+    "X": "dead",
+    "x": "dead",
     "K": "wake-kill",  # psutil.STATUS_WAKE_KILL is not exported
-    "W": psutil.STATUS_WAKING,
-    "I": psutil.STATUS_IDLE,
-    "P": psutil.STATUS_PARKED,
+    "W": "waking",
+    "I": "idle",
+    "P": "parked",
 }
 
 
@@ -70,24 +84,149 @@ def read_stat(pid: int, proc: str = "/proc") -> Stat | None:
     vanished process from an unreadable one.
     """
     try:
+        return _parse_stat(_read_line(f"{proc}/{pid}/stat"), _read_line(f"{proc}/{pid}/statm"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _parse_stat(data: bytes, statm: bytes) -> Stat:
+    # The command name (field 2) is in parentheses and may hold spaces or ')': cut at the last one.
+    fields = data[data.rindex(b")") + 2 :].split()
+    state = fields[0].decode("ascii", "replace")
+    return Stat(
+        status=_STATUS.get(state, "?"),  # psutil says "?" for a letter it does not know
+        ppid=int(fields[1]),
+        cpu_seconds=(int(fields[11]) + int(fields[12])) / CLOCK_TICKS,
+        start_ticks=int(fields[19]),
+        rss_bytes=int(statm.split()[1]) * PAGE_SIZE,
+    )
+
+
+class FirstSight(NamedTuple):
+    """What the inspector reads of a pid it has not seen: psutil's ``name()``, ``cmdline()``,
+    ``uids().real`` and ``create_time()``, and the refresh's :class:`Stat`."""
+
+    stat: Stat
+    name: str
+    cmdline: list[str]
+    uid: int
+    create_time: float
+
+
+_ENCODING = sys.getfilesystemencoding()  # how psutil decodes names and command lines
+_ERRORS = sys.getfilesystemencodeerrors()
+_NAME_CUT = 15  # the kernel's TASK_COMM_LEN - 1: a name this long may be cut (psutil then looks at the argv)
+
+
+def read_first_sight(pid: int, proc: str = "/proc") -> FirstSight | None:
+    """``pid``'s facts as psutil reads them, from ``stat``, ``statm``, ``status`` and ``cmdline``.
+
+    None where psutil must answer: the process is gone or unreadable, a zombie or dead (psutil tells
+    those apart), its command line is empty (a kernel thread, or a process caught between fork and
+    exec: the inspector reads it again), or it holds a carriage return (psutil reads it as text,
+    with universal newlines). The create time is psutil's: the boot time plus the start ticks.
+    """
+    try:
         data = _read_line(f"{proc}/{pid}/stat")
-        statm = _read_line(f"{proc}/{pid}/statm")
-        # The command name (field 2) is in parentheses and may hold spaces or ')': cut at the last one.
-        fields = data[data.rindex(b")") + 2 :].split()
-        state = fields[0].decode("ascii", "replace")
-        return Stat(
-            status=_STATUS.get(state, "?"),  # psutil says "?" for a letter it does not know
-            ppid=int(fields[1]),
-            cpu_seconds=(int(fields[11]) + int(fields[12])) / CLOCK_TICKS,
-            start_ticks=int(fields[19]),
-            rss_bytes=int(statm.split()[1]) * PAGE_SIZE,
-        )
+        stat = _parse_stat(data, _read_line(f"{proc}/{pid}/statm"))
+        if stat.status in ("zombie", "dead", "?"):
+            return None
+        raw = _read_all(f"{proc}/{pid}/cmdline")
+        if not raw or b"\r" in raw:
+            return None
+        uid = _uid(_read_all(f"{proc}/{pid}/status"))
+        booted = _boot_time(proc)
+    except (OSError, ValueError, IndexError):
+        return None
+    if uid is None or booted is None:
+        return None
+    name = data[data.find(b"(") + 1 : data.rindex(b")")].decode(_ENCODING, _ERRORS)
+    cmdline = _split_cmdline(raw.decode(_ENCODING, _ERRORS))
+    if len(name) >= _NAME_CUT and cmdline:  # psutil's name(): the argv's first word when the name is its start
+        extended = os.path.basename(cmdline[0])
+        if extended.startswith(name):
+            name = extended
+    create_time = float(stat.start_ticks) / CLOCK_TICKS + booted
+    return FirstSight(stat, name, cmdline, uid, create_time)
+
+
+def _split_cmdline(data: str) -> list[str]:
+    """psutil's ``cmdline()`` of the text of ``/proc/<pid>/cmdline`` (a retitled process separates by spaces)."""
+    sep = "\x00" if data.endswith("\x00") else " "
+    if data.endswith(sep):
+        data = data[:-1]
+    cmdline = data.split(sep)
+    if sep == "\x00" and len(cmdline) == 1 and " " in data:
+        cmdline = data.split(" ")
+    return cmdline
+
+
+def _uid(status: bytes) -> int | None:
+    """The real uid of ``/proc/<pid>/status``'s ``Uid:`` line (psutil's ``uids().real``)."""
+    for line in status.split(b"\n"):
+        if line.startswith(b"Uid:\t"):
+            return int(line.split(b"\t")[1])
+    return None
+
+
+_BOOT_TIME: dict[str, float] = {}
+
+
+def _boot_time(proc: str) -> float | None:
+    """``btime`` of ``/proc/stat`` (psutil's ``boot_time()``), read once: it does not change while the host runs."""
+    booted = _BOOT_TIME.get(proc)
+    if booted is None:
+        for line in _read_all(f"{proc}/stat").split(b"\n"):
+            if line.startswith(b"btime"):
+                booted = _BOOT_TIME[proc] = float(line.split()[1])
+                break
+    return booted
+
+
+def read_cpu_times(proc: str = "/proc") -> list[float] | None:
+    """psutil's ``cpu_times()`` (user, nice, system, idle, iowait, irq, softirq, steal, guest, guest_nice: seconds)
+    from ``/proc/stat``'s first line; None where it cannot be read so."""
+    try:
+        fd = os.open(f"{proc}/stat", _FLAGS)
+        try:
+            first = os.read(fd, 512).split(b"\n", 1)[0].split()
+        finally:
+            os.close(fd)
+        if first[:1] != [b"cpu"] or len(first) < 11:
+            return None
+        return [float(value) / CLOCK_TICKS for value in first[1:11]]
+    except (OSError, ValueError):
+        return None
+
+
+def read_meminfo(proc: str = "/proc") -> dict[bytes, int] | None:
+    """``/proc/meminfo`` in bytes, keyed as psutil keys it (``b"MemTotal:"``); None where it cannot be read."""
+    try:
+        mems = {}
+        for line in _read_all(f"{proc}/meminfo").splitlines():
+            fields = line.split()
+            mems[fields[0]] = int(fields[1]) * 1024
+        return mems
     except (OSError, ValueError, IndexError):
         return None
 
 
 _READ_SIZE = 4096  # /proc/<pid>/stat is about 300 bytes (its command name at most 64), statm about 40
 _FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+
+
+def _read_all(path: str) -> bytes:
+    """A whole /proc file (``status``, ``cmdline``: a few KiB at most, an argv up to the kernel's limit)."""
+    fd = os.open(path, _FLAGS)
+    try:
+        chunks: list[bytes] = []
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
 
 
 def _read_line(path: str) -> bytes:

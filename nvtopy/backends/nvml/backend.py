@@ -59,7 +59,6 @@ from ..host.processes import (
     in_foreign_pid_namespace,
     read_process_details,
 )
-from ..host.signals import send_signal_checked
 from .events import Target, open_xid_events
 from .gpm import GpmState, NvmlGpmReaders
 from .health import NvLinkState, NvmlHealthReaders, field_value
@@ -1053,6 +1052,8 @@ class NvmlBackend(NvmlHealthReaders, NvmlGpmReaders, Backend):
             return SignalOutcome(
                 False, f"pid {pid} belongs to another PID namespace (container) and is not mapped; nothing sent"
             )
+        from ..host.signals import send_signal_checked  # psutil: imported when a signal is sent
+
         return send_signal_checked(pid, create_time, signum)
 
     def process_details(self, pid: int, create_time: float | None) -> ProcessDetails | None:

@@ -1,0 +1,249 @@
+"""``@dataclass`` without its import-time cost: the same classes, with their methods made when first used.
+
+Why: ``dataclasses.dataclass`` writes each class's ``__init__``, ``__eq__``, ``__hash__`` and, frozen,
+``__setattr__`` and ``__delattr__`` as source text and compiles them when the class is defined: 1-2 ms
+a class. ``nvtopy --once`` imports about 40 such classes and builds objects of about a dozen, and that
+compiling was the largest single cost of its imports (``nvtopy.model`` alone: 19 classes, ~20 ms).
+
+What stays the real thing: dataclasses itself reads the fields, so ``dataclasses.fields``,
+``replace``, ``asdict``, ``is_dataclass``, ``__match_args__`` and ``__slots__`` (``slots=True``) are
+its own, and the type checker sees :func:`dataclasses.dataclass` (``TYPE_CHECKING``). What differs:
+``__init__`` is compiled the first time the class is instantiated (the code dataclasses writes: the
+same speed from then on), and ``__eq__``, ``__hash__``, ``__repr__`` and the frozen ``__setattr__``
+and ``__delattr__`` are shared functions over the fields, made without compiling. A class this does
+not cover (``order``, ``unsafe_hash``, a dataclass base, its own ``__init__``/``__eq__``/...,
+an option dataclasses added later) is handed to :func:`dataclasses.dataclass` as it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+__all__ = ["dataclass"]
+
+if TYPE_CHECKING:
+    from dataclasses import dataclass
+else:
+
+    def dataclass(
+        cls: type | None = None,
+        /,
+        *,
+        init: bool = True,
+        repr: bool = True,
+        eq: bool = True,
+        order: bool = False,
+        unsafe_hash: bool = False,
+        frozen: bool = False,
+        **options: Any,
+    ) -> Any:
+        """:func:`dataclasses.dataclass`, its methods made on first use (see the module's docstring)."""
+
+        def wrap(cls: type) -> type:
+            if order or unsafe_hash or not _plain(cls, options):
+                return dataclasses.dataclass(
+                    cls, init=init, repr=repr, eq=eq, order=order, unsafe_hash=unsafe_hash, frozen=frozen, **options
+                )
+            return _record(cls, init=init, show=repr, eq=eq, frozen=frozen, options=options)
+
+        return wrap if cls is None else wrap(cls)
+
+
+# dataclasses' kinds of entry in __dataclass_fields__ (a field, a ClassVar, an InitVar): Python 3.10-3.13 alike.
+_FIELD: Any = vars(dataclasses)["_FIELD"]
+_CLASSVAR: Any = vars(dataclasses)["_FIELD_CLASSVAR"]
+
+_OWN_METHODS = ("__init__", "__repr__", "__eq__", "__hash__", "__setattr__", "__delattr__")
+_OPTIONS = frozenset({"match_args", "kw_only", "slots"})  # what dataclasses does here as it always does
+
+
+def _plain(cls: type, options: dict[str, Any]) -> bool:
+    """A class this module covers: no method of its own that dataclasses would keep, no dataclass base."""
+    if not _OPTIONS.issuperset(options):
+        return False
+    own = cls.__dict__
+    if any(name in own for name in _OWN_METHODS):
+        return False
+    return not any("__dataclass_fields__" in base.__dict__ for base in cls.__mro__[1:])
+
+
+def _record(cls: type, *, init: bool, show: bool, eq: bool, frozen: bool, options: dict[str, Any]) -> type:
+    undocumented = not cls.__dict__.get("__doc__")
+    if undocumented:  # dataclasses would write one from inspect.signature: 10-20 ms on first use
+        cls.__doc__ = "-"
+    made: Any = dataclasses.dataclass(cls, init=False, repr=False, eq=False, frozen=False, **options)
+    fields = [f for f in made.__dataclass_fields__.values() if f._field_type is not _CLASSVAR]
+    if any(f._field_type is not _FIELD for f in fields):
+        raise TypeError(f"{made.__name__}: an InitVar field needs dataclasses.dataclass itself")
+    if undocumented:  # as dataclasses writes it: the class's name and its __init__'s parameters
+        made.__doc__ = f"{made.__name__}({', '.join(_parameter(f) for f in fields if f.init)})"
+    if init:
+        _check_order(made, fields)
+        made.__init__ = _lazy_init(made)
+    params = made.__dataclass_params__  # what the class is, for dataclasses' own checks (a frozen subclass)
+    params.init, params.repr, params.eq, params.frozen = init, show, eq, frozen
+    if show:
+        made.__repr__ = _repr([f.name for f in fields if f.repr])
+    if eq:
+        made.__eq__ = _eq(made, [f.name for f in fields if f.compare])
+        made.__hash__ = _hash([f.name for f in fields if (f.compare if f.hash is None else f.hash)]) if frozen else None
+    if frozen:
+        names = frozenset(f.name for f in fields)
+        made.__setattr__, made.__delattr__ = _frozen(made, names)
+        if "__slots__" in made.__dict__ and options.get("slots"):
+            made.__getstate__, made.__setstate__ = _state([f.name for f in fields])
+    return made  # type: ignore[no-any-return]
+
+
+def _parameter(f: dataclasses.Field[Any]) -> str:
+    """A field as its ``__init__`` parameter is shown: ``name: type``, ``= default`` or ``= <factory>``."""
+    import inspect  # dataclasses imports it: no cost
+
+    text = f"{f.name}: {inspect.formatannotation(f.type)}"
+    if f.default_factory is not dataclasses.MISSING:
+        return f"{text} = <factory>"
+    return text if f.default is dataclasses.MISSING else f"{text} = {f.default!r}"
+
+
+def _check_order(cls: type, fields: list[dataclasses.Field[Any]]) -> None:
+    """The error dataclasses gives at definition: a positional field without a default after one with."""
+    seen_default = False
+    for f in fields:
+        if not f.init or f.kw_only:
+            continue
+        has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        if seen_default and not has_default:
+            raise TypeError(f"{cls.__name__}: non-default argument {f.name!r} follows default argument")
+        seen_default = seen_default or has_default
+
+
+def _lazy_init(cls: Any) -> Any:
+    """An ``__init__`` that compiles the real one at the class's first instance, puts it in its place, calls it."""
+
+    def first_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        real = _compile_init(cls)
+        cls.__init__ = real
+        real(self, *args, **kwargs)
+
+    first_init.__name__ = "__init__"
+    first_init.__qualname__ = f"{cls.__qualname__}.__init__"
+    return first_init
+
+
+_HAS_FACTORY = object()
+
+
+def _compile_init(cls: Any) -> Any:
+    """The ``__init__`` dataclasses would write for ``cls`` (frozen: ``object.__setattr__``; ``__post_init__``)."""
+    frozen = cls.__dataclass_params__.frozen
+    fields = [f for f in cls.__dataclass_fields__.values() if f._field_type is _FIELD]
+    namespace: dict[str, Any] = {"__set": object.__setattr__, "__has_factory": _HAS_FACTORY}
+    positional: list[str] = []
+    keyword: list[str] = []
+    body: list[str] = []
+    for f in fields:
+        name = f.name
+        value = name
+        if f.default_factory is not dataclasses.MISSING:
+            namespace[f"__factory_{name}"] = f.default_factory
+            if f.init:
+                param = f"{name}=__has_factory"
+                value = f"__factory_{name}() if {name} is __has_factory else {name}"
+            else:
+                value = f"__factory_{name}()"
+        elif f.default is not dataclasses.MISSING:
+            namespace[f"__default_{name}"] = f.default
+            param = f"{name}=__default_{name}"
+            if not f.init:
+                value = f"__default_{name}"
+        else:
+            param = name
+            if not f.init:
+                continue  # no value to set: as dataclasses leaves it
+        if f.init:
+            (keyword if f.kw_only else positional).append(param)
+        body.append(f"__set(self, {name!r}, {value})" if frozen else f"self.{name} = {value}")
+    if hasattr(cls, "__post_init__"):
+        body.append("self.__post_init__()")
+    params = ", ".join(["self", *positional, *(["*", *keyword] if keyword else [])])
+    source = f"def __init__({params}):\n" + "".join(f"    {line}\n" for line in body or ["pass"])
+    exec(compile(source, f"<{cls.__qualname__}.__init__>", "exec"), namespace)
+    init = namespace["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    return init
+
+
+def _key(names: list[str]) -> Any:
+    """The tuple of these fields' values of an object (what dataclasses compares and hashes)."""
+    if len(names) > 1:
+        from operator import attrgetter
+
+        return attrgetter(*names)
+    if names:
+        name = names[0]
+        return lambda obj: (getattr(obj, name),)
+    return lambda obj: ()
+
+
+def _eq(cls: Any, names: list[str]) -> Any:
+    key = _key(names)
+
+    def equal(self: Any, other: object) -> Any:
+        if other.__class__ is self.__class__:
+            return key(self) == key(other)
+        return NotImplemented
+
+    equal.__name__ = "__eq__"
+    equal.__qualname__ = f"{cls.__qualname__}.__eq__"
+    return equal
+
+
+def _hash(names: list[str]) -> Any:
+    key = _key(names)
+
+    def hashed(self: Any) -> int:
+        return hash(key(self))
+
+    return hashed
+
+
+def _repr(names: list[str]) -> Any:
+    import reprlib
+
+    @reprlib.recursive_repr()
+    def shown(self: Any) -> str:
+        text = ", ".join(f"{name}={getattr(self, name)!r}" for name in names)
+        return f"{self.__class__.__qualname__}({text})"
+
+    return shown
+
+
+def _frozen(cls: Any, names: frozenset[str]) -> tuple[Any, Any]:
+    """dataclasses' frozen ``__setattr__`` and ``__delattr__`` (a subclass may still set attributes of its own)."""
+
+    def set_field(self: Any, name: str, value: Any) -> None:
+        if type(self) is cls or name in names:
+            raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+        super(cls, self).__setattr__(name, value)
+
+    def delete_field(self: Any, name: str) -> None:
+        if type(self) is cls or name in names:
+            raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+        super(cls, self).__delattr__(name)
+
+    return set_field, delete_field
+
+
+def _state(names: list[str]) -> tuple[Any, Any]:
+    """dataclasses' ``__getstate__``/``__setstate__`` of a frozen slotted class: pickle and copy past the frozen
+    ``__setattr__``."""
+
+    def get_state(self: Any) -> list[Any]:
+        return [getattr(self, name) for name in names]
+
+    def set_state(self: Any, state: list[Any]) -> None:
+        for name, value in zip(names, state, strict=True):
+            object.__setattr__(self, name, value)
+
+    return get_state, set_state
