@@ -22,7 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 __all__ = ["dataclass"]
 
-if TYPE_CHECKING:
+# dataclasses' kinds of entry in __dataclass_fields__ (a field, a ClassVar, an InitVar): Python 3.10-3.13 alike.
+# A Python whose dataclasses names them otherwise gets dataclasses.dataclass itself (slower to import, the same).
+_FIELD: Any = vars(dataclasses).get("_FIELD")
+_CLASSVAR: Any = vars(dataclasses).get("_FIELD_CLASSVAR")
+
+if TYPE_CHECKING or _FIELD is None or _CLASSVAR is None:
     from dataclasses import dataclass
 else:
 
@@ -50,9 +55,6 @@ else:
         return wrap if cls is None else wrap(cls)
 
 
-# dataclasses' kinds of entry in __dataclass_fields__ (a field, a ClassVar, an InitVar): Python 3.10-3.13 alike.
-_FIELD: Any = vars(dataclasses)["_FIELD"]
-_CLASSVAR: Any = vars(dataclasses)["_FIELD_CLASSVAR"]
 
 _OWN_METHODS = ("__init__", "__repr__", "__eq__", "__hash__", "__setattr__", "__delattr__")
 _OPTIONS = frozenset({"match_args", "kw_only", "slots"})  # what dataclasses does here as it always does
