@@ -55,7 +55,6 @@ else:
         return wrap if cls is None else wrap(cls)
 
 
-
 _OWN_METHODS = ("__init__", "__repr__", "__eq__", "__hash__", "__setattr__", "__delattr__")
 _OPTIONS = frozenset({"match_args", "kw_only", "slots"})  # what dataclasses does here as it always does
 
