@@ -187,6 +187,68 @@ def _make_fast_constructor(cls: type[_T]) -> Callable[..., _T]:
     return make
 
 
+def fast_replacer(cls: type[_T]) -> Callable[[_T, dict[str, Any]], _T]:
+    """``dataclasses.replace(old, **changes)`` for an object of ``cls``, without the dataclass ``__init__``.
+
+    Why: ``nvtopy --ssh`` patches a few figures (CPU %, memory, running time) of some 1,200
+    processes of 64 hosts a second; a GpuProcess has 31 fields, and reading them all out to
+    build it again (:func:`fast_constructor`) cost 6 us a process. Made here: the twin (as in
+    :func:`fast_constructor`) takes each slot of ``old`` in straight-line code, then the changes;
+    only the changed values are checked against their ranges, since ``old``'s own values are
+    already in range (or ``None``: its constructor saw to that). A changed value out of its range
+    goes to ``cls(...)`` itself, as ``dataclasses.replace`` does: ``None`` and the reason. ``changes``
+    must name fields of ``cls`` (an unknown name is an AttributeError). Made once per class.
+    """
+    made = _REPLACERS.get(cls)
+    if made is None:
+        made = _REPLACERS[cls] = _make_fast_replacer(cls)
+    return made
+
+
+_REPLACERS: dict[type, Callable[..., Any]] = {}
+
+
+def _make_fast_replacer(cls: type[_T]) -> Callable[[_T, dict[str, Any]], _T]:
+    names = tuple(cls.__dataclass_fields__)  # type: ignore[attr-defined]
+    fast_constructor(cls)  # the same refusals: a slotted dataclass of one base whose only work is the range rule
+    twin = type(f"_{cls.__name__}Twin", cls.__bases__, {"__slots__": names})
+    ranged = {name: (low, high) for name, low, high in (_ranged_fields(cls) if issubclass(cls, _Ranged) else ())}
+    source = "\n".join(
+        [
+            "def replace(old, changes):",
+            "    self = new(twin)",
+            *(f"    self.{name} = old.{name}" for name in names),
+            "    for name, value in changes.items():",
+            "        bounds = ranged.get(name)",
+            "        if bounds is not None and value is not None:",
+            "            try:",
+            "                fits = bounds[0] <= value <= bounds[1]",
+            "            except TypeError:  # not a number at all",
+            "                fits = False",
+            "            if not fits:  # the checked constructor: the value None, and why",
+            "                values = {n: getattr(old, n) for n in names if fields[n].init}",
+            "                values.update((n, v) for n, v in changes.items() if fields[n].init)",
+            "                return cls(**values)",
+            "        setattr(self, name, value)",
+            "    self.__class__ = cls",
+            "    return self",
+        ]
+    )
+    namespace: dict[str, Any] = {
+        "cls": cls,
+        "twin": twin,
+        "new": object.__new__,
+        "ranged": ranged,
+        "names": names,
+        "fields": cls.__dataclass_fields__,  # type: ignore[attr-defined]
+        "getattr": getattr,
+        "setattr": setattr,
+    }
+    exec(compile(source, f"<fast replacer of {cls.__name__}>", "exec"), namespace)
+    replace: Callable[[_T, dict[str, Any]], _T] = namespace["replace"]
+    return replace
+
+
 def _positions(names: tuple[str, ...], ranged: tuple[tuple[str, int, int], ...]) -> list[tuple[int, int, int]]:
     return [(names.index(name), low, high) for name, low, high in ranged]
 

@@ -73,6 +73,7 @@ from ..model import (
     Severity,
     Snapshot,
     fast_constructor,
+    fast_replacer,
     freeze,
 )
 from ..ranges import FIELD_RANGES
@@ -678,6 +679,7 @@ _PROCESS_FILLED = frozenset(
 _NEW_SAMPLE = fast_constructor(GpuSample)
 _NEW_PROCESS = fast_constructor(GpuProcess)
 _NEW_LINK = fast_constructor(NvLink)
+_REPLACE_PROCESS = fast_replacer(GpuProcess)  # a process's patched figures on the last line's (model.fast_replacer)
 _SAMPLE_EXTRA = ("timestamp", "lost", "pstate", "throttle_reasons", "nvlinks", "mig_usage", "unavailable")
 # From (the sample reader's values, then _SAMPLE_EXTRA's) to GpuSample's fields in their order.
 _SAMPLE_ORDER = operator.itemgetter(
@@ -688,14 +690,69 @@ _PROCESSES_BY_POSITION = all(name in _PROCESS_FILLED or default is not MISSING f
 
 # For a line patched from the last one (SnapshotDecoder._patched): the keys a GPU's patch may hold to be built from
 # its last parts (its sampled figures, its processes); a process's figures (readings and numbers: a type and a limit
-# to check, no text to unescape) and GpuProcess's fields in order.
+# to check, no text to unescape).
 _PATCHABLE_GPU_KEYS = frozenset({*_SAMPLE_READER.names, "processes"})
 _PROCESS_FIGURES = frozenset(_PROCESS_READER.names[: _PROCESS_READER.texts])
-_PROCESS_FIELD_NAMES = tuple(GpuProcess.__dataclass_fields__)
-_PROCESS_VALUES = operator.attrgetter(*_PROCESS_FIELD_NAMES)
-_PROCESS_AT = {name: n for n, name in enumerate(_PROCESS_FIELD_NAMES)}
 _SAMPLE_AT = {name: n for n, name in enumerate(_SAMPLE_READER.names)}
 _UNCHANGED = object()
+# A GPU's health patch may change only its readings' sampled figures and its links (the far side reads the NVLinks of
+# every GPU at once every 5 s, PCIe and memory health more slowly): those figures and the links are read again from the
+# line, the rest is the last line's. By group: the readings' keys that are the sample's figures (not the static ones,
+# such as a link count: a GPU whose patch changes one is decoded whole), and what of the group a patch may change.
+_READING_SAMPLE_KEYS = {
+    group: tuple((key, name) for key, name in zip(keys, names, strict=True) if name in _SAMPLE_AT)
+    for group, keys, names in _READING_GROUPS
+}
+_PATCHABLE_READING_KEYS = {
+    group: frozenset({*(key for key, _ in figures), *(("links",) if group == "nvlink" else ())})
+    for group, figures in _READING_SAMPLE_KEYS.items()
+}
+# What else a GPU's patch may hold to be built from its last parts: its health, throttle reasons and P-state, read
+# again from the line.
+_NOT_FIGURES = frozenset({"processes", "health", "throttle_reasons", "pstate"})
+_PATCHABLE_WITH_HEALTH = _PATCHABLE_GPU_KEYS | _NOT_FIGURES
+
+
+def _patched_readings(change: Any, item: Any) -> list[tuple[str, dict[str, Any], dict[str, Any]]] | None:
+    """Each reading group the GPU's health patch (``change``) changes: (its name, its values in the line's GPU
+    ``item``, its patch); None where the patch changes more of a group than its sampled figures and links (a static
+    one, such as the link count). The rest of the health (verdict, findings, events) is not readings: the GPU's
+    health is read again from the line, the last line's where its values are the very same objects."""
+    if type(change) is not dict or type(item) is not dict:
+        return None
+    groups = change.get("readings", _UNCHANGED)
+    if groups is _UNCHANGED:
+        return []
+    health = item.get("health")
+    readings = health.get("readings") if type(health) is dict else None
+    if type(groups) is not dict or not groups or type(readings) is not dict:
+        return None
+    made = []
+    for group, group_change in groups.items():
+        allowed = _PATCHABLE_READING_KEYS.get(group)
+        values = readings.get(group)
+        if allowed is None or type(group_change) is not dict or not group_change.keys() <= allowed:
+            return None
+        if type(values) is not dict:
+            return None
+        made.append((group, values, group_change))
+    return made
+
+
+def _sample_states(item: Any) -> tuple[int | None, tuple[str, ...] | None] | None:
+    """The GPU's P-state and throttle reasons in the line, as :meth:`SnapshotDecoder._common_gpu` reads them; None
+    where one is not the common case."""
+    pstate = item.get("pstate")
+    if pstate is not None:
+        pstate = _PSTATE_OF.get(pstate) if type(pstate) is str else None
+        if pstate is None:
+            return None
+    throttle = item.get("throttle_reasons")
+    if throttle is not None:
+        if type(throttle) is not list or not _STR_TYPES.issuperset(map(type, throttle)):
+            return None
+        throttle = tuple(map(unescape_text, throttle)) if "\\" in "".join(throttle) else tuple(throttle)
+    return pstate, throttle
 
 
 def _list_patch(change: Any, length: int) -> list[Any] | None:
@@ -979,7 +1036,9 @@ class SnapshotDecoder:
             changes = _list_patch(changes, len(kept.gpus))
             if changes is None:
                 return None
-            whole = sum(1 for change in changes if type(change) is not dict or not change.keys() <= _PATCHABLE_GPU_KEYS)
+            whole = sum(
+                1 for change in changes if type(change) is not dict or not change.keys() <= _PATCHABLE_WITH_HEALTH
+            )
             if 2 * whole > len(changes):  # most GPUs as the whole line decodes them: cheaper all at once
                 return None
         before, self._before, self._now = self._before, self._now, _Memo()
@@ -1025,7 +1084,12 @@ class SnapshotDecoder:
         for position, (gpu, change) in enumerate(zip(kept.gpus, changes, strict=True)):
             if type(change) is not dict:
                 return None
-            made = self._patched_gpu(gpu, change, taken) if gpu.sample_parts is not None else None
+            if items is None and "health" in change:  # its NVLink readings are read from the line
+                items = recorded_gpus(data)
+                if len(items) != len(kept.gpus):
+                    return None
+            item = None if items is None else items[position]
+            made = self._patched_gpu(gpu, change, taken, item) if gpu.sample_parts is not None else None
             if made is None:  # this GPU as the whole line decodes it
                 if items is None:
                     items = recorded_gpus(data)
@@ -1036,19 +1100,41 @@ class SnapshotDecoder:
             now.append(made)
         return timestamp, host, states, now
 
-    def _patched_gpu(self, gpu: _KeptGpu, change: dict[str, Any], taken: float) -> _KeptGpu | None:
-        """The GPU from its last parts and a patch of its sampled figures and processes; None where it is more."""
+    def _patched_gpu(self, gpu: _KeptGpu, change: dict[str, Any], taken: float, item: Any = None) -> _KeptGpu | None:
+        """The GPU from its last parts and a patch of its sampled figures, processes and NVLink readings; None where it
+        is more. ``item``: the GPU in the patched line (needed where the patch has ``health``)."""
         raw, values, extras = gpu.sample_parts  # type: ignore[misc]  # not None: said by the caller
-        processes = gpu.processes
+        processes, health = gpu.processes, gpu.health
         if change:
+            groups = None
             if not change.keys() <= _PATCHABLE_GPU_KEYS:
-                return None  # a static field, health, links, reasons, lost, pstate, ...
+                if not change.keys() <= _PATCHABLE_WITH_HEALTH:
+                    return None  # a static field, reasons, lost, MIG devices, ...
+                if "health" in change:
+                    groups = _patched_readings(change["health"], item)
+                    if groups is None:
+                        return None  # a static reading
+                if "throttle_reasons" in change or "pstate" in change:
+                    states = _sample_states(item)
+                    if states is None:
+                        return None  # not the common case: the whole GPU's checks say what
+                    extras = (extras[0], *states, *extras[3:])
             if len(change) > ("processes" in change):  # the raw values with the patch's, checked as a line's
                 figures = list(raw)
                 at = _SAMPLE_AT
                 for key, value in change.items():
-                    if key != "processes":
+                    if key not in _NOT_FIGURES:
                         figures[at[key]] = value
+                for group, readings, group_change in groups or ():
+                    for key, name in _READING_SAMPLE_KEYS[group]:  # where the GPU has none of its own (_readings')
+                        figures[at[name]] = item.get(name, readings.get(key))
+                    if "links" in group_change:  # read whole: a column at a time is cheaper than each link's patch
+                        index = gpu.static.host_index  # the GPU's own index: its links' key, as _common_gpu's
+                        links = readings.get("links")
+                        nvlinks = None if links is None or index is None else self._nvlinks(index, links)
+                        if nvlinks is None and links is not None:
+                            return None  # a link not of the common case: the whole GPU's checks say what
+                        extras = (*extras[:3], nvlinks, *extras[4:])
                 raw = tuple(figures)
                 values = _SAMPLE_READER.checked(raw)
                 if values is None:
@@ -1058,8 +1144,10 @@ class SnapshotDecoder:
                 if patched is None:
                     return None
                 processes = patched
+            if groups is not None:  # the last line's where its values are the very same objects
+                health = self._health(item, gpu.static.index)
         sample = _NEW_SAMPLE(*_SAMPLE_ORDER((*values, taken, *extras)))
-        return _KeptGpu(gpu.static, (raw, values, extras), processes, gpu.reason, gpu.listed, gpu.health, sample)
+        return _KeptGpu(gpu.static, (raw, values, extras), processes, gpu.reason, gpu.listed, health, sample)
 
     def _whole_gpu(
         self, item: Any, place: Placement, position: int, last: _KeptGpu, change: dict[str, Any]
@@ -1088,26 +1176,22 @@ class SnapshotDecoder:
     @staticmethod
     def _patched_processes(processes: tuple[GpuProcess, ...], change: Any) -> tuple[GpuProcess, ...] | None:
         """A GPU's processes with a patch of their figures applied; None where it is more (a process came or went, a
-        text changed) or a value is not the common case."""
+        text changed) or a value is not the common case (every changed figure checked at once, as a line's are)."""
         changes = _list_patch(change, len(processes))
         if changes is None:
             return None
-        made = []
+        figures: list[Any] = []
         for process, fields in zip(processes, changes, strict=True):
-            if not fields:
-                made.append(process)
-                continue
-            if type(fields) is not dict or process.unavailable or not fields.keys() <= _PROCESS_FIGURES:
+            if fields and (type(fields) is not dict or process.unavailable or not fields.keys() <= _PROCESS_FIGURES):
                 return None  # a value out of range before (its reason must go with it), or not figures alone
-            figures = tuple(fields.values())
-            if not (_READING_TYPES.issuperset(map(type, figures)) and _within_limit(figures)):
-                return None
-            args = list(_PROCESS_VALUES(process))
-            at = _PROCESS_AT
-            for key, value in fields.items():
-                args[at[key]] = value
-            made.append(_NEW_PROCESS(*args))
-        return tuple(made)
+            if fields:
+                figures.extend(fields.values())
+        if not (_READING_TYPES.issuperset(map(type, figures)) and _within_limit(tuple(figures))):
+            return None
+        replace = _REPLACE_PROCESS
+        return tuple(
+            replace(process, fields) if fields else process for process, fields in zip(processes, changes, strict=True)
+        )
 
     def _every_process(self, items: list[Any]) -> tuple[list[int], _Columns | None] | None:
         """Every GPU's processes as rows, checked a column at a time for the whole line: (processes per GPU, the
@@ -1279,16 +1363,10 @@ class SnapshotDecoder:
         lost = item.get("lost", False)
         if lost is not None and type(lost) is not bool:
             return None
-        pstate = item.get("pstate")
-        if pstate is not None:
-            pstate = _PSTATE_OF.get(pstate) if type(pstate) is str else None
-            if pstate is None:
-                return None
-        throttle = item.get("throttle_reasons")
-        if throttle is not None:
-            if type(throttle) is not list or not _STR_TYPES.issuperset(map(type, throttle)):
-                return None
-            throttle = tuple(map(unescape_text, throttle)) if "\\" in "".join(throttle) else tuple(throttle)
+        states = _sample_states(item)
+        if states is None:
+            return None
+        pstate, throttle = states
         nvlinks = None
         if links is not None:
             nvlinks = self._nvlinks(index, links)

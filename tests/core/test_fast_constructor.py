@@ -27,6 +27,7 @@ from nvtopy.model import (
     NvLink,
     Reason,
     fast_constructor,
+    fast_replacer,
 )
 from nvtopy.ranges import FIELD_RANGES, within
 
@@ -179,3 +180,46 @@ def test_a_far_sides_bad_figure_is_na_with_its_reason_on_the_ssh_path(field, bad
     else:
         assert dataclasses.replace(held, gpu_index=0, host=None) == dataclasses.replace(held_checked, host=None)
     assert not math.isnan(snapshot.gpus[1].sample.power_draw_w or 0.0)  # the other GPU as it was
+
+
+# ----------------------------------------------------------------- the fast replacer (a patched process)
+
+REPLACEABLE = {"GpuSample": _sample, "GpuProcess": _process, "NvLink": EXAMPLES["NvLink"]}
+
+
+@pytest.mark.parametrize("name", list(REPLACEABLE))
+def test_the_replaced_object_is_the_one_dataclasses_replace_builds(name):
+    """Every ranged field changed to a value in range, to one out of it, and to None: what ``dataclasses.replace``
+    makes, field for field and reason for reason; the old object unchanged."""
+    old = REPLACEABLE[name]()
+    cls = type(old)
+    replace = fast_replacer(cls)
+    assert replace is fast_replacer(cls), "made once per class"
+    before = repr(old)
+    for field in cls.__dataclass_fields__:
+        if field not in FIELD_RANGES:
+            continue
+        low, high = FIELD_RANGES[field]
+        for value in (low, high, None, *BAD, low - 1, high + 1):
+            changes = {field: value}
+            if field != "link":  # another figure beside it, in range
+                other = next(f for f in cls.__dataclass_fields__ if f in FIELD_RANGES and f != field)
+                changes[other] = FIELD_RANGES[other][0]
+            made = replace(old, changes)
+            expected = dataclasses.replace(old, **changes)
+            assert type(made) is cls
+            assert made == expected and repr(made) == repr(expected), (field, value)
+            if not within(field, value) and value is not None and hasattr(made, "unavailable"):
+                assert made.unavailable[field] is Reason.OUT_OF_RANGE
+    assert repr(old) == before, "the old object is never changed"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(replace(old, {}), next(iter(cls.__dataclass_fields__)), 9)  # frozen as the dataclass is
+
+
+def test_a_replacer_refuses_what_a_fast_constructor_refuses():
+    @dataclasses.dataclass(frozen=True)
+    class Plain:
+        value: int
+
+    with pytest.raises(TypeError):
+        fast_replacer(Plain)

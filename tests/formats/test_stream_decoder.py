@@ -640,3 +640,158 @@ def test_the_memory_of_a_patched_stream_stays_that_of_two_lines(plain_lines):
         assert [p.pid for p in got.gpus[gpu].processes] == [p["pid"] for p in processes]
         sizes.append(stream.remembered)
     assert max(sizes[100:]) <= 2 * max(sizes[:20]), f"the memory grew with churn: {sizes[:20]} ... {sizes[-5:]}"
+
+
+def _nvlink_patch(gpus: int, gpu: int, nvlink: Any, **health: Any) -> dict[str, Any]:
+    """A line's patch that changes GPU ``gpu``'s NVLink readings (and ``health``'s other keys) alone."""
+    changes: list[dict[str, Any]] = [{} for _ in range(gpus)]
+    changes[gpu] = {"health": {"readings": {"nvlink": nvlink}, **health}}
+    return {"gpus": {"$list": changes}}
+
+
+def test_every_gpus_nvlink_readings_changed_are_decoded_from_the_patch(plain_lines, monkeypatch):
+    """Every 5 s the far side reads every GPU's NVLinks again, so each GPU's health patch is its links' rates: those
+    GPUs are built from their last parts with the links read again -- into the whole line's snapshot."""
+    pairs = _states_and_patches(plain_lines)
+    health_changes = []
+    real = SnapshotDecoder._patched_gpu
+
+    def counted(self: Any, gpu: Any, change: Any, *args: Any) -> Any:
+        made = real(self, gpu, change, *args)
+        if change.get("health", {}).keys() == {"readings"}:
+            health_changes.append(made is not None)
+        return made
+
+    monkeypatch.setattr(SnapshotDecoder, "_patched_gpu", counted)
+    stream = SnapshotDecoder()
+    outcomes = []
+    for n, (state, patch) in enumerate(pairs):
+        place = decoder.Placement(first=5, host="gpu-c", taken=1_800_000_000.0 + n)
+        outcomes.append(outcome(lambda data, p=place, q=patch: stream.decode(data, place=p, patch=q), state))
+    assert _parts(outcomes) == _expected(pairs)
+    nvlink_lines = [
+        n
+        for n, (_, patch) in enumerate(pairs)
+        if patch and all("nvlink" in str(change.get("health", "")) for change in patch["gpus"]["$list"])
+    ]
+    assert len(nvlink_lines) >= 3, "the node's lines read every GPU's NVLinks now and then (else this proves nothing)"
+    links = [len(gpu.sample.nvlinks or ()) for gpu in outcomes[nvlink_lines[0]][1][0].gpus]
+    assert sum(links) >= 8, f"and the GPUs have links: {links}"
+    assert len(health_changes) >= 8 * len(nvlink_lines), "GPUs whose patch has readings (else this proves nothing)"
+    # each built from its parts -- but for a GPU where a process came or went (its processes read whole)
+    assert health_changes.count(True) >= 0.75 * len(health_changes), f"built from their parts: {health_changes}"
+
+
+HOSTILE_LINKS = {
+    "rates": lambda links: {"rx_bytes_per_s": 5, "tx_bytes_per_s": 7},
+    "negative rate": lambda links: {"rx_bytes_per_s": -1},
+    "huge rate": lambda links: {"tx_bytes_per_s": 2**70},
+    "true for 1": lambda links: {"rx_bytes_per_s": True},
+    "a float": lambda links: {"rx_bytes_per_s": 1.5},
+    "text": lambda links: {"errors": "3"},
+    "null": lambda links: {"errors": None, "version": None},
+    "a remote with an escape": lambda links: {"remote": "0000\\u0030:05:00.0"},
+    "another link number": lambda links: {"link": 77},
+    "a link that is no object": lambda links: 5,
+    "fewer links": lambda links: links[:-1],
+    "no links": lambda links: [],
+}
+
+
+@pytest.mark.parametrize("change", list(HOSTILE_LINKS), ids=list(HOSTILE_LINKS))
+def test_a_hostile_nvlink_reading_in_a_patch_decodes_or_fails_as_the_whole_line(plain_lines, monkeypatch, change):
+    """A patch changes one GPU's NVLink readings to something odd, then back: each line as the checked walk says."""
+    from nvtopy.formats.stream import apply_patch, patch_of
+
+    pairs = _states_and_patches(plain_lines[:4])
+    base = pairs[-1][0]
+    gpus = len(base["gpus"])
+    gpu = next(n for n, item in enumerate(base["gpus"]) if item["health"]["readings"]["nvlink"]["links"])
+    links = base["gpus"][gpu]["health"]["readings"]["nvlink"]["links"]
+    made = HOSTILE_LINKS[change](copy.deepcopy(links))
+    if type(made) is dict:  # a change of the first link
+        odd = copy.deepcopy(links)
+        odd[0].update(made)
+    elif type(made) is list:
+        odd = made
+    else:
+        odd = [made, *links[1:]]
+    for new in (odd, links, odd):
+        nvlink = dict(pairs[-1][0]["gpus"][gpu]["health"]["readings"]["nvlink"], links=new)
+        before = pairs[-1][0]["gpus"][gpu]["health"]["readings"]["nvlink"]
+        patch = _nvlink_patch(gpus, gpu, patch_of(before, nvlink))
+        pairs.append((apply_patch(pairs[-1][0], patch), patch))
+    outcomes, built = _decode_from_patches(pairs, monkeypatch)
+    assert _parts(outcomes) == _expected(pairs)
+    assert built >= 7, "GPUs of the patched lines were built from their parts"
+
+
+NVLINK_READINGS = {
+    "rates": {"rx_bytes_per_s": 11, "tx_bytes_per_s": 13},
+    "a negative rate": {"rx_bytes_per_s": -11},
+    "a huge rate": {"tx_bytes_per_s": 2**64 + 1},
+    "true for a rate": {"tx_bytes_per_s": True},
+    "a rate as text": {"tx_bytes_per_s": "13"},
+    "another link count": {"count": 4},  # a static field: the whole GPU
+    "no readings of its own": None,  # a new value where an object was
+}
+
+
+@pytest.mark.parametrize("change", list(NVLINK_READINGS), ids=list(NVLINK_READINGS))
+@pytest.mark.parametrize("top", [False, True], ids=["readings alone", "its own figure on top"])
+def test_the_nvlink_rates_of_a_patch_are_the_samples_unless_the_gpu_has_its_own(plain_lines, monkeypatch, change, top):
+    """The readings' rates are the sample's NVLink rates where the GPU's line has none of its own (the top level wins);
+    a change to more than its readings' figures (the count, the health's verdict) decodes that GPU whole."""
+    from nvtopy.formats.stream import apply_patch
+
+    pairs = _states_and_patches(plain_lines[:4])
+    gpus = len(pairs[-1][0]["gpus"])
+    if top:  # the GPU's own rate at its top level, beside the readings'
+        changes: list[dict[str, Any]] = [{} for _ in range(gpus)]
+        changes[2] = {"nvlink_rx_bytes_per_s": 999}
+        patch = {"gpus": {"$list": changes}}
+        pairs.append((apply_patch(pairs[-1][0], patch), patch))
+    for extra in ({}, {"verdict": "WARNING"}, {}):
+        patch = _nvlink_patch(gpus, 2, NVLINK_READINGS[change], **extra)
+        pairs.append((apply_patch(pairs[-1][0], patch), patch))
+        patch = _nvlink_patch(gpus, 2, {"rx_bytes_per_s": 21, "tx_bytes_per_s": 23})
+        pairs.append((apply_patch(pairs[-1][0], patch), patch))
+    outcomes, built = _decode_from_patches(pairs, monkeypatch)
+    assert _parts(outcomes) == _expected(pairs)
+    assert built >= 7, "GPUs of the patched lines were built from their parts"
+
+
+SAMPLE_STATES = {
+    "throttled": {"throttle_reasons": ["sw_power_cap"], "health": {"throttle": "power cap active"}},
+    "no longer": {"throttle_reasons": [], "health": {"throttle": None}},
+    "a reason with an escape": {"throttle_reasons": ["sw_\\u0070ower_cap"]},
+    "a reason that is no text": {"throttle_reasons": [1]},
+    "reasons that are no list": {"throttle_reasons": "sw_power_cap"},
+    "no reasons read": {"throttle_reasons": None},
+    "another P-state": {"pstate": "P8"},
+    "an unknown P-state": {"pstate": "P99"},
+    "a P-state that is a number": {"pstate": 2},
+    "a verdict": {"health": {"verdict": "FAIL", "findings": [{"severity": "FAIL", "code": "hot", "text": "too hot"}]}},
+    "an unknown verdict": {"health": {"verdict": "SO-SO"}},
+    "health that is no object": {"health": 5},
+    "a new health group": {"health": {"readings": {"power": {"draw": 1}}}},
+}
+
+
+@pytest.mark.parametrize("change", list(SAMPLE_STATES), ids=list(SAMPLE_STATES))
+def test_a_gpus_changed_states_and_health_in_a_patch_decode_or_fail_as_the_whole_line(plain_lines, monkeypatch, change):
+    """A GPU's throttle reasons, P-state and health (verdict, findings, the throttle's words) read again from the line
+    in a patch of its figures -- good values and hostile ones, then plain figures again: each line as the checked walk
+    says."""
+    from nvtopy.formats.stream import apply_patch
+
+    pairs = _states_and_patches(plain_lines[:4])
+    gpus = len(pairs[-1][0]["gpus"])
+    for fields in (SAMPLE_STATES[change], {"power_draw_w": 123.5}, SAMPLE_STATES[change]):
+        changes: list[dict[str, Any]] = [{} for _ in range(gpus)]
+        changes[3] = {"power_draw_w": 99.5, **fields}
+        patch = {"gpus": {"$list": changes}}
+        pairs.append((apply_patch(pairs[-1][0], patch), patch))
+    outcomes, built = _decode_from_patches(pairs, monkeypatch)
+    assert _parts(outcomes) == _expected(pairs)
+    assert built >= 7, "GPUs of the patched lines were built from their parts"
