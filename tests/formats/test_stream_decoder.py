@@ -541,6 +541,8 @@ HOSTILE_FIGURES = [
     ("memory_used_bytes", {"x": 1}),
     ("ecc_mode", "ena\\u0062led"),  # a text with an escape
     ("compute_mode", 3),
+    ("compute_mode", "Exclusive\\x07Process"),  # a text with an escape: unescaped as a whole line's are
+    ("compute_mode", "Default"),
     ("persistence_mode", 1),
     ("clock_sm_mhz", None),
 ]
