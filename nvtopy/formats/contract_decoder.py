@@ -648,25 +648,6 @@ class _Reader:
             values = (*values[:texts], *map(unescape_text, values[texts:flags]), *values[flags:])
         return values
 
-    def rechecked(self, values: tuple[Any, ...], raw: tuple[Any, ...], positions: list[int]) -> tuple[Any, ...] | None:
-        """:meth:`checked` of ``raw``, which is what ``values`` was checked from but at ``positions``: only those
-        are checked (a patch's few changed figures of a GPU's 48)."""
-        made = list(values)
-        numbers, texts, flags = self.numbers, self.texts, self.flags
-        for at in positions:
-            value = raw[at]
-            if at < texts:
-                if type(value) not in _READING_TYPES or (at >= numbers and not _within_limit((value,))):
-                    return None
-            elif at < flags:
-                if type(value) not in _TEXT_TYPES:
-                    return None
-                value = unescape_text(value)
-            elif type(value) not in _FLAG_TYPES:
-                return None
-            made[at] = value
-        return tuple(made)
-
 
 _STATIC_READER = _Reader(_STATIC_FIELDS)
 _SAMPLE_READER = _Reader(_SAMPLE_FIELDS)
@@ -698,9 +679,7 @@ _PROCESS_FILLED = frozenset(
 _NEW_SAMPLE = fast_constructor(GpuSample)
 _NEW_PROCESS = fast_constructor(GpuProcess)
 _NEW_LINK = fast_constructor(NvLink)
-# A process's, a GPU's patched figures on the last line's process, sample (model.fast_replacer).
-_REPLACE_PROCESS = fast_replacer(GpuProcess)
-_REPLACE_SAMPLE = fast_replacer(GpuSample)
+_REPLACE_PROCESS = fast_replacer(GpuProcess)  # a process's patched figures on the last line's (model.fast_replacer)
 _SAMPLE_EXTRA = ("timestamp", "lost", "pstate", "throttle_reasons", "nvlinks", "mig_usage", "unavailable")
 # From (the sample reader's values, then _SAMPLE_EXTRA's) to GpuSample's fields in their order.
 _SAMPLE_ORDER = operator.itemgetter(
@@ -715,7 +694,6 @@ _PROCESSES_BY_POSITION = all(name in _PROCESS_FILLED or default is not MISSING f
 _PATCHABLE_GPU_KEYS = frozenset({*_SAMPLE_READER.names, "processes"})
 _PROCESS_FIGURES = frozenset(_PROCESS_READER.names[: _PROCESS_READER.texts])
 _SAMPLE_AT = {name: n for n, name in enumerate(_SAMPLE_READER.names)}
-_SAMPLE_NAMES = _SAMPLE_READER.names
 _UNCHANGED = object()
 # A GPU's health patch may change only its readings' sampled figures and its links (the far side reads the NVLinks of
 # every GPU at once every 5 s, PCIe and memory health more slowly): those figures and the links are read again from the
@@ -1127,7 +1105,6 @@ class SnapshotDecoder:
         is more. ``item``: the GPU in the patched line (needed where the patch has ``health``)."""
         raw, values, extras = gpu.sample_parts  # type: ignore[misc]  # not None: said by the caller
         processes, health = gpu.processes, gpu.health
-        changed: list[int] = []  # the sample's values the patch changed, by position (_SAMPLE_READER.names)
         if change:
             groups = None
             if not change.keys() <= _PATCHABLE_GPU_KEYS:
@@ -1148,11 +1125,9 @@ class SnapshotDecoder:
                 for key, value in change.items():
                     if key not in _NOT_FIGURES:
                         figures[at[key]] = value
-                        changed.append(at[key])
                 for group, readings, group_change in groups or ():
                     for key, name in _READING_SAMPLE_KEYS[group]:  # where the GPU has none of its own (_readings')
                         figures[at[name]] = item.get(name, readings.get(key))
-                        changed.append(at[name])
                     if "links" in group_change:  # read whole: a column at a time is cheaper than each link's patch
                         index = gpu.static.host_index  # the GPU's own index: its links' key, as _common_gpu's
                         links = readings.get("links")
@@ -1161,7 +1136,7 @@ class SnapshotDecoder:
                             return None  # a link not of the common case: the whole GPU's checks say what
                         extras = (*extras[:3], nvlinks, *extras[4:])
                 raw = tuple(figures)
-                values = _SAMPLE_READER.rechecked(values, raw, changed)
+                values = _SAMPLE_READER.checked(raw)
                 if values is None:
                     return None
             if "processes" in change:
@@ -1171,15 +1146,7 @@ class SnapshotDecoder:
                 processes = patched
             if groups is not None:  # the last line's where its values are the very same objects
                 health = self._health(item, gpu.static.index)
-        last = gpu.sample
-        if last.unavailable is extras[5]:  # none of its values was out of range: the last sample with the changes
-            fields = {_SAMPLE_NAMES[at]: values[at] for at in changed}
-            fields["timestamp"] = taken
-            if extras is not gpu.sample_parts[2]:  # type: ignore[index]  # its P-state, throttle reasons, links
-                fields.update(zip(_SAMPLE_EXTRA[1:5], extras[:4], strict=True))
-            sample = _REPLACE_SAMPLE(last, fields)
-        else:  # made again, as a line's (a value in range again loses its reason)
-            sample = _NEW_SAMPLE(*_SAMPLE_ORDER((*values, taken, *extras)))
+        sample = _NEW_SAMPLE(*_SAMPLE_ORDER((*values, taken, *extras)))
         return _KeptGpu(gpu.static, (raw, values, extras), processes, gpu.reason, gpu.listed, health, sample)
 
     def _whole_gpu(
