@@ -108,11 +108,12 @@ class VectorRows:
         if self._types is None:
             import msgspec
 
-            pairs = tuple(zip(self.labels, self.attributes, strict=True))
+            labels, astuple = self.labels, msgspec.structs.astuple
 
             def as_dict(metric: Any) -> dict[str, str]:
-                """The row's labels as a dict (label -> text), as the answer had them: for the rare row read whole."""
-                return {label: text for label, a in pairs if (text := getattr(metric, a)) is not None}
+                """The row's labels as a dict (label -> text), as the answer had them: for the rare row read whole.
+                Two rows' labels compare equal (``==``, in C) where their dicts would."""
+                return {label: text for label, text in zip(labels, astuple(metric), strict=True) if text is not None}
 
             # A label is `str` with the default None: null, a number or an object as its value fails to decode.
             metric = msgspec.defstruct(

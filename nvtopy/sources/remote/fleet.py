@@ -363,7 +363,7 @@ class _Host:
     newest: float | None = None  # the newest sample of any of its GPUs (the server's clock)
     driver: str | None = None
     processes: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)
-    process_labels: dict[tuple[int, int], dict[str, str]] = field(default_factory=dict)
+    process_labels: dict[tuple[int, int], Any] = field(default_factory=dict)  # each process's identity row's labels
     processes_left_out: int = 0
     gpus_reported: set[str] = field(default_factory=set)
     slow: list[dict[int, Kept]] | None = None  # per slow group: per GPU, its last values
@@ -375,8 +375,10 @@ class _Host:
         return gpu
 
 
-def _route(gpu: _Gpu, name: str, labels: dict[str, str], value: float, slow: Kept | None) -> None:
+def _route(gpu: _Gpu, name: str, labels: Any, value: float, slow: Kept | None) -> None:
     """One GPU value series into ``gpu``, as :func:`~nvtopy.formats.prometheus.parse.parse_exposition` reads it.
+
+    ``labels``: the row's (:data:`_ROWS`), each an attribute; made a dict only for a function that reads one.
 
     A GPU instance's series (``GPU_I_ID``) carries the instance's own figures
     (:data:`~nvtopy.formats.dcgm.INSTANCE_FIELDS`); any other figure on it is its GPU's,
@@ -384,15 +386,15 @@ def _route(gpu: _Gpu, name: str, labels: dict[str, str], value: float, slow: Kep
     kept there too for the refreshes that do not ask for it.
     """
     if name == "nvtopy_gpu_lost":
-        if not labels.get("GPU_I_ID"):
+        if not labels.GPU_I_ID:
             gpu.lost = value >= 1
         return
     if name == "nvtopy_xid_events_total":
-        if not labels.get("GPU_I_ID"):
-            xid_count(gpu.health, labels.get("xid"), value)
+        if not labels.GPU_I_ID:
+            xid_count(gpu.health, labels.xid, value)
         return
     if name.startswith("nvtopy_mig_device_"):
-        mig_device_sample(gpu.devices, name, labels, value)
+        mig_device_sample(gpu.devices, name, labels.as_dict(), value)
         return
     name, value = legacy_reading(name, value)  # a 4.9 series: as its legacy one (INSTANCE_FIELDS' names)
     route = _ROUTES.get(name)
@@ -400,7 +402,7 @@ def _route(gpu: _Gpu, name: str, labels: dict[str, str], value: float, slow: Kep
         return
     kind, attribute, convert = route
     said = convert(value)  # None: not finite, or out of the field's range
-    gi_text = labels.get("GPU_I_ID")
+    gi_text = labels.GPU_I_ID
     target = gpu.static if kind == "static" else gpu.health if kind == "health" else gpu.values
     if gi_text:
         gi = scraped_whole(gi_text, MAX_INSTANCE_ID)
@@ -410,7 +412,7 @@ def _route(gpu: _Gpu, name: str, labels: dict[str, str], value: float, slow: Kep
             instances = gpu.instances
             if gi not in instances and len(instances) >= MAX_MIG_PER_GPU:
                 return
-            instances.setdefault(gi, {"profile": scraped_label(labels, "GPU_I_PROFILE")})[name] = said
+            instances.setdefault(gi, {"profile": scraped_label(labels.as_dict(), "GPU_I_PROFILE")})[name] = said
             return
         target.setdefault(attribute, said)  # the GPU's own series, where it has one, wins
         if slow is not None:
@@ -421,8 +423,9 @@ def _route(gpu: _Gpu, name: str, labels: dict[str, str], value: float, slow: Kep
         slow[(kind, attribute)] = said
 
 
-ProcessesSaid = dict[tuple[int, int], tuple[dict[str, str], dict[str, Any]]]
-"""A host's processes as last read: (GPU index, pid) -> their identity labels, and what those say."""
+ProcessesSaid = dict[tuple[int, int], tuple[Any, dict[str, Any]]]
+"""A host's processes as last read: (GPU index, pid) -> their identity labels (a row's, :data:`_ROWS`; None:
+none read), and what those say."""
 
 
 def _scrape(
@@ -438,7 +441,7 @@ def _scrape(
     updated here): the same values again are the very same (frozen) GpuStatic, not one made and checked again.
 
     ``said_before``: the last read's. A process whose identity labels are the same as then (a C-level
-    comparison of two dicts) keeps what they said (:func:`process_from_labels` is a function of them
+    comparison of two rows' labels) keeps what they said (:func:`process_from_labels` is a function of them
     alone), rather than have its user, command and owner read again: 8,000 processes at 4,096 GPUs.
     """
     scrape = HostScrape(url=f"prometheus://{host.key[0]}", hostname=name, driver_version=host.driver)
@@ -468,9 +471,12 @@ def _scrape(
     for (index, pid), said in sorted(host.processes.items()):
         if index not in host.gpus:
             continue  # a process of a GPU without GPU series has nowhere to be shown
-        labels = host.process_labels.get((index, pid), {})
+        labels = host.process_labels.get((index, pid))
         last = before.get((index, pid))
-        identity = last[1] if last is not None and last[0] == labels else process_from_labels(labels)
+        if last is not None and last[0] == labels:
+            identity = last[1]
+        else:
+            identity = process_from_labels(labels.as_dict() if labels is not None else {})
         said_now[(index, pid)] = (labels, identity)
         row = {"pid": pid, **identity, **said}
         scrape.processes.setdefault(index, []).append(row)
@@ -804,14 +810,13 @@ class PrometheusFleet(SnapshotSource):
                     if gpu_text and name is None and metric.pid is None and len(host.gpus_reported) < 100_000:
                         host.gpus_reported.add(gpu_text)  # a GPU no host has: counted, never shown
                     continue
-            labels = metric.as_dict()  # a row read by the functions a scrape is read with: its labels' dict
             if name is None:
-                if "pid" in labels:
-                    pid = scraped_whole(labels.get("pid"), MAX_PID)
+                if metric.pid is not None:
+                    pid = scraped_whole(metric.pid, MAX_PID)
                     if pid:
-                        host.process_labels[(index, pid)] = labels
+                        host.process_labels[(index, pid)] = metric  # read (as a dict) only when they change
                 else:
-                    self._identity(host, index, labels)
+                    self._identity(host, index, metric.as_dict())
                 continue
             if route is not None and not metric.GPU_I_ID:  # a GPU's own value of a GPU past the cache's
                 said_of = host.gpus.get(index) or host.gpu(index)
@@ -839,7 +844,7 @@ class PrometheusFleet(SnapshotSource):
             else:
                 of_group = route[3] if route is not None else None
                 slow_kept = None if of_group is None else kept[of_group].setdefault(index, {})
-                _route(host.gpu(index), name, labels, value, slow_kept)
+                _route(host.gpu(index), name, metric, value, slow_kept)
         for key in changed:  # the slow groups not asked this time: their last values
             known = self._known.get(key)
             slow = known.slow if known is not None else [{} for _ in SLOW_GROUPS]
