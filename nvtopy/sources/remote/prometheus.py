@@ -62,8 +62,9 @@ MAX_BYTES = 64 * 1024 * 1024  # of JSON, after gzip: 512 GPUs with their process
 MAX_ERROR = 200  # characters kept of a server's error text
 
 Vector = list[tuple[dict[str, str], float]]
-# What reading an item of a vector raises when it has the wrong shape (PrometheusClient.query_items).
-VECTOR_ERRORS = (KeyError, TypeError, ValueError, IndexError, AttributeError)
+# What reading an item of a vector raises when it has the wrong shape (PrometheusClient.query_items); OverflowError:
+# a time or value that is an integer of hundreds of digits (JSON allows it; float() cannot hold it).
+VECTOR_ERRORS = (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError)
 Matrix = list[tuple[dict[str, str], list[tuple[float, float]]]]
 
 
