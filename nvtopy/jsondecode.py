@@ -80,9 +80,10 @@ class VectorRows:
     Why: the fleet's read answer is some 210,000 rows (30 MB at 4,096 GPUs), and each row
     decoded as two dicts and a list, then its label values checked as text in Python (a
     ``str.join``) and its labels looked up by ``dict.get``, costs more than reading it.
-    Decoded by msgspec into typed objects the label values are checked as text in C, a
-    label is an attribute (a slot), and a row is a third of the objects. Measured on a
-    recorded 30 MB answer: decode 283-304 -> 161-191 ms, freeing it 70 -> 76 ms.
+    Decoded by msgspec into typed objects (msgspec's Structs, untracked by the collector) the
+    label values are checked as text in C and a label is an attribute (a slot). Measured on a
+    recorded 30 MB answer, this VM loaded: decode 283-304 -> 161-191 ms (dicts: 191-240), the
+    row loop that reads them about a fifth faster (docs/performance.md, issue 27).
 
     ``labels``: every label a row may have (what the query's ``by`` clauses keep); the
     attribute of each is its name without leading and trailing underscores (``__name__``:
