@@ -114,6 +114,7 @@ from ...formats.prometheus.parse import (
 )
 from ...formats.prometheus.series import MIG_DEVICE_SERIES, NVTOPY_FIELDS, OWNER_LABELS
 from ...interval import STALE_INTERVALS
+from ...jsondecode import VectorRows
 from ...model import GpuSample, GpuState, GpuStatic, HostInfo, Snapshot
 from ..base import SnapshotSource
 from .gc_policy import paused_gc
@@ -205,7 +206,7 @@ _NEWEST_SOURCES = ("nvtopy_gpu_lost", "DCGM_FI_DEV_FB_USED", NAMING_4_9.name("DC
 _PROCESS_IDENTITY_SOURCES = ("nvtopy_process_start_time_seconds", "nvtopy_process_gpu_memory_bytes")
 # A host: its instance and its name, spelt Hostname (dcgm-exporter up to 4.8.2, nvtopy) or hostname (4.8.3 on).
 _HOST_KEY_LABELS = ("instance", *HOST_LABELS)
-_HOST_NAME, _HOST_NAME_BEFORE = HOST_LABELS  # the newer spelling first: _read's row loop looks them up inline
+assert HOST_LABELS == ("hostname", "Hostname"), "_read's row loop reads them inline, the newer spelling first"
 _VALUE_LABELS = (
     "__name__",
     *_HOST_KEY_LABELS,
@@ -321,6 +322,10 @@ _ECC_VALUES = frozenset(a for part, a, _ in _ROUTES.values() if part == "values"
 _PARTS = ("static", "health", "values")  # where a GPU's value goes: _Gpu.parts, in this order
 MEMO_VALUES = 4096  # a field's values whose reading is kept (PrometheusFleet._memos), the first come
 _UNSEEN = object()
+# The read answer's rows (PrometheusClient.query_items): every label its query's `by` clauses keep, and no other.
+_ROWS = VectorRows(
+    tuple(dict.fromkeys((*_VALUE_LABELS, *_IDENTITY_LABELS, *_PROCESS_VALUE_LABELS, *_PROCESS_IDENTITY_LABELS)))
+)
 
 
 def _gpu_index(text: str | None) -> int | None:
@@ -358,7 +363,7 @@ class _Host:
     newest: float | None = None  # the newest sample of any of its GPUs (the server's clock)
     driver: str | None = None
     processes: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)
-    process_labels: dict[tuple[int, int], dict[str, str]] = field(default_factory=dict)
+    process_labels: dict[tuple[int, int], Any] = field(default_factory=dict)  # each process's identity row's labels
     processes_left_out: int = 0
     gpus_reported: set[str] = field(default_factory=set)
     slow: list[dict[int, Kept]] | None = None  # per slow group: per GPU, its last values
@@ -370,8 +375,10 @@ class _Host:
         return gpu
 
 
-def _route(gpu: _Gpu, name: str, labels: dict[str, str], value: float, slow: Kept | None) -> None:
+def _route(gpu: _Gpu, name: str, labels: Any, value: float, slow: Kept | None) -> None:
     """One GPU value series into ``gpu``, as :func:`~nvtopy.formats.prometheus.parse.parse_exposition` reads it.
+
+    ``labels``: the row's (:data:`_ROWS`), each an attribute; made a dict only for a function that reads one.
 
     A GPU instance's series (``GPU_I_ID``) carries the instance's own figures
     (:data:`~nvtopy.formats.dcgm.INSTANCE_FIELDS`); any other figure on it is its GPU's,
@@ -379,15 +386,15 @@ def _route(gpu: _Gpu, name: str, labels: dict[str, str], value: float, slow: Kep
     kept there too for the refreshes that do not ask for it.
     """
     if name == "nvtopy_gpu_lost":
-        if not labels.get("GPU_I_ID"):
+        if not labels.GPU_I_ID:
             gpu.lost = value >= 1
         return
     if name == "nvtopy_xid_events_total":
-        if not labels.get("GPU_I_ID"):
-            xid_count(gpu.health, labels.get("xid"), value)
+        if not labels.GPU_I_ID:
+            xid_count(gpu.health, labels.xid, value)
         return
     if name.startswith("nvtopy_mig_device_"):
-        mig_device_sample(gpu.devices, name, labels, value)
+        mig_device_sample(gpu.devices, name, labels.as_dict(), value)
         return
     name, value = legacy_reading(name, value)  # a 4.9 series: as its legacy one (INSTANCE_FIELDS' names)
     route = _ROUTES.get(name)
@@ -395,7 +402,7 @@ def _route(gpu: _Gpu, name: str, labels: dict[str, str], value: float, slow: Kep
         return
     kind, attribute, convert = route
     said = convert(value)  # None: not finite, or out of the field's range
-    gi_text = labels.get("GPU_I_ID")
+    gi_text = labels.GPU_I_ID
     target = gpu.static if kind == "static" else gpu.health if kind == "health" else gpu.values
     if gi_text:
         gi = scraped_whole(gi_text, MAX_INSTANCE_ID)
@@ -405,7 +412,7 @@ def _route(gpu: _Gpu, name: str, labels: dict[str, str], value: float, slow: Kep
             instances = gpu.instances
             if gi not in instances and len(instances) >= MAX_MIG_PER_GPU:
                 return
-            instances.setdefault(gi, {"profile": scraped_label(labels, "GPU_I_PROFILE")})[name] = said
+            instances.setdefault(gi, {"profile": scraped_label(labels.as_dict(), "GPU_I_PROFILE")})[name] = said
             return
         target.setdefault(attribute, said)  # the GPU's own series, where it has one, wins
         if slow is not None:
@@ -416,8 +423,9 @@ def _route(gpu: _Gpu, name: str, labels: dict[str, str], value: float, slow: Kep
         slow[(kind, attribute)] = said
 
 
-ProcessesSaid = dict[tuple[int, int], tuple[dict[str, str], dict[str, Any]]]
-"""A host's processes as last read: (GPU index, pid) -> their identity labels, and what those say."""
+ProcessesSaid = dict[tuple[int, int], tuple[Any, dict[str, Any]]]
+"""A host's processes as last read: (GPU index, pid) -> their identity labels (a row's, :data:`_ROWS`; None:
+none read), and what those say."""
 
 
 def _scrape(
@@ -433,7 +441,7 @@ def _scrape(
     updated here): the same values again are the very same (frozen) GpuStatic, not one made and checked again.
 
     ``said_before``: the last read's. A process whose identity labels are the same as then (a C-level
-    comparison of two dicts) keeps what they said (:func:`process_from_labels` is a function of them
+    comparison of two rows' labels) keeps what they said (:func:`process_from_labels` is a function of them
     alone), rather than have its user, command and owner read again: 8,000 processes at 4,096 GPUs.
     """
     scrape = HostScrape(url=f"prometheus://{host.key[0]}", hostname=name, driver_version=host.driver)
@@ -463,9 +471,12 @@ def _scrape(
     for (index, pid), said in sorted(host.processes.items()):
         if index not in host.gpus:
             continue  # a process of a GPU without GPU series has nowhere to be shown
-        labels = host.process_labels.get((index, pid), {})
+        labels = host.process_labels.get((index, pid))
         last = before.get((index, pid))
-        identity = last[1] if last is not None and last[0] == labels else process_from_labels(labels)
+        if last is not None and last[0] == labels:
+            identity = last[1]
+        else:
+            identity = process_from_labels(labels.as_dict() if labels is not None else {})
         said_now[(index, pid)] = (labels, identity)
         row = {"pid": pid, **identity, **said}
         scrape.processes.setdefault(index, []).append(row)
@@ -710,33 +721,30 @@ class PrometheusFleet(SnapshotSource):
                 by_instances.setdefault(chosen, []).extend(names)
         parts: list[Part] = [(names, chosen) for chosen, names in by_instances.items()]
         client = self.client
-        items = client.query_items(read_query(self.where, parts, instances, hostname=not one_name))
+        items = client.query_items(read_query(self.where, parts, instances, hostname=not one_name), rows=_ROWS)
         notes.extend(f"partial answer: {w}" for w in client.warnings)
         fresh: dict[tuple[str, str], list[dict[int, Kept]]] = {key: [{} for _ in SLOW_GROUPS] for key in changed}
-        # Some 50 rows a GPU (200,000 at 4,096 GPUs): each is checked and read in this one loop, the common
-        # row (a GPU's own value series) without a call, the others by the functions the rest of nvtopy reads
-        # a scrape with. The same checks as PrometheusClient.query's (a metric of text values, a value pair).
+        # Some 50 rows a GPU (200,000 at 4,096 GPUs): each is read in this one loop, the common row (a GPU's
+        # own value series) without a call, the others by the functions the rest of nvtopy reads a scrape
+        # with. The rows' labels were checked as text by query_items (as it decoded them, or item by item);
+        # each value's text is checked as a number here, where it is read.
         reading: dict[str | tuple[str, str], tuple[_Host, list[dict[int, Kept]]]] = {
             key[0] if one_name else key: (hosts[key], fresh[key]) for key in changed
         }
-        join, routes, process_routes, index_of = "".join, self._routes, self._process_routes, _INDEX_CACHE.get
+        routes, process_routes, index_of = self._routes, self._process_routes, _INDEX_CACHE.get
         pids: dict[str, int] = {}  # a pid's text -> its number (0: none), as scraped_whole reads it
         for item in items:
-            try:
-                labels = item["metric"]
-                _, text = item["value"]
-                join(labels.values())  # TypeError unless every label value is text (fast: in C)
-            except VECTOR_ERRORS:
-                raise client.malformed() from None
+            metric = item.metric  # the row's labels, each an attribute: None where the row has none
+            _, text = item.value
             found = reading.get(
-                labels.get("instance", "")
+                (metric.instance or "")
                 if one_name
-                else (labels.get("instance", ""), labels.get(_HOST_NAME) or labels.get(_HOST_NAME_BEFORE, ""))
+                else (metric.instance or "", metric.hostname or metric.Hostname or "")
             )  # the host key's name as _newest reads it (first_label of HOST_LABELS), inlined: 200,000 rows
-            name = labels.get("__name__")
-            index: int | None = index_of(labels.get("gpu"))
+            name = metric.name
+            index: int | None = index_of(metric.gpu)
             route = routes.get(name)
-            if found is not None and index is not None and route is not None and not labels.get("GPU_I_ID"):
+            if found is not None and index is not None and route is not None and not metric.GPU_I_ID:
                 # The common row, a GPU's own value (as _route reads it): a value's text seen before is a look-up,
                 # checked as a number when it was first read (the memo keeps only texts that float() read).
                 part, attribute, convert, of_group, memo = route
@@ -762,14 +770,14 @@ class PrometheusFleet(SnapshotSource):
             read_as = process_routes.get(name) if route is None else None
             if found is not None and index is not None and read_as is not None:
                 # A process's value (at most MAX_PROCESSES_PER_HOST a host): the same look-up of a value's text.
-                metric, memo = read_as
+                reading_of, memo = read_as
                 try:
                     said = memo.get(text, _UNSEEN)
                     if said is _UNSEEN:
                         value = float(text)
                 except VECTOR_ERRORS:
                     raise client.malformed() from None
-                pid_text = labels.get("pid")
+                pid_text = metric.pid
                 number = pids.get(pid_text)
                 if number is None:
                     number = pids[pid_text] = scraped_whole(pid_text, MAX_PID) or 0
@@ -783,10 +791,10 @@ class PrometheusFleet(SnapshotSource):
                         continue
                     row = host.processes[(index, number)] = {}
                 if said is _UNSEEN:
-                    said = process_value(metric, value)
+                    said = process_value(reading_of, value)
                     if len(memo) < MEMO_VALUES:
                         memo[text] = said
-                row[metric] = said
+                row[reading_of] = said
                 continue
             try:
                 value = float(text)  # every row's value is a number's text, whatever else it is
@@ -796,21 +804,21 @@ class PrometheusFleet(SnapshotSource):
                 continue  # another host behind the same instance, with nothing new
             host, kept = found
             if index is None:
-                gpu_text = labels.get("gpu")
+                gpu_text = metric.gpu
                 index = scraped_whole(gpu_text, MAX_GPU_INDEX)
                 if index is None:
-                    if gpu_text and name is None and "pid" not in labels and len(host.gpus_reported) < 100_000:
+                    if gpu_text and name is None and metric.pid is None and len(host.gpus_reported) < 100_000:
                         host.gpus_reported.add(gpu_text)  # a GPU no host has: counted, never shown
                     continue
             if name is None:
-                if "pid" in labels:
-                    pid = scraped_whole(labels.get("pid"), MAX_PID)
+                if metric.pid is not None:
+                    pid = scraped_whole(metric.pid, MAX_PID)
                     if pid:
-                        host.process_labels[(index, pid)] = labels
+                        host.process_labels[(index, pid)] = metric  # read (as a dict) only when they change
                 else:
-                    self._identity(host, index, labels)
+                    self._identity(host, index, metric.as_dict())
                 continue
-            if route is not None and not labels.get("GPU_I_ID"):  # a GPU's own value of a GPU past the cache's
+            if route is not None and not metric.GPU_I_ID:  # a GPU's own value of a GPU past the cache's
                 said_of = host.gpus.get(index) or host.gpu(index)
                 part, attribute, convert, of_group, memo = route
                 said = convert(value)
@@ -818,25 +826,25 @@ class PrometheusFleet(SnapshotSource):
                 if of_group is not None:
                     kept[of_group].setdefault(index, {})[(_PARTS[part], attribute)] = said
             elif name.startswith("nvtopy_process_"):  # of a GPU past the cache's (read_as above), or unknown
-                pid_text = labels.get("pid")
+                pid_text = metric.pid
                 number = pids.get(pid_text)
                 if number is None:
                     number = pids[pid_text] = scraped_whole(pid_text, MAX_PID) or 0
                 read_as = process_routes.get(name)
                 if not number or read_as is None:
                     continue
-                metric, _ = read_as
+                reading_of, _ = read_as
                 row = host.processes.get((index, number))
                 if row is None:
                     if len(host.processes) >= MAX_PROCESSES_PER_HOST:
                         host.processes_left_out += 1
                         continue
                     row = host.processes[(index, number)] = {}
-                row[metric] = process_value(metric, value)
+                row[reading_of] = process_value(reading_of, value)
             else:
                 of_group = route[3] if route is not None else None
                 slow_kept = None if of_group is None else kept[of_group].setdefault(index, {})
-                _route(host.gpu(index), name, labels, value, slow_kept)
+                _route(host.gpu(index), name, metric, value, slow_kept)
         for key in changed:  # the slow groups not asked this time: their last values
             known = self._known.get(key)
             slow = known.slow if known is not None else [{} for _ in SLOW_GROUPS]

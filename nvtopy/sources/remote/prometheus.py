@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from ..._version import __version__
 from ...boundedfile import size_text
 from ...errors import NvtopyError, UsageError
-from ...jsondecode import JsonRefusedError, decode_json
+from ...jsondecode import JsonRefusedError, VectorRows, decode_json
 from ...textsafe import excerpt
 from .fetch import GRACE, Exchange, basic_authorization, failure, read_body
 from .gc_policy import paused_gc
@@ -62,8 +62,9 @@ MAX_BYTES = 64 * 1024 * 1024  # of JSON, after gzip: 512 GPUs with their process
 MAX_ERROR = 200  # characters kept of a server's error text
 
 Vector = list[tuple[dict[str, str], float]]
-# What reading an item of a vector raises when it has the wrong shape (PrometheusClient.query_items).
-VECTOR_ERRORS = (KeyError, TypeError, ValueError, IndexError, AttributeError)
+# What reading an item of a vector raises when it has the wrong shape (PrometheusClient.query_items); OverflowError:
+# a time or value that is an integer of hundreds of digits (JSON allows it; float() cannot hold it).
+VECTOR_ERRORS = (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError)
 Matrix = list[tuple[dict[str, str], list[tuple[float, float]]]]
 
 
@@ -341,7 +342,9 @@ class PrometheusClient:
             raise self.malformed() from None
         return out
 
-    def query_items(self, expr: str, at: float | None = None, *, max_bytes: int | None = None) -> list[Any]:
+    def query_items(
+        self, expr: str, at: float | None = None, *, max_bytes: int | None = None, rows: VectorRows | None = None
+    ) -> list[Any]:
         """An instant query's result as decoded, each item not yet checked: ``{"metric": {...}, "value": [t, "v"]}``.
 
         Why: a fleet's answer is some 50 series a GPU (200,000 at 4,096 GPUs), and a caller
@@ -349,24 +352,45 @@ class PrometheusClient:
         of text values, a ``value`` pair whose second is a number's text), catching
         :data:`VECTOR_ERRORS` and raising :meth:`malformed`, rather than have a list of
         pairs made first and walked again. :attr:`evaluated_at` is set as by :meth:`query`.
+
+        ``rows``: the items as its rows instead (``.metric`` of its labels as attributes, ``.value``), each
+        checked here but for its value's text (the caller's ``float()``): decoded straight into them where
+        the answer fits them exactly, else decoded as any JSON, checked item by item as :meth:`query`
+        does (:meth:`malformed`) and made into them, the labels the rows do not name left out.
         """
         form = {"query": expr, "timeout": f"{self.timeout:g}s"}
         if at is not None:
             form["time"] = repr(float(at))
-        data = self._post("/api/v1/query", form, max_bytes)
+        data = self._post("/api/v1/query", form, max_bytes, rows)
         if data.get("resultType") != "vector":
             raise self._error(f"answered a {_shown_type(data)} where a vector was asked for", "result")
         result = data.get("result")
         if not isinstance(result, list):
             raise self._error("answered a malformed result", "result")
+        if rows is not None and not isinstance(result, _Decoded):
+            result = self._rows(result, rows)
         evaluated = at
         if result:
             try:
-                evaluated = float(result[0]["value"][0])
+                evaluated = float(result[0].value[0] if rows is not None else result[0]["value"][0])
             except VECTOR_ERRORS:
                 raise self.malformed() from None
         self.evaluated_at = evaluated
         return result
+
+    def _rows(self, result: list[Any], rows: VectorRows) -> list[Any]:
+        """An answer's items decoded as any JSON, checked as :meth:`query` checks them, made rows."""
+        made = rows.row
+        out = []
+        try:
+            for item in result:
+                labels = item["metric"]
+                _, _ = value = item["value"]
+                "".join(labels.values())  # TypeError unless every label value is text (fast: in C)
+                out.append(made(labels, value))
+        except VECTOR_ERRORS:
+            raise self.malformed() from None
+        return out
 
     def malformed(self) -> PrometheusError:
         """The error of an instant query's result with an item of the wrong shape."""
@@ -415,8 +439,14 @@ class PrometheusClient:
             self._ssl = ssl.create_default_context()  # the system's CAs (--ca-file: see .tls); the host name too
         return self._ssl
 
-    def _post(self, path: str, form: dict[str, str], max_bytes: int | None = None) -> dict[str, Any]:
-        """POST ``form`` to ``path``; the answer's ``data`` (warnings kept), or PrometheusError in one line."""
+    def _post(
+        self, path: str, form: dict[str, str], max_bytes: int | None = None, rows: VectorRows | None = None
+    ) -> dict[str, Any]:
+        """POST ``form`` to ``path``; the answer's ``data`` (warnings kept), or PrometheusError in one line.
+
+        ``rows``: a successful answer that fits them exactly is decoded straight into them
+        (``data["result"]`` a :class:`_Decoded` list of them); any other is decoded and read as always.
+        """
         limit = self.max_bytes if max_bytes is None else min(max_bytes, self.max_bytes)
         self.warnings = []
         self.queries += 1
@@ -442,6 +472,11 @@ class PrometheusClient:
         self.json_bytes += len(raw)
         refused: JsonRefusedError | None = None
         with paused_gc():
+            typed = rows.decode(raw) if rows is not None and status == 200 else None
+            if typed is not None and typed.status == "success":
+                if isinstance(typed.warnings, list):
+                    self.warnings = [_one_line(w, MAX_ERROR) for w in typed.warnings[:10]]
+                return {"resultType": typed.data.resultType, "result": _Decoded(typed.data.result)}
             try:
                 answer = decode_json(raw)
             except JsonRefusedError as exc:  # as a recording's line: malformed, nested too deeply, a number too long
@@ -489,6 +524,10 @@ class PrometheusClient:
             reason = getattr(exc, "reason", None) or exc.strerror or str(exc) or type(exc).__name__
             return self._error(f"unreachable: {_one_line(reason, 120).lower()}", "unreachable")
         return self._error(f"could not be read ({type(exc).__name__})", "unreachable")
+
+
+class _Decoded(list[Any]):
+    """An answer's rows as :class:`~nvtopy.jsondecode.VectorRows` decoded them: told apart from any list of JSON."""
 
 
 def _shown_type(data: dict[str, Any]) -> str:

@@ -146,6 +146,8 @@ def test_remote_takes_as_many_hosts_as_a_fleet_shows():
     ("item", "why"),
     [
         ({"metric": {"instance": "0:9400", "Hostname": 7}, "value": [1, "2"]}, "a label value that is not text"),
+        ({"metric": {"instance": "0:9400", "job": None}, "value": [1, "2"]}, "another label's value that is not text"),
+        ({"metric": {"instance": "0:9400"}, "value": [1, 7 * 10**400]}, "a value no float holds"),
         ({"metric": {"instance": "0:9400"}, "value": [1, "two"]}, "a value that is not a number"),
         ({"metric": {"instance": "0:9400"}, "value": [1]}, "a value without its time"),
         ({"metric": ["instance"], "value": [1, "2"]}, "labels that are not an object"),
