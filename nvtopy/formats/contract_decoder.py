@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import MISSING, dataclass, replace
 from datetime import datetime
 from itertools import chain, repeat, starmap
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..model import (
     EMPTY_REASONS,
@@ -763,9 +763,9 @@ def _list_patch(change: Any, length: int) -> list[Any] | None:
     return items if type(items) is list and len(items) == length else None
 
 
-@dataclass(frozen=True, slots=True)
-class _KeptGpu:
-    """One GPU of the last line, as a patch of its figures starts from it."""
+class _KeptGpu(NamedTuple):
+    """One GPU of the last line, as a patch of its figures starts from it (a tuple: one is made per GPU a line, and a
+    frozen dataclass's ``__init__`` costs four times as much)."""
 
     static: GpuStatic
     sample_parts: tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]] | None  # raw, checked, the rest
@@ -776,7 +776,7 @@ class _KeptGpu:
     sample: GpuSample
 
     def recorded(self) -> RecordedGpu:
-        return RecordedGpu(self.static, self.sample, self.processes, self.reason, self.listed, self.health)
+        return _NEW_RECORDED(self.static, self.sample, self.processes, self.reason, self.listed, self.health)
 
 
 @dataclass(frozen=True, slots=True)
@@ -786,6 +786,9 @@ class _Kept:
     first: int
     host: str
     gpus: list[_KeptGpu]
+
+
+_NEW_RECORDED = fast_constructor(RecordedGpu)  # a GPU of a line, for the source's GpuState (model.fast_constructor)
 
 
 def _common_reasons(value: Any, allowed: set[str]) -> dict[str, Reason] | None:
@@ -963,7 +966,7 @@ class SnapshotDecoder:
             processes = self._processes(listed, static)
             reason = None if unavailable is None else Reason(unavailable)
             health = self._health(item, static.index)
-            gpus.append(gpu_state(RecordedGpu(static, sample, processes, reason, "processes" in item, health)))
+            gpus.append(gpu_state(_NEW_RECORDED(static, sample, processes, reason, "processes" in item, health)))
         return _snapshot(data, timestamp, host, gpus)
 
     def _gpus_of(
@@ -1008,7 +1011,7 @@ class SnapshotDecoder:
         for (static, sample, reason, listed, health), count in zip(parts, counts, strict=True):
             mine = processes[at : at + count] if count else ()
             at += count
-            gpus.append(gpu_state(RecordedGpu(static, sample, mine, reason, listed, health)))
+            gpus.append(gpu_state(_NEW_RECORDED(static, sample, mine, reason, listed, health)))
             if place is not None:
                 kept.append(_KeptGpu(static, samples[len(kept)], mine, reason, listed, health, sample))
         if place is not None:
