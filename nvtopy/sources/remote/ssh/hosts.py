@@ -47,7 +47,7 @@ from ..exporters import host_names
 from ..gc_policy import paused_gc
 from .command import remote_script, ssh_argv
 from .session import Latest, Mode, Session, State
-from .streams import SshStreams
+from .streams import FLOOD_BYTES, FLOOD_LINES, SshStreams
 from .targets import SshTarget
 
 __all__ = ["SshHosts"]
@@ -84,6 +84,8 @@ class SshHosts(SnapshotSource):
         connect_timeout: float = 10.0,
         max_connecting: int = 32,
         silent_after: float | None = None,
+        flood_bytes: int = FLOOD_BYTES,
+        flood_lines: int = FLOOD_LINES,
     ) -> None:
         super().__init__(interval)
         self.targets = list(targets)
@@ -101,6 +103,8 @@ class SshHosts(SnapshotSource):
             connect_timeout=connect_timeout,
             max_connecting=max_connecting,
             silent_after=silent_after,
+            flood_bytes=flood_bytes,
+            flood_lines=flood_lines,
         )
         self._history: dict[Hashable, HistoryBuffer] = {}
         self._timelines: dict[Hashable, Timeline] = {}

@@ -102,10 +102,14 @@ class SshStreams:
         max_connecting: int = 32,
         silent_after: float | None = None,
         pdeathsig: bool = True,
+        flood_bytes: int = FLOOD_BYTES,
+        flood_lines: int = FLOOD_LINES,
     ) -> None:
         """``silent_after``: seconds without a byte before a live host is dropped (None: the default).
 
-        The default is :func:`silent_after_default`.
+        The default is :func:`silent_after_default`. ``flood_bytes``, ``flood_lines``: what a host may
+        send in :data:`FLOOD_WINDOW` (the tests' floods use less: a flood is counted as fast as this
+        thread reads it, which on a starved machine is slower than the flood's own pace).
         """
         self.sessions = [Session(target, position) for position, target in enumerate(targets)]
         self._argv_for = argv_for
@@ -114,6 +118,8 @@ class SshStreams:
         self.connect_timeout = connect_timeout
         self.max_connecting = max_connecting
         self.silent_after = silent_after_default(interval) if silent_after is None else silent_after
+        self.flood_bytes = flood_bytes
+        self.flood_lines = flood_lines
         self._prefix = _PDEATHSIG if pdeathsig and sys.platform == "linux" and shutil.which("setpriv") else ()
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = os.pipe()
@@ -307,8 +313,9 @@ class SshStreams:
         if now - session.window_start > FLOOD_WINDOW:
             session.window_start, session.window_bytes, session.window_lines = now, 0, 0
         session.window_bytes += len(data)
-        if session.window_bytes > FLOOD_BYTES:
-            self._lost(session, f"sent more than {FLOOD_BYTES >> 20} MiB in {FLOOD_WINDOW:g} s (flooding)", now)
+        if session.window_bytes > self.flood_bytes:
+            said = f"{self.flood_bytes >> 20} MiB" if self.flood_bytes >= 1 << 20 else f"{self.flood_bytes} bytes"
+            self._lost(session, f"sent more than {said} in {FLOOD_WINDOW:g} s (flooding)", now)
             return False
         buffer = session.buffer
         start = len(buffer)
@@ -321,8 +328,8 @@ class SshStreams:
             del buffer[: end + 1]
             start = 0
             session.window_lines += 1
-            if session.window_lines > FLOOD_LINES:
-                self._lost(session, f"sent more than {FLOOD_LINES} lines in {FLOOD_WINDOW:g} s (flooding)", now)
+            if session.window_lines > self.flood_lines:
+                self._lost(session, f"sent more than {self.flood_lines} lines in {FLOOD_WINDOW:g} s (flooding)", now)
                 return False
             self._line(session, line, now)
             if session.process is not process:  # the line dropped it
