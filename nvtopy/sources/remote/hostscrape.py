@@ -71,7 +71,7 @@ _NEW_PROCESS = fast_constructor(GpuProcess)
 _NEW_STATE = fast_constructor(GpuState)
 _SAMPLE_FIELDS = tuple(GpuSample.__dataclass_fields__)
 # Every GpuSample field but the three set here, with its default: a host's values laid over them, then read out in
-# the dataclass's order (a C-level copy, update and itemgetter a GPU instead of 55 keyword arguments).
+# the dataclass's order (a C-level copy, update and itemgetter a GPU, not some 40 keyword arguments).
 _SAMPLE_DEFAULTS = {
     name: f.default
     for name, f in GpuSample.__dataclass_fields__.items()
