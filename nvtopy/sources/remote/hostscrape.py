@@ -18,12 +18,15 @@ drops the GPUs no longer seen, so a fleet whose hosts come and go stays bounded.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Hashable
+from dataclasses import MISSING
 from typing import Any
 
 from ...formats.prometheus.parse import HostScrape
 from ...formats.prometheus.series import PROCESS_FIELDS
 from ...model import (
+    EMPTY_REASONS,
     GPM_FIELDS,
     OK_HEALTH,
     GpuEvent,
@@ -35,7 +38,9 @@ from ...model import (
     HistoryBuffer,
     ProcessType,
     Reason,
+    Reasons,
     Severity,
+    fast_constructor,
     freeze,
 )
 from ..timeline import Timeline
@@ -55,6 +60,50 @@ _STATIC_COPIED = (
     "mig_mode",
     "mig_mode_pending",
     "mig_instances",
+)
+_STATIC_SAID = operator.attrgetter(*_STATIC_COPIED)  # the figures a GpuStatic is made of, in one C-level call
+
+# The model's fast constructors (model.fast_constructor): the very objects the dataclasses build, every ranged value
+# still checked (one out of range goes to the dataclass itself: None, and why). Why: 4,096 GPUs and ~8,000 process
+# rows a refresh in a fleet (issue 27), where the dataclass __init__ with its range check was most of the building.
+_NEW_SAMPLE = fast_constructor(GpuSample)
+_NEW_PROCESS = fast_constructor(GpuProcess)
+_NEW_STATE = fast_constructor(GpuState)
+_SAMPLE_FIELDS = tuple(GpuSample.__dataclass_fields__)
+# Every GpuSample field but the three set here, with its default: a host's values laid over them, then read out in
+# the dataclass's order (a C-level copy, update and itemgetter a GPU, not some 40 keyword arguments).
+_SAMPLE_DEFAULTS = {
+    name: f.default
+    for name, f in GpuSample.__dataclass_fields__.items()
+    if name not in ("timestamp", "lost", "unavailable")
+}
+_SAMPLE_ORDER = operator.itemgetter(*_SAMPLE_FIELDS)
+# A sample built the fast way only where every field but these has a plain default (not a factory) and the host's
+# values name sample fields only (anything else: the dataclass, whose TypeError says so).
+_SAMPLE_BY_POSITION = all(default is not MISSING for default in _SAMPLE_DEFAULTS.values())
+_SAMPLE_SETTABLE = frozenset(_SAMPLE_DEFAULTS)
+_SAID_OR_NOT = frozenset(SAID_OR_NOT_AVAILABLE)
+# The "not available" reasons of a host that leaves out these fields: one frozen map per set left out (a fleet has
+# a handful of kinds of host), in SAID_OR_NOT_AVAILABLE's order, as built one by one.
+_NOT_SAID: dict[frozenset[str], Reasons] = {}
+# GpuProcess's fields in their order, as process() fills them positionally (checked at import: another order, a
+# field added or removed, and process() builds by keyword as before).
+_PROCESS_FIELDS_ORDER = (
+    *("gpu_index", "gpu_uuid", "pid", "type", "gpu_memory_bytes", "sm_percent", "memory_percent"),
+    *("encoder_percent", "decoder_percent", "user", "uid", "name", "command", "cpu_percent", "host_memory_bytes"),
+    *("create_time", "running_seconds", "status", "foreign", "unavailable", "owner", "ns_pid"),
+    *("cuda_visible_devices", "host_pid", "flags", "idle_seconds", "gpu_instance_id", "compute_instance_id"),
+    *("ppid", "parents", "host"),
+)
+_PROCESS_BY_POSITION = tuple(GpuProcess.__dataclass_fields__) == _PROCESS_FIELDS_ORDER
+# (each ranged process metric, 0 where not said): a row's ranged values in one C-level map, a None among them one
+# said out of range.
+_RANGED_METRICS = (tuple(PROCESS_FIELDS), (0,) * len(PROCESS_FIELDS))
+_PROCESS_TYPES = {member.value: member for member in ProcessType}  # ProcessType(value), a dict look-up
+# GpuState's fields in their order, as HostGpus.gpus fills them positionally (else by keyword, as before).
+_STATE_BY_POSITION = tuple(GpuState.__dataclass_fields__) == (
+    *("static", "sample", "processes", "processes_unavailable", "history", "note", "processes_hint", "health"),
+    "timeline",
 )
 
 
@@ -86,7 +135,7 @@ class HostGpus:
             gpu_key = (scrape.url, remote_static.index) if key is None else key(remote_static.index)
             # The same GPU as last time, the same figures: the very same (frozen) GpuStatic, not a new one checked
             # again (4,096 of them a refresh in a fleet).
-            said = (index, host, remote_static.index, *[getattr(remote_static, name) for name in _STATIC_COPIED])
+            said = (index, host, remote_static.index, *_STATIC_SAID(remote_static))
             last = self._statics.get(gpu_key)
             if last is not None and last[0] == said:
                 static = last[1]
@@ -100,13 +149,9 @@ class HostGpus:
                 self._statics[gpu_key] = (said, static)
             # Not said by the host: fan and power (a board without them), the real work (no GPM there, or an
             # exporter without profiling fields).
-            reasons = {k: Reason.NOT_AVAILABLE for k in SAID_OR_NOT_AVAILABLE if k not in values}
-            if None in values.values():  # said, out of range (a C-level test first: rare, and 40 values a GPU)
-                reasons.update({k: Reason.OUT_OF_RANGE for k, v in values.items() if v is None})
-            sample = GpuSample(now, lost=lost, unavailable=freeze(reasons), **values)
-            processes = tuple(
-                process(row, index, static.uuid, now, host) for row in scrape.processes.get(remote_static.index, [])
-            )
+            sample = _sample(values, lost, now)
+            rows = scrape.processes.get(remote_static.index)
+            processes = tuple([process(row, index, static.uuid, now, host) for row in rows]) if rows else ()
             history = self._history.get(gpu_key)
             if history is None:
                 history = self._history[gpu_key] = HistoryBuffer()
@@ -116,9 +161,11 @@ class HostGpus:
                 timeline = self._timelines[gpu_key] = Timeline()
             timeline.record(static, sample)
             health = self.health(gpu_key, scrape.health.get(remote_static.index), index, now)
-            gpus.append(
-                GpuState(static, sample, processes, history=history.history(), health=health, timeline=timeline)
-            )
+            if _STATE_BY_POSITION:  # GpuState's fields in order (see _STATE_BY_POSITION)
+                state = _NEW_STATE(static, sample, processes, None, history.history(), None, None, health, timeline)
+            else:
+                state = GpuState(static, sample, processes, history=history.history(), health=health, timeline=timeline)
+            gpus.append(state)
         if scrape.note:
             static = GpuStatic(index=first + len(gpus), host=host)
             gpus.append(GpuState(static, GpuSample(now), note=scrape.note))
@@ -168,15 +215,75 @@ class HostGpus:
         return len(self._history)
 
 
+def _sample(values: dict[str, Any], lost: bool, now: float) -> GpuSample:
+    """A GPU's sample from the host's values (range-checked when read: None where out of range), dated ``now``.
+
+    Not said by the host: fan and power (a board without them), the real work (no GPM there, or an exporter
+    without profiling fields): "not available". Said and None: "out of range".
+    """
+    if None in values.values() or not _SAMPLE_BY_POSITION or not _SAMPLE_SETTABLE.issuperset(values):
+        # said, out of range (a C-level test first: rare, and 40 values a GPU); or values the fast way cannot take
+        reasons = {k: Reason.NOT_AVAILABLE for k in SAID_OR_NOT_AVAILABLE if k not in values}
+        reasons.update({k: Reason.OUT_OF_RANGE for k, v in values.items() if v is None})
+        return GpuSample(now, lost=lost, unavailable=freeze(reasons), **values)
+    not_said = frozenset(_SAID_OR_NOT.difference(values))
+    unavailable = _NOT_SAID.get(not_said)
+    if unavailable is None:
+        unavailable = freeze({k: Reason.NOT_AVAILABLE for k in SAID_OR_NOT_AVAILABLE if k in not_said})
+        if len(_NOT_SAID) < 256:  # bounded: a hostile fleet of every combination builds its own each time
+            _NOT_SAID[not_said] = unavailable
+    full = _SAMPLE_DEFAULTS.copy()
+    full.update(values)
+    full["timestamp"] = now
+    full["lost"] = lost
+    full["unavailable"] = unavailable
+    return _NEW_SAMPLE(*_SAMPLE_ORDER(full))
+
+
 def process(row: dict[str, Any], index: int, uuid: str | None, now: float, host: str | None = None) -> GpuProcess:
     """A process row of another host's GPU; its values were range-checked when read (None, "out of range", where
     a series said one outside its range)."""
     started = row.get("start_time_seconds")
-    said_out_of_range = (
-        [field for metric, field in PROCESS_FIELDS.items() if metric in row and row[metric] is None]
-        if None in row.values()  # rare: a C-level test first
-        else []
-    )
+    if _PROCESS_BY_POSITION and (None not in row.values() or None not in list(map(row.get, *_RANGED_METRICS))):
+        # the common row: no ranged metric said out of range (a row's MIG ids may be None: said as none)
+        get = row.get
+        said_type = row["type"]
+        kind = _PROCESS_TYPES.get(said_type) if type(said_type) is str else None
+        # GpuProcess's fields in order (_PROCESS_FIELDS_ORDER); the defaults of those a remote row never fills
+        return _NEW_PROCESS(
+            index,
+            uuid,
+            row["pid"],
+            ProcessType(said_type) if kind is None else kind,
+            get("gpu_memory_bytes"),
+            get("sm_utilization_percent"),
+            get("memory_utilization_percent"),
+            None,
+            None,
+            get("user"),
+            None,
+            None,
+            get("command"),
+            get("cpu_percent"),
+            get("host_memory_bytes"),
+            started,
+            None if started is None else max(0.0, now - started),
+            "running",
+            False,
+            EMPTY_REASONS,
+            get("owner"),
+            None,
+            None,
+            None,
+            (),
+            get("idle_held_seconds"),
+            get("gpu_instance_id"),
+            get("compute_instance_id"),
+            None,
+            (),
+            host,
+        )
+    said_out_of_range = [field for metric, field in PROCESS_FIELDS.items() if metric in row and row[metric] is None]
     if started is None and "start_time_seconds" in row:
         said_out_of_range.append("running_seconds")
     return GpuProcess(
