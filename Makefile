@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 ARGS   ?=
 
-.PHONY: install demo run test test-fast lint format bench bench-peers screenshots device-wheels device-check clean
+.PHONY: install demo run test test-collect test-fast lint format bench bench-peers screenshots device-wheels device-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,9 +30,16 @@ run: install                  ## the TUI on this machine's real GPUs
 # TEST_WORKERS: twice as many workers as cores, as much of the suite waits on processes and servers. Measured on
 # the 2-core machine (main run, back to back, same clone): 3 workers 198 s, 4 workers 141 s (docs/development.md).
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
-test: install lint            ## lint, then the whole test suite, on every core
+# test-collect: on a fresh clone every xdist worker rewrote the asserts of all the test modules at once (about 15 s
+# of CPU each; the cache in tests/**/__pycache__ is then warm): one collection first writes that cache once, beside
+# lint's mypy, one core each (a fresh clone's main run started 22 s later without it). Errors are the main run's.
+test: install                 ## lint, then the whole test suite, on every core
+	@$(MAKE) --no-print-directory -j2 lint test-collect
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15 -m "not timing" $(PYTEST_ARGS)
 	$(BIN)/python -m pytest -n 2 --durations=15 -m timing $(PYTEST_ARGS)
+
+test-collect: install
+	@$(BIN)/python -m pytest --collect-only -qq -p no:cacheprovider >/dev/null 2>&1 || true
 
 test-fast: install            ## the inner loop: no slow test, no real server (markers: pyproject.toml)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not slow and not real_server" $(PYTEST_ARGS)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import fcntl
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -151,11 +155,41 @@ def nvtopy_cmd() -> list[str]:
 
 @pytest.fixture(scope="session")
 def fake_lib(tmp_path_factory) -> str:
-    """A directory holding ../shared/fake-nvml built as libnvidia-ml.so.1 (for LD_LIBRARY_PATH), once per run."""
-    build = tmp_path_factory.mktemp("fake-nvml")
-    result = subprocess.run(
-        ["make", "-s", "-C", str(FAKE_NVML_SRC), f"BUILD={build}"], capture_output=True, text=True, timeout=300
-    )
-    if result.returncode != 0:
-        pytest.skip(f"cannot build fake-nvml: {result.stderr.strip()[:200]}")
+    """A directory holding ../shared/fake-nvml built as libnvidia-ml.so.1 (for LD_LIBRARY_PATH), once per run.
+
+    Once per run, not once per pytest-xdist worker: the workers share the run's base temporary directory, and
+    the first to get there builds while the others wait for it (about 5 s of CPU each build, on every worker).
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    shared = tmp_path_factory.getbasetemp().parent if worker else tmp_path_factory.getbasetemp()
+    build = shared / "fake-nvml"
+    failed = shared / "fake-nvml.failed"  # the build's error, for every worker to skip with
+    with _exclusive(shared / "fake-nvml.lock", deadline_s=300):
+        if not (build / "libnvidia-ml.so").exists() and not failed.exists():  # make links it last
+            result = subprocess.run(
+                ["make", "-s", "-C", str(FAKE_NVML_SRC), f"BUILD={build}"], capture_output=True, text=True, timeout=300
+            )
+            if result.returncode != 0:
+                failed.write_text(result.stderr.strip()[:200] or f"make exited {result.returncode}")
+    if failed.exists():
+        pytest.skip(f"cannot build fake-nvml: {failed.read_text()}")
     return str(build)
+
+
+@contextlib.contextmanager
+def _exclusive(path: Path, deadline_s: float) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (one process at a time), waiting at most ``deadline_s`` for it."""
+    with open(path, "a") as handle:
+        end = time.monotonic() + deadline_s
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > end:
+                    raise TimeoutError(f"{path} still locked after {deadline_s:.0f} s") from None
+                time.sleep(0.05)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -37,12 +37,17 @@ import functools
 import re
 import subprocess
 import sys
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "nvtopy"
+
+# The package's import graph is built once per test process (package_edges, about 3 s of CPU): every test of this
+# module on one pytest-xdist worker (`--dist loadgroup`) builds it once per run, not once on each worker.
+pytestmark = pytest.mark.xdist_group("test_architecture")
 FORBIDDEN_IN_TUI = {"pynvml", "psutil", "nvtopy.backends.host", "nvtopy.backends.nvml"}
 
 # --- the rules -------------------------------------------------------------------------------------
@@ -181,6 +186,7 @@ def import_edges(package: Path) -> list[Edge]:
     root = package.name
     known = module_names(package)
     edges: list[Edge] = []
+    seen: set[Edge] = set()
     for name, path in sorted(known.items()):
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
         where = path.relative_to(package.parent).as_posix()
@@ -188,33 +194,44 @@ def import_edges(package: Path) -> list[Edge]:
         here = [root, *name.split(".")] if name else [root]
         if path.name != "__init__.py":
             here = here[:-1]
-        lazy_lines = {
-            node.lineno
-            for function in ast.walk(tree)
-            if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
-            for node in ast.walk(function)
-            if isinstance(node, ast.Import | ast.ImportFrom)
-        }
-        for node in ast.walk(tree):
+        imports = _imports_in_walk_order(tree)
+        lazy_lines = {node.lineno for node, in_function in imports if in_function}
+        for node, _ in imports:
             if isinstance(node, ast.Import):
                 written = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
+            else:
                 if node.level:
                     base = [*here[: len(here) - node.level + 1], *(node.module.split(".") if node.module else [])]
                 else:
                     base = (node.module or "").split(".")  # "from X import" always names X when absolute
                 # "from pkg import name": the module pkg.name if there is one, else pkg itself.
                 written = [".".join([*base, alias.name]) for alias in node.names]
-            else:
-                continue
             for dotted in written:
                 top, _, rest = dotted.partition(".")
                 internal = top == root
                 target = _resolve(rest, known) if internal else top
                 edge = Edge(name, target, internal, f"{where}:{node.lineno}", node.lineno in lazy_lines)
-                if edge not in edges:
+                if edge not in seen:  # a set: `edge not in edges` compared each new edge with every one before it
+                    seen.add(edge)
                     edges.append(edge)
     return edges
+
+
+def _imports_in_walk_order(tree: ast.AST) -> list[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """Each import in ``ast.walk``'s order, and whether it stands inside a function (at any depth).
+
+    One walk of the tree: walking each function's subtree again (nested ones once per enclosing function)
+    made the package's graph cost seconds of CPU in every test process that reads it.
+    """
+    found: list[tuple[ast.Import | ast.ImportFrom, bool]] = []
+    todo: deque[tuple[ast.AST, bool]] = deque([(tree, False)])
+    while todo:
+        node, in_function = todo.popleft()
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.append((node, in_function))
+        inner = in_function or isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        todo.extend((child, inner) for child in ast.iter_child_nodes(node))
+    return found
 
 
 def layer_of(module: str) -> str:

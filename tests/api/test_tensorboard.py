@@ -107,7 +107,9 @@ def _read_events(path: Path) -> list[object]:
 
 def test_readme_example_runs_as_written(tmp_path):
     pytest.importorskip("tensorboardX")
-    env = dict(os.environ, NVTOPY_BACKEND="simulated")
+    # One BLAS thread for the example's NumPy steps: OpenBLAS's threads spun on the 2-core CI machine (14 s of CPU for
+    # the run, 2 s with one thread); the example itself runs as written.
+    env = dict(os.environ, NVTOPY_BACKEND="simulated", OPENBLAS_NUM_THREADS="1")
     env.pop("CUDA_VISIBLE_DEVICES", None)
     result = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "training_loop.py"), str(tmp_path / "runs")],

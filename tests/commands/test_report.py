@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import time
@@ -443,16 +444,32 @@ def test_hostile_names_in_json_are_escaped_and_come_back_exactly():
 # ----------------------------------------------------------------- recordings, end to end through the CLI
 
 
+@functools.cache
+def _recorded_lines() -> tuple[str, ...]:
+    """The lines of :func:`recording`, simulated once per test process (0.7 s of CPU each time, for some 35 tests):
+    the simulation is deterministic (its seed and a manual clock), so every test got the same lines anyway."""
+    from nvtopy.backends.simulated.backend import SimulatedBackend
+
+    from ..conftest import ManualClock
+
+    clock = ManualClock()
+    backend = SimulatedBackend(clock=clock, viewer="alice", gpus=3, seed=5)  # as the sim fixture makes it
+    try:
+        collector = Collector(backend)
+        lines = []
+        for _ in range(121):
+            clock.advance(5)
+            lines.append(json.dumps(snapshot_to_dict(collector.collect()), separators=(",", ":")))
+    finally:
+        backend.close()
+    return tuple(lines)
+
+
 @pytest.fixture
-def recording(tmp_path, sim, clock):
+def recording(tmp_path):
     """Ten minutes of a simulated node with 3 GPUs, a snapshot every 5 s, as ``nvtopy record`` writes them."""
-    backend = sim(gpus=3, seed=5)
-    collector = Collector(backend)
     path = tmp_path / "run.jsonl"
-    lines = []
-    for _ in range(121):
-        clock.advance(5)
-        lines.append(json.dumps(snapshot_to_dict(collector.collect()), separators=(",", ":")))
+    lines = list(_recorded_lines())
     path.write_text("\n".join(lines) + "\n")
     return path, lines
 

@@ -78,10 +78,11 @@ def test_prometheus_is_a_package_of_one_module_per_job_without_re_exports():
 def test_the_json_contract_is_decoded_beside_its_encoder_only():
     decoders = ("snapshot_from_dict", "recorded_text", "owner_from_dict", "host_usage_from_dict", "gpu_from_dict")
     sources = _sources()
+    defined = {name: _definitions(text) for name, text in sources.items()}  # each module parsed once, not per name
     for decoder in decoders:
-        where = [name for name, text in sources.items() if decoder in _definitions(text)]
+        where = [name for name, names in defined.items() if decoder in names]
         assert where == ["formats/contract_decoder.py"], f"{decoder} defined in {where}"
-    assert "snapshot_to_dict" in _definitions(sources["formats/contract.py"]), "the encoder it sits beside"
+    assert "snapshot_to_dict" in defined["formats/contract.py"], "the encoder it sits beside"
     replay = sources["sources/replay.py"]
     assert "formats.contract_decoder import" in replay, "replay reads lines with the decoder"
     assert not re.search(r"def _(?:gpu|process|health|mig_devices?|nvlinks|pstate)\(", replay), "a decoder in replay"

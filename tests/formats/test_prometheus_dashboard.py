@@ -52,7 +52,10 @@ from ..prometheus_fixtures import (
     wait,
 )
 
-pytestmark = [requires_prometheus, pytest.mark.real_server]
+# One pytest-xdist group for the whole module: test_every_panel_has_data asks for its server (plain or mig, module
+# scoped) by name, which tests/conftest.py cannot see, so its cases were spread over every worker and each worker
+# started its own Prometheus and exporter again (11 set-ups of about 6 s in one run, for 3 servers).
+pytestmark = [requires_prometheus, pytest.mark.real_server, pytest.mark.xdist_group("test_prometheus_dashboard")]
 
 # The dashboard's panels: (title, older query, current query), exactly as its JSON has them.
 PANELS: tuple[tuple[str, str, str], ...] = (

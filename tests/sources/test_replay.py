@@ -333,30 +333,34 @@ def _long_recording(path, lines: list[str], count: int) -> None:
 def test_the_player_keeps_a_bounded_number_of_snapshots(recording, tmp_path):
     import gc
 
-    from nvtopy.model import Snapshot
+    from nvtopy.model import HISTORY_LENGTH, Snapshot
     from nvtopy.sources.replay import CACHE
 
     _path, lines = recording
     path = tmp_path / "long.jsonl"
-    _long_recording(path, lines, 5000)
+    # Four times a chart's length (HISTORY_LENGTH, 300) and over 35 times the cache (CACHE, 32): every bound is
+    # passed many times over. (5,000 lines, each decoded twice, took 18 s for no bound more; 1,200: 4 s.)
+    count = 4 * HISTORY_LENGTH
+    assert count > 30 * CACHE
+    _long_recording(path, lines, count)
     loaded = load_recording(str(path))
-    assert len(loaded.snapshots) == 5000 and loaded.stopped is None
+    assert len(loaded.snapshots) == count and loaded.stopped is None
     player = ReplayPlayer(loaded, speed=64.0)
     player.step(0)  # the first line, as the player shows it when it starts
     first = player.latest.timestamp
-    for step in range(4999):
+    for step in range(count - 1):
         player.step(1)
         assert loaded.snapshots.cached <= CACHE
-        if step % 1000 == 999:
+        if step % 200 == 199:
             gc.collect()
             # This recording's snapshots only (its day): other tests' objects, still alive in the same process
             # (a leaked poller, a cached app), are no part of what the player keeps.
-            alive = sum(1 for o in gc.get_objects() if type(o) is Snapshot and first <= o.timestamp <= first + 5000)
+            alive = sum(1 for o in gc.get_objects() if type(o) is Snapshot and first <= o.timestamp <= first + count)
             assert alive <= CACHE + 2, f"{alive} snapshots alive at step {step}"
-    assert player.latest.sequence == 5000
-    assert loaded.snapshots.parsed == 5000, "played in order: each line parsed once, no history rebuilt"
+    assert player.latest.sequence == count
+    assert loaded.snapshots.parsed == count, "played in order: each line parsed once, no history rebuilt"
     assert list(player.latest.gpus[0].history.timestamps)[-1] == player.latest.timestamp
-    assert len(player.latest.gpus[0].history.timestamps) == 300
+    assert len(player.latest.gpus[0].history.timestamps) == HISTORY_LENGTH == 300
 
 
 def test_any_order_of_access_gives_what_playing_in_order_gives(recording, tmp_path, monkeypatch):

@@ -9,6 +9,7 @@ caller's quoting writes (it must not change when the helpers are shared).
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import urllib.parse
 from pathlib import Path
@@ -21,12 +22,22 @@ from nvtopy.textsafe import excerpt
 PACKAGE = Path(__file__).resolve().parents[3] / "nvtopy"
 
 
-def _modules() -> dict[str, ast.Module]:
-    return {str(p.relative_to(PACKAGE)): ast.parse(p.read_text(), str(p)) for p in sorted(PACKAGE.rglob("*.py"))}
+@functools.cache
+def _nodes() -> dict[str, list[ast.AST]]:
+    """Every node of every module of the package, parsed and walked once per test process: six searches read
+    them, and a parse and walk of the whole package costs seconds of CPU."""
+    return {
+        str(p.relative_to(PACKAGE)): list(ast.walk(ast.parse(p.read_text(), str(p))))
+        for p in sorted(PACKAGE.rglob("*.py"))
+    }
 
 
 def _where(test) -> list[str]:
-    return sorted({name for name, tree in _modules().items() for node in ast.walk(tree) if test(node)})
+    return sorted({name for name, nodes in _nodes().items() for node in nodes if test(node)})
+
+
+# The tests that search the package's source: one pytest-xdist group (`--dist loadgroup`), so one worker parses it.
+reads_the_source = pytest.mark.xdist_group("test_remote_fetch_source")
 
 
 def _assigns(node: ast.AST, name: str) -> bool:
@@ -34,11 +45,13 @@ def _assigns(node: ast.AST, name: str) -> bool:
     return any(isinstance(t, ast.Name) and t.id == name for t in targets)
 
 
+@reads_the_source
 @pytest.mark.parametrize("constant", ["CHUNK", "GRACE"])
 def test_the_exchange_limits_are_defined_once(constant):
     assert _where(lambda node: _assigns(node, constant)) == ["sources/remote/fetch.py"]
 
 
+@reads_the_source
 def test_one_bounded_reading_loop_and_one_basic_auth():
     def calls(attribute: str):
         return lambda node: (
@@ -50,6 +63,7 @@ def test_one_bounded_reading_loop_and_one_basic_auth():
     assert _where(calls("decompressobj")) == ["sources/remote/fetch.py"], "gzip is undone, bounded, by fetch only"
 
 
+@reads_the_source
 def test_one_excerpt_helper():
     defines = _where(lambda n: isinstance(n, ast.FunctionDef) and re.fullmatch(r"_?excerpt", n.name) is not None)
     assert defines == ["textsafe.py"]
