@@ -56,6 +56,7 @@ def test_registers_xid_only_where_supported(make_backend, streams):
     assert counts["nvmlDeviceRegisterEvents"] == 2
 
 
+@pytest.mark.timing  # a wall-clock bound under half a second: apart from the loaded main pass
 def test_same_note_on_every_gpu_is_said_once(make_backend, streams):
     fake = FakeNvml([FakeGpu(0, event_types=0), FakeGpu(1, event_types=NO_XID)])
     stream = opened(make_backend(fake), streams)
@@ -142,6 +143,7 @@ def test_merge_notes():
 # --------------------------------------------------------------------- waiting
 
 
+@pytest.mark.timing  # a wall-clock bound under half a second: apart from the loaded main pass
 def test_timeout_is_no_event(make_backend, streams):
     fake = FakeNvml(2)
     stream = opened(make_backend(fake), streams)
@@ -193,6 +195,7 @@ def test_event_whose_gpu_cannot_be_named_is_dropped(make_backend, streams, caplo
     assert "not registered" in caplog.text
 
 
+@pytest.mark.timing  # a wall-clock bound under half a second: apart from the loaded main pass
 def test_wait_wakes_when_an_event_arrives(make_backend, streams):
     fake = FakeNvml(2)
     stream = opened(make_backend(fake), streams)
@@ -205,6 +208,7 @@ def test_wait_wakes_when_an_event_arrives(make_backend, streams):
     assert time.monotonic() - started < 0.2, "woken by the event, not the timeout"
 
 
+@pytest.mark.timing  # a wall-clock bound under half a second: apart from the loaded main pass
 def test_a_waiting_thread_stops_within_half_a_second(make_backend):
     fake = FakeNvml(2)
     backend = make_backend(fake)

@@ -90,6 +90,7 @@ def test_a_one_shot_reading_waits_once_and_gives_every_figure(make_backend):
     }
 
 
+@pytest.mark.timing  # a wall-clock bound under half a second: apart from the loaded main pass
 def test_a_monitor_never_waits_the_first_poll_says_not_available(make_backend):
     fake = machine()
     backend = make_backend(fake)

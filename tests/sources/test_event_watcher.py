@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from nvtopy.backends.base import EventStream, NoEvents
 from nvtopy.model import EVENTS_PER_GPU, GpuEvent, Severity
 from nvtopy.sources.collector import Collector
@@ -64,6 +66,7 @@ def wait_for(predicate, timeout: float = 5.0) -> bool:
     return True
 
 
+@pytest.mark.timing  # a wall-clock bound under half a second: apart from the loaded main pass
 def test_the_watcher_fills_the_log_and_stops_within_half_a_second(sim):
     stream = ScriptedStream(notes={2: "Xid events not supported on this GPU"})
     backend = sim(gpus=3)

@@ -92,6 +92,7 @@ def test_poller_publishes_snapshots_on_its_thread(sim):
     assert not poller.running
 
 
+@pytest.mark.timing  # a wall-clock bound under half a second: apart from the loaded main pass
 def test_poller_stops_promptly_with_a_long_interval(sim):
     poller = Poller(sim(gpus=1, clock=time.time), interval=60).start()
     deadline = time.monotonic() + 5
