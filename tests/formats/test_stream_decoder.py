@@ -462,15 +462,20 @@ def _states_and_patches(lines: list[str]) -> list[tuple[dict[str, Any], Any]]:
     return made
 
 
-def _decode_from_patches(pairs: list[tuple[dict[str, Any], Any]], monkeypatch: Any) -> tuple[list[Any], int]:
-    """Every state decoded placed, from its patch where there is one; (each outcome, GPUs built from their parts)."""
+def _decode_from_patches(
+    pairs: list[tuple[dict[str, Any], Any]], monkeypatch: Any, tried: list[tuple[Any, bool]] | None = None
+) -> tuple[list[Any], int]:
+    """Every state decoded placed, from its patch where there is one; (each outcome, GPUs built from their parts).
+    ``tried``: each GPU's patch tried from its last parts, and whether it was built so."""
     built = 0
     real = SnapshotDecoder._patched_gpu
 
-    def counted(self: Any, *args: Any) -> Any:
+    def counted(self: Any, gpu: Any, change: Any, *args: Any) -> Any:
         nonlocal built
-        made = real(self, *args)
+        made = real(self, gpu, change, *args)
         built += made is not None
+        if tried is not None:
+            tried.append((change, made is not None))
         return made
 
     monkeypatch.setattr(SnapshotDecoder, "_patched_gpu", counted)
@@ -655,22 +660,10 @@ def test_every_gpus_nvlink_readings_changed_are_decoded_from_the_patch(plain_lin
     """Every 5 s the far side reads every GPU's NVLinks again, so each GPU's health patch is its links' rates: those
     GPUs are built from their last parts with the links read again -- into the whole line's snapshot."""
     pairs = _states_and_patches(plain_lines)
-    health_changes = []
-    real = SnapshotDecoder._patched_gpu
-
-    def counted(self: Any, gpu: Any, change: Any, *args: Any) -> Any:
-        made = real(self, gpu, change, *args)
-        if change.get("health", {}).keys() == {"readings"}:
-            health_changes.append(made is not None)
-        return made
-
-    monkeypatch.setattr(SnapshotDecoder, "_patched_gpu", counted)
-    stream = SnapshotDecoder()
-    outcomes = []
-    for n, (state, patch) in enumerate(pairs):
-        place = decoder.Placement(first=5, host="gpu-c", taken=1_800_000_000.0 + n)
-        outcomes.append(outcome(lambda data, p=place, q=patch: stream.decode(data, place=p, patch=q), state))
+    tried: list[tuple[Any, bool]] = []
+    outcomes, _ = _decode_from_patches(pairs, monkeypatch, tried)
     assert _parts(outcomes) == _expected(pairs)
+    health_changes = [built for change, built in tried if change.get("health", {}).keys() == {"readings"}]
     nvlink_lines = [
         n
         for n, (_, patch) in enumerate(pairs)
