@@ -178,6 +178,11 @@ def gpu_state(
     )
 
 
+def host_line(index: int, host: str, note: str, *, lost: bool = True, timestamp: float = NOW) -> GpuState:
+    """A fleet view's line for a host it cannot read (``lost``) or not yet (connecting, stale): its words only."""
+    return GpuState(GpuStatic(index=index, host=host), GpuSample(timestamp, lost=lost), note=note)
+
+
 def snapshot_of(*gpus: GpuState, timestamp: float = NOW, host: HostInfo | None = None, **changes: object) -> Snapshot:
     """These GPUs, on :func:`host_info` unless given, at ``timestamp``; ``changes``: ``sequence``, ``interval``..."""
     return Snapshot(timestamp, host if host is not None else host_info(), tuple(gpus), **changes)  # type: ignore[arg-type]

@@ -72,6 +72,7 @@ class Subject(str, enum.Enum):
     PROCESS = "process"  # one process on one GPU
     XID = "xid"  # one Xid number on one GPU
     EXPORTER = "exporter"  # one scrape target (fleet only)
+    HOST = "host"  # one host of a fleet view that cannot be read (--ssh, --remote, --prometheus; local only)
 
 
 class ValueUnit(str, enum.Enum):
@@ -147,6 +148,7 @@ SUBJECT_PLACEHOLDERS: dict[Subject, tuple[str, ...]] = {
     Subject.PROCESS: (*_GPU, "pid", "user", "command"),
     Subject.XID: (*_GPU, "xid", "xid_meaning", "xid_action"),
     Subject.EXPORTER: ("host", "job"),
+    Subject.HOST: ("host", "reason"),
 }
 PLACEHOLDERS: dict[str, str] = {
     "host": "the host's name (in Prometheus: the host label, else the scrape target)",
@@ -160,6 +162,7 @@ PLACEHOLDERS: dict[str, str] = {
     "xid_meaning": "what the Xid means (nvtopy.health.xid)",
     "xid_action": "what to do about the Xid (nvtopy.health.xid)",
     "job": "Prometheus's scrape job",
+    "reason": "why a fleet view cannot read the host: its own words (ssh's, the exporter's, the server's), cut short",
     "value": "the figure the rule compares, in the rule's value_unit",
 }
 """Every placeholder a template may use, and what it is; a rule's thresholds are placeholders too."""
@@ -332,6 +335,21 @@ CATALOG: tuple[AlertRule, ...] = (
         "Look at its output.",
         for_s=0.0,
         fleet=False,  # "my job finished": for its owner at one machine
+    ),
+    AlertRule(
+        "host-unreachable",
+        "NvtopyHostUnreachable",
+        "host unreachable",
+        _C,
+        Subject.HOST,
+        "{host} cannot be read: {reason}",
+        "A fleet view (--ssh, --remote, --prometheus) cannot read {host} ({reason}): its GPUs' figures and alerts "
+        "are missing, whatever their state. This says nothing about its GPUs: a host that cannot be read is not "
+        "a GPU that fell off the bus.",
+        "Check that {host} is up and reachable from here (with --ssh: ssh {host} true), and that nvtopy, its "
+        "exporter or nvidia-smi runs there.",
+        for_s=2 * _MIN,
+        fleet=False,  # a fleet's Prometheus says it as exporter-down (up == 0)
     ),
     AlertRule(
         "exporter-down",

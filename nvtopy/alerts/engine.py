@@ -31,6 +31,10 @@ What each rule reads -- the health layer's conclusions, never re-derived here:
 - ``process-ended``: a process of the previous snapshot that is not in this one, on a GPU
   whose process list was read both times. A one-shot: it fires and is done (no "cleared",
   never in :meth:`AlertEngine.firing`).
+- ``host-unreachable``: a fleet view's line that says why its host cannot be read (a line with a
+  ``note``, marked lost). Such a line -- and one for a host still connecting, or stale -- is no
+  GPU's reading: no GPU or process rule is evaluated on it, so its GPUs' alerts are unknown
+  (missing), never "gpu-lost" and never cleared by it.
 
 Hysteresis, per instance (a rule and its subject: a GPU, a GPU's Xid, a process): the
 condition must hold ``for_s`` before the alert fires; a firing alert clears once the
@@ -64,6 +68,8 @@ __all__ = ["COMMAND_CHARS", "AlertEngine", "gpu_free", "gpu_key"]
 MIB = 1 << 20
 COMMAND_CHARS = 120
 """A command line is cut to this many characters in an alert's words ("cut short", as the catalog says)."""
+REASON_CHARS = 160
+"""Why a host cannot be read, cut to this many characters in an alert's words (``{reason}``)."""
 POWER_CAP_REASONS = frozenset({"sw_power_cap", "hw_power_brake_slowdown"})
 UNKNOWN = "N/A"  # a placeholder whose value is not known
 
@@ -176,6 +182,11 @@ class AlertEngine:
         found: dict[str, _Instance] = {}
         ended: list[AlertEvent] = []
         for gpu in snapshot.gpus:
+            if gpu.note:  # a fleet view's line for a host it cannot read (or not yet): no GPU's reading
+                instance = self._host_instance(gpu, host)
+                if instance is not None:
+                    found.setdefault(instance.key, instance)  # a host's first such line: one alert a host
+                continue
             key = gpu_key(gpu, host)
             for instance in self._gpu_instances(gpu, key, now):
                 found[instance.key] = instance
@@ -360,6 +371,26 @@ class AlertEngine:
             self._xid_arrivals(gpu, key, now)  # counted anyway: enabling the rule later fires on new Xids only
         if "gpu-idle-held" in enabled:
             yield from self._idle_held(gpu, key)
+
+    def _host_instance(self, gpu: GpuState, hostname: str) -> _Instance | None:
+        """host-unreachable on a fleet view's line that says why its host cannot be read (None: not that line).
+
+        Why not gpu-lost: such a line is marked lost (nothing of the host can be shown) but stands for a host
+        that ssh, its exporter or the server did not answer -- "GPU 3 fell off the bus: drain the node and
+        reboot it" would send someone to reboot a machine that may be fine. Its GPUs' own alerts are neither
+        met nor clear while it cannot be read (their lines are missing: a firing one stays firing). A host
+        connecting, or stale, is not lost: no alert until the fleet view gives up on it.
+        """
+        settings = self._enabled.get("host-unreachable")
+        if settings is None or not gpu.sample.lost or gpu.note is None:
+            return None
+        host = gpu.static.host or hostname
+        reason = "".join(c if c.isprintable() else "?" for c in " ".join(gpu.note.split()))  # one line of text
+        if len(reason) > REASON_CHARS:
+            reason = reason[: REASON_CHARS - 1] + "…"
+        # gone_means_clear: no such line for the host any more: it is read again (or no longer in the view)
+        fills = {"host": host, "reason": reason}
+        return _Instance(settings, f"host-unreachable/{host}", True, host, fills, gone_means_clear=True)
 
     def _xid_arrivals(self, gpu: GpuState, key: str, now: float) -> dict[int, _XidSeen]:
         """Per Xid of ``gpu``: its count and when it last came (a grown count: its newest event, else now)."""

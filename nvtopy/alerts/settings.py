@@ -63,6 +63,7 @@ SCOPE_KEYS = ("gpus", "users", "owners")
 MAX_SCOPE_ENTRIES = 1024
 MAX_DURATION_S = 7 * 86400.0  # a week: longer is a typo (and keeps every sum of times finite)
 _GPU_ONLY = ("gpu-free",)  # rules whose subject has no processes: users/owners cannot scope them
+_HOST_RULES = ("host-unreachable",)  # about a host, not its GPUs or processes: nothing to scope them by
 
 
 class AlertConfigError(UsageError):
@@ -168,6 +169,8 @@ def _rule_settings(base: AlertRule, table: Mapping[str, Any]) -> RuleSettings:
         elif key in ("for", "clear", "cooldown"):
             times[key] = _duration(at, value)
         elif key in SCOPE_KEYS:
+            if base.id in _HOST_RULES:
+                raise AlertConfigError(f"{at}: {base.id} is about hosts, not GPUs or processes: it takes no {key}")
             if key != "gpus" and base.id in _GPU_ONLY:
                 raise AlertConfigError(f"{at}: {base.id} is about GPUs with no processes; scope it with gpus")
             scope[key] = _scope(at, key, value)

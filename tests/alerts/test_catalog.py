@@ -45,7 +45,7 @@ def test_the_issue_s_rules_are_all_there():
         "exporter-down", "exporter-stale",
     }  # fmt: skip
     assert wanted <= set(RULES_BY_ID)
-    assert {r.id for r in CATALOG if not r.fleet} == {"gpu-free", "process-ended"}
+    assert {r.id for r in CATALOG if not r.fleet} == {"gpu-free", "process-ended", "host-unreachable"}
     assert {r.id for r in CATALOG if not r.local} == {"exporter-down", "exporter-stale"}
 
 
@@ -59,7 +59,7 @@ def test_templates_use_only_their_subject_s_placeholders(r):
         template = getattr(r, name)
         assert placeholders(template) <= allowed, (r.id, name, placeholders(template) - allowed)
         assert "{{" not in template and template.strip() == template and template
-    assert "{gpu}" in r.summary or r.subject is Subject.EXPORTER
+    assert "{gpu}" in r.summary or r.subject in (Subject.EXPORTER, Subject.HOST)
 
 
 @pytest.mark.parametrize("r", CATALOG, ids=lambda r: r.id)

@@ -14,10 +14,21 @@ import pytest
 from nvtopy.alerts.catalog import RULES_BY_ID, AlertSeverity
 from nvtopy.alerts.engine import AlertEngine, gpu_free
 from nvtopy.alerts.events import Transition
-from nvtopy.alerts.settings import LOCAL_RULES, alert_settings
+from nvtopy.alerts.settings import LOCAL_RULES, AlertConfigError, alert_settings
 from nvtopy.model import GpuEvent, GpuHealth, GpuSample, GpuState, OwnerKind, ProcessOwner, Reason, Severity, Snapshot
 
-from ..builders import GIB, MIB, NOW, gpu_process, gpu_sample, gpu_state, gpu_static, host_info, snapshot_of
+from ..builders import (
+    GIB,
+    MIB,
+    NOW,
+    gpu_process,
+    gpu_sample,
+    gpu_state,
+    gpu_static,
+    host_info,
+    host_line,
+    snapshot_of,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -404,9 +415,71 @@ def test_every_event_is_an_alert_event_with_the_catalogs_words():
         throttle_reasons=("sw_power_cap",),
     )
     stuck = gpu_state(1, sample=GpuSample(NOW, lost=True), health=GpuHealth(responding=False, stalled_seconds=5))
-    fired = {e.rule_id for t in range(0, 1000, 10) for e in eng.observe(at(t, sick, stuck, free_gpu(2)))}
-    fired |= {e.rule_id for e in eng.observe(at(1000, sick, stuck, gpu(2)))}
+    gone = host_line(3, "node7", "lost: Connection refused; reconnecting in 8 s")
+    fired = {e.rule_id for t in range(0, 1000, 10) for e in eng.observe(at(t, sick, stuck, free_gpu(2), gone))}
+    fired |= {e.rule_id for e in eng.observe(at(1000, sick, stuck, gpu(2), gone))}
     expected = {r.id for r in LOCAL_RULES} - {"process-ended"}
     assert fired == expected
     for event in eng.firing():
         assert event.summary and event.description and event.action and "{" not in event.summary + event.action
+
+
+# ---------------------------------------------------------------------- a fleet view's host lines
+
+
+def test_a_host_that_cannot_be_read_is_host_unreachable_never_a_lost_gpu():
+    """A fleet view marks a host it cannot read as a lost line with its words: not a GPU off the bus."""
+    eng = engine()
+    gone = host_line(0, "node7", "lost: me@node7: Permission denied (publickey).\n-- needs a key")
+    said = [e for t in range(0, 200, 10) for e in eng.observe(at(t, gone, gpu(1)))]
+    assert [(e.rule_id, e.transition) for e in said] == [("host-unreachable", FIRING)]
+    event = said[0]
+    assert event.at == NOW + 120  # its for: 2 min, as exporter-down's
+    assert event.key == "host-unreachable/node7" and event.host == "node7" and event.gpu_index is None
+    assert event.summary == "node7 cannot be read: lost: me@node7: Permission denied (publickey). -- needs a key"
+    assert "ssh node7 true" in event.action and event.severity is AlertSeverity.CRITICAL
+    assert "gpu-lost" not in {e.rule_id for e in eng.firing()}
+    back = eng.observe(at(200, gpu(0), gpu(1))) + eng.observe(at(261, gpu(0), gpu(1)))
+    assert [(e.rule_id, e.transition) for e in back] == [("host-unreachable", CLEARED)]
+
+
+def test_a_host_connecting_or_stale_raises_nothing():
+    eng = engine()
+    lines = (
+        host_line(0, "a", "connecting (5 s)", lost=False),
+        host_line(1, "b", "stale: no snapshot for 9 s", lost=False),
+    )
+    assert [e for t in range(0, 600, 10) for e in eng.observe(at(t, *lines))] == []
+
+
+def test_a_gpus_alert_stays_firing_while_its_host_cannot_be_read():
+    """Unknown is never "back to 0": the GPU's line is missing (its host's line stands in), so nothing clears."""
+    eng = only("gpu-health-worse")
+    sick = gpu(0, health=GpuHealth(verdict=Severity.FAIL))
+    assert [e.transition for t in (0, 60) for e in eng.observe(at(t, sick))] == [FIRING]
+    stale = gpu_state(0, sample=GpuSample(NOW), note="stale: no snapshot for 9 s")  # its identity, no figures
+    gone = host_line(0, "node", "lost: silent for 10 s")
+    assert [e for t in range(70, 1000, 10) for e in eng.observe(at(t, stale if t < 500 else gone))] == []
+    assert [e.rule_id for e in eng.firing()] == ["gpu-health-worse"]
+
+
+def test_a_stale_hosts_processes_did_not_end():
+    """A stale line keeps the GPU's identity and shows no process: not "your process ended"."""
+    eng = only("process-ended")
+    mine = gpu(0, gpu_process(4242, user="alice"))
+    stale = gpu_state(0, sample=GpuSample(NOW), note="stale: no snapshot for 9 s")
+    assert eng.observe(at(0, mine)) == [] and eng.observe(at(1, stale)) == [] and eng.observe(at(2, mine)) == []
+
+
+def test_one_alert_a_host_and_its_words_are_one_safe_line():
+    eng = only("host-unreachable", **{"for": 0})
+    long = "lost: " + "\x1b[31mred\x07 " * 40
+    said = eng.observe(at(0, host_line(0, "n", long), host_line(1, "n", "lost: again"), host_line(2, "m", "lost: x")))
+    assert [e.key for e in said] == ["host-unreachable/n", "host-unreachable/m"]
+    reason = said[0].summary.removeprefix("n cannot be read: ")
+    assert reason.isprintable() and len(reason) == 160 and reason.endswith("…")
+
+
+def test_host_unreachable_takes_no_scope():
+    with pytest.raises(AlertConfigError, match=r"host-unreachable is about hosts.*takes no gpus"):
+        alert_settings({"host-unreachable": {"gpus": [0]}})

@@ -177,7 +177,8 @@ def test_a_bad_alerts_entry_is_one_line_naming_its_key(tmp_path):
     assert result.stderr == (
         "nvtopy: error: alerts.gpu-fre: unknown rule 'gpu-fre'; did you mean 'gpu-free'? (known: gpu-xid, "
         "gpu-remap-pending, gpu-remap-failed, gpu-not-responding, gpu-lost, gpu-idle-held, gpu-suspected-hang, "
-        "gpu-temperature-near-slowdown, gpu-power-capped, gpu-health-worse, gpu-free, process-ended)\n"
+        "gpu-temperature-near-slowdown, gpu-power-capped, gpu-health-worse, gpu-free, process-ended, "
+        "host-unreachable)\n"
     )
 
 

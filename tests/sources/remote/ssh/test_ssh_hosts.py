@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from nvtopy.alerts.engine import AlertEngine
+from nvtopy.alerts.settings import alert_settings
 from nvtopy.model import Snapshot
 from nvtopy.sources.remote.ssh.hosts import SshHosts
 from nvtopy.sources.remote.ssh.session import State
@@ -233,3 +235,20 @@ def test_a_killed_monitor_leaves_no_ssh_behind(tmp_path: Path):
     finally:
         monitor.kill()
         monitor.wait(5)
+
+
+def test_the_alert_engine_says_a_host_is_unreachable_never_that_its_gpus_fell_off(tmp_path: Path):
+    """What the monitor's alerts make of these lines: a denied host is host-unreachable; one connecting, nothing."""
+    engine = AlertEngine(alert_settings({"host-unreachable": {"for": 0}}))
+    source = hosts(tmp_path, "gpu-a,hang,denied")
+    source.streams.start()
+    try:
+        until(lambda: source.streams.sessions[0].latest, what="the live host's snapshot")
+        until(lambda: source.streams.sessions[2].status.state is State.LOST, what="the denied host dropped")
+        snapshot = source.poll_once()
+    finally:
+        source.stop()
+    assert [gpu.sample.lost for gpu in snapshot.gpus if gpu.static.host == "denied"] == [True]
+    said = engine.observe(snapshot)
+    assert [(e.rule_id, e.host) for e in said] == [("host-unreachable", "denied")]
+    assert said[0].summary.startswith("denied cannot be read: lost: me@denied: Permission denied (publickey).")
