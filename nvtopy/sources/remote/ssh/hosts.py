@@ -113,6 +113,7 @@ class SshHosts(SnapshotSource):
         self._decoders: dict[int, SnapshotDecoder] = {}
         self._reported: list[str | None] = [None] * len(self.targets)
         self._sequence = 0
+        self._once = False  # read_once: a one-shot read
         self._streams_started = False
 
     # ----------------------------------------------------------------- lifecycle
@@ -144,6 +145,7 @@ class SshHosts(SnapshotSource):
     def read_once(self, deadline: float | None = None) -> Snapshot:
         """``--once``: connect to every host, wait until each has sent a first snapshot, failed, or the deadline."""
         self._start_streams()
+        self._once = True  # its lines say why a host is lost, not when it would be asked again: it is not
         end = time.monotonic() + (deadline if deadline is not None else self.streams.connect_timeout + 2.0)
         try:
             while time.monotonic() < end:
@@ -211,7 +213,7 @@ class SshHosts(SnapshotSource):
                     for n, s in enumerate(shown.identities)
                 ] or [_line(first, name, note, now)]
             return list(shown.gpus)
-        words = status.words(clock)
+        words = status.words(clock, retrying=not self._once)
         if status.state is State.LIVE:  # connected, the first snapshot not here yet
             words = "connected, waiting for the first snapshot"
         lost = status.state is State.LOST

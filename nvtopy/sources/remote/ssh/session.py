@@ -64,8 +64,11 @@ class Status:
     mode: Mode | None = None
     attempts: int = 0  # connections tried since it last was live
 
-    def words(self, now: float) -> str:
-        """``connecting (3 s)``, ``lost: Permission denied (publickey). Reconnecting in 8 s``."""
+    def words(self, now: float, *, retrying: bool = True) -> str:
+        """``connecting (3 s)``, ``lost: Permission denied (publickey). Reconnecting in 8 s``.
+
+        ``retrying``: say when the host is asked again (False: a one-shot read, which asks no host again).
+        """
         if self.state is State.WAITING:
             return "waiting to connect"
         if self.state is State.CONNECTING:
@@ -73,7 +76,9 @@ class Status:
             return "connecting" + (f" ({waited:.0f} s)" if waited >= 1 else "")
         if self.state is State.LIVE:
             return "live"
-        retry = "" if self.retry_at is None else f"; reconnecting in {max(0.0, self.retry_at - now):.0f} s"
+        retry = (
+            "" if self.retry_at is None or not retrying else f"; reconnecting in {max(0.0, self.retry_at - now):.0f} s"
+        )
         return f"lost: {self.reason or 'the session ended'}{retry}"
 
 

@@ -57,7 +57,9 @@ def test_once_and_json_show_every_host_and_a_dead_one_is_a_line(tmp_path: Path):
     data = json.loads(done.stdout)
     hosts = [(gpu.get("host"), gpu.get("note")) for gpu in data["gpus"]]
     assert [h for h, _ in hosts].count("real-a") == 2 and [h for h, _ in hosts].count("smi-b") == 3
-    assert any(h == "denied" and (note or "").startswith("lost: me@denied: Permission denied") for h, note in hosts)
+    denied = [note or "" for h, note in hosts if h == "denied"]
+    assert len(denied) == 1 and denied[0].startswith("lost: me@denied: Permission denied")
+    assert "reconnecting" not in denied[0]  # a one-shot asks no host again: its line does not say it will
     text = _cli(tmp_path / "text", "--ssh", "real-a", "--once", "--no-color")
     assert text.returncode == 0 and "real-a/0" in text.stdout and "real-a/1" in text.stdout
 
