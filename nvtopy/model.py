@@ -1110,6 +1110,13 @@ class GpuState(_Repr):
         return self.sample.lost
 
     @property
+    def stands_for_host(self) -> bool:
+        """A fleet view's line for a host, not one of its GPUs: its note says why it shows none (connecting,
+        lost, a remark such as "read with nvidia-smi"). A stale host's GPUs keep their place on the host
+        (``host_index``) and stay GPUs: only their figures are missing."""
+        return bool(self.note) and self.static.host_index is None
+
+    @property
     def memory_used_percent(self) -> float | None:
         return memory_used_percent_of(self.static, self.sample)
 

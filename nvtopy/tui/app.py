@@ -690,7 +690,7 @@ class NvtopyApp(App[None]):
         filter_shown = self.query_one("#filter", Input).has_class("shown")
         spare = spare_rows(size.height, plan.lines, filter_shown)
         charts.show(snapshot, gpus, spare, table_rows=len(table.rows) + 1)  # rows to spare: charts
-        self._header_counts = (len(gpus), len(rows), len(everything))
+        self._header_counts = (sum(not g.stands_for_host for g in gpus), len(rows), len(everything))
         self._update_header(header)  # after the charts: it says when they have no room
         self.query_one(HostBar).show(snapshot, size.width)
 

@@ -313,7 +313,8 @@ def header_text(
     if view.layout_mode != "auto":
         parts.append(_part(f"view {view.layout_mode}", rank=3))
     parts.append(_charts_part(view, no_chart_room))
-    parts.append(_part(f"GPUs {shown_gpus}/{len(snapshot.gpus)}"))
+    gpus = sum(not gpu.stands_for_host for gpu in snapshot.gpus)  # a fleet's lines for hosts are no GPUs
+    parts.append(_part(f"GPUs {shown_gpus}/{gpus}"))
     driver = f"driver {host.driver_version or NA} · CUDA {host.cuda_driver_version or NA}"
     parts.append(_part(safe_text(driver), rank=5))
     clock = _part(time.strftime("%H:%M:%S", time.localtime(snapshot.timestamp)))
