@@ -518,11 +518,16 @@ def _text(key: str, limit: int = 4096) -> Any:
     return check
 
 
+def ssh_option_ok(option: object) -> bool:
+    """An ssh option as ``ssh -o`` takes it: ``Key=Value`` (never another flag), bounded: the config file and CLI."""
+    return isinstance(option, str) and "=" in option and not option.startswith("-") and len(option) <= 1024
+
+
 def _check_ssh_options(value: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or len(value) > 64:
         raise _BadValueError("ssh.options", 'must be an array of "Key=Value" ssh options' + _got(value))
     for option in value:
-        if not isinstance(option, str) or "=" not in option or option.startswith("-") or len(option) > 1024:
+        if not ssh_option_ok(option):
             raise _BadValueError("ssh.options", f'each must be "Key=Value", e.g. "ProxyJump=bastion"{_got(option)}')
     return tuple(value)
 

@@ -407,6 +407,13 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         parser.error("--ssh, --remote and --prometheus are three ways to see other hosts: give one")
     if (args.ssh_config is not None or args.ssh_option) and not _ssh_wanted(args):
         parser.error("--ssh-config and --ssh-option need --ssh HOSTS or --hostfile FILE")
+    if args.ssh_option:
+        from ..config import ssh_option_ok  # here: --once imports no more than it needs
+
+        for option in args.ssh_option:
+            if not ssh_option_ok(option):
+                said = repr(safe_text(option)[:80])
+                parser.error(f"--ssh-option: {said} is not KEY=VALUE (an ssh -o option, e.g. ProxyJump=bastion)")
     if args.ca_file is not None and args.prometheus is None and args.remote is None:
         parser.error("--ca-file needs --remote or --prometheus (the servers it verifies)")
 

@@ -79,6 +79,8 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path):
         (("--ssh", "a", "--remote", "b:9400"), "three ways to see other hosts"),
         (("--ssh", "a", "--demo", "--once"), "cannot be combined with --gpus, --only-visible or --demo"),
         (("--ssh-option", "ProxyJump=x", "--once"), "need --ssh HOSTS or --hostfile FILE"),
+        (("--ssh", "a", "--ssh-option", "ProxyJump", "--once"), "'ProxyJump' is not KEY=VALUE"),
+        (("--ssh", "a", "--ssh-option=-oProxyCommand=x", "--once"), "'-oProxyCommand=x' is not KEY=VALUE"),
         (("--hostfile", str(tmp_path / "missing"), "--once"), "no such file"),
     ]:
         done = _cli(tmp_path, *args)
