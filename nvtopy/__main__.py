@@ -1,7 +1,5 @@
 """``python -m nvtopy``: the same as the ``nvtopy`` command."""
 
-import sys
+from .commands.dispatch import console
 
-from .commands.dispatch import main
-
-sys.exit(main())
+console()

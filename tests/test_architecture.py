@@ -525,7 +525,7 @@ def make_package(root: Path, files: dict[str, str]) -> Path:
 
 
 CLEAN = {
-    "__main__.py": "from .commands.dispatch import main\n",
+    "__main__.py": "from .commands.dispatch import console\n",
     "backends/base.py": "from ..model import *\n",
     "backends/open.py": "def f():\n    from .nvml.backend import NvmlBackend\n    from .simulated import backend\n",
     "backends/nvml/backend.py": "import pynvml\nfrom ..base import Backend\nfrom ..host.processes import p\n",

@@ -325,7 +325,10 @@ def _show(args: argparse.Namespace, source: Any, read_once: Callable[[], Snapsho
     app = NvtopyApp(source, layout=args.view, alerts=alerts)  # a fleet's alerts: shown, not sent (see above)
     _configure(app, args, options.user_config(args, *CONFIG_FLAGS))
     settle_for_fleet()  # thousands of short-lived objects a refresh: a collector set for them (gc_policy)
-    app.run()
+    app.run()  # on quit it stops the source: every ssh ended before it returns
+    from .dispatch import exit_at_once
+
+    exit_at_once()  # the fleet's objects are not freed one by one at exit: the prompt comes back at once
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import subprocess
 import sys
 
@@ -350,3 +351,43 @@ def test_the_commands_turn_gpus_options_into_a_selection_one_way():
         if "select_gpus(" in path.read_text(encoding="utf-8")
     )
     assert selecting == ["options.py"]
+
+
+# --------------------------------------------------------------------------- ending at once
+
+
+def test_a_fleet_monitor_asks_to_end_at_once_and_a_local_one_does_not(monkeypatch):
+    """The fleet's objects are not freed one by one at exit (about a second at 64 x 8): the local monitor's are."""
+    from nvtopy.commands import dispatch
+    from nvtopy.tui.app import NvtopyApp
+
+    monkeypatch.setattr(NvtopyApp, "run", lambda app, *a, **k: None)
+    monkeypatch.setattr(dispatch, "_exit_at_once", False)
+    assert dispatch.main(["--demo"]) == 0 and dispatch._exit_at_once is False
+    assert dispatch.main(["--remote", "127.0.0.1:9"]) == 0 and dispatch._exit_at_once is True
+
+
+def test_ending_at_once_flushes_what_was_written_and_keeps_the_exit_code():
+    """console() with exit_at_once: no interpreter teardown (atexit handlers do not run), output complete, code kept."""
+    code = (
+        "import atexit, sys\n"
+        "from nvtopy.commands import dispatch\n"
+        "atexit.register(lambda: print('teardown ran'))\n"
+        "def main():\n"
+        "    print('the last line', end='')\n"
+        "    sys.stderr.write('said')\n"
+        "    dispatch.exit_at_once()\n"
+        "    return 3\n"
+        "dispatch.main = main\n"
+        "dispatch.console()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # a pipe's stdout is buffered
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False, env=env
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (3, "the last line", "said")
+    plain = code.replace("    dispatch.exit_at_once()\n", "")
+    done = subprocess.run(
+        [sys.executable, "-c", plain], capture_output=True, text=True, timeout=60, check=False, env=env
+    )
+    assert (done.returncode, done.stdout) == (3, "the last lineteardown ran\n")

@@ -12,6 +12,7 @@ from nvtopy.sources.remote.ssh.hosts import SshHosts
 from nvtopy.sources.remote.ssh.targets import expand
 from nvtopy.tui.app import NvtopyApp
 
+from ..end_to_end.test_slow_driver import ALT_SCREEN_OFF, Terminal
 from ..sources.remote.ssh import fake_ssh
 from ..tui_helpers import screen_text, wait_until, widget_lines
 
@@ -52,3 +53,42 @@ def _running(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
     except OSError:
         return False
+
+
+@pytest.mark.timing  # a bound on the clock (the program gone within 0.75 s of q): run apart from the loaded pass
+def test_the_program_with_64_hosts_ends_at_once_and_leaves_no_ssh(tmp_path: Path):
+    """The real program in a terminal: 64 hosts x 8 GPUs live, q, and the shell's prompt is back at once.
+
+    What it guards: the fleet's hundreds of thousands of objects are not freed one by one at exit
+    (``dispatch.exit_at_once``); that took about a second at this size after the screen was gone.
+    """
+    program = fake_ssh.install(tmp_path, gpus=8, period=1.0, lines=4)
+    config = tmp_path / "config.toml"
+    config.write_text(f'[ssh]\nprogram = "{program}"\n')
+    hosts = ",".join(f"node{n:02d}" for n in range(64))
+    term = Terminal(["--config", str(config), "--ssh", hosts], cols=200, rows=50)
+    try:
+        term.wait_for(b"SSH 64/64 hosts", timeout=60)
+        time.sleep(2.5)  # a few refreshes: every GPU's history and charts begun
+        elapsed = term.quit_time()
+        assert term.status == 0 and ALT_SCREEN_OFF in term.text()
+    finally:
+        term.close()
+    assert elapsed < 0.75, f"the program ended {elapsed:.2f} s after q"
+    until_gone = time.monotonic() + 5
+    while _ssh_children(program) and time.monotonic() < until_gone:
+        time.sleep(0.05)
+    assert not _ssh_children(program)
+
+
+def _ssh_children(program: Path) -> list[int]:
+    """The stand-in ssh processes still running (orphans are re-parented: found by their command line)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if str(program).encode() in (entry / "cmdline").read_bytes() and _running(int(entry.name)):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
