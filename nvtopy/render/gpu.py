@@ -743,13 +743,18 @@ def _compact_tail(gpu: GpuState, room: int) -> list[Line]:
     in ``room`` cells.
 
     On a narrow line the least telling go first -- the P-state, then the power, then
-    the temperature -- so that utilisation and SM active stay whole rather than the
+    the temperature -- and SM active goes where it does not fit whole beside the
+    utilisation (never ``SM 8…``), so that what stays is whole rather than the
     line ending cut. The widths do not depend on the values: lines of one width keep
     the same pieces, and their bars line up.
     """
     sample = gpu.sample
     text, category = percent_cell(sample.utilization_gpu_percent)
-    pieces = [_put(Line(" "), (text.rjust(4), category), "bold").extend(_compact_activity(gpu))]
+    utilization = _put(Line(" "), (text.rjust(4), category), "bold")
+    activity = _compact_activity(gpu)
+    if utilization.cells + activity.cells > room:  # SM active whole or not at all: never ``SM 8…``
+        activity = Line()
+    pieces = [utilization.extend(activity)]
     pieces.append(Line(" ").extend(_temperature(gpu, with_limit=False).fit(5)))
     draw = sample.power_draw_w
     pieces.append(Line(f" {NA:>5}", "dim") if draw is None else Line(f" {draw:4.0f}W"))

@@ -386,3 +386,18 @@ def test_compact_view_of_three_hosts(snap_compare, sim, utc):
         await shown(pilot, app, snapshot)
 
     assert snap_compare(app, terminal_size=(120, 30), run_before=prepare)
+
+
+def test_a_compact_line_shows_sm_active_whole_or_not_at_all():
+    """A remote GPU's longer label leaves less room: its SM active goes whole, never as ``SM 8…`` at the cut."""
+    from nvtopy.render.gpu import compact_line
+
+    base = gpu_state(0, sample=gpu_sample(utilization_gpu_percent=96, sm_active_percent=82.0))
+    for host in ("n", "node00", "gpu-node-1234"):
+        gpu = dataclasses.replace(base, static=dataclasses.replace(base.static, host=host, host_index=0))
+        for width in range(24, 61):
+            text = compact_line(gpu, width).plain
+            assert len(text) <= width
+            assert "SM" not in text or text.rstrip().endswith(("SM  82%", "82%", "°C", "W", "P0")), (host, width, text)
+            assert "SM" not in text or "SM  82%" in text, (host, width, text)
+        assert "SM  82%" in compact_line(gpu, 80).plain
