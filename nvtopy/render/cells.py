@@ -493,7 +493,10 @@ def stalled_text(gpu: GpuState) -> str | None:
 
 
 def verdict_cell(gpu: GpuState) -> Cell:
-    """The GPU's one health verdict: ``("OK", GOOD)``, ``("WARN", WARN)``, ``("FAIL", ALERT)``."""
+    """The GPU's one health verdict: ``("OK", GOOD)``, ``("WARN", WARN)``, ``("FAIL", ALERT)``; ``("N/A", DIM)``
+    for a line that is no reading (a fleet's host it cannot read, a stale host's GPU): never OK unread."""
+    if gpu.note:
+        return (NA, DIM)
     verdict = gpu.health.verdict
     return (verdict.value, SEVERITY_CATEGORY[verdict])
 

@@ -158,9 +158,13 @@ def _heading(gpu: GpuState) -> Line:
 
 
 def overview_line(gpu: GpuState) -> Line:
-    """One GPU in one line: ``GPU 1  WARN  PCIe link Gen3 x8, the GPU can do Gen5 x16 (+2)``."""
+    """One GPU in one line: ``GPU 1  WARN  PCIe link Gen3 x8, the GPU can do Gen5 x16 (+2)``; a remote GPU's
+    host and index there after its verdict (``GPU 9  OK    node01/1  H100 80GB HBM3 · 2A:00.0``), as every view
+    of a fleet names them."""
     verdict, category = verdict_cell(gpu)
     line = Line(f"  GPU {gpu.static.index:<3}", "bold").add(f"{verdict:<4}", _style(category)).add("  ")
+    if gpu.static.host is not None:
+        line.add(f"{host_label(gpu.static)}  ", _style(REMOTE))
     stalled = stalled_text(gpu)
     if stalled is not None:
         return line.add(stalled, _style(ALERT))
@@ -485,10 +489,12 @@ def gpu_health_lines(gpu: GpuState, now: float | None = None) -> list[Line]:
 
 
 def health_counts(gpus: Iterable[GpuState]) -> dict[Severity, int]:
-    """How many GPUs have each verdict (a not-responding GPU counts as it is: FAIL)."""
+    """How many GPUs have each verdict (a not-responding GPU counts as it is: FAIL); a line that is no reading
+    (a fleet's note: an unreachable host, a stale one) has none and is not counted."""
     counts = dict.fromkeys(Severity, 0)
     for gpu in gpus:
-        counts[gpu.health.verdict] += 1
+        if not gpu.note:
+            counts[gpu.health.verdict] += 1
     return counts
 
 

@@ -152,6 +152,7 @@ class HealthScreen(ModalScreen[None]):
         # Categories, not styles: RICH_STYLES is read when the title is drawn, so the theme's palette applies
         # (copying the styles at import time kept the default red and green under "colorblind").
         parts = [(f"{counts[s]} {s.value}", RICH_STYLES[SEVERITY_CATEGORY[s]]) for s in worst_first]
+        parts.append((f"{shown - sum(counts.values())} N/A", "dim"))  # lines that are no reading: a host unread
         for i, (words, style) in enumerate(p for p in parts if not p[0].startswith("0 ")):
             if i:
                 text.append(" · ", style="dim")

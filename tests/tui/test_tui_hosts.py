@@ -38,7 +38,7 @@ from nvtopy.tui.app import NvtopyApp
 from nvtopy.tui.gpu_view import HostGroup, host_groups, host_header, host_state, plan_layout
 from nvtopy.tui.screens import ConfirmSignalScreen
 
-from ..builders import FixedSource, gpu_sample, gpu_state, gpu_static, host_info, snapshot_of
+from ..builders import FixedSource, gpu_sample, gpu_state, gpu_static, host_info, host_line, snapshot_of
 from ..tui_helpers import header_line, wait_until, widget_lines
 
 REFUSAL = "read-only: processes on other hosts cannot be signalled from here"
@@ -401,3 +401,19 @@ def test_a_compact_line_shows_sm_active_whole_or_not_at_all():
             assert "SM" not in text or text.rstrip().endswith(("SM  82%", "82%", "°C", "W", "P0")), (host, width, text)
             assert "SM" not in text or "SM  82%" in text, (host, width, text)
         assert "SM  82%" in compact_line(gpu, 80).plain
+
+
+def test_the_health_overview_names_each_remote_gpus_host_and_never_calls_an_unread_host_ok():
+    from nvtopy.model import Severity
+    from nvtopy.render.cells import verdict_cell
+    from nvtopy.render.health import health_counts, overview_line
+
+    base = gpu_state(9)
+    remote = dataclasses.replace(base, static=dataclasses.replace(base.static, host="node01", host_index=1))
+    gone = host_line(12, "deadbox", "lost: x")
+    stale = dataclasses.replace(remote, note="stale: no snapshot for 9 s")
+    assert overview_line(remote).plain.split()[:4] == ["GPU", "9", "OK", "node01/1"]
+    assert overview_line(gone).plain.split()[:5] == ["GPU", "12", "N/A", "deadbox", "lost:"]
+    assert verdict_cell(gone)[0] == verdict_cell(stale)[0] == "N/A"
+    assert health_counts([remote, gone, stale]) == {Severity.OK: 1, Severity.WARN: 0, Severity.FAIL: 0}
+    assert overview_line(gpu_state(0)).plain.split()[:3] == ["GPU", "0", "OK"]  # a local GPU: no host
