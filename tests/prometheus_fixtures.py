@@ -110,7 +110,6 @@ class Server:
     targets: list[str]  # host:port of each target: Prometheus's ``instance`` label
     logs: list[Path]
     seconds_to_data: float = 0.0  # from starting the first process until the data was there
-    config_path: Path | None = None  # its prometheus.yml, for :meth:`reload`
 
     @property
     def target(self) -> str:
@@ -126,20 +125,6 @@ class Server:
 
     def values(self, promql: str) -> list[float]:
         return [float(series["value"][1]) for series in self.query(promql)]
-
-    def reload(self, config: str) -> None:
-        """Run on ``config`` (prometheus.yml text) from now on, the stored series kept: what a SIGHUP does.
-
-        Prometheus answers ``POST /-/reload`` once the new configuration is in force (the old scrape
-        loops stopped, the new ones started). A test that needs data scraped at a long interval fills
-        the server at a short one first, then reloads: the first scrape of each target comes at a
-        point in its interval, up to a whole interval after the start.
-        """
-        assert self.config_path is not None, "a server started by prometheus()"
-        self.config_path.write_text(config, encoding="utf-8")
-        request = urllib.request.Request(f"{self.url}/-/reload", method="POST")
-        with _OPENER.open(request, timeout=30) as response:
-            assert response.status == 200, response.status
 
     def label_values(self, label: str, match: str) -> list[str]:
         """Grafana's ``label_values(match, label)``, through the API it uses."""
@@ -205,7 +190,6 @@ def prometheus(tmp: Path, config: str, targets: Sequence[str], logs: list[Path])
                     f"--config.file={path}",
                     f"--storage.tsdb.path={tmp / 'data'}",
                     f"--web.listen-address={web}",
-                    "--web.enable-lifecycle",  # POST /-/reload (Server.reload); on loopback only
                     "--log.level=warn",
                 ],
                 stdout=out,
@@ -213,7 +197,7 @@ def prometheus(tmp: Path, config: str, targets: Sequence[str], logs: list[Path])
                 start_new_session=True,
                 cwd=tmp,
             )
-        server = Server(f"http://{web}", list(targets), logs, config_path=path)
+        server = Server(f"http://{web}", list(targets), logs)
 
         def ready() -> bool:
             assert process is not None and process.poll() is None, "prometheus exited"
@@ -468,7 +452,7 @@ def served_expositions(bodies: Sequence[bytes]) -> Iterator[list[str]]:
             threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
         yield [f"127.0.0.1:{server.server_address[1]}" for server in servers]
     finally:
-        # All at once: one after the other, each waited up to its serving loop's 0.2 s poll (64 ports: 6-13 s).
+        # All at once, woken: one after the other, each waits out its serving loop's 0.2 s poll (64 ports: 7.5 s).
         stoppers = [threading.Thread(target=shutdown_server, args=(server,)) for server in servers]
         for stopper in stoppers:
             stopper.start()
