@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
+import hashlib
 import os
 import shutil
 import signal
@@ -155,25 +156,46 @@ def nvtopy_cmd() -> list[str]:
 
 @pytest.fixture(scope="session")
 def fake_lib(tmp_path_factory) -> str:
-    """A directory holding ../shared/fake-nvml built as libnvidia-ml.so.1 (for LD_LIBRARY_PATH), once per run.
+    """A directory holding ../shared/fake-nvml built as libnvidia-ml.so.1 (for LD_LIBRARY_PATH), built once.
 
-    Once per run, not once per pytest-xdist worker: the workers share the run's base temporary directory, and
-    the first to get there builds while the others wait for it (about 5 s of CPU each build, on every worker).
+    Once, not once per pytest-xdist worker nor once per run: the first worker to get there builds while the
+    others wait for it (about 5 s of CPU each build, 20 s on a busy 2-core machine, on the critical path of
+    ``make test``'s timing pass, which came after the main pass had built the same), and the build is kept, by
+    what it is built from, beside pytest's numbered run directories (``/tmp/pytest-of-USER``).
     """
     worker = os.environ.get("PYTEST_XDIST_WORKER")
-    shared = tmp_path_factory.getbasetemp().parent if worker else tmp_path_factory.getbasetemp()
-    build = shared / "fake-nvml"
-    failed = shared / "fake-nvml.failed"  # the build's error, for every worker to skip with
-    with _exclusive(shared / "fake-nvml.lock", deadline_s=300):
-        if not (build / "libnvidia-ml.so").exists() and not failed.exists():  # make links it last
+    run = tmp_path_factory.getbasetemp().parent if worker else tmp_path_factory.getbasetemp()
+    # pytest's own directory for this user's runs; a --basetemp of one's own: the run's directory, as before.
+    kept = next((parent for parent in run.parents if parent.name.startswith("pytest-of-")), run)
+    build = kept / f"fake-nvml-{_fake_nvml_key()}"
+    failed = run / "fake-nvml.failed"  # the build's error, for every worker of this run to skip with
+    with _exclusive(kept / "fake-nvml.lock", deadline_s=300):
+        if not build.is_dir() and not failed.exists():
+            building = run / "fake-nvml"  # then renamed: a build cut short is never taken for a whole one
             result = subprocess.run(
-                ["make", "-s", "-C", str(FAKE_NVML_SRC), f"BUILD={build}"], capture_output=True, text=True, timeout=300
+                ["make", "-s", "-C", str(FAKE_NVML_SRC), f"BUILD={building}"],
+                capture_output=True,
+                text=True,
+                timeout=300,
             )
             if result.returncode != 0:
                 failed.write_text(result.stderr.strip()[:200] or f"make exited {result.returncode}")
+            else:
+                building.rename(build)
     if failed.exists():
         pytest.skip(f"cannot build fake-nvml: {failed.read_text()}")
     return str(build)
+
+
+def _fake_nvml_key() -> str:
+    """What the fake driver is built from: its source and Makefile, and make's compiler variables."""
+    digest = hashlib.sha256()
+    for name in ("fake_nvml.c", "Makefile"):
+        source = FAKE_NVML_SRC / name
+        digest.update(source.read_bytes() if source.is_file() else b"")  # none: make fails, the tests skip
+    for variable in ("CC", "CFLAGS", "LDFLAGS", "LDLIBS"):
+        digest.update(f"{variable}={os.environ.get(variable, '')}\0".encode())
+    return digest.hexdigest()[:16]
 
 
 @contextlib.contextmanager

@@ -452,9 +452,12 @@ def served_expositions(bodies: Sequence[bytes]) -> Iterator[list[str]]:
             threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
         yield [f"127.0.0.1:{server.server_address[1]}" for server in servers]
     finally:
-        for server in servers:
-            server.shutdown()
-            server.server_close()
+        # All at once, woken: one after the other, each waits out its serving loop's 0.2 s poll (64 ports: 7.5 s).
+        stoppers = [threading.Thread(target=shutdown_server, args=(server,)) for server in servers]
+        for stopper in stoppers:
+            stopper.start()
+        for stopper in stoppers:
+            stopper.join(timeout=30)
 
 
 # ----------------------------------------------------------------- a fake Prometheus, for unit tests

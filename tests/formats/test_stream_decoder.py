@@ -77,6 +77,24 @@ def node_lines() -> list[str]:
             backend.close()
 
 
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
+def fresh(data: Any) -> Any:
+    """``copy.deepcopy(data)`` for decoded JSON (dicts, lists and immutable leaves, nothing shared), 4x faster.
+
+    The same result: new dicts and lists, the leaves themselves (deepcopy keeps a str, an int or a float, NaN
+    included, as it is). The decoders are given copies as they may keep or change what they get; deepcopy was
+    half of this module's CPU time.
+    """
+    kind = type(data)
+    if kind is dict:
+        return {key: fresh(item) for key, item in data.items()}
+    if kind is list:
+        return [fresh(item) for item in data]
+    return data if kind in _LEAVES else copy.deepcopy(data)
+
+
 def checked(data: Any) -> Snapshot:
     """The checked walk: every value through its checker, in the order snapshot_from_dict always checked them."""
     return decoder._checked_snapshot(data)
@@ -205,9 +223,9 @@ def test_a_hostile_line_after_good_ones_decodes_or_fails_as_the_checked_walk(nod
         stream.decode(json.loads(line))
     hostile = json.loads(node_lines[3])
     CHANGES[change](hostile)
-    expected = outcome(checked, copy.deepcopy(hostile))
+    expected = outcome(checked, fresh(hostile))
     assert outcome(stream.decode, hostile) == expected
-    assert outcome(snapshot_from_dict, copy.deepcopy(hostile)) == expected
+    assert outcome(snapshot_from_dict, fresh(hostile)) == expected
     after = json.loads(node_lines[4])  # the decoder goes on as before
     assert outcome(stream.decode, after) == outcome(checked, json.loads(node_lines[4]))
 
@@ -266,9 +284,9 @@ def test_random_damage_decodes_or_fails_as_the_checked_walk(node_lines):
         stream.decode(json.loads(node_lines[at - 1]))
         hostile = json.loads(node_lines[at])
         for path in rng.sample(leaves[at], rng.randint(1, 3)):
-            _set(hostile, path, copy.deepcopy(rng.choice(POOL)))
-        expected = outcome(checked, copy.deepcopy(hostile))
-        assert outcome(stream.decode, copy.deepcopy(hostile)) == expected, f"trial {trial}"
+            _set(hostile, path, fresh(rng.choice(POOL)))
+        expected = outcome(checked, fresh(hostile))
+        assert outcome(stream.decode, fresh(hostile)) == expected, f"trial {trial}"
         assert outcome(snapshot_from_dict, hostile) == expected, f"trial {trial}"
         kinds.append(expected[0])
     assert 40 < kinds.count("error") < 360, "damage that decodes and damage that fails, both"
@@ -283,7 +301,7 @@ def test_the_memory_holds_two_lines_at_most_whatever_comes_and_goes(node_lines):
     template = json.loads(node_lines[0])
     per_line = []
     for number in range(60):
-        data = copy.deepcopy(template)
+        data = fresh(template)
         for gpu in data["gpus"]:
             gpu["serial"] = f"serial-{number}"  # a new static part each line
             for link in gpu["health"]["readings"]["nvlink"]["links"] or ():
@@ -291,7 +309,7 @@ def test_the_memory_holds_two_lines_at_most_whatever_comes_and_goes(node_lines):
             for process in gpu["processes"]:
                 if process["owner"]:
                     process["owner"]["name"] = f"job-{number}-{process['pid']}"  # a new owner each line
-        assert stream.decode(data) == checked(copy.deepcopy(data))
+        assert stream.decode(data) == checked(fresh(data))
         per_line.append(stream.remembered)
     assert max(per_line) == max(per_line[:3]), "no growth with churn"
     # a GPU: its static, links, reasons, health, and its static, readings, reasons and health known by identity;
@@ -386,7 +404,7 @@ def test_a_patched_stream_decodes_every_line_as_the_checked_walk(node_lines):
         stream = SnapshotDecoder()
         for n, state in enumerate(states):
             got = stream.decode(state, place=place)
-            expected = checked(copy.deepcopy(state))
+            expected = checked(fresh(state))
             if place is not None:
                 expected_parts = _placed_by_hand(expected, place.first, place.host, place.taken)
                 assert [(g.static, g.sample, g.processes, g.health) for g in got.gpus] == expected_parts, n
@@ -413,7 +431,7 @@ def test_a_changed_link_in_a_patched_line_is_not_missed(node_lines):
     second = stream.decode(changed)
     assert second.gpus[gpu].sample.nvlinks[0].errors == errors
     assert second.gpus[gpu].sample.nvlinks[1:] == first.gpus[gpu].sample.nvlinks[1:]
-    assert second == checked(copy.deepcopy(changed))
+    assert second == checked(fresh(changed))
     others = [n for n in range(len(state["gpus"])) if n != gpu and first.gpus[n].sample.nvlinks]
     assert all(second.gpus[n].sample.nvlinks is first.gpus[n].sample.nvlinks for n in others)
 
@@ -435,7 +453,7 @@ def test_a_changed_owner_in_a_patched_line_is_not_missed(node_lines):
     changed = apply_patch(state, patch)
     second = stream.decode(changed)
     assert second.gpus[gpu].processes[at].owner.name == "renamed"
-    assert second == checked(copy.deepcopy(changed))
+    assert second == checked(fresh(changed))
     kept = [(g, n) for g, item in enumerate(first.gpus) for n, p in enumerate(item.processes) if p.owner]
     assert all(
         second.gpus[g].processes[n].owner is first.gpus[g].processes[n].owner for g, n in kept if (g, n) != (gpu, at)
@@ -491,7 +509,7 @@ def _expected(pairs: list[tuple[dict[str, Any], Any]]) -> list[Any]:
     """What the checked walk makes of each state, placed as ``_decode_from_patches`` places it."""
     made = []
     for n, (state, _) in enumerate(pairs):
-        kind, value = outcome(checked, copy.deepcopy(state))
+        kind, value = outcome(checked, fresh(state))
         if kind == "snapshot":
             value = _placed_by_hand(value[0], 5, "gpu-c", 1_800_000_000.0 + n)
         made.append((kind, value))
@@ -619,7 +637,7 @@ def test_a_patch_of_a_line_the_decoder_did_not_see_is_not_used(plain_lines):
     # given one anyway (wrongly) must at least not build from line 1's parts -- so the source must not pass it
     got = stream.decode(pairs[3][0], place=place)
     assert [(g.static, g.sample, g.processes) for g in got.gpus] == [
-        (g[0], g[1], g[2]) for g in _placed_by_hand(checked(copy.deepcopy(pairs[3][0])), 0, "h", 1.0)
+        (g[0], g[1], g[2]) for g in _placed_by_hand(checked(fresh(pairs[3][0])), 0, "h", 1.0)
     ]
 
 
@@ -635,7 +653,7 @@ def test_the_memory_of_a_patched_stream_stays_that_of_two_lines(plain_lines):
     stream.decode(state, place=place)
     sizes = []
     for n in range(1, 200):
-        processes = copy.deepcopy(state["gpus"][gpu]["processes"])
+        processes = fresh(state["gpus"][gpu]["processes"])
         for at, process in enumerate(processes):
             process["pid"] = 100_000 + n * 10 + at  # another process
             process["owner"] = {"kind": "slurm", "name": f"job-{n}-{at}", "uid": 1000}
@@ -703,9 +721,9 @@ def test_a_hostile_nvlink_reading_in_a_patch_decodes_or_fails_as_the_whole_line(
     gpus = len(base["gpus"])
     gpu = next(n for n, item in enumerate(base["gpus"]) if item["health"]["readings"]["nvlink"]["links"])
     links = base["gpus"][gpu]["health"]["readings"]["nvlink"]["links"]
-    made = HOSTILE_LINKS[change](copy.deepcopy(links))
+    made = HOSTILE_LINKS[change](fresh(links))
     if type(made) is dict:  # a change of the first link
-        odd = copy.deepcopy(links)
+        odd = fresh(links)
         odd[0].update(made)
     elif type(made) is list:
         odd = made
