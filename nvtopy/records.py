@@ -17,10 +17,18 @@ an option dataclasses added later) is handed to :func:`dataclasses.dataclass` as
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["dataclass"]
+from .standin import import_standing_in
+
+if TYPE_CHECKING:
+    import dataclasses
+    from dataclasses import field
+else:  # inspect (ast, dis, tokenize) is imported only if some class has no docstring (nvtopy.standin)
+    dataclasses = import_standing_in("dataclasses", "inspect")
+    field = dataclasses.field
+
+__all__ = ["dataclass", "field"]
 
 # dataclasses' kinds of entry in __dataclass_fields__ (a field, a ClassVar, an InitVar): Python 3.10-3.13 alike.
 # A Python whose dataclasses names them otherwise gets dataclasses.dataclass itself (slower to import, the same).
@@ -99,7 +107,7 @@ def _record(cls: type, *, init: bool, show: bool, eq: bool, frozen: bool, option
 
 def _parameter(f: dataclasses.Field[Any]) -> str:
     """A field as its ``__init__`` parameter is shown: ``name: type``, ``= default`` or ``= <factory>``."""
-    import inspect  # dataclasses imports it: no cost
+    import inspect  # a class without a docstring (at first use: nvtopy.standin)
 
     text = f"{f.name}: {inspect.formatannotation(f.type)}"
     if f.default_factory is not dataclasses.MISSING:
