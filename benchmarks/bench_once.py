@@ -106,8 +106,13 @@ def commands(args: argparse.Namespace) -> list[Command]:
             Command("floor: + import the CLI", [python, "-c", "import nvtopy.commands.dispatch"], "floor"),
             Command(
                 "floor: + import the CLI and the NVML backend",
-                # pynvml too: the backend imports it when it opens the driver, before the first GPM sample
-                [python, "-c", "import nvtopy.commands.dispatch, nvtopy.backends.nvml.backend, pynvml"],
+                # pynvml too, as the backend imports it when it opens the driver, before the first GPM sample
+                # (import_pynvml: ctypes.util standing in, nvtopy.standin)
+                [
+                    python,
+                    "-c",
+                    "import nvtopy.commands.dispatch, nvtopy.backends.nvml.backend as b; b.import_pynvml()",
+                ],
                 "floor",
             ),
         ]

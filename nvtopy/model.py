@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import field
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from .history import SampleRing
 from .ranges import FIELD_RANGES
-from .records import dataclass
+from .records import dataclass, field
 
 __all__ = [
     "EMPTY_REASONS",

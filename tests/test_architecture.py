@@ -56,6 +56,7 @@ FORBIDDEN_IN_TUI = {"pynvml", "psutil", "nvtopy.backends.host", "nvtopy.backends
 CORE = {
     "model",
     "records",
+    "standin",
     "history",
     "ranges",
     "selection",

@@ -10,9 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shutil
 import sys
-import textwrap
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -69,6 +67,24 @@ HELP_WIDTH = 100
 _DEFINITION = re.compile(r"^( +\S.*?  +)(\S.*)$")  # "  held       GPU-hours during which ...": a term, its text
 
 
+def _terminal_columns() -> int:
+    """``shutil.get_terminal_size().columns``, by its rules, without importing shutil (and bz2, lzma, fnmatch).
+
+    Why: argparse makes a formatter for every ``add_argument`` (to check its metavar), so every
+    command, ``--once`` too, asks for the width dozens of times though it draws no help.
+    """
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns or 80  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 80
+    return columns
+
+
 class HelpFormatter(argparse.HelpFormatter):
     """argparse's help, with descriptions and epilogs reflowed to the terminal and their lists kept.
 
@@ -81,14 +97,18 @@ class HelpFormatter(argparse.HelpFormatter):
     """
 
     def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None):
-        columns = width if width is not None else shutil.get_terminal_size().columns - 2
+        columns = width if width is not None else _terminal_columns() - 2
         super().__init__(prog, indent_increment, max_help_position, min(max(columns, 40), HELP_WIDTH))
 
     def _split_lines(self, text: str, width: int) -> list[str]:
         """An option's help, wrapped at spaces only: ``'--fields help'`` and ``idle-held`` stay whole."""
+        import textwrap
+
         return textwrap.wrap(" ".join(text.split()), width, break_long_words=False, break_on_hyphens=False)
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
+        import textwrap
+
         blocks: list[tuple[str, str, list[str]]] = []  # (first line's indent, the next lines', words)
         joins = ""  # what the next line may continue: "item", "paragraph" or nothing
         for line in text.splitlines():

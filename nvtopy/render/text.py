@@ -39,7 +39,6 @@ as it was.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Sequence
 from typing import IO
 
@@ -507,6 +506,9 @@ def render_snapshot(snapshot: Snapshot, out: IO[str], *, color: bool, gpu_count:
     """
     tty = out.isatty()
     color = color and tty and color_allowed()
+    if tty:  # shutil (with bz2, lzma and fnmatch) imported only for a terminal: a pipe is never clipped
+        import shutil
+
     max_width = shutil.get_terminal_size((160, 40)).columns if tty else None
     host = snapshot.host
     header = f"{host.hostname}  driver {host.driver_version or NA}  CUDA {host.cuda_driver_version or NA}"

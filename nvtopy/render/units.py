@@ -7,6 +7,7 @@ and nvitop use them).
 
 from __future__ import annotations
 
+import functools
 import unicodedata
 
 from ..textsafe import safe_text
@@ -116,6 +117,13 @@ def width_of(text: str) -> int:
     ``--once`` stays light)."""
     if text.isascii():
         return len(text)
+    return _cells(text)
+
+
+@functools.lru_cache(maxsize=1024)
+def _cells(text: str) -> int:
+    """:func:`width_of` of a text with a character past ASCII, two lookups a character, remembered: a table
+    measures the same texts again and again (a rule of ``─``, ``°C``, an owner label ``…`` in every row)."""
     cells = 0
     for char in text:
         if unicodedata.combining(char):

@@ -938,3 +938,42 @@ def test_the_module_reads_files_only() -> None:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             imported.add(node.module.split(".")[0])
     assert imported <= {"__future__", "json", "os", "re", "collections", "dataclasses", "functools"}
+
+
+# --- the patterns: compiled at first use, tried only where their literal is ------------------------
+
+
+def _patterns() -> dict[str, owners._Pattern]:
+    return {name: value for name, value in vars(owners).items() if isinstance(value, owners._Pattern)}
+
+
+def test_every_pattern_is_lazy_and_names_a_literal_of_its_own() -> None:
+    patterns = _patterns()
+    assert len(patterns) == 13, "a pattern compiled at import is back"
+    for name, pattern in patterns.items():
+        assert pattern.needs.replace(".", r"\.") in pattern.source, f"{name}: {pattern.needs!r} is not in it"
+
+
+def test_a_pattern_answers_as_its_regex_on_any_text() -> None:
+    """The literal is only a shortcut: on every case above and on random paths, what the regex itself finds."""
+    rng = random.Random(5)
+    texts = [case[1] for case in CASES] + [
+        "/" + "/".join(rng.choice(FRAGMENTS) for _ in range(rng.randint(0, 12))) for _ in range(1500)
+    ]
+    texts += [text.rstrip("\n").partition("::")[2] for text in texts]
+    for pattern in _patterns().values():
+        for text in texts:
+            for method in ("search", "match", "fullmatch"):
+                mine, real = getattr(pattern, method)(text), getattr(pattern.compiled, method)(text)
+                assert (mine and mine.span()) == (real and real.span()), (pattern.source, method, text)
+            assert [m.span() for m in pattern.finditer(text)] == [m.span() for m in pattern.compiled.finditer(text)]
+
+
+def test_a_session_compiles_only_the_patterns_it_needs(monkeypatch) -> None:
+    """A host's usual process (a login session) compiles two of the thirteen patterns, not all of them."""
+    for pattern in _patterns().values():
+        monkeypatch.setattr(pattern, "_compiled", None)
+    owner = parse_cgroup("0::/user.slice/user-1000.slice/session-37771.scope\n")  # a text no other test parses
+    assert owner.kind is OwnerKind.USER_SESSION and owner.id == "37771"
+    compiled = sorted(name for name, pattern in _patterns().items() if pattern._compiled is not None)
+    assert compiled == ["_SESSION", "_USER"]

@@ -8,6 +8,8 @@ way: the config file's warnings are printed as before, also when the driver cann
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -16,6 +18,8 @@ from nvtopy.commands import dispatch, options
 from nvtopy.commands.monitor import build_parser
 from nvtopy.errors import BackendUnavailableError
 
+from ..builders import fake_nvml_env
+from ..conftest import needs_fake_nvml
 from ..import_probe import modules_loaded, once_code
 
 
@@ -80,3 +84,37 @@ def test_once_prints_the_config_files_warning_and_the_snapshot(monkeypatch, caps
 def test_once_imports_neither_logging_nor_the_charts_history(mode):
     """What the one-shot never uses is not imported: ``logging`` (3 ms), the timeline (charts only)."""
     assert modules_loaded(once_code(mode), ("logging", "nvtopy.sources.timeline")) == []
+
+
+@needs_fake_nvml
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", [["--json"], []], ids=["json", "text"])
+def test_once_on_nvml_imports_none_of_the_modules_it_never_uses(mode, fake_lib):
+    """On the driver's path (../shared/fake-nvml), a one-shot into a pipe leaves out: inspect (dataclasses imports
+    it for a class without a docstring), shutil and textwrap (argparse's help and the terminal's width) and what
+    ctypes.util brings (pynvml imports its find_library: subprocess, tempfile, bz2, lzma)."""
+    unused = ["inspect", "shutil", "textwrap", "subprocess", "tempfile", "ctypes.util", "bz2", "lzma"]
+    code = once_code(mode).replace("'--demo', ", "") + (
+        f"import sys\nprint('loaded:', [m for m in {unused!r} if m in sys.modules], file=sys.stderr)\n"
+    )
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        env = fake_nvml_env(fake_lib, FAKE_NVML_GPUS="2", FAKE_NVML_PIDS=str(sleeper.pid))
+        result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines()[-1] == "loaded: []"
+
+
+@pytest.mark.parametrize("columns", [None, "120", "33", "0", "-4", "", "wide"])
+def test_the_help_width_is_shutils_without_shutil(monkeypatch, columns):
+    """The help's width (``options._terminal_columns``, read for every ``add_argument``): shutil's figure."""
+    import shutil
+
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    assert options._terminal_columns() == shutil.get_terminal_size().columns

@@ -33,7 +33,7 @@ import functools
 import os
 import re
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
 from ...boundedfile import FileRefusedError, read_bounded
@@ -60,34 +60,73 @@ MAX_DIR_ENTRIES = 100_000
 CACHE_SIZE = 8192
 """Processes remembered by an :class:`OwnerResolver` (oldest dropped first)."""
 
+
+class _Pattern:
+    """A regex compiled at its first use, and tried only on a text that holds ``needs`` (a literal every match has).
+
+    Why: compiling the thirteen patterns below was most of this module's import (about 4 % of
+    ``nvtopy --once``), and a host's processes need two or three of them (a session's
+    ``/user.slice/...``); the literal, checked in C, says which can match at all.
+    """
+
+    __slots__ = ("_compiled", "needs", "source")
+
+    def __init__(self, source: str, needs: str) -> None:
+        self.source, self.needs = source, needs
+        self._compiled: re.Pattern[str] | None = None
+
+    @property
+    def compiled(self) -> re.Pattern[str]:
+        if self._compiled is None:
+            self._compiled = re.compile(self.source)
+        return self._compiled
+
+    def search(self, text: str) -> re.Match[str] | None:
+        return self.compiled.search(text) if self.needs in text else None
+
+    def match(self, text: str) -> re.Match[str] | None:
+        return self.compiled.match(text) if self.needs in text else None
+
+    def fullmatch(self, text: str) -> re.Match[str] | None:
+        return self.compiled.fullmatch(text) if self.needs in text else None
+
+    def finditer(self, text: str) -> Iterator[re.Match[str]]:
+        return self.compiled.finditer(text) if self.needs in text else iter(())
+
+
 _HEX64 = r"[0-9a-f]{64}"
 _UID = r"[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}"
 
 # Kubernetes. systemd driver: kubepods[-<qos>]-pod<uid with _>.slice (a kubelet cgroup root may prefix
 # "kubelet-"); cgroupfs driver: /kubepods[/<qos>]/pod<uid>. Guaranteed pods sit directly under kubepods.
-_K8S_SYSTEMD = re.compile(rf"kubepods(?:-burstable|-besteffort)?-pod(?P<uid>{_UID})\.slice(?:/(?P<rest>[^/]+))?")
-_K8S_CGROUPFS = re.compile(rf"(?:^|/)kubepods(?:/burstable|/besteffort)?/pod(?P<uid>{_UID})(?:/(?P<rest>[^/]+))?")
+_K8S_SYSTEMD = _Pattern(
+    rf"kubepods(?:-burstable|-besteffort)?-pod(?P<uid>{_UID})\.slice(?:/(?P<rest>[^/]+))?", "kubepods"
+)
+_K8S_CGROUPFS = _Pattern(
+    rf"(?:^|/)kubepods(?:/burstable|/besteffort)?/pod(?P<uid>{_UID})(?:/(?P<rest>[^/]+))?", "kubepods"
+)
 # A pod's container cgroup: cri-containerd-<id>.scope, crio-<id>.scope, docker-<id>.scope (dockershim), or
 # the bare id (cgroupfs). crio-conmon-<id>.scope (CRI-O's monitor) and the pod's own cgroup are not a container.
-_K8S_CONTAINER = re.compile(rf"(?:(?:cri-containerd|crio|docker)-)?(?P<id>{_HEX64})(?:\.scope)?")
+_K8S_CONTAINER = _Pattern(rf"(?:(?:cri-containerd|crio|docker)-)?(?P<id>{_HEX64})(?:\.scope)?", "")  # any text
 # Podman: libpod-<id>.scope (systemd, rootful and rootless) or libpod-<id> (cgroupfs); libpod-conmon-<id> is not.
-_PODMAN = re.compile(rf"(?:^|/)libpod-(?P<id>{_HEX64})(?:\.scope)?(?:/|$)")
+_PODMAN = _Pattern(rf"(?:^|/)libpod-(?P<id>{_HEX64})(?:\.scope)?(?:/|$)", "libpod-")
 # Docker: docker-<id>.scope (systemd driver) or /docker/<id> (cgroupfs; Docker in Docker nests: the last wins).
-_DOCKER_SYSTEMD = re.compile(rf"(?:^|/)docker-(?P<id>{_HEX64})\.scope(?:/|$)")
-_DOCKER_CGROUPFS = re.compile(rf"(?:^|/)docker/(?P<id>{_HEX64})(?=/|$)")
+_DOCKER_SYSTEMD = _Pattern(rf"(?:^|/)docker-(?P<id>{_HEX64})\.scope(?:/|$)", "docker-")
+_DOCKER_CGROUPFS = _Pattern(rf"(?:^|/)docker/(?P<id>{_HEX64})(?=/|$)", "docker/")
 # Slurm v1: /slurm[_<node>]/uid_U/job_J[/step_S[/task_T]]; v2: [<node>_]slurmstepd.scope/job_J[/step_S[/user/task_T]].
-_SLURM_V1 = re.compile(
-    r"(?:^|/)slurm[^/]{0,256}/uid_(?P<uid>\d{1,10})/job_(?P<job>\d{1,20})(?:/step_(?P<step>[^/]{1,64}))?"
+_SLURM_V1 = _Pattern(
+    r"(?:^|/)slurm[^/]{0,256}/uid_(?P<uid>\d{1,10})/job_(?P<job>\d{1,20})(?:/step_(?P<step>[^/]{1,64}))?", "slurm"
 )
-_SLURM_V2 = re.compile(
-    r"(?:^|/)(?:[^/]{0,256}_)?slurmstepd\.scope/job_(?P<job>\d{1,20})(?:/step_(?P<step>[^/]{1,64}))?"
+_SLURM_V2 = _Pattern(
+    r"(?:^|/)(?:[^/]{0,256}_)?slurmstepd\.scope/job_(?P<job>\d{1,20})(?:/step_(?P<step>[^/]{1,64}))?",
+    "slurmstepd.scope/job_",
 )
 # systemd. A service may sit in nested slices (system-getty.slice/getty@tty1.service) and have sub-cgroups.
-_SYSTEM_SERVICE = re.compile(r"^/system\.slice/(?:[^/]+\.slice/)*(?P<unit>[^/]+)\.service(?:/|$)")
-_USER = re.compile(r"^/user\.slice/(?:[^/]+\.slice/)*user-(?P<uid>\d{1,10})\.slice(?:/(?P<rest>.*))?$")
-_SESSION = re.compile(r"^session-(?P<id>[^/]{1,64})\.scope(?:/|$)")
-_USER_MANAGER = re.compile(r"^user@(?P<uid>\d{1,10})\.service(?:/(?P<rest>.*))?$")
-_UNIT_SERVICE = re.compile(r"(?:^|/)(?P<unit>[^/]+)\.service(?:/|$)")
+_SYSTEM_SERVICE = _Pattern(r"^/system\.slice/(?:[^/]+\.slice/)*(?P<unit>[^/]+)\.service(?:/|$)", "/system.slice/")
+_USER = _Pattern(r"^/user\.slice/(?:[^/]+\.slice/)*user-(?P<uid>\d{1,10})\.slice(?:/(?P<rest>.*))?$", "/user.slice/")
+_SESSION = _Pattern(r"^session-(?P<id>[^/]{1,64})\.scope(?:/|$)", "session-")
+_USER_MANAGER = _Pattern(r"^user@(?P<uid>\d{1,10})\.service(?:/(?P<rest>.*))?$", "user@")
+_UNIT_SERVICE = _Pattern(r"(?:^|/)(?P<unit>[^/]+)\.service(?:/|$)", ".service")
 
 # The order in which v1 hierarchies are tried when several lines name an owner of equal rank.
 _V1_PREFERENCE = ("name=systemd", "devices", "memory", "pids", "cpu", "cpuacct", "cpuset", "freezer")

@@ -26,7 +26,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Collection
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ...errors import BackendUnavailableError
 from ...model import (
@@ -63,6 +63,9 @@ from .events import Target, open_xid_events
 from .gpm import GpmState, NvmlGpmReaders
 from .health import NvLinkState, NvmlHealthReaders, field_value
 
+if TYPE_CHECKING:
+    import pynvml  # noqa: F401 -- imported by import_pynvml, ctypes.util standing in; named here for the layer rules
+
 __all__ = ["NvmlBackend", "import_pynvml"]
 
 _UINT_MAX = 0xFFFFFFFF
@@ -83,9 +86,15 @@ def _named(names: dict[int, str], value: object) -> str:
 
 
 def import_pynvml() -> Any:
-    """Import the official bindings, or explain in one line why they are unusable."""
+    """Import the official bindings, or explain in one line why they are unusable.
+
+    ``ctypes.util`` stands in while they are imported (:mod:`nvtopy.standin`): they import its
+    ``find_library`` and never call it on Linux, and it imports subprocess, tempfile and shutil.
+    """
+    from ...standin import import_standing_in
+
     try:
-        import pynvml
+        pynvml = import_standing_in("pynvml", "ctypes.util", ("find_library",))
     except ImportError as exc:
         raise BackendUnavailableError(
             f"cannot import pynvml ({exc}): install nvidia-ml-py (not the PyPI package named 'pynvml')"
