@@ -347,3 +347,4 @@ def test_what_only_dataclasses_can_say_is_left_to_it():
             @decorator(frozen=True)
             class SharedField:
                 a: set[int] = dataclasses.field(default=set())
+
