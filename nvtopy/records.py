@@ -17,8 +17,6 @@ an option dataclasses added later) is handed to :func:`dataclasses.dataclass` as
 
 from __future__ import annotations
 
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
 from .standin import import_standing_in
@@ -83,9 +81,7 @@ def _record(cls: type, *, init: bool, show: bool, eq: bool, frozen: bool, option
     undocumented = not cls.__dict__.get("__doc__")
     if undocumented:  # dataclasses would write one from inspect.signature: 10-20 ms on first use
         cls.__doc__ = "-"
-    made: Any = _fields_made(cls, options) or dataclasses.dataclass(
-        cls, init=False, repr=False, eq=False, frozen=False, **options
-    )
+    made: Any = dataclasses.dataclass(cls, init=False, repr=False, eq=False, frozen=False, **options)
     fields = [f for f in made.__dataclass_fields__.values() if f._field_type is not _CLASSVAR]
     if any(f._field_type is not _FIELD for f in fields):
         raise TypeError(f"{made.__name__}: an InitVar field needs dataclasses.dataclass itself")
@@ -107,123 +103,6 @@ def _record(cls: type, *, init: bool, show: bool, eq: bool, frozen: bool, option
         if "__slots__" in made.__dict__ and options.get("slots"):
             made.__getstate__, made.__setstate__ = _state([f.name for f in fields])
     return made  # type: ignore[no-any-return]
-
-
-# What _fields_made reads of dataclasses (Python 3.10-3.12, whose class processing it repeats); elsewhere None.
-_INTERNALS: Any = (
-    (3, 10) <= sys.version_info[:2] <= (3, 12)
-    and all(
-        name in vars(dataclasses)
-        for name in ("_MODULE_IDENTIFIER_RE", "_DataclassParams", "_add_slots", "_is_classvar", "_is_initvar")
-    )
-    and vars(dataclasses)
-)
-
-
-def _fields_made(cls: type, options: dict[str, Any]) -> Any:
-    """What ``dataclasses.dataclass(cls, init=False, repr=False, eq=False, frozen=False, **options)`` makes of a
-    plain class (no dataclass base: :func:`_plain`), or None where that call is left to make it.
-
-    Why: with ``from __future__ import annotations`` every annotation is text, and dataclasses
-    parses each field's three times (is it a ClassVar, an InitVar, the KW_ONLY marker?) with a
-    regex and namespace look-ups: about half of its cost, and ``nvtopy --once`` defines about 40
-    such classes at its start. Here each is parsed once, the same way; a class where any field
-    might be one of those (or a module-qualified name, ``typing.ClassVar[int]``), a mutable
-    default, a ``field()`` without an annotation, a Python other than 3.10-3.12 goes to
-    dataclasses, which then says what it says. ``tests/core/test_records.py`` holds the two to
-    the same fields, attributes and errors.
-    """
-    if not _INTERNALS:
-        return None
-    module = sys.modules.get(cls.__module__)
-    typing = sys.modules.get("typing")
-    if module is None or typing is None:
-        return None
-    namespace = module.__dict__
-    annotations = cls.__dict__.get("__annotations__", {})  # noqa: RUF063 -- as dataclasses reads it (3.10, 3.11)
-    lead, is_classvar, is_initvar = (
-        _INTERNALS["_MODULE_IDENTIFIER_RE"],
-        _INTERNALS["_is_classvar"],
-        _INTERNALS["_is_initvar"],
-    )
-    missing, field_class = dataclasses.MISSING, dataclasses.Field
-    defaults: list[tuple[str, str, Any]] = []
-    for name, annotation in annotations.items():
-        if type(annotation) is not str:
-            return None
-        found = lead.match(annotation)
-        if found is not None:
-            if found.group(1):
-                return None  # module.Name: dataclasses' own look-up
-            named = namespace.get(found.group(2))
-            if is_classvar(named, typing) or is_initvar(named, dataclasses) or named is dataclasses.KW_ONLY:
-                return None
-        default = getattr(cls, name, missing)
-        if not isinstance(default, field_class):
-            if isinstance(default, types.MemberDescriptorType):
-                default = missing
-            elif default is not missing and (default.__class__.__hash__ is None or isinstance(default, _MUTABLE)):
-                return None  # dataclasses' "mutable default" error
-        elif default.default is not missing and (
-            default.default.__class__.__hash__ is None or isinstance(default.default, _MUTABLE)
-        ):
-            return None
-        defaults.append((name, annotation, default))
-    if any(isinstance(value, field_class) and name not in annotations for name, value in cls.__dict__.items()):
-        return None  # dataclasses' "a field but has no type annotation" error
-    params = _params(options)
-    if params is None:
-        return None
-    kw_only = options.get("kw_only", False)
-    fields: dict[str, Any] = {}
-    for name, annotation, default in defaults:
-        made: Any = default if isinstance(default, field_class) else dataclasses.field(default=default)
-        made.name, made.type, made._field_type = name, annotation, _FIELD
-        if made.kw_only is missing:
-            made.kw_only = kw_only
-        fields[name] = made
-        if isinstance(getattr(cls, name, None), field_class):
-            if made.default is missing:
-                delattr(cls, name)
-            else:
-                setattr(cls, name, made.default)
-    target: Any = cls
-    target.__dataclass_params__ = params
-    target.__dataclass_fields__ = fields
-    if options.get("match_args", True) and "__match_args__" not in cls.__dict__:
-        target.__match_args__ = tuple(f.name for f in fields.values() if f.init and not f.kw_only)  # type: ignore[misc]
-    if options.get("slots", False):
-        add_slots = _INTERNALS["_add_slots"]
-        cls = add_slots(cls, False) if add_slots.__code__.co_argcount == 2 else add_slots(cls, False, False)
-    import abc
-
-    abc.update_abstractmethods(cls)
-    return cls
-
-
-_MUTABLE = (list, dict, set)  # Python 3.10's test of a mutable default; later ones ask for __hash__ (also checked)
-
-
-def _params(options: dict[str, Any]) -> Any:
-    """The ``__dataclass_params__`` dataclasses gives the class (its arguments differ between Pythons)."""
-    made = _INTERNALS["_DataclassParams"]
-    code = made.__init__.__code__
-    given = {
-        "init": False,
-        "repr": False,
-        "eq": False,
-        "order": False,
-        "unsafe_hash": False,
-        "frozen": False,
-        "match_args": options.get("match_args", True),
-        "kw_only": options.get("kw_only", False),
-        "slots": options.get("slots", False),
-        "weakref_slot": False,
-    }
-    names = code.co_varnames[1 : code.co_argcount]
-    if not set(names) <= set(given):
-        return None
-    return made(*(given[name] for name in names))
 
 
 def _parameter(f: dataclasses.Field[Any]) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import pickle
-import typing
 from typing import ClassVar
 
 import pytest
@@ -21,7 +20,6 @@ from nvtopy import records
 pytestmark = pytest.mark.timeout(30)
 
 DECORATORS = {"dataclasses": dataclasses.dataclass, "records": records.dataclass}
-Alias = ClassVar  # a ClassVar by another name: dataclasses finds it through the module's namespace
 
 
 def _define(decorator, **options):
@@ -213,138 +211,3 @@ def test_an_undocumented_class_is_documented_as_dataclasses_does():
 
         docs.append(Bare.__doc__)
     assert docs[0] == docs[1] == "Bare(a: 'int', b: 'str' = 'x', c: 'list[int]' = <factory>)"
-
-
-# --- the fields read without dataclasses (records._fields_made): the same class as dataclasses makes --------
-
-FAST = records._INTERNALS is not None and records._INTERNALS is not False  # Python 3.10-3.12
-OPTIONS = [{}, {"slots": True}, {"kw_only": True}, {"match_args": False}, {"slots": True, "kw_only": True}]
-_METHODS = {"__init__", "__repr__", "__eq__", "__hash__", "__setattr__", "__delattr__", "__getstate__", "__setstate__"}
-
-
-def _plain_class():
-    class Plain:
-        """Every kind of field but ClassVar, InitVar and KW_ONLY."""
-
-        x: int
-        y: int | None = None
-        tags: tuple[str, ...] = dataclasses.field(default_factory=tuple)
-        note: str = dataclasses.field(default="", compare=False, repr=False, metadata={"unit": "s"})
-        made: list[int] = dataclasses.field(default_factory=list, init=False, compare=False)
-        late: int = dataclasses.field(default=3, kw_only=True)
-        hidden: int = dataclasses.field(default=0, init=False, hash=False)
-
-    return Plain
-
-
-def _anatomy(cls):
-    """What dataclasses leaves on a class: its fields (every attribute), params, match args, slots, defaults."""
-    fields = [
-        (
-            key,
-            f.name,
-            f.type,
-            f.default,
-            f.default_factory,
-            f.init,
-            f.repr,
-            f.hash,
-            f.compare,
-            dict(f.metadata),
-            f.kw_only,
-            f._field_type,
-        )
-        for key, f in cls.__dataclass_fields__.items()
-    ]
-    params = cls.__dataclass_params__
-    names = [n for n in type(params).__slots__ if hasattr(params, n)]
-    return (
-        fields,
-        {n: getattr(params, n) for n in names},
-        cls.__dict__.get("__match_args__", "-"),
-        cls.__dict__.get("__slots__", "-"),
-        {name: _shown(cls.__dict__.get(name, "-")) for name in cls.__dataclass_fields__},
-        sorted(set(cls.__dict__) - _METHODS),
-        cls.__qualname__,
-    )
-
-
-def _shown(value):
-    """A class attribute as compared: a slot's descriptor by its kind (each class has its own)."""
-    return "<slot>" if type(value).__name__ == "member_descriptor" else value
-
-
-@pytest.mark.skipif(not FAST, reason="Python outside 3.10-3.12: records hands every class to dataclasses")
-@pytest.mark.parametrize("options", OPTIONS, ids=[",".join(o) or "plain" for o in OPTIONS])
-def test_fields_read_without_dataclasses_are_dataclasses_own(options):
-    real = dataclasses.dataclass(_plain_class(), init=False, repr=False, eq=False, frozen=False, **options)
-    fast = records._fields_made(_plain_class(), options)
-    assert fast is not None, "a plain class: made without dataclasses"
-    assert _anatomy(fast) == _anatomy(real)
-
-
-@pytest.mark.skipif(not FAST, reason="Python outside 3.10-3.12: records hands every class to dataclasses")
-def test_a_plain_record_is_made_without_dataclasses_own_processing(monkeypatch):
-    called = []
-    monkeypatch.setattr(records.dataclasses, "dataclass", lambda *a, **k: called.append(a) or dataclasses.dataclass)
-    made = records.dataclass(frozen=True, slots=True)(_plain_class())
-    assert called == []
-    assert made(1, late=4) == made(1, late=4) and made(1).late == 3 and made.__slots__[0] == "x"
-
-
-@pytest.mark.parametrize("options", [{"frozen": True, "slots": True}, {"frozen": True}, {}])
-def test_a_plain_record_behaves_as_a_dataclass(options):
-    real = dataclasses.dataclass(**options)(_plain_class())
-    fast = records.dataclass(**options)(_plain_class())
-    for args, kwargs in [((1,), {}), ((1, 2, ("a",), "n"), {"late": 5})]:
-        a, b = real(*args, **kwargs), fast(*args, **kwargs)
-        assert [(f.name, getattr(a, f.name)) for f in dataclasses.fields(a)] == [
-            (f.name, getattr(b, f.name)) for f in dataclasses.fields(b)
-        ]
-        assert repr(a).split("(", 1)[1] == repr(b).split("(", 1)[1]
-        assert dataclasses.asdict(a) == dataclasses.asdict(b)
-        assert dataclasses.replace(b, x=9).x == 9 and dataclasses.replace(b, x=9).late == b.late
-        assert copy.copy(b) == b and copy.deepcopy(b) == b  # pickle: a class of a function's own cannot be
-    with pytest.raises(TypeError):
-        fast(1, 2, (), "", 5)  # late is keyword-only
-
-
-def test_what_only_dataclasses_can_say_is_left_to_it():
-    """A ClassVar (also by another name or by its module's), an unannotated field(), a mutable default: as there."""
-
-    def classes(decorator):
-        @decorator(frozen=True)
-        class Aliased:
-            a: int
-            limit: Alias[int] = 3
-
-        @decorator(frozen=True)
-        class Qualified:
-            a: int
-            limit: typing.ClassVar[int] = 3
-
-        return Aliased, Qualified
-
-    for real, fast in zip(classes(dataclasses.dataclass), classes(records.dataclass), strict=True):
-        assert [f.name for f in dataclasses.fields(fast)] == [f.name for f in dataclasses.fields(real)] == ["a"]
-        assert fast.__match_args__ == real.__match_args__ == ("a",)
-    for decorator in DECORATORS.values():
-        with pytest.raises(TypeError, match="is a field but has no type annotation"):
-
-            @decorator(frozen=True)
-            class Unannotated:
-                a: int
-                b = dataclasses.field(default=1)
-
-        with pytest.raises(ValueError, match="mutable default"):
-
-            @decorator(frozen=True)
-            class SharedDict:
-                a: dict[str, int] = {}
-
-        with pytest.raises(ValueError, match="mutable default"):
-
-            @decorator(frozen=True)
-            class SharedField:
-                a: set[int] = dataclasses.field(default=set())
-
