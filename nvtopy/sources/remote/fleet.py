@@ -576,8 +576,9 @@ class PrometheusFleet(SnapshotSource):
         # it reads as (range-checked, converted). A fleet's 200,000 values a refresh at 4,096 GPUs are mostly
         # texts seen before (utilizations, clocks, temperatures, memory sizes), and the reading is a function
         # of the text alone: a look-up rather than a call. At most MEMO_VALUES texts a series name.
-        self._routes: dict[str, tuple[int, str, Callable[[float], Any], int | None, dict[Any, Any]]] = {
-            name: (_PARTS.index(part), attribute, convert, group, {})
+        # Each with the key of its value among a slow group's kept ones ((part, attribute)), made once here.
+        self._routes: dict[str, tuple[int, str, Callable[[float], Any], int | None, dict[Any, Any], Any]] = {
+            name: (_PARTS.index(part), attribute, convert, group, {}, (part, attribute))
             for name, (part, attribute, convert, group) in _FAST_ROUTES.items()
         }
         self._process_routes: dict[str, tuple[str, dict[Any, Any]]] = {
@@ -733,21 +734,43 @@ class PrometheusFleet(SnapshotSource):
         }
         routes, process_routes, index_of = self._routes, self._process_routes, _INDEX_CACHE.get
         pids: dict[str, int] = {}  # a pid's text -> its number (0: none), as scraped_whole reads it
+        # The run of rows of one GPU: the answer's rows come sorted by their labels, a GPU's some 13 in a row. A row
+        # whose host and GPU labels are the very texts of the row before has its host and index (functions of those
+        # texts alone) and the GPU's _Gpu (once one of its rows made it) as that row had them: two text comparisons
+        # instead of a host key made and looked up, an index looked up and the GPU looked up. Any order still reads
+        # the same (a row of another GPU starts a new run); only sorted answers are faster.
+        run_instance: Any = _UNSEEN
+        run_gpu: Any = _UNSEEN
+        run_hostname: Any = _UNSEEN
+        run_host_name: Any = _UNSEEN
+        run_found: tuple[_Host, list[dict[int, Kept]]] | None = None
+        run_index: int | None = None
+        run_said: _Gpu | None = None  # the run's GPU, once a row of it made it (only a GPU value row makes one)
         for item in items:
             metric = item.metric  # the row's labels, each an attribute: None where the row has none
             _, text = item.value
-            found = reading.get(
-                (metric.instance or "")
-                if one_name
-                else (metric.instance or "", metric.hostname or metric.Hostname or "")
-            )  # the host key's name as _newest reads it (first_label of HOST_LABELS), inlined: 200,000 rows
+            instance = metric.instance
+            gpu_label = metric.gpu
+            if (
+                instance == run_instance
+                and gpu_label == run_gpu
+                and (one_name or (metric.hostname == run_hostname and metric.Hostname == run_host_name))
+            ):
+                found, index = run_found, run_index
+            else:
+                found = reading.get(
+                    (instance or "") if one_name else (instance or "", metric.hostname or metric.Hostname or "")
+                )  # the host key's name as _newest reads it (first_label of HOST_LABELS), inlined: 200,000 rows
+                index = index_of(gpu_label)
+                run_instance, run_gpu, run_found, run_index, run_said = instance, gpu_label, found, index, None
+                if not one_name:
+                    run_hostname, run_host_name = metric.hostname, metric.Hostname
             name = metric.name
-            index: int | None = index_of(metric.gpu)
             route = routes.get(name)
             if found is not None and index is not None and route is not None and not metric.GPU_I_ID:
                 # The common row, a GPU's own value (as _route reads it): a value's text seen before is a look-up,
                 # checked as a number when it was first read (the memo keeps only texts that float() read).
-                part, attribute, convert, of_group, memo = route
+                part, attribute, convert, of_group, memo, kept_as = route
                 try:
                     said = memo.get(text, _UNSEEN)
                     if said is _UNSEEN:
@@ -758,14 +781,16 @@ class PrometheusFleet(SnapshotSource):
                     said = convert(value)  # None: not finite, or out of the field's range
                     if len(memo) < MEMO_VALUES:
                         memo[text] = said
-                host, kept = found
-                said_of = host.gpus.get(index) or host.gpu(index)
+                said_of = run_said
+                if said_of is None:
+                    said_of = run_said = found[0].gpu(index)
                 said_of.parts[part][attribute] = said
                 if of_group is not None:
-                    values_kept = kept[of_group].get(index)
+                    group_kept = found[1][of_group]
+                    values_kept = group_kept.get(index)
                     if values_kept is None:
-                        values_kept = kept[of_group][index] = {}
-                    values_kept[(_PARTS[part], attribute)] = said
+                        values_kept = group_kept[index] = {}
+                    values_kept[kept_as] = said
                 continue
             read_as = process_routes.get(name) if route is None else None
             if found is not None and index is not None and read_as is not None:
@@ -820,11 +845,11 @@ class PrometheusFleet(SnapshotSource):
                 continue
             if route is not None and not metric.GPU_I_ID:  # a GPU's own value of a GPU past the cache's
                 said_of = host.gpus.get(index) or host.gpu(index)
-                part, attribute, convert, of_group, memo = route
+                part, attribute, convert, of_group, memo, kept_as = route
                 said = convert(value)
                 said_of.parts[part][attribute] = said
                 if of_group is not None:
-                    kept[of_group].setdefault(index, {})[(_PARTS[part], attribute)] = said
+                    kept[of_group].setdefault(index, {})[kept_as] = said
             elif name.startswith("nvtopy_process_"):  # of a GPU past the cache's (read_as above), or unknown
                 pid_text = metric.pid
                 number = pids.get(pid_text)
