@@ -178,3 +178,30 @@ def test_a_refresh_after_another_reads_the_same_in_runs(fake):
             shown[arrange] = [_shown(g) for g in snapshot.gpus]
         assert shown[_sorted] == shown[_dealt], step
         assert repr(shown[_sorted]) == repr(shown[_dealt]), step
+
+
+def test_a_gpu_whose_identity_labels_change_shows_what_they_say_now(fake):
+    """A GPU's identity (UUID, model, bus id, pod, driver) is read once while its identity row's labels stay the
+    same: refresh after refresh a fleet shows what a fleet reading them afresh shows, and labels that change (a
+    GPU swapped, a pod rescheduled, a driver upgraded) show what they say now."""
+    _hostile_fleet(fake, shared=False)
+    fleet = fleet_of(fake)
+    for step in range(4):
+        fake.now = NOW + step
+        if step == 2:  # the labels change under the same GPUs
+            for s in fake.series:
+                if s.labels.get("UUID") == "GPU-aaaa":
+                    s.labels.update(UUID="GPU-swapped", pod="trainer-1", DCGM_FI_DRIVER_VERSION="570.86.10")
+                s.timestamp += 1.0
+            fake.set_series(list(fake.series))
+        for known in fleet._known.values():
+            known.newest = None  # every host read again
+        snapshot = fleet.poll_once()
+        fresh = fleet_of(fake).poll_once()
+        assert [_shown(g) for g in snapshot.gpus] == [_shown(g) for g in fresh.gpus], step
+        assert [g.processes_hint for g in snapshot.gpus] == [g.processes_hint for g in fresh.gpus], step
+        assert snapshot.host.driver_version == fresh.host.driver_version, step
+        uuids = {g.static.uuid for g in snapshot.gpus}
+        assert ("GPU-swapped" in uuids) == (step >= 2) and ("GPU-aaaa" in uuids) == (step < 2), step
+    hints = [g.processes_hint for g in snapshot.gpus if g.static.uuid == "GPU-swapped"]
+    assert hints == ["held by pod ml/trainer-1 (container main)"]
