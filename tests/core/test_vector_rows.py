@@ -92,3 +92,28 @@ def test_an_answer_the_rows_do_not_fit_exactly_is_none_for_the_json_path(raw, wh
 def test_labels_without_distinct_attribute_names_are_refused_at_once(labels):
     with pytest.raises(ValueError, match="labels without distinct attribute names"):
         VectorRows(labels)
+
+
+@pytest.mark.parametrize("order", ["sorted", "reversed", "as-given"])
+def test_labels_in_any_order_are_the_same_row_and_read_whole_in_the_rows_order(order):
+    """The rows' fields follow the order Prometheus writes labels in (sorted), for speed; a row's labels in any
+    order are the same row, and ``as_dict`` keeps :attr:`VectorRows.labels`' order (what the callers always got)."""
+    labels = {"pid": "4711", "gpu": "1", "__name__": "nvtopy_process_cpu_percent", "instance": "10.0.0.1:9400"}
+    keys = {"sorted": sorted(labels), "reversed": sorted(labels)[::-1], "as-given": list(labels)}[order]
+    item = {"metric": {k: labels[k] for k in keys}, "value": [1.5, "3"]}
+    (row,) = ROWS.decode(_answer(item)).data.result
+    assert (row.metric.name, row.metric.instance, row.metric.gpu, row.metric.pid) == (
+        "nvtopy_process_cpu_percent",
+        "10.0.0.1:9400",
+        "1",
+        "4711",
+    )
+    assert row.metric.Hostname is None
+    assert list(row.metric.as_dict().items()) == [(k, labels[k]) for k in ROWS.labels if k in labels]
+    assert row.metric == ROWS.row(labels, [1.5, "3"]).metric, "equal to the row made of the dict"
+
+
+def test_one_label_rows_read_whole():
+    rows = VectorRows(("gpu",))
+    (row,) = rows.decode(_answer({"metric": {"gpu": "2"}, "value": [1.5, "1"]})).data.result
+    assert row.metric.as_dict() == {"gpu": "2"}

@@ -535,6 +535,8 @@ class _Known:
     built: list[GpuState] | None = None  # its GPU lines of the last snapshot, while nothing new came
     processes_said: ProcessesSaid = field(default_factory=dict)  # its processes' identities as last read
     statics: dict[int, tuple[dict[str, Any], GpuStatic]] = field(default_factory=dict)  # _scrape's, by GPU index
+    # _identity's, by GPU index: its identity row's labels, and what they said (uuid, bus id, name; pod; driver)
+    identities: dict[int, tuple[Any, tuple[str | None, ...], dict[str, str], str | None]] = field(default_factory=dict)
     gpu_count: int = 0
 
 
@@ -576,8 +578,9 @@ class PrometheusFleet(SnapshotSource):
         # it reads as (range-checked, converted). A fleet's 200,000 values a refresh at 4,096 GPUs are mostly
         # texts seen before (utilizations, clocks, temperatures, memory sizes), and the reading is a function
         # of the text alone: a look-up rather than a call. At most MEMO_VALUES texts a series name.
-        self._routes: dict[str, tuple[int, str, Callable[[float], Any], int | None, dict[Any, Any]]] = {
-            name: (_PARTS.index(part), attribute, convert, group, {})
+        # Each with the key of its value among a slow group's kept ones ((part, attribute)), made once here.
+        self._routes: dict[str, tuple[int, str, Callable[[float], Any], int | None, dict[Any, Any], Any]] = {
+            name: (_PARTS.index(part), attribute, convert, group, {}, (part, attribute))
             for name, (part, attribute, convert, group) in _FAST_ROUTES.items()
         }
         self._process_routes: dict[str, tuple[str, dict[Any, Any]]] = {
@@ -733,21 +736,43 @@ class PrometheusFleet(SnapshotSource):
         }
         routes, process_routes, index_of = self._routes, self._process_routes, _INDEX_CACHE.get
         pids: dict[str, int] = {}  # a pid's text -> its number (0: none), as scraped_whole reads it
+        # The run of rows of one GPU: the answer's rows come sorted by their labels, a GPU's some 13 in a row. A row
+        # whose host and GPU labels are the very texts of the row before has its host and index (functions of those
+        # texts alone) and the GPU's _Gpu (once one of its rows made it) as that row had them: two text comparisons
+        # instead of a host key made and looked up, an index looked up and the GPU looked up. Any order still reads
+        # the same (a row of another GPU starts a new run); only sorted answers are faster.
+        run_instance: Any = _UNSEEN
+        run_gpu: Any = _UNSEEN
+        run_hostname: Any = _UNSEEN
+        run_host_name: Any = _UNSEEN
+        run_found: tuple[_Host, list[dict[int, Kept]]] | None = None
+        run_index: int | None = None
+        run_said: _Gpu | None = None  # the run's GPU, once a row of it made it (only a GPU value row makes one)
         for item in items:
             metric = item.metric  # the row's labels, each an attribute: None where the row has none
             _, text = item.value
-            found = reading.get(
-                (metric.instance or "")
-                if one_name
-                else (metric.instance or "", metric.hostname or metric.Hostname or "")
-            )  # the host key's name as _newest reads it (first_label of HOST_LABELS), inlined: 200,000 rows
+            instance = metric.instance
+            gpu_label = metric.gpu
+            if (
+                instance == run_instance
+                and gpu_label == run_gpu
+                and (one_name or (metric.hostname == run_hostname and metric.Hostname == run_host_name))
+            ):
+                found, index = run_found, run_index
+            else:
+                found = reading.get(
+                    (instance or "") if one_name else (instance or "", metric.hostname or metric.Hostname or "")
+                )  # the host key's name as _newest reads it (first_label of HOST_LABELS), inlined: 200,000 rows
+                index = index_of(gpu_label)
+                run_instance, run_gpu, run_found, run_index, run_said = instance, gpu_label, found, index, None
+                if not one_name:
+                    run_hostname, run_host_name = metric.hostname, metric.Hostname
             name = metric.name
-            index: int | None = index_of(metric.gpu)
             route = routes.get(name)
             if found is not None and index is not None and route is not None and not metric.GPU_I_ID:
                 # The common row, a GPU's own value (as _route reads it): a value's text seen before is a look-up,
                 # checked as a number when it was first read (the memo keeps only texts that float() read).
-                part, attribute, convert, of_group, memo = route
+                part, attribute, convert, of_group, memo, kept_as = route
                 try:
                     said = memo.get(text, _UNSEEN)
                     if said is _UNSEEN:
@@ -758,14 +783,16 @@ class PrometheusFleet(SnapshotSource):
                     said = convert(value)  # None: not finite, or out of the field's range
                     if len(memo) < MEMO_VALUES:
                         memo[text] = said
-                host, kept = found
-                said_of = host.gpus.get(index) or host.gpu(index)
+                said_of = run_said
+                if said_of is None:
+                    said_of = run_said = found[0].gpu(index)
                 said_of.parts[part][attribute] = said
                 if of_group is not None:
-                    values_kept = kept[of_group].get(index)
+                    group_kept = found[1][of_group]
+                    values_kept = group_kept.get(index)
                     if values_kept is None:
-                        values_kept = kept[of_group][index] = {}
-                    values_kept[(_PARTS[part], attribute)] = said
+                        values_kept = group_kept[index] = {}
+                    values_kept[kept_as] = said
                 continue
             read_as = process_routes.get(name) if route is None else None
             if found is not None and index is not None and read_as is not None:
@@ -816,15 +843,15 @@ class PrometheusFleet(SnapshotSource):
                     if pid:
                         host.process_labels[(index, pid)] = metric  # read (as a dict) only when they change
                 else:
-                    self._identity(host, index, metric.as_dict())
+                    self._identity(host, index, metric)
                 continue
             if route is not None and not metric.GPU_I_ID:  # a GPU's own value of a GPU past the cache's
                 said_of = host.gpus.get(index) or host.gpu(index)
-                part, attribute, convert, of_group, memo = route
+                part, attribute, convert, of_group, memo, kept_as = route
                 said = convert(value)
                 said_of.parts[part][attribute] = said
                 if of_group is not None:
-                    kept[of_group].setdefault(index, {})[(_PARTS[part], attribute)] = said
+                    kept[of_group].setdefault(index, {})[kept_as] = said
             elif name.startswith("nvtopy_process_"):  # of a GPU past the cache's (read_as above), or unknown
                 pid_text = metric.pid
                 number = pids.get(pid_text)
@@ -865,12 +892,37 @@ class PrometheusFleet(SnapshotSource):
                         target = gpu.static if kind == "static" else gpu.health if kind == "health" else gpu.values
                         target.setdefault(attribute, said)
 
-    @staticmethod
-    def _identity(host: _Host, index: int, labels: dict[str, str]) -> None:
-        """A GPU's identity (UUID, model, bus id, driver) and the pod dcgm-exporter says holds it."""
+    def _identity(self, host: _Host, index: int, row: Any) -> None:
+        """A GPU's identity (UUID, model, bus id, driver) and the pod dcgm-exporter says holds it, from its
+        identity row's labels (``row``, :data:`_ROWS`'s).
+
+        What they say is a function of the labels alone: a GPU whose identity row has the very labels of the last
+        refresh's (a C-level comparison of two rows' labels) takes what they said then, rather than have them made
+        a dict and read again (4,096 GPUs a refresh). Only for a GPU with nothing of its identity yet (its first
+        identity row this refresh): then the labels' reading is all there is to it.
+        """
         host.gpus_reported.add(str(index))
         gpu = host.gpu(index)
         static = gpu.static
+        known = self._known.get(host.key)
+        if known is not None and not gpu.pod and all(static.get(attribute) is None for attribute, _ in _IDENTITY):
+            said = known.identities.get(index)
+            if said is None or said[0] != row:
+                labels = row.as_dict()
+                said = (
+                    row,
+                    tuple(scraped_spelling(labels, spellings) for _, spellings in _IDENTITY),
+                    {k: labels[k] for k in _POD_LABELS if labels.get(k)},
+                    scraped_spelling(labels, DRIVER_LABELS),
+                )
+                if index in known.identities or len(known.identities) < MAX_GPUS_PER_HOST:
+                    known.identities[index] = said
+            for (attribute, _), value in zip(_IDENTITY, said[1], strict=True):
+                static[attribute] = value
+            gpu.pod = dict(said[2])
+            host.driver = said[3] or host.driver
+            return
+        labels = row.as_dict()
         for attribute, spellings in _IDENTITY:
             if static.get(attribute) is None:
                 static[attribute] = scraped_spelling(labels, spellings)
