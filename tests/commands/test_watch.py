@@ -7,6 +7,7 @@ A line per alert that fires, as the fault is injected; exit code 0 on SIGTERM an
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -36,21 +37,31 @@ class Running:
     """A watch subprocess whose stdout lines are read on a thread, so a test can wait for one with a deadline."""
 
     def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+        environ = dict(os.environ if env is None else env)
+        environ["PYTHONFAULTHANDLER"] = "1"  # a watch that does not end is made to say where each thread stands
         self.proc = subprocess.Popen(
             [*NVTOPY, "watch", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env=env,
+            env=environ,
         )
         self.lines: queue.Queue[str] = queue.Queue()
         self.seen: list[str] = []
+        self.errors: list[str] = []  # stderr, read as it comes: a full pipe would hold the watch up
         threading.Thread(target=self._read, daemon=True).start()
+        self._stderr = threading.Thread(target=self._read_errors, daemon=True)
+        self._stderr.start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             self.lines.put(line.rstrip("\n"))
+
+    def _read_errors(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.errors.append(line)
 
     def wait_for(self, text: str, timeout: float = DEADLINE_S) -> str:
         deadline = time.monotonic() + timeout
@@ -61,7 +72,9 @@ class Running:
             try:
                 line = self.lines.get(timeout=min(left, 0.5))
             except queue.Empty:
-                assert self.proc.poll() is None, f"watch ended: {self.proc.stderr.read() if self.proc.stderr else ''}"
+                if self.proc.poll() is not None:
+                    self._stderr.join(5)
+                    raise AssertionError(f"watch ended: {''.join(self.errors)}") from None
                 continue
             self.seen.append(line)
             if text in line:
@@ -69,9 +82,18 @@ class Running:
 
     def stop(self, signum: int = signal.SIGTERM) -> tuple[int, str]:
         self.proc.send_signal(signum)
-        code = self.proc.wait(timeout=15)
-        assert self.proc.stderr is not None
-        return code, self.proc.stderr.read()
+        try:
+            code = self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGABRT)  # faulthandler: every thread's stack on stderr
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=5)
+            self._stderr.join(5)
+            raise AssertionError(
+                f"watch did not end within 15 s of the signal; it said: {''.join(self.errors)[-6000:]}"
+            ) from None
+        self._stderr.join(5)
+        return code, "".join(self.errors)
 
     def kill(self) -> None:
         if self.proc.poll() is None:
