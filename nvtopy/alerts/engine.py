@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 
 from ..health.xid import describe_xid
 from ..model import GpuProcess, GpuState, ProcessOwner, Snapshot
+from ..textsafe import excerpt
 from .catalog import AlertRule, AlertSeverity, Subject, ValueUnit, format_value, xid_severity
 from .events import AlertEvent, Transition
 from .settings import ANY, AlertSettings, RuleSettings
@@ -385,9 +386,7 @@ class AlertEngine:
         if settings is None or not gpu.sample.lost or gpu.note is None:
             return None
         host = gpu.static.host or hostname
-        reason = "".join(c if c.isprintable() else "?" for c in " ".join(gpu.note.split()))  # one line of text
-        if len(reason) > REASON_CHARS:
-            reason = reason[: REASON_CHARS - 1] + "…"
+        reason = excerpt(" ".join(gpu.note.split()), REASON_CHARS)  # one line, made visible, cut short
         # gone_means_clear: no such line for the host any more: it is read again (or no longer in the view)
         fills = {"host": host, "reason": reason}
         return _Instance(settings, f"host-unreachable/{host}", True, host, fills, gone_means_clear=True)
