@@ -15,10 +15,12 @@ own user+sys (``os.wait4``), medians of ``-n`` runs after one discarded warm-up.
 
 Floor rows say what no change to nvtopy's one-shot path can remove: the
 interpreter's start (``python -c pass``, with nvtopy's venv), the start plus
-importing the CLI's entry point, and the start plus importing the CLI and the
-NVML backend and its bindings (``pynvml``): what must run before the first GPM sample can be taken. On the
-``h100`` profile that last row plus the pair's 105 ms (``FIRST_PAIR_S``) is
-printed as the GPM floor: no one-shot that shows GPM figures ends sooner.
+importing the CLI's entry point, and the head start a local ``--once`` begins
+with (``nvtopy/backends/nvml/headstart.py``: the bindings imported, the driver
+opened, each Hopper GPU's first GPM sample): what must run before the first GPM
+sample can be taken. On the ``h100`` profile that last row plus the pair's 105 ms
+(``FIRST_PAIR_S``) is printed as the GPM floor: no one-shot that shows GPM
+figures ends sooner.
 
     .venv/bin/python benchmarks/bench_once.py -n 15 --baseline /work/main/.venv/bin/nvtopy
 """
@@ -105,14 +107,10 @@ def commands(args: argparse.Namespace) -> list[Command]:
             Command("floor: python -c pass", [python, "-c", "pass"], "floor"),
             Command("floor: + import the CLI", [python, "-c", "import nvtopy.commands.dispatch"], "floor"),
             Command(
-                "floor: + import the CLI and the NVML backend",
-                # pynvml too, as the backend imports it when it opens the driver, before the first GPM sample
-                # (import_pynvml: ctypes.util standing in, nvtopy.standin)
-                [
-                    python,
-                    "-c",
-                    "import nvtopy.commands.dispatch, nvtopy.backends.nvml.backend as b; b.import_pynvml()",
-                ],
+                "floor: the head start (bindings, driver, first GPM samples)",
+                # what a local --once does before anything else (nvtopy/backends/nvml/headstart.py): the
+                # nvtopy package, the bindings, nvmlInit and each Hopper GPU's first sample
+                [python, "-c", "from nvtopy.backends.nvml import headstart; headstart.begin(5)"],
                 "floor",
             ),
         ]
@@ -165,7 +163,7 @@ def report(profile: str, cmds: list[Command], runs: int) -> dict[str, object]:
         print(f"| {cmd.name}{failed} | " + " | ".join(cells) + " |")
         rows[cmd.name] = {"wall_s": wall, "cpu_s": cpu, "walls": cmd.walls, "cpus": cmd.cpus, "failures": cmd.failures}
     mine = by_name["nvtopy --once"]
-    imports = by_name.get("floor: + import the CLI and the NVML backend")
+    imports = by_name.get("floor: the head start (bindings, driver, first GPM samples)")
     if profile == "h100" and imports is not None and imports.median("wall") is not None:
         from nvtopy.backends.nvml.gpm import FIRST_PAIR_S
 
@@ -173,7 +171,7 @@ def report(profile: str, cmds: list[Command], runs: int) -> dict[str, object]:
         rows["gpm_floor_s"] = floor
         versus = f" = {ratio(floor, peer.median('wall'))} nvitop" if peer is not None else ""
         pair = f"{FIRST_PAIR_S * 1000:.0f} ms"
-        print(f"  GPM floor: the imports before the first sample + the {pair} pair = {floor:.3f} s{versus}")
+        print(f"  GPM floor: the head start before the first samples + the {pair} pair = {floor:.3f} s{versus}")
     if peer is not None and peer.median("wall"):
         for what in ("wall", "cpu"):
             value = (mine.median(what) or 0) / (peer.median(what) or 1)

@@ -16,9 +16,29 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from ..errors import NvtopyError, UsageError
-from .options import COMMANDS, discard_stdout
 
-__all__ = ["console", "exit_at_once", "guarded", "main"]
+__all__ = ["console", "exit_at_once", "guarded", "local_one_shot", "main"]
+
+# The monitor's options that read something other than this machine's driver, or nothing at all: with one of
+# them (or an abbreviation argparse would take for one) the program's head start is not begun (local_one_shot).
+_NOT_THE_DRIVER = (
+    "--demo",
+    "--demo-gpus",
+    "--demo-model",
+    "--demo-seed",
+    "--demo-procs",
+    "--demo-fault",
+    "--demo-steady",
+    "--ssh",
+    "--ssh-config",
+    "--ssh-option",
+    "--hostfile",
+    "--prometheus",
+    "--remote",
+    "--print-config",
+    "--help",
+    "--version",
+)
 
 _exit_at_once = False
 
@@ -37,7 +57,16 @@ def exit_at_once() -> None:
 
 
 def console() -> NoReturn:
-    """The ``nvtopy`` program and ``python -m nvtopy``: :func:`main`, then its exit code."""
+    """The ``nvtopy`` program and ``python -m nvtopy``: :func:`main`, then its exit code.
+
+    A local ``--once`` gets its head start first (:mod:`nvtopy.backends.nvml.headstart`): the driver opened
+    and the GPUs' first GPM samples taken before the CLI's modules are imported, so that the pair GPM needs
+    has matured by the time the snapshot is read. Only here: a caller of :func:`main` gets none.
+    """
+    if local_one_shot(sys.argv[1:]):
+        from ..backends.nvml.headstart import begin
+
+        begin()
     code = main()
     if _exit_at_once:
         import contextlib
@@ -49,9 +78,29 @@ def console() -> NoReturn:
     sys.exit(code)
 
 
+def local_one_shot(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` looks like ``nvtopy --once`` on this machine's GPUs, judged before anything is parsed.
+
+    Conservative: no command, ``--once`` itself, and no option (nor its abbreviation) that reads
+    simulated GPUs, other hosts or nothing at all. A wrong "yes" costs only the driver opened for
+    nothing on a thread; a wrong "no" only the head start.
+    """
+    if "--once" not in argv or not argv[0].startswith("-"):
+        return False
+    for token in argv:
+        if token in {"--", "-h"}:
+            return False
+        name = token.split("=", 1)[0]
+        if name.startswith("--") and any(option.startswith(name) for option in _NOT_THE_DRIVER):
+            return False
+    return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``nvtopy [COMMAND] ...``: parse, then run the command under :func:`guarded`."""
     from importlib import import_module
+
+    from .options import COMMANDS
 
     argv = _help_as_option(list(sys.argv[1:] if argv is None else argv))
     command = argv[0] if argv and argv[0] in COMMANDS else "monitor"
@@ -70,6 +119,8 @@ def _help_as_option(argv: list[str]) -> list[str]:
     A word after ``help`` that is no command stays a word: the monitor's parser names
     the closest command for it (``nvtopy help lgo``: did you mean 'log'?).
     """
+    from .options import COMMANDS
+
     if argv[:1] != ["help"] or "help" in COMMANDS:
         return argv
     rest = argv[1:]
@@ -91,6 +142,7 @@ def guarded(function: Callable[[], int]) -> int:
     import contextlib
 
     from ..textsafe import safe_text
+    from .options import discard_stdout
 
     for stream in (sys.stdout, sys.stderr):
         if getattr(stream, "errors", None) in ("strict", "surrogateescape") and hasattr(stream, "reconfigure"):
@@ -129,6 +181,8 @@ def _run_and_flush(function: Callable[[], int]) -> int:
     (BrokenPipeError: :func:`guarded` ends quietly) or a full disk. A full disk
     while the command writes stdout (``--once > F``) is one line, not a bug report.
     """
+    from .options import discard_stdout
+
     try:
         code = function()
     except BrokenPipeError:

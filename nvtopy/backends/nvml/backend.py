@@ -61,6 +61,7 @@ from ..host.processes import (
 )
 from .events import Target, open_xid_events
 from .gpm import GpmState, NvmlGpmReaders
+from .headstart import finish
 from .health import NvLinkState, NvmlHealthReaders, field_value
 
 if TYPE_CHECKING:
@@ -257,6 +258,7 @@ class NvmlBackend(NvmlHealthReaders, NvmlGpmReaders, Backend):
             self._nvml.nvmlShutdown()
         except Exception:  # noqa: BLE001 - best effort at exit; nothing useful to report
             pass
+        finish(self._nvml)  # a one-shot's head start: its unclaimed samples and its nvmlInit (headstart.py)
 
     def abandon(self) -> None:
         """Never ``nvmlShutdown``, now or at exit: a thread is stuck in the driver (see :meth:`Backend.abandon`)."""

@@ -38,6 +38,7 @@ from typing import Any, Protocol
 from ...model import GPM_FIELDS, MIG_GPM_FIELDS, Reason
 from ...ranges import within
 from ..base import Reading
+from .headstart import claim
 
 __all__ = ["FIRST_PAIR_S", "GPM_METRICS", "GpmState", "NvmlGpmReaders"]
 
@@ -164,12 +165,21 @@ class NvmlGpmReaders:
         except Exception:  # noqa: BLE001 - a lost GPU: its next read says so
             return
         # Only streams without a sample: a static re-read (the GPU came back) must not spend a pair.
-        if gpu.gpm.gpu.previous is None:
-            self._gpm_step(gpu, gpu.gpm.gpu, None)
+        pair = gpu.gpm.gpu
+        if pair.previous is None and not (self.one_shot and self._gpm_claim(gpu, pair)):
+            self._gpm_step(gpu, pair, None)
         for gi in self._gpu_instance_ids(gpu) if instances else ():
             pair = gpu.gpm.instances.setdefault(gi, _Pair())
             if pair.previous is None:
                 self._gpm_step(gpu, pair, gi)
+
+    def _gpm_claim(self, gpu: _GpuLike, pair: _Pair) -> bool:
+        """A one-shot's first sample of ``gpu`` from the program's head start, if it took one (:mod:`.headstart`)."""
+        first = claim(self._nvml, gpu.index, self._handle(gpu))
+        if first is None:
+            return False
+        pair.previous, pair.taken_at = first
+        return True
 
     def _gpm_measure(self, gpu: _GpuLike, pair: _Pair, gi: int | None) -> dict[int, tuple[int, float]] | Reason:
         """The metrics of ``pair``'s interval up to now, or why there are none this poll."""
