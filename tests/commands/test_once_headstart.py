@@ -203,6 +203,20 @@ def test_nothing_is_given_back_while_the_head_start_is_still_in_the_driver(state
     assert bindings.calls == ["shutdown"]
 
 
+def test_a_gpu_that_fails_costs_only_its_own_sample(state):
+    bindings = _Bindings(gpus=3)
+
+    def lost(index: int) -> None:
+        if index == 1:
+            raise bindings.NVMLError("GPU is lost")
+
+    bindings.before_sample = lost
+    _run(state, bindings)
+    assert len(bindings.freed) == 1, "GPU 1's buffer is given back"
+    assert headstart.claim(bindings, 1, ctypes.c_void_p(0x1001)) is None
+    assert headstart.claim(bindings, 2, ctypes.c_void_p(0x1002)) is not None, "the GPUs after it are sampled"
+
+
 def test_no_gpm_no_samples_and_a_failing_driver_is_left_to_the_backend(state):
     bindings = _Bindings(gpm=False)
     _run(state, bindings)

@@ -24,6 +24,7 @@ the backend closes, frees the samples nobody claimed and gives the reference bac
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import threading
 import time
@@ -81,21 +82,35 @@ def _take_firsts(state: _State, pynvml: Any) -> None:
         with state.lock:
             state.initialised = True
         for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            if not pynvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice:
-                continue
-            sample = pynvml.nvmlGpmSampleAlloc()
-            pynvml.nvmlGpmSampleGet(handle, sample)
-            taken_at = time.monotonic()
-            with state.lock:
-                if index not in state.claimed and not state.finished:
-                    state.firsts[index] = (_address(handle), sample, taken_at)
-                    continue
-            pynvml.nvmlGpmSampleFree(sample)  # claimed meanwhile: the backend took its own
-    except Exception:  # noqa: BLE001 - a driver error, a lost GPU, old bindings: the usual path reads it
+            _take_first(state, pynvml, index)
+    except Exception:  # noqa: BLE001 - no driver, old bindings: the backend's own open says why
         pass
     finally:
         state.done.set()
+
+
+def _take_first(state: _State, pynvml: Any, index: int) -> None:
+    """GPU ``index``'s first GPM sample, kept unless the backend has claimed the GPU meanwhile."""
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        if not pynvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice:
+            return
+        sample = pynvml.nvmlGpmSampleAlloc()
+    except Exception:  # noqa: BLE001 - a lost GPU, no GPM calls in this driver: its own read says so
+        return
+    try:
+        pynvml.nvmlGpmSampleGet(handle, sample)
+    except Exception:  # noqa: BLE001 - as above; the buffer is given back
+        kept = False
+    else:
+        taken_at = time.monotonic()
+        with state.lock:
+            kept = index not in state.claimed and not state.finished
+            if kept:
+                state.firsts[index] = (_address(handle), sample, taken_at)
+    if not kept:  # failed, or claimed meanwhile: the backend took its own
+        with contextlib.suppress(Exception):
+            pynvml.nvmlGpmSampleFree(sample)
 
 
 def claim(pynvml: Any, index: int, handle: Any) -> tuple[Any, float] | None:
