@@ -28,9 +28,12 @@ import contextlib
 import ctypes
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...standin import import_standing_in
+
+if TYPE_CHECKING:
+    import pynvml  # noqa: F401 -- imported by begin, ctypes.util standing in; named here for the layer rules
 
 __all__ = ["WAIT_S", "begin", "claim", "finish"]
 
