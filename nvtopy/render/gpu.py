@@ -228,7 +228,8 @@ def panel_title(gpu: GpuState, width: int | None = None) -> Line:
     verdict (and "not responding") is what a glance at the panel must catch.
     """
     static = gpu.static
-    title = Line(f" {static.index} ", "bold")
+    # A fleet's line for a host (connecting, lost, a remark) has no GPU index: its host alone names it.
+    title = Line(" ") if gpu.stands_for_host else Line(f" {static.index} ", "bold")
     if static.host is not None:  # a remote host's GPU: its host and own index
         title.add(_host(gpu), RICH_STYLES[REMOTE])
         if gpu.note:
@@ -831,7 +832,7 @@ def _gib_cell(gpu: GpuState) -> Line:
 
 def _compact(gpu: GpuState, width: int) -> tuple[Line, CompactColumns | None]:
     static = gpu.static
-    line = Line(f"{static.index:>2}", "bold")
+    line = Line("  ") if gpu.stands_for_host else Line(f"{static.index:>2}", "bold")  # a host's line: no index
     if static.host is not None:
         line.add(" ").add(_host(gpu).rstrip(), RICH_STYLES[REMOTE])
     if gpu.note:

@@ -146,7 +146,8 @@ def _heading(gpu: GpuState) -> Line:
     """``GPU 0  FAIL  H100 80GB HBM3 · 18:00.0 · GPU-b756f5a9-…``: which GPU, and its verdict first."""
     static = gpu.static
     verdict, category = verdict_cell(gpu)
-    line = Line(f"GPU {static.index} ", "bold reverse").add(" ").add(f" {verdict} ", _style(category)).add(" ")
+    label = "HOST " if gpu.stands_for_host else f"GPU {static.index} "  # a fleet's line for a host: no GPU index
+    line = Line(label, "bold reverse").add(" ").add(f" {verdict} ", _style(category)).add(" ")
     if static.host is not None:
         line.add(f" {host_label(static)}", _style(REMOTE))
     line.add(f" {short_name(static.name)}", "bold")
@@ -162,7 +163,8 @@ def overview_line(gpu: GpuState) -> Line:
     host and index there after its verdict (``GPU 9  OK    node01/1  H100 80GB HBM3 · 2A:00.0``), as every view
     of a fleet names them."""
     verdict, category = verdict_cell(gpu)
-    line = Line(f"  GPU {gpu.static.index:<3}", "bold").add(f"{verdict:<4}", _style(category)).add("  ")
+    label = "  host   " if gpu.stands_for_host else f"  GPU {gpu.static.index:<3}"  # a host's line: no GPU index
+    line = Line(label, "bold").add(f"{verdict:<4}", _style(category)).add("  ")
     if gpu.static.host is not None:
         line.add(f"{host_label(gpu.static)}  ", _style(REMOTE))
     stalled = stalled_text(gpu)

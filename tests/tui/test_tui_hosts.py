@@ -413,7 +413,27 @@ def test_the_health_overview_names_each_remote_gpus_host_and_never_calls_an_unre
     gone = host_line(12, "deadbox", "lost: x")
     stale = dataclasses.replace(remote, note="stale: no snapshot for 9 s")
     assert overview_line(remote).plain.split()[:4] == ["GPU", "9", "OK", "node01/1"]
-    assert overview_line(gone).plain.split()[:5] == ["GPU", "12", "N/A", "deadbox", "lost:"]
+    assert overview_line(gone).plain.split()[:4] == ["host", "N/A", "deadbox", "lost:"]  # no GPU index: none
     assert verdict_cell(gone)[0] == verdict_cell(stale)[0] == "N/A"
     assert health_counts([remote, gone, stale]) == {Severity.OK: 1, Severity.WARN: 0, Severity.FAIL: 0}
     assert overview_line(gpu_state(0)).plain.split()[:3] == ["GPU", "0", "OK"]  # a local GPU: no host
+
+
+def test_a_hosts_line_is_named_by_its_host_alone_in_every_view_never_by_an_index():
+    """A fleet's line for a host it cannot read (or not yet) is no GPU: its place in the list is not shown as one."""
+    from nvtopy.render.gpu import compact_line, panel_title
+    from nvtopy.render.health import overview_line
+
+    gone = host_line(12, "deadbox", "lost: x")
+    connecting = host_line(3, "node7", "connecting (4 s)", lost=False)
+    for line in (gone, connecting):
+        host = line.static.host
+        assert panel_title(line, 60).plain.split()[0] == host
+        assert compact_line(line, 80).plain.split()[0] == host
+        assert overview_line(line).plain.split()[0] == "host"
+    remote = gpu_state(9)
+    remote = dataclasses.replace(remote, static=dataclasses.replace(remote.static, host="node01", host_index=1))
+    stale = dataclasses.replace(remote, note="stale: no snapshot for 9 s")  # a GPU of a stale host: still a GPU
+    for gpu in (remote, stale):
+        assert panel_title(gpu, 60).plain.split()[:2] == ["9", "node01/1"]
+        assert compact_line(gpu, 80).plain.split()[:2] == ["9", "node01/1"]
