@@ -20,7 +20,6 @@ accepted, replaced and refused, and the words of a refusal, are unchanged
 
 from __future__ import annotations
 
-import json
 import keyword
 import operator
 from collections.abc import Callable, Sequence
@@ -64,6 +63,8 @@ def decode_json(raw: bytes | str) -> Any:
         return _fast_decoder()(raw)
     except (ValueError, RecursionError):  # msgspec's DecodeError and ValidationError are ValueErrors
         pass  # decoded again as it always was: the same values, replacements and refusals
+    import json  # here: a text ``--once`` imports this module (owners read containers' configs) and no JSON
+
     text = raw.decode("utf-8", "replace") if isinstance(raw, bytes | bytearray) else raw
     try:
         return json.loads(text)

@@ -19,7 +19,6 @@ decoder of what they write, is :mod:`nvtopy.formats.contract_decoder`.
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -68,8 +67,9 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
-# One encoder object for every line (json.dumps with arguments builds a new one per call).
-_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+# One encoder object for every line (json.dumps with arguments builds a new one per call), made at the first:
+# a text ``--once`` imports this module for its timestamp and writes no JSON.
+_compact: Callable[[Any], str] | None = None
 
 
 def iso_timestamp(timestamp: float) -> str:
@@ -428,8 +428,15 @@ def encode(data: Any, *, indent: int | None = None) -> str:
     UTF-8 characters stay as they are (``ensure_ascii=False``): the builders have
     escaped every outside string, so the text always encodes as UTF-8.
     """
+    global _compact
     if indent is None:
-        return _COMPACT.encode(data)
+        if _compact is None:
+            import json
+
+            _compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+        return _compact(data)
+    import json
+
     return json.dumps(data, indent=indent, ensure_ascii=False)
 
 
