@@ -143,11 +143,19 @@ def _clip(text: str, width: int) -> str:
 
 
 class _Table:
-    """Columns of cells, aligned; the last column may be clipped to the terminal width."""
+    """Columns of cells, aligned; in a terminal too narrow for them, the columns of ``drops`` are left out (the
+    first named first) and the last column is clipped to the terminal width.
 
-    def __init__(self, headers: Sequence[tuple[str, str]]) -> None:
+    Why: a table wider than the terminal wraps every row onto two lines (the GPU table is about 130 cells
+    with GPM, an 80-column terminal is common); a pipe (``max_width`` None) always gets every column whole.
+    """
+
+    def __init__(self, headers: Sequence[tuple[str, str]], drops: Sequence[str] = (), last_keeps: int = 12) -> None:
         self.headers = headers  # (title, "<" or ">")
         self.rows: list[list[Cell]] = []
+        self.drops = drops
+        self.last_keeps = last_keeps  # cells of the last column (a health reason, a command) kept before the drops
+        self.dropped: list[str] = []  # the titles the last render left out
 
     def add(self, *cells: Cell | str) -> None:
         """A row; every cell's text is made safe for the terminal here, whatever it holds."""
@@ -160,18 +168,32 @@ class _Table:
         for row in self.rows:
             for i, (text, _) in enumerate(row):
                 widths[i] = max(widths[i], width_of(text))
+        keep = list(range(len(widths)))
+        self.dropped = []
         if max_width is not None:
-            fixed = sum(widths[:-1]) + 2 * (len(widths) - 1)
+            last = len(widths) - 1
+            least = max(width_of(self.headers[-1][0]), min(widths[-1], self.last_keeps))
+            titles = [title for title, _ in self.headers]
+            for title in self.drops:
+                if sum(widths[i] + 2 for i in keep[:-1]) + least <= max_width:
+                    break
+                if title in titles and titles.index(title) != last:
+                    keep.remove(titles.index(title))
+                    self.dropped.append(title)
+            fixed = sum(widths[i] + 2 for i in keep[:-1])
             widths[-1] = max(width_of(self.headers[-1][0]), min(widths[-1], max_width - fixed))
-        lines = [self._line([(t, "bold") for t, _ in self.headers], widths, color)]
-        lines.append("─" * (sum(widths) + 2 * (len(widths) - 1)))
-        lines.extend(self._line(row, widths, color) for row in self.rows)
+        headers = [self.headers[i] for i in keep]
+        shown = [widths[i] for i in keep]
+        lines = [self._line([(t, "bold") for t, _ in headers], headers, shown, color)]
+        lines.append("─" * (sum(shown) + 2 * (len(shown) - 1)))
+        lines.extend(self._line([row[i] for i in keep], headers, shown, color) for row in self.rows)
         return lines
 
-    def _line(self, cells: Sequence[Cell], widths: list[int], color: bool) -> str:
+    @staticmethod
+    def _line(cells: Sequence[Cell], headers: Sequence[tuple[str, str]], widths: list[int], color: bool) -> str:
         parts = []
         last = len(cells) - 1
-        for i, ((text, style), (_, align)) in enumerate(zip(cells, self.headers, strict=True)):
+        for i, ((text, style), (_, align)) in enumerate(zip(cells, headers, strict=True)):
             text = _clip(text, widths[i])
             pad = " " * (widths[i] - width_of(text))
             if i == last and align == "<":
@@ -201,6 +223,11 @@ GPU_COLUMNS: tuple[tuple[str, str], ...] = (
     ("Throttle", "<"),
     ("Health", "<"),
 )
+
+
+GPU_DROPS = ("Bus", "Throttle", "Fan", "ECC", "P", "DRAM", "Tensor", "Temp", "Power", "SM Act")
+"""The GPU table's columns a narrow terminal leaves out, the first named first (GPU, Name, Util, Memory and
+Health stay)."""
 
 
 def _name(gpu: GpuState) -> Cell:
@@ -261,7 +288,7 @@ def _gpu_table(snapshot: Snapshot) -> _Table | None:
     gpus = [gpu for gpu in snapshot.gpus if not gpu.note]
     if not gpus:
         return None
-    table = _Table(GPU_COLUMNS)
+    table = _Table(GPU_COLUMNS, GPU_DROPS)
     for gpu in gpus:
         table.add(*gpu_row(gpu))
     return table
@@ -292,6 +319,10 @@ MIG_COLUMNS: tuple[tuple[str, str], ...] = (
 """The MIG table's columns; the activity ones only where some instance says something of its activity
 (:func:`_mig_activity_known`)."""
 _MIG_ACTIVITY = ("sm_active_percent", "tensor_active_percent", "dram_active_percent")
+
+
+MIG_DROPS = ("UUID", "DRAM", "Tensor", "SMs", "SM Act")
+"""The MIG table's columns a narrow terminal leaves out, the first named first."""
 
 
 def mig_row(gpu: GpuState, state: MigState, *, activity: bool = True) -> list[Cell]:
@@ -329,7 +360,7 @@ def _mig_table(snapshot: Snapshot) -> _Table | None:
         return None
     activity = _mig_activity_known([state for _, state in pairs])
     titles = {title for title, _ in ACTIVITY_COLUMNS}
-    table = _Table([column for column in MIG_COLUMNS if activity or column[0] not in titles])
+    table = _Table([column for column in MIG_COLUMNS if activity or column[0] not in titles], MIG_DROPS)
     for gpu, state in pairs:
         table.add(*mig_row(gpu, state, activity=activity))
     return table
@@ -424,6 +455,11 @@ PROCESS_COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+PROCESS_DROPS = ("Type", "Host Mem", "Time", "Owner", "CPU%", "SM%", "MIG")
+"""The process table's columns a narrow terminal leaves out, the first named first (GPU, Host, PID, User,
+GPU Mem, Flags and Command stay)."""
+
+
 def process_row(process: GpuProcess, me: str | None) -> list[Cell]:
     """The cells of one process (the order of :data:`PROCESS_COLUMNS`), from the TUI's own cell function."""
     cells = dict(zip(PROCESS_CELL_KEYS, process_cells(process, me), strict=True))
@@ -447,7 +483,7 @@ def _process_table(snapshot: Snapshot) -> _Table:
         headers.insert(1, ("MIG", "<"))
     if hosts is not None:
         headers.insert(1, ("Host", "<"))
-    table = _Table(headers)
+    table = _Table(headers, PROCESS_DROPS, last_keeps=30)  # a command's first words tell one job from another
     me = snapshot.host.user
     for gpu in snapshot.gpus:
         for process in gpu.processes:
@@ -497,6 +533,16 @@ def _styled(text: str, style: str, color: bool) -> str:
     return f"{STYLES[style]}{text}{RESET}" if color and style else text
 
 
+def _left_out(table: _Table, width: int | None, color: bool) -> list[str]:
+    """The line under a table a narrow terminal made leave columns out, naming them (none when it left out none)."""
+    if not table.dropped:
+        return []
+    note = f"(not shown in {width} columns: {', '.join(table.dropped)}; a pipe gets every column)"
+    if width is not None and width_of(note) > width:
+        note = f"(not shown in {width} columns: {', '.join(table.dropped)})"
+    return [_styled(_clip(note, width) if width is not None else note, DIM, color)]
+
+
 def render_snapshot(snapshot: Snapshot, out: IO[str], *, color: bool, gpu_count: int | None = None) -> None:
     """Write ``snapshot``; ``gpu_count`` (GPUs on the machine) tells "none found" from "none selected".
 
@@ -523,6 +569,7 @@ def render_snapshot(snapshot: Snapshot, out: IO[str], *, color: bool, gpu_count:
         table = _gpu_table(snapshot)
         if table is not None:
             lines.extend(table.render(color, max_width))
+            lines.extend(_left_out(table, max_width, color))
         lines.extend(_styled(text, style, color) for text, style in host_notes(snapshot))
         lines.extend(_styled(text, style, color) for text, style in activity_notes(snapshot))
         lines.extend(_styled(text, style, color) for text, style in platform_notes(snapshot))
@@ -530,10 +577,13 @@ def render_snapshot(snapshot: Snapshot, out: IO[str], *, color: bool, gpu_count:
         if mig is not None:
             lines.append("")
             lines.extend(mig.render(color, max_width))
+            lines.extend(_left_out(mig, max_width, color))
         lines.extend(_styled(text, style, color) for text, style in mig_notes(snapshot))
         lines.append("")
         if any(g.processes for g in snapshot.gpus):
-            lines.extend(_process_table(snapshot).render(color, max_width))
+            processes = _process_table(snapshot)
+            lines.extend(processes.render(color, max_width))
+            lines.extend(_left_out(processes, max_width, color))
         else:
             lines.append("No GPU processes.")
         for gpu in snapshot.gpus:
