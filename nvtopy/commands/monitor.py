@@ -244,6 +244,9 @@ def _run_interactive(args: argparse.Namespace) -> int:
         notify=None if dispatcher is None else dispatcher.send,
     )
     _configure(app, args, options.user_config(args, *CONFIG_FLAGS))
+    from ..sources.remote.gc_policy import settle_for_monitor
+
+    settle_for_monitor()  # the collector ran about a tenth of the monitor's CPU at CPython's thresholds (gc_policy)
     try:
         app.run()
     finally:
