@@ -487,9 +487,10 @@ def test_text_health_column_is_clipped_on_a_narrow_terminal(monkeypatch):
     out = _Terminal()
     render_snapshot(health_snapshot(), out, color=False)
     header, rule, *rows = out.getvalue().splitlines()[1:7]
-    assert len(rule) == len(header), "the Health column is as wide as its title"
+    assert header.endswith("Health") and len(rule) <= 80
     assert all(len(row) <= len(rule) for row in rows), rows
-    assert [row.rsplit("  ", 1)[-1] for row in rows] == ["FAIL …", "FAIL …", "OK", "OK"]
+    # Columns a narrow terminal can spare are left out first (render/text.py, GPU_DROPS); the reason is cut.
+    assert [row.rsplit("  ", 1)[-1] for row in rows] == ["FAIL row re…", "FAIL not re…", "OK", "OK"]
     # The details, never clipped, are below the tables.
     assert "GPU 1: FAIL, not responding (12 s)" in out.getvalue()
 
