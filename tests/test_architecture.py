@@ -43,11 +43,13 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "nvtopy"
+from . import package_source
+from .package_source import PACKAGE, reads_the_package
 
 # The package's import graph is built once per test process (package_edges, about 3 s of CPU): every test of this
-# module on one pytest-xdist worker (`--dist loadgroup`) builds it once per run, not once on each worker.
-pytestmark = pytest.mark.xdist_group("test_architecture")
+# module on one pytest-xdist worker (`--dist loadgroup`) builds it once per run, not once on each worker; that
+# worker is the one the other searches of the source run on (tests/package_source.py), so it is parsed once.
+pytestmark = reads_the_package
 FORBIDDEN_IN_TUI = {"pynvml", "psutil", "nvtopy.backends.host", "nvtopy.backends.nvml"}
 
 # --- the rules -------------------------------------------------------------------------------------
@@ -182,6 +184,13 @@ def _resolve(dotted: str, known: dict[str, Path]) -> str:
     return ".".join(parts)
 
 
+def _parsed(path: Path) -> ast.Module:
+    """A module of the real package from the run's one parse of it; any other (a test's own package) read here."""
+    if path.is_relative_to(PACKAGE):
+        return package_source.tree(path)
+    return ast.parse(path.read_text(encoding="utf-8"), str(path))
+
+
 def import_edges(package: Path) -> list[Edge]:
     """Every import of every module of ``package``, relative and absolute, wherever it stands."""
     root = package.name
@@ -189,7 +198,7 @@ def import_edges(package: Path) -> list[Edge]:
     edges: list[Edge] = []
     seen: set[Edge] = set()
     for name, path in sorted(known.items()):
-        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        tree = _parsed(path)
         where = path.relative_to(package.parent).as_posix()
         # The package a relative import starts from: the module's own for an __init__.
         here = [root, *name.split(".")] if name else [root]
@@ -395,7 +404,7 @@ def package_edges() -> list[Edge]:
 
 def imported_modules(path: Path) -> set[str]:
     """Absolute names of what one file imports (kept for test_tui_never_touches_nvml_or_psutil)."""
-    tree = ast.parse(path.read_text(), str(path))
+    tree = _parsed(path)
     names: set[str] = set()
     package = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts[:-1])
     for node in ast.walk(tree):

@@ -70,6 +70,7 @@ from nvtopy.textsafe import unescape_text
 from ..builders import gpu_sample, gpu_static, host_info, mig_instances
 from ..conftest import FROZEN_TIME, needs_fake_nvml
 from ..fake_pynvml import FakeGpu, FakeNvml
+from ..package_source import PACKAGE, modules, nodes, reads_the_package
 
 OK, WARN, FAIL, SKIP = Status.OK, Status.WARN, Status.FAIL, Status.SKIP
 ORDER = [
@@ -1153,13 +1154,16 @@ def test_doctor_colours_are_the_monitors_finding_colours():
 
 
 def _package_modules():
-    package = Path(doctor.__file__).parents[2]
-    return {
-        path.relative_to(package.parent).as_posix(): path.read_text(encoding="utf-8")
-        for path in sorted(package.rglob("*.py"))
-    }
+    """Each module of the package ('nvtopy/...') and its text, read once per test process (tests/package_source.py)."""
+    return {path.relative_to(PACKAGE.parent).as_posix(): text for path, text in modules().items()}
 
 
+def _package_nodes():
+    """Each module of the package ('nvtopy/...') and every node of it, parsed once a run (tests/package_source.py)."""
+    return {path.relative_to(PACKAGE.parent).as_posix(): nodes(path) for path in modules()}
+
+
+@reads_the_package
 def test_severity_has_one_colour_map():
     """Severity -> colour category is written once, in render/cells.py; every view (and doctor) looks it up there."""
     import ast
@@ -1167,8 +1171,8 @@ def test_severity_has_one_colour_map():
     categories = {"GOOD", "WARN", "HOT", "ALERT", "BAD", "DIM", "PLAIN"}
     colours = {"red", "green", "yellow", "bold red", "$error", "$warning", "$success"}
     homes = []
-    for name, text in _package_modules().items():
-        for node in ast.walk(ast.parse(text)):
+    for name, walked in _package_nodes().items():
+        for node in walked:
             if not isinstance(node, ast.Dict):
                 continue
             keyed = [k for k in node.keys if isinstance(k, ast.Attribute) and ast.unparse(k).startswith("Severity.")]
@@ -1193,6 +1197,7 @@ def test_one_utf8_stdout_writer():
     assert writers == ["nvtopy/commands/options.py"]
 
 
+@reads_the_package
 def test_one_quoting_of_outside_values():
     """A value from outside quoted back in a message has one home: textsafe.quoted, repr of textsafe.excerpt's cut.
 
@@ -1202,8 +1207,8 @@ def test_one_quoting_of_outside_values():
     import ast
 
     homes = []
-    for name, text in _package_modules().items():
-        for node in ast.walk(ast.parse(text)):
+    for name, walked in _package_nodes().items():
+        for node in walked:
             is_repr = isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "repr"
             if is_repr and ("…" in ast.unparse(node) or "excerpt(" in ast.unparse(node)):
                 homes.append(name)

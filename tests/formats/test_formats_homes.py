@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[2] / "nvtopy"
+from ..package_source import PACKAGE, modules, reads_the_package, tree
+
 PROMETHEUS = PACKAGE / "formats" / "prometheus"
 
 # How a dotted field name was taken apart by hand before formats/fields.py: its prefix tested or cut.
@@ -33,13 +33,17 @@ _OTHER_MEANINGS = {"config.py": "the keys of the config file's [health] table"}
 
 
 def _sources() -> dict[str, str]:
-    return {str(path.relative_to(PACKAGE)): path.read_text(encoding="utf-8") for path in PACKAGE.rglob("*.py")}
+    return {str(path.relative_to(PACKAGE)): text for path, text in modules().items()}
 
 
 def _definitions(text: str) -> set[str]:
     """The names a module defines at its top level (functions, classes, assignments)."""
+    return _defined(ast.parse(text))
+
+
+def _defined(module: ast.Module) -> set[str]:
     names: set[str] = set()
-    for node in ast.parse(text).body:
+    for node in module.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
         elif isinstance(node, ast.Assign):
@@ -75,10 +79,11 @@ def test_prometheus_is_a_package_of_one_module_per_job_without_re_exports():
     assert homes["parse_exposition"] == ["parse"] and homes["Exposition"] == ["expose"]
 
 
+@reads_the_package
 def test_the_json_contract_is_decoded_beside_its_encoder_only():
     decoders = ("snapshot_from_dict", "recorded_text", "owner_from_dict", "host_usage_from_dict", "gpu_from_dict")
     sources = _sources()
-    defined = {name: _definitions(text) for name, text in sources.items()}  # each module parsed once, not per name
+    defined = {str(path.relative_to(PACKAGE)): _defined(tree(path)) for path in modules()}  # parsed once a run
     for decoder in decoders:
         where = [name for name, names in defined.items() if decoder in names]
         assert where == ["formats/contract_decoder.py"], f"{decoder} defined in {where}"

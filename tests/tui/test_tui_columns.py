@@ -22,6 +22,7 @@ from nvtopy.tui.columns_screen import ColumnsScreen
 from nvtopy.tui.preferences import configure
 from nvtopy.tui.screens import HelpScreen
 
+from ..package_source import PACKAGE, modules, nodes, reads_the_package
 from ..tui_helpers import started, widget_lines
 
 SIZE = (160, 40)
@@ -280,9 +281,7 @@ def test_visible_columns_follow_the_choice():
     assert visible_columns(120, mig=True, flags=True) == visible_columns(120, mig=True, flags=True, chosen=COLUMN_IDS)
 
 
-PACKAGE = Path(__file__).resolve().parents[2] / "nvtopy"
-
-
+@reads_the_package
 def test_the_columns_have_one_list_and_everything_derives_from_it():
     """nvtopy.columns.TABLE_COLUMNS is the one list: the config's ids, the table's columns, the cells' order and
     the chooser's rows are read from it, and no module restates the column ids or builds a Column of its own."""
@@ -292,9 +291,9 @@ def test_the_columns_have_one_list_and_everything_derives_from_it():
     assert [c.key for c in (HOST_COLUMN, MIG_COLUMN, FLAGS_COLUMN)] == ["host", "mig", "flags"]
     assert all(c in TABLE_COLUMNS for c in (HOST_COLUMN, MIG_COLUMN, FLAGS_COLUMN))
     restated, built = [], []
-    for path in PACKAGE.rglob("*.py"):
+    for path in modules():
         name = path.relative_to(PACKAGE).as_posix()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in nodes(path):
             if isinstance(node, ast.Tuple | ast.List | ast.Set):
                 words = {e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
                 if {"gpu_memory", "host_memory", "command"} <= words:

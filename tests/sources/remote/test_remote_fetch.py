@@ -9,35 +9,23 @@ caller's quoting writes (it must not change when the helpers are shared).
 from __future__ import annotations
 
 import ast
-import functools
 import re
 import urllib.parse
-from pathlib import Path
 
 import pytest
 
 from nvtopy.sources.remote.fetch import CHUNK, GRACE, basic_authorization
 from nvtopy.textsafe import excerpt
 
-PACKAGE = Path(__file__).resolve().parents[3] / "nvtopy"
-
-
-@functools.cache
-def _nodes() -> dict[str, list[ast.AST]]:
-    """Every node of every module of the package, parsed and walked once per test process: six searches read
-    them, and a parse and walk of the whole package costs seconds of CPU."""
-    return {
-        str(p.relative_to(PACKAGE)): list(ast.walk(ast.parse(p.read_text(), str(p))))
-        for p in sorted(PACKAGE.rglob("*.py"))
-    }
+from ...package_source import PACKAGE, modules, nodes, reads_the_package
 
 
 def _where(test) -> list[str]:
-    return sorted({name for name, nodes in _nodes().items() for node in nodes if test(node)})
+    return sorted({str(path.relative_to(PACKAGE)) for path in modules() for node in nodes(path) if test(node)})
 
 
-# The tests that search the package's source: one pytest-xdist group (`--dist loadgroup`), so one worker parses it.
-reads_the_source = pytest.mark.xdist_group("test_remote_fetch_source")
+# The tests that search the package's source: parsed once a run, on one worker (tests/package_source.py).
+reads_the_source = reads_the_package
 
 
 def _assigns(node: ast.AST, name: str) -> bool:
