@@ -198,6 +198,41 @@ async def test_an_idle_session_is_closed_and_its_monitor_ends():
         poll(lambda: not idle.sessions(), WS_DEADLINE, "the idle session's monitor ends")
 
 
+async def test_a_monitor_slower_to_draw_than_the_idle_timeout_is_shown_then_closed_as_idle():
+    """Idle counts from the first screen: on a loaded server the monitor's start alone took longer than a short
+    --idle-timeout, and the session was closed before the page showed anything (this test's neighbour failed so
+    in whole-suite runs). Here the monitor starts 3 s late, with a 1 s idle timeout."""
+    import shlex
+    import sys
+
+    from aiohttp import web
+
+    late = f"sleep 3; exec {shlex.quote(sys.executable)} -m nvtopy --demo --readonly"
+    settings = WebSettings(monitor=("sh", "-c", late), once=("true",), token="t", cookie="c", idle_timeout=1.0)
+    runner = web.AppRunner(make_app(settings))
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        async with (
+            aiohttp.ClientSession(headers={"Authorization": "Bearer t"}) as client,
+            client.ws_connect(f"ws://127.0.0.1:{port}/ws?width=100&height=30") as ws,
+        ):
+            started = asyncio.get_running_loop().time()
+            await _first_screen(ws)
+            assert asyncio.get_running_loop().time() - started >= 3, "the monitor started late"
+            while (message := await ws.receive(timeout=WS_DEADLINE)).type == aiohttp.WSMsgType.BINARY:
+                pass
+            assert message.type == aiohttp.WSMsgType.CLOSE and message.extra == "idle: closed by nvtopy web"
+        end = asyncio.get_running_loop().time() + WS_DEADLINE  # the server runs on this loop: waited for here
+        while settings.sessions:
+            assert asyncio.get_running_loop().time() < end, "the idle session's monitor never ended"
+            await asyncio.sleep(0.05)
+    finally:
+        await runner.cleanup()
+
+
 async def test_stopping_the_server_ends_every_session():
     with web_server("--demo") as running:
         headers = {"Authorization": f"Bearer {running.token}"}

@@ -37,10 +37,14 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from textual_serve.app_service import AppService
 from textual_serve.download_manager import DownloadManager
 
-__all__ = ["MAX_COLUMNS", "MAX_ROWS", "STOP_DEADLINE", "WebSettings", "make_app"]
+__all__ = ["FIRST_SCREEN_DEADLINE", "MAX_COLUMNS", "MAX_ROWS", "STOP_DEADLINE", "WebSettings", "make_app"]
 
 STOP_DEADLINE = 5.0
 """Seconds a session's monitor has to quit once asked, before it is killed."""
+
+FIRST_SCREEN_DEADLINE = 60.0
+"""Seconds a session's monitor may take to send its first screen before the session is closed (when longer than
+``idle_timeout``): idleness counts from that first screen, since nobody can type into a page that shows nothing."""
 
 MAX_COLUMNS, MAX_ROWS = 500, 200
 """The largest terminal a browser may ask for: a bigger one costs the session's process memory, not the page."""
@@ -212,11 +216,20 @@ async def _websocket(request: web.Request, settings: WebSettings) -> web.StreamR
 
 
 async def _relay(websocket: web.WebSocketResponse, session: _Session, idle_timeout: float) -> None:
-    """The browser's keys, mouse and size to the monitor, until the page goes, the monitor quits, or idle."""
+    """The browser's keys, mouse and size to the monitor, until the page goes, the monitor quits, or idle.
+
+    Idle counts from the later of the last input and the monitor's first screen: a monitor slow to start
+    (a loaded server: its imports alone took more than 2 s) is not closed before anyone could see it; one
+    that never draws is closed after :data:`FIRST_SCREEN_DEADLINE` (or ``idle_timeout``, if longer).
+    """
     loop = asyncio.get_running_loop()
     last_input = loop.time()
     while not session.ended:
-        left = idle_timeout - (loop.time() - last_input)
+        shown = session.first_screen_at
+        if shown is None:
+            left = max(idle_timeout, FIRST_SCREEN_DEADLINE) - (loop.time() - last_input)
+        else:
+            left = idle_timeout - (loop.time() - max(last_input, shown))
         if left <= 0:
             await websocket.close(code=WSCloseCode.POLICY_VIOLATION, message=b"idle: closed by nvtopy web")
             return
@@ -263,12 +276,18 @@ class _Session(AppService):
     def __init__(self, command: str, websocket: web.WebSocketResponse) -> None:
         super().__init__(
             command,
-            write_bytes=websocket.send_bytes,
+            write_bytes=self._write_screen,
             write_str=websocket.send_str,
             close=self._close_page,
             download_manager=DownloadManager(),
         )
         self.websocket = websocket
+        self.first_screen_at: float | None = None  # the loop's time the monitor's first output went to the page
+
+    async def _write_screen(self, data: bytes) -> None:
+        if self.first_screen_at is None:
+            self.first_screen_at = asyncio.get_running_loop().time()
+        await self.websocket.send_bytes(data)
 
     async def _close_page(self) -> None:
         await self.websocket.close()
