@@ -183,7 +183,29 @@ def owner_from_dict(value: Any) -> ProcessOwner | None:
 
 
 def host_usage_from_dict(value: Any) -> HostUsage | None:
-    """A recorded ``host_usage`` (replay); anything not a number is N/A, an unknown reason is ``unknown``."""
+    """A recorded ``host_usage`` (replay); anything not a number is N/A, an unknown reason is ``unknown``.
+
+    The common case -- every figure there, a number within the limit, the counts whole -- is built by the model's fast
+    constructor (each value out of range still N/A "out of range"): ``nvtopy --ssh`` reads one a host a second, and the
+    dataclass's ``__init__`` was most of it. Anything else is read field by field (:func:`_checked_host_usage`).
+    """
+    if type(value) is dict:
+        try:
+            row = _HOST_USAGE_ROW(value)
+        except KeyError:  # a figure missing: its reason is read
+            row = None
+        if (
+            row is not None
+            and _HOST_FIGURE_TYPES.issuperset(map(type, row))
+            and _INT_TYPES.issuperset(map(type, _HOST_COUNTS(row)))
+            and _within_limit(row)
+        ):
+            return _new_host_usage(*row, EMPTY_REASONS)
+    return _checked_host_usage(value)
+
+
+def _checked_host_usage(value: Any) -> HostUsage | None:
+    """:func:`host_usage_from_dict` field by field: what its common case is held to."""
     if not isinstance(value, dict):
         return None
     values: dict[str, Any] = {}
@@ -202,6 +224,11 @@ def host_usage_from_dict(value: Any) -> HostUsage | None:
 
 
 _HOST_INTEGERS = frozenset({"cpu_count", "ram_total_bytes", "ram_used_bytes", "swap_total_bytes", "swap_used_bytes"})
+_HOST_USAGE_ROW = operator.itemgetter(*HOST_USAGE_FIELDS)
+_HOST_COUNTS = operator.itemgetter(*(n for n, name in enumerate(HOST_USAGE_FIELDS) if name in _HOST_INTEGERS))
+_HOST_FIGURE_TYPES = frozenset({int, float})
+assert (*HOST_USAGE_FIELDS, "unavailable") == tuple(HostUsage.__dataclass_fields__)  # the fast constructor's order
+_new_host_usage = fast_constructor(HostUsage)
 _REASON_VALUES = frozenset(reason.value for reason in Reason)
 
 
@@ -1749,10 +1776,16 @@ def _checked_snapshot(data: dict[str, Any]) -> Snapshot:
         reason = None if unavailable is None else Reason(unavailable)
         health = _health(item, static.index)
         gpus.append(RecordedGpu(static, sample, processes, reason, "processes" in item, health).state())
-    return _snapshot(data, timestamp, host, gpus)
+    return _snapshot(data, timestamp, host, gpus, _checked_host_usage)
 
 
-def _snapshot(data: dict[str, Any], timestamp: float, host: HostInfo, gpus: list[GpuState]) -> Snapshot:
+def _snapshot(
+    data: dict[str, Any],
+    timestamp: float,
+    host: HostInfo,
+    gpus: list[GpuState],
+    usage: Callable[[Any], HostUsage | None] = host_usage_from_dict,
+) -> Snapshot:
     """The line's snapshot of its decoded host and GPUs (the line's sequence, interval and host usage checked)."""
     sequence = _number(data.get("sequence"), "sequence")
     return Snapshot(
@@ -1761,7 +1794,7 @@ def _snapshot(data: dict[str, Any], timestamp: float, host: HostInfo, gpus: list
         gpus=tuple(gpus),
         sequence=int(sequence or 0),
         interval=_number(data.get("interval_s"), "interval_s"),
-        host_usage=host_usage_from_dict(data.get("host_usage")),  # None: recorded before nvtopy read it
+        host_usage=usage(data.get("host_usage")),  # None: recorded before nvtopy read it
     )
 
 
