@@ -196,7 +196,9 @@ def fast_replacer(cls: type[_T]) -> Callable[[_T, dict[str, Any]], _T]:
     only the changed values are checked against their ranges, since ``old``'s own values are
     already in range (or ``None``: its constructor saw to that). A changed value out of its range
     goes to ``cls(...)`` itself, as ``dataclasses.replace`` does: ``None`` and the reason. ``changes``
-    must name fields of ``cls`` (an unknown name is an AttributeError). Made once per class.
+    must name fields of ``cls`` (an unknown name is an AttributeError). Made once per class; for each
+    set of changed fields seen (a far side's process patches use a few: memory, SM %, CPU %, running
+    time), straight-line code that reads and checks each changed value once, without a loop.
     """
     made = _REPLACERS.get(cls)
     if made is None:
@@ -244,8 +246,55 @@ def _make_fast_replacer(cls: type[_T]) -> Callable[[_T, dict[str, Any]], _T]:
         "setattr": setattr,
     }
     exec(compile(source, f"<fast replacer of {cls.__name__}>", "exec"), namespace)
-    replace: Callable[[_T, dict[str, Any]], _T] = namespace["replace"]
+    generic: Callable[[_T, dict[str, Any]], _T] = namespace["replace"]
+    fields = frozenset(names)
+    special: dict[tuple[str, ...], Callable[[_T, dict[str, Any]], _T]] = {}
+
+    def specialised(keys: tuple[str, ...]) -> Callable[[_T, dict[str, Any]], _T]:
+        """The replacer of these changed fields, in straight-line code: each changed value read and range-checked
+        once, every other slot copied; a value out of its range goes to the generic replacer (``cls(...)``'s None
+        and reason). Unknown names, or more key sets than :data:`_SPECIAL_KEY_SETS`: the generic one, as it is."""
+        if not fields.issuperset(keys) or len(special) >= _SPECIAL_KEY_SETS:
+            return generic
+        checks = [
+            f"(v{n} is None or {ranged[name][0]!r} <= v{n} <= {ranged[name][1]!r})"
+            for n, name in enumerate(keys)
+            if name in ranged
+        ]
+        code = "\n".join(
+            [
+                "def replace(old, changes):",
+                *(f"    v{n} = changes[{name!r}]" for n, name in enumerate(keys)),
+                "    try:",
+                f"        fits = {' and '.join(checks) or 'True'}",
+                "    except TypeError:  # not a number at all",
+                "        fits = False",
+                "    if not fits:",
+                "        return generic(old, changes)",
+                "    self = new(twin)",
+                *(f"    self.{name} = old.{name}" for name in names if name not in keys),
+                *(f"    self.{name} = v{n}" for n, name in enumerate(keys)),
+                "    self.__class__ = cls",
+                "    return self",
+            ]
+        )
+        scope: dict[str, Any] = {"cls": cls, "twin": twin, "new": object.__new__, "generic": generic}
+        exec(compile(code, f"<fast replacer of {cls.__name__}: {', '.join(keys)}>", "exec"), scope)
+        made: Callable[[_T, dict[str, Any]], _T] = special.setdefault(keys, scope["replace"])
+        return made
+
+    def replace(old: _T, changes: dict[str, Any]) -> _T:
+        keys = tuple(changes)
+        made = special.get(keys)
+        if made is None:
+            made = specialised(keys)
+        return made(old, changes)
+
     return replace
+
+
+_SPECIAL_KEY_SETS = 64
+"""Changed-field sets a replacer keeps straight-line code for (a far side's process patches use a handful)."""
 
 
 def _positions(names: tuple[str, ...], ranged: tuple[tuple[str, int, int], ...]) -> list[tuple[int, int, int]]:

@@ -183,7 +183,29 @@ def owner_from_dict(value: Any) -> ProcessOwner | None:
 
 
 def host_usage_from_dict(value: Any) -> HostUsage | None:
-    """A recorded ``host_usage`` (replay); anything not a number is N/A, an unknown reason is ``unknown``."""
+    """A recorded ``host_usage`` (replay); anything not a number is N/A, an unknown reason is ``unknown``.
+
+    The common case -- every figure there, a number within the limit, the counts whole -- is built by the model's fast
+    constructor (each value out of range still N/A "out of range"): ``nvtopy --ssh`` reads one a host a second, and the
+    dataclass's ``__init__`` was most of it. Anything else is read field by field (:func:`_checked_host_usage`).
+    """
+    if type(value) is dict:
+        try:
+            row = _HOST_USAGE_ROW(value)
+        except KeyError:  # a figure missing: its reason is read
+            row = None
+        if (
+            row is not None
+            and _HOST_FIGURE_TYPES.issuperset(map(type, row))
+            and _INT_TYPES.issuperset(map(type, _HOST_COUNTS(row)))
+            and _within_limit(row)
+        ):
+            return _new_host_usage(*row, EMPTY_REASONS)
+    return _checked_host_usage(value)
+
+
+def _checked_host_usage(value: Any) -> HostUsage | None:
+    """:func:`host_usage_from_dict` field by field: what its common case is held to."""
     if not isinstance(value, dict):
         return None
     values: dict[str, Any] = {}
@@ -202,6 +224,11 @@ def host_usage_from_dict(value: Any) -> HostUsage | None:
 
 
 _HOST_INTEGERS = frozenset({"cpu_count", "ram_total_bytes", "ram_used_bytes", "swap_total_bytes", "swap_used_bytes"})
+_HOST_USAGE_ROW = operator.itemgetter(*HOST_USAGE_FIELDS)
+_HOST_COUNTS = operator.itemgetter(*(n for n, name in enumerate(HOST_USAGE_FIELDS) if name in _HOST_INTEGERS))
+_HOST_FIGURE_TYPES = frozenset({int, float})
+assert (*HOST_USAGE_FIELDS, "unavailable") == tuple(HostUsage.__dataclass_fields__)  # the fast constructor's order
+_new_host_usage = fast_constructor(HostUsage)
 _REASON_VALUES = frozenset(reason.value for reason in Reason)
 
 
@@ -755,6 +782,10 @@ def _sample_states(item: Any) -> tuple[int | None, tuple[str, ...] | None] | Non
     return pstate, throttle
 
 
+_LINK_RATES = frozenset({"rx_bytes_per_s", "tx_bytes_per_s"})  # a link's figures that move between the far side's reads
+_DICT_TYPES = frozenset({dict})
+
+
 def _list_patch(change: Any, length: int) -> list[Any] | None:
     """A stream patch of a list of ``length`` objects (``{"$list": [a patch each]}``); None where it is else."""
     if type(change) is not dict or len(change) != 1:
@@ -820,6 +851,10 @@ class _Columns:
         return self.columns[9 + _PROCESS_READER.names.index("host")]
 
 
+_LinkColumns = tuple[tuple[Any, ...], ...]  # link, active, version, rx, tx, errors, remote: each link's, checked
+_LinkEntry = tuple[bytes | None, tuple[NvLink, ...], Any, _LinkColumns | None]
+
+
 class _Memo:
     """The parts of one line, by what each was built of (its checked values): what the next line may reuse."""
 
@@ -841,7 +876,8 @@ class _Memo:
         self.hosts: dict[tuple[Any, ...], HostInfo] = {}
         self.reasons: dict[tuple[tuple[str, str], ...], tuple[Reasons, Reasons, bool]] = {}
         self.statics: dict[int, tuple[tuple[Any, ...], GpuStatic]] = {}  # by GPU index: (what it was built of, it)
-        self.links: dict[int, tuple[bytes | None, tuple[NvLink, ...], Any]] = {}  # by GPU index: key, links, the list
+        # by GPU index: key, links, the list, and the checked columns they were built of (None: not the common case)
+        self.links: dict[int, _LinkEntry] = {}
         self.owners: dict[tuple[Any, ...], ProcessOwner] = {}
         self.healths: dict[bytes, GpuHealth] = {}
         # Known by identity, by GPU (the owners: by the id of the JSON object, which the entry holds):
@@ -1131,10 +1167,14 @@ class SnapshotDecoder:
                 for group, readings, group_change in groups or ():
                     for key, name in _READING_SAMPLE_KEYS[group]:  # where the GPU has none of its own (_readings')
                         figures[at[name]] = item.get(name, readings.get(key))
-                    if "links" in group_change:  # read whole: a column at a time is cheaper than each link's patch
+                    if "links" in group_change:
                         index = gpu.static.host_index  # the GPU's own index: its links' key, as _common_gpu's
                         links = readings.get("links")
-                        nvlinks = None if links is None or index is None else self._nvlinks(index, links)
+                        nvlinks = None
+                        if links is not None and index is not None:
+                            nvlinks = self._rates_patched(index, extras[3], links, group_change["links"])
+                            if nvlinks is None:  # read whole: a column at a time is cheaper than each link's patch
+                                nvlinks = self._nvlinks(index, links)
                         if nvlinks is None and links is not None:
                             return None  # a link not of the common case: the whole GPU's checks say what
                         extras = (*extras[:3], nvlinks, *extras[4:])
@@ -1422,30 +1462,65 @@ class SnapshotDecoder:
             self._now.links[index] = known
             return known[1]
         if known is not None and self._from_patch:  # another list in a patched line: changed values, built
-            nvlinks = self._links(links)
+            nvlinks, columns = self._links(links)
             if nvlinks is not None:
-                self._now.links[index] = (None, nvlinks, links)
+                self._now.links[index] = (None, nvlinks, links, columns)
             return nvlinks
         try:  # marshal: the list exactly, types included (1, 1.0 and true are equal to Python)
             key = marshal.dumps(links, _MARSHAL)
         except ValueError:  # nested deeper than marshal writes
-            return self._links(links)
-        nvlinks = known[1] if known is not None and known[0] == key else self._links(links)
+            return self._links(links)[0]
+        if known is not None and known[0] == key:
+            nvlinks, columns = known[1], known[3]
+        else:
+            nvlinks, columns = self._links(links)
         if nvlinks is not None:
-            self._now.links[index] = (key, nvlinks, links)
+            self._now.links[index] = (key, nvlinks, links, columns)
         return nvlinks
 
-    def _links(self, links: Any) -> tuple[NvLink, ...] | None:
-        """:func:`_nvlinks` of a list of links in the common case, a column at a time; None where one is not."""
-        if type(links) is not list:
+    def _rates_patched(
+        self, index: int, last: tuple[NvLink, ...] | None, links: Any, change: Any
+    ) -> tuple[NvLink, ...] | None:
+        """The GPU's links where a patch changed their rates alone (``links``: the line's list; ``change``: its patch,
+        ``{"$list": [{"rx_bytes_per_s": .., "tx_bytes_per_s": ..}, ...]}``), built of the checked columns of ``last``,
+        the last line's links, with the patch's rates; None where the patch is more, or ``last`` is not known so.
+
+        Why: the far side reads every GPU's links every 5 s and only their throughput moves; reading 18 links of 512
+        GPUs whole again was a fifth of that second's refresh. The other columns are the values the last line's links
+        were built of, already checked, and a patch that names the rates alone leaves them the very values; the new
+        rates are checked as :meth:`_links` checks them (whole numbers within the limit) and each link is built by its
+        fast constructor (a value out of range None): the links the whole list makes."""
+        known = self._before.links.get(index)
+        if known is None or known[1] is not last or known[3] is None or type(links) is not list:
             return None
+        number, active, version, rx, tx, errors, remote = known[3]
+        items = _list_patch(change, len(number))
+        if items is None or len(links) != len(items):
+            return None
+        if not (_DICT_TYPES.issuperset(map(type, items)) and _LINK_RATES.issuperset(chain.from_iterable(items))):
+            return None
+        rx = tuple(map(dict.get, items, repeat("rx_bytes_per_s"), rx))
+        tx = tuple(map(dict.get, items, repeat("tx_bytes_per_s"), tx))
+        rates = rx + tx
+        if not (_WHOLE_TYPES.issuperset(map(type, rates)) and _within_limit(rates)):
+            return None
+        nvlinks = tuple(map(_NEW_LINK, number, active, version, rx, tx, errors, remote))
+        self._now.links[index] = (None, nvlinks, links, (number, active, version, rx, tx, errors, remote))
+        return nvlinks
+
+    def _links(self, links: Any) -> tuple[tuple[NvLink, ...] | None, _LinkColumns | None]:
+        """:func:`_nvlinks` of a list of links in the common case, a column at a time, and the checked columns they were
+        built of; (None, None) where one is not the common case (the links one by one then, and no columns)."""
+        if type(links) is not list:
+            return None, None
         try:
             rows = list(map(_LINK_ROW, links))
         except (KeyError, TypeError):  # a link without one of the keys, or not an object
-            return self._links_one_by_one(links)
+            return self._links_one_by_one(links), None
         if not rows:
-            return ()
-        number, active, version, rx, tx, errors, remote = zip(*rows, strict=True)
+            return (), None
+        columns = tuple(zip(*rows, strict=True))
+        number, active, version, rx, tx, errors, remote = columns
         wholes = version + rx + tx + errors
         if not (
             _INT_TYPES.issuperset(map(type, number))
@@ -1457,8 +1532,8 @@ class SnapshotDecoder:
             and _TEXT_TYPES.issuperset(map(type, remote))
             and "\\" not in "".join(filter(None, remote))
         ):
-            return self._links_one_by_one(links)
-        return tuple(starmap(_NEW_LINK, rows))
+            return self._links_one_by_one(links), None
+        return tuple(starmap(_NEW_LINK, rows)), columns
 
     def _links_one_by_one(self, links: list[Any]) -> tuple[NvLink, ...] | None:
         decoded = []
@@ -1701,10 +1776,16 @@ def _checked_snapshot(data: dict[str, Any]) -> Snapshot:
         reason = None if unavailable is None else Reason(unavailable)
         health = _health(item, static.index)
         gpus.append(RecordedGpu(static, sample, processes, reason, "processes" in item, health).state())
-    return _snapshot(data, timestamp, host, gpus)
+    return _snapshot(data, timestamp, host, gpus, _checked_host_usage)
 
 
-def _snapshot(data: dict[str, Any], timestamp: float, host: HostInfo, gpus: list[GpuState]) -> Snapshot:
+def _snapshot(
+    data: dict[str, Any],
+    timestamp: float,
+    host: HostInfo,
+    gpus: list[GpuState],
+    usage: Callable[[Any], HostUsage | None] = host_usage_from_dict,
+) -> Snapshot:
     """The line's snapshot of its decoded host and GPUs (the line's sequence, interval and host usage checked)."""
     sequence = _number(data.get("sequence"), "sequence")
     return Snapshot(
@@ -1713,7 +1794,7 @@ def _snapshot(data: dict[str, Any], timestamp: float, host: HostInfo, gpus: list
         gpus=tuple(gpus),
         sequence=int(sequence or 0),
         interval=_number(data.get("interval_s"), "interval_s"),
-        host_usage=host_usage_from_dict(data.get("host_usage")),  # None: recorded before nvtopy read it
+        host_usage=usage(data.get("host_usage")),  # None: recorded before nvtopy read it
     )
 
 

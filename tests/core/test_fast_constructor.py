@@ -223,3 +223,24 @@ def test_a_replacer_refuses_what_a_fast_constructor_refuses():
 
     with pytest.raises(TypeError):
         fast_replacer(Plain)
+
+
+def test_a_replacer_past_the_key_sets_it_keeps_code_for_is_still_dataclasses_replace():
+    """Each set of changed fields gets its own straight-line code, up to a bound: past it, and for the same sets again,
+    and with values out of range among them, the objects are ``dataclasses.replace``'s; an unknown name still raises."""
+    from nvtopy.model import _SPECIAL_KEY_SETS
+
+    old = _process()
+    replace = fast_replacer(GpuProcess)
+    ranged = [name for name in GpuProcess.__dataclass_fields__ if name in FIELD_RANGES]
+    pairs = [(a, b) for a in ranged for b in ranged if a != b]
+    assert len(pairs) > _SPECIAL_KEY_SETS, "more key sets than kept (else the bound is not reached)"
+    for _ in range(2):
+        for n, (a, b) in enumerate(pairs):
+            low, high = FIELD_RANGES[a]
+            changes = {a: (low, high + 1, None, float("nan"))[n % 4], b: FIELD_RANGES[b][1], "name": f"p{n}"}
+            made, expected = replace(old, changes), dataclasses.replace(old, **changes)
+            assert type(made) is GpuProcess and repr(made) == repr(expected), changes
+    for changes in ({"no_such_field": 1}, {"cpu_percent": 1.0, "no_such_field": 1}):
+        with pytest.raises(AttributeError):
+            replace(old, changes)

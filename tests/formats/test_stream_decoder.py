@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import math
 import random
 from typing import Any
 
@@ -739,6 +740,60 @@ def test_a_hostile_nvlink_reading_in_a_patch_decodes_or_fails_as_the_whole_line(
     assert built >= 7, "GPUs of the patched lines were built from their parts"
 
 
+# Link patches of rates alone, one after another (each a {"$list": [a change per link]} of the GPU's links): a rate out
+# of range, then the other rate alone (the first stays what the line has), back, odd types -- each line from the last
+# line's links and this patch, as the checked walk reads the whole line.
+RATE_STEPS = {
+    "a negative rx, then tx alone": [{"rx_bytes_per_s": -3}, {"tx_bytes_per_s": 9}, {"rx_bytes_per_s": 4}],
+    "a huge tx, then rx alone": [{"tx_bytes_per_s": 2**64}, {"rx_bytes_per_s": 9}, {"tx_bytes_per_s": 2**63}],
+    "a sum past the limit": [{"rx_bytes_per_s": 2**63, "tx_bytes_per_s": 2**63}, {"rx_bytes_per_s": 1}],
+    "a float, then back": [{"rx_bytes_per_s": 2.5}, {"rx_bytes_per_s": 2}],
+    "true, then null": [{"tx_bytes_per_s": True}, {"tx_bytes_per_s": None}, {"rx_bytes_per_s": None}],
+    "text": [{"rx_bytes_per_s": "7"}, {"rx_bytes_per_s": 7}],
+    "an object": [{"rx_bytes_per_s": {"a": 1}}, {"rx_bytes_per_s": 1}],
+    "a rate and the errors": [{"rx_bytes_per_s": 1, "errors": 2**70}, {"tx_bytes_per_s": 1}],
+    "an unchanged link": [{}, {"tx_bytes_per_s": -1}],
+}
+
+
+@pytest.mark.parametrize("steps", list(RATE_STEPS), ids=list(RATE_STEPS))
+def test_links_patched_in_their_rates_alone_are_the_whole_lines(plain_lines, monkeypatch, steps):
+    """A GPU's links whose patch changes their rates alone are built from the last line's links and the patch's rates
+    (the far side's NVLink second): line after line, with rates out of range, of odd types and back, what the checked
+    walk makes of each whole line -- and most of those lines' links were made so (else this proves nothing)."""
+    from nvtopy.formats.stream import apply_patch
+
+    pairs = _states_and_patches(plain_lines[:4])
+    gpus = len(pairs[-1][0]["gpus"])
+    gpu = next(n for n, item in enumerate(pairs[-1][0]["gpus"]) if item["health"]["readings"]["nvlink"]["links"])
+    count = len(pairs[-1][0]["gpus"][gpu]["health"]["readings"]["nvlink"]["links"])
+    # then the links as they were, and good rates again (from the last line's links once more)
+    for step in [
+        *RATE_STEPS[steps],
+        {"errors": 0},
+        {"rx_bytes_per_s": 5},
+        {"tx_bytes_per_s": 6},
+        {"rx_bytes_per_s": 7},
+    ]:
+        for at in (0, count - 1):  # the first link changed, then the last: the others from the last line's links
+            changes = [{} for _ in range(count)]
+            changes[at] = dict(step)
+            patch = _nvlink_patch(gpus, gpu, {"links": {"$list": changes}})
+            pairs.append((apply_patch(pairs[-1][0], patch), patch))
+    made = [0]
+    real = SnapshotDecoder._rates_patched
+
+    def counted(*args: Any) -> Any:
+        links = real(*args)
+        made[0] += links is not None
+        return links
+
+    monkeypatch.setattr(SnapshotDecoder, "_rates_patched", counted)
+    outcomes, _ = _decode_from_patches(pairs, monkeypatch)
+    assert _parts(outcomes) == _expected(pairs)
+    assert made[0] >= 2, "links were built from the last line's and a patch of rates"
+
+
 NVLINK_READINGS = {
     "rates": {"rx_bytes_per_s": 11, "tx_bytes_per_s": 13},
     "a negative rate": {"rx_bytes_per_s": -11},
@@ -808,3 +863,61 @@ def test_a_gpus_changed_states_and_health_in_a_patch_decode_or_fail_as_the_whole
     outcomes, built = _decode_from_patches(pairs, monkeypatch)
     assert _parts(outcomes) == _expected(pairs)
     assert built >= 7, "GPUs of the patched lines were built from their parts"
+
+
+_USAGE = {
+    "cpu_busy_percent": 12.5,
+    "cpu_count": 64,
+    "load_1m": 3.25,
+    "load_5m": 2.0,
+    "load_15m": 1,
+    "ram_total_bytes": 540_000_000_000,
+    "ram_used_bytes": 120_000_000_000,
+    "swap_total_bytes": 0,
+    "swap_used_bytes": 0,
+}
+HOSTILE_USAGE = {
+    "as sent": {},
+    "a busy CPU past 100": {"cpu_busy_percent": 250.0},
+    "a negative load": {"load_1m": -1.5},
+    "a negative count": {"cpu_count": -4},
+    "NaN": {"load_5m": math.nan},
+    "an infinity": {"cpu_busy_percent": math.inf},
+    "2**64": {"ram_total_bytes": 2**64},
+    "a count of 400 digits": {"ram_used_bytes": 10**400},
+    "a load of 400 digits": {"load_15m": 10**400},
+    "a whole count as a float": {"cpu_count": 64.0},
+    "a count as a fraction": {"swap_used_bytes": 1.5},
+    "true for 1": {"cpu_count": True},
+    "text": {"load_1m": "3"},
+    "null": {"ram_used_bytes": None},
+    "an object": {"load_1m": {"a": 1}},
+    "a figure missing": {"load_5m": ...},
+    "a figure missing, its reason": {"swap_used_bytes": ..., "unavailable": {"swap_used_bytes": "not_supported"}},
+    "a reason beside a figure": {"unavailable": {"load_1m": "not_supported"}},
+    "a sum past the limit": {"ram_total_bytes": 2**63, "ram_used_bytes": 2**63},
+}
+
+
+@pytest.mark.parametrize("change", list(HOSTILE_USAGE), ids=list(HOSTILE_USAGE))
+def test_a_lines_host_usage_is_what_its_checked_reading_says(change):
+    """A line's host usage (one a host a second under ``--ssh``) in its common case and out of it: what reading it field
+    by field makes -- the same figures, N/A "out of range" where one is, the same error where there is one."""
+    usage = {**_USAGE, **HOSTILE_USAGE[change]}
+    usage = {key: value for key, value in usage.items() if value is not ...}
+    assert _read(decoder.host_usage_from_dict, usage) == _read(decoder._checked_host_usage, usage)
+
+
+def _read(decode: Any, data: Any) -> tuple[str, Any]:
+    try:
+        made = decode(data)
+    except Exception as exc:  # whatever the field-by-field reading raises, the common case must raise too
+        return "error", (type(exc), str(exc))
+    return "usage", (made, repr(made))
+
+
+def test_a_common_host_usage_is_not_read_field_by_field(monkeypatch):
+    """The common case takes its own path (else the comparison above proves nothing about it)."""
+    expected = decoder._checked_host_usage(_USAGE)
+    monkeypatch.setattr(decoder, "_checked_host_usage", None)
+    assert repr(decoder.host_usage_from_dict(_USAGE)) == repr(expected)
