@@ -18,9 +18,19 @@ __all__ = ["stop_on_signals"]
 
 @contextmanager
 def stop_on_signals() -> Iterator[threading.Event]:
-    """An event SIGINT and SIGTERM set while the block runs; the previous handlers come back after it."""
+    """An event SIGINT and SIGTERM set while the block runs; the previous handlers come back after it.
+
+    The handler sets the event from a thread of its own, never itself: a handler runs on the main
+    thread between two of its steps, and when that step was inside ``stop.wait()`` holding the event's
+    lock (``Condition._is_owned`` takes it for an instant), ``stop.set()`` waited for that lock forever --
+    ``nvtopy watch`` hung on SIGTERM, once in some twenty test runs, until faulthandler showed where.
+    """
     stop = threading.Event()
-    handlers = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def request_stop(*_: object) -> None:
+        threading.Thread(target=stop.set, name="nvtopy-stop", daemon=True).start()
+
+    handlers = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield stop
     finally:
