@@ -61,7 +61,7 @@ from ..host.processes import (
 )
 from .events import Target, open_xid_events
 from .gpm import GpmState, NvmlGpmReaders
-from .headstart import finish
+from .headstart import finish, import_bindings
 from .health import NvLinkState, NvmlHealthReaders, field_value
 
 if TYPE_CHECKING:
@@ -92,10 +92,8 @@ def import_pynvml() -> Any:
     ``ctypes.util`` stands in while they are imported (:mod:`nvtopy.standin`): they import its
     ``find_library`` and never call it on Linux, and it imports subprocess, tempfile and shutil.
     """
-    from ...standin import import_standing_in
-
     try:
-        pynvml = import_standing_in("pynvml", "ctypes.util", ("find_library",))
+        pynvml = import_bindings()
     except ImportError as exc:
         raise BackendUnavailableError(
             f"cannot import pynvml ({exc}): install nvidia-ml-py (not the PyPI package named 'pynvml')"

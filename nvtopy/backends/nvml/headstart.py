@@ -35,7 +35,7 @@ from ...standin import import_standing_in
 if TYPE_CHECKING:
     import pynvml  # noqa: F401 -- imported by begin, ctypes.util standing in; named here for the layer rules
 
-__all__ = ["WAIT_S", "begin", "claim", "finish"]
+__all__ = ["WAIT_S", "begin", "claim", "finish", "import_bindings"]
 
 WAIT_S = 0.1
 """The longest the program's start waits for the head start (the fake driver: about 3 ms; a real driver
@@ -61,6 +61,13 @@ class _State:
 _state = _State()
 
 
+def import_bindings() -> Any:
+    """``import pynvml`` with ``ctypes.util`` standing in (:mod:`nvtopy.standin`): the bindings import its
+    ``find_library``, never call it on Linux, and it brings subprocess, tempfile and shutil. Raises what
+    the import raises; the backend's :func:`~nvtopy.backends.nvml.backend.import_pynvml` words it."""
+    return import_standing_in("pynvml", "ctypes.util", ("find_library",))
+
+
 def begin(wait_s: float = WAIT_S) -> None:
     """Import the bindings, open the driver and take the first GPM samples on a thread; wait at most ``wait_s``.
 
@@ -68,7 +75,7 @@ def begin(wait_s: float = WAIT_S) -> None:
     met again, and reported, by the backend's own open.
     """
     try:
-        pynvml = import_standing_in("pynvml", "ctypes.util", ("find_library",))
+        pynvml = import_bindings()
     except Exception:  # noqa: BLE001 - the backend's open says why, in its words
         return
     state = _state
