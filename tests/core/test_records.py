@@ -22,6 +22,14 @@ pytestmark = pytest.mark.timeout(30)
 DECORATORS = {"dataclasses": dataclasses.dataclass, "records": records.dataclass}
 
 
+@pytest.fixture(autouse=True, params=["generic", "compiled"])
+def init_tier(request, monkeypatch):
+    """Every case twice: objects made by the generic ``__init__`` (a class's first ones) and by the compiled one."""
+    if request.param == "compiled":
+        monkeypatch.setattr(records, "COMPILE_AFTER", 0)
+    return request.param
+
+
 def _define(decorator, **options):
     @decorator(**options)
     class Point:
@@ -186,17 +194,42 @@ def test_what_it_does_not_cover_is_the_real_dataclass():
         Child(1).a = 3
 
 
-def test_init_is_compiled_once_on_first_use():
+def test_init_is_compiled_after_its_first_objects(monkeypatch):
+    monkeypatch.setattr(records, "COMPILE_AFTER", 3)
+
     @records.dataclass(frozen=True, slots=True)
     class Lazy:
         a: int
 
-    stub = Lazy.__init__
-    Lazy(1)
+    generic = Lazy.__init__
+    for value in range(3):
+        assert Lazy(value).a == value
+        assert Lazy.__init__ is generic, "the first objects: no compiling"
+    assert Lazy(3).a == 3
     real = Lazy.__init__
-    assert real is not stub
-    Lazy(2)
+    assert real is not generic and real.__code__.co_filename == "<test_init_is_compiled_after_its_first_objects.<locals>.Lazy.__init__>"
+    Lazy(4)
     assert Lazy.__init__ is real
+
+
+@pytest.mark.parametrize("options", [{"frozen": True, "slots": True}, {}])
+def test_a_wrong_call_raises_what_dataclasses_raises(options):
+    """The generic binding hands a call it does not take as it is to the real ``__init__``: the same error."""
+    calls = [
+        ((), {}),  # x missing
+        ((1, 2, (), "n", "extra"), {}),  # too many positional arguments
+        ((1,), {"x": 2}),  # x twice
+        ((1,), {"nope": 2}),  # no such field
+        ((1,), {"made": []}),  # init=False: not an argument
+        ((), {"y": 2}),  # x missing, another given
+    ]
+    for args, kwargs in calls:
+        real, fast = _pair(**options)  # each call a class of its own: a wrong call compiles its class's init
+        with pytest.raises(TypeError) as expected:
+            real(*args, **kwargs)
+        with pytest.raises(TypeError) as raised:
+            fast(*args, **kwargs)
+        assert str(raised.value) == str(expected.value), (args, kwargs)
 
 
 def test_an_undocumented_class_is_documented_as_dataclasses_does():
