@@ -9,10 +9,10 @@ What stays the real thing: dataclasses itself reads the fields, so ``dataclasses
 ``replace``, ``asdict``, ``is_dataclass``, ``__match_args__`` and ``__slots__`` (``slots=True``) are
 its own, and the type checker sees :func:`dataclasses.dataclass` (``TYPE_CHECKING``). What differs:
 ``__init__`` binds its arguments generically for the class's first 200 objects and is then
-compiled (the code dataclasses writes: the same speed from then on), and ``__eq__``, ``__hash__``, ``__repr__`` and the frozen ``__setattr__``
-and ``__delattr__`` are shared functions over the fields, made without compiling. A class this does
-not cover (``order``, ``unsafe_hash``, a dataclass base, its own ``__init__``/``__eq__``/...,
-an option dataclasses added later) is handed to :func:`dataclasses.dataclass` as it is.
+compiled (the code dataclasses writes: the same speed from then on), and ``__eq__``, ``__hash__``,
+``__repr__`` and the frozen ``__setattr__`` and ``__delattr__`` are shared functions over the fields,
+made without compiling. A class this does not cover (``order``, ``unsafe_hash``, a dataclass base,
+its own ``__init__``/``__eq__``/..., an option dataclasses added later) is handed to :func:`dataclasses.dataclass` as it is.
 """
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ def _lazy_init(cls: Any, *, frozen: bool) -> Any:
             compiled(self, args, kwargs)
             return
         if args:
-            given = dict(zip(positional, args))
+            given = dict(zip(positional, args, strict=False))  # fewer args than fields
             if kwargs:
                 if not given.keys().isdisjoint(kwargs):
                     compiled(self, args, kwargs)  # a field given twice: dataclasses' TypeError

@@ -207,7 +207,8 @@ def test_init_is_compiled_after_its_first_objects(monkeypatch):
         assert Lazy.__init__ is generic, "the first objects: no compiling"
     assert Lazy(3).a == 3
     real = Lazy.__init__
-    assert real is not generic and real.__code__.co_filename == "<test_init_is_compiled_after_its_first_objects.<locals>.Lazy.__init__>"
+    assert real is not generic
+    assert real.__code__.co_filename == "<test_init_is_compiled_after_its_first_objects.<locals>.Lazy.__init__>"
     Lazy(4)
     assert Lazy.__init__ is real
 
