@@ -12,7 +12,8 @@ its own, and the type checker sees :func:`dataclasses.dataclass` (``TYPE_CHECKIN
 compiled (the code dataclasses writes: the same speed from then on), and ``__eq__``, ``__hash__``,
 ``__repr__`` and the frozen ``__setattr__`` and ``__delattr__`` are shared functions over the fields,
 made without compiling. A class this does not cover (``order``, ``unsafe_hash``, a dataclass base,
-its own ``__init__``/``__eq__``/..., an option dataclasses added later) is handed to :func:`dataclasses.dataclass` as it is.
+its own ``__init__``/``__eq__``/..., an option dataclasses added later) is handed to
+:func:`dataclasses.dataclass` as it is.
 """
 
 from __future__ import annotations
