@@ -136,46 +136,62 @@ COMPILE_AFTER = 200
 
 
 def _lazy_init(cls: Any, *, frozen: bool) -> Any:
-    """An ``__init__`` that binds its arguments generically for the class's first :data:`COMPILE_AFTER`
-    objects, then compiles the real one (:func:`_compile_init`), puts it in its place and calls it.
+    """An ``__init__`` that binds its arguments generically (:class:`_Binding`, made at the first object)
+    for the class's first :data:`COMPILE_AFTER` objects, then compiles the real one (:func:`_compile_init`),
+    puts it in its place and calls it.
 
     Any call the generic binding does not take as it is (too many positional arguments, an unknown or
     repeated keyword, a missing field) is handed to the real ``__init__`` at once: it raises the very
     error dataclasses' own raises.
     """
-    fields = [f for f in cls.__dataclass_fields__.values() if f._field_type is _FIELD]
-    positional = tuple(f.name for f in fields if f.init and not f.kw_only)
-    accepted = frozenset(f.name for f in fields if f.init)
-    plan = [_bind_step(f) for f in fields]
-    steps = [step for step in plan if step is not None]
-    put = object.__setattr__ if frozen else setattr
-    post_init = getattr(cls, "__post_init__", None) is not None
-    left = [COMPILE_AFTER]
-
-    def compiled(self: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        real = _compile_init(cls)
-        cls.__init__ = real
-        real(self, *args, **kwargs)
+    state: list[Any] = [COMPILE_AFTER, None]  # objects left before compiling; the binding
 
     def first_init(self: Any, *args: Any, **kwargs: Any) -> None:
-        left[0] -= 1
-        if left[0] < 0 or len(args) > len(positional) or not accepted.issuperset(kwargs):
-            compiled(self, args, kwargs)
-            return
+        state[0] -= 1
+        binding = state[1]
+        if binding is None:
+            binding = state[1] = _Binding(cls, frozen)
+        if state[0] < 0 or not binding.bind(self, args, kwargs):
+            real = _compile_init(cls)
+            cls.__init__ = real
+            real(self, *args, **kwargs)
+
+    first_init.__name__ = "__init__"
+    first_init.__qualname__ = f"{cls.__qualname__}.__init__"
+    return first_init
+
+
+class _Binding:
+    """What the generic ``__init__`` of one class needs: its fields' names, defaults and factories, in order."""
+
+    __slots__ = ("accepted", "positional", "post_init", "put", "steps")
+
+    def __init__(self, cls: Any, frozen: bool) -> None:
+        fields = [f for f in cls.__dataclass_fields__.values() if f._field_type is _FIELD]
+        self.positional = tuple(f.name for f in fields if f.init and not f.kw_only)
+        self.accepted = frozenset(f.name for f in fields if f.init)
+        self.steps = [step for step in map(_bind_step, fields) if step is not None]
+        self.put: Any = object.__setattr__ if frozen else setattr
+        self.post_init = getattr(cls, "__post_init__", None) is not None
+
+    def bind(self, obj: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """Set ``obj``'s fields from the call's arguments; False: a call only the real ``__init__`` takes."""
+        positional = self.positional
+        if len(args) > len(positional) or not self.accepted.issuperset(kwargs):
+            return False
         if args:
             given = dict(zip(positional, args, strict=False))  # fewer args than fields
             if kwargs:
                 if not given.keys().isdisjoint(kwargs):
-                    compiled(self, args, kwargs)  # a field given twice: dataclasses' TypeError
-                    return
+                    return False  # a field given twice: dataclasses' TypeError
                 given.update(kwargs)
         else:
             given = kwargs
-        for name, kind, default in steps:
+        put = self.put
+        for name, kind, default in self.steps:
             if kind is _REQUIRED:
                 if name not in given:
-                    compiled(self, args, kwargs)  # a field missing: dataclasses' TypeError
-                    return
+                    return False  # a field missing: dataclasses' TypeError
                 value = given[name]
             elif kind is _DEFAULT:
                 value = given.get(name, default)
@@ -185,13 +201,10 @@ def _lazy_init(cls: Any, *, frozen: bool) -> Any:
                 value = default
             else:  # _MADE: not an argument, its factory's value
                 value = default()
-            put(self, name, value)
-        if post_init:
-            self.__post_init__()
-
-    first_init.__name__ = "__init__"
-    first_init.__qualname__ = f"{cls.__qualname__}.__init__"
-    return first_init
+            put(obj, name, value)
+        if self.post_init:
+            obj.__post_init__()
+        return True
 
 
 _REQUIRED, _DEFAULT, _FACTORY, _FIXED, _MADE = (object() for _ in range(5))
