@@ -128,10 +128,11 @@ def _check_order(cls: type, fields: list[dataclasses.Field[Any]]) -> None:
         seen_default = seen_default or has_default
 
 
-# How many objects a class makes with the generic ``__init__`` before its own is compiled. Compiling one
-# costs about as much as 200 generic calls (0.5 ms against 2.5 us more a call, measured on this project's
-# model): ``nvtopy --once`` makes most of its 21 classes' objects fewer than 200 times and so compiles
-# none of them (about 11 ms of its CPU), while a monitor running for minutes compiles each at once.
+# How many objects a class makes with the generic ``__init__`` before its own is compiled. Compiling the
+# model's largest (GpuProcess, 31 fields) costs about as much as 300 generic calls (3.4 M instructions,
+# against 11 k more a call; callgrind): ``nvtopy --once`` makes most of its 21 classes' objects fewer
+# than 200 times and so compiles none of them (about 7% of its instructions), while a monitor running
+# for minutes compiles each at once.
 COMPILE_AFTER = 200
 
 
