@@ -35,7 +35,7 @@ from nvtopy.backends.simulated import backend as simulated
 from nvtopy.backends.simulated.backend import SimulatedBackend
 from nvtopy.backends.simulated.catalog import find_model
 from nvtopy.commands import dispatch as cli
-from nvtopy.formats.contract import iso_timestamp
+from nvtopy.formats.timestamps import iso_timestamp
 from nvtopy.model import ALL_GROUPS, HISTORY_LENGTH
 from nvtopy.sources.collector import Collector
 from nvtopy.sources.poller import Poller

@@ -52,9 +52,10 @@ from datetime import datetime
 from typing import Any
 
 from ..errors import UsageError, unknown_name
-from ..formats.contract import encode, iso_timestamp
+from ..formats.contract import encode
 from ..formats.contract_decoder import owner_from_dict, recorded_text
 from ..formats.dcgm import INT64_BLANK, WATTS
+from ..formats.timestamps import iso_timestamp
 from ..health.verdict import HealthThresholds
 from ..model import OwnerKind, ProcessOwner, Reason, Snapshot
 from ..ranges import within

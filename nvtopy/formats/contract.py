@@ -18,7 +18,6 @@ decoder of what they write, is :mod:`nvtopy.formats.contract_decoder`.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +42,7 @@ from ..model import (
 )
 from ..textsafe import escape_text as _esc
 from .fields import field_reader
+from .timestamps import iso_timestamp
 
 __all__ = [
     "GPM_KEYS",
@@ -58,7 +58,6 @@ __all__ = [
     "gpu_to_dict",
     "health_to_dict",
     "host_usage_to_dict",
-    "iso_timestamp",
     "mig_device_to_dict",
     "nvlink_to_dict",
     "owner_to_dict",
@@ -68,13 +67,8 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 # One encoder object for every line (json.dumps with arguments builds a new one per call), made at the first:
-# a text ``--once`` imports this module for its timestamp and writes no JSON.
+# a module that imports this one may write no JSON at all.
 _compact: Callable[[Any], str] | None = None
-
-
-def iso_timestamp(timestamp: float) -> str:
-    """ISO 8601 in local time with its UTC offset, millisecond precision."""
-    return dt.datetime.fromtimestamp(timestamp, tz=dt.timezone.utc).astimezone().isoformat(timespec="milliseconds")
 
 
 # The owner object's string fields, in output order (``uid`` is a number).

@@ -49,10 +49,10 @@ from .contract import (
     MIG_MEMORY_KEYS,
     encode,
     gpu_to_dict,
-    iso_timestamp,
     process_to_dict,
     snapshot_to_dict,
 )
+from .timestamps import iso_timestamp
 
 __all__ = [
     "DEFAULT_GPU_FIELDS",

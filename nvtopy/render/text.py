@@ -42,7 +42,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import IO
 
-from ..formats.contract import iso_timestamp
+from ..formats.timestamps import iso_timestamp
 from ..health.xid import describe_xid
 from ..model import GpuEvent, GpuProcess, GpuState, MigState, Severity, Snapshot
 from ..textsafe import safe_text

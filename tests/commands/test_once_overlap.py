@@ -92,10 +92,11 @@ def test_once_imports_neither_logging_nor_the_charts_history(mode):
 def test_once_on_nvml_imports_none_of_the_modules_it_never_uses(mode, fake_lib):
     """On the driver's path (../shared/fake-nvml), a one-shot into a pipe leaves out: inspect (dataclasses imports
     it for a class without a docstring), shutil and textwrap (argparse's help and the terminal's width) and what
-    ctypes.util brings (pynvml imports its find_library: subprocess, tempfile, bz2, lzma); the text one, json."""
+    ctypes.util brings (pynvml imports its find_library: subprocess, tempfile, bz2, lzma); the text one, json, the
+    JSON contract and datetime (its timestamp is nvtopy.formats.timestamps')."""
     unused = ["inspect", "shutil", "textwrap", "subprocess", "tempfile", "ctypes.util", "bz2", "lzma"]
     if not mode:
-        unused.append("json")  # a table needs no JSON (the owners' and the timestamp's modules import it lazily)
+        unused += ["json", "datetime", "nvtopy.formats.contract"]  # a table needs no JSON (owners import it lazily)
     code = once_code(mode).replace("'--demo', ", "") + (
         f"import sys\nprint('loaded:', [m for m in {unused!r} if m in sys.modules], file=sys.stderr)\n"
     )
