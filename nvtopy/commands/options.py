@@ -506,10 +506,20 @@ def open_backend_within(args: argparse.Namespace, timeout: float) -> Backend:
 
 
 def release_backend(backend: Backend, collector: Collector | None = None, poller: SnapshotSource | None = None) -> None:
-    """At a command's end: stop the event and GPU threads, then close the driver -- unless a GPU's call
-    is still stuck in it (closing could hang as well: the backend is abandoned, the driver cleans up)."""
+    """At a command's end: stop the event and GPU threads, then close the driver -- unless one of them is
+    still inside it (a GPU's call stuck, or the event thread in a wait that outlived its time): closing then
+    is undefined and could hang as well, so the backend is abandoned and the driver cleans up at exit.
+
+    The event thread gets one wait's time to end (:data:`~nvtopy.sources.events.WAIT_S`, 0.45 s), as the
+    monitor's own poller gives it.
+    """
     if poller is not None:
         poller.stop()
+        from ..sources.events import WAIT_S
+
+        if not poller.settle(2 * WAIT_S):
+            backend.abandon()
+            return
     if collector is not None:
         collector.close()
         if collector.busy():

@@ -161,6 +161,18 @@ class SnapshotSource:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
 
+    def settle(self, timeout: float) -> bool:
+        """After :meth:`stop`: wait at most ``timeout`` s for the source's threads to end; True when they have.
+
+        Why: a command closes its backend after its source stopped, and ``nvmlShutdown`` while
+        a thread is still inside the driver is undefined; False tells it to leave the backend open.
+        """
+        thread = self._thread
+        if thread is None or thread is threading.current_thread():
+            return True
+        thread.join(max(0.0, timeout))
+        return not thread.is_alive()
+
     @property
     def thread(self) -> threading.Thread | None:
         """The source's thread once started (its name says which source: ``thread_name``)."""

@@ -123,7 +123,7 @@ class EventWatcher:
         self._stop.set()
 
     def join(self, timeout: float | None = None) -> bool:
-        """For tests: True when the thread has ended within ``timeout``."""
+        """True when the thread has ended within ``timeout`` (a command waits for it before nvmlShutdown)."""
         self._thread.join(timeout)
         return not self._thread.is_alive()
 

@@ -332,6 +332,15 @@ class Poller(SnapshotSource):
             watcher.stop()
         super().stop(timeout)
 
+    def settle(self, timeout: float) -> bool:
+        """The poller's thread and its event thread (which waits in the driver up to :data:`WAIT_S` at a time)."""
+        until = time.monotonic() + max(0.0, timeout)
+        ended = super().settle(timeout)
+        watcher = self._watcher
+        if watcher is not None:
+            ended = watcher.join(max(0.0, until - time.monotonic())) and ended
+        return ended
+
     def _wind_down(self) -> None:
         """Stop the event and GPU threads; close a backend this poller opened, unless a thread is still inside it.
 
