@@ -15,6 +15,7 @@ from nvtopy.backends.host.procstat import (
     CLOCK_TICKS,
     PAGE_SIZE,
     Stat,
+    pid_absent,
     read_cpu_times,
     read_first_sight,
     read_meminfo,
@@ -275,3 +276,49 @@ def test_a_first_sight_and_the_host_line_import_no_psutil(child):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_an_ended_pid_is_absent_as_psutil_says_and_a_live_or_unknown_one_is_not(tmp_path, monkeypatch):
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    assert pid_absent(ended.pid) is True
+    with pytest.raises(psutil.NoSuchProcess):
+        psutil.Process(ended.pid)
+    import os
+
+    assert pid_absent(os.getpid()) is False
+    assert pid_absent(ended.pid, proc=str(tmp_path)) is False, "no /proc here: psutil is asked"
+    (tmp_path / "self").mkdir()
+    assert pid_absent(ended.pid, proc=str(tmp_path)) is True
+
+
+def test_an_ended_pid_is_not_looked_up_with_psutil(monkeypatch):
+    """The inspector drops a pid that has ended from /proc alone; psutil is never asked for it."""
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+
+    def no_psutil(*_args, **_kwargs):
+        raise AssertionError("psutil asked about a pid /proc says has ended")
+
+    monkeypatch.setattr(psutil, "Process", no_psutil)
+    inspector = PsutilInspector()
+    assert inspector.inspect([ended.pid]) == {ended.pid: None}
+
+
+def test_a_known_pid_that_ends_is_dropped_without_psutil(monkeypatch):
+    process = subprocess.Popen([sys.executable, "-c", SLEEP_CODE])
+    try:
+        inspector = PsutilInspector()
+        deadline = time.monotonic() + 20
+        while inspector.inspect([process.pid])[process.pid] is None:  # until its first sight from /proc
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        process.kill()
+        process.wait()
+
+    def no_psutil(*_args, **_kwargs):
+        raise AssertionError("psutil asked about a pid /proc says has ended")
+
+    monkeypatch.setattr(psutil, "Process", no_psutil)
+    assert inspector.inspect([process.pid]) == {process.pid: None}

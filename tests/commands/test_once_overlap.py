@@ -92,17 +92,20 @@ def test_once_imports_neither_logging_nor_the_charts_history(mode):
 def test_once_on_nvml_imports_none_of_the_modules_it_never_uses(mode, fake_lib):
     """On the driver's path (../shared/fake-nvml), a one-shot into a pipe leaves out: inspect (dataclasses imports
     it for a class without a docstring), shutil and textwrap (argparse's help and the terminal's width) and what
-    ctypes.util brings (pynvml imports its find_library: subprocess, tempfile, bz2, lzma); the text one, json, the
+    ctypes.util brings (pynvml imports its find_library: subprocess, tempfile, bz2, lzma); psutil, also for a
+    process the driver lists that has ended (/proc says so: procstat.pid_absent); the text one, json, the
     JSON contract and datetime (its timestamp is nvtopy.formats.timestamps')."""
-    unused = ["inspect", "shutil", "textwrap", "subprocess", "tempfile", "ctypes.util", "bz2", "lzma"]
+    unused = ["inspect", "shutil", "textwrap", "subprocess", "tempfile", "ctypes.util", "bz2", "lzma", "psutil"]
     if not mode:
         unused += ["json", "datetime", "nvtopy.formats.contract"]  # a table needs no JSON (owners import it lazily)
     code = once_code(mode).replace("'--demo', ", "") + (
         f"import sys\nprint('loaded:', [m for m in {unused!r} if m in sys.modules], file=sys.stderr)\n"
     )
+    ended = subprocess.Popen(["true"])  # a process the driver still lists, gone by the first sight: no psutil
+    ended.wait()
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
-        env = fake_nvml_env(fake_lib, FAKE_NVML_GPUS="2", FAKE_NVML_PIDS=str(sleeper.pid))
+        env = fake_nvml_env(fake_lib, FAKE_NVML_GPUS="2", FAKE_NVML_PIDS=f"{sleeper.pid},{ended.pid}")
         result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     finally:
         sleeper.kill()

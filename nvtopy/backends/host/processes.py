@@ -26,7 +26,7 @@ from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from ...model import CHILDREN_SHOWN, HostProcess, HostUsage, ProcessDetails, ProcessRelative, Reason, freeze
-from .procstat import CLOCK_TICKS, Stat, read_cpu_times, read_first_sight, read_meminfo, read_stat
+from .procstat import CLOCK_TICKS, Stat, pid_absent, read_cpu_times, read_first_sight, read_meminfo, read_stat
 
 if TYPE_CHECKING:
     import psutil
@@ -211,6 +211,8 @@ class PsutilInspector:
             )
             entry.start_ticks = stat.start_ticks
             return entry
+        if pid_absent(pid):
+            return None  # gone: psutil would say so from the same /proc
         return self._open_psutil(pid)
 
     def _open_psutil(self, pid: int) -> _Entry | None:
@@ -448,6 +450,8 @@ def _still_running(entry: _Entry, pid: int) -> bool:
     (the pid became unreadable): the create time it reads must be the entry's, else the pid now
     belongs to another process.
     """
+    if pid_absent(pid):
+        return False  # psutil's answer from the same /proc, without importing it
     import psutil
 
     if entry.process is not None:

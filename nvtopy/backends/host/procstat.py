@@ -37,6 +37,7 @@ __all__ = [
     "PAGE_SIZE",
     "FirstSight",
     "Stat",
+    "pid_absent",
     "read_cpu_times",
     "read_first_sight",
     "read_meminfo",
@@ -148,6 +149,22 @@ def read_first_sight(pid: int, proc: str = "/proc") -> FirstSight | None:
             name = extended
     create_time = float(stat.start_ticks) / CLOCK_TICKS + booted
     return FirstSight(stat, name, cmdline, uid, create_time)
+
+
+def pid_absent(pid: int, proc: str = "/proc") -> bool:
+    """True when ``/proc`` is there and ``/proc/<pid>`` is not: no process has this pid (in this namespace).
+
+    Why: psutil answers the same (``NoSuchProcess``) from the same fact, and a GPU process that ended
+    between the driver's list and its first sight is common enough that a one-shot should not import
+    psutil (about 10 ms) to hear it. Anything else (a pid unreadable, /proc missing) is psutil's to tell.
+    """
+    try:
+        os.stat(f"{proc}/{int(pid)}")
+    except FileNotFoundError:
+        return os.path.isdir(f"{proc}/self")
+    except (OSError, ValueError):
+        return False
+    return False
 
 
 def _split_cmdline(data: str) -> list[str]:
