@@ -18,6 +18,9 @@ its own ``__init__``/``__eq__``/..., an option dataclasses added later) is hande
 
 from __future__ import annotations
 
+import abc
+import sys
+from types import MemberDescriptorType
 from typing import TYPE_CHECKING, Any
 
 from .standin import import_standing_in
@@ -82,7 +85,9 @@ def _record(cls: type, *, init: bool, show: bool, eq: bool, frozen: bool, option
     undocumented = not cls.__dict__.get("__doc__")
     if undocumented:  # dataclasses would write one from inspect.signature: 10-20 ms on first use
         cls.__doc__ = "-"
-    made: Any = dataclasses.dataclass(cls, init=False, repr=False, eq=False, frozen=False, **options)
+    made: Any = _fields_made(cls, options)
+    if made is None:
+        made = dataclasses.dataclass(cls, init=False, repr=False, eq=False, frozen=False, **options)
     fields = [f for f in made.__dataclass_fields__.values() if f._field_type is not _CLASSVAR]
     if any(f._field_type is not _FIELD for f in fields):
         raise TypeError(f"{made.__name__}: an InitVar field needs dataclasses.dataclass itself")
@@ -104,6 +109,74 @@ def _record(cls: type, *, init: bool, show: bool, eq: bool, frozen: bool, option
         if "__slots__" in made.__dict__ and options.get("slots"):
             made.__getstate__, made.__setstate__ = _state([f.name for f in fields])
     return made  # type: ignore[no-any-return]
+
+
+# Where dataclasses' own scan of a class is known line by line (its _process_class with init, repr, eq, order,
+# unsafe_hash and frozen all False): CPython 3.11 and 3.12. Elsewhere dataclasses itself scans.
+_SCANNED_HERE = sys.version_info[:2] in ((3, 11), (3, 12))
+_MARKERS = ("ClassVar", "InitVar", "KW_ONLY")
+
+
+def _fields_made(cls: type, options: dict[str, Any]) -> type | None:
+    """What ``dataclasses.dataclass(cls, init=False, repr=False, eq=False, frozen=False, **options)`` makes of a
+    plain class, made here; None where dataclasses must do it (the class is left as it was).
+
+    Why: dataclasses checks each string annotation three times against ClassVar, InitVar and KW_ONLY
+    with a regular expression and module look-ups; with the rest of its scan that was 70 % of
+    importing the model, and about 9 % of ``nvtopy --once``. A class whose every annotation is a
+    string naming none of the three, with no mutable default and no field without an annotation,
+    gets the very same fields, parameters, ``__match_args__`` and slots here, from dataclasses' own
+    ``Field``, ``_DataclassParams`` and ``_add_slots``; any other class goes to dataclasses.
+    ``tests/core/test_records.py`` holds every such class of nvtopy to what dataclasses makes of it.
+    """
+    if not _SCANNED_HERE or "weakref_slot" in options:
+        return None
+    # what inspect.get_annotations gives a class (3.12's dataclasses asks it), without importing inspect
+    annotations = cls.__dict__.get("__annotations__", {})  # noqa: RUF063
+    missing = dataclasses.MISSING
+    kw_only = options.get("kw_only", False)
+    made: dict[str, Any] = {}
+    for name, kind in annotations.items():
+        if not isinstance(kind, str) or any(marker in kind for marker in _MARKERS):
+            return None
+        default = getattr(cls, name, missing)
+        if isinstance(default, dataclasses.Field):
+            found = default
+            default = found.default
+        else:
+            if isinstance(default, MemberDescriptorType):  # a slot of a base: no default
+                default = missing
+            found = None
+        if default is not missing and default.__class__.__hash__ is None:
+            return None  # a mutable default: dataclasses' ValueError
+        made[name] = (found, default)
+    if any(isinstance(value, dataclasses.Field) and name not in annotations for name, value in cls.__dict__.items()):
+        return None  # a field without an annotation: dataclasses' TypeError
+    fields: dict[str, Any] = {}
+    for name, (found, default) in made.items():
+        f = found if found is not None else dataclasses.field(default=default)
+        f.name, f.type, f._field_type = name, annotations[name], _FIELD
+        if f.kw_only is missing:
+            f.kw_only = kw_only
+        fields[name] = f
+        if found is not None:  # the class attribute is the default itself, or none at all
+            if f.default is missing:
+                delattr(cls, name)
+            else:
+                setattr(cls, name, f.default)
+    values = {"init": False, "repr": False, "eq": False, "order": False, "unsafe_hash": False, "frozen": False}
+    values.update(match_args=options.get("match_args", True), kw_only=kw_only, slots=options.get("slots", False))
+    values["weakref_slot"] = False
+    params = dataclasses._DataclassParams  # type: ignore[attr-defined]
+    taken = params.__init__.__code__.co_varnames[1 : params.__init__.__code__.co_argcount]
+    cls.__dataclass_params__ = params(*(values[name] for name in taken))  # type: ignore[attr-defined]
+    cls.__dataclass_fields__ = fields  # type: ignore[attr-defined]
+    if values["match_args"] and "__match_args__" not in cls.__dict__:
+        setattr(cls, "__match_args__", tuple(f.name for f in fields.values() if f.init and not f.kw_only))  # noqa: B010
+    if values["slots"]:
+        cls = dataclasses._add_slots(cls, False, False)  # type: ignore[attr-defined]
+    abc.update_abstractmethods(cls)
+    return cls
 
 
 def _parameter(f: dataclasses.Field[Any]) -> str:

@@ -511,7 +511,7 @@ def test_the_graph_sees_the_whole_package():
     edges = package_edges()
     internal = {(e.source, e.target) for e in edges if e.internal}
     assert ("__main__", "commands.dispatch") in internal
-    assert ("render.text", "formats.contract") in internal  # relative, two levels up
+    assert ("render.text", "formats.timestamps") in internal  # relative, two levels up
     assert any(e.source == "backends.nvml.backend" and e.target == "pynvml" for e in edges)
     assert any(e.source.startswith("backends.host.") and e.target == "psutil" for e in edges)
     assert ("backends.nvml.backend", "backends.host.pidmap") in internal  # a named backend edge, seen
