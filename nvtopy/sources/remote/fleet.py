@@ -31,7 +31,12 @@ A host with nothing new keeps the lines it had: a refresh costs in proportion to
 hosts that were scraped since the last one, not to the fleet. The counters and static
 values (ECC, row remapping, PCIe link, energy, MIG mode: :data:`SLOW_GROUPS`) are a
 third of the series and change slowly: a host read again is asked for one group of
-them, in turn (all of them the first time), and keeps the others' last values.
+them, in turn (all of them the first time), and keeps the others' last values. What the local monitor
+reads at a cadence of its own (:data:`TIMED_GROUPS`: temperature, clocks and throttle reasons every 2 s, the
+P-state and NVLink 5 s, codecs 10 s, the power limit 15 s, PCIe throughput 20 s, the fan 30 s) is asked of a
+host when that cadence has passed on the host's clock (its newest sample's time since they were last read),
+and kept in between (at most that cadence older than the host's newest scrape, as on the host itself): at a
+1 s refresh a fifth fewer rows a refresh.
 
 Series are grouped into hosts by ``(instance, host name)`` (``hostname``, else ``Hostname``), so two
 exporters that report the same name (two containers named ``demo-node``) stay two hosts, titled
@@ -558,6 +563,7 @@ class _Known:
     reads: int = 0  # times its values were read: which slow group it is asked for next
     slow: list[dict[int, Kept]] = field(default_factory=lambda: [{} for _ in _KEPT_GROUPS])
     read_at: dict[int, float | None] = field(default_factory=dict)  # a timed group -> its newest sample when read
+    gpus_read: frozenset[int] = frozenset()  # the GPUs of its last read
     built: list[GpuState] | None = None  # its GPU lines of the last snapshot, while nothing new came
     processes_said: ProcessesSaid = field(default_factory=dict)  # its processes' identities as last read
     statics: dict[int, tuple[dict[str, Any], GpuStatic]] = field(default_factory=dict)  # _scrape's, by GPU index
@@ -909,6 +915,9 @@ class PrometheusFleet(SnapshotSource):
                     read_at[group] = host.newest
             if known is not None:
                 known.reads += 1
+                if known.gpus_read != host.gpus.keys():  # a GPU came or went: its timed values, at the next read
+                    read_at.clear()
+                known.gpus_read = frozenset(host.gpus)
             host.slow = slow
             host.read_at = read_at
             for group, last in enumerate(slow):
@@ -1001,6 +1010,7 @@ class PrometheusFleet(SnapshotSource):
                 known = self._known[key] = _Known(key, reads=1)
                 known.slow = host.slow or known.slow
                 known.read_at = host.read_at
+                known.gpus_read = frozenset(host.gpus)
             if host.newest is not None and known.newest is not None and host.newest > known.newest:
                 step = host.newest - known.newest
                 known.interval = step if known.interval is None else min(known.interval, step)

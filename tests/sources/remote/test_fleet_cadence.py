@@ -49,8 +49,8 @@ def _reads(name: str, value: float):
     return fleet_module._GPU_READS[name][1](float(value))
 
 
-def _scrape(fake, step: int, when: float) -> None:
-    text = "".join(f"{name}{{{_LABELS}}} {value(step)}\n" for name, (_, value, _) in _MOVING.items())
+def _scrape(fake, step: int, when: float, labels: str = _LABELS) -> None:
+    text = "".join(f"{name}{{{labels}}} {value(step)}\n" for name, (_, value, _) in _MOVING.items())
     fake.add_exposition(text, "10.0.0.9:9400", timestamp=when)
 
 
@@ -149,3 +149,21 @@ def test_a_fleet_keeping_timed_values_shows_what_a_fresh_read_shows(fake, shared
     assert dgx[0].sample.temperature_c is None and dgx[0].sample.unavailable["temperature_c"].name == "OUT_OF_RANGE"
     assert dgx[0].sample.power_limit_w == 0.0 and dgx[1].sample.clock_mem_mhz == 1593
     assert dgx[1].sample.fan_percent is None and dgx[0].sample.encoder_percent is None
+
+
+def test_a_gpu_that_comes_has_its_timed_values_from_the_next_refresh(fake):
+    """A GPU that appears on a host read before (hot-plugged, back on the bus) has no kept timed values: it shows
+    them from the refresh after (every timed group asked again), not after the longest cadence (the fan's 30 s)."""
+    fleet = fleet_of(fake, interval=1.0)
+    for step in range(6):
+        fake.now = NOW + step + 0.5
+        _scrape(fake, step, NOW + step)
+        if step >= 3:
+            _scrape(fake, step, NOW + step, labels=_LABELS.replace('gpu="0"', 'gpu="1"'))
+        snapshot = fleet.poll_once()
+        if step == 3:
+            assert snapshot.gpus[1].sample.fan_percent is None, "not asked at the refresh it came"
+    gpu = snapshot.gpus[1]
+    assert gpu.static.host_index == 1
+    for name, (attribute, value, cadence) in _MOVING.items():  # every timed group read at step 4, none since
+        assert getattr(gpu.sample, attribute) == _reads(name, value(4 if cadence else 5)), name
