@@ -31,7 +31,12 @@ A host with nothing new keeps the lines it had: a refresh costs in proportion to
 hosts that were scraped since the last one, not to the fleet. The counters and static
 values (ECC, row remapping, PCIe link, energy, MIG mode: :data:`SLOW_GROUPS`) are a
 third of the series and change slowly: a host read again is asked for one group of
-them, in turn (all of them the first time), and keeps the others' last values.
+them, in turn (all of them the first time), and keeps the others' last values. What the local monitor
+reads at a cadence of its own (:data:`TIMED_GROUPS`: temperature, clocks and throttle reasons every 2 s, the
+P-state and NVLink 5 s, codecs 10 s, the power limit 15 s, PCIe throughput 20 s, the fan 30 s) is asked of a
+host when that cadence has passed on the host's clock (its newest sample's time since they were last read),
+and kept in between (at most that cadence older than the host's newest scrape, as on the host itself): at a
+1 s refresh a fifth fewer rows a refresh.
 
 Series are grouped into hosts by ``(instance, host name)`` (``hostname``, else ``Hostname``), so two
 exporters that report the same name (two containers named ``demo-node``) stay two hosts, titled
@@ -115,8 +120,9 @@ from ...formats.prometheus.parse import (
 from ...formats.prometheus.series import MIG_DEVICE_SERIES, NVTOPY_FIELDS, OWNER_LABELS
 from ...interval import STALE_INTERVALS
 from ...jsondecode import VectorRows
-from ...model import GpuSample, GpuState, GpuStatic, HostInfo, Snapshot
+from ...model import GROUP_OF_FIELD, GpuSample, GpuState, GpuStatic, HostInfo, Snapshot
 from ..base import SnapshotSource
+from ..poller import CADENCE
 from .gc_policy import paused_gc
 from .hostscrape import HostGpus
 from .prometheus import (
@@ -133,6 +139,7 @@ __all__ = [
     "LIVE_NAMES",
     "MAX_QUERIES_PER_REFRESH",
     "SLOW_GROUPS",
+    "TIMED_GROUPS",
     "PrometheusFleet",
     "newest_query",
     "read_query",
@@ -185,10 +192,32 @@ SLOW_GROUPS: tuple[tuple[str, ...], ...] = tuple(
     tuple(name for name, (attribute, _) in _GPU_READS.items() if attribute in group) for group in _SLOW_ATTRIBUTES
 )
 _SLOW = {name for group in SLOW_GROUPS for name in group}
+
+
+def _timed_groups() -> tuple[tuple[float, tuple[str, ...]], ...]:
+    """The sample's series the local monitor reads at a cadence of its own (:data:`~nvtopy.sources.poller.CADENCE`:
+    temperature, clocks and throttle reasons every 2 s, the P-state and NVLink every 5 s, codecs 10 s, the power
+    limit 15 s, PCIe throughput 20 s, the fan 30 s), grouped by that cadence, shortest first. Not a GPU instance's
+    own series (:data:`~nvtopy.formats.dcgm.INSTANCE_FIELDS`), nor one of :data:`SLOW_GROUPS`."""
+    by_cadence: dict[float, list[str]] = {}
+    for name, (attribute, _) in _GPU_READS.items():
+        legacy = READ_ALIASES.get(name, (name,))[0]
+        cadence = CADENCE.get(GROUP_OF_FIELD.get(attribute, ""), 0.0)
+        if cadence > 0 and name not in _SLOW and legacy not in INSTANCE_FIELDS:
+            by_cadence.setdefault(cadence, []).append(name)
+    return tuple((cadence, tuple(names)) for cadence, names in sorted(by_cadence.items()))
+
+
+# A host read again is asked for these when their cadence has passed on its clock (its newest sample's time since
+# they were last read), as the local monitor reads them; they keep their last values in between.
+TIMED_GROUPS = _timed_groups()
+_TIMED = {name for _, group in TIMED_GROUPS for name in group}
+# Every group whose values a host keeps between the reads that ask for it: the slow groups, then the timed ones.
+_KEPT_GROUPS: tuple[tuple[str, ...], ...] = (*SLOW_GROUPS, *(names for _, names in TIMED_GROUPS))
 _MIG_DEVICE_NAMES = ("nvtopy_mig_device_info", *(name for name, _, _ in MIG_DEVICE_SERIES))
 # Every refresh: what the views show, the GPU instances' series (INSTANCE_FIELDS), lost, Xid counts, MIG devices.
 LIVE_NAMES: tuple[str, ...] = (
-    *(name for name in _GPU_READS if name not in _SLOW),
+    *(name for name in _GPU_READS if name not in _SLOW and name not in _TIMED),
     "nvtopy_gpu_lost",
     "nvtopy_xid_events_total",
     *_MIG_DEVICE_NAMES,
@@ -311,7 +340,7 @@ for _name, (_field_attribute, _read_value) in _GPU_READS.items():
 _INDEX_CACHE: dict[str, int] = {str(i): i for i in range(MAX_GPUS_PER_HOST)}
 # name -> _ROUTES's entry and the slow group it is in (None: read at every refresh): _read's common row, in one look-up.
 _FAST_ROUTES: dict[str, tuple[str, str, Callable[[float], Any], int | None]] = {
-    name: (*route, next((g for g, names in enumerate(SLOW_GROUPS) if name in names), None))
+    name: (*route, next((g for g, names in enumerate(_KEPT_GROUPS) if name in names), None))
     for name, route in _ROUTES.items()
 }
 
@@ -366,7 +395,8 @@ class _Host:
     process_labels: dict[tuple[int, int], Any] = field(default_factory=dict)  # each process's identity row's labels
     processes_left_out: int = 0
     gpus_reported: set[str] = field(default_factory=set)
-    slow: list[dict[int, Kept]] | None = None  # per slow group: per GPU, its last values
+    slow: list[dict[int, Kept]] | None = None  # per slow and timed group: per GPU, its last values
+    read_at: dict[int, float | None] = field(default_factory=dict)  # _Known.read_at as read now
 
     def gpu(self, index: int) -> _Gpu:
         gpu = self.gpus.get(index)
@@ -531,7 +561,9 @@ class _Known:
     seen_at: float = 0.0  # our clock, when it was last in an answer
     interval: float | None = None  # the shortest step of its newest sample seen so far: its scrape interval
     reads: int = 0  # times its values were read: which slow group it is asked for next
-    slow: list[dict[int, Kept]] = field(default_factory=lambda: [{} for _ in SLOW_GROUPS])
+    slow: list[dict[int, Kept]] = field(default_factory=lambda: [{} for _ in _KEPT_GROUPS])
+    read_at: dict[int, float | None] = field(default_factory=dict)  # a timed group -> its newest sample when read
+    gpus_read: frozenset[int] = frozenset()  # the GPUs of its last read
     built: list[GpuState] | None = None  # its GPU lines of the last snapshot, while nothing new came
     processes_said: ProcessesSaid = field(default_factory=dict)  # its processes' identities as last read
     statics: dict[int, tuple[dict[str, Any], GpuStatic]] = field(default_factory=dict)  # _scrape's, by GPU index
@@ -706,18 +738,18 @@ class PrometheusFleet(SnapshotSource):
         """
         every = every_host and len(changed) == len(hosts)
         instances = None if every else sorted({key[0] for key in changed})
-        asked: dict[tuple[str, str], tuple[int, ...]] = {}  # host -> the slow groups asked of it
+        asked: dict[tuple[str, str], tuple[int, ...]] = {}  # host -> the slow and timed groups asked of it
         for key in changed:
             known = self._known.get(key)
-            if everything or known is None or known.built is None:  # a first read: every slow group
-                asked[key] = tuple(range(len(SLOW_GROUPS)))
+            if everything or known is None or known.built is None:  # a first read: every group
+                asked[key] = tuple(range(len(_KEPT_GROUPS)))
             else:
-                asked[key] = (known.reads % len(SLOW_GROUPS),)
-        # One selector per set of instances: the live series of every host read, with the slow groups asked
+                asked[key] = (known.reads % len(SLOW_GROUPS), *self._due(known, hosts[key].newest))
+        # One selector per set of instances: the live series of every host read, with the groups asked
         # of the same hosts (all of them at the first read of a fleet), each other group on its own.
         by_instances: dict[tuple[str, ...] | None, list[str]] = {None if instances is None else tuple(instances): []}
         by_instances[next(iter(by_instances))].extend(LIVE_NAMES)
-        for group, names in enumerate(SLOW_GROUPS):
+        for group, names in enumerate(_KEPT_GROUPS):
             of = [key for key in changed if group in asked[key]]
             if of:
                 chosen = None if every_host and len(of) == len(hosts) else tuple(sorted({key[0] for key in of}))
@@ -726,7 +758,7 @@ class PrometheusFleet(SnapshotSource):
         client = self.client
         items = client.query_items(read_query(self.where, parts, instances, hostname=not one_name), rows=_ROWS)
         notes.extend(f"partial answer: {w}" for w in client.warnings)
-        fresh: dict[tuple[str, str], list[dict[int, Kept]]] = {key: [{} for _ in SLOW_GROUPS] for key in changed}
+        fresh: dict[tuple[str, str], list[dict[int, Kept]]] = {key: [{} for _ in _KEPT_GROUPS] for key in changed}
         # Some 50 rows a GPU (200,000 at 4,096 GPUs): each is read in this one loop, the common row (a GPU's
         # own value series) without a call, the others by the functions the rest of nvtopy reads a scrape
         # with. The rows' labels were checked as text by query_items (as it decoded them, or item by item);
@@ -872,15 +904,22 @@ class PrometheusFleet(SnapshotSource):
                 of_group = route[3] if route is not None else None
                 slow_kept = None if of_group is None else kept[of_group].setdefault(index, {})
                 _route(host.gpu(index), name, metric, value, slow_kept)
-        for key in changed:  # the slow groups not asked this time: their last values
+        for key in changed:  # the groups not asked this time: their last values
             known = self._known.get(key)
-            slow = known.slow if known is not None else [{} for _ in SLOW_GROUPS]
+            slow = known.slow if known is not None else [{} for _ in _KEPT_GROUPS]
+            read_at = known.read_at if known is not None else {}
+            host = hosts[key]
             for group in asked[key]:
                 slow[group] = fresh[key][group]
+                if group >= len(SLOW_GROUPS):
+                    read_at[group] = host.newest
             if known is not None:
                 known.reads += 1
-            host = hosts[key]
+                if known.gpus_read != host.gpus.keys():  # a GPU came or went: its timed values, at the next read
+                    read_at.clear()
+                known.gpus_read = frozenset(host.gpus)
             host.slow = slow
+            host.read_at = read_at
             for group, last in enumerate(slow):
                 if group in asked[key]:
                     continue
@@ -891,6 +930,20 @@ class PrometheusFleet(SnapshotSource):
                     for (kind, attribute), said in values.items():
                         target = gpu.static if kind == "static" else gpu.health if kind == "health" else gpu.values
                         target.setdefault(attribute, said)
+
+    def _due(self, known: _Known, newest: float | None) -> tuple[int, ...]:
+        """The timed groups (by their index among the kept ones) whose cadence has passed since a host's last read
+        of them, on its clock (its newest sample's time), as the local poller reads them: with half a step of slack
+        (the refresh interval, or the host's scrape interval where longer), so a 2 s group is read at every second
+        refresh of a 1 s one despite jitter. A host without a newest time, a group never read, or a clock gone
+        backwards: read now."""
+        slack = max(self._interval, known.interval or 0.0) / 2
+        due = []
+        for group, (cadence, _) in enumerate(TIMED_GROUPS, len(SLOW_GROUPS)):
+            at = known.read_at.get(group)
+            if newest is None or at is None or not 0.0 <= newest - at < cadence - slack:
+                due.append(group)
+        return tuple(due)
 
     def _identity(self, host: _Host, index: int, row: Any) -> None:
         """A GPU's identity (UUID, model, bus id, driver) and the pod dcgm-exporter says holds it, from its
@@ -956,6 +1009,8 @@ class PrometheusFleet(SnapshotSource):
             if known is None:
                 known = self._known[key] = _Known(key, reads=1)
                 known.slow = host.slow or known.slow
+                known.read_at = host.read_at
+                known.gpus_read = frozenset(host.gpus)
             if host.newest is not None and known.newest is not None and host.newest > known.newest:
                 step = host.newest - known.newest
                 known.interval = step if known.interval is None else min(known.interval, step)

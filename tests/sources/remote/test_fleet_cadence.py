@@ -1,0 +1,169 @@
+"""The fleet's timed groups: a host read again is asked for a series the local monitor reads at a cadence of its own
+(``poller.CADENCE``: temperature, clocks and throttle reasons every 2 s, the P-state and NVLink 5 s, codecs 10 s,
+the power limit 15 s, PCIe throughput 20 s, the fan 30 s) only when that cadence has passed on the host's clock,
+and keeps the last values in between.
+
+Why: at 1 s a refresh these are a fifth of the read answer's value rows (issue 27: decoding and reading the rows
+are most of a fleet refresh). What must hold: each such value is exactly as old as the cadence says (never older,
+never read more often), the values every refresh asks for are the newest, and a fleet that keeps them shows what a
+fleet reading everything afresh shows -- values out of range, NaN, negative zero and hosts behind one instance
+included -- as the slow groups already did.
+"""
+
+# ruff: noqa: F811 -- the fixture fake is imported from the module that defines it
+
+from __future__ import annotations
+
+import pytest
+
+from nvtopy.formats.dcgm import INSTANCE_FIELDS
+from nvtopy.formats.dcgm_naming import READ_ALIASES
+from nvtopy.model import GROUP_OF_FIELD
+from nvtopy.sources.poller import CADENCE
+from nvtopy.sources.remote import fleet as fleet_module
+from nvtopy.sources.remote.fleet import LIVE_NAMES, SLOW_GROUPS, TIMED_GROUPS
+
+from ...prometheus_fixtures import exposition_series
+from .test_fleet import DCGM, NOW, fake, fleet_of  # noqa: F401
+from .test_fleet_runs import _hostile_fleet, _shown
+
+# One GPU, dcgm-exporter's names, every value a function of the second it was scraped at (step): which fields a
+# refresh asked for shows in the values it shows.
+_LABELS = 'gpu="0",UUID="GPU-cccc",modelName="NVIDIA H100 80GB HBM3",Hostname="dgx-9"'
+_MOVING = {  # series -> (model attribute, its value at a step, the cadence it is read at: 0 every refresh)
+    "DCGM_FI_DEV_GPU_UTIL": ("utilization_gpu_percent", lambda t: t, 0),
+    "DCGM_FI_DEV_POWER_USAGE": ("power_draw_w", lambda t: 100.0 + t, 0),
+    "DCGM_FI_DEV_FB_USED": ("memory_used_bytes", lambda t: 1000 + t, 0),
+    "DCGM_FI_DEV_GPU_TEMP": ("temperature_c", lambda t: 40 + t, 2),
+    "DCGM_FI_DEV_SM_CLOCK": ("clock_sm_mhz", lambda t: 1000 + t, 2),
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": ("throttle_reasons", lambda t: t % 4, 2),
+    "DCGM_FI_DEV_PSTATE": ("pstate", lambda t: t % 8, 5),
+    "DCGM_FI_DEV_ENC_UTIL": ("encoder_percent", lambda t: t, 10),
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT": ("power_limit_w", lambda t: 300.0 + t, 15),
+    "DCGM_FI_DEV_FAN_SPEED": ("fan_percent", lambda t: 10 + t, 30),
+}
+
+
+def _reads(name: str, value: float):
+    """What a series' value reads as in the model (its unit, its type: MiB to bytes, a bitmask to reasons)."""
+    return fleet_module._GPU_READS[name][1](float(value))
+
+
+def _scrape(fake, step: int, when: float, labels: str = _LABELS) -> None:
+    text = "".join(f"{name}{{{labels}}} {value(step)}\n" for name, (_, value, _) in _MOVING.items())
+    fake.add_exposition(text, "10.0.0.9:9400", timestamp=when)
+
+
+def test_the_timed_groups_are_the_local_monitors_cadences():
+    """Each series in exactly one of: every refresh, a slow group, a timed group; a timed one at its field's
+    cadence in the local poller; never a GPU instance's own series (read at every refresh)."""
+    timed = [name for _, names in TIMED_GROUPS for name in names]
+    slow = [name for names in SLOW_GROUPS for name in names]
+    every = [name for name in LIVE_NAMES if name in fleet_module._GPU_READS]
+    assert sorted(timed + slow + every) == sorted(fleet_module._GPU_READS), "each series read in one way"
+    assert [cadence for cadence, _ in TIMED_GROUPS] == [2.0, 5.0, 10.0, 15.0, 20.0, 30.0]
+    for cadence, names in TIMED_GROUPS:
+        for name in names:
+            attribute = fleet_module._GPU_READS[name][0]
+            assert CADENCE[GROUP_OF_FIELD[attribute]] == cadence, name
+            assert READ_ALIASES.get(name, (name,))[0] not in INSTANCE_FIELDS, name
+    assert "DCGM_FI_DEV_POWER_USAGE" in LIVE_NAMES and "DCGM_FI_DEV_GPU_TEMP" not in LIVE_NAMES
+
+
+@pytest.mark.parametrize("interval", [1.0, 2.0])
+def test_each_timed_value_is_as_old_as_its_cadence_and_no_older(fake, interval):
+    """Scraped every ``interval`` seconds (a few ms of jitter either way), refreshed after each scrape: a value read
+    every refresh is the newest; a timed one is the value of the last scrape at which its cadence had passed (with
+    half a step of slack, as the local poller: a 2 s group at every second refresh of a 1 s scrape, at every
+    refresh of a 2 s one)."""
+    fleet = fleet_of(fake, interval=1.0)
+    read_at: dict[int, float] = {}  # cadence -> the scrape time it was last read at
+    learned = None  # the host's scrape interval as the fleet learns it: the shortest step of its newest sample yet
+    before = None
+    for n in range(34):
+        step = int(n * interval)
+        when = NOW + step + (0.004, 0.0, -0.004)[n % 3]  # a step 4 ms short of the cadence now and then
+        fake.now = when + 0.5
+        _scrape(fake, step, when)
+        gpu = fleet.poll_once().gpus[0]
+        slack = max(1.0, learned or 0.0) / 2
+        for name, (attribute, value, cadence) in _MOVING.items():
+            last = read_at.get(cadence)
+            if not cadence or last is None or when - last >= cadence - slack:
+                read_at[cadence] = when
+            expected = _reads(name, value(round(read_at[cadence] - NOW)))
+            assert getattr(gpu.sample, attribute) == expected, (n, name)
+            assert attribute not in gpu.sample.unavailable, (n, name)
+        if before is not None:
+            learned = when - before if learned is None else min(learned, when - before)
+        before = when
+    assert len(fake.queries) == 2 * 34, "two queries a refresh"
+
+
+def test_a_host_whose_clock_goes_back_is_read_in_full(fake):
+    """A host whose newest sample is older than the one its timed groups were read at (its exporter's clock set
+    back, another server behind the address): every timed group is read again at once, not after the gap."""
+    fleet = fleet_of(fake, interval=1.0)
+    for step in range(3):
+        fake.now = NOW + step + 0.5
+        _scrape(fake, step, NOW + step)
+        fleet.poll_once()
+    fake.set_series([])
+    fake.now = NOW - 99.5
+    _scrape(fake, 7, NOW - 100.0)
+    gpu = fleet.poll_once().gpus[0]
+    for name, (attribute, value, _) in _MOVING.items():
+        assert getattr(gpu.sample, attribute) == _reads(name, value(7)), name
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["one-name-an-instance", "hosts-behind-one-instance"])
+def test_a_fleet_keeping_timed_values_shows_what_a_fresh_read_shows(fake, shared):
+    """Refresh after refresh with new scrapes of the same values (timed groups asked in their turn, kept in between),
+    hostile values in timed fields among them (NaN, negative, past the range, an infinity, negative zero): the same
+    lines, the same types, as a fleet that reads every series now."""
+    _hostile_fleet(fake, shared=shared)
+    hostile = (
+        'DCGM_FI_DEV_GPU_TEMP{gpu="0",Hostname="dgx-3"} NaN\n'
+        'DCGM_FI_DEV_SM_CLOCK{gpu="0",Hostname="dgx-3"} -5\n'
+        'DCGM_FI_DEV_PSTATE{gpu="0",Hostname="dgx-3"} 1e400\n'
+        'DCGM_FI_DEV_ENC_UTIL{gpu="0",Hostname="dgx-3"} 101\n'
+        'DCGM_FI_DEV_POWER_MGMT_LIMIT{gpu="0",Hostname="dgx-3"} -0\n'
+        'DCGM_FI_DEV_FAN_SPEED{gpu="1",Hostname="dgx-3"} 1e30\n'
+        'DCGM_FI_DEV_MEM_CLOCK{gpu="1",Hostname="dgx-3"} 1593\n'
+    )
+    fake.set_series([*fake.series, *exposition_series(hostile, "10.0.0.3:9400", NOW - 0.5)])
+    fleet = fleet_of(fake, interval=1.0)
+    for step in range(12):
+        fake.now = NOW + step
+        if step:
+            for s in fake.series:
+                s.timestamp += 1.0  # scraped again, the same values
+            fake.set_series(list(fake.series))
+        snapshot = fleet.poll_once()
+        assert fleet.hosts_read == len(fleet._known), step
+        fresh = fleet_of(fake).read_once()
+        shown, expected = [_shown(g) for g in snapshot.gpus], [_shown(g) for g in fresh.gpus]
+        assert shown == expected, step
+        assert repr(shown) == repr(expected), f"{step}: a value of another type (1 for 1.0, -0.0 for 0.0)"
+    dgx = [g for g in snapshot.gpus if g.static.host == "dgx-3"]
+    assert dgx[0].sample.temperature_c is None and dgx[0].sample.unavailable["temperature_c"].name == "OUT_OF_RANGE"
+    assert dgx[0].sample.power_limit_w == 0.0 and dgx[1].sample.clock_mem_mhz == 1593
+    assert dgx[1].sample.fan_percent is None and dgx[0].sample.encoder_percent is None
+
+
+def test_a_gpu_that_comes_has_its_timed_values_from_the_next_refresh(fake):
+    """A GPU that appears on a host read before (hot-plugged, back on the bus) has no kept timed values: it shows
+    them from the refresh after (every timed group asked again), not after the longest cadence (the fan's 30 s)."""
+    fleet = fleet_of(fake, interval=1.0)
+    for step in range(6):
+        fake.now = NOW + step + 0.5
+        _scrape(fake, step, NOW + step)
+        if step >= 3:
+            _scrape(fake, step, NOW + step, labels=_LABELS.replace('gpu="0"', 'gpu="1"'))
+        snapshot = fleet.poll_once()
+        if step == 3:
+            assert snapshot.gpus[1].sample.fan_percent is None, "not asked at the refresh it came"
+    gpu = snapshot.gpus[1]
+    assert gpu.static.host_index == 1
+    for name, (attribute, value, cadence) in _MOVING.items():  # every timed group read at step 4, none since
+        assert getattr(gpu.sample, attribute) == _reads(name, value(4 if cadence else 5)), name
