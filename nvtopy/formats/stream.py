@@ -74,7 +74,6 @@ __all__ = [
     "StreamReader",
     "StreamWriter",
     "apply_patch",
-    "apply_patch_in_place",
     "error_line",
     "hello_line",
     "patch_of",
@@ -231,85 +230,6 @@ def apply_patch(old: Any, patch: Any) -> Any:
     return new
 
 
-def apply_patch_in_place(old: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
-    """:func:`apply_patch` of a snapshot's patch that changes ``old``'s GPU and process objects in place.
-
-    The result is a new snapshot object and a new GPU list, as :func:`apply_patch` makes; but each GPU object and
-    each of its process objects that the patch changes is ``old``'s own, changed, rather than a copy of it. Why: a
-    GPU object has 66 keys and a process 27; copying 512 GPUs and 1,500 processes a second (64 hosts), then freeing
-    the old ones, touched each of their values twice a second, out of the cache. Every value inside a GPU or a
-    process (health, readings, links, reasons, owners) is still a new object where it changed and the very same
-    where not, as :func:`apply_patch` leaves it, so a decoder that knows unchanged parts by identity
-    (:class:`~nvtopy.formats.contract_decoder.SnapshotDecoder`) reads the same. Hence ``old`` must be no other
-    thread's while this runs, and is no longer the snapshot it was (:class:`StreamReader` with ``in_place``).
-
-    The same values and the same errors (:class:`StreamError`, and "a patch that makes no snapshot" where the
-    result has no ``gpus`` or ``timestamp``), raised before anything is changed: the changes are found first, then
-    made. An object's patch that removes keys makes a new object, as :func:`apply_patch` does.
-    """
-    later: list[tuple[dict[str, Any], dict[str, Any], list[tuple[str, Any]] | None]] = []
-    new = old.copy()
-    for key, value in patch.items():
-        if type(value) is dict:
-            if key not in old:
-                new[key] = value
-            elif key == "gpus":
-                new[key] = _list_in_place(old[key], value, later, _GPU_NESTED)
-            else:
-                new[key] = apply_patch(old[key], value)
-        elif key == REMOVED:
-            if type(value) is not list:
-                raise StreamError(f"{REMOVED} is {_shown(value)}, not a list of keys")
-            for gone in value:
-                if type(gone) is str:
-                    new.pop(gone, None)
-        else:
-            new[key] = value
-    if "gpus" not in new or "timestamp" not in new:
-        raise StreamError("a patch that makes no snapshot")
-    for target, changed, fixes in later:
-        target.update(changed)  # its values as they are, in C; then each object's patched value over its patch
-        if fixes is not None:
-            for key, value in fixes:
-                target[key] = value
-    return new
-
-
-_GPU_NESTED = frozenset({"processes"})  # a GPU's lists of objects whose objects are changed in place too
-_NONE_NESTED: frozenset[str] = frozenset()
-_Later = list[tuple[dict[str, Any], dict[str, Any], list[tuple[str, Any]] | None]]
-
-
-def _list_in_place(old: Any, patch: dict[str, Any], later: _Later, nested: frozenset[str]) -> Any:
-    """:func:`apply_patch` of a list of objects: a new list of the same objects, their changes put in ``later``."""
-    if type(old) is not list:
-        return apply_patch(old, patch)
-    items = patch.get(LIST)
-    if len(patch) != 1 or type(items) is not list:
-        return patch
-    if len(items) != len(old):
-        raise StreamError(f"a patch of {len(items)} items for a list of {len(old)}")
-    return [_object_in_place(a, b, later, nested) if b else a for a, b in zip(old, items, strict=True)]
-
-
-def _object_in_place(old: Any, patch: Any, later: _Later, nested: frozenset[str]) -> Any:
-    """:func:`apply_patch` of an item of a list: ``old`` itself, its change put in ``later`` (a new object where the
-    patch removes keys, or either is no object)."""
-    if type(patch) is not dict or type(old) is not dict or REMOVED in patch:
-        return apply_patch(old, patch)
-    fixes: list[tuple[str, Any]] | None = None
-    if dict in map(type, patch.values()):  # a patch of a value inside: made now, set after the patch's own
-        fixes = []
-        for key, value in patch.items():
-            if type(value) is dict and key in old:
-                if key in nested:
-                    fixes.append((key, _list_in_place(old[key], value, later, _NONE_NESTED)))
-                else:
-                    fixes.append((key, apply_patch(old[key], value)))
-    later.append((old, patch, fixes))
-    return old
-
-
 class StreamWriter:
     """The far side's lines of one stream: the hello, then the first snapshot whole, then patches."""
 
@@ -332,10 +252,7 @@ class StreamWriter:
 class StreamReader:
     """The near side of one stream: each line read, patches applied in order; whole snapshot objects out."""
 
-    def __init__(self, *, in_place: bool = False) -> None:
-        """``in_place``: patches change the GPU and process objects of the last snapshot object in place
-        (:func:`apply_patch_in_place`): the caller's to see that no other thread reads that one meanwhile."""
-        self._apply = apply_patch_in_place if in_place else apply_patch
+    def __init__(self) -> None:
         self._state: dict[str, Any] | None = None
         self._state_bytes = 0
         self.patch: dict[str, Any] | None = None
@@ -344,26 +261,20 @@ class StreamReader:
 
     def read(self, raw: bytes) -> StreamHello | StreamFailure | dict[str, Any]:
         """The hello, a failure, or the whole snapshot object this line makes (:func:`read_line`'s, patched)."""
-        return self.take(read_line(raw), len(raw))
-
-    def take(
-        self, said: StreamHello | StreamFailure | StreamPatch | dict[str, Any], size: int
-    ) -> StreamHello | StreamFailure | dict[str, Any]:
-        """:meth:`read` of a line already read by :func:`read_line` (``size``: its bytes): the JSON parsed before,
-        the patch applied here (with ``in_place``, while the caller keeps other threads from the snapshot)."""
+        said = read_line(raw)
         if isinstance(said, StreamPatch):
             if self._state is None:
                 raise StreamError("a patch before any snapshot")
-            self._state_bytes += size
+            self._state_bytes += len(raw)
             if self._state_bytes > MAX_STATE_BYTES:
                 raise StreamError(f"patches past {MAX_STATE_BYTES >> 20} MiB without a whole snapshot")
-            state = self._apply(self._state, said.patch)
+            state = apply_patch(self._state, said.patch)
             if type(state) is not dict or "gpus" not in state or "timestamp" not in state:
                 raise StreamError("a patch that makes no snapshot")
             self._state, self.patch = state, said.patch
             return state
         if isinstance(said, dict):
-            self._state, self._state_bytes, self.patch = said, size, None
+            self._state, self._state_bytes, self.patch = said, len(raw), None
         return said
 
 

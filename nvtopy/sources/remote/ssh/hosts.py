@@ -173,8 +173,7 @@ class SshHosts(SnapshotSource):
         # refresh that replaces as many as it makes sets off none, and no collection walks them all again.
         with paused_gc():
             for session, name in zip(sessions, names, strict=True):
-                with session.lock:  # the newest value not patched in place meanwhile (streams._stream_line)
-                    gpus.extend(self._host_lines(session, name, len(gpus), now, clock))
+                gpus.extend(self._host_lines(session, name, len(gpus), now, clock))
             self._sequence += 1
             host = HostInfo(
                 hostname=names[0] if len(names) == 1 else f"{len(names)} hosts",

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import collections
 import enum
-import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -102,10 +101,6 @@ class Session:
         self.position = position  # in the host list: the order hosts are shown in
         self.status = Status(State.WAITING, time.monotonic())
         self.latest: Latest | None = None
-        # Held by the I/O thread while it applies a patch and publishes, and by the refresh while it takes and
-        # decodes the newest value: patches change the last snapshot's GPU objects in place (StreamReader's
-        # in_place), so the snapshot a refresh decodes is not changed under it. Each holds it for one line's work.
-        self.lock = threading.Lock()
         self.hostname: str | None = None  # what the far side calls itself (its hello)
         self.far_version: str | None = None
         # The I/O thread's own (never read elsewhere):

@@ -43,11 +43,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from ....errors import UsageError
 from ....formats.nvidia_smi_csv import SmiCycleReader
-from ....formats.stream import StreamError, StreamFailure, StreamHello, StreamPatch, StreamReader, read_line
+from ....formats.stream import StreamError, StreamFailure, StreamHello, StreamReader, read_line
 from .session import MAX_LINE, MAX_PREAMBLE_LINES, Mode, Session, State
 from .targets import SshTarget
 
@@ -366,7 +365,7 @@ class SshStreams:
                 said = None
             if isinstance(said, StreamHello):
                 session.mode = Mode.NVTOPY
-                session.stream = StreamReader(in_place=True)  # under session.lock: see _stream_line
+                session.stream = StreamReader()
                 session.hostname = said.hostname
                 session.far_version = said.version
                 self._live(session, now)
@@ -384,27 +383,14 @@ class SshStreams:
 
     def _stream_line(self, session: Session, line: bytes, now: float) -> None:
         """A line of the far nvtopy's stream: every one read here, in order (a patch needs the one before it);
-        the snapshot it makes is the host's newest value, decoded into GPUs only when a refresh takes it.
-
-        A patch changes the last snapshot's GPU objects in place (:func:`~nvtopy.formats.stream.apply_patch_in_place`:
-        copying them was most of this thread's work), so it is applied and the value published while holding the
-        session's lock, which a refresh holds while it takes and decodes the host's newest value."""
-        said: StreamHello | StreamFailure | StreamPatch | dict[str, Any] | StreamError
+        the snapshot it makes is the host's newest value, decoded into GPUs only when a refresh takes it."""
         try:
-            said = read_line(line)  # the JSON parsed outside the lock: a line may be megabytes
+            said = session.stream.read(line)
         except StreamError as exc:
-            said = exc
-        with session.lock:
-            if not isinstance(said, StreamError):
-                try:
-                    said = session.stream.take(said, len(line))
-                except StreamError as exc:
-                    said = exc
-            if isinstance(said, dict):
-                session.publish(said, now, session.stream.patch)
-                return
-        if isinstance(said, StreamError):
-            self._lost(session, f"sent a line that is no snapshot ({said})", now)
+            self._lost(session, f"sent a line that is no snapshot ({exc})", now)
+            return
+        if isinstance(said, dict):
+            session.publish(said, now, session.stream.patch)
         elif isinstance(said, StreamFailure):
             self._lost(session, said.message, now, LONG_BACKOFF)
         else:
