@@ -49,7 +49,7 @@ def main() -> int:
     )
     args = parser.parse_args()
 
-    from nvtopy.sources.remote.gc_policy import settle_for_fleet
+    from nvtopy.sources.gc_policy import settle_for_fleet
     from nvtopy.sources.remote.ssh.hosts import SshHosts
     from nvtopy.sources.remote.ssh.session import State
     from nvtopy.sources.remote.ssh.targets import expand

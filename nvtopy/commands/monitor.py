@@ -244,7 +244,7 @@ def _run_interactive(args: argparse.Namespace) -> int:
         notify=None if dispatcher is None else dispatcher.send,
     )
     _configure(app, args, options.user_config(args, *CONFIG_FLAGS))
-    from ..sources.remote.gc_policy import settle_for_monitor
+    from ..sources.gc_policy import settle_for_monitor
 
     settle_for_monitor()  # the collector ran about a tenth of the monitor's CPU at CPython's thresholds (gc_policy)
     try:
@@ -322,7 +322,7 @@ def _show(args: argparse.Namespace, source: Any, read_once: Callable[[], Snapsho
             render_snapshot(snapshot, sys.stdout, color=not args.no_color)
         return 0
     alerts = monitor_alerts(args)  # a bad [alerts] entry: one line, exit 2, before drawing; never sent (above)
-    from ..sources.remote.gc_policy import settle_for_fleet
+    from ..sources.gc_policy import settle_for_fleet
     from ..tui.app import NvtopyApp
 
     app = NvtopyApp(source, layout=args.view, alerts=alerts)  # a fleet's alerts: shown, not sent (see above)

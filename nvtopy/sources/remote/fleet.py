@@ -122,8 +122,8 @@ from ...interval import STALE_INTERVALS
 from ...jsondecode import VectorRows
 from ...model import GROUP_OF_FIELD, GpuSample, GpuState, GpuStatic, HostInfo, Snapshot
 from ..base import SnapshotSource
+from ..gc_policy import paused_gc
 from ..poller import CADENCE
-from .gc_policy import paused_gc
 from .hostscrape import HostGpus
 from .prometheus import (
     VECTOR_ERRORS,

@@ -40,8 +40,8 @@ from ...boundedfile import size_text
 from ...errors import NvtopyError, UsageError
 from ...jsondecode import JsonRefusedError, VectorRows, decode_json
 from ...textsafe import excerpt
+from ..gc_policy import paused_gc
 from .fetch import GRACE, Exchange, basic_authorization, failure, read_body
-from .gc_policy import paused_gc
 from .tls import client_context
 
 if TYPE_CHECKING:

@@ -42,9 +42,9 @@ from ....model import (
     fast_constructor,
 )
 from ...base import SnapshotSource
+from ...gc_policy import paused_gc
 from ...timeline import Timeline
 from ..exporters import host_names
-from ..gc_policy import paused_gc
 from .command import remote_script, ssh_argv
 from .session import Latest, Mode, Session, State
 from .streams import FLOOD_BYTES, FLOOD_LINES, SshStreams

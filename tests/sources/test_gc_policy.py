@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from nvtopy.sources.remote.gc_policy import (
+from nvtopy.sources.gc_policy import (
     FLEET_THRESHOLDS,
     MONITOR_THRESHOLDS,
     paused_gc,

@@ -1,4 +1,7 @@
-"""The garbage collector for the fleet sources: paused while a large answer is decoded, settled for a long run.
+"""The garbage collector for the monitors: paused while a fleet's large answer is decoded, settled for a long run.
+
+Where it lives: ``sources/``, beside the sources whose objects it is tuned for -- the fleet views'
+(``remote/``) and, since 2026-11-30, the local monitor's (:func:`settle_for_monitor`).
 
 Why the fleet's own policy: a fleet refresh (``--prometheus``, ``--remote``, ``--ssh``)
 builds thousands of short-lived objects a second -- at 64 hosts x 8 GPUs some 13,000 a
