@@ -110,8 +110,6 @@ class Server:
     targets: list[str]  # host:port of each target: Prometheus's ``instance`` label
     logs: list[Path]
     seconds_to_data: float = 0.0  # from starting the first process until the data was there
-    process: subprocess.Popen[bytes] | None = None
-    config_path: Path | None = None
 
     @property
     def target(self) -> str:
@@ -127,26 +125,6 @@ class Server:
 
     def values(self, promql: str) -> list[float]:
         return [float(series["value"][1]) for series in self.query(promql)]
-
-    def reload(self, config: str) -> None:
-        """Load ``config`` (prometheus.yml text) as a running Prometheus does: SIGHUP; returns once it is applied.
-
-        Applied: its own ``prometheus_config_last_reload_success_timestamp_seconds`` dated after the signal (set
-        once every part, the scrape manager included, has taken the new configuration; a scrape pool whose
-        interval changed has then restarted its loops at that interval). A failed reload fails the test.
-        """
-        assert self.process is not None and self.config_path is not None
-        self.config_path.write_text(config, encoding="utf-8")
-        sent = time.time()
-        self.process.send_signal(signal.SIGHUP)
-
-        def applied() -> bool:
-            status, body = get(f"{self.url}/metrics")
-            found = dict(re.findall(r"^(prometheus_config_last_reload_\w+) (\S+)$", body.decode(), re.MULTILINE))
-            assert found.get("prometheus_config_last_reload_successful") != "0", "prometheus refused the config"
-            return status == 200 and float(found["prometheus_config_last_reload_success_timestamp_seconds"]) >= sent
-
-        wait("prometheus reloaded its configuration", STARTUP_S, applied, self.logs)
 
     def label_values(self, label: str, match: str) -> list[str]:
         """Grafana's ``label_values(match, label)``, through the API it uses."""
@@ -219,7 +197,7 @@ def prometheus(tmp: Path, config: str, targets: Sequence[str], logs: list[Path])
                 start_new_session=True,
                 cwd=tmp,
             )
-        server = Server(f"http://{web}", list(targets), logs, process=process, config_path=path)
+        server = Server(f"http://{web}", list(targets), logs)
 
         def ready() -> bool:
             assert process is not None and process.poll() is None, "prometheus exited"
