@@ -28,6 +28,8 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from nvtopy.commands.exporter.readiness import stale_after
+
 from ..builders import fake_nvml_env
 from ..conftest import needs_fake_nvml
 
@@ -144,8 +146,12 @@ def test_one_hung_gpu_keeps_health_200_and_is_named(fake_lib):
             assert answer is not None and answer[0] == 200, answer
             reason = answer[1]
         assert reason.startswith("ok: 4 GPUs, last collection ")
-        # Past the window (10 s) without GPU 1: still 200, the others' metrics are good.
-        while time.monotonic() - started < 14:
+        # Past the window (10 s) without GPU 1: still 200, the others' metrics are good. GPU 1 is named once a
+        # call of it has been stuck --timeout (1 s), so the hang began at least 1 s before `started` and its
+        # last answer was published at most an interval (0.5 s) after that: silent for the whole window by
+        # started + 9.5 s. Asked until started + 12 s (14 s before: 2 s more of the timing pass).
+        window = stale_after(0.5)
+        while time.monotonic() - started < window + 2:
             answer = ex.health()
             assert answer is not None and answer[0] == 200 and "not responding: GPU 1 " in answer[1], answer
             time.sleep(0.5)

@@ -18,6 +18,7 @@ Skipped where no ``prometheus`` binary is on PATH (``apt-get install prometheus`
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -174,7 +175,11 @@ def test_64_hosts_x_8_gpus(tmp_path: Path):
     usual interval (dcgm-exporter itself collects every 30 s): each refresh then reads only
     the hosts with new samples, about 64/15 of them. Measured: the wall time of a refresh
     (both queries, the server's evaluation included, and the build) and the CPU time this
-    process spent on it.
+    process spent on it, over :data:`REFRESHES` refreshes.
+
+    Not shorter by a reload at a shorter interval first: Prometheus 2.42 then ends the old
+    loops' series (staleness markers two old intervals on), and each host vanished until
+    its first scrape at 15 s (seen: 64 -> 32 hosts up for 13 s).
     """
     bodies = [simulated_exposition(f"node{n:02d}", n, 8).encode() for n in range(64)]
     logs: list[Path] = []
@@ -196,7 +201,7 @@ def test_64_hosts_x_8_gpus(tmp_path: Path):
         assert snapshot.gpus[0].static.host == "node00" and snapshot.gpus[-1].static.host == "node63"
         full = (fleet.refresh_seconds, fleet.refresh_cpu_seconds)
         walls, cpus, counts, read = [], [], [], []
-        for _ in range(20):
+        for _ in range(REFRESHES):
             time.sleep(1.0)
             counts.append(_queries(fleet))
             counts.append(_queries(one))
@@ -206,7 +211,7 @@ def test_64_hosts_x_8_gpus(tmp_path: Path):
         scrapes = int((time.monotonic() - began) // 15) + 1  # of each host, at most, at one every 15 s
         print(
             f"\n64 hosts x 8 GPUs: first (full) refresh {full[0] * 1000:.0f} ms ({full[1] * 1000:.0f} ms CPU); "
-            f"then median {statistics.median(walls):.0f} ms, p90 {sorted(walls)[17]:.0f} ms, "
+            f"then median {statistics.median(walls):.0f} ms, p90 {_p90(walls):.0f} ms, "
             f"max {max(walls):.0f} ms wall; CPU median {statistics.median(cpus):.0f} ms, "
             f"max {max(cpus):.0f} ms; hosts read per refresh {read}"
         )
@@ -217,8 +222,18 @@ def test_64_hosts_x_8_gpus(tmp_path: Path):
         # under 100 ms at the median and p90. The wall time adds the server evaluating the two queries, on
         # this same 2-core machine, which also serves the 64 targets: 60-108 ms medians seen, so it is held
         # to a looser bound that still catches a refresh gone slow (a query per host, a full read each time).
-        assert statistics.median(cpus) < 100 and sorted(cpus)[17] < 100, "the monitor's work under 100 ms"
+        assert statistics.median(cpus) < 100 and _p90(cpus) < 100, "the monitor's work under 100 ms"
         assert statistics.median(walls) < 200, "a refresh, queries and build, in well under the interval"
+
+
+REFRESHES = 12
+"""Refreshes measured, a second apart (20 before: 8 s more of a timing pass that is the suite's tail; the
+median and p90 of 12 are the 6.5th and 11th values; a host's 15 s scrape lands in the window at most once)."""
+
+
+def _p90(values: list[float]) -> float:
+    """The value 90 % of them are at or under (the 18th of 20, the 11th of 12)."""
+    return sorted(values)[math.ceil(0.9 * len(values)) - 1]
 
 
 def _queries(fleet: PrometheusFleet) -> int:

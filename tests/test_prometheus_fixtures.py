@@ -1,0 +1,88 @@
+"""The fake Prometheus's reading of exposition text (``tests/prometheus_fixtures.py``) is prometheus-client's.
+
+:func:`~tests.prometheus_fixtures.exposition_samples` reads plain text itself, a regular
+expression a line (the 64-host fleet tests read 70,000 samples: 7.5 s of CPU through the
+parser), and hands any other text to prometheus-client's parser. Here both must give the same
+samples, in the same order, for what the simulated exporter serves and for the corners of the
+format where the parser renames, splits or refuses; the plain reading must not refuse what the
+simulated exporter serves (else the fleet tests are slow again, silently).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from .prometheus_fixtures import _plain_samples, exposition_samples, simulated_exposition
+
+
+def parsed(text: str) -> list[tuple[str, dict[str, str], float]]:
+    return [
+        (sample.name, dict(sample.labels), float(sample.value))
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    ]
+
+
+def same(got: list[tuple[str, dict[str, str], float]], want: list[tuple[str, dict[str, str], float]]) -> bool:
+    """Equal, NaN equal to NaN."""
+    return len(got) == len(want) and all(
+        (g[0], g[1]) == (w[0], w[1]) and (g[2] == w[2] or (math.isnan(g[2]) and math.isnan(w[2])))
+        for g, w in zip(got, want, strict=True)
+    )
+
+
+@pytest.mark.parametrize(
+    ("seed", "gpus", "faults"),
+    [(0, 1, []), (1, 8, []), (2, 3, ["mig=3@1"]), (3, 4, ["xid=48:2@0", "lost@1", "hang=120:3@2", "hot@3"])],
+)
+def test_the_simulated_exporters_text_is_read_plainly_and_as_the_parser_reads_it(seed, gpus, faults):
+    text = simulated_exposition(f"node{seed}", seed, gpus, faults=faults)
+    plain = _plain_samples(text)
+    assert plain is not None, "the simulated exporter's text takes the plain path"
+    assert same(plain, parsed(text))
+    assert len(plain) > 20 * gpus
+
+
+CORNERS = {
+    "a counter named without _total": '# HELP jobs Jobs.\n# TYPE jobs counter\njobs{a="1"} 3\njobs{a="2"} 4\n',
+    "a counter named with _total": "# TYPE jobs_total counter\njobs_total 3\n",
+    "a sample outside its family": "# TYPE jobs counter\nother 1\njobs 2\n",
+    "a histogram": '# TYPE h histogram\nh_bucket{le="1"} 1\nh_bucket{le="+Inf"} 2\nh_sum 3\nh_count 2\nh 9\n',
+    "a summary": '# TYPE s summary\ns{quantile="0.5"} 1\ns_sum 3\ns_count 2\n',
+    "no HELP or TYPE": 'a 1\nb{x="y"} NaN\nc -Inf\nd +Inf\ne 1e3\n',
+    "HELP of the same family after TYPE": "# TYPE g gauge\n# HELP g G.\ng 1\n",
+    "other comments and blank lines": "# a comment\n\n#\n# HELP\ng 1\n",
+    "a trailing comma": 'g{a="1",} 1\n',
+    "empty braces and values": 'g{} 1\ng{a=""} 2\n',
+    "escapes": 'g{a="x\\"y\\\\z\\n"} 1\n',
+    "a timestamp": "g 1 1700000000000\n",
+    "tabs": "g\t1\n",
+    "an = in a value": 'g{a="b=c"} 1\n',
+    "commas and braces in a value": 'g{a="b,c}",d="e"} 1\n',
+    "an unknown type": "# TYPE u stateset\nu 1\n",
+}
+
+
+@pytest.mark.parametrize("text", CORNERS.values(), ids=CORNERS.keys())
+def test_every_corner_is_read_as_the_parser_reads_it(text):
+    assert same(exposition_samples(text), parsed(text))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'g{a="1",a="2"} 1\n',  # a label twice
+        "g 1_0\n",  # a digit separator
+        'g{__x="1"} 1\n',  # a reserved label name
+        "# TYPE g\ng 1\n",  # a TYPE without its type
+        "g one\n",
+    ],
+)
+def test_what_the_parser_refuses_is_refused(text):
+    with pytest.raises(ValueError):
+        parsed(text)
+    with pytest.raises(ValueError):
+        exposition_samples(text)
