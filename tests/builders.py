@@ -319,6 +319,18 @@ def run_nvtopy(
     return run_command(NVTOPY, *args, env=env, timeout=timeout, cwd=cwd)
 
 
+def fake_nvml_calls(path: Path) -> dict[str, int]:
+    """The fake driver's call counts (``FAKE_NVML_STATS``'s ``name count`` lines); empty until one is written."""
+    counts: dict[str, int] = {}
+    if not path.exists():
+        return counts
+    for line in path.read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, count = line.split()
+            counts[name] = int(count)
+    return counts
+
+
 def fake_nvml_env(fake_lib: str, **knobs: str) -> dict[str, str]:
     """This environment, loading ../shared/fake-nvml from ``fake_lib``, with only the given FAKE_NVML_ knobs.
 

@@ -16,7 +16,6 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -27,7 +26,7 @@ from nvtopy.commands.dispatch import local_one_shot
 from nvtopy.commands.monitor import build_parser
 from nvtopy.errors import UsageError
 
-from ..builders import fake_nvml_env
+from ..builders import fake_nvml_calls, fake_nvml_env
 from ..conftest import needs_fake_nvml
 
 # What makes the monitor read something other than this machine's driver, or print and exit (by dest).
@@ -239,15 +238,6 @@ def test_no_gpm_no_samples_and_a_failing_driver_is_left_to_the_backend(state):
 # --- the real program on the fake driver -----------------------------------------------------------
 
 
-def _stats(path: Path) -> dict[str, int]:
-    counts = {}
-    for line in path.read_text().splitlines():
-        if line and not line.startswith("#"):
-            name, count = line.split()
-            counts[name] = int(count)
-    return counts
-
-
 @needs_fake_nvml
 @pytest.mark.timeout(120)
 def test_the_program_claims_the_head_starts_samples_and_gives_its_driver_reference_back(fake_lib, tmp_path):
@@ -261,7 +251,7 @@ def test_the_program_claims_the_head_starts_samples_and_gives_its_driver_referen
     assert result.returncode == 0, result.stderr
     gpus = json.loads(result.stdout)["gpus"]
     assert [gpu["sm_active_percent"] is not None for gpu in gpus] == [True, True]
-    counts = _stats(stats)
+    counts = fake_nvml_calls(stats)
     assert counts["nvmlGpmSampleGet"] == 4
     inits = sum(count for name, count in counts.items() if name.startswith("nvmlInit"))
     assert inits == 2, "the head start opened the driver beside the backend"

@@ -18,21 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from ..builders import fake_nvml_env
+from ..builders import fake_nvml_calls, fake_nvml_env
 from ..conftest import needs_fake_nvml
 
 pytestmark = [needs_fake_nvml, pytest.mark.timeout(90)]
-
-
-def _stats(path: Path) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    if not path.exists():
-        return counts
-    for line in path.read_text().splitlines():
-        if line and not line.startswith("#"):
-            name, count = line.split()
-            counts[name] = int(count)
-    return counts
 
 
 def _waits(counts: dict[str, int]) -> int:
@@ -53,7 +42,7 @@ def _log_until_sigterm(fake_lib: str, stats: Path, **knobs: str) -> tuple[int, f
     )
     try:
         deadline = time.monotonic() + 30
-        while _waits(_stats(stats)) == 0:
+        while _waits(fake_nvml_calls(stats)) == 0:
             assert process.poll() is None, process.stderr.read() if process.stderr else ""
             assert time.monotonic() < deadline, "the event thread never waited"
             time.sleep(0.05)
@@ -65,7 +54,7 @@ def _log_until_sigterm(fake_lib: str, stats: Path, **knobs: str) -> tuple[int, f
         if process.poll() is None:
             process.kill()
             process.wait()
-    return code, took, _stats(stats)
+    return code, took, fake_nvml_calls(stats)
 
 
 def test_a_wait_stuck_in_the_driver_is_not_shut_down_under_and_does_not_hold_the_exit(fake_lib, tmp_path):
