@@ -25,7 +25,8 @@ run: install                  ## the TUI on this machine's real GPUs
 	$(BIN)/nvtopy $(ARGS)
 
 # The timing tests measure against the clock: they run after the others, so the suite's own load cannot trip
-# them, two at a time (they mostly wait: about 12 s of CPU in 45 s of tests), handed out one by one
+# them, TEST_WORKERS at a time (they mostly wait: about 12 s of CPU in 45 s of tests; on 2 cores 2 workers took
+# 90 s, 4 took 54-59 s, passing three times while three other jobs loaded the machine), handed out one by one
 # (--maxschedchunk 1: xdist's first hand-out, a sixth of them in a row, gave all six slow ones to one worker, 131 s
 # of the pass's 155 s on a loaded machine; 90 s handed out one by one). --dist loadgroup keeps the
 # tests of a module-scoped fixture (a real Prometheus) on one worker (tests/conftest.py groups them).
@@ -38,7 +39,7 @@ TEST_WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
 test: install                 ## lint, then the whole test suite, on every core
 	@$(MAKE) --no-print-directory -j2 lint test-collect
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15 -m "not timing" $(PYTEST_ARGS)
-	$(BIN)/python -m pytest -n 2 --maxschedchunk 1 --durations=15 -m timing $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxschedchunk 1 --durations=15 -m timing $(PYTEST_ARGS)
 
 test-collect: install
 	@$(BIN)/python -m pytest --collect-only -qq -p no:cacheprovider >/dev/null 2>&1 || true
