@@ -76,6 +76,8 @@ def test_the_local_monitor_settles_the_collector_before_it_runs_and_a_one_shot_d
     gc.set_threshold(700, 10, 10)
     frozen = gc.get_freeze_count()
     assert dispatch.main(["--demo", "--once"]) == 0
-    assert gc.get_threshold() == (700, 10, 10) and gc.get_freeze_count() == frozen
+    # Not "== frozen": a frozen object freed meanwhile (by this run or another test's thread) leaves the permanent
+    # generation, so the count may drop by a few; a freeze would add every object alive (thousands).
+    assert gc.get_threshold() == (700, 10, 10) and gc.get_freeze_count() <= frozen
     assert dispatch.main(["--demo"]) == 0
     assert seen == [MONITOR_THRESHOLDS]
