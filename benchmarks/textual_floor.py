@@ -33,8 +33,9 @@ COLOURS = (
 )  # fmt: skip
 
 
-def serve(dirty: str) -> None:
-    """The floor app itself (run inside tmux by :func:`main`)."""
+def serve(dirty: str, mark: str = "") -> None:
+    """The floor app itself (run inside tmux by :func:`main`); ``mark`` begins its last line (``bench_peers``
+    waits for it: the first whole frame is on the terminal)."""
     from rich.segment import Segment
     from rich.style import Style
     from textual.app import App, ComposeResult
@@ -57,6 +58,9 @@ def serve(dirty: str) -> None:
         return lines
 
     frames = (frame(), frame())
+    if mark:
+        for shown in frames:
+            shown[-1] = Strip([Segment(mark), *shown[-1].crop(len(mark), WIDTH)], WIDTH)
     rows = {"all": HEIGHT, "half": HEIGHT // 2, "none": 0}[dirty]
 
     class Screenful(Widget):
@@ -97,9 +101,10 @@ def main() -> int:
     parser.add_argument("--dirty", choices=("all", "half", "none"), default="all", help="lines refreshed each second")
     parser.add_argument("-d", "--duration", type=float, default=20.0, help="seconds measured, after 6 s to settle")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--mark", default="", help=argparse.SUPPRESS)  # with --serve: bench_peers' first frame
     args = parser.parse_args()
     if args.serve:
-        serve(args.dirty)
+        serve(args.dirty, args.mark)
         return 0
     if not shutil.which("tmux"):
         print("textual_floor skipped: 'tmux' is not installed")
