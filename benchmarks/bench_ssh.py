@@ -16,6 +16,15 @@ divided by the refreshes made; the refresh's own share (``time.thread_time`` in
 ``poll_once``) beside it; threads and open files at the end.
 
 Run: ``.venv/bin/python benchmarks/bench_ssh.py [--hosts 64] [--gpus 8] [--seconds 20]``.
+
+``--offline N``: no ssh and no I/O thread: the far sides' lines are read in this process as the I/O
+thread reads them (``StreamReader.read``, ``Session.publish``), then a refresh, N times, on a clock
+that steps a second a refresh whatever the pace (the charts' buckets fill as they would live). Its
+figures (CPU per refresh of the reading and of the refresh) move less than the live run's, and it
+runs under callgrind, where instruction counts are steady to a percent or two (set PYTHONHASHSEED):
+the per-refresh count is the difference of two runs over their refreshes, e.g.
+``valgrind --tool=callgrind --callgrind-out-file=/dev/null .venv/bin/python benchmarks/bench_ssh.py
+--offline 10`` less the same with ``--offline 0``, divided by 10.
 """
 
 from __future__ import annotations
@@ -47,7 +56,10 @@ def main() -> int:
         default=HISTORY_LENGTH,
         help="points put in every GPU's sparkline history before measuring (default: full, as after 5 minutes)",
     )
+    parser.add_argument("--offline", type=int, default=None, metavar="N", help="N refreshes without ssh (see above)")
     args = parser.parse_args()
+    if args.offline is not None:
+        return offline(args)
 
     from nvtopy.sources.gc_policy import settle_for_fleet
     from nvtopy.sources.remote.ssh.hosts import SshHosts
@@ -114,6 +126,66 @@ def main() -> int:
     )
     print("  each refresh (ms):", " ".join(f"{c * 1000:.0f}" for c in refresh_cpu))
     print(f"  live hosts {live}/{args.hosts}; threads added {threads}; open files added {fds}")
+    return 0
+
+
+def offline(args: argparse.Namespace) -> int:
+    """``--offline N``: the lines read and the refreshes made in this thread, on a stepped clock (see the module)."""
+    import types
+    from unittest import mock
+
+    from nvtopy.formats.stream import StreamReader
+    from nvtopy.sources.gc_policy import settle_for_fleet
+    from nvtopy.sources.remote.ssh import hosts as hosts_module
+    from nvtopy.sources.remote.ssh.hosts import SshHosts
+    from nvtopy.sources.remote.ssh.session import Mode, State
+    from nvtopy.sources.remote.ssh.targets import expand
+    from tests.sources.remote.ssh import fake_ssh
+
+    warm = 3
+    texts = fake_ssh.snapshot_lines(args.gpus, args.processes, count=args.offline + warm + 1)
+    lines = [text.rstrip("\n").encode() for text in texts]
+    clock = types.SimpleNamespace(wall=1_795_000_000.25, mono=1000.0)
+    stepped = types.SimpleNamespace(time=lambda: clock.wall, monotonic=lambda: clock.mono, sleep=time.sleep)
+    source = SshHosts(expand([f"node{n:03d}" for n in range(args.hosts)], {}), 1.0, program="false")
+    for session in source.streams.sessions:  # live, as the I/O thread leaves a host after its hello
+        session.mode = Mode.NVTOPY
+        session.stream = StreamReader()
+        session.hostname = session.target.label
+        session.set_status(State.LIVE, mode=Mode.NVTOPY)
+
+    def read(line: bytes) -> None:
+        """Every host's next line, as the I/O thread reads it, a second after the last."""
+        clock.wall += 1.0
+        clock.mono += 1.0
+        for session in source.streams.sessions:
+            said = session.stream.read(line)
+            session.publish(said, clock.mono, session.stream.patch)
+
+    settle_for_fleet()
+    reading: list[float] = []
+    refresh: list[float] = []
+    with mock.patch.object(hosts_module, "time", stepped):
+        read(lines[0])
+        source.poll_once()
+        for buffer in source._history.values():  # every sparkline's history as full as after its minutes
+            for n in range(args.history):
+                buffer._ring.append(n - args.history, (None,) * 7)
+        for n, line in enumerate(lines[1:]):
+            began = time.thread_time()
+            read(line)
+            read_at = time.thread_time()
+            snapshot = source.poll_once()
+            if n >= warm:
+                reading.append(read_at - began)
+                refresh.append(time.thread_time() - read_at)
+    if refresh:
+        gpus = sum(1 for g in snapshot.gpus if g.note is None)
+        print(f"nvtopy --ssh offline, {args.hosts} hosts x {args.gpus} GPUs ({gpus} GPUs): {len(refresh)} refreshes")
+        print(
+            f"  CPU per refresh: reading the lines median {statistics.median(reading) * 1000:.1f} ms; the refresh "
+            f"median {statistics.median(refresh) * 1000:.1f} ms, mean {statistics.mean(refresh) * 1000:.1f} ms"
+        )
     return 0
 
 

@@ -205,16 +205,46 @@ def apply_patch(old: Any, patch: Any) -> Any:
     if type(patch) is not dict:
         return patch
     if type(old) is list:
-        items = patch.get(LIST)
-        if len(patch) != 1 or type(items) is not list:
-            return patch  # a new value (an object where a list was)
-        if len(items) != len(old):
-            raise StreamError(f"a patch of {len(items)} items for a list of {len(old)}")
-        return [apply_patch(a, b) if b else a for a, b in zip(old, items, strict=True)]
+        return _patched_list(old, patch)
     if type(old) is not dict:
         return patch
     if not patch:
         return old  # unchanged: the very object (an item of a list patch that did not change)
+    return _patched_object(old, patch)
+
+
+def _patched_list(old: list[Any], patch: dict[str, Any]) -> Any:
+    """:func:`apply_patch` of a list: ``{"$list": [a patch per item]}``, else the patch is the new value."""
+    items = patch.get(LIST)
+    if len(patch) != 1 or type(items) is not list:
+        return patch  # a new value (an object where a list was)
+    if len(items) != len(old):
+        raise StreamError(f"a patch of {len(items)} items for a list of {len(old)}")
+    return [
+        (_patched_object(a, b) if type(a) is dict and type(b) is dict else apply_patch(a, b)) if b else a
+        for a, b in zip(old, items, strict=True)
+    ]
+
+
+def _patched_object(old: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """:func:`apply_patch` of a non-empty patch of an object: its values set in one C call (``old | patch``, a
+    line's patch is mostly numbers), then the few that are patches of their own (objects) applied in place of
+    what that set. Why not a step per key: every GPU and process of 64 hosts, every second (the I/O thread's
+    largest cost). A patch that removes keys is applied key by key, in its order, as it always was."""
+    if REMOVED in patch:
+        return _patched_in_order(old, patch)
+    new = old | patch
+    for key, value in patch.items():
+        if type(value) is dict and key in old:
+            was = old[key]
+            if type(was) is dict:
+                new[key] = _patched_object(was, value) if value else was
+            elif type(was) is list:
+                new[key] = _patched_list(was, value)
+    return new
+
+
+def _patched_in_order(old: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
     new = old.copy()
     for key, value in patch.items():
         if type(value) is dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import threading
 import tracemalloc
 
@@ -14,7 +15,16 @@ from nvtopy.model import GpuSample, GpuStatic
 from nvtopy.sources import timeline as timeline_module
 from nvtopy.sources.collector import Collector
 from nvtopy.sources.replay import load_recording
-from nvtopy.sources.timeline import METRICS, SLACK, TIERS, WINDOWS, Timeline, bound_bytes, metric_values
+from nvtopy.sources.timeline import (
+    METRICS,
+    SLACK,
+    TIERS,
+    WINDOWS,
+    QuickTimeline,
+    Timeline,
+    bound_bytes,
+    metric_values,
+)
 
 T0 = 1_794_999_600.0  # a whole hour: bucket boundaries of every tier fall on it
 NONE = (None,) * len(METRICS)
@@ -310,3 +320,46 @@ def test_samples_waiting_in_a_bucket_are_folded_in_when_read_and_past_the_pendin
     assert list(minute.buckets) == [int(T0) // 60]
     count = 5 * timeline_module.PENDING + 3
     assert (minute.lo[0], minute.mean[0], minute.hi[0]) == (0.0, (count - 1) / 2, count - 1.0)
+
+
+def _tier_state(timeline: Timeline) -> list[tuple[object, ...]]:
+    """Every tier's buckets, lowest, mean and highest (bytes: NaN included), and what waits to be folded."""
+    return [
+        (
+            tier.buckets.tobytes(),
+            tier.lo.tobytes(),
+            tier.mean.tobytes(),
+            tier.hi.tobytes(),
+            tier.pending,
+            tier.opened,
+            tier.sums,
+            tier.counts,
+        )
+        for tier in timeline._tiers
+    ]
+
+
+def test_a_quick_timeline_keeps_what_a_timeline_keeps_after_every_sample():
+    """QuickTimeline (``--ssh``'s) writes its buckets in fewer steps: the very same buckets, sample after sample,
+    whatever comes -- several samples a second, none for minutes, a clock that goes back, gaps (None, NaN),
+    integers and values past float32's range -- and the same series at every window."""
+    rng = random.Random(29)
+    for _ in range(4):
+        plain, quick = Timeline(), QuickTimeline()
+        when = T0 + rng.random() * 60
+        for n in range(1600):  # over ten minutes of seconds (past the 1-s tier's capacity, cut), then anything
+            when += rng.choice([1.0] * 12 + [0.25, 0.0, -2.0] + ([] if n < 1200 else [3.5, 61.0, 700.0] * 4))
+            figures = tuple(
+                rng.choice([None, float("nan"), 0, 3, 17.25, 1e30 if rng.random() < 0.01 else 50.5, rng.random()])
+                for _ in METRICS
+            )
+            plain.add(when, figures)
+            quick.add(when, figures)
+            assert _tier_state(quick) == _tier_state(plain)
+        assert (quick.appended, quick.newest) == (plain.appended, plain.newest)
+        for metric in METRICS:
+            for window in WINDOWS:
+                got, expected = quick.series(metric, window, when), plain.series(metric, window, when)
+                assert [bytes(memoryview(column)) for column in got[1:]] == [
+                    bytes(memoryview(column)) for column in expected[1:]
+                ]
