@@ -51,7 +51,6 @@ __all__ = [
     "SLACK",
     "TIERS",
     "WINDOWS",
-    "QuickTimeline",
     "Series",
     "Timeline",
     "bound_bytes",
@@ -181,9 +180,12 @@ class _Tier:
         if self.pending:
             self.fold()
         buckets.append(bucket)
-        self.lo.extend(values)  # one sample: its bucket's lowest, mean and highest (NaN: none)
-        self.mean.extend(values)
-        self.hi.extend(values)
+        # One sample: its bucket's lowest, mean and highest (NaN: none). Converted to float32 once: extend of a
+        # tuple converts and grows item by item, a microsecond a column (1-s tier: 3.35 -> 1.30 us a sample).
+        row = array("f", values)
+        self.lo.extend(row)
+        self.mean.extend(row)
+        self.hi.extend(row)
         self.opened = values  # its running sums and counts are made when another sample comes
         if self.capacity is not None and len(buckets) > self.capacity + SLACK:
             self._cut(bucket - self.capacity)
@@ -303,48 +305,3 @@ class Timeline:
         """Bytes the buckets take now: the arrays, with the room they reserved."""
         with self._lock:
             return sum(tier.nbytes() for tier in self._tiers)
-
-
-class _QuickTier(_Tier):
-    """A :class:`_Tier` that writes the same buckets in fewer steps: a new bucket's values converted to float32
-    once, not once per column (``array.extend`` of a tuple converts and grows item by item: a microsecond a
-    column, three columns a new bucket -- every sample of the 1-s tier). Measured: 3.35 -> 1.30 us a sample
-    of the 1-s tier (timeit, best of 5)."""
-
-    __slots__ = ()
-
-    def add(self, when: float, values: Sequence[float]) -> None:
-        bucket = math.floor(when / self.step)
-        buckets = self.buckets
-        if buckets and bucket <= buckets[-1]:
-            pending = self.pending
-            pending.append(values)
-            if len(pending) >= PENDING:
-                self.fold()
-            return
-        if self.pending:
-            self.fold()
-        buckets.append(bucket)
-        row = array("f", values)  # each value converted once, as extend would three times
-        self.lo.extend(row)
-        self.mean.extend(row)
-        self.hi.extend(row)
-        self.opened = values
-        if self.capacity is not None and len(buckets) > self.capacity + SLACK:
-            self._cut(bucket - self.capacity)
-
-
-class QuickTimeline(Timeline):
-    """A :class:`Timeline` whose tiers write the same buckets in fewer steps (:class:`_QuickTier`).
-
-    Why a class of its own: ``nvtopy --ssh`` records 512 remote GPUs a refresh, and the tiers' writes were a
-    fifth of its refresh (the 1-s tier's new buckets most). What it keeps and draws is the very same
-    (``tests/sources/test_timeline.py`` holds the two equal, bucket for bucket, after every sample of random
-    streams with gaps, NaN and a clock that goes back); the other sources may take it as they are measured.
-    """
-
-    __slots__ = ()
-
-    def __init__(self, tiers: Sequence[tuple[int, int]] = TIERS, *, bounded: bool = True) -> None:
-        super().__init__(tiers, bounded=bounded)
-        self._tiers = tuple(_QuickTier(step, capacity if bounded else None) for step, capacity in tiers)

@@ -15,16 +15,7 @@ from nvtopy.model import GpuSample, GpuStatic
 from nvtopy.sources import timeline as timeline_module
 from nvtopy.sources.collector import Collector
 from nvtopy.sources.replay import load_recording
-from nvtopy.sources.timeline import (
-    METRICS,
-    SLACK,
-    TIERS,
-    WINDOWS,
-    QuickTimeline,
-    Timeline,
-    bound_bytes,
-    metric_values,
-)
+from nvtopy.sources.timeline import METRICS, SLACK, TIERS, WINDOWS, Timeline, bound_bytes, metric_values
 
 T0 = 1_794_999_600.0  # a whole hour: bucket boundaries of every tier fall on it
 NONE = (None,) * len(METRICS)
@@ -339,13 +330,44 @@ def _tier_state(timeline: Timeline) -> list[tuple[object, ...]]:
     ]
 
 
-def test_a_quick_timeline_keeps_what_a_timeline_keeps_after_every_sample():
-    """QuickTimeline (``--ssh``'s) writes its buckets in fewer steps: the very same buckets, sample after sample,
+class _ReferenceTier(timeline_module._Tier):
+    """A tier written as it was before a new bucket's values were converted once: each array extended with the
+    sample itself (the plain, obviously right way; the tier's own ``add`` must keep what this keeps)."""
+
+    __slots__ = ()
+
+    def add(self, when: float, values) -> None:  # type: ignore[no-untyped-def]
+        bucket = math.floor(when / self.step)
+        if self.buckets and bucket <= self.buckets[-1]:
+            self.pending.append(values)
+            if len(self.pending) >= timeline_module.PENDING:
+                self.fold()
+            return
+        if self.pending:
+            self.fold()
+        self.buckets.append(bucket)
+        self.lo.extend(values)
+        self.mean.extend(values)
+        self.hi.extend(values)
+        self.opened = values
+        if self.capacity is not None and len(self.buckets) > self.capacity + SLACK:
+            self._cut(bucket - self.capacity)
+
+
+def _reference_timeline() -> Timeline:
+    reference = Timeline()
+    reference._tiers = tuple(_ReferenceTier(step, capacity) for step, capacity in TIERS)
+    return reference
+
+
+def test_a_new_bucket_written_in_one_conversion_keeps_what_extending_by_the_sample_keeps():
+    """A tier converts a new bucket's values once (``--ssh`` records 512 remote GPUs a refresh): the very same
+    buckets as extending each array by the sample, sample after sample,
     whatever comes -- several samples a second, none for minutes, a clock that goes back, gaps (None, NaN),
     integers and values past float32's range -- and the same series at every window."""
     rng = random.Random(29)
     for _ in range(4):
-        plain, quick = Timeline(), QuickTimeline()
+        plain, quick = _reference_timeline(), Timeline()
         when = T0 + rng.random() * 60
         for n in range(1600):  # over ten minutes of seconds (past the 1-s tier's capacity, cut), then anything
             when += rng.choice([1.0] * 12 + [0.25, 0.0, -2.0] + ([] if n < 1200 else [3.5, 61.0, 700.0] * 4))

@@ -43,7 +43,7 @@ from ....model import (
 )
 from ...base import SnapshotSource
 from ...gc_policy import paused_gc
-from ...timeline import QuickTimeline, Timeline
+from ...timeline import Timeline
 from ..exporters import host_names
 from .command import remote_script, ssh_argv
 from .session import Latest, Mode, Session, State
@@ -310,7 +310,7 @@ class SshHosts(SnapshotSource):
         history.append(static, sample)
         timeline = self._timelines.get(key)
         if timeline is None:
-            timeline = self._timelines[key] = QuickTimeline()  # the same buckets, written in fewer steps
+            timeline = self._timelines[key] = Timeline()
         timeline.record(static, sample)
         return history, timeline
 
