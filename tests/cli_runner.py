@@ -134,6 +134,17 @@ def run_nvtopy(
     input: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``nvtopy args...`` to its end in a process of its own, its output captured as text (see the module)."""
+    if os.environ.get("NVTOPY_TEST_SPAWN") == "1":  # the runs as they were: to compare, or to tell the two apart
+        return subprocess.run(
+            [sys.executable, "-m", "nvtopy", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            cwd=cwd,
+            input=input,
+            check=False,
+        )
     return run_module("nvtopy", *args, env=env, timeout=timeout, cwd=cwd, input=input)
 
 
@@ -148,10 +159,6 @@ def run_module(
     """``python -m module args...`` forked from a server (its own tests run a probe module, not nvtopy)."""
     full_env = dict(os.environ if env is None else env)
     argv = [sys.executable, "-m", module, *args]
-    if full_env.get("NVTOPY_TEST_SPAWN") == "1" or os.environ.get("NVTOPY_TEST_SPAWN") == "1":
-        return subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd, input=input, check=False
-        )
     zygote = _zygote_for(full_env)
     with zygote.lock:
         return _run(zygote, argv, full_env, os.path.abspath(cwd if cwd is not None else os.getcwd()), timeout, input)
