@@ -160,8 +160,14 @@ def run_module(
     full_env = dict(os.environ if env is None else env)
     argv = [sys.executable, "-m", module, *args]
     zygote = _zygote_for(full_env)
-    with zygote.lock:
+    if not zygote.lock.acquire(blocking=False):  # a run is under way (a test's other thread): two at once, as spawned
+        return subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd, input=input, check=False
+        )
+    try:
         return _run(zygote, argv, full_env, os.path.abspath(cwd if cwd is not None else os.getcwd()), timeout, input)
+    finally:
+        zygote.lock.release()
 
 
 def _run(
@@ -177,22 +183,47 @@ def _run(
     finally:
         for fd in (in_r, out_w, err_w):
             os.close(fd)
-    pid = zygote.receive(deadline)["pid"]
+    pid = None
     writer = None
-    if input is not None:
-        writer = threading.Thread(target=_feed, args=(in_w, input.encode(locale.getpreferredencoding(False))))
-        writer.start()
-    out, err, timed_out = _collect(out_r, err_r, deadline)
-    if timed_out:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    code = zygote.receive(None)["status"]
-    if writer is not None:
-        writer.join()
+    try:
+        pid = zygote.receive(deadline)["pid"]
+        if input is not None:
+            writer = threading.Thread(target=_feed, args=(in_w, input.encode(locale.getpreferredencoding(False))))
+            writer.start()
+            in_w = -1  # the writer's now
+        out, err, timed_out = _collect(out_r, err_r, deadline)
+        if timed_out:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        code = zygote.receive(None)["status"]
+        if writer is not None:
+            writer.join()
+    except BaseException:  # interrupted mid-run (pytest-timeout's alarm, Ctrl-C): the server may still owe a reply
+        _discard(zygote, pid)
+        raise
+    finally:
+        for fd in (out_r, err_r, in_w):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
     stdout, stderr = _text(out), _text(err)
     if timed_out:
         raise subprocess.TimeoutExpired(argv, timeout, output=stdout, stderr=stderr)
     return subprocess.CompletedProcess(argv, code, stdout, stderr)
+
+
+def _discard(zygote: _Zygote, pid: int | None) -> None:
+    """End a run left half-way and its server (the next run starts a fresh one): no reply can then come late."""
+    with _zygotes_lock:
+        for key, known in list(_zygotes.items()):
+            if known is zygote:
+                del _zygotes[key]
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    zygote.control.close()
+    zygote.process.kill()
+    zygote.process.wait()
 
 
 def _own_stdin() -> int:
@@ -228,8 +259,6 @@ def _collect(out_r: int, err_r: int, deadline: float) -> tuple[bytes, bytes, boo
                     chunks[key.fd].append(data)
                 else:
                     selector.unregister(key.fd)
-    for fd in chunks:
-        os.close(fd)
     return b"".join(chunks[out_r]), b"".join(chunks[err_r]), late
 
 

@@ -7,6 +7,7 @@ working directory is first on a -m run's path) through the fork server and, wher
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import signal
@@ -157,3 +158,51 @@ def test_nvtopy_forked_and_spawned_agree_on_an_error():
     )
     assert (forked.returncode, forked.stdout, forked.stderr) == (2, "", spawned.stderr)
     assert spawned.returncode == 2
+
+
+def test_a_run_interrupted_in_the_test_is_ended_and_the_next_run_gets_a_fresh_server(probe_dir):
+    """pytest-timeout's alarm (or Ctrl-C) raising while a run is under way: no run left behind, no late reply."""
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 1.0)
+        with pytest.raises(KeyboardInterrupt):
+            run_module("probe", "hang", cwd=probe_dir, timeout=60)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    deadline = time.monotonic() + 10
+    while _running_in(probe_dir) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _running_in(probe_dir) == [], "the interrupted run still runs"
+    done = run_module("probe", "facts", "5", cwd=probe_dir)
+    assert (done.returncode, done.stderr) == (5, "to stderr\n"), "a reply owed to the interrupted run came instead"
+
+
+def test_two_runs_at_once_from_threads_both_run(probe_dir):
+    """A test may run nvtopy from two threads at once: the second does not wait for the first to end."""
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        hanging = pool.submit(run_module, "probe", "hang", cwd=probe_dir, timeout=10)
+        deadline = time.monotonic() + 10
+        while not _running_in(probe_dir) and time.monotonic() < deadline:  # the first run has the server
+            time.sleep(0.05)
+        quick = pool.submit(run_module, "probe", "facts", "0", cwd=probe_dir, timeout=60)
+        assert quick.result(timeout=8).returncode == 0, "the second run waited for the first"
+        with pytest.raises(subprocess.TimeoutExpired):
+            hanging.result()
+
+
+def _running_in(directory: Path) -> list[int]:
+    """The live processes (not zombies) whose working directory is ``directory``: the probe's runs."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.readlink(entry / "cwd") == str(directory):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
