@@ -218,6 +218,9 @@ def _discard(zygote: _Zygote, pid: int | None) -> None:
         for key, known in list(_zygotes.items()):
             if known is zygote:
                 del _zygotes[key]
+    if pid is None:  # interrupted before the server said which: it says so right after the fork
+        with contextlib.suppress(OSError, RuntimeError, KeyError, ValueError):
+            pid = zygote.receive(time.monotonic() + 5)["pid"]
     if pid is not None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -166,13 +167,18 @@ def test_a_run_interrupted_in_the_test_is_ended_and_the_next_run_gets_a_fresh_se
     def interrupt(signum, frame):
         raise KeyboardInterrupt
 
+    def interrupt_once_it_runs() -> None:
+        deadline = time.monotonic() + 30
+        while not _running_in(probe_dir) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGALRM)
+
     previous = signal.signal(signal.SIGALRM, interrupt)
     try:
-        signal.setitimer(signal.ITIMER_REAL, 1.0)
+        threading.Thread(target=interrupt_once_it_runs, daemon=True).start()
         with pytest.raises(KeyboardInterrupt):
             run_module("probe", "hang", cwd=probe_dir, timeout=60)
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     deadline = time.monotonic() + 10
     while _running_in(probe_dir) and time.monotonic() < deadline:
