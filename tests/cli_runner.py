@@ -75,7 +75,7 @@ class _Zygote:
             [sys.executable, str(_SCRIPT), str(theirs.fileno()), *ZYGOTE_MODULES],
             pass_fds=[theirs.fileno()],
             env=dict(env),
-            cwd=_SCRIPT.parent,
+            cwd=_SCRIPT.parent.parent,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
         )

@@ -100,6 +100,7 @@ def _stdio(fd: int, old: TextIO) -> TextIO:
 def main() -> None:
     """Import what every run needs, then serve; in a child, run the module as ``python -m MODULE`` does."""
     control = socket.socket(fileno=int(sys.argv[1]))
+    sys.path[0] = os.getcwd()  # not tests/, this script's folder: the checkout's root, as a run from there has it
     for name in sys.argv[2:]:
         importlib.import_module(name)
     import gc

@@ -30,6 +30,8 @@ def facts():
         "env": os.environ.get("PROBE_VALUE"),
         "cwd": os.getcwd(),
         "path0": sys.path[0],
+        "path": sys.path,
+        "modules_named_tests": [m for m in sys.modules if m == "tests" or m.startswith("tests.")],
         "stdin": sys.stdin.read(),
         "stdin_seekable": sys.stdin.seekable(),
         "stdout_line_buffered": sys.stdout.line_buffering,
