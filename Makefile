@@ -36,6 +36,8 @@ TEST_WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
 # test-collect: on a fresh clone every xdist worker rewrote the asserts of all the test modules at once (about 15 s
 # of CPU each; the cache in tests/**/__pycache__ is then warm): one collection first writes that cache once, beside
 # lint's mypy, one core each (a fresh clone's main run started 22 s later without it). Errors are the main run's.
+# A test's `nvtopy ...` run to its end is forked from a per-worker server that has imported nvtopy (tests/cli_runner.py:
+# about 65 ms of CPU less a run, 410 runs a main pass); NVTOPY_TEST_SPAWN=1 spawns each as before, to compare.
 test: install                 ## lint, then the whole test suite, on every core
 	@$(MAKE) --no-print-directory -j2 lint test-collect
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15 -m "not timing" $(PYTEST_ARGS)

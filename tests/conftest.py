@@ -54,6 +54,13 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """End this process's nvtopy fork servers (tests/cli_runner.py) and reap them: their runs' CPU then counts."""
+    from .cli_runner import shutdown
+
+    shutdown()
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Order and group the run for pytest-xdist (the tests themselves are unchanged).

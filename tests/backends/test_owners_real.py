@@ -64,6 +64,7 @@ import pytest
 from nvtopy.backends.host.owners import OwnerResolver
 from nvtopy.model import OwnerKind
 
+from ..builders import run_nvtopy
 from ..conftest import needs_fake_nvml
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="cgroups are Linux only")
@@ -373,13 +374,7 @@ def _env(fake_lib: str, placed: Placed) -> dict[str, str]:
 
 @needs_fake_nvml
 def test_json_owner_of_each_gpu_process(fake_lib, placed):
-    result = subprocess.run(
-        [sys.executable, "-m", "nvtopy", "--once", "--json"],
-        capture_output=True,
-        text=True,
-        env=_env(fake_lib, placed),
-        timeout=60,
-    )
+    result = run_nvtopy("--once", "--json", env=_env(fake_lib, placed), timeout=60)
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     by_pid = {p["pid"]: (g["index"], p) for g in data["gpus"] for p in g["processes"]}
@@ -501,9 +496,7 @@ def test_resolver_names_every_other_kind(placed, kind, tmp_path):
 
 
 def _run_cli(args: list[str], fake_lib: str, placed: Placed) -> str:
-    result = subprocess.run(
-        [sys.executable, "-m", "nvtopy", *args], capture_output=True, text=True, env=_env(fake_lib, placed), timeout=60
-    )
+    result = run_nvtopy(*args, env=_env(fake_lib, placed), timeout=60)
     assert result.returncode == 0, result.stderr
     return result.stdout
 

@@ -34,6 +34,7 @@ from nvtopy.sources.replay import load_recording
 from nvtopy.textsafe import unescape_text
 
 from ..builders import LatestSource as _Source
+from ..builders import run_nvtopy
 
 DOCKER_ID = "47335b04ebb4aefdc353dda62ddd38e5e1e00fc1372f0c8d0138417f0ccb9e6c"
 POD_UID = "48d25824-cbe2-4fdc-9928-5bb49e05473d"
@@ -153,9 +154,7 @@ ALL_KINDS = {"docker", "kubernetes", "podman", "slurm", "systemd-service", "user
 
 
 def _owners_of_demo() -> list[tuple]:
-    result = subprocess.run(
-        [sys.executable, "-m", "nvtopy", "--demo", "--once", "--json"], capture_output=True, text=True, timeout=60
-    )
+    result = run_nvtopy("--demo", "--once", "--json", timeout=60)
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     return [

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from nvtopy.backends.simulated.catalog import find_model
@@ -13,6 +10,8 @@ from nvtopy.backends.simulated.mig import LAYOUTS, profile_name
 from nvtopy.errors import UsageError
 from nvtopy.model import ALL_GROUPS, Reason
 from nvtopy.sources.collector import Collector
+
+from ..builders import run_nvtopy
 
 GIB = 1024**3
 
@@ -113,22 +112,12 @@ def test_a_board_without_mig_refuses_it():
 
 
 def test_the_demo_shows_instances_on_the_command_line():
-    result = subprocess.run(
-        [sys.executable, "-m", "nvtopy", "--demo", "--demo-fault", "mig=2@1", "--once", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_nvtopy("--demo", "--demo-fault", "mig=2@1", "--once", "--json", timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("MIG-") >= 2
 
 
 def test_the_demo_refuses_mig_on_a_board_without_it():
-    result = subprocess.run(
-        [sys.executable, "-m", "nvtopy", "--demo", "--demo-model", "L4", "--demo-fault", "mig=2@1", "--once"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_nvtopy("--demo", "--demo-model", "L4", "--demo-fault", "mig=2@1", "--once", timeout=60)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "has no MIG" in result.stderr

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from ..builders import run_command as run
+from ..builders import run_nvtopy, spawn_nvtopy
 from ..conftest import without_nvml_driver
 from ..import_probe import modules_loaded, once_code
 
@@ -85,8 +85,8 @@ def check_contract(data: dict) -> None:
             assert proc["type"] in ("C", "G", "C+G", "M")
 
 
-def test_once_text_demo(nvtopy_cmd):
-    result = run(nvtopy_cmd, "--demo", "--once")
+def test_once_text_demo():
+    result = run_nvtopy("--demo", "--once")
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "demo-node" in out and "H100 80GB HBM3" in out
@@ -96,8 +96,8 @@ def test_once_text_demo(nvtopy_cmd):
     assert result.stderr == ""
 
 
-def test_once_json_matches_contract(nvtopy_cmd):
-    result = run(nvtopy_cmd, "--demo", "--demo-gpus", "3", "--once", "--json")
+def test_once_json_matches_contract():
+    result = run_nvtopy("--demo", "--demo-gpus", "3", "--once", "--json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     check_contract(data)
@@ -110,9 +110,8 @@ def test_once_json_matches_contract(nvtopy_cmd):
     assert gpu["memory_used_bytes"] <= gpu["memory_total_bytes"]
 
 
-def test_json_with_faults_reports_nulls_and_reasons(nvtopy_cmd):
-    result = run(
-        nvtopy_cmd,
+def test_json_with_faults_reports_nulls_and_reasons():
+    result = run_nvtopy(
         "--demo",
         "--demo-fault",
         "lost@1",
@@ -136,7 +135,7 @@ def test_json_with_faults_reports_nulls_and_reasons(nvtopy_cmd):
     assert procs and all(p["gpu_memory_bytes"] is None for p in procs)
 
 
-def test_no_color_has_no_escape_codes_even_on_a_tty(nvtopy_cmd):
+def test_no_color_has_no_escape_codes_even_on_a_tty():
     script = (
         "import pty, os, sys\n"
         "pid, fd = pty.fork()\n"
@@ -192,8 +191,8 @@ def test_no_color_has_no_escape_codes_even_on_a_tty(nvtopy_cmd):
         (["log", "--demo", "--demo-fault", "unsupported=fan@4"], "no GPU 4"),
     ],
 )
-def test_bad_arguments_exit_2_with_one_line(nvtopy_cmd, args, fragment):
-    result = run(nvtopy_cmd, *args)
+def test_bad_arguments_exit_2_with_one_line(args, fragment):
+    result = run_nvtopy(*args)
     assert result.returncode == 2, (result.stdout, result.stderr)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -202,16 +201,16 @@ def test_bad_arguments_exit_2_with_one_line(nvtopy_cmd, args, fragment):
     assert "Traceback" not in result.stderr
 
 
-def test_unknown_gpu_error_lists_available(nvtopy_cmd):
-    result = run(nvtopy_cmd, "--demo", "--demo-gpus", "2", "--once", "--gpus", "5")
+def test_unknown_gpu_error_lists_available():
+    result = run_nvtopy("--demo", "--demo-gpus", "2", "--once", "--gpus", "5")
     assert result.returncode == 2
     assert "available: 0 18:00.0 GPU-" in result.stderr and ", 1 2A:00.0" in result.stderr
 
 
-def test_gpus_selects_by_bus_id_and_uuid_prefix(nvtopy_cmd):
-    data = json.loads(run(nvtopy_cmd, "--demo", "--once", "--json").stdout)
+def test_gpus_selects_by_bus_id_and_uuid_prefix():
+    data = json.loads(run_nvtopy("--demo", "--once", "--json").stdout)
     uuid2 = data["gpus"][2]["uuid"]
-    result = run(nvtopy_cmd, "--demo", "--once", "--json", "--gpus", f"2a:00.0,{uuid2[:12]}")
+    result = run_nvtopy("--demo", "--once", "--json", "--gpus", f"2a:00.0,{uuid2[:12]}")
     assert result.returncode == 0, result.stderr
     assert [g["index"] for g in json.loads(result.stdout)["gpus"]] == [1, 2]
 
@@ -220,14 +219,14 @@ def test_gpus_selects_by_bus_id_and_uuid_prefix(nvtopy_cmd):
     ("cvd", "expected"),
     [("2,0", [2, 0]), ("", []), ("0,0", []), ("0,2,-1,1", [0, 2]), ("1abc", [1]), (None, [0, 1, 2, 3])],
 )
-def test_only_visible_follows_cuda_rules(nvtopy_cmd, cvd, expected):
+def test_only_visible_follows_cuda_rules(cvd, expected):
     import os
 
     env = dict(os.environ)
     env.pop("CUDA_VISIBLE_DEVICES", None)
     if cvd is not None:
         env["CUDA_VISIBLE_DEVICES"] = cvd
-    result = run(nvtopy_cmd, "--demo", "--once", "--json", "--only-visible", env=env)
+    result = run_nvtopy("--demo", "--once", "--json", "--only-visible", env=env)
     assert result.returncode == 0, result.stderr
     assert [g["index"] for g in json.loads(result.stdout)["gpus"]] == expected
 
@@ -256,24 +255,24 @@ def test_selection_warnings_are_one_line_each_on_stderr(monkeypatch, capsys):
     assert capsys.readouterr().err == ""  # --only-visible not asked for: CUDA_VISIBLE_DEVICES not read
 
 
-def test_zero_gpus(nvtopy_cmd):
-    result = run(nvtopy_cmd, "--demo", "--demo-gpus", "0", "--once", "--json")
+def test_zero_gpus():
+    result = run_nvtopy("--demo", "--demo-gpus", "0", "--once", "--json")
     assert result.returncode == 0
     assert json.loads(result.stdout)["gpus"] == []
-    text = run(nvtopy_cmd, "--demo", "--demo-gpus", "0", "--once")
+    text = run_nvtopy("--demo", "--demo-gpus", "0", "--once")
     assert "No NVIDIA GPU found" in text.stdout
 
 
-def test_version(nvtopy_cmd):
+def test_version():
     from nvtopy import __version__
 
-    result = run(nvtopy_cmd, "--version")
+    result = spawn_nvtopy("--version")  # python -m nvtopy as started by a user: a fresh interpreter
     assert result.returncode == 0 and result.stdout.strip() == f"nvtopy {__version__}"
 
 
 @without_nvml_driver
-def test_no_driver_is_one_line_exit_1(nvtopy_cmd):
-    result = run(nvtopy_cmd, "--once")
+def test_no_driver_is_one_line_exit_1():
+    result = run_nvtopy("--once")
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1
     assert "libnvidia-ml.so.1 not found" in result.stderr and "--demo" in result.stderr

@@ -3,8 +3,6 @@ know, the closest ones and where the rest are listed (issue 24: ``nvtopy lgo``, 
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 
 from nvtopy.commands import dispatch
@@ -13,7 +11,7 @@ from nvtopy.commands.report import DURATION_FORMS, parse_duration
 from nvtopy.errors import UsageError
 from nvtopy.formats.writers import GPU_FIELDS, PROCESS_FIELDS
 
-from ..builders import NVTOPY
+from ..builders import run_nvtopy
 
 
 def cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -107,7 +105,7 @@ def test_an_unknown_command_names_the_closest_and_all_of_them(capsys, argv, word
 
 
 def test_an_unknown_command_as_a_user_meets_it():
-    result = subprocess.run([*NVTOPY, "lgo"], capture_output=True, text=True, timeout=60)
+    result = run_nvtopy("lgo", timeout=60)
     assert result.returncode == 2 and result.stdout == ""
     assert "did you mean 'log'?" in one_error_line(result.stderr)
 

@@ -17,7 +17,6 @@ import io
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 import types
@@ -67,7 +66,7 @@ from nvtopy.commands.options import COMMANDS
 from nvtopy.model import GpuSample, GpuStatic, HostInfo, Reason
 from nvtopy.textsafe import unescape_text
 
-from ..builders import gpu_sample, gpu_static, host_info, mig_instances
+from ..builders import gpu_sample, gpu_static, host_info, mig_instances, run_nvtopy
 from ..conftest import FROZEN_TIME, needs_fake_nvml
 from ..fake_pynvml import FakeGpu, FakeNvml
 from ..package_source import PACKAGE, modules, nodes, reads_the_package
@@ -953,13 +952,6 @@ def test_main_exit_codes(capsys):
 # --------------------------------------------------------------------- the real nvidia-ml-py on fake-nvml
 
 
-def doctor_cmd() -> list[str]:
-    """The command line of ``nvtopy doctor``, registered or not (yet)."""
-    if "doctor" in COMMANDS:
-        return [sys.executable, "-m", "nvtopy", "doctor"]
-    return [sys.executable, "-m", "nvtopy.commands.doctor.command"]
-
-
 def run_on_fake(fake_lib: str, *args: str, **knobs: str) -> subprocess.CompletedProcess:
     env = {
         k: v
@@ -968,7 +960,7 @@ def run_on_fake(fake_lib: str, *args: str, **knobs: str) -> subprocess.Completed
     }
     env.update(knobs)
     env["LD_LIBRARY_PATH"] = fake_lib
-    return subprocess.run([*doctor_cmd(), *args], capture_output=True, text=True, env=env, timeout=60)
+    return run_nvtopy("doctor", *args, env=env, timeout=60)
 
 
 def fake_json(fake_lib: str, *args: str, **knobs: str) -> tuple[int, dict]:
@@ -1003,10 +995,9 @@ def test_fake_nvml_remapped_rows(fake_lib):
 def test_fake_nvml_pcie_downgrade(fake_lib):
     # A frozen clock where GPU 1 idles (3 %) and the others work: a lower generation is a downgrade only under load.
     knobs = {"FAKE_NVML_GPUS": "4", "FAKE_NVML_TIME": "1795000042"}
-    snapshot = subprocess.run(
-        [sys.executable, "-m", "nvtopy", "--once", "--json"],
-        capture_output=True,
-        text=True,
+    snapshot = run_nvtopy(
+        "--once",
+        "--json",
         timeout=60,
         env={
             **{k: v for k, v in os.environ.items() if not k.startswith("FAKE_NVML_")},

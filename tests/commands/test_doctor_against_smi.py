@@ -366,23 +366,11 @@ def test_each_deliberate_disagreement_is_caught_and_named(served, kind):
 def test_saved_file_mode_reads_no_nvidia_smi(served, tmp_path):
     env, shown = served(CASES[2])
     env["PATH"] = str(tmp_path / "nowhere")  # no nvidia-smi at all: the file is enough
-    result = subprocess.run(
-        [sys.executable, "-m", "nvtopy", "doctor", "--against-nvidia-smi", str(shown), "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    result = run_nvtopy("doctor", "--against-nvidia-smi", str(shown), "--json", env=env, timeout=60)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr
     data = json.loads(result.stdout)
     assert data["source"] == str(shown) and data["counts"]["differ"] == 0
     hot = tmp_path / "hot.xml"
     hot.write_bytes(edit_gpu(shown.read_bytes(), 0, _temperature_up_20))
-    result = subprocess.run(
-        [sys.executable, "-m", "nvtopy", "doctor", "--against-nvidia-smi", str(hot)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    result = run_nvtopy("doctor", "--against-nvidia-smi", str(hot), env=env, timeout=60)
     assert result.returncode == 1 and "DIFFER  temperature" in result.stdout, result.stdout[-2000:]

@@ -167,13 +167,7 @@ def test_bad_count_and_interval():
 
 def test_log_selection_flags_apply():
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="2")
-    result = subprocess.run(
-        [*NVTOPY, "log", "--demo", "--count", "1", "--only-visible", "--fields", "index"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    result = run("log", "--demo", "--count", "1", "--only-visible", "--fields", "index", env=env, timeout=60)
     assert result.stdout.split() == ["index", "2"]
     assert run("log", "--demo", "--count", "1", "--gpus", "1,3", "--fields", "index").stdout.split() == [
         "index",

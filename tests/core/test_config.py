@@ -35,6 +35,7 @@ from nvtopy.config import (
     to_toml,
 )
 
+from ..builders import run_nvtopy
 from .test_bounded_files import call_within, release_fifo
 
 NAME = "config.toml"
@@ -542,7 +543,7 @@ def test_the_file_is_read_once_and_its_warning_printed_once(capsys, tmp_path):
 def test_a_bad_file_never_gives_a_traceback(tmp_path, nvtopy_cmd):
     path = write(tmp_path / "c.toml", "interval = [1, 2\nview = \x01\n")
     env = {**os.environ, "NVTOPY_CONFIG": str(path)}
-    result = subprocess.run([*nvtopy_cmd, "--print-config"], capture_output=True, text=True, env=env, timeout=60)
+    result = run_nvtopy("--print-config", env=env, timeout=60)
     assert result.returncode == 0
     assert "Traceback" not in result.stderr
     lines = result.stderr.splitlines()

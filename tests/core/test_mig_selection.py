@@ -24,7 +24,7 @@ from nvtopy.render.processes import ProcessFilter
 from nvtopy.selection import select_gpus
 from nvtopy.sources.collector import Collector
 
-from ..builders import run_command
+from ..builders import run_nvtopy
 
 # Steady, with eight process slots per GPU: each of GPU 1's three MIG devices runs processes.
 DEMO = ("--demo", "--demo-fault", "mig=3@1", "--demo-steady", "--demo-procs", "8")
@@ -112,11 +112,11 @@ def demo_instances() -> tuple[MigInstance, ...]:
     return instances
 
 
-def run(cmd: list[str], *args: str, cvd: str | None = None) -> subprocess.CompletedProcess:
+def run(*args: str, cvd: str | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")}
     if cvd is not None:
         env["CUDA_VISIBLE_DEVICES"] = cvd
-    return run_command(cmd, *args, env=env)
+    return run_nvtopy(*args, env=env)
 
 
 def _mig_uuids(gpu: dict) -> list[str]:
@@ -129,8 +129,8 @@ def _shown(result: subprocess.CompletedProcess) -> dict:
     return json.loads(result.stdout)
 
 
-def test_cli_unfiltered_shows_every_instance_and_processes_on_several(nvtopy_cmd, demo_instances):
-    data = _shown(run(nvtopy_cmd, *DEMO, "--once", "--json"))
+def test_cli_unfiltered_shows_every_instance_and_processes_on_several(demo_instances):
+    data = _shown(run(*DEMO, "--once", "--json"))
     gpu = data["gpus"][1]
     assert _mig_uuids(gpu) == [m.uuid for m in demo_instances]
     on = {instance_of(p["pid"], demo_instances).index for p in gpu["processes"]}
@@ -138,9 +138,9 @@ def test_cli_unfiltered_shows_every_instance_and_processes_on_several(nvtopy_cmd
 
 
 @pytest.mark.parametrize("which", [0, 1, 2])
-def test_cli_only_visible_with_one_mig_device_shows_exactly_it(nvtopy_cmd, demo_instances, which):
+def test_cli_only_visible_with_one_mig_device_shows_exactly_it(demo_instances, which):
     chosen = demo_instances[which]
-    result = run(nvtopy_cmd, *DEMO, "--only-visible", "--once", "--json", cvd=chosen.uuid)
+    result = run(*DEMO, "--only-visible", "--once", "--json", cvd=chosen.uuid)
     data = _shown(result)
     assert result.stderr == ""
     assert [g["index"] for g in data["gpus"]] == [1]
@@ -150,10 +150,10 @@ def test_cli_only_visible_with_one_mig_device_shows_exactly_it(nvtopy_cmd, demo_
     assert all(instance_of(p["pid"], demo_instances) is chosen for p in gpu["processes"])
 
 
-def test_cli_only_visible_with_several_mig_devices_shows_the_first_and_warns(nvtopy_cmd, demo_instances):
+def test_cli_only_visible_with_several_mig_devices_shows_the_first_and_warns(demo_instances):
     second, first = demo_instances[1], demo_instances[2]
     cvd = f"{first.uuid[:12]},{second.uuid}"
-    result = run(nvtopy_cmd, *DEMO, "--only-visible", "--once", "--json", cvd=cvd)
+    result = run(*DEMO, "--only-visible", "--once", "--json", cvd=cvd)
     data = _shown(result)
     assert result.stderr == (
         "nvtopy: warning: CUDA_VISIBLE_DEVICES lists 2 MIG devices: a CUDA process uses only the first "
@@ -169,16 +169,16 @@ NO_MIG_DEVICE = ("--demo", "--demo-gpus", "2", "--demo-fault", "mig=0@1")
 
 
 @pytest.mark.parametrize(("cvd", "shown"), [(None, [0]), ("1", []), ("0,1", [0])])
-def test_cli_only_visible_leaves_out_a_mig_gpu_without_mig_devices(nvtopy_cmd, cvd, shown):
-    result = run(nvtopy_cmd, *NO_MIG_DEVICE, "--only-visible", "--once", "--json", cvd=cvd)
+def test_cli_only_visible_leaves_out_a_mig_gpu_without_mig_devices(cvd, shown):
+    result = run(*NO_MIG_DEVICE, "--only-visible", "--once", "--json", cvd=cvd)
     assert [g["index"] for g in _shown(result)["gpus"]] == shown
     assert result.stderr == (
         "nvtopy: warning: GPU 1 has MIG enabled and no MIG device configured: CUDA exposes nothing there\n"
     )
 
 
-def test_cli_disjoint_gpus_and_only_visible_say_why_nothing_is_shown(nvtopy_cmd):
-    result = run(nvtopy_cmd, "--demo", "--demo-gpus", "2", "--gpus", "0", "--only-visible", "--once", cvd="1")
+def test_cli_disjoint_gpus_and_only_visible_say_why_nothing_is_shown():
+    result = run("--demo", "--demo-gpus", "2", "--gpus", "0", "--only-visible", "--once", cvd="1")
     assert result.returncode == 0 and result.stdout.splitlines()[1:] == ["No GPUs selected."]
     assert result.stderr == (
         "nvtopy: warning: --gpus '0' and --only-visible have nothing in common: "
@@ -186,20 +186,20 @@ def test_cli_disjoint_gpus_and_only_visible_say_why_nothing_is_shown(nvtopy_cmd)
     )
 
 
-def test_cli_gpus_mig_prefix_and_legacy_form(nvtopy_cmd, demo_instances):
+def test_cli_gpus_mig_prefix_and_legacy_form(demo_instances):
     first, second = demo_instances[0], demo_instances[1]
-    data = _shown(run(nvtopy_cmd, *DEMO, "--gpus", f"0,{first.uuid[:9].lower()}", "--once", "--json"))
+    data = _shown(run(*DEMO, "--gpus", f"0,{first.uuid[:9].lower()}", "--once", "--json"))
     assert [g["index"] for g in data["gpus"]] == [0, 1]
     assert _mig_uuids(data["gpus"][1]) == [first.uuid]
-    parent = _shown(run(nvtopy_cmd, *DEMO, "--once", "--json"))["gpus"][1]["uuid"]
-    data = _shown(run(nvtopy_cmd, *DEMO, "--gpus", f"MIG-{parent[:12]}/2/0", "--once", "--json"))
+    parent = _shown(run(*DEMO, "--once", "--json"))["gpus"][1]["uuid"]
+    data = _shown(run(*DEMO, "--gpus", f"MIG-{parent[:12]}/2/0", "--once", "--json"))
     (gpu,) = data["gpus"]
     assert _mig_uuids(gpu) == [second.uuid]
     assert all(instance_of(p["pid"], demo_instances) is second for p in gpu["processes"])
 
 
-def test_cli_gpus_unknown_mig_device_is_one_line_exit_2(nvtopy_cmd, demo_instances):
-    result = run(nvtopy_cmd, *DEMO, "--gpus", "MIG-ffff", "--once")
+def test_cli_gpus_unknown_mig_device_is_one_line_exit_2(demo_instances):
+    result = run(*DEMO, "--gpus", "MIG-ffff", "--once")
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.count("\n") == 1
     assert result.stderr.startswith("nvtopy: error: --gpus: no MIG device matches 'MIG-ffff' (MIG devices: 1/1/0 ")

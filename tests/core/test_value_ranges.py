@@ -57,6 +57,7 @@ from nvtopy.render.health import gpu_health_lines
 from nvtopy.sources.collector import Collector
 from nvtopy.sources.remote.hostscrape import HostGpus
 
+from ..builders import run_nvtopy
 from ..fake_pynvml import FakeGpu, FakeMig, FakeNvml, FakeProcess, FakeSample, now_us
 
 H100 = "H100 80GB HBM3"
@@ -312,7 +313,7 @@ def test_the_views_draw_na_out_of_range_never_nan_nor_the_figure():
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*NVTOPY, *args], capture_output=True, text=True, timeout=120)
+    return run_nvtopy(*args, timeout=120)
 
 
 DEMO = ("--demo", "--demo-model", H100, "--demo-gpus", "2", "--demo-fault", "gpm-absurd=inf@1")

@@ -19,7 +19,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -28,6 +27,7 @@ import pytest
 
 from nvtopy.model import THROTTLE_REASON_BITS, GpuStatic
 
+from ..builders import run_nvtopy
 from ..conftest import FAKE_NVML_SRC, needs_fake_nvml
 
 CAPTURES = FAKE_NVML_SRC.parent / "nvidia-smi-captures"
@@ -99,9 +99,7 @@ def _nvtopy_json(fake_lib: str, profile: Path, live_pids: list[int]) -> dict[str
         FAKE_NVML_PROFILE=str(profile),
         FAKE_NVML_PROFILE_PIDS=",".join(map(str, live_pids)),
     )
-    result = subprocess.run(
-        [sys.executable, "-m", "nvtopy", "--once", "--json"], capture_output=True, text=True, env=env, timeout=60
-    )
+    result = run_nvtopy("--once", "--json", env=env, timeout=60)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 

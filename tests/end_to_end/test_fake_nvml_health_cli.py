@@ -19,6 +19,7 @@ import urllib.request
 
 import pytest
 
+from ..builders import run_nvtopy
 from ..conftest import needs_fake_nvml
 
 pytestmark = needs_fake_nvml
@@ -42,13 +43,7 @@ def _env(fake_lib: str, knobs: dict[str, str]) -> dict[str, str]:
 
 
 def once(fake_lib: str, pids: str, **knobs: str) -> dict:
-    result = subprocess.run(
-        [sys.executable, "-m", "nvtopy", "--once", "--json"],
-        capture_output=True,
-        text=True,
-        env=_env(fake_lib, {"FAKE_NVML_PIDS": pids, **knobs}),
-        timeout=60,
-    )
+    result = run_nvtopy("--once", "--json", env=_env(fake_lib, {"FAKE_NVML_PIDS": pids, **knobs}), timeout=60)
     assert result.returncode == 0, result.stderr
     return {gpu["index"]: gpu for gpu in json.loads(result.stdout)["gpus"]}
 
@@ -114,10 +109,11 @@ def test_nvlink_down(fake_lib, workers):
 
 def test_a_hung_call_on_one_gpu_is_marked_and_once_finishes(fake_lib, workers):
     started = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, "-m", "nvtopy", "--once", "--json", "--timeout", "1"],
-        capture_output=True,
-        text=True,
+    result = run_nvtopy(
+        "--once",
+        "--json",
+        "--timeout",
+        "1",
         env=_env(fake_lib, {"FAKE_NVML_PIDS": workers, "FAKE_NVML_HANG": "nvmlDeviceGetPowerUsage@1:30"}),
         timeout=60,
     )
@@ -131,10 +127,10 @@ def test_a_hung_call_on_one_gpu_is_marked_and_once_finishes(fake_lib, workers):
 
 def test_a_hung_nvml_init_is_one_line(fake_lib):
     started = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, "-m", "nvtopy", "--once", "--timeout", "1"],
-        capture_output=True,
-        text=True,
+    result = run_nvtopy(
+        "--once",
+        "--timeout",
+        "1",
         env=_env(fake_lib, {"FAKE_NVML_HANG": "nvmlInit_v2+nvmlInitWithFlags:30"}),
         timeout=60,
     )
@@ -144,10 +140,14 @@ def test_a_hung_nvml_init_is_one_line(fake_lib):
 
 
 def test_xid_events_reach_the_log(fake_lib, workers):
-    result = subprocess.run(
-        [sys.executable, "-m", "nvtopy", "log", "--format", "jsonl", "--count", "5", "--interval", "0.5"],
-        capture_output=True,
-        text=True,
+    result = run_nvtopy(
+        "log",
+        "--format",
+        "jsonl",
+        "--count",
+        "5",
+        "--interval",
+        "0.5",
         env=_env(
             fake_lib,
             {
@@ -174,10 +174,14 @@ def test_a_reset_level_xid_outlasts_an_xid_storm_in_the_log(fake_lib, workers):
     The fake driver's storm sends GPU 1 only Xids of the application and unknown numbers
     (31, 45, 0, 65535, 12345678: it cycles ten numbers over two GPUs).
     """
-    result = subprocess.run(
-        [sys.executable, "-m", "nvtopy", "log", "--format", "jsonl", "--count", "10", "--interval", "0.5"],
-        capture_output=True,
-        text=True,
+    result = run_nvtopy(
+        "log",
+        "--format",
+        "jsonl",
+        "--count",
+        "10",
+        "--interval",
+        "0.5",
         env=_env(
             fake_lib,
             {

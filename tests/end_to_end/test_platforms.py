@@ -10,7 +10,6 @@ import io
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
@@ -20,6 +19,7 @@ from nvtopy.model import Reason
 from nvtopy.render.text import NO_FRAMEBUFFER_NOTE, render_snapshot
 from nvtopy.sources.collector import Collector
 
+from ..builders import run_nvtopy
 from ..conftest import needs_fake_nvml
 
 PLATFORM_MODELS = {
@@ -114,10 +114,8 @@ def test_vgpu_guest_most_fields_na(sim, clock):
     assert all(p.sm_percent is None for p in guest.processes)
 
 
-def _once_json(nvtopy_cmd, *args: str) -> dict:
-    result = subprocess.run(
-        [*nvtopy_cmd, "--demo", "--once", "--json", *args], capture_output=True, text=True, timeout=60
-    )
+def _once_json(*args: str) -> dict:
+    result = run_nvtopy("--demo", "--once", "--json", *args, timeout=60)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -138,9 +136,9 @@ CLI_CASES = {
 
 
 @pytest.mark.parametrize("model", CLI_CASES)
-def test_once_json_on_each_platform(nvtopy_cmd, model):
+def test_once_json_on_each_platform(model):
     null, present, driver = CLI_CASES[model]
-    data = _once_json(nvtopy_cmd, "--demo-gpus", "2", "--demo-model", model)
+    data = _once_json("--demo-gpus", "2", "--demo-model", model)
     assert data["driver_version"] == driver
     for gpu in data["gpus"]:
         assert gpu["name"] == PLATFORM_MODELS[model]
@@ -150,22 +148,9 @@ def test_once_json_on_each_platform(nvtopy_cmd, model):
             assert gpu[name] is not None, name
 
 
-def test_once_text_of_the_platform_faults(nvtopy_cmd):
-    result = subprocess.run(
-        [
-            *nvtopy_cmd,
-            "--demo",
-            "--once",
-            "--demo-gpus",
-            "2",
-            "--demo-fault",
-            "no-fb-memory@0",
-            "--demo-fault",
-            "vgpu@1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
+def test_once_text_of_the_platform_faults():
+    result = run_nvtopy(
+        "--demo", "--once", "--demo-gpus", "2", "--demo-fault", "no-fb-memory@0", "--demo-fault", "vgpu@1", timeout=60
     )
     assert result.returncode == 0, result.stderr
     assert f"GPU 0: memory N/A: {NO_FRAMEBUFFER_NOTE}" in result.stdout
@@ -173,13 +158,8 @@ def test_once_text_of_the_platform_faults(nvtopy_cmd):
 
 
 @pytest.mark.parametrize("spec", ["wddm@1", "vgpu=2", "no-fb-memory=1", "vgpu@9"])
-def test_bad_platform_specs_are_one_line_errors(nvtopy_cmd, spec):
-    result = subprocess.run(
-        [*nvtopy_cmd, "--demo", "--once", "--demo-gpus", "2", "--demo-fault", spec],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+def test_bad_platform_specs_are_one_line_errors(spec):
+    result = run_nvtopy("--demo", "--once", "--demo-gpus", "2", "--demo-fault", spec, timeout=60)
     assert result.returncode != 0 and result.stdout == ""
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr, result.stderr
 
@@ -197,9 +177,8 @@ def test_gb10_on_the_fake_driver(fake_lib):
             FAKE_NVML_NOT_SUPPORTED="memory",
             FAKE_NVML_PIDS=str(worker.pid),
         )
-        run = [sys.executable, "-m", "nvtopy", "--once"]
-        text = subprocess.run(run, capture_output=True, text=True, env=env, timeout=60)
-        data = subprocess.run([*run, "--json"], capture_output=True, text=True, env=env, timeout=60)
+        text = run_nvtopy("--once", env=env, timeout=60)
+        data = run_nvtopy("--once", "--json", env=env, timeout=60)
     finally:
         worker.kill()
         worker.wait()
@@ -228,7 +207,7 @@ def test_tui_panel_says_why_unified_memory_has_no_bar(sim, clock):
     assert "unified" not in with_fb and "%" in with_fb
 
 
-def test_the_driver_model_and_virtualization_mode_are_said(sim, clock, nvtopy_cmd):
+def test_the_driver_model_and_virtualization_mode_are_said(sim, clock):
     """A WDDM driver and a vGPU guest say what they are (model, JSON, replay, --once), not only their N/As."""
     from nvtopy.formats.contract import snapshot_to_dict
     from nvtopy.formats.contract_decoder import snapshot_from_dict

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +22,8 @@ from nvtopy.sources.remote.ssh.session import Mode, State
 from nvtopy.sources.remote.ssh.targets import expand
 from tests import sshd
 from tests.sources.remote.ssh.test_ssh_hosts import lines_of, until
+
+from ..builders import run_nvtopy
 
 FAKE_NVIDIA_SMI = Path(__file__).resolve().parents[1] / "data" / "nvidia-smi" / "fake-nvidia-smi"
 LIVE = ("gpu-a", "gpu-b")
@@ -51,15 +52,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[sshd.SshLab]:
 def _nvtopy(lab: sshd.SshLab, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NVTOPY_")}
     env["NVTOPY_CONFIG"] = str(lab.root / "no-config.toml")
-    return subprocess.run(
-        [sys.executable, "-m", "nvtopy", "--ssh-config", str(lab.config), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=90,
-        check=False,
-        cwd=lab.root,
-    )
+    return run_nvtopy("--ssh-config", str(lab.config), *args, env=env, timeout=90, cwd=lab.root)
 
 
 def test_a_user_sees_every_gpu_and_process_of_three_boxes_grouped_by_host(lab: sshd.SshLab):

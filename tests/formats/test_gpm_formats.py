@@ -11,8 +11,6 @@ import csv
 import io
 import json
 import math
-import subprocess
-import sys
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -28,6 +26,8 @@ from nvtopy.model import GPM_FIELDS, GPM_PERCENT_FIELDS, GPM_RATE_FIELDS, MIG_GP
 from nvtopy.sources.collector import Collector
 from nvtopy.sources.remote.exporters import RemoteHosts
 from nvtopy.sources.replay import load_recording
+
+from ..builders import run_nvtopy
 
 A100 = "A100-SXM4-80GB"
 
@@ -204,23 +204,13 @@ def test_log_appending_to_an_older_file_keeps_its_columns(tmp_path):
     path = tmp_path / "gpus.csv"
     old = [f for f in DEFAULT_GPU_FIELDS if f not in GPM_FIELDS]
     path.write_text(",".join(old) + "\n", encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, "-m", "nvtopy", "log", "--demo", "--count", "1", "--output", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_nvtopy("log", "--demo", "--count", "1", "--output", str(path), timeout=60)
     assert done.returncode == 0, done.stderr
     rows = list(csv.reader(io.StringIO(path.read_text(encoding="utf-8"))))
     assert rows[0] == old and len(rows) == 5
     assert all(len(row) == len(old) for row in rows), "every row matches the file's header"
     fresh = tmp_path / "new.csv"
-    done = subprocess.run(
-        [sys.executable, "-m", "nvtopy", "log", "--demo", "--count", "1", "--output", str(fresh)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_nvtopy("log", "--demo", "--count", "1", "--output", str(fresh), timeout=60)
     assert done.returncode == 0, done.stderr
     header, first, *_ = csv.reader(io.StringIO(fresh.read_text(encoding="utf-8")))
     assert header == list(DEFAULT_GPU_FIELDS)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import threading
 import time
 
@@ -17,6 +15,7 @@ from nvtopy.sources.collector import Collector
 from nvtopy.sources.replay import ReplayPlayer, load_recording
 from nvtopy.tui.app import NvtopyApp
 
+from ..builders import run_nvtopy
 from ..tui_helpers import header_line, wait_until, widget_lines
 
 # The recording's lines: the same at every call (a seeded simulated node on the manual clock), so made once per
@@ -61,12 +60,7 @@ def test_replayed_values_are_the_recorded_ones(recording):
 
 def test_cli_record_then_load(tmp_path):
     path = tmp_path / "cli.jsonl"
-    done = subprocess.run(
-        [sys.executable, "-m", "nvtopy", "record", str(path), "--demo", "--count", "4", "--interval", "0.1"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_nvtopy("record", str(path), "--demo", "--count", "4", "--interval", "0.1", timeout=60)
     assert done.returncode == 0, done.stderr
     loaded = load_recording(str(path))
     assert len(loaded.snapshots) == 4 and all(s.processes for s in loaded.snapshots)
@@ -105,16 +99,9 @@ def test_nothing_to_replay_is_one_line_exit_1(tmp_path):
     for path in (empty, tmp_path / "missing.jsonl"):
         with pytest.raises(NvtopyError):
             load_recording(str(path))
-        result = subprocess.run(
-            [sys.executable, "-m", "nvtopy", "replay", str(path)], capture_output=True, text=True, timeout=60
-        )
+        result = run_nvtopy("replay", str(path), timeout=60)
         assert result.returncode == 1 and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
-    bad_speed = subprocess.run(
-        [sys.executable, "-m", "nvtopy", "replay", str(empty), "--speed", "0"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    bad_speed = run_nvtopy("replay", str(empty), "--speed", "0", timeout=60)
     assert bad_speed.returncode == 2 and "--speed" in bad_speed.stderr
 
 
