@@ -579,7 +579,8 @@ def _unquote(quoted: str) -> str:
 
 
 class _Query:
-    """The PromQL nvtopy's fleet sends, and no more: ``or``, ``max by``/``count by``, ``timestamp()``, selectors."""
+    """The PromQL nvtopy's fleet sends, and no more: ``or``, ``max by``/``count by``, ``timestamp()``,
+    ``label_replace()``, selectors."""
 
     def __init__(self, text: str) -> None:
         self.tokens: list[tuple[str, str]] = []
@@ -632,6 +633,21 @@ class _Query:
             inner = self.parse()
             self.expect(")")
             return (value, tuple(labels), inner)
+        if value == "label_replace":
+            self.expect("(")
+            inner = self.parse()
+            texts = []
+            for _ in range(4):
+                self.expect(",")
+                kind, quoted = self.next()
+                if kind != "string":
+                    raise ValueError(f"label_replace: expected a string, got {quoted!r}")
+                texts.append(_unquote(quoted))
+            self.expect(")")
+            destination, replacement, source, regex = texts
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", destination):
+                raise ValueError(f"invalid destination label name in label_replace(): {destination}")
+            return ("label_replace", inner, destination, replacement, source, re.compile(regex))
         if value == "timestamp":
             self.expect("(")
             inner = self.term()
@@ -687,7 +703,7 @@ class FakePrometheus:
     """A tiny server answering ``POST /api/v1/query`` as Prometheus does, for the queries nvtopy's fleet sends.
 
     It stores :class:`Series` (newest value of each) and evaluates ``or``, ``max by``,
-    ``count by``, ``timestamp()`` and selectors (``=``, ``!=``, ``=~``, ``!~``) over
+    ``count by``, ``timestamp()``, ``label_replace()`` and selectors (``=``, ``!=``, ``=~``, ``!~``) over
     them, at :attr:`now`. ``reply``: a function ``(handler, query) -> bool`` that may
     answer instead (an error, a hang, garbage) by returning True. Each query's text is
     kept in :attr:`queries`. Answers are cached per query text until the series change.
@@ -810,6 +826,18 @@ class FakePrometheus:
                     labels = {k: v for k, v in c.series.labels.items() if k != "__name__"}
                     found[c.key_without_name] = (labels, c.series.timestamp)
             return found
+        if kind == "label_replace":
+            _, inner, destination, replacement, source, pattern = tree
+            replaced = {}
+            for labels, value in self.evaluate(inner).values():
+                match = pattern.fullmatch(labels.get(source, ""))
+                if match is not None:  # Prometheus's $1 and ${1}: the groups; an empty result drops the label
+                    text = match.expand(re.sub(r"\$\{?(\d+)\}?", r"\\g<\1>", replacement.replace("\\", "\\\\")))
+                    labels = {k: v for k, v in labels.items() if k != destination}
+                    if text:
+                        labels[destination] = text
+                replaced[_key(labels)] = (labels, value)
+            return replaced
         if kind == "or":
             left = self.evaluate(tree[1])
             for key, item in self.evaluate(tree[2]).items():

@@ -10,6 +10,7 @@ simulated exporter serves (else the fleet tests are slow again, silently).
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -86,3 +87,36 @@ def test_what_the_parser_refuses_is_refused(text):
         parsed(text)
     with pytest.raises(ValueError):
         exposition_samples(text)
+
+
+def test_the_fake_prometheus_replaces_labels_as_prometheus_does():
+    """``label_replace(v, dst, replacement, src, regex)``: the regex anchored on src's value ("" where the row has
+    none), ``$1``/``${1}`` its groups, an empty result dropping dst; a row that does not match is left as it was."""
+    from .prometheus_fixtures import FakePrometheus, Series
+
+    with FakePrometheus() as fake:
+        fake.now = 100.0
+        fake.set_series(
+            [
+                Series({"__name__": "a", "gpu": "0", "instance": "x:1"}, 1.0, 99.0),
+                Series({"__name__": "b", "gpu": "1", "instance": "y:2", "pod": "p"}, 2.0, 99.0),
+            ]
+        )
+
+        def rows(query: str) -> list[dict[str, str]]:
+            answer = json.loads(fake.answer(query))
+            assert answer["status"] == "success", answer
+            return sorted((item["metric"] for item in answer["data"]["result"]), key=lambda m: sorted(m.items()))
+
+        named = 'label_replace(count by (gpu) ({__name__=~"a|b"}), "__name__", "identity", "", "")'
+        assert rows(named) == [{"gpu": "0", "__name__": "identity"}, {"gpu": "1", "__name__": "identity"}]
+        assert rows(f'{named} or max by (__name__, gpu) ({{__name__="a"}})') == [
+            {"__name__": "a", "gpu": "0"},
+            {"gpu": "0", "__name__": "identity"},
+            {"gpu": "1", "__name__": "identity"},
+        ]
+        host = 'label_replace({__name__=~"a|b"}, "host", "h-${1}-$2", "instance", "(.*):(1)")'
+        assert [m.get("host") for m in rows(host)] == ["h-x-1", None]
+        assert [m.get("pod") for m in rows('label_replace({__name__="b"}, "pod", "", "gpu", "1")')] == [None]
+        refused = json.loads(fake.answer('label_replace({__name__="a"}, "0bad", "x", "", "")'))
+        assert refused["status"] == "error"
