@@ -614,7 +614,18 @@ class _Query:
         left = self.term()
         while self.peek() == ("word", "or"):
             self.next()
-            left = ("or", left, self.term())
+            on = None  # or on(labels): rows told apart by those (__name__ too, where named)
+            if self.peek() == ("word", "on"):
+                self.next()
+                self.expect("(")
+                on = []
+                while True:
+                    _, label = self.next()
+                    if label == ")":
+                        break
+                    if label != ",":
+                        on.append(label)
+            left = ("or", left, self.term(), None if on is None else tuple(on))
         return left
 
     def term(self) -> Any:
@@ -838,10 +849,19 @@ class FakePrometheus:
                         labels[destination] = text
                 replaced[_key(labels)] = (labels, value)
             return replaced
-        if kind == "or":
+        if kind == "or":  # as Prometheus: the right's rows whose labels (but __name__; or the on() ones) are not left's
             left = self.evaluate(tree[1])
+            on = tree[3]
+
+            def signature(labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
+                if on is None:
+                    return _key({k: v for k, v in labels.items() if k != "__name__"})
+                return _key({k: v for k, v in labels.items() if k in on})
+
+            taken = {signature(labels) for labels, _ in left.values()}
             for key, item in self.evaluate(tree[2]).items():
-                left.setdefault(key, item)
+                if signature(item[0]) not in taken:
+                    left.setdefault(key, item)
             return left
         if kind in ("max", "count"):
             groups: dict[tuple[tuple[str, str], ...], tuple[dict[str, str], float]] = {}

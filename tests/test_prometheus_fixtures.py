@@ -110,8 +110,8 @@ def test_the_fake_prometheus_replaces_labels_as_prometheus_does():
 
         named = 'label_replace(count by (gpu) ({__name__=~"a|b"}), "__name__", "identity", "", "")'
         assert rows(named) == [{"gpu": "0", "__name__": "identity"}, {"gpu": "1", "__name__": "identity"}]
+        # `or` matches rows on their labels but __name__: a's gpu 0 is identity's gpu 0, and dropped
         assert rows(f'{named} or max by (__name__, gpu) ({{__name__="a"}})') == [
-            {"__name__": "a", "gpu": "0"},
             {"gpu": "0", "__name__": "identity"},
             {"gpu": "1", "__name__": "identity"},
         ]
@@ -120,3 +120,28 @@ def test_the_fake_prometheus_replaces_labels_as_prometheus_does():
         assert [m.get("pod") for m in rows('label_replace({__name__="b"}, "pod", "", "gpu", "1")')] == [None]
         refused = json.loads(fake.answer('label_replace({__name__="a"}, "0bad", "x", "", "")'))
         assert refused["status"] == "error"
+
+
+def test_the_fake_prometheus_ors_as_prometheus_does():
+    """``a or b``: b's rows whose labels but ``__name__`` are none of a's (Prometheus 2.42 measured: two series of
+    one GPU are one row); ``a or on(labels) b``: matched on those labels only, ``__name__`` too where named."""
+    from .prometheus_fixtures import FakePrometheus, Series
+
+    with FakePrometheus() as fake:
+        fake.now = 100.0
+        fake.set_series(
+            [
+                Series({"__name__": "util", "gpu": "0", "instance": "x:1"}, 1.0, 99.0),
+                Series({"__name__": "temp", "gpu": "0", "instance": "x:1"}, 2.0, 99.0),
+                Series({"__name__": "temp", "gpu": "1", "instance": "x:1"}, 3.0, 99.0),
+            ]
+        )
+
+        def names(query: str) -> list[tuple[str, str]]:
+            answer = json.loads(fake.answer(query))
+            return sorted((item["metric"]["__name__"], item["metric"]["gpu"]) for item in answer["data"]["result"])
+
+        util, temp = (f'max by (__name__, instance, gpu) ({{__name__="{name}"}})' for name in ("util", "temp"))
+        assert names(f"{util} or {temp}") == [("temp", "1"), ("util", "0")]
+        assert names(f"{util} or on(__name__, instance, gpu) {temp}") == [("temp", "0"), ("temp", "1"), ("util", "0")]
+        assert names(f"{util} or on(instance) {temp}") == [("util", "0")]

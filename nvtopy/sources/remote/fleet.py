@@ -312,7 +312,9 @@ def read_query(
     """The second query, for the hosts with new samples (``instances``; None: all), one answer ``or``-ed of:
 
     - the GPUs' values: for each part (metric names, the instances to ask them of), ``max by`` the
-      labels that tell one GPU (or GPU instance, MIG device, Xid) from another;
+      labels that tell one GPU (or GPU instance, MIG device, Xid) from another, the parts or-ed ``on`` those
+      labels and ``__name__`` (a plain ``or`` matches rows on their labels but ``__name__``: a later part's rows
+      of a GPU an earlier part has would be dropped);
     - each GPU's identity and pod, ``count by`` its labels (no ``pid``), named :data:`GPU_IDENTITY`;
     - each process's values, ``max by`` its host, GPU and pid;
     - each process's identity (user, command, owner), ``count by`` its labels (a ``pid``), named
@@ -332,7 +334,12 @@ def read_query(
     def named(name: str, expr: str) -> str:  # the rows of no series named, for a row type of their own (_ROWS)
         return f'label_replace({expr}, "__name__", "{name}", "", "")'
 
-    terms = [f"max by ({by(_VALUE_LABELS)}) ({_selector(names, where, of)})" for names, of in parts]
+    # The value terms or-ed `on` every label they keep, __name__ too: a plain `or` drops the right side's rows whose
+    # labels but __name__ are the left's, every row of a GPU asked of its host in a later term.
+    values = f" or on({by(_VALUE_LABELS)}) ".join(
+        f"max by ({by(_VALUE_LABELS)}) ({_selector(names, where, of)})" for names, of in parts
+    )
+    terms = [values]
     gpus = f"count by ({by(_IDENTITY_LABELS)}) ({_selector(_NEWEST_SOURCES, where, instances)})"
     terms.append(named(GPU_IDENTITY, gpus))
     terms.append(f"max by ({by(_PROCESS_VALUE_LABELS)}) ({_selector(PROCESS_NAMES, where, instances)})")

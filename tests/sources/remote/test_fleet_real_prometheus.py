@@ -30,7 +30,7 @@ import pytest
 from nvtopy.formats.prometheus.parse import parse_exposition
 from nvtopy.model import Snapshot
 from nvtopy.sources.remote import fleet as fleet_module
-from nvtopy.sources.remote.fleet import MAX_QUERIES_PER_REFRESH, PrometheusFleet
+from nvtopy.sources.remote.fleet import MAX_QUERIES_PER_REFRESH, PrometheusFleet, read_query
 
 from ... import prometheus_fixtures
 from ...prometheus_fixtures import (
@@ -136,6 +136,13 @@ def test_the_real_servers_read_answer_fits_a_row_type_per_series(three_exporter_
     identities = [row.metric for row in rows.data.result if row.metric.name is None]
     assert {m.pid is None for m in identities} == {True, False}, "GPU and process identities"
     assert all("__name__" not in m.as_dict() for m in identities)
+    # Two parts of value series (a group asked of some hosts: a term of its own): the server's `or` keeps both
+    # (or-ed on the names too; a plain `or` keeps one row a GPU, the first part's).
+    two = read_query(parts=((["DCGM_FI_DEV_FB_USED"], None), (["DCGM_FI_DEV_GPU_TEMP"], None)))
+    shown = {(labels.get("__name__"), labels["instance"], labels["gpu"]) for labels, _ in fleet.client.query(two)}
+    gpus = sum(GPUS.values())
+    assert len({s for s in shown if s[0] == "DCGM_FI_DEV_FB_USED"}) == gpus
+    assert len({s for s in shown if s[0] == "DCGM_FI_DEV_GPU_TEMP"}) == gpus
 
 
 def test_once_json_and_text_show_the_fleet(three_exporter_fleet: Fleet):
