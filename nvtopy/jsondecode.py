@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import keyword
 import operator
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, Union
 
-__all__ = ["JsonRefusedError", "VectorRows", "decode_json"]
+__all__ = ["JsonRefusedError", "TaggedRows", "VectorRows", "decode_json"]
 
 
 class JsonRefusedError(ValueError):
@@ -151,3 +151,87 @@ class VectorRows:
         metric, row, _ = self._made()
         attribute = self._attribute
         return row(metric(**{attribute[k]: v for k, v in labels.items() if k in attribute}), value)
+
+
+class TaggedRows(VectorRows):
+    """A :class:`VectorRows` whose rows are of one type per series name (a tagged union on ``__name__``): each
+    with only the labels rows of that name may have.
+
+    Why: a fleet's read answer is some 50 rows a GPU, and nearly all of them are a GPU's value with three labels
+    (``__name__``, ``gpu``, ``instance``). Decoded into one row type of every label any row may have (some 30),
+    each row's labels object is 30 slots filled with None and freed again; of a type per name, a handful.
+    Measured on a recorded answer of 4,096 GPUs (168,000 rows, 24 MB), this VM: decode and free 153 -> 100 ms.
+
+    ``kinds``: each series name -> the labels its rows may have (``__name__`` aside). A row whose ``__name__``
+    is one of ``unnamed`` is a row of no series (an aggregation the query named with ``label_replace`` only so
+    its rows have a type of their own): its ``name`` is None and ``__name__`` is not among its labels
+    (:meth:`as_dict`), as in an answer that had no name for it. Any other label a row may have is an attribute
+    of every row type, None where the type has no such field, so a caller reads each row alike. The answers
+    that do not fit exactly (a name not in ``kinds``, a label its type does not have, anything
+    :class:`VectorRows` refuses) are None from :meth:`decode`, and their items become rows of one type of every
+    label (:class:`VectorRows`'s, through :meth:`row`) as they always did.
+    """
+
+    def __init__(self, kinds: Mapping[str, Sequence[str]], unnamed: Collection[str] = ()) -> None:
+        every = dict.fromkeys(("__name__", *(label for labels in kinds.values() for label in labels)))
+        super().__init__(tuple(every))
+        if any("__name__" in labels for labels in kinds.values()) or not set(unnamed) <= set(kinds):
+            raise ValueError("kinds name their rows' labels but __name__, and every unnamed kind")
+        self.kinds = {name: tuple(dict.fromkeys(labels)) for name, labels in kinds.items()}
+        self.unnamed = frozenset(unnamed)
+        self._tagged: Callable[[bytes | str], Any] | None = None
+
+    def _kind(self, name: str) -> Any:
+        """The row type of the series ``name``: a Struct of its labels, tagged with the name."""
+        import msgspec
+
+        own = set(self.kinds[name])
+        named = name not in self.unnamed
+        # as_dict's labels in VectorRows's order (its dicts compare equal, and read the same, as a generic row's)
+        fields = [(label, self._attribute[label]) for label in self.labels if label in own]
+
+        def as_dict(metric: Any) -> dict[str, str]:
+            """The row's labels as a dict, as :class:`VectorRows`'s ``as_dict`` makes them (``__name__`` first)."""
+            said = {"__name__": name} if named else {}
+            for label, attribute in fields:
+                text = getattr(metric, attribute)
+                if text is not None:
+                    said[label] = text
+            return said
+
+        namespace: dict[str, Any] = {a: None for label, a in self._attribute.items() if label not in own}
+        namespace.update(name=name if named else None, as_dict=as_dict)
+        ordered = sorted(fields)  # Prometheus writes a row's labels sorted: each found at the first try
+        return msgspec.defstruct(
+            "Labels",
+            [(a, str, None) for _, a in ordered],
+            rename={a: label for label, a in ordered},
+            tag_field="__name__",
+            tag=name,
+            forbid_unknown_fields=True,
+            namespace=namespace,
+            gc=False,
+        )
+
+    def decode(self, raw: bytes | str) -> Any | None:
+        """``raw`` as an answer whose rows are each of its name's type; None where it does not fit exactly."""
+        if self._tagged is None:
+            import msgspec
+
+            union = tuple(self._kind(name) for name in self.kinds)
+            metric: Any = union[0] if len(union) == 1 else Union[union]  # noqa: UP007 (a tuple of types, made here)
+            row = msgspec.defstruct("Row", [("metric", metric), ("value", tuple[Any, str])], gc=False)
+            data = msgspec.defstruct("Data", [("resultType", str), ("result", list[row])], gc=False)  # type: ignore[valid-type]
+            answer = msgspec.defstruct("Answer", [("status", str), ("data", data), ("warnings", Any, None)], gc=False)
+            self._tagged = msgspec.json.Decoder(answer).decode
+        try:
+            return self._tagged(raw)
+        except (ValueError, RecursionError):  # msgspec's DecodeError and ValidationError are ValueErrors
+            return None
+
+    def row(self, labels: dict[str, str], value: Any) -> Any:
+        """A row of every label (:class:`VectorRows`'s) made of an item decoded as any JSON; an unnamed kind's
+        ``__name__`` left out, as :meth:`decode` reads it."""
+        if labels.get("__name__") in self.unnamed:
+            labels = {k: v for k, v in labels.items() if k != "__name__"}
+        return super().row(labels, value)

@@ -579,7 +579,8 @@ def _unquote(quoted: str) -> str:
 
 
 class _Query:
-    """The PromQL nvtopy's fleet sends, and no more: ``or``, ``max by``/``count by``, ``timestamp()``, selectors."""
+    """The PromQL nvtopy's fleet sends, and no more: ``or``, ``max by``/``count by``, ``timestamp()``,
+    ``label_replace()``, selectors."""
 
     def __init__(self, text: str) -> None:
         self.tokens: list[tuple[str, str]] = []
@@ -613,7 +614,18 @@ class _Query:
         left = self.term()
         while self.peek() == ("word", "or"):
             self.next()
-            left = ("or", left, self.term())
+            on = None  # or on(labels): rows told apart by those (__name__ too, where named)
+            if self.peek() == ("word", "on"):
+                self.next()
+                self.expect("(")
+                on = []
+                while True:
+                    _, label = self.next()
+                    if label == ")":
+                        break
+                    if label != ",":
+                        on.append(label)
+            left = ("or", left, self.term(), None if on is None else tuple(on))
         return left
 
     def term(self) -> Any:
@@ -632,6 +644,21 @@ class _Query:
             inner = self.parse()
             self.expect(")")
             return (value, tuple(labels), inner)
+        if value == "label_replace":
+            self.expect("(")
+            inner = self.parse()
+            texts = []
+            for _ in range(4):
+                self.expect(",")
+                kind, quoted = self.next()
+                if kind != "string":
+                    raise ValueError(f"label_replace: expected a string, got {quoted!r}")
+                texts.append(_unquote(quoted))
+            self.expect(")")
+            destination, replacement, source, regex = texts
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", destination):
+                raise ValueError(f"invalid destination label name in label_replace(): {destination}")
+            return ("label_replace", inner, destination, replacement, source, re.compile(regex))
         if value == "timestamp":
             self.expect("(")
             inner = self.term()
@@ -687,7 +714,7 @@ class FakePrometheus:
     """A tiny server answering ``POST /api/v1/query`` as Prometheus does, for the queries nvtopy's fleet sends.
 
     It stores :class:`Series` (newest value of each) and evaluates ``or``, ``max by``,
-    ``count by``, ``timestamp()`` and selectors (``=``, ``!=``, ``=~``, ``!~``) over
+    ``count by``, ``timestamp()``, ``label_replace()`` and selectors (``=``, ``!=``, ``=~``, ``!~``) over
     them, at :attr:`now`. ``reply``: a function ``(handler, query) -> bool`` that may
     answer instead (an error, a hang, garbage) by returning True. Each query's text is
     kept in :attr:`queries`. Answers are cached per query text until the series change.
@@ -810,10 +837,31 @@ class FakePrometheus:
                     labels = {k: v for k, v in c.series.labels.items() if k != "__name__"}
                     found[c.key_without_name] = (labels, c.series.timestamp)
             return found
-        if kind == "or":
+        if kind == "label_replace":
+            _, inner, destination, replacement, source, pattern = tree
+            replaced = {}
+            for labels, value in self.evaluate(inner).values():
+                match = pattern.fullmatch(labels.get(source, ""))
+                if match is not None:  # Prometheus's $1 and ${1}: the groups; an empty result drops the label
+                    text = match.expand(re.sub(r"\$\{?(\d+)\}?", r"\\g<\1>", replacement.replace("\\", "\\\\")))
+                    labels = {k: v for k, v in labels.items() if k != destination}
+                    if text:
+                        labels[destination] = text
+                replaced[_key(labels)] = (labels, value)
+            return replaced
+        if kind == "or":  # as Prometheus: the right's rows whose labels (but __name__; or the on() ones) are not left's
             left = self.evaluate(tree[1])
+            on = tree[3]
+
+            def signature(labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
+                if on is None:
+                    return _key({k: v for k, v in labels.items() if k != "__name__"})
+                return _key({k: v for k, v in labels.items() if k in on})
+
+            taken = {signature(labels) for labels, _ in left.values()}
             for key, item in self.evaluate(tree[2]).items():
-                left.setdefault(key, item)
+                if signature(item[0]) not in taken:
+                    left.setdefault(key, item)
             return left
         if kind in ("max", "count"):
             groups: dict[tuple[tuple[str, str], ...], tuple[dict[str, str], float]] = {}

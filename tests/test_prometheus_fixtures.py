@@ -10,6 +10,7 @@ simulated exporter serves (else the fleet tests are slow again, silently).
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -86,3 +87,61 @@ def test_what_the_parser_refuses_is_refused(text):
         parsed(text)
     with pytest.raises(ValueError):
         exposition_samples(text)
+
+
+def test_the_fake_prometheus_replaces_labels_as_prometheus_does():
+    """``label_replace(v, dst, replacement, src, regex)``: the regex anchored on src's value ("" where the row has
+    none), ``$1``/``${1}`` its groups, an empty result dropping dst; a row that does not match is left as it was."""
+    from .prometheus_fixtures import FakePrometheus, Series
+
+    with FakePrometheus() as fake:
+        fake.now = 100.0
+        fake.set_series(
+            [
+                Series({"__name__": "a", "gpu": "0", "instance": "x:1"}, 1.0, 99.0),
+                Series({"__name__": "b", "gpu": "1", "instance": "y:2", "pod": "p"}, 2.0, 99.0),
+            ]
+        )
+
+        def rows(query: str) -> list[dict[str, str]]:
+            answer = json.loads(fake.answer(query))
+            assert answer["status"] == "success", answer
+            return sorted((item["metric"] for item in answer["data"]["result"]), key=lambda m: sorted(m.items()))
+
+        named = 'label_replace(count by (gpu) ({__name__=~"a|b"}), "__name__", "identity", "", "")'
+        assert rows(named) == [{"gpu": "0", "__name__": "identity"}, {"gpu": "1", "__name__": "identity"}]
+        # `or` matches rows on their labels but __name__: a's gpu 0 is identity's gpu 0, and dropped
+        assert rows(f'{named} or max by (__name__, gpu) ({{__name__="a"}})') == [
+            {"gpu": "0", "__name__": "identity"},
+            {"gpu": "1", "__name__": "identity"},
+        ]
+        host = 'label_replace({__name__=~"a|b"}, "host", "h-${1}-$2", "instance", "(.*):(1)")'
+        assert [m.get("host") for m in rows(host)] == ["h-x-1", None]
+        assert [m.get("pod") for m in rows('label_replace({__name__="b"}, "pod", "", "gpu", "1")')] == [None]
+        refused = json.loads(fake.answer('label_replace({__name__="a"}, "0bad", "x", "", "")'))
+        assert refused["status"] == "error"
+
+
+def test_the_fake_prometheus_ors_as_prometheus_does():
+    """``a or b``: b's rows whose labels but ``__name__`` are none of a's (Prometheus 2.42 measured: two series of
+    one GPU are one row); ``a or on(labels) b``: matched on those labels only, ``__name__`` too where named."""
+    from .prometheus_fixtures import FakePrometheus, Series
+
+    with FakePrometheus() as fake:
+        fake.now = 100.0
+        fake.set_series(
+            [
+                Series({"__name__": "util", "gpu": "0", "instance": "x:1"}, 1.0, 99.0),
+                Series({"__name__": "temp", "gpu": "0", "instance": "x:1"}, 2.0, 99.0),
+                Series({"__name__": "temp", "gpu": "1", "instance": "x:1"}, 3.0, 99.0),
+            ]
+        )
+
+        def names(query: str) -> list[tuple[str, str]]:
+            answer = json.loads(fake.answer(query))
+            return sorted((item["metric"]["__name__"], item["metric"]["gpu"]) for item in answer["data"]["result"])
+
+        util, temp = (f'max by (__name__, instance, gpu) ({{__name__="{name}"}})' for name in ("util", "temp"))
+        assert names(f"{util} or {temp}") == [("temp", "1"), ("util", "0")]
+        assert names(f"{util} or on(__name__, instance, gpu) {temp}") == [("temp", "0"), ("temp", "1"), ("util", "0")]
+        assert names(f"{util} or on(instance) {temp}") == [("util", "0")]

@@ -119,7 +119,7 @@ from ...formats.prometheus.parse import (
 )
 from ...formats.prometheus.series import MIG_DEVICE_SERIES, NVTOPY_FIELDS, OWNER_LABELS
 from ...interval import STALE_INTERVALS
-from ...jsondecode import VectorRows
+from ...jsondecode import TaggedRows
 from ...model import GROUP_OF_FIELD, GpuSample, GpuState, GpuStatic, HostInfo, Snapshot
 from ..base import SnapshotSource
 from ..gc_policy import paused_gc
@@ -260,6 +260,9 @@ _IDENTITY_LABELS = (
     *_POD_LABELS,
 )
 PROCESS_NAMES = tuple(f"nvtopy_process_{name}" for name in PROCESS_VALUES)
+# The names read_query gives the identity rows (aggregations, of no series): each its own row type (_ROWS).
+GPU_IDENTITY = "nvtopy_fleet_gpu_identity"
+PROCESS_IDENTITY = "nvtopy_fleet_process_identity"
 # GpuStatic <- the label's spellings
 _IDENTITY = (("uuid", UUID_LABELS), ("bus_id", ("pci_bus_id",)), ("name", ("modelName",)))
 _PROCESS_VALUE_LABELS = ("__name__", *_HOST_KEY_LABELS, "gpu", "pid")
@@ -309,10 +312,16 @@ def read_query(
     """The second query, for the hosts with new samples (``instances``; None: all), one answer ``or``-ed of:
 
     - the GPUs' values: for each part (metric names, the instances to ask them of), ``max by`` the
-      labels that tell one GPU (or GPU instance, MIG device, Xid) from another;
-    - each GPU's identity and pod, ``count by`` its labels (no ``__name__``, no ``pid``);
+      labels that tell one GPU (or GPU instance, MIG device, Xid) from another, the parts or-ed ``on`` those
+      labels and ``__name__`` (a plain ``or`` matches rows on their labels but ``__name__``: a later part's rows
+      of a GPU an earlier part has would be dropped);
+    - each GPU's identity and pod, ``count by`` its labels (no ``pid``), named :data:`GPU_IDENTITY`;
     - each process's values, ``max by`` its host, GPU and pid;
-    - each process's identity (user, command, owner), ``count by`` its labels (no ``__name__``, a ``pid``).
+    - each process's identity (user, command, owner), ``count by`` its labels (a ``pid``), named
+      :data:`PROCESS_IDENTITY`.
+
+    The identity rows are of no series: ``label_replace`` names them only so that each kind of row is a type of its
+    own when decoded (:data:`_ROWS`), the few labels a GPU's value has rather than every label of every row.
 
     ``hostname`` False: no host label (``Hostname`` nor ``hostname``) in the answer, where every ``instance``
     has one host name (the first query says so) and a row's ``instance`` names its host: some 20 bytes less
@@ -322,11 +331,20 @@ def read_query(
     def by(labels: tuple[str, ...]) -> str:
         return ", ".join(label for label in labels if hostname or label not in HOST_LABELS)
 
-    terms = [f"max by ({by(_VALUE_LABELS)}) ({_selector(names, where, of)})" for names, of in parts]
-    terms.append(f"count by ({by(_IDENTITY_LABELS)}) ({_selector(_NEWEST_SOURCES, where, instances)})")
+    def named(name: str, expr: str) -> str:  # the rows of no series named, for a row type of their own (_ROWS)
+        return f'label_replace({expr}, "__name__", "{name}", "", "")'
+
+    # The value terms or-ed `on` every label they keep, __name__ too: a plain `or` drops the right side's rows whose
+    # labels but __name__ are the left's, every row of a GPU asked of its host in a later term.
+    values = f" or on({by(_VALUE_LABELS)}) ".join(
+        f"max by ({by(_VALUE_LABELS)}) ({_selector(names, where, of)})" for names, of in parts
+    )
+    terms = [values]
+    gpus = f"count by ({by(_IDENTITY_LABELS)}) ({_selector(_NEWEST_SOURCES, where, instances)})"
+    terms.append(named(GPU_IDENTITY, gpus))
     terms.append(f"max by ({by(_PROCESS_VALUE_LABELS)}) ({_selector(PROCESS_NAMES, where, instances)})")
     identities = _selector(_PROCESS_IDENTITY_SOURCES, where, instances)
-    terms.append(f"count by ({by(_PROCESS_IDENTITY_LABELS)}) ({identities})")
+    terms.append(named(PROCESS_IDENTITY, f"count by ({by(_PROCESS_IDENTITY_LABELS)}) ({identities})"))
     return " or ".join(terms)
 
 
@@ -351,9 +369,24 @@ _ECC_VALUES = frozenset(a for part, a, _ in _ROUTES.values() if part == "values"
 _PARTS = ("static", "health", "values")  # where a GPU's value goes: _Gpu.parts, in this order
 MEMO_VALUES = 4096  # a field's values whose reading is kept (PrometheusFleet._memos), the first come
 _UNSEEN = object()
-# The read answer's rows (PrometheusClient.query_items): every label its query's `by` clauses keep, and no other.
-_ROWS = VectorRows(
-    tuple(dict.fromkeys((*_VALUE_LABELS, *_IDENTITY_LABELS, *_PROCESS_VALUE_LABELS, *_PROCESS_IDENTITY_LABELS)))
+# The read answer's rows (PrometheusClient.query_items): a row type per series name (TaggedRows), each of the labels
+# its query's `by` clause keeps that rows of that name have: a GPU's value series the host's, the GPU's and a GPU
+# instance's (six, where one type of every label would be some 30), an Xid count its `xid` too, a MIG device's the
+# device's, a process's value its pid; the identity rows (named by read_query only for a type of their own: their
+# `name` is None) their `by` clause's. An answer with a label outside its row's type (an exporter's series with a
+# label this list does not expect) is read as before, each row of one type of every label: slower, the same.
+_GPU_VALUE_LABELS = (*_HOST_KEY_LABELS, "gpu", "GPU_I_ID", "GPU_I_PROFILE")
+assert _VALUE_LABELS[0] == _PROCESS_VALUE_LABELS[0] == "__name__", "the tagged union's rows: __name__ is the tag"
+_ROWS = TaggedRows(
+    {
+        **dict.fromkeys((*_GPU_READS, "nvtopy_gpu_lost"), _GPU_VALUE_LABELS),
+        "nvtopy_xid_events_total": (*_GPU_VALUE_LABELS, "xid"),
+        **dict.fromkeys(_MIG_DEVICE_NAMES, _VALUE_LABELS[1:]),
+        **dict.fromkeys(PROCESS_NAMES, _PROCESS_VALUE_LABELS[1:]),
+        GPU_IDENTITY: _IDENTITY_LABELS,
+        PROCESS_IDENTITY: _PROCESS_IDENTITY_LABELS,
+    },
+    unnamed=(GPU_IDENTITY, PROCESS_IDENTITY),
 )
 
 

@@ -100,6 +100,34 @@ def test_each_timed_value_is_as_old_as_its_cadence_and_no_older(fake, interval):
     assert len(fake.queries) == 2 * 34, "two queries a refresh"
 
 
+def test_hosts_at_different_phases_each_get_their_timed_values(fake):
+    """Two hosts scraped at different phases: a timed group due for one of them only is a term of the read query of
+    its own (that host's instance), or-ed with the every-refresh term of both. Prometheus's ``or`` drops the rows
+    of its right side whose labels but ``__name__`` are the left side's (a GPU's value rows: ``instance`` and
+    ``gpu``, the same for every series of a GPU), so the terms are or-ed ``on`` their names too; else the host's
+    timed values were never read (None, until asked again at every one of its cadences)."""
+    fleet = fleet_of(fake, interval=1.0)
+    hosts = {"10.0.0.1:9400": _LABELS.replace("dgx-9", "dgx-1"), "10.0.0.2:9400": _LABELS.replace("dgx-9", "dgx-2")}
+    steps = {"10.0.0.1:9400": (0, 2, 4), "10.0.0.2:9400": (0, 1, 2)}  # the first due for its 2 s group, the other not
+    for n in range(3):
+        for instance, labels in hosts.items():
+            step = steps[instance][n]
+            text = "".join(f"{name}{{{labels}}} {value(step)}\n" for name, (_, value, _) in _MOVING.items())
+            fake.add_exposition(text, instance, timestamp=NOW + step)
+        fake.now = NOW + max(steps[i][n] for i in hosts) + 0.5
+        gpus = fleet.poll_once().gpus
+        assert [g.static.host for g in gpus] == ["dgx-1", "dgx-2"]
+        for gpu, instance in zip(gpus, hosts, strict=True):
+            for name, (attribute, value, cadence) in _MOVING.items():
+                step = steps[instance][n]
+                if cadence > 2 and n:
+                    continue  # read at the first refresh only, kept since
+                if cadence == 2 and instance == "10.0.0.2:9400" and n == 1:
+                    step = 0  # not due: as read at the first refresh
+                assert getattr(gpu.sample, attribute) == _reads(name, value(step)), (n, instance, name)
+    assert any('instance=~"10\\\\.0' in query for query in fake.queries), "a term for one host's timed group"
+
+
 def test_a_host_whose_clock_goes_back_is_read_in_full(fake):
     """A host whose newest sample is older than the one its timed groups were read at (its exporter's clock set
     back, another server behind the address): every timed group is read again at once, not after the gap."""

@@ -29,7 +29,8 @@ import pytest
 
 from nvtopy.formats.prometheus.parse import parse_exposition
 from nvtopy.model import Snapshot
-from nvtopy.sources.remote.fleet import MAX_QUERIES_PER_REFRESH, PrometheusFleet
+from nvtopy.sources.remote import fleet as fleet_module
+from nvtopy.sources.remote.fleet import MAX_QUERIES_PER_REFRESH, PrometheusFleet, read_query
 
 from ... import prometheus_fixtures
 from ...prometheus_fixtures import (
@@ -108,6 +109,40 @@ def test_the_fleet_shows_every_exporters_gpus_and_processes(three_exporter_fleet
     assert shown and shown == pids
     assert all(p.user and p.command for p in snapshot.processes)
     assert not fleet.can_signal
+
+
+def test_the_real_servers_read_answer_fits_a_row_type_per_series(three_exporter_fleet: Fleet):
+    """Prometheus (2.42 on) names the identity rows as read_query asks (``label_replace`` of ``__name__``), and
+    every row of its answer fits its name's type: the answer is decoded the fast way, not as any JSON."""
+    fleet = PrometheusFleet(three_exporter_fleet.url, interval=1.0)
+    complete(fleet, sum(GPUS.values()))
+    answers: list[bytes] = []
+    decode = fleet_module._ROWS.decode
+
+    def kept(raw: bytes) -> object:
+        answers.append(raw)
+        return decode(raw)
+
+    fleet_module._ROWS.decode = kept  # type: ignore[method-assign]
+    try:
+        fleet.read_once()
+    finally:
+        del fleet_module._ROWS.decode
+    assert len(answers) == 1
+    rows = decode(answers[0])
+    assert rows is not None, "the read answer does not fit the row types"
+    names = {row.metric.name for row in rows.data.result}
+    assert None in names and "DCGM_FI_DEV_FB_USED" in names and "nvtopy_process_gpu_memory_bytes" in names
+    identities = [row.metric for row in rows.data.result if row.metric.name is None]
+    assert {m.pid is None for m in identities} == {True, False}, "GPU and process identities"
+    assert all("__name__" not in m.as_dict() for m in identities)
+    # Two parts of value series (a group asked of some hosts: a term of its own): the server's `or` keeps both
+    # (or-ed on the names too; a plain `or` keeps one row a GPU, the first part's).
+    two = read_query(parts=((["DCGM_FI_DEV_FB_USED"], None), (["DCGM_FI_DEV_GPU_TEMP"], None)))
+    shown = {(labels.get("__name__"), labels["instance"], labels["gpu"]) for labels, _ in fleet.client.query(two)}
+    gpus = sum(GPUS.values())
+    assert len({s for s in shown if s[0] == "DCGM_FI_DEV_FB_USED"}) == gpus
+    assert len({s for s in shown if s[0] == "DCGM_FI_DEV_GPU_TEMP"}) == gpus
 
 
 def test_once_json_and_text_show_the_fleet(three_exporter_fleet: Fleet):
