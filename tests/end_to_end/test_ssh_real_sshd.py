@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from nvtopy.sources.remote.ssh.hosts import SshHosts
-from nvtopy.sources.remote.ssh.session import Mode, State
+from nvtopy.sources.remote.ssh.session import Mode, State, Status
 from nvtopy.sources.remote.ssh.targets import expand
 from tests import sshd
 from tests.sources.remote.ssh.test_ssh_hosts import lines_of, until
@@ -81,17 +81,27 @@ def test_each_failing_host_says_why_while_the_others_keep_updating(lab: sshd.Ssh
     source.streams.start()
     try:
         sessions = {s.target.label: s for s in source.streams.sessions}
+        # Each failed host's status as it was when it was first seen lost: a lost host is asked again after a
+        # backoff (1 s for the hung one), and is then connecting, with no reason, when the test reads it later.
+        lost: dict[str, Status] = {}
+
+        def seen_lost(host: str) -> bool:
+            status = sessions[host].status  # one frozen Status: its state and reason of the same moment
+            if status.state is State.LOST:
+                lost.setdefault(host, status)
+            return host in lost
+
         until(lambda: all(sessions[h].latest for h in LIVE), 30.0, "both live hosts streaming")
         for host in ("junk", "nothing", "wrongkey", "refused"):
-            until(lambda h=host: sessions[h].status.state is State.LOST, 30.0, f"{host} lost")  # type: ignore[misc]
-        until(lambda: sessions["hang"].status.state is State.LOST, 15.0, "the hung host dropped at its deadline")
+            until(lambda h=host: seen_lost(h), 30.0, f"{host} lost")  # type: ignore[misc]
+        until(lambda: seen_lost("hang"), 15.0, "the hung host dropped at its deadline")
         first = {h: sessions[h].latest.sequence for h in LIVE}  # type: ignore[union-attr]
         until(lambda: all(sessions[h].latest.sequence > first[h] for h in LIVE), 5.0, "still updating")  # type: ignore[union-attr]
         snapshot = source.poll_once()
     finally:
         source.stop()
     assert all(sessions[h].latest.mode is Mode.NVTOPY for h in LIVE)  # type: ignore[union-attr]
-    reasons = {h: sessions[h].status.reason or "" for h in ("hang", "junk", "nothing", "wrongkey", "refused")}
+    reasons = {h: lost[h].reason or "" for h in ("hang", "junk", "nothing", "wrongkey", "refused")}
     assert reasons["hang"] == "no answer within 4 s"
     assert reasons["junk"] == "not nvtopy's stream nor nvidia-smi's output (a line of over 64 KiB)"
     assert reasons["nothing"].startswith("neither nvtopy nor nvidia-smi found")
