@@ -70,7 +70,7 @@ COALESCE = 0.1
 wake-up reads several hosts' lines: 64 hosts sending a line a second woke it 60 times a second, each a context
 switch and a pass of the loop (measured at 64 hosts: 16 ms of its CPU a second, 7 ms with 0.05 s, 6 with 0.1 s)."""
 MAX_WAIT = 0.5  # the longest the thread sleeps without looking at its timers
-TIMER_STEP = 0.1  # and the shortest time between two looks (unless woken from outside)
+TIMER_STEP = 0.1  # how soon it looks again for a host due to reconnect but held back by ``max_connecting``
 _PDEATHSIG = ("setpriv", "--pdeathsig", "TERM", "--")
 
 
@@ -127,6 +127,7 @@ class SshStreams:
         os.set_blocking(self._wake_w, False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._stopping = False
+        self._recheck = False  # set by this thread when a host's state changed: its timers looked at next pass
         self._woken = threading.Event()  # set by _wake: a coalescing pause ends at once
         self._coalesce = min(COALESCE, interval / 4)
         self._thread: threading.Thread | None = None
@@ -170,18 +171,19 @@ class SshStreams:
     # ----------------------------------------------------------------- the thread
 
     def _run(self) -> None:
-        """Wait on every host's output and the timers; the timers are looked at no more often than every
-        :data:`TIMER_STEP` (64 hosts wake this thread 60 times a second; a deadline is seconds away), and at
-        once when woken from outside (a host dropped by the source, a stop)."""
+        """Wait on every host's output and the timers; the timers are looked at when the nearest deadline is due
+        (at most :data:`MAX_WAIT` apart), after a host's state changed here (a host live, dropped, ended: the
+        deadlines and the hosts that may connect change with it), and at once when woken from outside (a host
+        dropped by the source, a stop) -- not at every wake-up: 64 hosts wake this thread 10 times a second,
+        and each look is a pass over every host."""
         next_check = 0.0
-        wait = 0.0
         try:
             while not self._stopping:
                 now = time.monotonic()
-                if now >= next_check:
+                if now >= next_check or self._recheck:
+                    self._recheck = False
                     self._start_due(now)
-                    wait = self._check_timers(now)
-                    next_check = now + min(wait, TIMER_STEP)
+                    next_check = now + self._check_timers(now)
                 hosts_read = False
                 for key, _ in self._selector.select(max(0.0, next_check - now)):
                     if key.data is None:
@@ -269,7 +271,8 @@ class SshStreams:
                     continue
                 wait = min(wait, left)
             elif status.state is State.LOST and status.retry_at is not None:
-                wait = min(wait, max(0.0, status.retry_at - now))
+                left = status.retry_at - now
+                wait = min(wait, left if left > 0 else TIMER_STEP)  # due, held back: a connection's end rechecks
         still = []
         for killed_at, process in self._ending:
             if process.poll() is None:
@@ -405,6 +408,7 @@ class SshStreams:
             self._lost(session, f"not nvtopy's stream nor nvidia-smi's output (it said: {said})", now, LONG_BACKOFF)
 
     def _live(self, session: Session, now: float) -> None:
+        self._recheck = True  # its deadline is now the silence's, and one more host may connect
         session.live_since = now
         session.set_status(State.LIVE, mode=session.mode, attempts=session.status.attempts)
 
@@ -433,6 +437,7 @@ class SshStreams:
         attempts: int | None = None,
     ) -> None:
         """Drop the host: its ssh closed and ended, the reason said, the next try scheduled."""
+        self._recheck = True  # its retry and its ssh's end to time, and one more host may connect
         self._close(session)
         tries = session.status.attempts if attempts is None else attempts
         if session.live_since is not None and now - session.live_since >= STEADY_AFTER:
