@@ -21,6 +21,7 @@ import pytest
 from nvtopy.alerts.engine import AlertEngine
 from nvtopy.alerts.settings import alert_settings
 from nvtopy.model import Snapshot
+from nvtopy.sources.remote.ssh import streams
 from nvtopy.sources.remote.ssh.hosts import SshHosts
 from nvtopy.sources.remote.ssh.session import State
 from nvtopy.sources.remote.ssh.streams import MAX_WAIT, TIMER_STEP
@@ -262,6 +263,70 @@ def test_a_host_due_again_while_others_take_every_connection_slot_does_not_spin_
         assert len(held) <= 3 / TIMER_STEP, f"{len(held)} looks in the second it was held back"
         until(lambda: exits.status.attempts == 2 and exits.process is not None, 8.0, "asked again once hang lost")
         assert hang.status.state is State.LOST
+    finally:
+        source.stop()
+
+
+def test_a_refresh_takes_each_hosts_newest_line_though_lines_wait_to_be_parsed_together(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Stream lines are parsed in batches (a cold cache's cost once, not every pause): the first snapshot at once,
+    the others when a refresh asks (``catch_up``) -- here the only batch -- so it shows the newest line read."""
+    monkeypatch.setattr(streams, "PARSE_AFTER", 1000.0)  # no batch but the refresh's
+    monkeypatch.setattr(streams, "ASKED_WITHIN", 1000.0)  # (one refresh: lines wait for the next)
+    source = hosts(tmp_path, "gpu-a")  # a line each 0.2 s
+    source.streams.start()
+    try:
+        session = source.streams.sessions[0]
+        first = until(lambda: session.latest, what="its first snapshot")
+        source.poll_once()
+        first = session.latest
+        until(lambda: time.monotonic() - first.received >= 1.0, what="a second of lines")  # type: ignore[attr-defined]
+        assert session.latest is first  # read, kept for the refresh
+        source.poll_once()
+        assert session.latest.sequence >= 2 and session.latest.received > first.received  # type: ignore[attr-defined]
+    finally:
+        source.stop()
+
+
+def test_with_no_refresh_asking_lines_are_parsed_as_they_come(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """``--once`` waiting for first snapshots, a caller watching ``latest``: no batch to wait for."""
+    monkeypatch.setattr(streams, "PARSE_AFTER", 1000.0)  # a batch would never come
+    monkeypatch.setattr(streams, "PENDING_BYTES", 1 << 30)  # nor the bound's parse
+    source = hosts(tmp_path, "gpu-a")
+    source.streams.start()
+    try:
+        session = source.streams.sessions[0]
+        until(lambda: session.latest and session.latest.sequence >= 3, what="lines parsed as they came")
+    finally:
+        source.stop()
+
+
+def test_a_hosts_lines_past_the_pending_bound_are_parsed_as_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """What waits to be parsed is bounded (:data:`PENDING_BYTES` a host): past it, lines are parsed as they come,
+    with no refresh asking and no batch due."""
+    monkeypatch.setattr(streams, "PARSE_AFTER", 1000.0)
+    monkeypatch.setattr(streams, "ASKED_WITHIN", 1000.0)
+    monkeypatch.setattr(streams, "PENDING_BYTES", 1)  # every line is past it
+    source = hosts(tmp_path, "gpu-a")
+    source.streams.start()
+    try:
+        session = source.streams.sessions[0]
+        until(lambda: session.latest, what="its first snapshot")
+        source.poll_once()  # a refresh asked: lines would wait for the next
+        until(lambda: session.latest and session.latest.sequence >= 3, what="lines parsed as read")
+    finally:
+        source.stop()
+
+
+def test_a_host_that_ends_has_the_lines_it_sent_parsed_before_it_is_dropped(tmp_path: Path):
+    source = hosts(tmp_path, "exits")  # a hello, two snapshots, the end
+    source.streams.start()
+    try:
+        session = source.streams.sessions[0]
+        until(lambda: session.status.state is State.LOST, what="the session's end")
+        assert session.status.reason == "the session ended"
+        assert session.latest is not None and session.latest.sequence == 2
     finally:
         source.stop()
 
