@@ -19,6 +19,11 @@ every wait has a deadline:
 - at most ``max_connecting`` hosts connect at once (forks and handshakes come
   in waves, not all together).
 
+The thread cuts each host's output into lines as it comes (every bound above is counted as read) but parses a
+host's stream lines in one batch with every other host's, when a refresh asks for the hosts' values
+(:meth:`SshStreams.catch_up`; :data:`PARSE_AFTER` says why, and the bounds on what waits); its timers are looked
+at when a deadline is due or a host's state changed, not at every wake-up.
+
 Only this thread starts ssh processes, and each is started in its own process
 group (a Ctrl-C in the terminal is the monitor's, not ssh's) and, where
 ``setpriv`` exists, with the parent-death signal set: if the monitor is killed
