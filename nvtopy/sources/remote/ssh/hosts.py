@@ -160,6 +160,7 @@ class SshHosts(SnapshotSource):
 
     def poll_once(self) -> Snapshot:
         """Every host's newest value as GPU lines (decoding only what is new), published."""
+        self.streams.catch_up()  # every line read so far parsed: each host's newest value
         now = time.time()
         clock = time.monotonic()
         sessions = self.streams.sessions

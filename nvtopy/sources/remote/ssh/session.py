@@ -106,6 +106,8 @@ class Session:
         # The I/O thread's own (never read elsewhere):
         self.process: subprocess.Popen[bytes] | None = None
         self.buffer = bytearray()
+        self.pending: list[tuple[bytes, float]] = []  # stream lines read, not yet parsed, and when each was read
+        self.pending_bytes = 0
         self.said: collections.deque[str] = collections.deque(maxlen=SAID_KEPT)
         self.preamble_lines = 0
         self.smi_reader: Any = None  # nvidia_smi_csv.SmiCycleReader, in nvidia-smi's mode

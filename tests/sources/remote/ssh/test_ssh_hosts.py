@@ -21,8 +21,10 @@ import pytest
 from nvtopy.alerts.engine import AlertEngine
 from nvtopy.alerts.settings import alert_settings
 from nvtopy.model import Snapshot
+from nvtopy.sources.remote.ssh import streams
 from nvtopy.sources.remote.ssh.hosts import SshHosts
 from nvtopy.sources.remote.ssh.session import State
+from nvtopy.sources.remote.ssh.streams import MAX_WAIT, TIMER_STEP
 from nvtopy.sources.remote.ssh.targets import expand
 
 from . import fake_ssh
@@ -204,6 +206,127 @@ def test_hosts_connect_in_waves_of_at_most_max_connecting(tmp_path: Path):
         time.sleep(0.3)  # a window in which a ninth would have started: there must be none (not a wait for luck)
         states = [s.status.state for s in source.streams.sessions]
         assert states.count(State.CONNECTING) == 8 and states.count(State.WAITING) == 32
+    finally:
+        source.stop()
+
+
+def counted_looks(source: SshHosts) -> list[float]:
+    """When the I/O thread looks at its timers (each look a pass over every host): the list fills as it runs."""
+    looks: list[float] = []
+    check = source.streams._check_timers
+
+    def counting(now: float) -> float:
+        looks.append(now)
+        return check(now)
+
+    source.streams._check_timers = counting  # type: ignore[method-assign]
+    return looks
+
+
+def test_streaming_hosts_wake_the_thread_without_a_look_at_every_hosts_timers(tmp_path: Path):
+    """Four hosts, a line each 0.2 s, wake the thread every pause (0.0625 s here); its timers are looked at when a
+    deadline is due (at most :data:`MAX_WAIT` apart) or a host's state changed, none of which happens here. A
+    loaded machine only wakes the thread less often: the bound cannot be tripped by load."""
+    source = hosts(tmp_path, "gpu-a,gpu-b,gpu-c,gpu-d")
+    looks = counted_looks(source)
+    source.streams.start()
+    try:
+        sessions = source.streams.sessions
+        until(lambda: all(s.latest and s.latest.sequence >= 2 for s in sessions), what="every host streaming")
+
+        def sent() -> int:
+            return sum(s.latest.sequence for s in sessions if s.latest)
+
+        began, first, before = time.monotonic(), len(looks), sent()
+        until(lambda: time.monotonic() - began >= 1.5, what="1.5 s")  # a window: (a wait for time, not for luck)
+        window = time.monotonic() - began
+        assert all(s.status.state is State.LIVE for s in sessions)
+        assert sent() - before >= 8  # the hosts did stream (and wake the thread) in the window
+        assert len(looks) - first <= window / MAX_WAIT + 2, f"{len(looks) - first} looks in {window:.2f} s"
+    finally:
+        source.stop()
+
+
+def test_a_host_due_again_while_others_take_every_connection_slot_does_not_spin_the_thread(tmp_path: Path):
+    """``exits`` ends and is due again after 1 s, but ``hang`` holds the one slot until its 4 s deadline: the
+    thread looks again every :data:`TIMER_STEP` (not in a loop), and ``exits`` is asked again once the slot is free."""
+    source = hosts(tmp_path, "exits,hang", max_connecting=1, connect_timeout=4.0)
+    looks = counted_looks(source)
+    source.streams.start()
+    try:
+        exits, hang = source.streams.sessions
+        lost = until(lambda: exits.status.state is State.LOST and exits.status, what="exits ended")
+        retry_at = lost.retry_at  # type: ignore[attr-defined]
+        until(lambda: time.monotonic() > retry_at + 1.0, what="a second past its retry")
+        assert hang.status.state is State.CONNECTING and exits.status.state is State.LOST  # held back
+        held = [now for now in looks if retry_at <= now <= retry_at + 1.0]
+        assert len(held) <= 3 / TIMER_STEP, f"{len(held)} looks in the second it was held back"
+        until(lambda: exits.status.attempts == 2 and exits.process is not None, 8.0, "asked again once hang lost")
+        assert hang.status.state is State.LOST
+    finally:
+        source.stop()
+
+
+def test_a_refresh_takes_each_hosts_newest_line_though_lines_wait_to_be_parsed_together(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Stream lines are parsed in batches (a cold cache's cost once, not every pause): the first snapshot at once,
+    the others when a refresh asks (``catch_up``) -- here the only batch -- so it shows the newest line read."""
+    monkeypatch.setattr(streams, "PARSE_AFTER", 1000.0)  # no batch but the refresh's
+    monkeypatch.setattr(streams, "ASKED_WITHIN", 1000.0)  # (one refresh: lines wait for the next)
+    source = hosts(tmp_path, "gpu-a")  # a line each 0.2 s
+    source.streams.start()
+    try:
+        session = source.streams.sessions[0]
+        first = until(lambda: session.latest, what="its first snapshot")
+        source.poll_once()
+        first = session.latest
+        until(lambda: time.monotonic() - first.received >= 1.0, what="a second of lines")  # type: ignore[attr-defined]
+        assert session.latest is first  # read, kept for the refresh
+        source.poll_once()
+        assert session.latest.sequence >= 2 and session.latest.received > first.received  # type: ignore[attr-defined]
+    finally:
+        source.stop()
+
+
+def test_with_no_refresh_asking_lines_are_parsed_as_they_come(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """``--once`` waiting for first snapshots, a caller watching ``latest``: no batch to wait for."""
+    monkeypatch.setattr(streams, "PARSE_AFTER", 1000.0)  # a batch would never come
+    monkeypatch.setattr(streams, "PENDING_BYTES", 1 << 30)  # nor the bound's parse
+    source = hosts(tmp_path, "gpu-a")
+    source.streams.start()
+    try:
+        session = source.streams.sessions[0]
+        until(lambda: session.latest and session.latest.sequence >= 3, what="lines parsed as they came")
+    finally:
+        source.stop()
+
+
+def test_a_hosts_lines_past_the_pending_bound_are_parsed_as_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """What waits to be parsed is bounded (:data:`PENDING_BYTES` a host): past it, lines are parsed as they come,
+    with no refresh asking and no batch due."""
+    monkeypatch.setattr(streams, "PARSE_AFTER", 1000.0)
+    monkeypatch.setattr(streams, "ASKED_WITHIN", 1000.0)
+    monkeypatch.setattr(streams, "PENDING_BYTES", 1)  # every line is past it
+    source = hosts(tmp_path, "gpu-a")
+    source.streams.start()
+    try:
+        session = source.streams.sessions[0]
+        until(lambda: session.latest, what="its first snapshot")
+        source.poll_once()  # a refresh asked: lines would wait for the next
+        until(lambda: session.latest and session.latest.sequence >= 3, what="lines parsed as read")
+    finally:
+        source.stop()
+
+
+def test_a_host_that_ends_has_the_lines_it_sent_parsed_before_it_is_dropped(tmp_path: Path):
+    source = hosts(tmp_path, "exits")  # a hello, two snapshots, the end
+    source.streams.start()
+    try:
+        session = source.streams.sessions[0]
+        until(lambda: session.status.state is State.LOST, what="the session's end")
+        assert session.status.reason == "the session ended"
+        assert session.latest is not None and session.latest.sequence == 2
     finally:
         source.stop()
 
