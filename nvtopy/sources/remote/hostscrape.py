@@ -69,7 +69,6 @@ _STATIC_SAID = operator.attrgetter(*_STATIC_COPIED)  # the figures a GpuStatic i
 _NEW_SAMPLE = fast_constructor(GpuSample)
 _NEW_PROCESS = fast_constructor(GpuProcess)
 _NEW_STATE = fast_constructor(GpuState)
-_UNKNOWN: Any = object()
 _SAMPLE_FIELDS = tuple(GpuSample.__dataclass_fields__)
 # Every GpuSample field but the three set here, with its default: a host's values laid over them, then read out in
 # the dataclass's order (a C-level copy, update and itemgetter a GPU, not some 40 keyword arguments).
@@ -87,10 +86,6 @@ _SAID_OR_NOT = frozenset(SAID_OR_NOT_AVAILABLE)
 # The "not available" reasons of a host that leaves out these fields: one frozen map per set left out (a fleet has
 # a handful of kinds of host), in SAID_OR_NOT_AVAILABLE's order, as built one by one.
 _NOT_SAID: dict[frozenset[str], Reasons] = {}
-# The names a host's values came in (their order) -> the "not available" reasons of a sample of them, or None where
-# the fast way cannot take them: a GPU whose values come in the names of one before (a fleet's 4,096, a handful of
-# kinds of host) has them in one look-up of its names, not a set of them tested, made and hashed. Bounded, as above.
-_BY_NAMES: dict[tuple[str, ...], Reasons | None] = {}
 # GpuProcess's fields in their order, as process() fills them positionally (checked at import: another order, a
 # field added or removed, and process() builds by keyword as before).
 _PROCESS_FIELDS_ORDER = (
@@ -119,8 +114,7 @@ class HostGpus:
         self._history: dict[Hashable, HistoryBuffer] = {}
         self._timelines: dict[Hashable, Timeline] = {}  # the charts' long history
         self._xid_seen: dict[Hashable, tuple[int, float]] = {}  # -> (last Xid, when first seen)
-        # -> (what it was made of, it, the host's GpuStatic it was made from: the same object again, the same figures)
-        self._statics: dict[Hashable, tuple[tuple[Any, ...], GpuStatic, GpuStatic]] = {}
+        self._statics: dict[Hashable, tuple[tuple[Any, ...], GpuStatic]] = {}  # -> (what it was made of, it)
         # -> (the GPU's position, a copy of what its host said of its health, the GpuHealth made of them): the same
         # words again at the same position are the very same (frozen) GpuHealth. Why: a fleet's 4,096 GPUs a
         # refresh each said health (verdict, Xid counts) that rarely changes; building and sorting it again was
@@ -146,22 +140,18 @@ class HostGpus:
             gpu_key = (scrape.url, remote_static.index) if key is None else key(remote_static.index)
             # The same GPU as last time, the same figures: the very same (frozen) GpuStatic, not a new one checked
             # again (4,096 of them a refresh in a fleet).
+            said = (index, host, remote_static.index, *_STATIC_SAID(remote_static))
             last = self._statics.get(gpu_key)
-            # The host's very GpuStatic again (a fleet keeps it while its figures stay: frozen, and held here so
-            # never another's at its address) at the same place: not even its figures read and compared.
-            if last is None or last[2] is not remote_static or last[0][0] != index or last[0][1] != host:
-                said = (index, host, remote_static.index, *_STATIC_SAID(remote_static))
-                if last is None or last[0] != said:
-                    static = GpuStatic(
-                        index=index,
-                        host=host,
-                        host_index=remote_static.index,
-                        **dict(zip(_STATIC_COPIED, said[3:], strict=True)),
-                    )
-                else:
-                    static = last[1]
-                last = self._statics[gpu_key] = (said, static, remote_static)
-            static = last[1]
+            if last is not None and last[0] == said:
+                static = last[1]
+            else:
+                static = GpuStatic(
+                    index=index,
+                    host=host,
+                    host_index=remote_static.index,
+                    **dict(zip(_STATIC_COPIED, said[3:], strict=True)),
+                )
+                self._statics[gpu_key] = (said, static)
             # Not said by the host: fan and power (a board without them), the real work (no GPM there, or an
             # exporter without profiling fields).
             sample = _sample(values, lost, now)
@@ -245,37 +235,23 @@ def _sample(values: dict[str, Any], lost: bool, now: float) -> GpuSample:
     Not said by the host: fan and power (a board without them), the real work (no GPM there, or an exporter
     without profiling fields): "not available". Said and None: "out of range".
     """
-    names = tuple(values)
-    unavailable = _BY_NAMES.get(names, _UNKNOWN)
-    if unavailable is _UNKNOWN:
-        unavailable = _not_said(values)
-        if len(_BY_NAMES) < 256:
-            _BY_NAMES[names] = unavailable
-    if unavailable is None or None in values.values():
-        # values the fast way cannot take; or said, out of range (a C-level test: rare, and 40 values a GPU)
+    if None in values.values() or not _SAMPLE_BY_POSITION or not _SAMPLE_SETTABLE.issuperset(values):
+        # said, out of range (a C-level test first: rare, and 40 values a GPU); or values the fast way cannot take
         reasons = {k: Reason.NOT_AVAILABLE for k in SAID_OR_NOT_AVAILABLE if k not in values}
         reasons.update({k: Reason.OUT_OF_RANGE for k, v in values.items() if v is None})
         return GpuSample(now, lost=lost, unavailable=freeze(reasons), **values)
-    full = _SAMPLE_DEFAULTS.copy()
-    full.update(values)
-    full["timestamp"] = now
-    full["lost"] = lost
-    full["unavailable"] = unavailable
-    return _NEW_SAMPLE(*_SAMPLE_ORDER(full))
-
-
-def _not_said(values: dict[str, Any]) -> Reasons | None:
-    """The "not available" reasons of a sample of ``values`` (what the host left out); None where the fast way
-    cannot take them (a name no sample field has, or a GpuSample not built by position)."""
-    if not _SAMPLE_BY_POSITION or not _SAMPLE_SETTABLE.issuperset(values):
-        return None
     not_said = frozenset(_SAID_OR_NOT.difference(values))
     unavailable = _NOT_SAID.get(not_said)
     if unavailable is None:
         unavailable = freeze({k: Reason.NOT_AVAILABLE for k in SAID_OR_NOT_AVAILABLE if k in not_said})
         if len(_NOT_SAID) < 256:  # bounded: a hostile fleet of every combination builds its own each time
             _NOT_SAID[not_said] = unavailable
-    return unavailable
+    full = _SAMPLE_DEFAULTS.copy()
+    full.update(values)
+    full["timestamp"] = now
+    full["lost"] = lost
+    full["unavailable"] = unavailable
+    return _NEW_SAMPLE(*_SAMPLE_ORDER(full))
 
 
 def process(row: dict[str, Any], index: int, uuid: str | None, now: float, host: str | None = None) -> GpuProcess:

@@ -8,15 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
-from nvtopy.formats.prometheus.parse import HostScrape
-from nvtopy.model import OK_HEALTH, GpuStatic, Reason, Severity
+from nvtopy.model import OK_HEALTH, Severity
 from nvtopy.sources.remote import fleet as fleet_module
-from nvtopy.sources.remote import hostscrape
 from nvtopy.sources.remote.hostscrape import HostGpus
-
-from ...builders import gpu_static
 
 KEY = ("10.0.0.1:9400", "node0", 0)
 
@@ -87,41 +81,3 @@ def test_kept_values_go_under_what_was_read_now():
     assert gpu.health == {"last_xid": 48}
     assert gpu.values == {"utilization_gpu_percent": 7, "memory_total_bytes": 1}
     assert kept[0] == {"name": "kept", "uuid": "GPU-kept"}, "the kept values are left as they were"
-
-
-def _scrape(static: GpuStatic, values: dict[str, Any], hostname: str = "h") -> HostScrape:
-    """One GPU of one host, as the fleet hands it to HostGpus (its GpuStatic kept while its figures stay)."""
-    return HostScrape(url="http://h:9400/metrics", hostname=hostname, gpus=[(static, values, False)])
-
-
-def test_the_same_host_static_again_is_the_same_gpu_static_at_its_place():
-    """The host's very GpuStatic again: the same line static where it stands as before, a new one where it moved
-    (another position, another host name); an equal one made anew: the same as before too."""
-    gpus, remote = HostGpus(), gpu_static(3, bare=True, uuid="GPU-h", name="NVIDIA H100")
-    first = gpus.gpus(_scrape(remote, {}), 0, 100.0, key=lambda index: ("h", index))[0].static
-    assert gpus.gpus(_scrape(remote, {}), 0, 101.0, key=lambda index: ("h", index))[0].static is first
-    moved = gpus.gpus(_scrape(remote, {}), 5, 102.0, key=lambda index: ("h", index))[0].static
-    assert (moved.index, moved.host_index, moved.uuid) == (5, 3, "GPU-h")
-    renamed = gpus.gpus(_scrape(remote, {}, "h2"), 5, 103.0, key=lambda index: ("h", index))[0].static
-    assert (renamed.index, renamed.host) == (5, "h2")
-    equal = gpu_static(3, bare=True, uuid="GPU-h", name="NVIDIA H100")
-    assert gpus.gpus(_scrape(equal, {}, "h2"), 5, 104.0, key=lambda index: ("h", index))[0].static is renamed
-    other = gpu_static(3, bare=True, uuid="GPU-h", name="NVIDIA A100")
-    assert gpus.gpus(_scrape(other, {}, "h2"), 5, 105.0, key=lambda index: ("h", index))[0].static.name == "NVIDIA A100"
-
-
-def test_values_in_the_names_of_a_sample_before_are_read_as_afresh():
-    """A sample's "not available" reasons kept by the names its values came in: a value said out of range
-    (None) in those names is still out of range; values the sample has no field for still refused."""
-    said = {"utilization_gpu_percent": 50, "memory_used_bytes": 1 << 30}
-    first = hostscrape._sample(dict(said), False, 100.0)
-    assert first.unavailable["fan_percent"] is Reason.NOT_AVAILABLE and first.utilization_gpu_percent == 50
-    out = hostscrape._sample({**said, "utilization_gpu_percent": None}, False, 101.0)
-    assert out.unavailable["utilization_gpu_percent"] is Reason.OUT_OF_RANGE
-    assert out.unavailable["fan_percent"] is Reason.NOT_AVAILABLE
-    with pytest.raises(TypeError):
-        hostscrape._sample({**said, "no_such_field": 1}, False, 102.0)
-    with pytest.raises(TypeError):
-        hostscrape._sample({**said, "no_such_field": 1}, False, 103.0)
-    fan = hostscrape._sample({**said, "fan_percent": 30}, False, 104.0)
-    assert "fan_percent" not in fan.unavailable and fan.fan_percent == 30
