@@ -412,19 +412,8 @@ class _Gpu:
         self.parts = (self.static, self.health, self.values)
 
 
-Kept = tuple[dict[str, Any], dict[str, Any], dict[str, Any]]
-"""One GPU's last values of a slow group: attribute -> value, a dict per part (as :attr:`_Gpu.parts`: static,
-health, values). Why by part: the refreshes that do not ask for the group lay each part over the GPU's in one
-C-level ``update`` (where none of its attributes was read now: nearly always), not value by value (some 60,000
-values a refresh at 4,096 GPUs)."""
-
-
-def _kept(group: dict[int, Kept], index: int) -> Kept:
-    """GPU ``index``'s kept values of a slow group (``group``), made empty the first time."""
-    kept = group.get(index)
-    if kept is None:
-        kept = group[index] = ({}, {}, {})
-    return kept
+Kept = dict[tuple[str, str], Any]
+"""One GPU's last values of a slow group: (part, attribute) -> value, part "static", "health" or "values"."""
 
 
 @dataclass
@@ -447,19 +436,6 @@ class _Host:
         if gpu is None:
             gpu = self.gpus[index] = _Gpu()
         return gpu
-
-
-def _lay_under(gpu: _Gpu, kept: Kept) -> None:
-    """A slow group's values kept from an earlier read, under what ``gpu``'s series said now: each part's
-    value where the GPU has none of its own."""
-    for target, said in zip(gpu.parts, kept, strict=True):
-        if not said:
-            continue
-        if target.keys().isdisjoint(said):  # nothing of it read now (nearly always): in one C-level call
-            target.update(said)
-        else:  # what was read now wins
-            for attribute, value in said.items():
-                target.setdefault(attribute, value)
 
 
 def _route(gpu: _Gpu, name: str, labels: Any, value: float, slow: Kept | None) -> None:
@@ -490,8 +466,7 @@ def _route(gpu: _Gpu, name: str, labels: Any, value: float, slow: Kept | None) -
     kind, attribute, convert = route
     said = convert(value)  # None: not finite, or out of the field's range
     gi_text = labels.GPU_I_ID
-    part = 0 if kind == "static" else 1 if kind == "health" else 2  # as _PARTS
-    target = gpu.parts[part]
+    target = gpu.static if kind == "static" else gpu.health if kind == "health" else gpu.values
     if gi_text:
         gi = scraped_whole(gi_text, MAX_INSTANCE_ID)
         if gi is None:
@@ -504,11 +479,11 @@ def _route(gpu: _Gpu, name: str, labels: Any, value: float, slow: Kept | None) -
             return
         target.setdefault(attribute, said)  # the GPU's own series, where it has one, wins
         if slow is not None:
-            slow[part].setdefault(attribute, said)
+            slow.setdefault((kind, attribute), said)
         return
     target[attribute] = said
     if slow is not None:
-        slow[part][attribute] = said
+        slow[(kind, attribute)] = said
 
 
 ProcessesSaid = dict[tuple[int, int], tuple[Any, dict[str, Any]]]
@@ -668,8 +643,9 @@ class PrometheusFleet(SnapshotSource):
         # it reads as (range-checked, converted). A fleet's 200,000 values a refresh at 4,096 GPUs are mostly
         # texts seen before (utilizations, clocks, temperatures, memory sizes), and the reading is a function
         # of the text alone: a look-up rather than a call. At most MEMO_VALUES texts a series name.
-        self._routes: dict[str, tuple[int, str, Callable[[float], Any], int | None, dict[Any, Any]]] = {
-            name: (_PARTS.index(part), attribute, convert, group, {})
+        # Each with the key of its value among a slow group's kept ones ((part, attribute)), made once here.
+        self._routes: dict[str, tuple[int, str, Callable[[float], Any], int | None, dict[Any, Any], Any]] = {
+            name: (_PARTS.index(part), attribute, convert, group, {}, (part, attribute))
             for name, (part, attribute, convert, group) in _FAST_ROUTES.items()
         }
         self._process_routes: dict[str, tuple[str, dict[Any, Any]]] = {
@@ -861,7 +837,7 @@ class PrometheusFleet(SnapshotSource):
             if found is not None and index is not None and route is not None and not metric.GPU_I_ID:
                 # The common row, a GPU's own value (as _route reads it): a value's text seen before is a look-up,
                 # checked as a number when it was first read (the memo keeps only texts that float() read).
-                part, attribute, convert, of_group, memo = route
+                part, attribute, convert, of_group, memo, kept_as = route
                 try:
                     said = memo.get(text, _UNSEEN)
                     if said is _UNSEEN:
@@ -880,8 +856,8 @@ class PrometheusFleet(SnapshotSource):
                     group_kept = found[1][of_group]
                     values_kept = group_kept.get(index)
                     if values_kept is None:
-                        values_kept = group_kept[index] = ({}, {}, {})
-                    values_kept[part][attribute] = said
+                        values_kept = group_kept[index] = {}
+                    values_kept[kept_as] = said
                 continue
             read_as = process_routes.get(name) if route is None else None
             if found is not None and index is not None and read_as is not None:
@@ -936,11 +912,11 @@ class PrometheusFleet(SnapshotSource):
                 continue
             if route is not None and not metric.GPU_I_ID:  # a GPU's own value of a GPU past the cache's
                 said_of = host.gpus.get(index) or host.gpu(index)
-                part, attribute, convert, of_group, memo = route
+                part, attribute, convert, of_group, memo, kept_as = route
                 said = convert(value)
                 said_of.parts[part][attribute] = said
                 if of_group is not None:
-                    _kept(kept[of_group], index)[part][attribute] = said
+                    kept[of_group].setdefault(index, {})[kept_as] = said
             elif name.startswith("nvtopy_process_"):  # of a GPU past the cache's (read_as above), or unknown
                 pid_text = metric.pid
                 number = pids.get(pid_text)
@@ -959,7 +935,7 @@ class PrometheusFleet(SnapshotSource):
                 row[reading_of] = process_value(reading_of, value)
             else:
                 of_group = route[3] if route is not None else None
-                slow_kept = None if of_group is None else _kept(kept[of_group], index)
+                slow_kept = None if of_group is None else kept[of_group].setdefault(index, {})
                 _route(host.gpu(index), name, metric, value, slow_kept)
         for key in changed:  # the groups not asked this time: their last values
             known = self._known.get(key)
@@ -984,7 +960,9 @@ class PrometheusFleet(SnapshotSource):
                     gpu = host.gpus.get(gpu_index)
                     if gpu is None:
                         continue
-                    _lay_under(gpu, values)
+                    for (kind, attribute), said in values.items():
+                        target = gpu.static if kind == "static" else gpu.health if kind == "health" else gpu.values
+                        target.setdefault(attribute, said)
 
     def _due(self, known: _Known, newest: float | None) -> tuple[int, ...]:
         """The timed groups (by their index among the kept ones) whose cadence has passed since a host's last read

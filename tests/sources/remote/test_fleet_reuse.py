@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from nvtopy.model import OK_HEALTH, Severity
-from nvtopy.sources.remote import fleet as fleet_module
 from nvtopy.sources.remote.hostscrape import HostGpus
 
 KEY = ("10.0.0.1:9400", "node0", 0)
@@ -68,16 +67,3 @@ def test_a_forgotten_gpu_has_its_health_built_afresh():
     gpus.health(KEY, _said(), 3, 100.0)
     gpus.forget(lambda key: False)
     assert [e.timestamp for e in gpus.health(KEY, _said(), 3, 300.0).events] == [300.0]
-
-
-def test_kept_values_go_under_what_was_read_now():
-    """A slow group's kept values fill what a GPU's series did not say now; what they said now wins."""
-    gpu = fleet_module._Gpu()
-    gpu.static["name"] = "read now"
-    gpu.values["utilization_gpu_percent"] = 7
-    kept = ({"name": "kept", "uuid": "GPU-kept"}, {"last_xid": 48}, {"memory_total_bytes": 1})
-    fleet_module._lay_under(gpu, kept)
-    assert gpu.static == {"name": "read now", "uuid": "GPU-kept"}
-    assert gpu.health == {"last_xid": 48}
-    assert gpu.values == {"utilization_gpu_percent": 7, "memory_total_bytes": 1}
-    assert kept[0] == {"name": "kept", "uuid": "GPU-kept"}, "the kept values are left as they were"
