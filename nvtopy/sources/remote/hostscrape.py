@@ -115,11 +115,6 @@ class HostGpus:
         self._timelines: dict[Hashable, Timeline] = {}  # the charts' long history
         self._xid_seen: dict[Hashable, tuple[int, float]] = {}  # -> (last Xid, when first seen)
         self._statics: dict[Hashable, tuple[tuple[Any, ...], GpuStatic]] = {}  # -> (what it was made of, it)
-        # -> (the GPU's position, a copy of what its host said of its health, the GpuHealth made of them): the same
-        # words again at the same position are the very same (frozen) GpuHealth. Why: a fleet's 4,096 GPUs a
-        # refresh each said health (verdict, Xid counts) that rarely changes; building and sorting it again was
-        # a tenth of the snapshot build (issue 27).
-        self._healths: dict[Hashable, tuple[int, dict[str, Any], GpuHealth]] = {}
 
     def gpus(
         self,
@@ -187,11 +182,7 @@ class HostGpus:
         """
         if not said:
             self._xid_seen.pop(key, None)
-            self._healths.pop(key, None)
             return OK_HEALTH
-        made = self._healths.get(key)
-        if made is not None and made[0] == index and made[1] == said:  # a C-level comparison of two small dicts
-            return made[2]  # its Xid's date is as kept: the same last Xid keeps the date it was first seen
         last = said.get("last_xid")
         counts = said.get("xid_counts") or {}
         events: tuple[GpuEvent, ...] = ()
@@ -203,7 +194,7 @@ class HostGpus:
         else:
             self._xid_seen.pop(key, None)
         responding = said.get("responding")
-        health = GpuHealth(
+        return GpuHealth(
             verdict=said.get("verdict") or Severity.OK,
             events=events,
             xid_counts=tuple(sorted(counts.items())),
@@ -212,15 +203,10 @@ class HostGpus:
             idle_held_bytes=said.get("idle_held_bytes"),
             suspected_hang_seconds=said.get("suspected_hang_seconds"),
         )
-        kept = dict(said)  # a copy, its Xid counts too: the caller's dicts may change after
-        if kept.get("xid_counts"):
-            kept["xid_counts"] = dict(counts)
-        self._healths[key] = (index, kept, health)
-        return health
 
     def forget(self, keep: Callable[[Hashable], bool]) -> None:
         """Drop what is kept of every GPU whose key ``keep`` refuses (a host gone for good)."""
-        for kept in (self._history, self._timelines, self._xid_seen, self._statics, self._healths):
+        for kept in (self._history, self._timelines, self._xid_seen, self._statics):
             for gpu_key in [k for k in kept if not keep(k)]:
                 del kept[gpu_key]
 
