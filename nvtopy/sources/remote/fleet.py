@@ -517,7 +517,7 @@ def _scrape(
         if gpu.instances or gpu.devices:
             static["mig_instances"], values["mig_usage"] = mig_of(gpu.instances, gpu.devices)
             static.setdefault("mig_mode", True)  # instances exist: MIG is on
-        if not _ECC_VALUES.isdisjoint(values):
+        if not values.keys().isdisjoint(_ECC_VALUES):  # a view's test walks the smaller side: the few ECC names
             values["ecc_mode"] = True  # dcgm has no ECC-mode metric: counters are exported only when it is on
         made = statics.get(index) if statics is not None else None
         if made is not None and made[0] == static:  # a C-level comparison of two small dicts
