@@ -25,14 +25,21 @@ async def test_hosts_are_grouped_each_says_its_state_and_quit_ends_every_ssh(tmp
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_until(pilot, lambda: "SSH 2/4 hosts" in screen_text(app), 20.0, "two hosts live")
         await wait_until(pilot, lambda: "lost: me@denied" in screen_text(app), 10.0, "the denied host's reason")
-        lines = widget_lines(app.query_one("#gpus"))
-        headers = [line.strip().split(" ─")[0] for line in lines if line.startswith("── ")]
-        assert headers == [
+        expected = [
             "── gpu-a · 2 GPUs · reachable",
             "── denied · unreachable",
             "── hang · connecting",
             "── gpu-b · 2 GPUs · reachable",
         ]
+
+        def headers() -> list[str]:
+            lines = widget_lines(app.query_one("#gpus"))
+            return [line.strip().split(" ─")[0] for line in lines if line.startswith("── ")]
+
+        # The status line counts a host live from its first snapshot read; its panel shows it from the next refresh
+        # (1 s): the headers are waited for, not read once (a loaded run drew gpu-b 'connecting' after '2/4').
+        await wait_until(pilot, lambda: headers() == expected, 10.0, "every host's header")
+        assert headers() == expected
         table = widget_lines(app.query_one("#processes"))
         assert table[0].split()[:3] == ["GPU▲", "HOST", "PID"]
         assert {line.split()[1].split("/")[0] for line in table[1:] if line.strip()} == {"gpu-a", "gpu-b"}
