@@ -25,14 +25,16 @@ run: install                  ## the TUI on this machine's real GPUs
 	$(BIN)/nvtopy $(ARGS)
 
 # The timing tests measure against the clock: they run after the others, so the suite's own load cannot trip
-# them, TEST_WORKERS at a time (they mostly wait: about 12 s of CPU in 45 s of tests; on 2 cores 2 workers took
+# them, TIMING_WORKERS at a time (they mostly wait: about 12 s of CPU in 45 s of tests; on 2 cores 2 workers took
 # 90 s, 4 took 54-59 s, passing three times while three other jobs loaded the machine), handed out one by one
 # (--maxschedchunk 1: xdist's first hand-out, a sixth of them in a row, gave all six slow ones to one worker, 131 s
 # of the pass's 155 s on a loaded machine; 90 s handed out one by one). --dist loadgroup keeps the
 # tests of a module-scoped fixture (a real Prometheus) on one worker (tests/conftest.py groups them).
-# TEST_WORKERS: twice as many workers as cores, as much of the suite waits on processes and servers. Measured on
-# the 2-core machine (main run, back to back, same clone): 3 workers 198 s, 4 workers 141 s (docs/development.md).
-TEST_WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
+# TEST_WORKERS: three times as many workers as cores, as much of the suite waits on processes and servers (over a
+# whole .ci/run the 2 cores were busy 53-57 %). Measured on the 2-core machine (main pass, back to back, same clone,
+# 2026-11-30): 4 workers 166 s, 6 workers 135 s, 8 workers 140 s (docs/development.md).
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) * 3 )))
+TIMING_WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
 # test-collect: on a fresh clone every xdist worker rewrote the asserts of all the test modules at once (about 15 s
 # of CPU each; the cache in tests/**/__pycache__ is then warm): one collection first writes that cache once, beside
 # lint's mypy, one core each (a fresh clone's main run started 22 s later without it). Errors are the main run's.
@@ -41,7 +43,7 @@ TEST_WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
 test: install                 ## lint, then the whole test suite, on every core
 	@$(MAKE) --no-print-directory -j2 lint test-collect
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15 -m "not timing" $(PYTEST_ARGS)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --maxschedchunk 1 --durations=15 -m timing $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TIMING_WORKERS) --maxschedchunk 1 --durations=15 -m timing $(PYTEST_ARGS)
 
 test-collect: install
 	@$(BIN)/python -m pytest --collect-only -qq -p no:cacheprovider >/dev/null 2>&1 || true
