@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
-from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -41,6 +38,10 @@ from nvtopy.model import (
     Snapshot,
 )
 from nvtopy.sources.base import SnapshotSource
+
+# The command line's runners, forked and spawned, have one home beside the fork server (tests/cli_runner.py);
+# tests take them from here with the other builders.
+from .cli_runner import NVTOPY, run_command, run_nvtopy, spawn_nvtopy  # noqa: F401 (re-exported)
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -296,45 +297,9 @@ class FixedSource(SnapshotSource):
 
 
 # --------------------------------------------------------------------------- the command line
-
-# The command that runs this checkout's CLI (the ``nvtopy_cmd`` fixture hands out a copy).
-NVTOPY: tuple[str, ...] = (sys.executable, "-m", "nvtopy")
-
-
-def run_command(
-    cmd: Sequence[str],
-    *args: str,
-    env: Mapping[str, str] | None = None,
-    timeout: float = 60,
-    cwd: Path | str | None = None,
-) -> subprocess.CompletedProcess[str]:
-    """``cmd args...`` to its end, its output captured as text; ``timeout`` only bounds a hang."""
-    return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd, check=False)
-
-
-def run_nvtopy(
-    *args: str,
-    env: Mapping[str, str] | None = None,
-    timeout: float = 60,
-    cwd: Path | str | None = None,
-    input: str | None = None,
-) -> subprocess.CompletedProcess[str]:
-    """``nvtopy args...`` of this checkout in a process of its own, its output captured: what a spawn gives.
-
-    Forked from a server that has imported nvtopy once (tests/cli_runner.py: about 65 ms of CPU less a run);
-    a test about the program's own start (its imports, the head start, a fresh interpreter) uses
-    :func:`spawn_nvtopy`.
-    """
-    from .cli_runner import run_nvtopy as forked
-
-    return forked(*args, env=env, timeout=timeout, cwd=cwd, input=input)
-
-
-def spawn_nvtopy(
-    *args: str, env: Mapping[str, str] | None = None, timeout: float = 60, cwd: Path | str | None = None
-) -> subprocess.CompletedProcess[str]:
-    """``python -m nvtopy args...`` of this checkout started as a user starts it (a new interpreter), captured."""
-    return run_command(NVTOPY, *args, env=env, timeout=timeout, cwd=cwd)
+#
+# NVTOPY, run_command, run_nvtopy and spawn_nvtopy: tests/cli_runner.py's, imported at the top. Here: the fake
+# driver's side of a run.
 
 
 def fake_nvml_calls(path: Path) -> dict[str, int]:

@@ -1,4 +1,5 @@
-"""``nvtopy ARGS`` as its own process, forked from a server that has imported nvtopy once (tests/cli_zygote.py).
+"""``nvtopy ARGS`` as its own process: forked from a server that has imported nvtopy once (tests/cli_zygote.py),
+or spawned; the one home of both (:mod:`tests.builders` hands them out with the other builders).
 
 Why: the main pass started the program about 500 times, about 80 ms of CPU each to start Python and import
 nvtopy before a 6-10 ms command. :func:`run_nvtopy` hands back what ``subprocess.run([python, -m, nvtopy,
@@ -12,7 +13,7 @@ command imports (the server has nvtopy's core imported), the ``--once`` head sta
 driver before nvtopy is imported), a fresh hash seed per run, ``pass_fds``, a tty or a signal sent to a
 process started by the test. Variables read when the interpreter or the dynamic loader start (``PYTHON*``,
 ``LD_*``, the locale's) get a server of their own, started with them; ``NVTOPY_TEST_SPAWN=1`` makes every run
-a real spawn (to tell the two apart when a test fails).
+a real spawn (:func:`spawn_nvtopy`: to tell the two apart when a test fails).
 """
 
 from __future__ import annotations
@@ -29,11 +30,23 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ZYGOTE_MODULES", "run_module", "run_nvtopy", "shutdown", "startup_key"]
+__all__ = [
+    "NVTOPY",
+    "ZYGOTE_MODULES",
+    "run_command",
+    "run_module",
+    "run_nvtopy",
+    "shutdown",
+    "spawn_nvtopy",
+    "startup_key",
+]
+
+# The command that runs this checkout's CLI (the ``nvtopy_cmd`` fixture hands out a copy).
+NVTOPY: tuple[str, ...] = (sys.executable, "-m", "nvtopy")
 
 _SCRIPT = Path(__file__).with_name("cli_zygote.py")
 _MAX_MESSAGE = 1 << 20
@@ -126,6 +139,34 @@ def shutdown() -> None:
 atexit.register(shutdown)
 
 
+def run_command(
+    cmd: Sequence[str],
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 60,
+    cwd: Path | str | None = None,
+    input: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``cmd args...`` spawned and run to its end, its output captured as text; ``timeout`` only bounds a hang.
+
+    Every spawn-and-capture of the tests' helpers is this one call: what a forked run must match.
+    """
+    return subprocess.run(
+        [*cmd, *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd, input=input, check=False
+    )
+
+
+def spawn_nvtopy(
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 60,
+    cwd: Path | str | None = None,
+    input: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``python -m nvtopy args...`` of this checkout started as a user starts it (a new interpreter), captured."""
+    return run_command(NVTOPY, *args, env=env, timeout=timeout, cwd=cwd, input=input)
+
+
 def run_nvtopy(
     *args: str,
     env: Mapping[str, str] | None = None,
@@ -133,18 +174,14 @@ def run_nvtopy(
     cwd: Path | str | None = None,
     input: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """``nvtopy args...`` to its end in a process of its own, its output captured as text (see the module)."""
-    if os.environ.get("NVTOPY_TEST_SPAWN") == "1":  # the runs as they were: to compare, or to tell the two apart
-        return subprocess.run(
-            [sys.executable, "-m", "nvtopy", *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=env,
-            cwd=cwd,
-            input=input,
-            check=False,
-        )
+    """``nvtopy args...`` of this checkout in a process of its own, its output captured: what a spawn gives.
+
+    Forked from a server that has imported nvtopy once (about 65 ms of CPU less a run); a test about the
+    program's own start (its imports, the head start, a fresh interpreter) uses :func:`spawn_nvtopy`, as
+    every run does under ``NVTOPY_TEST_SPAWN=1`` (the runs as they were: to compare, or to tell the two apart).
+    """
+    if os.environ.get("NVTOPY_TEST_SPAWN") == "1":
+        return spawn_nvtopy(*args, env=env, timeout=timeout, cwd=cwd, input=input)
     return run_module("nvtopy", *args, env=env, timeout=timeout, cwd=cwd, input=input)
 
 
@@ -161,9 +198,7 @@ def run_module(
     argv = [sys.executable, "-m", module, *args]
     zygote = _zygote_for(full_env)
     if not zygote.lock.acquire(blocking=False):  # a run is under way (a test's other thread): two at once, as spawned
-        return subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd, input=input, check=False
-        )
+        return run_command(argv, env=full_env, timeout=timeout, cwd=cwd, input=input)
     try:
         return _run(zygote, argv, full_env, os.path.abspath(cwd if cwd is not None else os.getcwd()), timeout, input)
     finally:

@@ -2,7 +2,8 @@
 
 Each test runs a probe module written to a temporary directory (``python -m probe`` finds it there, as the
 working directory is first on a -m run's path) through the fork server and, where it says so, through a real
-``python -m probe`` too: the two must agree.
+``python -m probe`` too (spawned by :func:`run_command`, as ``NVTOPY_TEST_SPAWN=1`` and a second thread's run
+are): the two must agree.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from .cli_runner import run_module, run_nvtopy, startup_key
+from . import cli_runner
+from .cli_runner import run_command, run_module, run_nvtopy, spawn_nvtopy, startup_key
 
 PROBE = """\
 import atexit, json, os, sys, threading, time
@@ -76,16 +78,7 @@ def probe_dir(tmp_path: Path) -> Path:
 def _spawned(
     probe_dir: Path, *args: str, env: dict[str, str], input: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "probe", *args],
-        cwd=probe_dir,
-        env=env,
-        input=input,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_command([sys.executable, "-m", "probe"], *args, cwd=probe_dir, env=env, input=input, timeout=60)
 
 
 @pytest.mark.parametrize("unbuffered", ["", "1"], ids=["buffered", "PYTHONUNBUFFERED"])
@@ -156,11 +149,34 @@ def test_a_run_past_its_timeout_is_killed_and_raises(probe_dir):
 
 def test_nvtopy_forked_and_spawned_agree_on_an_error():
     forked = run_nvtopy("--demo", "--once", "--gpus", "9")
-    spawned = subprocess.run(
-        [sys.executable, "-m", "nvtopy", "--demo", "--once", "--gpus", "9"], capture_output=True, text=True, timeout=60
-    )
+    spawned = spawn_nvtopy("--demo", "--once", "--gpus", "9")
+    assert spawned.args == [sys.executable, "-m", "nvtopy", "--demo", "--once", "--gpus", "9"] == forked.args
     assert (forked.returncode, forked.stdout, forked.stderr) == (2, "", spawned.stderr)
     assert spawned.returncode == 2
+
+
+def test_nvtopy_test_spawn_spawns_every_run_with_all_it_was_given(monkeypatch, tmp_path):
+    """``NVTOPY_TEST_SPAWN=1``: no fork server asked, and the spawn gets the run's env, cwd, stdin and timeout."""
+
+    def no_fork(*args, **kwargs):
+        raise AssertionError("forked under NVTOPY_TEST_SPAWN=1")
+
+    spawned: list[tuple[tuple[str, ...], dict[str, object]]] = []
+
+    def spawn(cmd, *args, **kwargs):
+        spawned.append(((*cmd, *args), kwargs))
+        return subprocess.CompletedProcess([*cmd, *args], 0, "out", "")
+
+    monkeypatch.setattr(cli_runner, "run_module", no_fork)
+    monkeypatch.setenv("NVTOPY_TEST_SPAWN", "1")
+    real = run_nvtopy("--demo", "--once", "--gpus", "9")
+    assert (real.returncode, real.stdout) == (2, "") and "--gpus" in real.stderr, real.stderr
+    monkeypatch.setattr(cli_runner, "run_command", spawn)
+    env = {"PROBE_VALUE": "1"}
+    assert run_nvtopy("--once", env=env, timeout=7, cwd=tmp_path, input="in").stdout == "out"
+    assert spawned == [
+        ((sys.executable, "-m", "nvtopy", "--once"), {"env": env, "timeout": 7, "cwd": tmp_path, "input": "in"})
+    ]
 
 
 def test_a_run_interrupted_in_the_test_is_ended_and_the_next_run_gets_a_fresh_server(probe_dir):

@@ -33,6 +33,7 @@ from .sshd import (
     run_remote_command,
     running_ssh_lab,
 )
+from .waiting import until
 
 pytestmark = [requires_sshd, pytest.mark.real_server]
 ssh_lab = sshd.ssh_lab  # the fixture, here by its name
@@ -41,14 +42,8 @@ DEADLINE_S = 30.0
 
 
 def wait_for(what: str, check, deadline_s: float = DEADLINE_S):
-    """Poll ``check`` until it returns something true, at most ``deadline_s``; fail saying what."""
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.05)
-    pytest.fail(f"{what}: not within {deadline_s:.0f} s")
+    """:func:`tests.waiting.until` with the lab's deadline, ``what`` first (it reads first at every call here)."""
+    return until(check, deadline_s, what)
 
 
 def start(lab: SshLab, alias: str, command: str, out: Path) -> subprocess.Popen[bytes]:

@@ -8,14 +8,14 @@ import re
 import signal
 import subprocess
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
 from .builders import NVTOPY
+from .waiting import until
 
 START_DEADLINE = 30.0  # seconds for the server to print its URL (a loaded 2-core machine: a few seconds)
 _URL = re.compile(r"on (https?://\S+)/\?token=(\S+) ")
@@ -43,18 +43,6 @@ class WebServer:
             return []
 
 
-def poll(condition: Callable[[], object], deadline: float, what: str, step: float = 0.05) -> object:
-    """``condition()``'s first true value within ``deadline`` seconds; AssertionError naming ``what`` after that."""
-    end = time.monotonic() + deadline
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(f"not within {deadline} s: {what}")
-        time.sleep(step)
-
-
 @contextlib.contextmanager
 def web_server(*args: str) -> Iterator[WebServer]:
     """``nvtopy web --listen 127.0.0.1:0 ARGS`` until the block ends; then SIGTERM, and a kill past a deadline."""
@@ -75,7 +63,7 @@ def web_server(*args: str) -> Iterator[WebServer]:
                     raise AssertionError(f"nvtopy web exited {process.returncode}: {log.read_text(errors='replace')}")
                 return _URL.search(log.read_text(errors="replace"))
 
-            found = poll(started, START_DEADLINE, "nvtopy web prints its URL")
+            found = until(started, START_DEADLINE, "nvtopy web prints its URL")
             assert isinstance(found, re.Match)
             yield WebServer(process, found.group(1), found.group(2), log)
         finally:

@@ -21,7 +21,8 @@ from nvtopy.commands.web.command import build_parser, check_args
 from nvtopy.commands.web.server import WebSettings, make_app
 
 from ..builders import run_nvtopy
-from ..web_helpers import WebServer, poll, web_server
+from ..waiting import until
+from ..web_helpers import WebServer, web_server
 
 pytestmark = [pytest.mark.real_server]
 
@@ -180,7 +181,7 @@ async def test_sessions_are_capped_and_a_closed_one_frees_its_place(server: WebS
             assert full.value.status == 503
             status, _, body = _get(server.base + "/", token)
             assert status == 503 and b"--max-sessions" in body
-        poll(lambda: not server.sessions(), WS_DEADLINE, "the closed sessions' monitors end")
+        until(lambda: not server.sessions(), WS_DEADLINE, "the closed sessions' monitors end")
         async with await _connect_when_free(client, ws_url) as again:
             await _first_screen(again)
 
@@ -195,7 +196,7 @@ async def test_an_idle_session_is_closed_and_its_monitor_ends():
                 assert asyncio.get_running_loop().time() < end, "the idle session was never closed"
             assert message.type == aiohttp.WSMsgType.CLOSE
             assert message.extra == "idle: closed by nvtopy web"
-        poll(lambda: not idle.sessions(), WS_DEADLINE, "the idle session's monitor ends")
+        until(lambda: not idle.sessions(), WS_DEADLINE, "the idle session's monitor ends")
 
 
 async def test_a_monitor_slower_to_draw_than_the_idle_timeout_is_shown_then_closed_as_idle():

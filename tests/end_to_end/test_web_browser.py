@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from ..web_helpers import WebServer, poll, web_server
+from ..waiting import until
+from ..web_helpers import WebServer, web_server
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -135,7 +136,7 @@ def test_the_kill_keys_reach_no_signal(server: WebServer, browser, where):
 
 
 def test_without_the_token_the_browser_gets_nothing(server: WebServer, browser):
-    poll(lambda: not server.sessions(), DEADLINE_MS / 1000, "the other tests' sessions end")
+    until(lambda: not server.sessions(), DEADLINE_MS / 1000, "the other tests' sessions end")
     page = browser.new_page()
     page.set_default_timeout(DEADLINE_MS)
     try:

@@ -6,13 +6,14 @@ import http.server
 import json
 import socket
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from nvtopy.alerts.catalog import AlertSeverity
 from nvtopy.alerts.events import AlertEvent, Transition
+
+from ..waiting import until
 
 DEADLINE_S = 15.0  # the longest any poll here waits: far past every deadline under test, on a loaded machine
 
@@ -40,15 +41,8 @@ def make_event(n: int = 0, **overrides: Any) -> AlertEvent:
 
 
 def wait_for(check: Callable[[], Any], what: str, deadline_s: float = DEADLINE_S) -> Any:
-    """Poll ``check`` until it returns something true; fail naming ``what`` after ``deadline_s``."""
-    end = time.monotonic() + deadline_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out after {deadline_s} s waiting for {what}")
-        time.sleep(0.02)
+    """:func:`tests.waiting.until` with these tests' deadline (``what`` second, as every call here passes it)."""
+    return until(check, deadline_s, what)
 
 
 class Problems:

@@ -13,6 +13,8 @@ from nvtopy.sources.collector import Collector
 from nvtopy.sources.events import WAIT_S, EventLog, EventWatcher
 from nvtopy.sources.poller import Poller
 
+from ..waiting import until
+
 
 class ScriptedStream(EventStream):
     """Delivers the events put in ``queue`` (one wait's worth at a time); counts its waits."""
@@ -57,15 +59,6 @@ def test_without_a_watcher_the_note_says_when_events_are_watched():
     assert "only while nvtopy runs" in log.note(0)
 
 
-def wait_for(predicate, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
-
-
 @pytest.mark.timing  # a wall-clock bound under half a second: apart from the loaded main pass
 def test_the_watcher_fills_the_log_and_stops_within_half_a_second(sim):
     stream = ScriptedStream(notes={2: "Xid events not supported on this GPU"})
@@ -73,11 +66,11 @@ def test_the_watcher_fills_the_log_and_stops_within_half_a_second(sim):
     backend.open_events = lambda: stream  # type: ignore[method-assign]
     log = EventLog()
     watcher = EventWatcher(backend, log).start()
-    assert wait_for(lambda: log.watching)
+    until(lambda: log.watching, what="the watcher watching")
     assert log.note(0) is None and log.note(2) == "Xid events not supported on this GPU"
     with stream.lock:
         stream.queue.append(_xid(1, 48))
-    assert wait_for(lambda: log.timeline(1)[1] == ((48, 1),))
+    until(lambda: log.timeline(1)[1] == ((48, 1),), what="the Xid 48 in GPU 1's timeline")
     started = time.monotonic()
     watcher.stop()
     assert watcher.join(0.5), "the event thread ends within 0.5 s of the stop"
@@ -141,10 +134,13 @@ def test_a_poller_with_events_starts_and_stops_the_watcher(sim):
     backend.open_events = lambda: stream  # type: ignore[method-assign]
     poller = Poller(backend, interval=0.25, events=True).start()
     try:
-        assert wait_for(lambda: poller.collector.events.watching)
+        until(lambda: poller.collector.events.watching, what="the poller's watcher watching")
         with stream.lock:
             stream.queue.append(_xid(0, 31))
-        assert wait_for(lambda: poller.latest is not None and poller.latest.gpu(0).health.last_xid == 31)
+        until(
+            lambda: poller.latest is not None and poller.latest.gpu(0).health.last_xid == 31,
+            what="Xid 31 in a snapshot",
+        )
     finally:
         poller.stop()
-    assert wait_for(stream.closed.is_set, 1.0)
+    until(stream.closed.is_set, 1.0, "the event set released")

@@ -46,6 +46,7 @@ from ...prometheus_fixtures import (
     targets_up,
     wait,
 )
+from ...waiting import until
 
 pytestmark = [requires_prometheus, pytest.mark.real_server]
 three_exporter_fleet = prometheus_fixtures.three_exporter_fleet  # the fixture, here by its name
@@ -56,15 +57,18 @@ GPUS = {hostname: gpus for hostname, _, gpus in FLEET_HOSTS}
 
 def complete(fleet: PrometheusFleet, expected: int, deadline_s: float = DATA_S) -> Snapshot:
     """Refresh until every expected GPU is shown with its values (the server may still be filling in)."""
-    end = time.monotonic() + deadline_s
-    snapshot = fleet.poll_once()
-    while time.monotonic() < end:
-        shown = [g for g in snapshot.gpus if g.note is None and g.sample.memory_used_bytes is not None]
-        if len(shown) == expected == len(snapshot.gpus):
-            return snapshot
-        time.sleep(0.5)
+    last: list[Snapshot] = []
+
+    def every_gpu_shown() -> Snapshot | None:
         snapshot = fleet.poll_once()
-    pytest.fail(f"the fleet never showed {expected} GPUs: {[(g.static.host, g.note) for g in snapshot.gpus]}")
+        last[:] = [snapshot]
+        shown = [g for g in snapshot.gpus if g.note is None and g.sample.memory_used_bytes is not None]
+        return snapshot if len(shown) == expected == len(snapshot.gpus) else None
+
+    def lines() -> str:  # on failure: each host's lines at the last refresh
+        return f"the fleet showing {expected} GPUs: {[(g.static.host, g.note) for g in last[0].gpus]}"
+
+    return until(every_gpu_shown, deadline_s, lines, step=0.5)
 
 
 def test_the_fleet_shows_every_exporters_gpus_and_processes(three_exporter_fleet: Fleet):

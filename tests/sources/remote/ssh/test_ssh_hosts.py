@@ -13,7 +13,6 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -27,19 +26,8 @@ from nvtopy.sources.remote.ssh.session import Session, State, Status
 from nvtopy.sources.remote.ssh.streams import MAX_WAIT, TIMER_STEP
 from nvtopy.sources.remote.ssh.targets import expand
 
+from ....waiting import until
 from . import fake_ssh
-
-
-def until(check: Callable[[], object], timeout: float = 10.0, what: str = "the condition") -> object:
-    """Poll ``check`` until it is true (its value returned) or fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {timeout:g} s: {what}")
-        time.sleep(0.02)
 
 
 def hosts(tmp_path: Path, names: str, **options: object) -> SshHosts:
