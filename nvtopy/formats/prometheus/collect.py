@@ -235,7 +235,7 @@ class SnapshotCollector:
         self.naming = naming  # the names, units and label spellings written (nvtopy exporter --names)
         # (snapshot, its families but the age): the last snapshot's families.
         self._cache: tuple[Snapshot | None, list[Any]] | None = None
-        # What a process's labels are made of -> its label dict, for the processes of the last snapshot built.
+        # (GPU index, pid) -> (what its labels are made of, its label dict), for the processes of the last snapshot.
         self._process_labels: dict[tuple[int, int], tuple[tuple[Any, ...], dict[str, str]]] = {}
         # Family name -> (what it was built from, the family): the last snapshot's families, each reused
         # whole by the next snapshot when its inputs are the same (most are: slow groups, static fields,
@@ -281,9 +281,7 @@ class SnapshotCollector:
         reused: dict[str, tuple[Any, Any]] = {}
 
         backend = "none" if snapshot is None else snapshot.host.backend
-        info = self._reuse(
-            previous, reused, "nvtopy_exporter_info", backend, lambda: _info_family(__version__, backend)
-        )
+        info = self._reuse(previous, reused, " info", backend, lambda: _info_family(__version__, backend))
         head.append(info)
         if snapshot is None:
             self._reused = reused
@@ -337,18 +335,17 @@ class SnapshotCollector:
                         family.samples.append(Sample(metric.name, series, metric.to_metric(raw)))
             reused[metric.name] = (inputs, family)
             head.append(family)
-        # The families below are reused whole, as those above, while what they are made of is the same.
+        # The families below are reused whole, as those above, while what they are made of is the same (kept under
+        # keys that begin with a space: no metric's name does).
         lost_flags = tuple(gpu.lost for gpu in gpus)
         mig = (label_key, lost_flags, tuple((gpu.processes_unavailable is None, gpu.mig) for gpu in gpus))
-        head.extend(
-            self._reuse(previous, reused, "nvtopy_mig_device_", mig, lambda: [*self._mig_devices(labels, naming)])
-        )
+        head.extend(self._reuse(previous, reused, " mig devices", mig, lambda: [*self._mig_devices(labels, naming)]))
         xids = (label_key, tuple(gpu.health.xid_counts for gpu in gpus))
-        head.extend(self._reuse(previous, reused, "nvtopy_xid_", xids, lambda: [*self._xid_counts(labels, gpu_labels)]))
+        head.extend(self._reuse(previous, reused, " xids", xids, lambda: [*self._xid_counts(labels, gpu_labels)]))
         links = (label_key, lost_flags, tuple(gpu.sample.nvlinks for gpu in gpus))
-        head.extend(self._reuse(previous, reused, "nvtopy_nvlink_", links, lambda: [*self._nvlinks(labels, naming)]))
+        head.extend(self._reuse(previous, reused, " nvlinks", links, lambda: [*self._nvlinks(labels, naming)]))
         lost = (label_key, lost_flags)
-        head.append(self._reuse(previous, reused, "nvtopy_gpu_lost", lost, lambda: _lost_family(labels, gpu_labels)))
+        head.append(self._reuse(previous, reused, " lost", lost, lambda: _lost_family(labels, gpu_labels)))
         self._reused = reused
         return head, list(self._processes(snapshot))
 
