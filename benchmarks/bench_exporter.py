@@ -14,7 +14,9 @@ write one snapshot's text, nvtopy's renderer against prometheus-client's
 ``generate_latest``, and its gzip at level 1 against level 9.
 
 Standalone (``.venv/bin/python benchmarks/bench_exporter.py``) or as part of
-``make bench-peers``; skips (exit 0) where ../shared/fake-nvml is absent.
+``make bench-peers``; skips (exit 0) where ../shared/fake-nvml is absent. With
+``--baseline NVTOPY`` (another install's ``nvtopy``, e.g. ``../main/.venv/bin/nvtopy``):
+paired runs of the two exporters instead, interleaved, each pair's CPU ratio printed.
 """
 
 from __future__ import annotations
@@ -56,6 +58,23 @@ def _cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as file:
         fields = file.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
+
+
+def _thread_cpu_seconds(pid: int) -> float:
+    """The CPU its threads ran, summed from ``/proc/PID/task/*/schedstat`` (nanoseconds: no 10 ms ticks).
+
+    Why beside :func:`_cpu_seconds`: an exporter spends about 1 % of a core, 0.2 s in 20 s, which clock ticks
+    measure to +-5 %; a paired A/B of two trees needs finer. Threads that ended are not counted (an exporter's
+    live for its whole run).
+    """
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as file:
+                total += int(file.read().split()[0])
+        except (OSError, ValueError, IndexError):  # the thread ended meanwhile
+            pass
+    return total / 1e9
 
 
 def _peak_rss_mib(pid: int) -> float:
@@ -125,11 +144,12 @@ def run_exporter(
         latencies: list[float] = []
         sizes: list[int] = []
         cpu_start = t_start = None
+        threads_start = 0.0
         tick = 0
         while True:
             now = time.monotonic()
             if cpu_start is None and now - started >= warmup:
-                cpu_start, t_start = _cpu_seconds(proc.pid), now
+                cpu_start, t_start, threads_start = _cpu_seconds(proc.pid), now, _thread_cpu_seconds(proc.pid)
             if now - started >= warmup + duration:
                 break
             latency, size = _scrape(port)
@@ -138,7 +158,7 @@ def run_exporter(
                 sizes.append(size)
             tick += 1
             time.sleep(max(0.0, started + tick - time.monotonic()))
-        cpu_end, t_end = _cpu_seconds(proc.pid), time.monotonic()
+        cpu_end, t_end, threads_end = _cpu_seconds(proc.pid), time.monotonic(), _thread_cpu_seconds(proc.pid)
         assert cpu_start is not None and t_start is not None
         rss = _peak_rss_mib(proc.pid)
     finally:
@@ -151,6 +171,7 @@ def run_exporter(
     ordered = sorted(latencies)
     return {
         "cpu_pct_steady": round(100 * (cpu_end - cpu_start) / (t_end - t_start), 2),
+        "cpu_ms_per_s_threads": round(1000 * (threads_end - threads_start) / (t_end - t_start), 3),
         "peak_rss_mib": round(rss, 1),
         "scrape_median_ms": round(1000 * statistics.median(ordered), 2),
         "scrape_p95_ms": round(1000 * ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))], 2),
@@ -200,6 +221,58 @@ def compare(
         for name in names:
             results[f"{name} @{processes}"] = _median_of(runs[name])
     return results
+
+
+def paired(
+    fake: Path, nvtopy: str, baseline: str, *, pairs: int = 4, duration: float = 30.0, warmup: float = 5.0
+) -> dict[str, Any]:
+    """``nvtopy exporter`` of two installs (``baseline`` first in odd pairs, second in even ones), 64 processes.
+
+    What a change to the exporter is measured with: the same scrapes as :func:`compare`, CPU from the
+    threads' schedstat (:func:`_thread_cpu_seconds`), and the ratio of each pair, so that the load of a
+    shared machine, which moves both runs of a pair alike, cancels out of it.
+    """
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    sleepers = [subprocess.Popen(["sleep", str(int(3 * (duration + warmup) * pairs + 600))]) for _ in range(64)]
+    env = dict(
+        os.environ,
+        LD_LIBRARY_PATH=str(fake / "build"),
+        FAKE_NVML_GPUS="8",
+        FAKE_NVML_PIDS=",".join(str(p.pid) for p in sleepers),
+    )
+    env.pop("NVTOPY_DEBUG", None)
+    runs: dict[str, list[dict[str, Any]]] = {"baseline": [], "nvtopy": []}
+    try:
+        for pair in range(pairs):
+            order = ("baseline", "nvtopy") if pair % 2 == 0 else ("nvtopy", "baseline")
+            for name in order:
+                port = _free_port()
+                argv = [baseline if name == "baseline" else nvtopy, "exporter", "--listen", f"127.0.0.1:{port}"]
+                log = RESULTS / f"exporter-ab-{name}-{pair + 1}.log"
+                result = run_exporter(
+                    [*argv, "--interval", "1"], b"nvtopy_process_gpu_memory_bytes", port, env,
+                    duration=duration, warmup=warmup, log=log,
+                )  # fmt: skip
+                runs[name].append(result)
+                print(
+                    f"  pair {pair + 1} {name:8s} {result['cpu_ms_per_s_threads']:7.3f} ms CPU/s  "
+                    f"scrape {result['scrape_median_ms']} ms  {result['bytes_median']} B",
+                    flush=True,
+                )
+    finally:
+        for sleeper in sleepers:
+            sleeper.kill()
+            sleeper.wait()
+    ratios = [
+        new["cpu_ms_per_s_threads"] / max(old["cpu_ms_per_s_threads"], 1e-9)
+        for old, new in zip(runs["baseline"], runs["nvtopy"], strict=True)
+    ]
+    return {
+        "baseline": _median_of(runs["baseline"]),
+        "nvtopy": _median_of(runs["nvtopy"]),
+        "cpu_ratio_pairs": [round(r, 3) for r in ratios],
+        "cpu_ratio_median": round(statistics.median(ratios), 3),
+    }
 
 
 def report(results: dict[str, Any], repeat: int) -> dict[str, Any]:
@@ -317,17 +390,36 @@ def main() -> int:
     parser.add_argument("-r", "--repeat", type=int, default=3, help="interleaved repetitions (medians)")
     parser.add_argument("-d", "--duration", type=float, default=20.0, help="seconds of scraping per run")
     parser.add_argument("-w", "--warmup", type=float, default=5.0, help="seconds left out of the CPU figure")
+    parser.add_argument(
+        "--baseline",
+        metavar="NVTOPY",
+        help="instead of the peers: paired runs (-r pairs, -d seconds each) of this nvtopy (e.g. "
+        "../main/.venv/bin/nvtopy) and this tree's, interleaved; prints each pair's CPU ratio",
+    )
     args = parser.parse_args()
-    costs = [render_cost(8), render_cost(64)]
-    report_render(costs)
+    if args.baseline is None:
+        costs = [render_cost(8), render_cost(64)]
+        report_render(costs)
     skipped = bench_peers.why_skip()
     if skipped:
         print(f"bench-exporter skipped: {skipped}")
         return 0
     fake = bench_peers.prepare_fake()
-    venv = bench_peers.prepare_peers()
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "nvtopy")], check=True)
     nvtopy = str(Path(sys.executable).with_name("nvtopy"))
+    if args.baseline is not None:
+        print(f"# nvtopy exporter, this tree against {args.baseline}: 8 GPUs x 64 processes, {args.repeat} pairs")
+        ab = paired(fake, nvtopy, args.baseline, pairs=args.repeat, duration=args.duration, warmup=args.warmup)
+        for name in ("baseline", "nvtopy"):
+            r = ab[name]
+            print(
+                f"  {name:8s} CPU {r['cpu_ms_per_s_threads']} ms/s (median), scrape {r['scrape_median_ms']} ms, "
+                f"{r['bytes_median']} B, peak RSS {r['peak_rss_mib']} MiB"
+            )
+        print(f"  this tree / baseline, per pair: {ab['cpu_ratio_pairs']}, median {ab['cpu_ratio_median']}")
+        (RESULTS / "exporter-ab.json").write_text(json.dumps(ab, indent=2))
+        return 0
+    venv = bench_peers.prepare_peers()
     results = compare(fake, venv, nvtopy, repeat=args.repeat, duration=args.duration, warmup=args.warmup)
     summary = report(results, args.repeat)
     when = time.strftime("%Y-%m-%d %H:%M:%S")

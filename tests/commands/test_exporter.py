@@ -929,6 +929,35 @@ def test_a_slow_client_is_closed_at_the_deadline(exporter, monkeypatch):
         assert _timed_scrape(ex) < 0.5
 
 
+@pytest.mark.timing  # 1.2 s without a wake is a wall-clock span: apart from the main pass
+def test_an_idle_dispatcher_does_not_wake(exporter, monkeypatch):
+    """Nothing is due between a connection's bytes and its deadline (shutdown wakes it): one select, no timeout.
+
+    socketserver's 0.5 s poll woke the dispatcher twice a second, all day, for nothing.
+    """
+    import selectors
+    from types import SimpleNamespace
+
+    from nvtopy.commands.exporter import server as exporter_module
+
+    timeouts: list[float | None] = []
+
+    class Counting(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+        def select(self, timeout: float | None = None) -> Any:
+            timeouts.append(timeout)
+            return super().select(timeout)
+
+    counting = SimpleNamespace(**{name: getattr(selectors, name) for name in dir(selectors) if name.isupper()})
+    counting.DefaultSelector, counting.BaseSelector = Counting, selectors.BaseSelector
+    monkeypatch.setattr(exporter_module, "selectors", counting)
+    ex = exporter()
+    _timed_scrape(ex)  # a request read and handed over: the loop runs
+    seen = len(timeouts)
+    time.sleep(1.2)  # what is measured: that nothing happens in this span
+    assert len(timeouts) == seen, f"an idle dispatcher woke {len(timeouts) - seen} times"
+    assert timeouts[-1] is None, "it waits for a connection without a timeout"
+
+
 @pytest.mark.timing  # a scrape within 0.5 s is a wall-clock bound: run apart from the loaded main pass
 def test_past_the_pending_limit_the_oldest_connection_is_closed(exporter, monkeypatch):
     from nvtopy.commands.exporter import server as exporter_module

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from ...formats.prometheus.collect import SnapshotHolder
-from ...formats.prometheus.expose import GZIP_LEVEL, Exposition
+from ...formats.prometheus.expose import GZIP_LEVEL, Exposition, last_stored_block
 from ...model import Snapshot
 from .readiness import Readiness
 from .selfmetrics import SelfMetrics
@@ -83,11 +83,13 @@ def metrics_app(
         headers = [("Content-Type", body.content_type)]
         if names:
             chunks = body.selected(names, own_families())
-        elif gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", "")):
-            chunks = body.chunks(_render(own_families()), gzip=True)
-            headers.append(("Content-Encoding", "gzip"))
         else:
-            chunks = body.chunks(_render(own_families()))
+            own = readiness.text() if self_metrics is None else readiness.text() + _render(self_metrics.families())
+            if gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", "")):
+                chunks = body.chunks(own, gzip=True)
+                headers.append(("Content-Encoding", "gzip"))
+            else:
+                chunks = body.chunks(own)
         headers.append(("Content-Length", str(sum(map(len, chunks)))))
         start_response("200 OK", headers)
         if self_metrics is None:
@@ -126,8 +128,8 @@ class ScrapeBody:
     gzip member would be valid gzip, but curl (7.88) stops reading after the first. So
     the same splice here: the text's deflate stream, sync-flushed (byte-aligned, not
     final), is kept while the exposition's text is the same bytes (one snapshot); a scrape
-    compresses what follows it (the age and the exporter's own series) into a final block
-    of its own and writes the trailer from the kept CRC-32. Like the exposition, once a
+    adds what follows it (the age and the exporter's own series, a few hundred bytes) as a
+    final stored block of its own and writes the trailer from the kept CRC-32. Like the exposition, once a
     scrape asked for gzip, the deflate of each new snapshot is made as it is published
     (:meth:`prerender`), not by the scrape that finds it.
     """
@@ -151,9 +153,8 @@ class ScrapeBody:
             return [head, *rest, own]
         tail = b"".join(rest) + own
         prefix, crc = self._deflated(head)
-        end = zlib.compressobj(self._level, zlib.DEFLATED, -zlib.MAX_WBITS)
         trailer = struct.pack("<II", zlib.crc32(tail, crc), (len(head) + len(tail)) & 0xFFFFFFFF)
-        return [prefix, end.compress(tail) + end.flush() + trailer]
+        return [prefix, last_stored_block(tail) + trailer]
 
     def selected(self, names: list[str], own: list[Any]) -> list[bytes]:
         """The families named ``names`` (``?name[]=``), the exporter's own among them, for this request only."""

@@ -22,6 +22,7 @@ step or a simulated backend's clock does not make figures look fresh or stale.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -172,14 +173,34 @@ class Readiness:
 
     def families(self) -> list[Any]:
         """``nvtopy_exporter_ready``: 1 when :meth:`verdict` is ready, else 0; there before any collection too."""
-        from prometheus_client.core import GaugeMetricFamily
+        return _ready_families(self.verdict().ready)
 
-        ready = GaugeMetricFamily(
-            "nvtopy_exporter_ready",
-            "1 when a collection completed within the last few intervals (GET /health answers 200), else 0.",
-        )
-        ready.add_metric([], 1.0 if self.verdict().ready else 0.0)
-        return [ready]
+    def text(self) -> bytes:
+        """:meth:`families` as the text format: one of two texts, each made once (a scrape asks for it each time)."""
+        return _ready_text(self.verdict().ready)
+
+
+def _ready_families(ready: bool) -> list[Any]:
+    from prometheus_client.core import GaugeMetricFamily
+
+    family = GaugeMetricFamily(
+        "nvtopy_exporter_ready",
+        "1 when a collection completed within the last few intervals (GET /health answers 200), else 0.",
+    )
+    family.add_metric([], 1.0 if ready else 0.0)
+    return [family]
+
+
+@functools.cache
+def _ready_text(ready: bool) -> bytes:
+    """prometheus-client's text of :func:`_ready_families` (``ready``: True or False, so two texts)."""
+    from prometheus_client.exposition import generate_latest
+
+    class Families:
+        def collect(self) -> list[Any]:
+            return _ready_families(ready)
+
+    return generate_latest(Families())
 
 
 def _answered(gpu: GpuState, snapshot: Snapshot) -> bool:

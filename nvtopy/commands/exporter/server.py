@@ -260,7 +260,14 @@ class MetricsServer(WSGIServer):
 
     # ------------------------------------------------------------- the dispatcher
 
-    def serve_forever(self, poll_interval: float = 0.5) -> None:
+    def serve_forever(self, poll_interval: float | None = None) -> None:
+        """Accept, read and hand over requests until :meth:`shutdown`.
+
+        ``poll_interval``: the longest wait between two looks at the pending connections' deadlines; None (the
+        default) waits for the next connection, byte or deadline only. Why not socketserver's 0.5 s: nothing else
+        is due between them (:meth:`shutdown` wakes the loop itself), and two wakes a second of an otherwise
+        idle thread were about 3 % of an exporter's steady CPU.
+        """
         self._idle.clear()
         selector = selectors.DefaultSelector()
         selector.register(self.socket, selectors.EVENT_READ, "listen")
@@ -269,8 +276,12 @@ class MetricsServer(WSGIServer):
             while not self._stop.is_set():
                 now = time.monotonic()
                 oldest = next(iter(self._pending.values()), None)
-                timeout = poll_interval if oldest is None else min(poll_interval, oldest.deadline - now)
-                for key, _ in selector.select(max(0.0, timeout)):
+                timeout = poll_interval
+                if oldest is not None:
+                    timeout = max(
+                        0.0, oldest.deadline - now if timeout is None else min(timeout, oldest.deadline - now)
+                    )
+                for key, _ in selector.select(timeout):
                     if key.data == "listen":
                         self._accept(selector)
                     elif key.data == "wake":

@@ -29,6 +29,7 @@ values, so the exporter keeps answering with ``nvtopy_gpu_responding 0``.
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
@@ -50,7 +51,7 @@ from .series import (
     process_labels,
 )
 
-__all__ = ["SnapshotCollector", "age_families", "pod_labels"]
+__all__ = ["AGE_HELP", "AGE_NAME", "SnapshotCollector", "age_families", "age_seconds", "pod_labels"]
 
 
 def pod_labels(gpu: GpuState) -> dict[str, str]:
@@ -114,9 +115,18 @@ def age_families(snapshot: Snapshot | None) -> list[Any]:
 
     if snapshot is None:
         return []
-    age = GaugeMetricFamily("nvtopy_snapshot_age_seconds", "Seconds since the metrics were collected.")
-    age.add_metric([], max(0.0, time.time() - snapshot.timestamp) if snapshot.host.backend == "nvml" else 0.0)
+    age = GaugeMetricFamily(AGE_NAME, AGE_HELP)
+    age.add_metric([], age_seconds(snapshot))
     return [age]
+
+
+AGE_NAME = "nvtopy_snapshot_age_seconds"
+AGE_HELP = "Seconds since the metrics were collected."
+
+
+def age_seconds(snapshot: Snapshot) -> float:
+    """The value of ``nvtopy_snapshot_age_seconds`` now (:func:`age_families`)."""
+    return max(0.0, time.time() - snapshot.timestamp) if snapshot.host.backend == "nvml" else 0.0
 
 
 # A GPU series: its field as the naming writes it, the getter of its raw value, and how a GPU instance's value
@@ -145,6 +155,62 @@ def _gpu_readers(naming: Naming) -> tuple[_Reader, ...]:
     return readers
 
 
+_PROCESS_HELP = {
+    "gpu_memory_bytes": "GPU memory used by the process, as NVML reports it (bytes).",
+    "sm_utilization_percent": "The process's share of SM time (%).",
+    "memory_utilization_percent": "The process's share of memory bandwidth (%).",
+    "cpu_percent": "CPU use of the process (% of one core).",
+    "host_memory_bytes": "Resident host memory of the process (bytes).",
+    "start_time_seconds": "Start time of the process since the Unix epoch (seconds).",
+    "idle_held_seconds": "How long the process has held GPU memory while computing nothing (~0 % SM; seconds).",
+}
+# Each per-process family: (its key in PROCESS_FIELDS, its name, its help, the getter of its value on a GpuProcess).
+_PROCESS_FAMILIES: tuple[tuple[str, str, str, Callable[[GpuProcess], Any]], ...] = tuple(
+    (key, f"nvtopy_process_{key}", help_, operator.attrgetter(PROCESS_FIELDS[key]))
+    for key, help_ in _PROCESS_HELP.items()
+)
+
+_Keep = Callable[[str, int, dict[str, str]], dict[str, str]]
+
+
+def _keeper(before: dict[tuple[str, int], dict[str, str]], now: dict[tuple[str, int], dict[str, str]]) -> _Keep:
+    """``keep(kind, gpu, labels)``: the last snapshot's dict for (kind, gpu) if equal to ``labels``, else ``labels``.
+
+    Each one kept goes into ``now`` (the next snapshot's ``before``). A label dict is never changed once made.
+    """
+
+    def keep(kind: str, gpu: int, labels: dict[str, str]) -> dict[str, str]:
+        key = (kind, gpu)
+        last = before.get(key)
+        if last is not None and last == labels:
+            labels = last
+        now[key] = labels
+        return labels
+
+    return keep
+
+
+def _info_family(version: str, backend: str) -> Any:
+    """``nvtopy_exporter_info``: 1, with the version and the backend as labels."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    info = GaugeMetricFamily(
+        "nvtopy_exporter_info", "nvtopy exporter build and backend.", labels=["version", "backend"]
+    )
+    info.add_metric([version, backend], 1.0)
+    return info
+
+
+def _lost_family(labels: list[tuple[GpuState, dict[str, str]]], gpu_labels: tuple[str, ...]) -> Any:
+    """``nvtopy_gpu_lost``: 1 for a GPU that fell off the bus, else 0."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    lost = GaugeMetricFamily("nvtopy_gpu_lost", "1 when the GPU fell off the bus (GpuIsLost).", labels=list(gpu_labels))
+    for gpu, gpu_label in labels:
+        lost.add_metric([gpu_label[name] for name in gpu_labels], 1.0 if gpu.lost else 0.0)
+    return lost
+
+
 class SnapshotHolder(Protocol):
     """What the exporter serves from: anything whose ``latest`` is the snapshot to show (None before the first).
 
@@ -169,13 +235,17 @@ class SnapshotCollector:
         self.naming = naming  # the names, units and label spellings written (nvtopy exporter --names)
         # (snapshot, its families but the age): the last snapshot's families.
         self._cache: tuple[Snapshot | None, list[Any]] | None = None
-        # What a process's labels are made of -> its label dict, for the processes of the last snapshot built.
-        self._process_labels: dict[tuple[Any, ...], dict[str, str]] = {}
+        # (GPU index, pid) -> (what its labels are made of, its label dict), for the processes of the last snapshot.
+        self._process_labels: dict[tuple[int, int], tuple[tuple[Any, ...], dict[str, str]]] = {}
         # Family name -> (what it was built from, the family): the last snapshot's families, each reused
         # whole by the next snapshot when its inputs are the same (most are: slow groups, static fields,
         # idle processes), so neither its samples nor, in TextRenderer, its text are made again.
         self._reused: dict[str, tuple[Any, Any]] = {}
         self._reused_processes: dict[str, tuple[Any, Any]] = {}
+        # The last snapshot's label dicts, each kept while it is equal to the one made now: the same dict object
+        # from one snapshot to the next, so reuse checks compare identities and the renderer's label texts
+        # (kept per label dict) are not made again.
+        self._kept_labels: dict[tuple[str, int], dict[str, str]] = {}
 
     def describe(self) -> list[Any]:
         return []  # metrics depend on the GPUs present: not known at registration
@@ -204,36 +274,49 @@ class SnapshotCollector:
         from prometheus_client.core import GaugeMetricFamily
         from prometheus_client.samples import Sample
 
-        head: list[Any] = []
-        info = GaugeMetricFamily(
-            "nvtopy_exporter_info", "nvtopy exporter build and backend.", labels=["version", "backend"]
-        )
         from ..._version import __version__
 
-        info.add_metric([__version__, "none" if snapshot is None else snapshot.host.backend], 1.0)
+        head: list[Any] = []
+        previous = self._reused
+        reused: dict[str, tuple[Any, Any]] = {}
+
+        backend = "none" if snapshot is None else snapshot.host.backend
+        info = self._reuse(previous, reused, " info", backend, lambda: _info_family(__version__, backend))
         head.append(info)
         if snapshot is None:
+            self._reused = reused
             return head, []
         host = snapshot.host
         naming = self.naming
         gpu_labels = naming.gpu_labels
+        kept: dict[tuple[str, int], dict[str, str]] = {}
+        keep = _keeper(self._kept_labels, kept)
         labels = [
-            (gpu, {name: _label_text(value) for name, value in naming.labels_of(gpu, host).items()})
+            (
+                gpu,
+                keep(
+                    "gpu", gpu.index, {name: _label_text(value) for name, value in naming.labels_of(gpu, host).items()}
+                ),
+            )
             for gpu in snapshot.gpus
         ]
         # A GPU that one pod holds also gets dcgm-exporter's pod labels: its series then have more labels than the
         # others' (allowed in one family). One label dict per GPU, shared by all its series (a renderer formats it
         # once), so they are added as samples rather than through add_metric.
-        series_of = [({name: gpu_label[name] for name in gpu_labels} | pod_labels(gpu)) for gpu, gpu_label in labels]
-        instances = self._gpu_instances(labels, gpu_labels)
-        # The label dicts are made anew per snapshot: a family is reused only if they are equal too.
-        series_key = (
-            tuple(tuple(series.items()) for series in series_of),
-            tuple(tuple(s.items()) for _, s in instances),
-        )
-        previous, reused = self._reused, {}
+        series_of = [keep("series", gpu.index, gpu_label | pod_labels(gpu)) for gpu, gpu_label in labels]
+        instances = self._gpu_instances(labels, gpu_labels, keep)
+        self._kept_labels = kept
+        # A label dict is the same object as the last snapshot's while it is equal to it (keep): a family is
+        # reused only if they are the same ones (a tuple compares its items by identity first).
+        label_key = tuple(gpu_label for _, gpu_label in labels)
+        series_key = (tuple(series_of), tuple(s for _, s in instances))
+        gpus = [gpu for gpu, _ in labels]
+        lost_gpus = any(gpu.lost for gpu in gpus)
         for metric, read, read_instance in _gpu_readers(naming):
-            raws = tuple(None if gpu.lost and not metric.when_lost else read(gpu) for gpu, _ in labels)
+            if lost_gpus and not metric.when_lost:
+                raws = tuple(None if gpu.lost else read(gpu) for gpu in gpus)
+            else:
+                raws = tuple(map(read, gpus))
             instance_raws = () if read_instance is None else tuple(read_instance(mig) for mig, _ in instances)
             more = () if metric.labels is None else tuple(metric.labels(gpu) for gpu, _ in labels)
             inputs = (series_key, raws, instance_raws, more)
@@ -252,21 +335,37 @@ class SnapshotCollector:
                         family.samples.append(Sample(metric.name, series, metric.to_metric(raw)))
             reused[metric.name] = (inputs, family)
             head.append(family)
+        # The families below are reused whole, as those above, while what they are made of is the same (kept under
+        # keys that begin with a space: no metric's name does).
+        lost_flags = tuple(gpu.lost for gpu in gpus)
+        mig = (label_key, lost_flags, tuple((gpu.processes_unavailable is None, gpu.mig) for gpu in gpus))
+        head.extend(self._reuse(previous, reused, " mig devices", mig, lambda: [*self._mig_devices(labels, naming)]))
+        xids = (label_key, tuple(gpu.health.xid_counts for gpu in gpus))
+        head.extend(self._reuse(previous, reused, " xids", xids, lambda: [*self._xid_counts(labels, gpu_labels)]))
+        links = (label_key, lost_flags, tuple(gpu.sample.nvlinks for gpu in gpus))
+        head.extend(self._reuse(previous, reused, " nvlinks", links, lambda: [*self._nvlinks(labels, naming)]))
+        lost = (label_key, lost_flags)
+        head.append(self._reuse(previous, reused, " lost", lost, lambda: _lost_family(labels, gpu_labels)))
         self._reused = reused
-        head.extend(self._mig_devices(labels, naming))
-        head.extend(self._xid_counts(labels, gpu_labels))
-        head.extend(self._nvlinks(labels, naming))
-        lost = GaugeMetricFamily(
-            "nvtopy_gpu_lost", "1 when the GPU fell off the bus (GpuIsLost).", labels=list(gpu_labels)
-        )
-        for gpu, gpu_label in labels:
-            lost.add_metric([gpu_label[name] for name in gpu_labels], 1.0 if gpu.lost else 0.0)
-        head.append(lost)
         return head, list(self._processes(snapshot))
 
     @staticmethod
+    def _reuse(
+        previous: dict[str, tuple[Any, Any]],
+        reused: dict[str, tuple[Any, Any]],
+        key: str,
+        inputs: Any,
+        make: Callable[[], Any],
+    ) -> Any:
+        """The last snapshot's ``key`` (a family, or a list of them) if made of equal ``inputs``, else ``make()``'s."""
+        last = previous.get(key)
+        made = last[1] if last is not None and last[0] == inputs else make()
+        reused[key] = (inputs, made)
+        return made
+
+    @staticmethod
     def _gpu_instances(
-        labels: list[tuple[GpuState, dict[str, str]]], gpu_labels: tuple[str, ...]
+        labels: list[tuple[GpuState, dict[str, str]]], gpu_labels: tuple[str, ...], keep: _Keep
     ) -> list[tuple[Any, dict[str, str]]]:
         """Each GPU instance of each GPU (not lost) with its series' labels: the GPU's, GPU_I_PROFILE, GPU_I_ID.
 
@@ -282,7 +381,7 @@ class SnapshotCollector:
                 series["GPU_I_PROFILE"] = _label_text(gpu_instance_profile(mig.instance.profile))
                 series["GPU_I_ID"] = str(gi)
                 series.update(_pod_labels(tuple(p for p in gpu.processes if p.gpu_instance_id == gi)))
-                found.append((mig, series))
+                found.append((mig, keep(f"instance {gi}", gpu.index, series)))
         return found
 
     @staticmethod
@@ -376,34 +475,22 @@ class SnapshotCollector:
         from prometheus_client.core import GaugeMetricFamily
         from prometheus_client.samples import Sample
 
-        families = {
-            "gpu_memory_bytes": "GPU memory used by the process, as NVML reports it (bytes).",
-            "sm_utilization_percent": "The process's share of SM time (%).",
-            "memory_utilization_percent": "The process's share of memory bandwidth (%).",
-            "cpu_percent": "CPU use of the process (% of one core).",
-            "host_memory_bytes": "Resident host memory of the process (bytes).",
-            "start_time_seconds": "Start time of the process since the Unix epoch (seconds).",
-            "idle_held_seconds": "How long the process has held GPU memory while computing nothing (~0 % SM; seconds).",
-        }
         label_names = process_labels(self.naming)
-        made = {
-            key: GaugeMetricFamily(f"nvtopy_process_{key}", help_, labels=list(label_names))
-            for key, help_ in families.items()
-        }
-        names = {key: f"nvtopy_process_{key}" for key in families}
         host = snapshot.host.hostname
         hostname = _label_text(host)
         # A process's labels change only with what they are made of (its command, user, owner...): one label dict
-        # per process, kept from one snapshot to the next, and shared by its seven families' samples.
-        previous, kept = self._process_labels, {}
-        rows: list[tuple[dict[str, str], GpuProcess]] = []
+        # per process, kept from one snapshot to the next, and shared by its seven families' samples. Found by
+        # (GPU, pid) and checked against what it was made of (compared, never hashed: an owner's hash is Python's).
+        previous: dict[tuple[int, int], tuple[tuple[Any, ...], dict[str, str]]] = self._process_labels
+        kept: dict[tuple[int, int], tuple[tuple[Any, ...], dict[str, str]]] = {}
+        series_of: list[dict[str, str]] = []
+        procs: list[GpuProcess] = []
         for gpu in snapshot.gpus:
             uuid = gpu.static.uuid
+            index = gpu.index
             for proc in gpu.processes:
-                key = (
-                    gpu.index,
+                made_of = (
                     uuid,
-                    proc.pid,
                     proc.type,
                     proc.user,
                     proc.command,
@@ -412,26 +499,26 @@ class SnapshotCollector:
                     proc.compute_instance_id,
                     host,
                 )
-                series = previous.get(key)
-                if series is None:
-                    series = self._process_series(label_names, gpu.index, uuid, proc, hostname)
-                kept[key] = series
-                rows.append((series, proc))
+                key = (index, proc.pid)
+                last = previous.get(key)
+                if last is None or last[0] != made_of:
+                    last = (made_of, self._process_series(label_names, index, uuid, proc, hostname))
+                kept[key] = last
+                series_of.append(last[1])
+                procs.append(proc)
         self._process_labels = kept  # the processes gone are forgotten
         # A family is reused whole when its processes (the same label dicts, compared by identity first) and
         # their values are the same as in the last snapshot: start times and GPU memory mostly are.
-        all_series = tuple(series for series, _ in rows)
-        last, reused = self._reused_processes, {}
-        for key_ in families:
-            attribute = PROCESS_FIELDS[key_]
-            values = tuple(getattr(proc, attribute) for _, proc in rows)
+        all_series = tuple(series_of)
+        last_families, reused = self._reused_processes, {}
+        for key_, name, help_, read in _PROCESS_FAMILIES:
+            values = tuple(map(read, procs))
             inputs = (all_series, values)
-            cached = last.get(key_)
+            cached = last_families.get(key_)
             if cached is not None and cached[0] == inputs:
                 family = cached[1]
             else:
-                family = made[key_]
-                name = names[key_]
+                family = GaugeMetricFamily(name, help_, labels=list(label_names))
                 for series, value in zip(all_series, values, strict=True):
                     if value is not None:
                         family.samples.append(Sample(name, series, float(value)))
