@@ -14,7 +14,8 @@ of hosts** (:data:`MAX_QUERIES_PER_REFRESH`):
    GPU series (``max by`` the labels that tell GPUs, GPU instances, MIG devices and Xids
    apart, which drops the labels every series of a GPU repeats), each GPU's identity
    (UUID, model, bus id, driver; dcgm-exporter's Kubernetes ``pod``/``namespace``/
-   ``container`` and Slurm ``hpc_job``) once, the ``nvtopy_process_*`` values and each
+   ``container`` and Slurm ``hpc_job``) once, with whether it is lost (``nvtopy_gpu_lost``) as that row's value
+   rather than a row of its own, the ``nvtopy_process_*`` values and each
    process's identity (user, command, owner labels) once, its start time (a constant of the process) the
    identity row's value rather than a row of its own. Where every ``instance`` names one
    host (one host name: the first answer says so) the rows leave the host label out and are told
@@ -216,10 +217,10 @@ _TIMED = {name for _, group in TIMED_GROUPS for name in group}
 # Every group whose values a host keeps between the reads that ask for it: the slow groups, then the timed ones.
 _KEPT_GROUPS: tuple[tuple[str, ...], ...] = (*SLOW_GROUPS, *(names for _, names in TIMED_GROUPS))
 _MIG_DEVICE_NAMES = ("nvtopy_mig_device_info", *(name for name, _, _ in MIG_DEVICE_SERIES))
-# Every refresh: what the views show, the GPU instances' series (INSTANCE_FIELDS), lost, Xid counts, MIG devices.
+# Every refresh: what the views show, the GPU instances' series (INSTANCE_FIELDS), Xid counts, MIG devices (and
+# whether a GPU is lost: the value of its identity row, GPU_LOST).
 LIVE_NAMES: tuple[str, ...] = (
     *(name for name in _GPU_READS if name not in _SLOW and name not in _TIMED),
-    "nvtopy_gpu_lost",
     "nvtopy_xid_events_total",
     *_MIG_DEVICE_NAMES,
 )
@@ -229,7 +230,8 @@ assert not {READ_ALIASES.get(name, (name,))[0] for name in _SLOW} & set(INSTANCE
 
 # Which hosts have GPUs, and the time of their newest sample: nvtopy's exporter has the first series for every GPU
 # (a lost one too), dcgm-exporter's default counters the second (up to 4.8) or third (4.9). A GPU's identity comes
-# from any of these.
+# from any of these: from the first with whether it is lost as the identity row's value (GPU_LOST), rather than a
+# row of its own (4,096 rows fewer a refresh at 4,096 GPUs); from the others where it has no first (GPU_IDENTITY).
 _NEWEST_SOURCES = ("nvtopy_gpu_lost", "DCGM_FI_DEV_FB_USED", NAMING_4_9.name("DCGM_FI_DEV_FB_USED"))
 # A process's identity comes from one of these (every process has at least one of them, nvtopy's exporter
 # leaving a value out only where it is unknown). The first is also its start time, a constant of the process: its
@@ -266,7 +268,8 @@ _IDENTITY_LABELS = (
 PROCESS_NAMES = tuple(f"nvtopy_process_{name}" for name in PROCESS_VALUES)
 _PROCESS_VALUE_NAMES = tuple(name for name in PROCESS_NAMES if name != _START_TIME)  # asked as value rows
 # The names read_query gives the identity rows (aggregations, of no series): each its own row type (_ROWS).
-GPU_IDENTITY = "nvtopy_fleet_gpu_identity"
+GPU_IDENTITY = "nvtopy_fleet_gpu_identity"  # a GPU without nvtopy_gpu_lost (dcgm-exporter's): its identity alone
+GPU_LOST = "nvtopy_fleet_gpu_lost"  # a GPU's identity, its value nvtopy_gpu_lost's (1: lost)
 PROCESS_IDENTITY = "nvtopy_fleet_process_identity"  # a process without a start time: its identity alone
 PROCESS_STARTED = "nvtopy_fleet_process_started"  # a process's identity, its value the process's start time
 # GpuStatic <- the label's spellings
@@ -321,7 +324,9 @@ def read_query(
       labels that tell one GPU (or GPU instance, MIG device, Xid) from another, the parts or-ed ``on`` those
       labels and ``__name__`` (a plain ``or`` matches rows on their labels but ``__name__``: a later part's rows
       of a GPU an earlier part has would be dropped);
-    - each GPU's identity and pod, ``count by`` its labels (no ``pid``), named :data:`GPU_IDENTITY`;
+    - each GPU's identity and pod, by its labels (no ``pid``): ``max by`` them of ``nvtopy_gpu_lost``, named
+      :data:`GPU_LOST` (whether the GPU is lost is the row's value, not a row of its own), or where the GPU has
+      none (dcgm-exporter's), ``count by`` them of its memory used, named :data:`GPU_IDENTITY`;
     - each process's values but its start time, ``max by`` its host, GPU and pid;
     - each process's identity (user, command, owner), by its labels (a ``pid``): ``max by`` them of its start
       time, named :data:`PROCESS_STARTED` (the start time is the row's value, not a row of its own: a constant of
@@ -350,16 +355,20 @@ def read_query(
         f"max by ({by(_VALUE_LABELS)}) ({_selector(names, where, of)})" for names, of in parts
     )
     terms = [values]
-    gpus = f"count by ({by(_IDENTITY_LABELS)}) ({_selector(_NEWEST_SOURCES, where, instances)})"
-    terms.append(named(GPU_IDENTITY, gpus))
     terms.append(f"max by ({by(_PROCESS_VALUE_LABELS)}) ({_selector(_PROCESS_VALUE_NAMES, where, instances)})")
+    gpu = by(_IDENTITY_LABELS)
+    lost, memory = _selector(_NEWEST_SOURCES[:1], where, instances), _selector(_NEWEST_SOURCES[1:], where, instances)
+    gpus = (
+        f"({named(GPU_LOST, f'max by ({gpu}) ({lost})')}"
+        f" or on({gpu}) {named(GPU_IDENTITY, f'count by ({gpu}) ({memory})')})"
+    )
     identity = by(_PROCESS_IDENTITY_LABELS)
     started, other = (_selector((source,), where, instances) for source in _PROCESS_IDENTITY_SOURCES)
     processes = (
         f"({named(PROCESS_STARTED, f'max by ({identity}) ({started})')}"
         f" or on({identity}) {named(PROCESS_IDENTITY, f'count by ({identity}) ({other})')})"
     )
-    return " or ".join(terms) + f" or on(__name__) {processes}"
+    return " or ".join(terms) + f" or on(__name__) {gpus} or on(__name__) {processes}"
 
 
 # ----------------------------------------------------------------- from the answers to HostScrapes
@@ -398,11 +407,15 @@ _ROWS = TaggedRows(
         **dict.fromkeys(_MIG_DEVICE_NAMES, _VALUE_LABELS[1:]),
         **dict.fromkeys(PROCESS_NAMES, _PROCESS_VALUE_LABELS[1:]),
         GPU_IDENTITY: _IDENTITY_LABELS,
+        GPU_LOST: _IDENTITY_LABELS,
         PROCESS_IDENTITY: _PROCESS_IDENTITY_LABELS,
         PROCESS_STARTED: _PROCESS_IDENTITY_LABELS,
     },
     unnamed=(GPU_IDENTITY, PROCESS_IDENTITY),
 )
+
+
+_GPU_IDENTITIES = (None, GPU_LOST)  # the names a GPU's identity row reads as (GPU_IDENTITY's: None)
 
 
 def _gpu_index(text: str | None) -> int | None:
@@ -929,15 +942,18 @@ class PrometheusFleet(SnapshotSource):
                 gpu_text = metric.gpu
                 index = scraped_whole(gpu_text, MAX_GPU_INDEX)
                 if index is None:
-                    if gpu_text and name is None and metric.pid is None and len(host.gpus_reported) < 100_000:
-                        host.gpus_reported.add(gpu_text)  # a GPU no host has: counted, never shown
+                    reported = host.gpus_reported
+                    if gpu_text and name in _GPU_IDENTITIES and metric.pid is None and len(reported) < 100_000:
+                        reported.add(gpu_text)  # a GPU no host has: counted, never shown
                     continue
-            if name is None:
-                if metric.pid is not None:
+            if name in _GPU_IDENTITIES:
+                if name is None and metric.pid is not None:
                     pid = scraped_whole(metric.pid, MAX_PID)
                     if pid:
                         host.process_labels[(index, pid)] = metric  # read (as a dict) only when they change
                 else:
+                    if name is not None and not metric.GPU_I_ID and value >= 1:  # GPU_LOST's: max by, as before
+                        host.gpu(index).lost = True
                     self._identity(host, index, metric)
                 continue
             if route is not None and not metric.GPU_I_ID:  # a GPU's own value of a GPU past the cache's

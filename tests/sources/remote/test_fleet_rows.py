@@ -92,7 +92,7 @@ def test_each_row_type_reads_as_the_row_of_every_label(fake):
     """A row decoded into its name's type (a handful of labels) has the very labels, name and ``as_dict`` of the
     same item made a row of every label (the answers that do not fit): the row loop reads both alike. The
     identity rows, named by the query only for a type of their own, have no name either way."""
-    from nvtopy.sources.remote.fleet import _ROWS, PROCESS_STARTED, read_query
+    from nvtopy.sources.remote.fleet import _ROWS, GPU_LOST, PROCESS_STARTED, read_query
 
     add_hosts(fake, 2)
     faulty = simulated_exposition("node9", 9, 3, faults=["mig=2@0"])
@@ -111,8 +111,8 @@ def test_each_row_type_reads_as_the_row_of_every_label(fake):
         assert list(typed_metric.as_dict()) == list(generic.as_dict()), "in the same order"
         assert all(getattr(typed_metric, a) == getattr(generic, a) for a in _ROWS.attributes), item
         fields = len(type(typed_metric).__struct_fields__)
-        assert fields <= len(_ROWS.attributes) // 2 or typed_metric.name in (None, PROCESS_STARTED)
-    assert {"nvtopy_fleet_gpu_identity", PROCESS_STARTED} <= kinds
+        assert fields <= len(_ROWS.attributes) // 2 or typed_metric.name in (None, GPU_LOST, PROCESS_STARTED)
+    assert {GPU_LOST, PROCESS_STARTED} <= kinds
     assert any(k.startswith("nvtopy_mig_device") for k in kinds), kinds
 
 
@@ -182,3 +182,53 @@ def test_a_pid_with_two_identities_shows_its_latest_start_time(fake):
         shown = [p for p in snapshot.processes if p.pid == 109]
         assert len(shown) == 1 and shown[0].create_time == 1794999500.0, (first, second)
         assert shown[0].gpu_memory_bytes == 1e9
+
+
+def test_whether_a_gpu_is_lost_read_from_its_identity_row_is_what_the_exporter_says(fake):
+    """Whether a GPU is lost comes as the value of its identity row (no ``nvtopy_gpu_lost`` row of its own): a lost
+    GPU, one that is not, one whose labels are its index's alone (its identity row's labels but ``__name__`` are
+    then a value row's), one whose GPU label is ``06`` (read row by row) show as ``--remote`` reads the same
+    exposition, in the one-type rows and the rows of any JSON, with one and two hosts behind the instance; a GPU
+    with two identities, one lost, is lost (as ``max by`` the GPU gave); a GPU instance's series says nothing of
+    its GPU (as the fleet read it before)."""
+    from nvtopy.sources.remote.fleet import GPU_LOST
+
+    lines = simulated_exposition("node-a", 1, 3).splitlines(keepends=True)
+    lost_of_1 = next(n for n, line in enumerate(lines) if line.startswith("nvtopy_gpu_lost") and 'gpu="1"' in line)
+    lines[lost_of_1] = lines[lost_of_1].replace("} 0.0", "} 1.0")
+    text = "".join(lines) + "".join(
+        (
+            'nvtopy_gpu_lost{Hostname="node-a",gpu="5"} 1\n',
+            'DCGM_FI_DEV_GPU_UTIL{Hostname="node-a",gpu="5"} 50\n',
+            'nvtopy_gpu_lost{Hostname="node-a",gpu="06",UUID="GPU-six"} 1\n',
+            'DCGM_FI_DEV_GPU_UTIL{Hostname="node-a",gpu="06",UUID="GPU-six"} 60\n',
+        )
+    )
+    want = [comparable(g) for g in HostGpus().gpus(parse_exposition(text, "http://10.0.0.1:9400/metrics"), 0, NOW)]
+    assert [g[1].lost for g in want] == [False, True, False, True, True]
+    for hosts_behind_one_instance in (False, True):
+        fake.set_series(exposition_series(text, "10.0.0.1:9400", NOW - 0.5))
+        if hosts_behind_one_instance:
+            fake.add_exposition(simulated_exposition("node-b", 2, 1), "10.0.0.1:9400", timestamp=NOW - 0.5)
+        answer = json.loads(fake.answer(fleet_module.read_query(hostname=hosts_behind_one_instance)))
+        names = {item["metric"].get("__name__") for item in answer["data"]["result"]}
+        assert GPU_LOST in names and "nvtopy_gpu_lost" not in names
+        for change in (None, _extra_label):
+            if change is not None:
+                _reading(fake, change)
+            snapshot = fleet_of(fake).read_once()
+            got = [comparable(g) for g in snapshot.gpus if g.static.host == "node-a"]
+            assert got == want, (hosts_behind_one_instance, change)
+            fake.reply = None
+    # Two identities of GPU 2 (a pod label on one series): lost if either says so, whichever comes first.
+    lost_of_2 = next(n for n, line in enumerate(lines) if line.startswith("nvtopy_gpu_lost") and 'gpu="2"' in line)
+    for own, other in (("1", "0"), ("0", "1"), ("0", "0")):
+        lines[lost_of_2] = lines[lost_of_2].replace("} 0.0", "} 1.0") if own == "1" else lines[lost_of_2]
+        pod = f'nvtopy_gpu_lost{{Hostname="node-a",gpu="2",pod="p"}} {other}\n'
+        fake.set_series(exposition_series("".join(lines) + pod, "10.0.0.1:9400", NOW))
+        shown = {g.static.host_index: g.sample.lost for g in fleet_of(fake).read_once().gpus}
+        assert shown == {0: False, 1: True, 2: "1" in (own, other)}, (own, other)
+        lines[lost_of_2] = lines[lost_of_2].replace("} 1.0", "} 0.0")
+    instance = 'nvtopy_gpu_lost{Hostname="node-a",gpu="0",GPU_I_ID="1",UUID="GPU-mig"} 1\n'
+    fake.set_series(exposition_series(text + instance, "10.0.0.1:9400", NOW))
+    assert [g.sample.lost for g in fleet_of(fake).read_once().gpus] == [False, True, False, True, True]
