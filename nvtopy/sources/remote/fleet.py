@@ -274,6 +274,7 @@ PROCESS_IDENTITY = "nvtopy_fleet_process_identity"  # a process without a start 
 PROCESS_STARTED = "nvtopy_fleet_process_started"  # a process's identity, its value the process's start time
 # GpuStatic <- the label's spellings
 _IDENTITY = (("uuid", UUID_LABELS), ("bus_id", ("pci_bus_id",)), ("name", ("modelName",)))
+_IDENTITY_ATTRIBUTES = tuple(attribute for attribute, _ in _IDENTITY)
 _PROCESS_VALUE_LABELS = ("__name__", *_HOST_KEY_LABELS, "gpu", "pid")
 _PROCESS_IDENTITY_LABELS = (
     *_HOST_KEY_LABELS,
@@ -637,7 +638,7 @@ class _Known:
     processes_said: ProcessesSaid = field(default_factory=dict)  # its processes' identities as last read
     statics: dict[int, tuple[dict[str, Any], GpuStatic]] = field(default_factory=dict)  # _scrape's, by GPU index
     # _identity's, by GPU index: its identity row's labels, and what they said (uuid, bus id, name; pod; driver)
-    identities: dict[int, tuple[Any, tuple[str | None, ...], dict[str, str], str | None]] = field(default_factory=dict)
+    identities: dict[int, tuple[Any, dict[str, str | None], dict[str, str], str | None]] = field(default_factory=dict)
     gpu_count: int = 0
 
 
@@ -1041,21 +1042,22 @@ class PrometheusFleet(SnapshotSource):
         gpu = host.gpu(index)
         static = gpu.static
         known = self._known.get(host.key)
-        if known is not None and not gpu.pod and all(static.get(attribute) is None for attribute, _ in _IDENTITY):
+        # Nothing of its identity yet: each identity attribute is None or a text (scraped_spelling's), so any() in C
+        if known is not None and not gpu.pod and not any(map(static.get, _IDENTITY_ATTRIBUTES)):
             said = known.identities.get(index)
             if said is None or said[0] != row:
                 labels = row.as_dict()
                 said = (
                     row,
-                    tuple(scraped_spelling(labels, spellings) for _, spellings in _IDENTITY),
+                    {attribute: scraped_spelling(labels, spellings) for attribute, spellings in _IDENTITY},
                     {k: labels[k] for k in _POD_LABELS if labels.get(k)},
                     scraped_spelling(labels, DRIVER_LABELS),
                 )
                 if index in known.identities or len(known.identities) < MAX_GPUS_PER_HOST:
                     known.identities[index] = said
-            for (attribute, _), value in zip(_IDENTITY, said[1], strict=True):
-                static[attribute] = value
-            gpu.pod = dict(said[2])
+            static.update(said[1])
+            if said[2]:
+                gpu.pod = dict(said[2])
             host.driver = said[3] or host.driver
             return
         labels = row.as_dict()

@@ -232,3 +232,22 @@ def test_whether_a_gpu_is_lost_read_from_its_identity_row_is_what_the_exporter_s
     instance = 'nvtopy_gpu_lost{Hostname="node-a",gpu="0",GPU_I_ID="1",UUID="GPU-mig"} 1\n'
     fake.set_series(exposition_series(text + instance, "10.0.0.1:9400", NOW))
     assert [g.sample.lost for g in fleet_of(fake).read_once().gpus] == [False, True, False, True, True]
+
+
+def test_a_gpu_with_two_identities_shows_the_first_rows_refresh_after_refresh(fake):
+    """Two identity rows of one GPU that say different things (nvtopy_gpu_lost's UUID is not the memory series'):
+    the first row read gives its identity, and the identity as cached shows the same at every later refresh."""
+    text = (
+        'nvtopy_gpu_lost{Hostname="node-a",gpu="0",UUID="GPU-a",modelName="A"} 0\n'
+        'DCGM_FI_DEV_FB_USED{Hostname="node-a",gpu="0",UUID="GPU-b",modelName="B"} 10\n'
+    )
+    fake.set_series(exposition_series(text, "10.0.0.1:9400", NOW - 0.5))
+    answer = json.loads(fake.answer(fleet_module.read_query(hostname=False)))
+    order = [item["metric"].get("UUID") for item in answer["data"]["result"] if "UUID" in item["metric"]]
+    assert order == ["GPU-a", "GPU-b"], "the lost series' identity row comes first"
+    fleet = fleet_of(fake)
+    for refresh in range(3):
+        fake.now = NOW + refresh
+        fake.set_series(exposition_series(text, "10.0.0.1:9400", NOW + refresh - 0.5))
+        (gpu,) = fleet.poll_once().gpus
+        assert (gpu.static.uuid, gpu.static.name) == ("GPU-a", "A"), refresh
