@@ -14,8 +14,10 @@ of hosts** (:data:`MAX_QUERIES_PER_REFRESH`):
    GPU series (``max by`` the labels that tell GPUs, GPU instances, MIG devices and Xids
    apart, which drops the labels every series of a GPU repeats), each GPU's identity
    (UUID, model, bus id, driver; dcgm-exporter's Kubernetes ``pod``/``namespace``/
-   ``container`` and Slurm ``hpc_job``) once, the ``nvtopy_process_*`` values and each
-   process's identity (user, command, owner labels) once. Where every ``instance`` names one
+   ``container`` and Slurm ``hpc_job``) once, with whether it is lost (``nvtopy_gpu_lost``) as that row's value
+   rather than a row of its own, the ``nvtopy_process_*`` values and each
+   process's identity (user, command, owner labels) once, its start time (a constant of the process) the
+   identity row's value rather than a row of its own. Where every ``instance`` names one
    host (one host name: the first answer says so) the rows leave the host label out and are told
    apart by ``instance`` alone, some 20 bytes less of each of the answer's 50 rows a GPU.
 
@@ -215,10 +217,10 @@ _TIMED = {name for _, group in TIMED_GROUPS for name in group}
 # Every group whose values a host keeps between the reads that ask for it: the slow groups, then the timed ones.
 _KEPT_GROUPS: tuple[tuple[str, ...], ...] = (*SLOW_GROUPS, *(names for _, names in TIMED_GROUPS))
 _MIG_DEVICE_NAMES = ("nvtopy_mig_device_info", *(name for name, _, _ in MIG_DEVICE_SERIES))
-# Every refresh: what the views show, the GPU instances' series (INSTANCE_FIELDS), lost, Xid counts, MIG devices.
+# Every refresh: what the views show, the GPU instances' series (INSTANCE_FIELDS), Xid counts, MIG devices (and
+# whether a GPU is lost: the value of its identity row, GPU_LOST).
 LIVE_NAMES: tuple[str, ...] = (
     *(name for name in _GPU_READS if name not in _SLOW and name not in _TIMED),
-    "nvtopy_gpu_lost",
     "nvtopy_xid_events_total",
     *_MIG_DEVICE_NAMES,
 )
@@ -228,11 +230,15 @@ assert not {READ_ALIASES.get(name, (name,))[0] for name in _SLOW} & set(INSTANCE
 
 # Which hosts have GPUs, and the time of their newest sample: nvtopy's exporter has the first series for every GPU
 # (a lost one too), dcgm-exporter's default counters the second (up to 4.8) or third (4.9). A GPU's identity comes
-# from any of these.
+# from any of these: from the first with whether it is lost as the identity row's value (GPU_LOST), rather than a
+# row of its own (4,096 rows fewer a refresh at 4,096 GPUs); from the others where it has no first (GPU_IDENTITY).
 _NEWEST_SOURCES = ("nvtopy_gpu_lost", "DCGM_FI_DEV_FB_USED", NAMING_4_9.name("DCGM_FI_DEV_FB_USED"))
 # A process's identity comes from one of these (every process has at least one of them, nvtopy's exporter
-# leaving a value out only where it is unknown): two series read twice, rather than all seven.
-_PROCESS_IDENTITY_SOURCES = ("nvtopy_process_start_time_seconds", "nvtopy_process_gpu_memory_bytes")
+# leaving a value out only where it is unknown). The first is also its start time, a constant of the process: its
+# identity row (PROCESS_STARTED) carries it as its value, rather than a row of its own (8,000 rows fewer a refresh
+# at 4,096 GPUs). The second names the identity of a process without a start time (PROCESS_IDENTITY).
+_START_TIME = "nvtopy_process_start_time_seconds"
+_PROCESS_IDENTITY_SOURCES = (_START_TIME, "nvtopy_process_gpu_memory_bytes")
 # A host: its instance and its name, spelt Hostname (dcgm-exporter up to 4.8.2, nvtopy) or hostname (4.8.3 on).
 _HOST_KEY_LABELS = ("instance", *HOST_LABELS)
 assert HOST_LABELS == ("hostname", "Hostname"), "_read's row loop reads them inline, the newer spelling first"
@@ -260,11 +266,15 @@ _IDENTITY_LABELS = (
     *_POD_LABELS,
 )
 PROCESS_NAMES = tuple(f"nvtopy_process_{name}" for name in PROCESS_VALUES)
+_PROCESS_VALUE_NAMES = tuple(name for name in PROCESS_NAMES if name != _START_TIME)  # asked as value rows
 # The names read_query gives the identity rows (aggregations, of no series): each its own row type (_ROWS).
-GPU_IDENTITY = "nvtopy_fleet_gpu_identity"
-PROCESS_IDENTITY = "nvtopy_fleet_process_identity"
+GPU_IDENTITY = "nvtopy_fleet_gpu_identity"  # a GPU without nvtopy_gpu_lost (dcgm-exporter's): its identity alone
+GPU_LOST = "nvtopy_fleet_gpu_lost"  # a GPU's identity, its value nvtopy_gpu_lost's (1: lost)
+PROCESS_IDENTITY = "nvtopy_fleet_process_identity"  # a process without a start time: its identity alone
+PROCESS_STARTED = "nvtopy_fleet_process_started"  # a process's identity, its value the process's start time
 # GpuStatic <- the label's spellings
 _IDENTITY = (("uuid", UUID_LABELS), ("bus_id", ("pci_bus_id",)), ("name", ("modelName",)))
+_IDENTITY_ATTRIBUTES = tuple(attribute for attribute, _ in _IDENTITY)
 _PROCESS_VALUE_LABELS = ("__name__", *_HOST_KEY_LABELS, "gpu", "pid")
 _PROCESS_IDENTITY_LABELS = (
     *_HOST_KEY_LABELS,
@@ -315,10 +325,16 @@ def read_query(
       labels that tell one GPU (or GPU instance, MIG device, Xid) from another, the parts or-ed ``on`` those
       labels and ``__name__`` (a plain ``or`` matches rows on their labels but ``__name__``: a later part's rows
       of a GPU an earlier part has would be dropped);
-    - each GPU's identity and pod, ``count by`` its labels (no ``pid``), named :data:`GPU_IDENTITY`;
-    - each process's values, ``max by`` its host, GPU and pid;
-    - each process's identity (user, command, owner), ``count by`` its labels (a ``pid``), named
-      :data:`PROCESS_IDENTITY`.
+    - each GPU's identity and pod, by its labels (no ``pid``): ``max by`` them of ``nvtopy_gpu_lost``, named
+      :data:`GPU_LOST` (whether the GPU is lost is the row's value, not a row of its own), or where the GPU has
+      none (dcgm-exporter's), ``count by`` them of its memory used, named :data:`GPU_IDENTITY`;
+    - each process's values but its start time, ``max by`` its host, GPU and pid;
+    - each process's identity (user, command, owner), by its labels (a ``pid``): ``max by`` them of its start
+      time, named :data:`PROCESS_STARTED` (the start time is the row's value, not a row of its own: a constant of
+      the process, one row a process fewer), or where it has none, ``count by`` them of its GPU memory, named
+      :data:`PROCESS_IDENTITY` (``or on`` those labels: a process with both is one row). That part joins the rest
+      ``or on(__name__)``: no row of another part is taken for one of its own (a plain ``or`` would drop a started
+      row whose labels but ``__name__`` are a value row's, an exporter's process with no label but its pid's).
 
     The identity rows are of no series: ``label_replace`` names them only so that each kind of row is a type of its
     own when decoded (:data:`_ROWS`), the few labels a GPU's value has rather than every label of every row.
@@ -340,12 +356,20 @@ def read_query(
         f"max by ({by(_VALUE_LABELS)}) ({_selector(names, where, of)})" for names, of in parts
     )
     terms = [values]
-    gpus = f"count by ({by(_IDENTITY_LABELS)}) ({_selector(_NEWEST_SOURCES, where, instances)})"
-    terms.append(named(GPU_IDENTITY, gpus))
-    terms.append(f"max by ({by(_PROCESS_VALUE_LABELS)}) ({_selector(PROCESS_NAMES, where, instances)})")
-    identities = _selector(_PROCESS_IDENTITY_SOURCES, where, instances)
-    terms.append(named(PROCESS_IDENTITY, f"count by ({by(_PROCESS_IDENTITY_LABELS)}) ({identities})"))
-    return " or ".join(terms)
+    terms.append(f"max by ({by(_PROCESS_VALUE_LABELS)}) ({_selector(_PROCESS_VALUE_NAMES, where, instances)})")
+    gpu = by(_IDENTITY_LABELS)
+    lost, memory = _selector(_NEWEST_SOURCES[:1], where, instances), _selector(_NEWEST_SOURCES[1:], where, instances)
+    gpus = (
+        f"({named(GPU_LOST, f'max by ({gpu}) ({lost})')}"
+        f" or on({gpu}) {named(GPU_IDENTITY, f'count by ({gpu}) ({memory})')})"
+    )
+    identity = by(_PROCESS_IDENTITY_LABELS)
+    started, other = (_selector((source,), where, instances) for source in _PROCESS_IDENTITY_SOURCES)
+    processes = (
+        f"({named(PROCESS_STARTED, f'max by ({identity}) ({started})')}"
+        f" or on({identity}) {named(PROCESS_IDENTITY, f'count by ({identity}) ({other})')})"
+    )
+    return " or ".join(terms) + f" or on(__name__) {gpus} or on(__name__) {processes}"
 
 
 # ----------------------------------------------------------------- from the answers to HostScrapes
@@ -384,10 +408,15 @@ _ROWS = TaggedRows(
         **dict.fromkeys(_MIG_DEVICE_NAMES, _VALUE_LABELS[1:]),
         **dict.fromkeys(PROCESS_NAMES, _PROCESS_VALUE_LABELS[1:]),
         GPU_IDENTITY: _IDENTITY_LABELS,
+        GPU_LOST: _IDENTITY_LABELS,
         PROCESS_IDENTITY: _PROCESS_IDENTITY_LABELS,
+        PROCESS_STARTED: _PROCESS_IDENTITY_LABELS,
     },
     unnamed=(GPU_IDENTITY, PROCESS_IDENTITY),
 )
+
+
+_GPU_IDENTITIES = (None, GPU_LOST)  # the names a GPU's identity row reads as (GPU_IDENTITY's: None)
 
 
 def _gpu_index(text: str | None) -> int | None:
@@ -484,6 +513,14 @@ def _route(gpu: _Gpu, name: str, labels: Any, value: float, slow: Kept | None) -
     target[attribute] = said
     if slow is not None:
         slow[(kind, attribute)] = said
+
+
+def _later_start(row: dict[str, Any], said: Any) -> bool:
+    """Whether a process's start time as read from one of its identity rows (:data:`PROCESS_STARTED`) is the one
+    to keep: the largest read, as ``max by`` its host, GPU and pid was. Only a pid with two identities (rows of
+    two label sets: two exporters' series of one pid) has two such rows."""
+    last = row.get("start_time_seconds", _UNSEEN)
+    return last is _UNSEEN or last is None or (said is not None and said > last)
 
 
 ProcessesSaid = dict[tuple[int, int], tuple[Any, dict[str, Any]]]
@@ -601,7 +638,7 @@ class _Known:
     processes_said: ProcessesSaid = field(default_factory=dict)  # its processes' identities as last read
     statics: dict[int, tuple[dict[str, Any], GpuStatic]] = field(default_factory=dict)  # _scrape's, by GPU index
     # _identity's, by GPU index: its identity row's labels, and what they said (uuid, bus id, name; pod; driver)
-    identities: dict[int, tuple[Any, tuple[str | None, ...], dict[str, str], str | None]] = field(default_factory=dict)
+    identities: dict[int, tuple[Any, dict[str, str | None], dict[str, str], str | None]] = field(default_factory=dict)
     gpu_count: int = 0
 
 
@@ -648,9 +685,12 @@ class PrometheusFleet(SnapshotSource):
             name: (_PARTS.index(part), attribute, convert, group, {}, (part, attribute))
             for name, (part, attribute, convert, group) in _FAST_ROUTES.items()
         }
-        self._process_routes: dict[str, tuple[str, dict[Any, Any]]] = {
-            f"nvtopy_process_{metric}": (metric, {}) for metric in PROCESS_VALUES
+        # Each process route says whether its rows are also the process's identity (PROCESS_STARTED's: the start
+        # time is their value).
+        self._process_routes: dict[str, tuple[str, dict[Any, Any], bool]] = {
+            f"nvtopy_process_{metric}": (metric, {}, False) for metric in PROCESS_VALUES
         }
+        self._process_routes[PROCESS_STARTED] = ("start_time_seconds", {}, True)
         self._known: dict[tuple[str, str], _Known] = {}
         self._sequence = 0
         self._status = "connecting"
@@ -862,7 +902,7 @@ class PrometheusFleet(SnapshotSource):
             read_as = process_routes.get(name) if route is None else None
             if found is not None and index is not None and read_as is not None:
                 # A process's value (at most MAX_PROCESSES_PER_HOST a host): the same look-up of a value's text.
-                reading_of, memo = read_as
+                reading_of, memo, started = read_as
                 try:
                     said = memo.get(text, _UNSEEN)
                     if said is _UNSEEN:
@@ -876,6 +916,8 @@ class PrometheusFleet(SnapshotSource):
                 if not number:
                     continue
                 host = found[0]
+                if started:
+                    host.process_labels[(index, number)] = metric  # read (as a dict) only when they change
                 row = host.processes.get((index, number))
                 if row is None:
                     if len(host.processes) >= MAX_PROCESSES_PER_HOST:
@@ -886,6 +928,8 @@ class PrometheusFleet(SnapshotSource):
                     said = process_value(reading_of, value)
                     if len(memo) < MEMO_VALUES:
                         memo[text] = said
+                if started and not _later_start(row, said):
+                    continue
                 row[reading_of] = said
                 continue
             try:
@@ -899,15 +943,18 @@ class PrometheusFleet(SnapshotSource):
                 gpu_text = metric.gpu
                 index = scraped_whole(gpu_text, MAX_GPU_INDEX)
                 if index is None:
-                    if gpu_text and name is None and metric.pid is None and len(host.gpus_reported) < 100_000:
-                        host.gpus_reported.add(gpu_text)  # a GPU no host has: counted, never shown
+                    reported = host.gpus_reported
+                    if gpu_text and name in _GPU_IDENTITIES and metric.pid is None and len(reported) < 100_000:
+                        reported.add(gpu_text)  # a GPU no host has: counted, never shown
                     continue
-            if name is None:
-                if metric.pid is not None:
+            if name in _GPU_IDENTITIES:
+                if name is None and metric.pid is not None:
                     pid = scraped_whole(metric.pid, MAX_PID)
                     if pid:
                         host.process_labels[(index, pid)] = metric  # read (as a dict) only when they change
                 else:
+                    if name is not None and not metric.GPU_I_ID and value >= 1:  # GPU_LOST's: max by, as before
+                        host.gpu(index).lost = True
                     self._identity(host, index, metric)
                 continue
             if route is not None and not metric.GPU_I_ID:  # a GPU's own value of a GPU past the cache's
@@ -917,7 +964,7 @@ class PrometheusFleet(SnapshotSource):
                 said_of.parts[part][attribute] = said
                 if of_group is not None:
                     kept[of_group].setdefault(index, {})[kept_as] = said
-            elif name.startswith("nvtopy_process_"):  # of a GPU past the cache's (read_as above), or unknown
+            elif name.startswith("nvtopy_process_") or name == PROCESS_STARTED:  # a GPU past the cache's, or unknown
                 pid_text = metric.pid
                 number = pids.get(pid_text)
                 if number is None:
@@ -925,14 +972,18 @@ class PrometheusFleet(SnapshotSource):
                 read_as = process_routes.get(name)
                 if not number or read_as is None:
                     continue
-                reading_of, _ = read_as
+                reading_of, _, started = read_as
+                if started:
+                    host.process_labels[(index, number)] = metric
                 row = host.processes.get((index, number))
                 if row is None:
                     if len(host.processes) >= MAX_PROCESSES_PER_HOST:
                         host.processes_left_out += 1
                         continue
                     row = host.processes[(index, number)] = {}
-                row[reading_of] = process_value(reading_of, value)
+                said = process_value(reading_of, value)
+                if not started or _later_start(row, said):
+                    row[reading_of] = said
             else:
                 of_group = route[3] if route is not None else None
                 slow_kept = None if of_group is None else kept[of_group].setdefault(index, {})
@@ -991,21 +1042,22 @@ class PrometheusFleet(SnapshotSource):
         gpu = host.gpu(index)
         static = gpu.static
         known = self._known.get(host.key)
-        if known is not None and not gpu.pod and all(static.get(attribute) is None for attribute, _ in _IDENTITY):
+        # Nothing of its identity yet: each identity attribute is None or a text (scraped_spelling's), so any() in C
+        if known is not None and not gpu.pod and not any(map(static.get, _IDENTITY_ATTRIBUTES)):
             said = known.identities.get(index)
             if said is None or said[0] != row:
                 labels = row.as_dict()
                 said = (
                     row,
-                    tuple(scraped_spelling(labels, spellings) for _, spellings in _IDENTITY),
+                    {attribute: scraped_spelling(labels, spellings) for attribute, spellings in _IDENTITY},
                     {k: labels[k] for k in _POD_LABELS if labels.get(k)},
                     scraped_spelling(labels, DRIVER_LABELS),
                 )
                 if index in known.identities or len(known.identities) < MAX_GPUS_PER_HOST:
                     known.identities[index] = said
-            for (attribute, _), value in zip(_IDENTITY, said[1], strict=True):
-                static[attribute] = value
-            gpu.pod = dict(said[2])
+            static.update(said[1])
+            if said[2]:
+                gpu.pod = dict(said[2])
             host.driver = said[3] or host.driver
             return
         labels = row.as_dict()

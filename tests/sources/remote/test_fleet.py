@@ -530,4 +530,4 @@ def test_values_read_through_a_full_memo_are_the_same_as_read_afresh(fake, monke
         assert [comparable(g)[1:3] for g in snapshot.gpus] == [comparable(g)[1:3] for g in want], seed
         assert snapshot.gpus[0].sample.utilization_gpu_percent is None, "out of range: N/A, memo or not"
     assert all(len(memo) <= 3 for *_, memo in fleet._routes.values())
-    assert all(len(memo) <= 3 for _, memo in fleet._process_routes.values())
+    assert all(len(memo) <= 3 for _, memo, _ in fleet._process_routes.values())

@@ -136,10 +136,29 @@ def test_the_real_servers_read_answer_fits_a_row_type_per_series(three_exporter_
     rows = decode(answers[0])
     assert rows is not None, "the read answer does not fit the row types"
     names = {row.metric.name for row in rows.data.result}
-    assert None in names and "DCGM_FI_DEV_FB_USED" in names and "nvtopy_process_gpu_memory_bytes" in names
-    identities = [row.metric for row in rows.data.result if row.metric.name is None]
-    assert {m.pid is None for m in identities} == {True, False}, "GPU and process identities"
-    assert all("__name__" not in m.as_dict() for m in identities)
+    assert "DCGM_FI_DEV_FB_USED" in names and "nvtopy_process_gpu_memory_bytes" in names
+    # A GPU's identity row carries whether it is lost (GPU_LOST: every GPU of nvtopy's exporter has the series);
+    # no row of nvtopy_gpu_lost of its own comes.
+    lost = {
+        (row.metric.instance, row.metric.gpu): float(row.value[1])
+        for row in rows.data.result
+        if row.metric.name == fleet_module.GPU_LOST
+    }
+    assert "nvtopy_gpu_lost" not in names and None not in names, "every process has a start time here"
+    held_lost = fleet.client.query("nvtopy_gpu_lost", at=float(rows.data.result[0].value[0]))
+    assert len(lost) == sum(GPUS.values()) and lost == {(m["instance"], m["gpu"]): v for m, v in held_lost}
+    # A process's identity row carries its start time (PROCESS_STARTED), and no start time row of its own comes.
+    started = {
+        (row.metric.instance, row.metric.gpu, row.metric.pid): float(row.value[1])
+        for row in rows.data.result
+        if row.metric.name == fleet_module.PROCESS_STARTED
+    }
+    assert "nvtopy_process_start_time_seconds" not in names
+    at = float(rows.data.result[0].value[0])
+    held = fleet.client.query("nvtopy_process_start_time_seconds", at=at)
+    assert started and started == {(m["instance"], m["gpu"], m["pid"]): value for m, value in held}
+    shown = sorted(p.create_time or 0.0 for p in (fleet.latest.processes if fleet.latest else ()))
+    assert shown == sorted(started.values()), "each process shown with its start time"
     # Two parts of value series (a group asked of some hosts: a term of its own): the server's `or` keeps both
     # (or-ed on the names too; a plain `or` keeps one row a GPU, the first part's).
     two = read_query(parts=((["DCGM_FI_DEV_FB_USED"], None), (["DCGM_FI_DEV_GPU_TEMP"], None)))

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import json
 
+from nvtopy.formats.prometheus.parse import parse_exposition
+from nvtopy.sources.remote import fleet as fleet_module
 from nvtopy.sources.remote import prometheus as prometheus_module
+from nvtopy.sources.remote.hostscrape import HostGpus
 
-from ...prometheus_fixtures import simulated_exposition
+from ...prometheus_fixtures import exposition_series, simulated_exposition
 from .test_fleet import NOW, add_hosts, comparable, fake, fleet_of  # noqa: F401
 from .test_prometheus_api import send
 
@@ -89,7 +92,7 @@ def test_each_row_type_reads_as_the_row_of_every_label(fake):
     """A row decoded into its name's type (a handful of labels) has the very labels, name and ``as_dict`` of the
     same item made a row of every label (the answers that do not fit): the row loop reads both alike. The
     identity rows, named by the query only for a type of their own, have no name either way."""
-    from nvtopy.sources.remote.fleet import _ROWS, read_query
+    from nvtopy.sources.remote.fleet import _ROWS, GPU_LOST, PROCESS_STARTED, read_query
 
     add_hosts(fake, 2)
     faulty = simulated_exposition("node9", 9, 3, faults=["mig=2@0"])
@@ -107,6 +110,144 @@ def test_each_row_type_reads_as_the_row_of_every_label(fake):
         assert typed_metric.as_dict() == generic.as_dict(), item
         assert list(typed_metric.as_dict()) == list(generic.as_dict()), "in the same order"
         assert all(getattr(typed_metric, a) == getattr(generic, a) for a in _ROWS.attributes), item
-        assert len(type(typed_metric).__struct_fields__) <= len(_ROWS.attributes) // 2 or typed_metric.name is None
-    assert {"nvtopy_fleet_gpu_identity", "nvtopy_fleet_process_identity"} <= kinds
+        fields = len(type(typed_metric).__struct_fields__)
+        assert fields <= len(_ROWS.attributes) // 2 or typed_metric.name in (None, GPU_LOST, PROCESS_STARTED)
+    assert {GPU_LOST, PROCESS_STARTED} <= kinds
     assert any(k.startswith("nvtopy_mig_device") for k in kinds), kinds
+
+
+def _process_lines(pid: int, values: dict[str, str], labels: str) -> str:
+    return "".join(f'nvtopy_process_{name}{{{labels}pid="{pid}"}} {value}\n' for name, value in values.items())
+
+
+def test_a_process_start_time_read_from_its_identity_row_is_what_the_exporter_says(fake):
+    """A process's start time comes as the value of its identity row (no row of its own). Each process shows as
+    ``--remote`` reads the same exposition: with a start time or without one (its identity then from its GPU
+    memory series), a start time out of range, one that is the only series of its process, one whose labels are
+    its pid's alone (the identity row's labels but ``__name__`` are then a value row's), one whose GPU label is
+    ``00`` (read row by row, not as a run); in the one-type rows and the rows of any JSON; and with two hosts
+    behind one instance (the host label kept)."""
+    from nvtopy.sources.remote.fleet import PROCESS_STARTED
+
+    named = 'Hostname="node-a",UUID="GPU-x",gpu="0",type="C",user="dana",command="train.py",'
+    bare = 'Hostname="node-a",gpu="0",'
+    extra = "".join(
+        (
+            _process_lines(101, {"start_time_seconds": "1794999000.5", "gpu_memory_bytes": "1e9"}, named),
+            _process_lines(102, {"gpu_memory_bytes": "2e9", "cpu_percent": "50"}, named),  # no start time
+            _process_lines(103, {"start_time_seconds": "NaN", "gpu_memory_bytes": "3e9"}, named),
+            _process_lines(104, {"start_time_seconds": "-5", "sm_utilization_percent": "7"}, named),
+            _process_lines(105, {"start_time_seconds": "1794999100"}, named),  # its only series
+            _process_lines(106, {"start_time_seconds": "1794999200.25", "gpu_memory_bytes": "4e9"}, bare),
+            _process_lines(107, {"start_time_seconds": "1794999300", "host_memory_bytes": "5e6"}, bare),
+            _process_lines(108, {"start_time_seconds": "1794999400", "cpu_percent": "3"}, named.replace('"0"', '"00"')),
+        )
+    )
+    text = simulated_exposition("node-a", 1, 1) + extra
+    want_scrape = parse_exposition(text, "http://10.0.0.1:9400/metrics")
+    want = [comparable(g) for g in HostGpus().gpus(want_scrape, 0, NOW)]
+    pids = {p.pid for g in want for p in g[2]}
+    assert {101, 102, 103, 104, 105, 106, 107, 108} <= pids
+    assert {p.pid: p.create_time for g in want for p in g[2]}[106] == 1794999200.25
+    for hosts_behind_one_instance in (False, True):
+        fake.set_series(exposition_series(text, "10.0.0.1:9400", NOW - 0.5))
+        if hosts_behind_one_instance:  # a second host name behind the same instance: the host label is asked
+            other = simulated_exposition("node-b", 2, 1)
+            fake.add_exposition(other, "10.0.0.1:9400", timestamp=NOW - 0.5)
+        answer = json.loads(fake.answer(fleet_module.read_query(hostname=hosts_behind_one_instance)))
+        names = {item["metric"].get("__name__") for item in answer["data"]["result"]}
+        assert PROCESS_STARTED in names and "nvtopy_process_start_time_seconds" not in names
+        for change in (None, _extra_label):
+            if change is not None:
+                _reading(fake, change)
+            snapshot = fleet_of(fake).read_once()
+            got = [comparable(g) for g in snapshot.gpus if g.static.host == "node-a"]
+            assert got == want, (hosts_behind_one_instance, change)
+            fake.reply = None
+
+
+def test_a_pid_with_two_identities_shows_its_latest_start_time(fake):
+    """Two label sets of one pid (two exporters' series of it): two identity rows, each with a start time; the
+    process shows the larger, as ``max by`` its host, GPU and pid gave when the start time was a row of its own,
+    whichever of the two rows comes first and whichever is out of range."""
+    for first, second in (("1794999000", "1794999500"), ("1794999500", "1794999000"), ("NaN", "1794999500")):
+        labels = 'Hostname="node-a",gpu="0",type="C",user="dana",command="{}",'
+        text = (
+            simulated_exposition("node-a", 1, 1)
+            + _process_lines(109, {"start_time_seconds": first, "gpu_memory_bytes": "1e9"}, labels.format("a"))
+            + _process_lines(109, {"start_time_seconds": second}, labels.format("b"))
+        )
+        fake.set_series(exposition_series(text, "10.0.0.1:9400", NOW - 0.5))
+        snapshot = fleet_of(fake).read_once()
+        shown = [p for p in snapshot.processes if p.pid == 109]
+        assert len(shown) == 1 and shown[0].create_time == 1794999500.0, (first, second)
+        assert shown[0].gpu_memory_bytes == 1e9
+
+
+def test_whether_a_gpu_is_lost_read_from_its_identity_row_is_what_the_exporter_says(fake):
+    """Whether a GPU is lost comes as the value of its identity row (no ``nvtopy_gpu_lost`` row of its own): a lost
+    GPU, one that is not, one whose labels are its index's alone (its identity row's labels but ``__name__`` are
+    then a value row's), one whose GPU label is ``06`` (read row by row) show as ``--remote`` reads the same
+    exposition, in the one-type rows and the rows of any JSON, with one and two hosts behind the instance; a GPU
+    with two identities, one lost, is lost (as ``max by`` the GPU gave); a GPU instance's series says nothing of
+    its GPU (as the fleet read it before)."""
+    from nvtopy.sources.remote.fleet import GPU_LOST
+
+    lines = simulated_exposition("node-a", 1, 3).splitlines(keepends=True)
+    lost_of_1 = next(n for n, line in enumerate(lines) if line.startswith("nvtopy_gpu_lost") and 'gpu="1"' in line)
+    lines[lost_of_1] = lines[lost_of_1].replace("} 0.0", "} 1.0")
+    text = "".join(lines) + "".join(
+        (
+            'nvtopy_gpu_lost{Hostname="node-a",gpu="5"} 1\n',
+            'DCGM_FI_DEV_GPU_UTIL{Hostname="node-a",gpu="5"} 50\n',
+            'nvtopy_gpu_lost{Hostname="node-a",gpu="06",UUID="GPU-six"} 1\n',
+            'DCGM_FI_DEV_GPU_UTIL{Hostname="node-a",gpu="06",UUID="GPU-six"} 60\n',
+        )
+    )
+    want = [comparable(g) for g in HostGpus().gpus(parse_exposition(text, "http://10.0.0.1:9400/metrics"), 0, NOW)]
+    assert [g[1].lost for g in want] == [False, True, False, True, True]
+    for hosts_behind_one_instance in (False, True):
+        fake.set_series(exposition_series(text, "10.0.0.1:9400", NOW - 0.5))
+        if hosts_behind_one_instance:
+            fake.add_exposition(simulated_exposition("node-b", 2, 1), "10.0.0.1:9400", timestamp=NOW - 0.5)
+        answer = json.loads(fake.answer(fleet_module.read_query(hostname=hosts_behind_one_instance)))
+        names = {item["metric"].get("__name__") for item in answer["data"]["result"]}
+        assert GPU_LOST in names and "nvtopy_gpu_lost" not in names
+        for change in (None, _extra_label):
+            if change is not None:
+                _reading(fake, change)
+            snapshot = fleet_of(fake).read_once()
+            got = [comparable(g) for g in snapshot.gpus if g.static.host == "node-a"]
+            assert got == want, (hosts_behind_one_instance, change)
+            fake.reply = None
+    # Two identities of GPU 2 (a pod label on one series): lost if either says so, whichever comes first.
+    lost_of_2 = next(n for n, line in enumerate(lines) if line.startswith("nvtopy_gpu_lost") and 'gpu="2"' in line)
+    for own, other in (("1", "0"), ("0", "1"), ("0", "0")):
+        lines[lost_of_2] = lines[lost_of_2].replace("} 0.0", "} 1.0") if own == "1" else lines[lost_of_2]
+        pod = f'nvtopy_gpu_lost{{Hostname="node-a",gpu="2",pod="p"}} {other}\n'
+        fake.set_series(exposition_series("".join(lines) + pod, "10.0.0.1:9400", NOW))
+        shown = {g.static.host_index: g.sample.lost for g in fleet_of(fake).read_once().gpus}
+        assert shown == {0: False, 1: True, 2: "1" in (own, other)}, (own, other)
+        lines[lost_of_2] = lines[lost_of_2].replace("} 1.0", "} 0.0")
+    instance = 'nvtopy_gpu_lost{Hostname="node-a",gpu="0",GPU_I_ID="1",UUID="GPU-mig"} 1\n'
+    fake.set_series(exposition_series(text + instance, "10.0.0.1:9400", NOW))
+    assert [g.sample.lost for g in fleet_of(fake).read_once().gpus] == [False, True, False, True, True]
+
+
+def test_a_gpu_with_two_identities_shows_the_first_rows_refresh_after_refresh(fake):
+    """Two identity rows of one GPU that say different things (nvtopy_gpu_lost's UUID is not the memory series'):
+    the first row read gives its identity, and the identity as cached shows the same at every later refresh."""
+    text = (
+        'nvtopy_gpu_lost{Hostname="node-a",gpu="0",UUID="GPU-a",modelName="A"} 0\n'
+        'DCGM_FI_DEV_FB_USED{Hostname="node-a",gpu="0",UUID="GPU-b",modelName="B"} 10\n'
+    )
+    fake.set_series(exposition_series(text, "10.0.0.1:9400", NOW - 0.5))
+    answer = json.loads(fake.answer(fleet_module.read_query(hostname=False)))
+    order = [item["metric"].get("UUID") for item in answer["data"]["result"] if "UUID" in item["metric"]]
+    assert order == ["GPU-a", "GPU-b"], "the lost series' identity row comes first"
+    fleet = fleet_of(fake)
+    for refresh in range(3):
+        fake.now = NOW + refresh
+        fake.set_series(exposition_series(text, "10.0.0.1:9400", NOW + refresh - 0.5))
+        (gpu,) = fleet.poll_once().gpus
+        assert (gpu.static.uuid, gpu.static.name) == ("GPU-a", "A"), refresh
