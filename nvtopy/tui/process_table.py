@@ -39,6 +39,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from operator import attrgetter
+from typing import cast
 
 from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
@@ -295,6 +297,8 @@ class ProcessTable(ScrollView, can_focus=True):
 
         Why all rows and not the visible ones: the columns would change width while scrolling.
         """
+        if set(map(type, rows)) <= {GpuProcess}:  # plain processes (no groups, no tree's ancestors): by name
+            return self._widest_processes(cast("list[GpuProcess]", rows))
         users = owners = 0
         grouped = False
         for row in rows:
@@ -311,6 +315,21 @@ class ProcessTable(ScrollView, can_focus=True):
                 if isinstance(member, GpuProcess):
                     owners = max(owners, self._owner_width(member))
         return (users or None, owners or None, grouped)
+
+    def _widest_processes(self, rows: list[GpuProcess]) -> tuple[int | None, int | None, bool]:
+        """:meth:`_widest` of plain processes, each user and owner measured once (a table has few of each and
+        a row for every process, every second)."""
+        foreign = any(map(_FOREIGN, rows))  # a process of another PID namespace: its USER is "?", one cell
+        if foreign:
+            by_user = {row.user: row for row in rows if not row.foreign}
+        else:
+            by_user = dict(zip(map(_USER, rows), rows, strict=True))
+        by_owner = dict(zip(map(id, map(_OWNER, rows)), rows, strict=True))  # by object: an owner hashes in Python
+        users = max(map(self._user_width, by_user.values()), default=0)
+        if foreign:
+            users = max(users, 1)
+        owners = max(map(self._owner_width, by_owner.values()), default=0)
+        return (users or None, owners or None, False)
 
     def _user_width(self, row: GpuProcess | AncestorRow) -> int:
         """The width of ``row``'s USER cell (made safe: an escape is wider than the character), by name."""
@@ -680,6 +699,7 @@ def _group_flags_cell(group: ProcessGroup) -> Cell:
     return (f"{flagged} flagged", WARN) if flagged else ("", PLAIN)
 
 
+_FOREIGN, _USER, _OWNER = attrgetter("foreign"), attrgetter("user"), attrgetter("owner")
 _COLUMN_INDEX = {key: i for i, key in enumerate(PROCESS_CELL_KEYS)}
 _COMMAND_INDEX = _COLUMN_INDEX["command"]
 _USER_INDEX = _COLUMN_INDEX["user"]
