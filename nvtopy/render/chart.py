@@ -513,6 +513,8 @@ class _Levels(dict[float | None, int]):
         return level
 
 
+_SPARK_CHARS = ("▁", *_BLOCKS[1:], "·")
+"""A sparkline's character by level (-1, the last, for a missing value): the baseline, the eighth blocks, a dot."""
 MOST_LEVELS = 4096
 """Values a sparkline's level table keeps (a bound, about the whole percents and the float32 SM figures seen)."""
 _SPARK_LEVELS = _Levels(100.0, 8)
@@ -522,11 +524,18 @@ def sparkline(values: Sequence[float | None], width: int, style_name: str = "cya
     """The last ``width`` values on a fixed 0-100 scale (gaps for missing values), right-aligned: a block
     chart one line tall.
 
-    Every value above the baseline (the common case: a GPU at work) is one run of blocks in one style,
-    made here from the kept levels in C calls; the rest, :func:`block_chart` draws (the same line)."""
+    Made here from the kept levels in C calls, the very line :func:`block_chart` draws one line tall: every value
+    above the baseline (the common case: a GPU at work) is one run of blocks in one style; else a run a style
+    (a missing value a dim dot, a zero the dim baseline)."""
     if width <= 0:
         return Line()
     levels = list(map(_SPARK_LEVELS.__getitem__, values[-width:]))
-    if levels and min(levels) > 0:
-        return Line(" " * (width - len(levels))).add("".join(map(_BLOCKS.__getitem__, levels)), style_name)
-    return block_chart(values, width, 1, 100.0, style_name)[0]
+    line = Line(" " * (width - len(levels)))
+    if not levels:
+        return line
+    if min(levels) > 0:
+        return line.add("".join(map(_SPARK_CHARS.__getitem__, levels)), style_name)
+    styles = (AXIS_STYLE, *(style_name,) * 8, "dim")  # by level, as _SPARK_CHARS: 0, 1-8, then -1 (missing)
+    for run_style, run in itertools.groupby(levels, styles.__getitem__):
+        line.add("".join(map(_SPARK_CHARS.__getitem__, run)), run_style)
+    return line
