@@ -124,6 +124,38 @@ async def refresh_costs(gpus: int, processes: int, samples: int) -> dict[str, fl
     }
 
 
+async def fixed_refreshes(count: int, warm: int = 30) -> None:
+    """``count`` refreshes after ``warm`` of the headless 200x50 monitor (simulated 8 GPUs x 8 processes, seed 1,
+    charts on screen), each a new second on a manual clock, the garbage collector settled as the monitor settles
+    it: the same work on every run, for an instruction count (``--refreshes``)::
+
+        PYTHONHASHSEED=0 valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+            .venv/bin/python benchmarks/bench_tui.py --refreshes 42   # and --refreshes 2: (a - b) / 40 a refresh
+
+    Python's clocks move a second a refresh too (the charts' window and the process table's TIME follow them).
+    """
+    from nvtopy.backends.simulated.backend import SimulatedBackend
+    from nvtopy.sources.gc_policy import settle_for_monitor
+    from nvtopy.tui.app import NvtopyApp
+
+    monotonic, wall, ahead = time.monotonic, time.time, [0.0]
+    time.monotonic = lambda: monotonic() + ahead[0]  # type: ignore[assignment]
+    time.time = lambda: wall() + ahead[0]  # type: ignore[assignment]
+    now = [1_764_500_000.0]
+    backend = SimulatedBackend(gpus=8, seed=1, clock=lambda: now[0], processes_per_gpu=8, viewer="alice")
+    app = NvtopyApp.for_backend(backend, poll=False, isolate=False, events=False)
+    settle_for_monitor()
+    try:
+        async with app.run_test(size=(200, 50)) as pilot:
+            for _ in range(warm + count):
+                now[0] += 1.0
+                ahead[0] += 1.0
+                app.source.poll_once()
+                await pilot.pause()
+    finally:
+        time.monotonic, time.time = monotonic, wall  # type: ignore[assignment]
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -131,7 +163,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--seconds", type=float, default=20.0, help="steady-CPU measurement length")
+    parser.add_argument(
+        "--refreshes", type=int, metavar="N", help="only N fixed refreshes, headless, for callgrind (fixed_refreshes)"
+    )
     args = parser.parse_args()
+    if args.refreshes is not None:
+        asyncio.run(fixed_refreshes(args.refreshes))
+        return 0
     samples = 10 if args.quick else 30
     results: dict[str, object] = {
         "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} CPUs, Python {platform.python_version()}",

@@ -602,6 +602,22 @@ def owner_cell(process: GpuProcess) -> Cell:
     owner = process.owner
     if owner is None:
         return _MISSING
+    cell = _owner_cells.get(owner)
+    if cell is None:
+        if len(_owner_cells) >= MOST_OWNER_CELLS:
+            _owner_cells.clear()
+        cell = _owner_cells[owner] = _owner_cell(owner)
+    return cell
+
+
+MOST_OWNER_CELLS = 1024
+"""Owners whose OWNER cell is kept (a bound: a node has a few dozen); past it the cells start afresh."""
+_owner_cells: dict[ProcessOwner, Cell] = {}
+"""Each owner's cell, made once: a raw cgroup path is cut with a regular expression (about 5 us), and every visible
+row's cells are made again each second (its TIME moves); a process table has few owners for many rows."""
+
+
+def _owner_cell(owner: ProcessOwner) -> Cell:
     if owner.kind is OwnerKind.HOST:
         return ("-", DIM)
     label = safe_text(owner_label_shown(owner))  # both views cut a long one the same way

@@ -395,8 +395,9 @@ def braille_chart(
     for k, columns in enumerate(every):
         # Each dot column draws its mean, joined to the previous column's, and a dot at its peak (the highest
         # value of its buckets) where that stands well above the line: (low, high, peak or -1) per column.
-        # One comprehension (no per-column statements): the previous column's mean, -1 after a gap.
-        previous = [-1, *(-1 if column is None else column[1] for column in columns[:-1])]
+        # One comprehension (no per-column statements): the previous column's mean, -1 after a gap (a list
+        # comprehension, not a generator unpacked: a resumed frame a column, five charts a second).
+        previous = [-1] + [-1 if column is None else column[1] for column in columns[:-1]]
         spans: list[tuple[int, int, int] | None] = [
             None
             if c is None
@@ -487,9 +488,54 @@ def block_chart(values: Sequence[float | None], width: int, height: int, top: fl
     return lines
 
 
+class _Levels(dict[float | None, int]):
+    """Each value's height in eighths of one line on a fixed 0..``top`` scale, as :func:`block_chart` works it
+    out (-1: missing), kept per value: the panels' sparklines are made again every second (16 of them for 8
+    GPUs), and their values are few (NVML's utilisation is a whole percent). A NaN is worked out each time (no
+    NaN finds itself in a dict); past :data:`MOST_LEVELS` values, new ones are no longer kept."""
+
+    __slots__ = ("eighths", "top")
+
+    def __init__(self, top: float, eighths: int) -> None:
+        super().__init__()
+        self.top, self.eighths = top, eighths
+
+    def __missing__(self, value: float | None) -> int:
+        top = self.top
+        if value is None:
+            level = -1
+        elif math.isnan(value):
+            return -1
+        else:
+            level = round(min(1.0, max(0.0, value / top if top > 0 else 0.0)) * self.eighths)
+        if len(self) < MOST_LEVELS:
+            self[value] = level
+        return level
+
+
+_SPARK_CHARS = ("▁", *_BLOCKS[1:], "·")
+"""A sparkline's character by level (-1, the last, for a missing value): the baseline, the eighth blocks, a dot."""
+MOST_LEVELS = 4096
+"""Values a sparkline's level table keeps (a bound, about the whole percents and the float32 SM figures seen)."""
+_SPARK_LEVELS = _Levels(100.0, 8)
+
+
 def sparkline(values: Sequence[float | None], width: int, style_name: str = "cyan") -> Line:
     """The last ``width`` values on a fixed 0-100 scale (gaps for missing values), right-aligned: a block
-    chart one line tall."""
+    chart one line tall.
+
+    Made here from the kept levels in C calls, the very line :func:`block_chart` draws one line tall: every value
+    above the baseline (the common case: a GPU at work) is one run of blocks in one style; else a run a style
+    (a missing value a dim dot, a zero the dim baseline)."""
     if width <= 0:
         return Line()
-    return block_chart(values, width, 1, 100.0, style_name)[0]
+    levels = list(map(_SPARK_LEVELS.__getitem__, values[-width:]))
+    line = Line(" " * (width - len(levels)))
+    if not levels:
+        return line
+    if min(levels) > 0:
+        return line.add("".join(map(_SPARK_CHARS.__getitem__, levels)), style_name)
+    styles = (AXIS_STYLE, *(style_name,) * 8, "dim")  # by level, as _SPARK_CHARS: 0, 1-8, then -1 (missing)
+    for run_style, run in itertools.groupby(levels, styles.__getitem__):
+        line.add("".join(map(_SPARK_CHARS.__getitem__, run)), run_style)
+    return line

@@ -31,7 +31,22 @@ _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
 
 def fmt_bytes(value: int | float | None, *, precision: int = 1) -> str:
-    """``85520809984`` -> ``"79.6GiB"``; MiB below 1 GiB, as nvidia-smi users expect."""
+    """``85520809984`` -> ``"79.6GiB"``; MiB below 1 GiB, as nvidia-smi users expect.
+
+    A whole number of bytes is kept per value and precision (a bound of 2,048): every visible process row
+    writes two of them each second, and a process's memory seldom moves (about 2.5 us made, 0.3 us kept).
+    Not a float: ``-0.0`` equals ``0`` as a key, and writes ``-0B``."""
+    if type(value) is int:
+        return _kept_bytes(value, precision)
+    return _bytes(value, precision)
+
+
+@functools.lru_cache(maxsize=2048)
+def _kept_bytes(value: int, precision: int) -> str:
+    return _bytes(value, precision)
+
+
+def _bytes(value: int | float | None, precision: int) -> str:
     if value is None:
         return NA
     size = float(value)

@@ -58,6 +58,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import ClassVar
 
+from rich.text import Text
 from textual import on
 from textual.app import App, ComposeResult, ScreenStackError, SystemCommand
 from textual.binding import Binding
@@ -102,7 +103,7 @@ from .alerts_screen import AlertsScreen
 from .charts import ChartView, spare_rows
 from .columns_screen import ColumnsScreen
 from .gpu_view import MODES, GpuView, host_groups, plan_layout
-from .header import STARTING, HeaderBar, HostBar, KeyFooter, header_text, waiting_text, with_stall_notice
+from .header import STARTING, HeaderBar, HostBar, KeyFooter, header_pieces, waiting_text, with_stall_notice
 from .health_screen import HealthScreen
 from .messages import SnapshotReady, SourceFailed
 from .plain import honour_terminal
@@ -705,12 +706,13 @@ class NvtopyApp(App[None]):
         except NoMatches:
             return
         width = max(1, self.size.width)
-        text = header_text(self, snapshot, counts, width, no_chart_room=bool(charts.no_room()))
+        pieces = header_pieces(self, snapshot, counts, width, no_chart_room=bool(charts.no_room()))
         waited = self._stuck_for()
         self._stall_shown = waited is not None and waited >= STALL_AFTER
         if waited is not None and self._stall_shown:
-            text = with_stall_notice(text, self.source.waiting_for, waited, width)
-        header.show(text)
+            header.show(with_stall_notice(Text.assemble(*pieces), self.source.waiting_for, waited, width))
+        else:
+            header.show_pieces(pieces)  # the same line as its Text, without making one each second
 
     # ----------------------------------------------------------------- filters and sort
 

@@ -396,29 +396,35 @@ class _MetricChart(_Chart):
         :func:`spread`), each value in its long format, else its short one, before a GPU is left out."""
         metric = self.spec.metric
         k = _INDEX[metric]
-        means = [(g.index, _recent_mean(s.mean)) for g, s in series]
-        values = [self.values[gpu.index][k] for gpu, _ in series]
+        indices = [gpu.index for gpu, _ in series]
+        means = [(index, _recent_mean(s.mean)) for index, (_, s) in zip(indices, series, strict=True)]
+        values = [self.values[index][k] for index in indices]
         texts: dict[tuple[int, float | None], str] = {}  # (format, value): its text, made once
+        # Each GPU's entry, `` 3:61%``, measured once a format, not once for every count of GPUs tried.
+        cells_of: list[list[int]] = []
+        for f, form in enumerate(formats):
+            sizes: list[int] = []
+            for index, value in zip(indices, values, strict=True):
+                text = texts.get((f, value))
+                if text is None:
+                    text = texts[(f, value)] = "N/A" if value is None else form(value)
+                sizes.append(len(f" {index}:") + cell_len(text))
+            cells_of.append(sizes)
         count, fmt = 1, formats[-1]  # what is drawn when nothing fits: one GPU, its value short
         # Which GPUs and format fit, measured from the texts alone: the lines and traces are made once, below.
+        chosen: dict[int, set[int]] = {}  # spread's GPUs by how many were tried
         for tried in range(min(OVERLAID, len(series)), 0, -1):  # only lines the legend can name
-            drawn = set(spread(means, tried))
+            drawn = chosen[tried] = set(spread(means, tried))
             more = len(f" +{len(series) - tried} more") if tried < len(series) else 0
-            for f, form in enumerate(formats):
-                cells = title.cells + more
-                for (gpu, _), value in zip(series, values, strict=True):
-                    if gpu.index in drawn:
-                        text = texts.get((f, value))
-                        if text is None:
-                            text = texts[(f, value)] = "N/A" if value is None else form(value)
-                        cells += len(f" {gpu.index}:") + cell_len(text)
-                if cells <= width:
+            for form, sizes in zip(formats, cells_of, strict=True):
+                shown = [size for index, size in zip(indices, sizes, strict=True) if index in drawn]
+                if title.cells + more + sum(shown) <= width:
                     count, fmt = tried, form
                     break
             else:
                 continue
             break
-        drawn = set(spread(means, count))
+        drawn = chosen[count] if count in chosen else set(spread(means, count))
         entries: list[Line] = []
         traces: list[Trace] = []
         others: list[float] = []

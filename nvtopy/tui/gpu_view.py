@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from rich.segment import Segment
 from textual import events
@@ -450,6 +451,10 @@ class GpuView(Widget):
 _GAP = Segment(" ")
 
 
+_sample_values = attrgetter(*SAMPLE_FIELDS)
+"""A sample's every field, as a tuple, in one C call (the signature is made for every panel every refresh)."""
+
+
 def _signature(gpu: GpuState, width: int) -> tuple[object, ...]:
     """Everything a panel shows: values (not their timestamp), the visible history, identity, width, health,
     and how many processes each MIG instance runs."""
@@ -459,7 +464,7 @@ def _signature(gpu: GpuState, width: int) -> tuple[object, ...]:
         gpu.static,
         sample.lost,
         gpu.note,
-        tuple(getattr(sample, name) for name in SAMPLE_FIELDS),
+        _sample_values(sample),
         gpu.history.utilization_gpu_percent[-width:],
         gpu.history.sm_active_percent[-width:],
         gpu.health,

@@ -21,9 +21,11 @@ included), the refresh interval or the replay's speed. Notifications are for eve
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import ClassVar, Protocol
 
 from rich.cells import cell_len
+from rich.control import strip_control_codes
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -56,6 +58,7 @@ __all__ = [
     "Monitor",
     "TextLine",
     "footer_parts",
+    "header_pieces",
     "header_text",
     "waiting_text",
     "with_stall_notice",
@@ -109,6 +112,7 @@ class TextLine(Static):
     """
 
     _shown: Text | None = None
+    _given: tuple[Piece, ...] | None = None  # the pieces last given to show_pieces (None: a Text was given)
     _pieces: list[tuple[str, Style | None]] | None = None
     _strip: Strip | None = None
     _strip_key: object = None
@@ -118,6 +122,7 @@ class TextLine(Static):
         if text == self._shown:
             return
         self._shown = text
+        self._given = None
         self._strip = None
         self._pieces = _pieces(text)
         if self._pieces is None:
@@ -125,10 +130,32 @@ class TextLine(Static):
         else:
             self.refresh()
 
+    def show_pieces(self, pieces: Sequence[Piece]) -> None:
+        """Draw ``Text.assemble(*pieces)`` without making it: the same runs straight from the (text, style)
+        pieces (:func:`_runs`); nothing when they are the pieces drawn already. The header and the host line
+        change every second (the clock, the host's CPU), and a rich ``Text`` of their twenty-odd pieces cost
+        about as much again as laying them out."""
+        given = tuple(pieces)
+        if given == self._given:
+            return
+        runs = _runs(given)
+        if runs is None:  # what the Static draws (two touching pieces of one style): as a Text
+            self.show_text(Text.assemble(*given))
+            self._given = given
+            return
+        self._given, self._shown = given, None
+        self._strip = None
+        self._pieces = runs
+        self.refresh()
+
     def render(self) -> RenderResult:
-        """What is shown: the text last given to :meth:`show_text` (drawn by :meth:`render_line`), else the Static's."""
-        if self._pieces is not None and self._shown is not None:
-            return self._shown
+        """What is shown: the text last given to :meth:`show_text` or :meth:`show_pieces` (drawn by
+        :meth:`render_line`), else the Static's."""
+        if self._pieces is not None:
+            if self._shown is None and self._given is not None:
+                self._shown = Text.assemble(*self._given)
+            if self._shown is not None:
+                return self._shown
         return super().render()
 
     def render_line(self, y: int) -> Strip:
@@ -171,6 +198,33 @@ def _pieces(text: Text) -> list[tuple[str, Style | None]] | None:
     if at < len(plain):
         pieces.append((plain[at:], None))
     return pieces
+
+
+def _runs(pieces: Sequence[Piece]) -> list[tuple[str, Style | None]] | None:
+    """:func:`_pieces` of ``Text.assemble(*pieces)``, without the Text: an empty piece adds nothing, control codes
+    go as ``Text.append`` drops them, unstyled pieces in a row are one plain run, each styled piece a run of its
+    parsed style; None where two styled pieces of one style touch (the Static draws those)."""
+    runs: list[tuple[str, Style | None]] = []
+    plain: list[str] = []
+    for text, style_name in pieces:
+        if not text:
+            continue
+        text = strip_control_codes(text)
+        if not style_name:
+            plain.append(text)
+            continue
+        if plain and "".join(plain):  # a span ends the plain run before it (even an empty span: see below)
+            runs.append(("".join(plain), None))
+        plain = []
+        if not text:  # control codes only: an empty span, drawn as nothing, yet it parts the plain runs around it
+            continue
+        piece_style = Style.parse(style_name)
+        if runs and runs[-1][1] == piece_style:
+            return None
+        runs.append((text, piece_style))
+    if "".join(plain):
+        runs.append(("".join(plain), None))
+    return runs
 
 
 def _without_trailing_blanks(pieces: list[tuple[str, Style | None]]) -> list[tuple[str, Style | None]]:
@@ -224,7 +278,7 @@ class HostBar(TextLine):
 
     def show(self, snapshot: Snapshot, width: int) -> None:
         """Draw the host line of ``snapshot`` (N/A with why where its source has no such figures)."""
-        self.show_text(Text.assemble(*host_usage_parts(snapshot.host_usage, width)))
+        self.show_pieces(host_usage_parts(snapshot.host_usage, width))
 
 
 def _part(text: str, style: str = "", rank: int = 0) -> Part:
@@ -273,6 +327,13 @@ def _alerts_part(app: Monitor) -> Part | None:
 def header_text(
     app: Monitor, snapshot: Snapshot, counts: tuple[int, int, int], width: int, *, no_chart_room: bool = False
 ) -> Text:
+    """:func:`header_pieces` as a rich ``Text``."""
+    return Text.assemble(*header_pieces(app, snapshot, counts, width, no_chart_room=no_chart_room))
+
+
+def header_pieces(
+    app: Monitor, snapshot: Snapshot, counts: tuple[int, int, int], width: int, *, no_chart_room: bool = False
+) -> list[Piece]:
     """The header line: what is kept at any width (host, GPU count, clock) and the rest by rank.
 
     ``counts``: GPUs shown, process rows shown, all process rows; ``no_chart_room``: the charts are on but
@@ -319,7 +380,7 @@ def header_text(
     parts.append(_part(safe_text(driver), rank=5))
     clock = _part(time.strftime("%H:%M:%S", time.localtime(snapshot.timestamp)))
     lead = ((" nvtopy ", "bold reverse"), (" ", ""))
-    return Text.assemble(*fit([p for p in parts if p is not None], width, lead=lead, right=clock))
+    return fit([p for p in parts if p is not None], width, lead=lead, right=clock)
 
 
 def footer_parts(app: KeyHolder, width: int) -> tuple[list[Piece], list[tuple[int, int, str]]]:

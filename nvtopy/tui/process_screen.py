@@ -154,6 +154,20 @@ class ProcessHistory:
         when = snapshot.timestamp
         for key, members in rows.items():
             entry = series[key]
+            if len(members) == 1:  # a process on one GPU (nearly all): its figures as they are, no lists
+                only = members[0]
+                used, sm_percent, total_bytes = only.gpu_memory_bytes, only.sm_percent, totals.get(only.gpu_index)
+                entry.append(
+                    when,
+                    (
+                        _NAN if used is None else float(0 + used),  # 0 + : what sum() of one gives (-0.0 too)
+                        float(0 + total_bytes) if total_bytes else _NAN,
+                        _NAN if sm_percent is None else float(0 + sm_percent),
+                        _figure(only.cpu_percent),
+                        _figure(only.host_memory_bytes),
+                    ),
+                )
+                continue
             memory = [p.gpu_memory_bytes for p in members if p.gpu_memory_bytes is not None]
             sm = [p.sm_percent for p in members if p.sm_percent is not None]
             total = [totals.get(p.gpu_index) for p in members]

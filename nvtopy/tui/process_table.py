@@ -39,6 +39,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from operator import attrgetter
+from typing import cast
 
 from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
@@ -189,6 +191,7 @@ class ProcessTable(ScrollView, can_focus=True):
         self._owner_widths: dict[ProcessOwner, int] = {}
         self._user_widths: dict[str, int] = {}
         self.empty_message = "No GPU processes"
+        self._width_of: tuple[object, int] = ((), 0)  # _width's last (key, width)
 
     # ----------------------------------------------------------------- data in
 
@@ -294,6 +297,8 @@ class ProcessTable(ScrollView, can_focus=True):
 
         Why all rows and not the visible ones: the columns would change width while scrolling.
         """
+        if set(map(type, rows)) <= {GpuProcess}:  # plain processes (no groups, no tree's ancestors): by name
+            return self._widest_processes(cast("list[GpuProcess]", rows))
         users = owners = 0
         grouped = False
         for row in rows:
@@ -310,6 +315,21 @@ class ProcessTable(ScrollView, can_focus=True):
                 if isinstance(member, GpuProcess):
                     owners = max(owners, self._owner_width(member))
         return (users or None, owners or None, grouped)
+
+    def _widest_processes(self, rows: list[GpuProcess]) -> tuple[int | None, int | None, bool]:
+        """:meth:`_widest` of plain processes, each user and owner measured once (a table has few of each and
+        a row for every process, every second)."""
+        foreign = any(map(_FOREIGN, rows))  # a process of another PID namespace: its USER is "?", one cell
+        if foreign:
+            by_user = {row.user: row for row in rows if not row.foreign}
+        else:
+            by_user = dict(zip(map(_USER, rows), rows, strict=True))
+        by_owner = dict(zip(map(id, map(_OWNER, rows)), rows, strict=True))  # by object: an owner hashes in Python
+        users = max(map(self._user_width, by_user.values()), default=0)
+        if foreign:
+            users = max(users, 1)
+        owners = max(map(self._owner_width, by_owner.values()), default=0)
+        return (users or None, owners or None, False)
 
     def _user_width(self, row: GpuProcess | AncestorRow) -> int:
         """The width of ``row``'s USER cell (made safe: an escape is wider than the character), by name."""
@@ -387,8 +407,17 @@ class ProcessTable(ScrollView, can_focus=True):
 
     @property
     def _width(self) -> int:
-        """Drawable width: the scrollbar takes the last column when it is shown."""
-        return max(1, self.scrollable_content_region.width)
+        """Drawable width: the scrollbar takes the last column when it is shown.
+
+        Kept while the widget's size, its scrollbar and its gutter stay as they were: Textual works the region
+        out anew at each call (about 4 us), and every line drawn asks, 16 rows a second at 200x50."""
+        styles = self.styles
+        key = (self._size, self.show_vertical_scrollbar, styles.gutter, styles.scrollbar_size_vertical)
+        kept, width = self._width_of
+        if kept != key:
+            width = max(1, self.scrollable_content_region.width)
+            self._width_of = (key, width)
+        return width
 
     def _viewport_rows(self) -> int:
         return max(1, self.size.height - 1)
@@ -637,7 +666,7 @@ class ProcessTable(ScrollView, can_focus=True):
         width = self._width
         if y == 0:
             return self._header_strip(width)
-        index = round(self.scroll_offset.y) + y - 1
+        index = round(self.scroll_y) + y - 1  # scroll_offset.y, without the Offset made for it
         while len(self._shown) < y:
             self._shown.append(())
         if index >= len(self.rows):
@@ -658,7 +687,7 @@ class ProcessTable(ScrollView, can_focus=True):
             made = self._spliced(cached[0], cached[2], signature, width)
         strip, segments = made or self._row_strip(index, width, signature)
         self._line_cache[index] = (signature, strip, segments)
-        if len(self._line_cache) > 4 * max(1, self.size.height):
+        if len(self._line_cache) > 4 * max(1, self._size.height):  # the outer height: a bound, not a layout
             self._line_cache.clear()
             self._line_cache[index] = (signature, strip, segments)
         return strip
@@ -670,6 +699,7 @@ def _group_flags_cell(group: ProcessGroup) -> Cell:
     return (f"{flagged} flagged", WARN) if flagged else ("", PLAIN)
 
 
+_FOREIGN, _USER, _OWNER = attrgetter("foreign"), attrgetter("user"), attrgetter("owner")
 _COLUMN_INDEX = {key: i for i, key in enumerate(PROCESS_CELL_KEYS)}
 _COMMAND_INDEX = _COLUMN_INDEX["command"]
 _USER_INDEX = _COLUMN_INDEX["user"]
