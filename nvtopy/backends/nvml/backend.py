@@ -249,6 +249,9 @@ class NvmlBackend(NvmlHealthReaders, NvmlGpmReaders, Backend):
         if self._closed:
             return
         self._closed = True
+        inspector = getattr(self, "_inspector", None)  # none when opening failed
+        if inspector is not None:
+            inspector.close()  # the /proc files it keeps open
         for gpu in getattr(self, "_gpus", ()):  # none when opening failed
             self._gpm_free(gpu)
         try:
