@@ -193,6 +193,17 @@ def test_past_the_limit_pids_are_read_by_path(child):
     assert len(files) == 0
 
 
+@pytest.mark.parametrize(("soft", "kept"), [(1024, 128), (40, 5), (1 << 20, 256), (-1, 256)])
+def test_kept_files_take_at_most_a_quarter_of_the_descriptor_limit(monkeypatch, soft, kept):
+    import resource
+
+    from nvtopy.backends.host import procstat
+
+    soft = resource.RLIM_INFINITY if soft == -1 else soft
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (soft, resource.RLIM_INFINITY))
+    assert procstat._keep_open() == kept
+
+
 def test_the_inspector_closes_the_files_of_pids_it_no_longer_reads(child):
     opened = _open_files()
     inspector = PsutilInspector()

@@ -106,8 +106,23 @@ def _parse_stat(data: bytes, statm: bytes) -> Stat:
     )
 
 
-# At most this many processes' two files are kept open (two descriptors each); more are read by path.
-KEEP_OPEN = 256
+def _keep_open() -> int:
+    """How many processes' two files are kept open: 256, or fewer where the descriptor limit is low.
+
+    At most a quarter of the soft ``RLIMIT_NOFILE`` goes to them (128 processes under the common
+    1,024), so the rest of the program never runs short; more processes are read by path.
+    """
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return 64
+    return 256 if soft == resource.RLIM_INFINITY else max(0, min(256, soft // 8))
+
+
+KEEP_OPEN = _keep_open()
+"""At most this many processes' ``stat`` and ``statm`` are kept open (two descriptors each)."""
 
 
 class StatFiles:
