@@ -184,6 +184,15 @@ def test_a_kept_file_of_an_ended_process_says_none_and_is_closed(child):
     assert len(files) == 0 and _open_files() == opened
 
 
+def test_a_reader_dropped_unclosed_closes_its_files(child):
+    opened = _open_files()
+    files = StatFiles()
+    assert files.read(child.pid) is not None
+    assert _open_files() == opened + 2
+    del files  # no cycle holds it: its last reference goes now
+    assert _open_files() == opened
+
+
 def test_past_the_limit_pids_are_read_by_path(child):
     files = StatFiles(limit=1)
     assert files.read(os.getpid()) is not None

@@ -29,6 +29,7 @@ first seen; psutil derives ``create_time()`` from the same field.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Collection
@@ -192,6 +193,11 @@ class StatFiles:
         """Close every file (idempotent)."""
         for pid in list(self._files):
             self.forget(pid)
+
+    def __del__(self) -> None:
+        """A reader dropped unclosed (an inspector the Python API or a test made) leaves no descriptor open."""
+        with contextlib.suppress(OSError, TypeError, AttributeError):  # at interpreter exit, ``os`` may be gone
+            self.close()
 
 
 class FirstSight(NamedTuple):
