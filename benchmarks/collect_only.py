@@ -9,6 +9,14 @@ this collection can spend, which says whether a CPU aim is within reach before
 anyone optimises the drawing.
 
     LD_LIBRARY_PATH=.cache/fake-nvml/build FAKE_NVML_GPUS=8 .venv/bin/python benchmarks/collect_only.py
+
+``--polls N`` instead runs N polls at once on the calling thread, each a second later on a
+stepped clock (every field group at its cadence, as live), after 3 to warm up, and exits: for
+instruction counts, the difference of two N under callgrind is the cost of that many polls
+(no Xid thread, no sleeping):
+
+    PYTHONHASHSEED=0 valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+        .venv/bin/python benchmarks/collect_only.py --polls 30   # and --polls 10
 """
 
 from __future__ import annotations
@@ -22,7 +30,10 @@ import threading
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between snapshots (default 1)")
+    parser.add_argument("--polls", type=int, help="run this many polls on a stepped clock at once, then exit")
     args = parser.parse_args()
+    if args.polls is not None:
+        return stepped(args.polls)
 
     from nvtopy.backends.open import backend_opener, nvml_spec
     from nvtopy.sources.poller import MONITOR_GROUPS, Poller
@@ -41,6 +52,30 @@ def main() -> int:
         pass
     finally:
         poller.stop()
+    return 0
+
+
+def stepped(polls: int) -> int:
+    """``--polls``: the poller's own poll, a second apart on a stepped clock, with no thread of its own."""
+    import time
+    import types
+
+    from nvtopy.backends.open import backend_opener, nvml_spec
+    from nvtopy.sources import poller as poller_module
+    from nvtopy.sources.poller import MONITOR_GROUPS, Poller
+
+    backend = backend_opener(nvml_spec())()
+    poller = Poller(backend, interval=1.0, groups=MONITOR_GROUPS)
+    poller.subscribe(lambda snapshot: None)
+    now = [time.monotonic()]
+    # Only the poller's cadence reads this clock; the GPU reads' deadlines keep the real one.
+    poller_module.time = types.SimpleNamespace(monotonic=lambda: now[0])  # type: ignore[assignment]
+    for _ in range(3 + polls):
+        now[0] += 1.0
+        poller.poll_once()
+    assert poller.collector is not None
+    poller.collector.close()
+    backend.close()
     return 0
 
 

@@ -310,6 +310,18 @@ def test_close_shuts_nvml_down_once(fake, make_backend):
     assert fake.calls["nvmlShutdown"] == 1 and fake.init_count == 0
 
 
+def test_close_closes_the_proc_files_the_inspector_keeps_open(fake, make_backend):
+    from nvtopy.backends.host.processes import PsutilInspector
+
+    inspector = PsutilInspector()
+    backend = make_backend(fake, inspector=inspector)
+    for _ in range(2):  # the second read of a pid keeps its stat and statm open
+        assert inspector.inspect([os.getpid()])[os.getpid()] is not None
+    assert len(inspector._stats) == 1
+    backend.close()
+    assert len(inspector._stats) == 0
+
+
 # --------------------------------------------------------------------- fields not supported
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ from nvtopy.backends.host.procstat import (
     CLOCK_TICKS,
     PAGE_SIZE,
     Stat,
+    StatFiles,
     pid_absent,
     read_cpu_times,
     read_first_sight,
@@ -106,17 +108,17 @@ def test_a_reused_pid_is_read_again_on_the_fast_path(child, monkeypatch):
     """The PID-reuse guard: a different start time is another process (its own command, a fresh CPU baseline)."""
     inspector = PsutilInspector()
     first = inspector.inspect([child.pid])[child.pid]
-    real = read_stat
+    real = StatFiles.read
 
-    def reused(pid: int, proc: str = "/proc") -> Stat | None:
-        stat = real(pid, proc)
+    def reused(self: StatFiles, pid: int) -> Stat | None:
+        stat = real(self, pid)
         return None if stat is None else stat._replace(start_ticks=stat.start_ticks + 500)
 
     real_cmdline = psutil.Process.cmdline
     monkeypatch.setattr(
         psutil.Process, "cmdline", lambda self: ["new-process"] if self.pid == child.pid else real_cmdline(self)
     )
-    monkeypatch.setattr(hostprocs, "read_stat", reused)
+    monkeypatch.setattr(StatFiles, "read", reused)
     monkeypatch.setattr(hostprocs, "read_first_sight", lambda pid, proc="/proc": None)  # psutil reopens it
     info = inspector.inspect([child.pid])[child.pid]
     assert info is not None
@@ -147,9 +149,91 @@ def test_a_zombie_on_the_fast_path(child):
 def test_unreadable_proc_falls_back_to_psutil(child, monkeypatch):
     inspector = PsutilInspector()
     assert inspector.inspect([child.pid])[child.pid] is not None
-    monkeypatch.setattr(hostprocs, "read_stat", lambda pid, proc="/proc": None)
+    monkeypatch.setattr(StatFiles, "read", lambda self, pid: None)
     info = inspector.inspect([child.pid])[child.pid]
     assert info is not None and info.host_memory_bytes
+
+
+def _open_files() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_kept_file_is_read_afresh_each_time():
+    """The kept descriptors answer the process's figures now, not those of when they were opened."""
+    files = StatFiles()
+    first = files.read(os.getpid())
+    assert first is not None and len(files) == 1
+    before = time.process_time()
+    while time.process_time() - before < 0.1:  # 10 clock ticks of CPU
+        pass
+    again = files.read(os.getpid())
+    assert again is not None and len(files) == 1
+    assert again.cpu_seconds >= first.cpu_seconds + 0.05
+    assert again == read_stat(os.getpid())._replace(cpu_seconds=again.cpu_seconds)
+    files.close()
+
+
+def test_a_kept_file_of_an_ended_process_says_none_and_is_closed(child):
+    files = StatFiles()
+    opened = _open_files()
+    assert files.read(child.pid) is not None
+    assert _open_files() == opened + 2
+    child.kill()
+    child.wait(timeout=10)  # reaped: the kept descriptors answer ESRCH, as a reused pid's would
+    assert files.read(child.pid) is None
+    assert len(files) == 0 and _open_files() == opened
+
+
+def test_a_reader_dropped_unclosed_closes_its_files(child):
+    opened = _open_files()
+    files = StatFiles()
+    assert files.read(child.pid) is not None
+    assert _open_files() == opened + 2
+    del files  # no cycle holds it: its last reference goes now
+    assert _open_files() == opened
+
+
+def test_past_the_limit_pids_are_read_by_path(child):
+    files = StatFiles(limit=1)
+    assert files.read(os.getpid()) is not None
+    assert files.read(child.pid) == read_stat(child.pid)
+    assert len(files) == 1
+    files.close()
+    assert len(files) == 0
+
+
+@pytest.mark.parametrize(("soft", "kept"), [(1024, 128), (40, 5), (1 << 20, 256), (-1, 256)])
+def test_kept_files_take_at_most_a_quarter_of_the_descriptor_limit(monkeypatch, soft, kept):
+    import resource
+
+    from nvtopy.backends.host import procstat
+
+    soft = resource.RLIM_INFINITY if soft == -1 else soft
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (soft, resource.RLIM_INFINITY))
+    assert procstat._keep_open() == kept
+
+
+def test_the_inspector_closes_the_files_of_pids_it_no_longer_reads(child):
+    opened = _open_files()
+    inspector = PsutilInspector()
+    for _ in range(2):  # the first sight reads by path; the first refresh keeps the files open
+        assert inspector.inspect([child.pid])[child.pid] is not None
+    assert _open_files() == opened + 2
+    inspector.inspect([])
+    assert _open_files() == opened
+    inspector.inspect([child.pid])
+    inspector.inspect([child.pid])
+    inspector.close()
+    assert _open_files() == opened
+
+
+def test_a_kept_open_process_that_exits_drops_its_row(child):
+    inspector = PsutilInspector()
+    for _ in range(2):
+        assert inspector.inspect([child.pid])[child.pid] is not None
+    child.kill()
+    child.wait(timeout=10)
+    assert inspector.inspect([child.pid]) == {child.pid: None}
 
 
 def test_read_stat_refuses_a_cut_line(tmp_path):

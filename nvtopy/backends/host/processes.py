@@ -26,7 +26,16 @@ from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from ...model import CHILDREN_SHOWN, HostProcess, HostUsage, ProcessDetails, ProcessRelative, Reason, freeze
-from .procstat import CLOCK_TICKS, Stat, pid_absent, read_cpu_times, read_first_sight, read_meminfo, read_stat
+from .procstat import (
+    CLOCK_TICKS,
+    Stat,
+    StatFiles,
+    pid_absent,
+    read_cpu_times,
+    read_first_sight,
+    read_meminfo,
+    read_stat,
+)
 
 if TYPE_CHECKING:
     import psutil
@@ -165,6 +174,8 @@ class PsutilInspector:
     def __init__(self, clock: Callable[[], float] = time.time, resolver: OwnerResolver | None = None) -> None:
         self._clock = clock
         self._entries: dict[int, _Entry] = {}
+        # Each refreshed process's stat and statm, kept open between refreshes (one pread each, no open/close).
+        self._stats = StatFiles()
         # Who owns each process: read once per new entry (pid + create time), never per refresh.
         self._resolver = resolver
 
@@ -290,6 +301,10 @@ class PsutilInspector:
             create_time = None
         return _Entry(process, create_time, user=None, uid=None, name=None, command=None, reasons=reasons)
 
+    def close(self) -> None:
+        """Close the /proc files kept open between refreshes (a later :meth:`inspect` opens them again)."""
+        self._stats.close()
+
     def inspect(self, pids: Collection[int]) -> dict[int, HostProcess | None]:
         """Return host facts per pid; ``None`` for a pid this PID namespace has no process for.
 
@@ -308,6 +323,8 @@ class PsutilInspector:
         ancestors: dict[int, _Ancestor] = {}  # read once per call, shared by the processes of one job
         for pid in wanted:
             result[pid] = self._inspect_one(pid, now, ancestors)
+        if len(self._stats) > len(self._entries):
+            self._stats.keep(self._entries)
         # The entries hold each owner; the resolver's own cache keeps only the live ones (pruned only when it
         # holds more than the entries: nothing to do on a steady refresh).
         if self._resolver is not None and len(self._resolver) > len(self._entries):
@@ -335,10 +352,11 @@ class PsutilInspector:
         entry = self._entries.get(pid)
         stat: Stat | None = None
         if entry is not None and entry.start_ticks is not None:
-            stat = read_stat(pid)  # None: gone or unreadable -- psutil's path below tells which
+            stat = self._stats.read(pid)  # None: gone or unreadable -- psutil's path below tells which
             if stat is not None and stat.start_ticks != entry.start_ticks:
                 # The pid now belongs to a new process: forget the cached facts and look again.
                 del self._entries[pid]
+                self._stats.forget(pid)
                 entry, stat = None, None
         if entry is not None and stat is None and not _still_running(entry, pid):
             # Gone, or the pid now belongs to a new process (is_running compares

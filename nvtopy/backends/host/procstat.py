@@ -12,7 +12,8 @@ psutil's steady path for one process -- ``is_running()`` (which builds a second
 134 µs; the inspector's whole steady read with these two files costs about 29 µs
 (``make bench``: ``benchmarks/bench_host.py``, 64 processes; 42 µs before the files
 were read with ``os.read`` rather than ``open()``). At 64 processes
-psutil's path was most of the poller's CPU.
+psutil's path was most of the poller's CPU. The refreshes read the two files through
+descriptors kept open (:class:`StatFiles`: one ``pread`` each, no open or close).
 
 The first sight of a pid (:func:`read_first_sight`: its name, command line and user besides) and
 the host's CPU time and memory (:func:`read_cpu_times`, :func:`read_meminfo`) are read here too,
@@ -28,8 +29,10 @@ first seen; psutil derives ``create_time()`` from the same field.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Collection
 from typing import NamedTuple
 
 __all__ = [
@@ -37,6 +40,7 @@ __all__ = [
     "PAGE_SIZE",
     "FirstSight",
     "Stat",
+    "StatFiles",
     "pid_absent",
     "read_cpu_times",
     "read_first_sight",
@@ -101,6 +105,99 @@ def _parse_stat(data: bytes, statm: bytes) -> Stat:
         start_ticks=int(fields[19]),
         rss_bytes=int(statm.split()[1]) * PAGE_SIZE,
     )
+
+
+def _keep_open() -> int:
+    """How many processes' two files are kept open: 256, or fewer where the descriptor limit is low.
+
+    At most a quarter of the soft ``RLIMIT_NOFILE`` goes to them (128 processes under the common
+    1,024), so the rest of the program never runs short; more processes are read by path.
+    """
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return 64
+    return 256 if soft == resource.RLIM_INFINITY else max(0, min(256, soft // 8))
+
+
+KEEP_OPEN = _keep_open()
+"""At most this many processes' ``stat`` and ``statm`` are kept open (two descriptors each)."""
+
+
+class StatFiles:
+    """``read_stat`` of the pids read every refresh, through ``stat`` and ``statm`` kept open.
+
+    Why: opening a ``/proc`` file (a path walk, a new inode and file) and closing it cost
+    twice the read; a descriptor kept open and read with ``pread`` at offset 0 makes procfs
+    write the line afresh each time. It also pins the process: a descriptor of an exited
+    process answers ESRCH, even once its pid is reused, so a reused pid is never read as the
+    old process (the caller still compares start ticks). Any failure closes the pid's pair
+    and answers None, as :func:`read_stat` does; the next read opens them again.
+    One thread at a time (the inspector's: the poller's).
+    """
+
+    def __init__(self, proc: str = "/proc", limit: int = KEEP_OPEN) -> None:
+        self._proc = proc
+        self._limit = limit
+        self._files: dict[int, tuple[int, int]] = {}
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+    def read(self, pid: int) -> Stat | None:
+        """``pid``'s :class:`Stat` (see :func:`read_stat`); None where it cannot be read."""
+        files = self._files.get(pid)
+        if files is None:
+            if len(self._files) >= self._limit:
+                return read_stat(pid, self._proc)
+            files = self._open(pid)
+            if files is None:
+                return None
+        try:
+            data, statm = os.pread(files[0], _READ_SIZE, 0), os.pread(files[1], _READ_SIZE, 0)
+            if data.endswith(b"\n") and statm.endswith(b"\n"):
+                return _parse_stat(data, statm)
+        except (OSError, ValueError, IndexError):
+            pass
+        self.forget(pid)
+        return None
+
+    def _open(self, pid: int) -> tuple[int, int] | None:
+        try:
+            stat = os.open(f"{self._proc}/{pid}/stat", _FLAGS)
+        except OSError:
+            return None
+        try:
+            statm = os.open(f"{self._proc}/{pid}/statm", _FLAGS)
+        except OSError:
+            os.close(stat)
+            return None
+        files = self._files[pid] = (stat, statm)
+        return files
+
+    def forget(self, pid: int) -> None:
+        """Close ``pid``'s files, if open."""
+        files = self._files.pop(pid, None)
+        if files is not None:
+            os.close(files[0])
+            os.close(files[1])
+
+    def keep(self, pids: Collection[int]) -> None:
+        """Close the files of every pid not in ``pids``."""
+        for pid in [pid for pid in self._files if pid not in pids]:
+            self.forget(pid)
+
+    def close(self) -> None:
+        """Close every file (idempotent)."""
+        for pid in list(self._files):
+            self.forget(pid)
+
+    def __del__(self) -> None:
+        """A reader dropped unclosed (an inspector the Python API or a test made) leaves no descriptor open."""
+        with contextlib.suppress(OSError, TypeError, AttributeError):  # at interpreter exit, ``os`` may be gone
+            self.close()
 
 
 class FirstSight(NamedTuple):

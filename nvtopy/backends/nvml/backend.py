@@ -249,6 +249,9 @@ class NvmlBackend(NvmlHealthReaders, NvmlGpmReaders, Backend):
         if self._closed:
             return
         self._closed = True
+        inspector = getattr(self, "_inspector", None)  # none when opening failed
+        if inspector is not None:
+            inspector.close()  # the /proc files it keeps open
         for gpu in getattr(self, "_gpus", ()):  # none when opening failed
             self._gpm_free(gpu)
         try:
@@ -867,7 +870,7 @@ class NvmlBackend(NvmlHealthReaders, NvmlGpmReaders, Backend):
     def read_processes(self, index: int, utilization: bool = True) -> ProcessReading:
         gpu = self._gpus[index]
         reading = ProcessReading()
-        merged: dict[int, RawGpuProcess] = {}
+        merged: dict[int, _Listed] = {}
         try:
             reasons = []
             now = time.monotonic()
@@ -895,9 +898,10 @@ class NvmlBackend(NvmlHealthReaders, NvmlGpmReaders, Backend):
                     gpu.covered = set(merged)
                     gpu.utilization = self._process_utilization(gpu, gpu.covered)
                 samples, covered = gpu.utilization, gpu.covered
-                for pid, raw in list(merged.items()):
-                    # A pid that started since the last utilisation read has no figure yet: None, not 0.
-                    merged[pid] = _with_utilization(raw, samples if pid in covered else None)
+                # A pid that started since the last utilisation read has no figure yet: None, not 0.
+                reading.processes = [
+                    _raw_process(pid, listed, samples if pid in covered else None) for pid, listed in merged.items()
+                ]
         except _NoHandleError as exc:
             reading.unavailable = exc.reason
             reading.lost = exc.reason is Reason.LOST
@@ -906,7 +910,6 @@ class NvmlBackend(NvmlHealthReaders, NvmlGpmReaders, Backend):
             reading.unavailable = Reason.LOST
             reading.lost = True
             return reading
-        reading.processes = list(merged.values())
         return reading
 
     def _process_list(self, gpu: _Gpu, kind: str) -> tuple[list[Any], Reason | None]:
@@ -1210,47 +1213,48 @@ def _instance_id(value: Any) -> int | None:
     return None if value == _UINT_MAX else value
 
 
-def _merge_process(merged: dict[int, RawGpuProcess], entry: Any, ptype: ProcessType) -> None:
+class _Listed(NamedTuple):
+    """A pid's entries in one GPU's process lists, merged: its :class:`RawGpuProcess` is made once, with its
+    utilisation (one frozen dataclass a process a poll, not two)."""
+
+    type: ProcessType
+    memory: int | None
+    gpu_instance_id: int | None
+    compute_instance_id: int | None
+
+
+def _merge_process(merged: dict[int, _Listed], entry: Any, ptype: ProcessType) -> None:
     """Add one NVML list entry; a pid already seen on this GPU becomes C+G (memory: the larger)."""
     pid = int(entry.pid)
     memory = entry.usedGpuMemory
     memory = None if memory is None else int(memory)
     previous = merged.get(pid)
     if previous is None:
-        merged[pid] = RawGpuProcess(
-            pid=pid,
-            type=ptype,
-            gpu_memory_bytes=memory,
-            gpu_instance_id=_instance_id(getattr(entry, "gpuInstanceId", None)),
-            compute_instance_id=_instance_id(getattr(entry, "computeInstanceId", None)),
+        merged[pid] = _Listed(
+            ptype,
+            memory,
+            _instance_id(getattr(entry, "gpuInstanceId", None)),
+            _instance_id(getattr(entry, "computeInstanceId", None)),
         )
         return
-    memories = [m for m in (previous.gpu_memory_bytes, memory) if m is not None]
-    merged[pid] = RawGpuProcess(
-        pid=pid,
-        type=previous.type.merge(ptype),
-        gpu_memory_bytes=max(memories) if memories else None,
-        gpu_instance_id=previous.gpu_instance_id,
-        compute_instance_id=previous.compute_instance_id,
-    )
+    memories = [m for m in (previous.memory, memory) if m is not None]
+    merged[pid] = previous._replace(type=previous.type.merge(ptype), memory=max(memories) if memories else None)
 
 
-def _with_utilization(raw: RawGpuProcess, utilization: dict[int, Any] | None) -> RawGpuProcess:
+def _raw_process(pid: int, listed: _Listed, utilization: dict[int, Any] | None) -> RawGpuProcess:
+    """The pid's row as NVML lists it, with its utilisation: None where not supported (e.g. MIG), not 0."""
     if utilization is None:
-        return raw  # not supported (e.g. MIG): leave None, not 0
-    sample = utilization.get(raw.pid)
+        return RawGpuProcess(pid, listed.type, listed.memory, None, None, None, None, *listed[2:])
+    sample = utilization.get(pid)
     if sample is None:
-        return RawGpuProcess(
-            raw.pid, raw.type, raw.gpu_memory_bytes, 0, 0, 0, 0, raw.gpu_instance_id, raw.compute_instance_id
-        )
+        return RawGpuProcess(pid, listed.type, listed.memory, 0, 0, 0, 0, *listed[2:])
     return RawGpuProcess(
-        raw.pid,
-        raw.type,
-        raw.gpu_memory_bytes,
+        pid,
+        listed.type,
+        listed.memory,
         int(sample.smUtil),
         int(sample.memUtil),
         int(getattr(sample, "encUtil", 0)),
         int(getattr(sample, "decUtil", 0)),
-        raw.gpu_instance_id,
-        raw.compute_instance_id,
+        *listed[2:],
     )
