@@ -92,6 +92,18 @@ class _Ranged(_Repr):
     __slots__ = ()
 
     def __post_init__(self) -> None:
+        # Every reading built comes here: first the class's straight-line check (one compiled expression, no
+        # loop, no getattr call: GpuProcess's 14 ranged fields 1.6 -> 0.4 us); only a value out of its range
+        # (or not a number) goes on to the per-field check below, which names it and says why.
+        fits = _IN_RANGE.get(type(self))
+        if fits is None:
+            fits = _IN_RANGE[type(self)] = _make_range_check(type(self))
+        if fits(self):
+            return
+        self._mark_out_of_range()
+
+    def _mark_out_of_range(self) -> None:
+        """The per-field check: each value out of its range ``None``, with the reason ``out_of_range``."""
         # nvtopy.ranges.fits, inlined: this runs for every reading built (~2 us for a GpuSample's 43 fields).
         bad: list[str] | None = None
         for name, low, high in _ranged_fields(type(self)):
@@ -116,6 +128,29 @@ class _Ranged(_Repr):
 
 
 _RANGED_FIELDS: dict[type, tuple[tuple[str, int, int], ...]] = {}
+_IN_RANGE: dict[type, Callable[[Any], bool]] = {}
+
+
+def _make_range_check(cls: type) -> Callable[[Any], bool]:
+    """``obj`` of ``cls`` -> whether every ranged field is ``None`` or ``low <= value <= high`` (made once per class).
+
+    The same test as :meth:`_Ranged._mark_out_of_range`, written out per field with the bounds as literals;
+    a value that is not a number at all (TypeError) counts as not fitting, so the per-field check decides.
+    """
+    checks = [f"((v := obj.{name}) is None or {low!r} <= v <= {high!r})" for name, low, high in _ranged_fields(cls)]
+    source = "\n".join(
+        [
+            "def fits(obj):",
+            "    try:",
+            f"        return {' and '.join(checks) or 'True'}",
+            "    except TypeError:  # not a number at all",
+            "        return False",
+        ]
+    )
+    namespace: dict[str, Any] = {}
+    exec(compile(source, f"<range check of {cls.__name__}>", "exec"), namespace)
+    made: Callable[[Any], bool] = namespace["fits"]
+    return made
 
 
 def _ranged_fields(cls: type) -> tuple[tuple[str, int, int], ...]:

@@ -36,10 +36,9 @@ Which evidence the finding rests on is the current sample's:
 from __future__ import annotations
 
 import collections
-import dataclasses
 from collections.abc import Sequence
 
-from ..model import GpuProcess, GpuSample
+from ..model import GpuProcess, GpuSample, fast_replacer
 from ..records import dataclass
 from .verdict import HealthThresholds
 
@@ -97,7 +96,9 @@ class GpuWatch:
             if hang_seconds is not None:
                 flags.append(SUSPECTED_HANG)
             if flags or idle_for is not None:
-                row = dataclasses.replace(row, flags=tuple(flags), idle_seconds=idle_for)
+                # dataclasses.replace(row, flags=..., idle_seconds=...) without reading out and checking all 31
+                # fields again: only the two changed values are range-checked (row's own are in range already).
+                row = fast_replacer(GpuProcess)(row, {"flags": tuple(flags), "idle_seconds": idle_for})
             flagged.append(row)
         for key in list(self._idle_since):
             if key not in alive:

