@@ -129,7 +129,7 @@ def test_the_real_servers_read_answer_fits_a_row_type_per_series(three_exporter_
 
     fleet_module._ROWS.decode = kept  # type: ignore[method-assign]
     try:
-        fleet.read_once()
+        snapshot = fleet.read_once()  # the snapshot of this very answer: fleet.latest is an earlier refresh's
     finally:
         del fleet_module._ROWS.decode
     assert len(answers) == 1
@@ -157,7 +157,7 @@ def test_the_real_servers_read_answer_fits_a_row_type_per_series(three_exporter_
     at = float(rows.data.result[0].value[0])
     held = fleet.client.query("nvtopy_process_start_time_seconds", at=at)
     assert started and started == {(m["instance"], m["gpu"], m["pid"]): value for m, value in held}
-    shown = sorted(p.create_time or 0.0 for p in (fleet.latest.processes if fleet.latest else ()))
+    shown = sorted(p.create_time or 0.0 for p in snapshot.processes)
     assert shown == sorted(started.values()), "each process shown with its start time"
     # Two parts of value series (a group asked of some hosts: a term of its own): the server's `or` keeps both
     # (or-ed on the names too; a plain `or` keeps one row a GPU, the first part's).
