@@ -189,6 +189,22 @@ def _median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
+def _sleepers_on_fake(
+    fake: Path, processes: int, seconds: float
+) -> tuple[list[subprocess.Popen[bytes]], dict[str, str]]:
+    """``processes`` real sleeping processes that outlive the runs, and the environment that shows them on 8 of the
+    fake driver's GPUs: every exporter of a comparison sees the same processes."""
+    sleepers = [subprocess.Popen(["sleep", str(int(seconds))]) for _ in range(processes)]
+    env = dict(
+        os.environ,
+        LD_LIBRARY_PATH=str(fake / "build"),
+        FAKE_NVML_GPUS="8",
+        FAKE_NVML_PIDS=",".join(str(p.pid) for p in sleepers),
+    )
+    env.pop("NVTOPY_DEBUG", None)
+    return sleepers, env
+
+
 def compare(
     fake: Path, venv: Path, nvtopy: str, *, repeat: int = 3, duration: float = 20.0, warmup: float = 5.0
 ) -> dict[str, Any]:
@@ -196,16 +212,7 @@ def compare(
     RESULTS.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {}
     for processes, names in ((64, ("nvitop-exporter", "nvtopy exporter")), (512, ("nvtopy exporter",))):
-        sleepers = [
-            subprocess.Popen(["sleep", str(int(4 * (duration + warmup) * repeat + 600))]) for _ in range(processes)
-        ]
-        env = dict(
-            os.environ,
-            LD_LIBRARY_PATH=str(fake / "build"),
-            FAKE_NVML_GPUS="8",
-            FAKE_NVML_PIDS=",".join(str(p.pid) for p in sleepers),
-        )
-        env.pop("NVTOPY_DEBUG", None)
+        sleepers, env = _sleepers_on_fake(fake, processes, 4 * (duration + warmup) * repeat + 600)
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
         try:
             for rep in range(repeat):
@@ -233,14 +240,7 @@ def paired(
     shared machine, which moves both runs of a pair alike, cancels out of it.
     """
     RESULTS.mkdir(parents=True, exist_ok=True)
-    sleepers = [subprocess.Popen(["sleep", str(int(3 * (duration + warmup) * pairs + 600))]) for _ in range(64)]
-    env = dict(
-        os.environ,
-        LD_LIBRARY_PATH=str(fake / "build"),
-        FAKE_NVML_GPUS="8",
-        FAKE_NVML_PIDS=",".join(str(p.pid) for p in sleepers),
-    )
-    env.pop("NVTOPY_DEBUG", None)
+    sleepers, env = _sleepers_on_fake(fake, 64, 3 * (duration + warmup) * pairs + 600)
     runs: dict[str, list[dict[str, Any]]] = {"baseline": [], "nvtopy": []}
     try:
         for pair in range(pairs):

@@ -149,21 +149,7 @@ def test_a_process_start_time_read_from_its_identity_row_is_what_the_exporter_sa
     pids = {p.pid for g in want for p in g[2]}
     assert {101, 102, 103, 104, 105, 106, 107, 108} <= pids
     assert {p.pid: p.create_time for g in want for p in g[2]}[106] == 1794999200.25
-    for hosts_behind_one_instance in (False, True):
-        fake.set_series(exposition_series(text, "10.0.0.1:9400", NOW - 0.5))
-        if hosts_behind_one_instance:  # a second host name behind the same instance: the host label is asked
-            other = simulated_exposition("node-b", 2, 1)
-            fake.add_exposition(other, "10.0.0.1:9400", timestamp=NOW - 0.5)
-        answer = json.loads(fake.answer(fleet_module.read_query(hostname=hosts_behind_one_instance)))
-        names = {item["metric"].get("__name__") for item in answer["data"]["result"]}
-        assert PROCESS_STARTED in names and "nvtopy_process_start_time_seconds" not in names
-        for change in (None, _extra_label):
-            if change is not None:
-                _reading(fake, change)
-            snapshot = fleet_of(fake).read_once()
-            got = [comparable(g) for g in snapshot.gpus if g.static.host == "node-a"]
-            assert got == want, (hosts_behind_one_instance, change)
-            fake.reply = None
+    _reads_as_remote(fake, text, want, PROCESS_STARTED, "nvtopy_process_start_time_seconds")
 
 
 def test_a_pid_with_two_identities_shows_its_latest_start_time(fake):
@@ -206,20 +192,7 @@ def test_whether_a_gpu_is_lost_read_from_its_identity_row_is_what_the_exporter_s
     )
     want = [comparable(g) for g in HostGpus().gpus(parse_exposition(text, "http://10.0.0.1:9400/metrics"), 0, NOW)]
     assert [g[1].lost for g in want] == [False, True, False, True, True]
-    for hosts_behind_one_instance in (False, True):
-        fake.set_series(exposition_series(text, "10.0.0.1:9400", NOW - 0.5))
-        if hosts_behind_one_instance:
-            fake.add_exposition(simulated_exposition("node-b", 2, 1), "10.0.0.1:9400", timestamp=NOW - 0.5)
-        answer = json.loads(fake.answer(fleet_module.read_query(hostname=hosts_behind_one_instance)))
-        names = {item["metric"].get("__name__") for item in answer["data"]["result"]}
-        assert GPU_LOST in names and "nvtopy_gpu_lost" not in names
-        for change in (None, _extra_label):
-            if change is not None:
-                _reading(fake, change)
-            snapshot = fleet_of(fake).read_once()
-            got = [comparable(g) for g in snapshot.gpus if g.static.host == "node-a"]
-            assert got == want, (hosts_behind_one_instance, change)
-            fake.reply = None
+    _reads_as_remote(fake, text, want, GPU_LOST, "nvtopy_gpu_lost")
     # Two identities of GPU 2 (a pod label on one series): lost if either says so, whichever comes first.
     lost_of_2 = next(n for n, line in enumerate(lines) if line.startswith("nvtopy_gpu_lost") and 'gpu="2"' in line)
     for own, other in (("1", "0"), ("0", "1"), ("0", "0")):
@@ -251,3 +224,23 @@ def test_a_gpu_with_two_identities_shows_the_first_rows_refresh_after_refresh(fa
         fake.set_series(exposition_series(text, "10.0.0.1:9400", NOW + refresh - 0.5))
         (gpu,) = fleet.poll_once().gpus
         assert (gpu.static.uuid, gpu.static.name) == ("GPU-a", "A"), refresh
+
+
+def _reads_as_remote(fake, text: str, want: list, carried: str, not_asked: str) -> None:
+    """The fleet's read of ``text`` (node-a at 10.0.0.1:9400) shows node-a's GPUs as ``want`` (``--remote``'s), with
+    one and two host names behind the instance (a second one makes the host label asked), in the one-type rows
+    and in the rows of any JSON (:func:`_extra_label`); the answer names ``carried`` and no ``not_asked`` row."""
+    for hosts_behind_one_instance in (False, True):
+        fake.set_series(exposition_series(text, "10.0.0.1:9400", NOW - 0.5))
+        if hosts_behind_one_instance:
+            fake.add_exposition(simulated_exposition("node-b", 2, 1), "10.0.0.1:9400", timestamp=NOW - 0.5)
+        answer = json.loads(fake.answer(fleet_module.read_query(hostname=hosts_behind_one_instance)))
+        names = {item["metric"].get("__name__") for item in answer["data"]["result"]}
+        assert carried in names and not_asked not in names
+        for change in (None, _extra_label):
+            if change is not None:
+                _reading(fake, change)
+            snapshot = fleet_of(fake).read_once()
+            got = [comparable(g) for g in snapshot.gpus if g.static.host == "node-a"]
+            assert got == want, (hosts_behind_one_instance, change)
+            fake.reply = None
