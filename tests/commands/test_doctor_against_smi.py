@@ -164,6 +164,28 @@ def test_a_static_value_must_be_equal_and_a_moving_one_within_tolerance():
     assert exit_code(rows) == 1
 
 
+# A real H200 (driver 580.159.04, the first real GPU nvtopy met): NVML's reserved 644,939,776 bytes
+# (615.06 MiB), nvidia-smi -q -x "616 MiB". nvidia-smi rounds whole MiB up on some drivers, down on others.
+H200_RESERVED_BYTES = 644_939_776
+
+
+@pytest.mark.parametrize(("smi_mib", "agrees"), [(616, True), (615, True), (617, False), (614, False)])
+def test_a_mib_figure_agrees_with_nvidia_smis_whole_mib_either_side_only(smi_mib, agrees):
+    xml = smi_xml({}).replace(b"<reserved>480 MiB</reserved>", f"<reserved>{smi_mib} MiB</reserved>".encode())
+    rows = compare(parse_nvidia_smi(xml), ours({"memory_reserved_bytes": H200_RESERVED_BYTES}))
+    (row,) = [r for r in rows if r.field == "memory reserved"]
+    assert (row.status == AGREE) is agrees, row
+    assert row.nvtopy == 615.1
+    if not agrees:
+        assert "must be equal" in row.detail
+
+
+def test_a_whole_mib_figure_must_still_be_equal():
+    rows = compare(parse_nvidia_smi(smi_xml({})), ours({"memory_reserved_bytes": 481 << 20}))
+    (row,) = [r for r in rows if r.field == "memory reserved"]
+    assert row.status == DIFFER and "off by 1 MiB" in row.detail
+
+
 def test_gpus_pair_by_uuid_else_bus_id_and_a_lone_one_is_named():
     second, third = {"uuid": "GPU-b", "bus": "00000000:64:00.0"}, {"uuid": "N/A", "bus": "0:9a:0.0"}
     log = parse_nvidia_smi(smi_xml({}, second, third))

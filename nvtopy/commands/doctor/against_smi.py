@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import signal
 import subprocess
@@ -158,9 +159,10 @@ def _compare_one(gpu: str | None, spec: Field, theirs: Any, ours_raw: Any) -> Ro
         return Row(gpu, spec.label, theirs, ours, status, spec.unit, detail)
     off = abs(float(theirs) - float(ours))
     if spec.tolerance is None:
-        limit, unit = 0.0, spec.unit
-        # nvtopy's bytes shown in MiB, watts to the centiwatt: a rounding's worth is no disagreement
-        limit = 0.5 if spec.scale != 1.0 else 0.005
+        unit = spec.unit
+        if spec.scale != 1.0 and _whole_unit_of(theirs, ours_raw / spec.scale):
+            return row
+        limit = 0.0 if spec.scale != 1.0 else 0.005  # watts to the centiwatt: a rounding's worth is no disagreement
     else:
         limit, unit = TOLERANCES[spec.tolerance]
     if off <= limit:
@@ -168,6 +170,18 @@ def _compare_one(gpu: str | None, spec: Field, theirs: Any, ours_raw: Any) -> Ro
     said = f"off by {_figure(round(off, 2), unit)}"
     said += f", tolerance ±{_figure(limit, unit)}" if spec.tolerance else ", must be equal"
     return Row(gpu, spec.label, theirs, ours, DIFFER, spec.unit, said)
+
+
+def _whole_unit_of(theirs: Any, exact: float) -> bool:
+    """Whether nvidia-smi's whole figure is ``exact`` (nvtopy's bytes in MiB) rounded down or up.
+
+    nvidia-smi prints whole MiB and rounds down on some drivers, up on others: a real H200 on
+    580.159.04 showed 615.06 MiB reserved as 616, and in the 61 captures reserved + used + free
+    differ from total by -2 to +2. Either whole MiB next to the exact figure agrees; one further off does not.
+    """
+    if not isinstance(theirs, int | float) or not math.isfinite(exact):
+        return False
+    return math.floor(exact) <= theirs <= math.ceil(exact)
 
 
 def _gpu_name(smi: SmiGpu | None, ours: dict[str, Any] | None) -> str:
@@ -250,7 +264,7 @@ def _counts(rows: Sequence[Row]) -> dict[str, int]:
 
 def tolerances_text() -> str:
     kinds = ", ".join(f"{kind} ±{value:g} {unit}" for kind, (value, unit) in TOLERANCES.items())
-    return f"moving values within {kinds}; static values exactly"
+    return f"moving values within {kinds}; static values exactly, MiB to nvidia-smi's whole MiB either side"
 
 
 def render_text(rows: Sequence[Row], source: str, out: IO[str]) -> None:
