@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -24,26 +25,45 @@ from typing import Any
 
 
 def wrap_bindings(nvml: Any, seconds: dict[str, list[float]]) -> int:
-    """Replace each ``nvml*`` function of the bindings with one that records its latency; how many were wrapped."""
+    """Replace each ``nvml*`` function of the bindings with one that records its latency; how many were wrapped.
+
+    nvtopy calls some C symbols directly (the process lists, through ``_nvmlGetFunctionPointer``,
+    one call instead of pynvml's two): those are timed as ``NAME (direct)``. A symbol the bindings'
+    own functions look up is not timed twice: only calls made outside a wrapped function count.
+    """
+    depth = threading.local()
     wrapped = 0
     for name in dir(nvml):
         function = getattr(nvml, name)
         if not name.startswith("nvml") or not callable(function) or isinstance(function, type):
             continue
-        setattr(nvml, name, _timed(function, seconds[name]))
+        setattr(nvml, name, _timed(function, seconds[name], depth))
         wrapped += 1
+    lookup = nvml._nvmlGetFunctionPointer
+
+    def timed_lookup(symbol: str) -> Any:
+        function = lookup(symbol)
+        if getattr(depth, "level", 0):
+            return function
+        return _timed(function, seconds[f"{symbol} (direct)"], depth)
+
+    nvml._nvmlGetFunctionPointer = timed_lookup
     return wrapped
 
 
-def _timed(function: Callable[..., Any], record: list[float]) -> Callable[..., Any]:
+def _timed(function: Callable[..., Any], record: list[float], depth: threading.local) -> Callable[..., Any]:
     clock = time.perf_counter
 
     def timed(*args: Any, **kwargs: Any) -> Any:
+        level = getattr(depth, "level", 0)
+        depth.level = level + 1
         start = clock()
         try:
             return function(*args, **kwargs)
         finally:
-            record.append(clock() - start)
+            if not level:
+                record.append(clock() - start)
+            depth.level = level
 
     return timed
 
