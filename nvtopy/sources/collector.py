@@ -84,13 +84,16 @@ class _GpuMemo:
         self.exited: frozenset[int] = frozenset()
 
 
-class _GpuRead(NamedTuple):
-    """One GPU's reads of one collection, done on its worker thread (only backend calls there)."""
-
-    static: GpuStatic | None  # read when the GPU had none yet, or an incomplete one
-    reading: Reading
-    processes: ProcessReading | None
-    groups: frozenset[str]
+_GpuRead = NamedTuple(  # noqa: UP014 - the functional form: no annotation text compiled at import (procstat.Stat)
+    "_GpuRead",
+    [
+        ("static", GpuStatic | None),  # read when the GPU had none yet, or an incomplete one
+        ("reading", Reading),
+        ("processes", ProcessReading | None),
+        ("groups", frozenset[str]),
+    ],
+)
+_GpuRead.__doc__ = """One GPU's reads of one collection, done on its worker thread (only backend calls there)."""
 
 
 class Collector:
