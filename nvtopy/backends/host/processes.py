@@ -220,7 +220,7 @@ class PsutilInspector:
         From /proc where it answers (:func:`~.procstat.read_first_sight`: psutil's figures without
         psutil), else from psutil, which tells a gone, denied or zombie process apart.
         """
-        sight = read_first_sight(pid)
+        sight = read_first_sight(pid, stats=self._stats)  # its stat and statm kept open for the refreshes
         if sight is not None:
             stat = sight.stat
             entry = _Entry(
@@ -235,6 +235,7 @@ class PsutilInspector:
             entry.start_ticks = stat.start_ticks
             entry.first_status = sight.status
             return entry
+        self._stats.forget(pid)  # psutil answers for it: no files kept for a pid the refreshes do not read so
         if pid_absent(pid):
             return None  # gone: psutil would say so from the same /proc
         return self._open_psutil(pid)

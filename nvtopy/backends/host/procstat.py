@@ -154,21 +154,40 @@ class StatFiles:
 
     def read(self, pid: int) -> Stat | None:
         """``pid``'s :class:`Stat` (see :func:`read_stat`); None where it cannot be read."""
+        if pid not in self._files and len(self._files) >= self._limit:
+            return read_stat(pid, self._proc)
+        lines = self.lines(pid)
+        if lines is None:
+            return None
+        try:
+            return _parse_stat(*lines)
+        except (ValueError, IndexError):
+            self.forget(pid)
+            return None
+
+    def lines(self, pid: int) -> tuple[bytes, bytes] | None:
+        """``pid``'s ``stat`` and ``statm`` lines, their files opened and kept if they were not; None where they
+        cannot be read so (at the limit of kept files, gone, unreadable, not a whole line: the pair is closed)."""
         files = self._files.get(pid)
         if files is None:
             if len(self._files) >= self._limit:
-                return read_stat(pid, self._proc)
+                return None
             files = self._open(pid)
             if files is None:
                 return None
         try:
             data, statm = os.pread(files[0], _READ_SIZE, 0), os.pread(files[1], _READ_SIZE, 0)
             if data.endswith(b"\n") and statm.endswith(b"\n"):
-                return _parse_stat(data, statm)
-        except (OSError, ValueError, IndexError):
+                return data, statm
+        except OSError:
             pass
         self.forget(pid)
         return None
+
+    @property
+    def proc(self) -> str:
+        """The ``/proc`` these files are read from."""
+        return self._proc
 
     def _open(self, pid: int) -> tuple[int, int] | None:
         try:
@@ -220,8 +239,11 @@ _ERRORS = sys.getfilesystemencodeerrors()
 _NAME_CUT = 15  # the kernel's TASK_COMM_LEN - 1: a name this long may be cut (psutil then looks at the argv)
 
 
-def read_first_sight(pid: int, proc: str = "/proc") -> FirstSight | None:
+def read_first_sight(pid: int, proc: str = "/proc", stats: StatFiles | None = None) -> FirstSight | None:
     """``pid``'s facts as psutil reads them, from ``stat``, ``statm``, ``status`` and ``cmdline``.
+
+    ``stats``: the refreshes' kept files (of the same ``proc``): ``stat`` and ``statm`` are opened there
+    and kept, so the next refresh reads them with no second open (by path where they cannot be kept).
 
     None where psutil must answer: the process is gone or unreadable, a zombie or dead (psutil tells
     those apart), its command line is empty (a kernel thread, or a process caught between fork and
@@ -229,8 +251,11 @@ def read_first_sight(pid: int, proc: str = "/proc") -> FirstSight | None:
     with universal newlines). The create time is psutil's: the boot time plus the start ticks.
     """
     try:
-        data = _read_line(f"{proc}/{pid}/stat")
-        stat = _parse_stat(data, _read_line(f"{proc}/{pid}/statm"))
+        lines = stats.lines(pid) if stats is not None and stats.proc == proc else None
+        if lines is None:
+            lines = _read_line(f"{proc}/{pid}/stat"), _read_line(f"{proc}/{pid}/statm")
+        data = lines[0]
+        stat = _parse_stat(*lines)
         if stat.status in ("zombie", "dead", "?"):
             return None
         raw = _read_all(f"{proc}/{pid}/cmdline")
