@@ -109,8 +109,9 @@ def commands(args: argparse.Namespace) -> list[Command]:
             Command(
                 "floor: the head start (bindings, driver, first GPM samples)",
                 # what a local --once does before anything else (nvtopy/backends/nvml/headstart.py): the
-                # nvtopy package, the bindings, nvmlInit and each Hopper GPU's first sample
-                [python, "-c", "from nvtopy.backends.nvml import headstart; headstart.begin(5)"],
+                # nvtopy package, the bindings, nvmlInit and each Hopper GPU's first sample; then the process
+                # ends as a one-shot does (os._exit: no interpreter teardown, which --once no longer pays either)
+                [python, "-c", "import os; from nvtopy.backends.nvml import headstart as h; h.begin(5); os._exit(0)"],
                 "floor",
             ),
         ]

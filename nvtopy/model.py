@@ -94,10 +94,18 @@ class _Ranged(_Repr):
     def __post_init__(self) -> None:
         # Every reading built comes here: first the class's straight-line check (one compiled expression, no
         # loop, no getattr call: GpuProcess's 14 ranged fields 1.6 -> 0.4 us); only a value out of its range
-        # (or not a number) goes on to the per-field check below, which names it and says why.
-        fits = _IN_RANGE.get(type(self))
+        # (or not a number) goes on to the per-field check below, which names it and says why. The check is
+        # compiled at a class's RANGE_CHECK_COMPILED_AT-th object: compiling costs as much as a few hundred
+        # objects' per-field checks (GpuSample's 0.8 ms, about 400 of its 2 us checks), and a one-shot
+        # builds 8 GpuSamples and GpuStatics; until then the per-field check alone, which is the rule itself.
+        cls = type(self)
+        fits = _IN_RANGE.get(cls)
         if fits is None:
-            fits = _IN_RANGE[type(self)] = _make_range_check(type(self))
+            seen = _UNCOMPILED_SEEN[cls] = _UNCOMPILED_SEEN.get(cls, 0) + 1
+            if seen < RANGE_CHECK_COMPILED_AT:
+                self._mark_out_of_range()
+                return
+            fits = _IN_RANGE[cls] = _make_range_check(cls)
         if fits(self):
             return
         self._mark_out_of_range()
@@ -129,6 +137,8 @@ class _Ranged(_Repr):
 
 _RANGED_FIELDS: dict[type, tuple[tuple[str, int, int], ...]] = {}
 _IN_RANGE: dict[type, Callable[[Any], bool]] = {}
+_UNCOMPILED_SEEN: dict[type, int] = {}  # objects of a class checked field by field before its check is compiled
+RANGE_CHECK_COMPILED_AT = 200  # a class's straight-line range check is compiled at its 200th object (__post_init__)
 
 
 def _make_range_check(cls: type) -> Callable[[Any], bool]:
@@ -188,13 +198,19 @@ def fast_constructor(cls: type[_T]) -> Callable[..., _T]:
 _FAST: dict[type, Callable[..., Any]] = {}
 
 
-def _make_fast_constructor(cls: type[_T]) -> Callable[..., _T]:
+def _fast_fields(cls: type) -> tuple[str, ...]:
+    """``cls``'s fields, where a fast constructor or replacer may build it; else TypeError (what either would skip)."""
     names = tuple(cls.__dataclass_fields__)  # type: ignore[attr-defined]
     if getattr(cls, "__slots__", None) != names or len(cls.__bases__) != 1:
         raise TypeError(f"{cls.__name__}: a fast constructor needs a slotted dataclass of one base")
     post_init = getattr(cls, "__post_init__", None)
     if post_init is not None and post_init is not _Ranged.__post_init__:  # work this would skip: refused
         raise TypeError(f"{cls.__name__}: a fast constructor checks the ranges only, not another __post_init__")
+    return names
+
+
+def _make_fast_constructor(cls: type[_T]) -> Callable[..., _T]:
+    names = _fast_fields(cls)
     twin = type(f"_{cls.__name__}Twin", cls.__bases__, {"__slots__": names})  # settable; the same layout
     arguments = ", ".join(f"a{n}" for n in range(len(names)))
     ranged = _ranged_fields(cls) if issubclass(cls, _Ranged) else ()
@@ -245,8 +261,7 @@ _REPLACERS: dict[type, Callable[..., Any]] = {}
 
 
 def _make_fast_replacer(cls: type[_T]) -> Callable[[_T, dict[str, Any]], _T]:
-    names = tuple(cls.__dataclass_fields__)  # type: ignore[attr-defined]
-    fast_constructor(cls)  # the same refusals: a slotted dataclass of one base whose only work is the range rule
+    names = _fast_fields(cls)  # the same refusals: a slotted dataclass of one base whose only work is the range rule
     twin = type(f"_{cls.__name__}Twin", cls.__bases__, {"__slots__": names})
     ranged = {name: (low, high) for name, low, high in (_ranged_fields(cls) if issubclass(cls, _Ranged) else ())}
     source = "\n".join(
@@ -280,8 +295,17 @@ def _make_fast_replacer(cls: type[_T]) -> Callable[[_T, dict[str, Any]], _T]:
         "getattr": getattr,
         "setattr": setattr,
     }
-    exec(compile(source, f"<fast replacer of {cls.__name__}>", "exec"), namespace)
-    generic: Callable[[_T, dict[str, Any]], _T] = namespace["replace"]
+    compiled: list[Callable[[_T, dict[str, Any]], _T]] = []
+
+    def generic(old: _T, changes: dict[str, Any]) -> _T:
+        """The replacer of any changed fields: compiled when first needed (a value out of range, a key set past
+        :data:`_SPECIAL_KEY_SETS`, an unknown name), since most runs never need it and a one-shot would pay its
+        compile (0.3 ms) for nothing."""
+        if not compiled:
+            exec(compile(source, f"<fast replacer of {cls.__name__}>", "exec"), namespace)
+            compiled.append(namespace["replace"])
+        return compiled[0](old, changes)
+
     fields = frozenset(names)
     special: dict[tuple[str, ...], Callable[[_T, dict[str, Any]], _T]] = {}
 

@@ -68,7 +68,7 @@ def _wait_zombie(pid: int) -> None:
 def _psutil_path_only(monkeypatch) -> None:
     """The inspector reads every first sight and refresh through psutil (as where /proc cannot answer)."""
     monkeypatch.setattr(hostprocs.StatFiles, "read", lambda self, pid: None)
-    monkeypatch.setattr(hostprocs, "read_first_sight", lambda pid: None)
+    monkeypatch.setattr(hostprocs, "read_first_sight", lambda pid, **kept: None)
 
 
 def _unused_pid() -> int:

@@ -93,7 +93,7 @@ def test_the_join_resolves_each_process_once_and_fills_the_rows(tmp_path, sleepe
     backend._inspector.resolver = resolver
     calls = []
     original = resolver._resolve
-    resolver._resolve = lambda pid: calls.append(pid) or original(pid)  # type: ignore[method-assign]
+    resolver._resolve = lambda pid, *given: calls.append(pid) or original(pid, *given)  # type: ignore[method-assign]
     collector = Collector(backend)
     for _ in range(4):
         (row,) = collector.collect().gpus[0].processes
@@ -141,7 +141,7 @@ def test_unreadable_files_give_no_owner_never_an_exception(tmp_path, sleeper):
 
 def test_a_failing_resolver_costs_the_owner_not_the_row(sleeper):
     class Broken(OwnerResolver):
-        def resolve(self, pid, create_time):
+        def resolve(self, pid, create_time, **given):
             raise RuntimeError("boom")
 
     info = PsutilInspector(resolver=Broken()).inspect([sleeper])[sleeper]

@@ -119,7 +119,7 @@ def test_a_reused_pid_is_read_again_on_the_fast_path(child, monkeypatch):
         psutil.Process, "cmdline", lambda self: ["new-process"] if self.pid == child.pid else real_cmdline(self)
     )
     monkeypatch.setattr(StatFiles, "read", reused)
-    monkeypatch.setattr(hostprocs, "read_first_sight", lambda pid, proc="/proc": None)  # psutil reopens it
+    monkeypatch.setattr(hostprocs, "read_first_sight", lambda pid, proc="/proc", stats=None: None)  # psutil reopens it
     info = inspector.inspect([child.pid])[child.pid]
     assert info is not None
     assert info.command == "new-process", "a reused pid kept the old process's facts"

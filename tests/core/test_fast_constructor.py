@@ -244,3 +244,29 @@ def test_a_replacer_past_the_key_sets_it_keeps_code_for_is_still_dataclasses_rep
     for changes in ({"no_such_field": 1}, {"cpu_percent": 1.0, "no_such_field": 1}):
         with pytest.raises(AttributeError):
             replace(old, changes)
+
+
+def test_a_replacer_compiles_only_the_code_its_changes_need(monkeypatch):
+    """A one-shot re-makes a few flagged rows (two changed fields): it compiles that key set's code alone -- not a
+    fast constructor, nor the generic code, which is compiled at its first need and then gives dataclasses' object."""
+    from nvtopy import model
+
+    compiled: list[str] = []
+
+    def counting(source: str, filename: str, mode: str) -> object:
+        compiled.append(filename)
+        return compile(source, filename, mode)
+
+    monkeypatch.setattr(model, "_FAST", {})
+    monkeypatch.setattr(model, "_REPLACERS", {})
+    monkeypatch.setattr(model, "compile", counting, raising=False)
+    old = _process()
+    replace = fast_replacer(GpuProcess)
+    changes: dict[str, object] = {"flags": ("idle-held",), "idle_seconds": 30.0}
+    made = replace(old, changes)
+    assert repr(made) == repr(dataclasses.replace(old, **changes))
+    assert compiled == ["<fast replacer of GpuProcess: flags, idle_seconds>"]
+    changes = {"flags": (), "idle_seconds": float("nan")}  # out of range: the generic code, compiled now
+    made = replace(old, changes)
+    assert repr(made) == repr(dataclasses.replace(old, **changes)) and made.idle_seconds is None
+    assert compiled[1:] == ["<fast replacer of GpuProcess>"]

@@ -132,3 +132,28 @@ def test_the_host_lookups_fast_constructor_builds_the_dataclasss_object_from_any
         assert repr(made) == repr(expected)
         if not any(isinstance(v, float) and math.isnan(v) for v in values):  # NaN != NaN
             assert made == expected
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("cls", CLASSES, ids=[c.__name__ for c in CLASSES])
+def test_a_class_is_checked_field_by_field_until_its_check_is_compiled_and_the_same_after(cls, monkeypatch):
+    """A class's straight-line check is compiled at its ``RANGE_CHECK_COMPILED_AT``-th object (a one-shot builds
+    fewer: compiling GpuSample's costs about 400 of its per-field checks); every object before and after it is
+    the per-field check's, hostile values included."""
+    from nvtopy import model
+
+    base = _base(cls)  # before the count starts
+    monkeypatch.setattr(model, "_IN_RANGE", {})
+    monkeypatch.setattr(model, "_UNCOMPILED_SEEN", {})
+    rng = random.Random(30)
+    names = list(cls.__dataclass_fields__)
+    ranged = [name for name in names if name in FIELD_RANGES]
+    for count in range(1, model.RANGE_CHECK_COMPILED_AT + 100):
+        values = {name: getattr(base, name) for name in names}
+        for name in rng.sample(ranged, rng.randint(1, 3)):
+            values[name] = _random_value(rng, name)
+        made = cls(**values)
+        slow = _slow(cls, values)
+        assert made == slow and repr(made) == repr(slow), count
+        assert (cls in model._IN_RANGE) is (count >= model.RANGE_CHECK_COMPILED_AT), count
+        assert count > 64 or cls not in model._IN_RANGE, "a one-shot's 64 process rows compiled a check"

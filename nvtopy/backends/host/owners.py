@@ -326,19 +326,23 @@ class OwnerResolver:
 
     # --- the cache -------------------------------------------------------------------------------
 
-    def resolve(self, pid: int, create_time: float | None) -> ResolvedOwner:
+    def resolve(self, pid: int, create_time: float | None, *, status: bytes | None = None) -> ResolvedOwner:
         """The owner of ``pid``; read once per (pid, create time), then from the cache.
 
-        Without a create time a reused pid cannot be told apart, so nothing is cached.
+        Without a create time a reused pid cannot be told apart, so nothing is cached. ``status``:
+        ``/proc/<pid>/status`` as the caller has just read it under ``/proc`` (the inspector's first
+        sight), taken instead of reading it again where this resolver reads ``/proc`` too.
         """
+        if status is not None and self.proc_root != "/proc":
+            status = None
         if create_time is None:
-            return self._resolve(pid)
+            return self._resolve(pid, status)
         key = (pid, create_time)
         found = self._cache.get(key)
         if found is not None:
             self._cache.move_to_end(key)
             return found
-        found = self._resolve(pid)
+        found = self._resolve(pid, status)
         self._cache[key] = found
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
@@ -355,18 +359,21 @@ class OwnerResolver:
 
     # --- one process -----------------------------------------------------------------------------
 
-    def _resolve(self, pid: int) -> ResolvedOwner:
+    def _resolve(self, pid: int, status: bytes | None = None) -> ResolvedOwner:
         try:
-            return self._resolve_unguarded(pid)
+            return self._resolve_unguarded(pid, status)
         except Exception:  # noqa: BLE001 -- a bad file must cost the names, never the refresh
             return ResolvedOwner(owner=None)
 
-    def _resolve_unguarded(self, pid: int) -> ResolvedOwner:
+    def _resolve_unguarded(self, pid: int, given_status: bytes | None = None) -> ResolvedOwner:
         base = os.path.join(self.proc_root, str(int(pid)))
         text = self._read_text(os.path.join(base, "cgroup"), PROC_READ_LIMIT)
         owner = parse_cgroup(text) if text is not None else None
         env = self._read_environ(os.path.join(base, "environ"))
-        status = self._read_text(os.path.join(base, "status"), PROC_READ_LIMIT)
+        if given_status is None:
+            status = self._read_text(os.path.join(base, "status"), PROC_READ_LIMIT)
+        else:  # as _read_text would give it: its first PROC_READ_LIMIT bytes, decoded the same way
+            status = given_status[:PROC_READ_LIMIT].decode("utf-8", "surrogateescape")
         if owner is not None:
             if owner.kind is OwnerKind.DOCKER and owner.container_id:
                 owner = self._name_docker(owner)

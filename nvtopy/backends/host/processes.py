@@ -108,6 +108,7 @@ class _Entry:
         "command",
         "create_time",
         "first",
+        "first_status",
         "last_cpu",
         "last_percent",
         "last_wall",
@@ -141,6 +142,7 @@ class _Entry:
         self.user, self.uid, self.name, self.command = user, uid, name, command
         self.reasons: dict[str, Reason] = reasons if reasons is not None else {}
         self.first = first  # (status, CPU seconds, rss, ppid) read with the static facts, used once
+        self.first_status: bytes | None = None  # /proc/<pid>/status as the first sight read it: the owner's, once
         self.last_cpu: float | None = None  # user+system seconds at the previous reading
         self.last_wall: float | None = None
         self.last_percent: float | None = None  # the CPU % last reported (a too-short window repeats it)
@@ -204,8 +206,9 @@ class PsutilInspector:
 
     def _resolve_owner(self, entry: _Entry, pid: int) -> None:
         """Read ``entry``'s owner once; a failure leaves ``None`` fields, never an exception."""
+        status, entry.first_status = entry.first_status, None
         try:
-            entry.owned = self.resolver.resolve(pid, entry.create_time)
+            entry.owned = self.resolver.resolve(pid, entry.create_time, status=status)
         except Exception:  # noqa: BLE001 -- the resolver never raises; a monitor keeps the row if it did
             from .owners import ResolvedOwner
 
@@ -217,7 +220,7 @@ class PsutilInspector:
         From /proc where it answers (:func:`~.procstat.read_first_sight`: psutil's figures without
         psutil), else from psutil, which tells a gone, denied or zombie process apart.
         """
-        sight = read_first_sight(pid)
+        sight = read_first_sight(pid, stats=self._stats)  # its stat and statm kept open for the refreshes
         if sight is not None:
             stat = sight.stat
             entry = _Entry(
@@ -230,7 +233,9 @@ class PsutilInspector:
                 first=(stat.status, stat.cpu_seconds, stat.rss_bytes, stat.ppid),
             )
             entry.start_ticks = stat.start_ticks
+            entry.first_status = sight.status
             return entry
+        self._stats.forget(pid)  # psutil answers for it: no files kept for a pid the refreshes do not read so
         if pid_absent(pid):
             return None  # gone: psutil would say so from the same /proc
         return self._open_psutil(pid)

@@ -72,14 +72,20 @@ _STATUS = {
 }
 
 
-class Stat(NamedTuple):
-    """What a refresh needs of a live process."""
-
-    status: str  # psutil's word: "running", "sleeping", "zombie", ...
-    ppid: int
-    cpu_seconds: float  # user + system, this process only (as psutil's cpu_times().user + .system)
-    start_ticks: int  # clock ticks after boot: the process's identity with its pid
-    rss_bytes: int
+# The functional form, its field types given as objects: the class form's annotations are text here (``from
+# __future__ import annotations``), and typing compiles each one (a ForwardRef) as the class is made, which
+# every start pays (callgrind of ``nvtopy --once``: 0.75 M instructions for each of this module's two).
+Stat = NamedTuple(  # noqa: UP014 - see above
+    "Stat",
+    [
+        ("status", str),  # psutil's word: "running", "sleeping", "zombie", ...
+        ("ppid", int),
+        ("cpu_seconds", float),  # user + system, this process only (as psutil's cpu_times().user + .system)
+        ("start_ticks", int),  # clock ticks after boot: the process's identity with its pid
+        ("rss_bytes", int),
+    ],
+)
+Stat.__doc__ = """What a refresh needs of a live process."""
 
 
 def read_stat(pid: int, proc: str = "/proc") -> Stat | None:
@@ -148,21 +154,40 @@ class StatFiles:
 
     def read(self, pid: int) -> Stat | None:
         """``pid``'s :class:`Stat` (see :func:`read_stat`); None where it cannot be read."""
+        if pid not in self._files and len(self._files) >= self._limit:
+            return read_stat(pid, self._proc)
+        lines = self.lines(pid)
+        if lines is None:
+            return None
+        try:
+            return _parse_stat(*lines)
+        except (ValueError, IndexError):
+            self.forget(pid)
+            return None
+
+    def lines(self, pid: int) -> tuple[bytes, bytes] | None:
+        """``pid``'s ``stat`` and ``statm`` lines, their files opened and kept if they were not; None where they
+        cannot be read so (at the limit of kept files, gone, unreadable, not a whole line: the pair is closed)."""
         files = self._files.get(pid)
         if files is None:
             if len(self._files) >= self._limit:
-                return read_stat(pid, self._proc)
+                return None
             files = self._open(pid)
             if files is None:
                 return None
         try:
             data, statm = os.pread(files[0], _READ_SIZE, 0), os.pread(files[1], _READ_SIZE, 0)
             if data.endswith(b"\n") and statm.endswith(b"\n"):
-                return _parse_stat(data, statm)
-        except (OSError, ValueError, IndexError):
+                return data, statm
+        except OSError:
             pass
         self.forget(pid)
         return None
+
+    @property
+    def proc(self) -> str:
+        """The ``/proc`` these files are read from."""
+        return self._proc
 
     def _open(self, pid: int) -> tuple[int, int] | None:
         try:
@@ -200,15 +225,13 @@ class StatFiles:
             self.close()
 
 
-class FirstSight(NamedTuple):
-    """What the inspector reads of a pid it has not seen: psutil's ``name()``, ``cmdline()``,
-    ``uids().real`` and ``create_time()``, and the refresh's :class:`Stat`."""
-
-    stat: Stat
-    name: str
-    cmdline: list[str]
-    uid: int
-    create_time: float
+FirstSight = NamedTuple(  # noqa: UP014 - the functional form, as Stat's
+    "FirstSight",
+    [("stat", Stat), ("name", str), ("cmdline", list[str]), ("uid", int), ("create_time", float), ("status", bytes)],
+)
+FirstSight.__doc__ = """What the inspector reads of a pid it has not seen: psutil's ``name()``, ``cmdline()``,
+``uids().real`` and ``create_time()``, the refresh's :class:`Stat`, and ``status`` as read (the owner resolver's
+``NSpid`` comes from it: one read of the file, not two)."""
 
 
 _ENCODING = sys.getfilesystemencoding()  # how psutil decodes names and command lines
@@ -216,8 +239,11 @@ _ERRORS = sys.getfilesystemencodeerrors()
 _NAME_CUT = 15  # the kernel's TASK_COMM_LEN - 1: a name this long may be cut (psutil then looks at the argv)
 
 
-def read_first_sight(pid: int, proc: str = "/proc") -> FirstSight | None:
+def read_first_sight(pid: int, proc: str = "/proc", stats: StatFiles | None = None) -> FirstSight | None:
     """``pid``'s facts as psutil reads them, from ``stat``, ``statm``, ``status`` and ``cmdline``.
+
+    ``stats``: the refreshes' kept files (of the same ``proc``): ``stat`` and ``statm`` are opened there
+    and kept, so the next refresh reads them with no second open (by path where they cannot be kept).
 
     None where psutil must answer: the process is gone or unreadable, a zombie or dead (psutil tells
     those apart), its command line is empty (a kernel thread, or a process caught between fork and
@@ -225,14 +251,18 @@ def read_first_sight(pid: int, proc: str = "/proc") -> FirstSight | None:
     with universal newlines). The create time is psutil's: the boot time plus the start ticks.
     """
     try:
-        data = _read_line(f"{proc}/{pid}/stat")
-        stat = _parse_stat(data, _read_line(f"{proc}/{pid}/statm"))
+        lines = stats.lines(pid) if stats is not None and stats.proc == proc else None
+        if lines is None:
+            lines = _read_line(f"{proc}/{pid}/stat"), _read_line(f"{proc}/{pid}/statm")
+        data = lines[0]
+        stat = _parse_stat(*lines)
         if stat.status in ("zombie", "dead", "?"):
             return None
         raw = _read_all(f"{proc}/{pid}/cmdline")
         if not raw or b"\r" in raw:
             return None
-        uid = _uid(_read_all(f"{proc}/{pid}/status"))
+        status = _read_all(f"{proc}/{pid}/status")
+        uid = _uid(status)
         booted = _boot_time(proc)
     except (OSError, ValueError, IndexError):
         return None
@@ -245,7 +275,7 @@ def read_first_sight(pid: int, proc: str = "/proc") -> FirstSight | None:
         if extended.startswith(name):
             name = extended
     create_time = float(stat.start_ticks) / CLOCK_TICKS + booted
-    return FirstSight(stat, name, cmdline, uid, create_time)
+    return FirstSight(stat, name, cmdline, uid, create_time, status)
 
 
 def pid_absent(pid: int, proc: str = "/proc") -> bool:

@@ -1214,14 +1214,17 @@ def _instance_id(value: Any) -> int | None:
     return None if value == _UINT_MAX else value
 
 
-class _Listed(NamedTuple):
-    """A pid's entries in one GPU's process lists, merged: its :class:`RawGpuProcess` is made once, with its
-    utilisation (one frozen dataclass a process a poll, not two)."""
-
-    type: ProcessType
-    memory: int | None
-    gpu_instance_id: int | None
-    compute_instance_id: int | None
+_Listed = NamedTuple(  # noqa: UP014 - the functional form: no annotation text compiled at import (procstat.Stat)
+    "_Listed",
+    [
+        ("type", ProcessType),
+        ("memory", int | None),
+        ("gpu_instance_id", int | None),
+        ("compute_instance_id", int | None),
+    ],
+)
+_Listed.__doc__ = """A pid's entries in one GPU's process lists, merged: its :class:`RawGpuProcess` is made once,
+with its utilisation (one frozen dataclass a process a poll, not two)."""
 
 
 def _merge_process(merged: dict[int, _Listed], entry: Any, ptype: ProcessType) -> None:
