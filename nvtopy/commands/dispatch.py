@@ -75,9 +75,6 @@ def console() -> NoReturn:
         from ..backends.nvml.headstart import begin
 
         begin()
-        from .once_gettext import import_argparse
-
-        import_argparse()  # without gettext, where no translation of argparse's words can exist
     code = main()
     if _exit_at_once:
         import contextlib
