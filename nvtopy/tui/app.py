@@ -56,7 +56,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual import on
@@ -99,32 +99,26 @@ from ..sources.base import SnapshotSource
 from ..sources.poller import Poller, SelectGpus
 from ..textsafe import safe_text
 from .alert_feed import AlertFeed, Notify, Toast
-from .alerts_screen import AlertsScreen
 from .charts import ChartView, spare_rows
-from .columns_screen import ColumnsScreen
 from .gpu_view import MODES, GpuView, host_groups, plan_layout
 from .header import STARTING, HeaderBar, HostBar, KeyFooter, header_pieces, waiting_text, with_stall_notice
-from .health_screen import HealthScreen
 from .messages import SnapshotReady, SourceFailed
 from .notices import LateNotices
 from .plain import honour_terminal
 from .preferences import chosen_columns, remember_columns
 from .process_screen import ProcessHistory, ProcessScreen
 from .process_table import ProcessTable
-from .screens import (
-    ConfirmSignalScreen,
-    GpuChoice,
-    GpuPickerScreen,
-    HelpRows,
-    HelpScreen,
-    SortByScreen,
-    help_keys,
-    help_sections,
-)
 from .terminal_driver import prompt_driver
 from .themes import apply_palette, known_theme, register_themes
 from .truecolor import FastTruecolor, fast_filters
 from .view_state import ViewState
+
+if TYPE_CHECKING:
+    from .screens import GpuChoice, HelpRows
+
+# The dialogs and screens a key opens (help, health, alerts, columns, sort by, GPU picker, confirm) are imported when
+# first opened, not with the app: about 5 ms of the start (their modules and Textual's SelectionList) that the first
+# frame does not show.
 
 __all__ = ["INTERVALS", "NvtopyApp"]
 
@@ -515,13 +509,21 @@ class NvtopyApp(App[None]):
         self.refresh_view()  # new data, same view
         if self._after_first_frame is not None:
             self.call_after_refresh(self._first_frame_drawn)
+        if len(self.screen_stack) > 1:  # a screen over the monitor: one that follows the snapshots?
+            self._show_on_screens(message.snapshot)
+
+    def _show_on_screens(self, snapshot: Snapshot) -> None:
+        """The open health, process and alerts screens (perhaps under the help) follow the live snapshots."""
+        from .alerts_screen import AlertsScreen
+        from .health_screen import HealthScreen
+
         for screen in self.screen_stack:
             if isinstance(screen, HealthScreen):  # open (perhaps under the help): it follows the live snapshots
-                screen.show(message.snapshot, self.visible_gpus())
+                screen.show(snapshot, self.visible_gpus())
             elif isinstance(screen, ProcessScreen):
-                screen.show(message.snapshot)
+                screen.show(snapshot)
             elif isinstance(screen, AlertsScreen) and self.alerts is not None:
-                screen.show(self.alerts.firing(), self.alerts.history, message.snapshot.timestamp)
+                screen.show(self.alerts.firing(), self.alerts.history, snapshot.timestamp)
 
     # ----------------------------------------------------------------- alerts
 
@@ -562,6 +564,8 @@ class NvtopyApp(App[None]):
 
     def action_alerts(self) -> None:
         """Open the alerts screen on what the feed holds (never waits for the source: it follows later snapshots)."""
+        from .alerts_screen import AlertsScreen
+
         if isinstance(self.screen, AlertsScreen):
             return
         feed = self.alerts
@@ -778,6 +782,8 @@ class NvtopyApp(App[None]):
         self.set_filter(flag=following)  # the header's filter names it
 
     def action_pick_gpus(self) -> None:
+        from .screens import GpuPickerScreen
+
         if self.snapshot is None:
             return
         statics = [g.static for g in self.snapshot.gpus]
@@ -797,6 +803,8 @@ class NvtopyApp(App[None]):
 
     def action_sort_by(self) -> None:
         """``o``, then a column's letter (nvitop's ``op``, ``og``, ``oS``...): sort by that column."""
+        from .screens import SortByScreen
+
         if isinstance(self.screen, SortByScreen):
             return
         shown = (*(("host",) if self.hosts_shown() else ()), *(("mig",) if self.mig_shown() else ()))
@@ -867,6 +875,8 @@ class NvtopyApp(App[None]):
 
     def action_choose_columns(self) -> None:
         """The column chooser; what it applies is remembered in the config file (``columns``)."""
+        from .columns_screen import ColumnsScreen
+
         if isinstance(self.screen, ColumnsScreen):
             return
         table = self.query_one(ProcessTable)
@@ -921,16 +931,22 @@ class NvtopyApp(App[None]):
         self.refresh_view()  # the source's state, not the view: the header says "⟳ 2s"
 
     def action_help(self) -> None:
+        from .screens import HelpScreen
+
         self.push_screen(HelpScreen(self.help_sections()))
 
     def action_health(self) -> None:
         """Open the health screen on the snapshot at hand (never waits for the source: it follows later ones)."""
+        from .health_screen import HealthScreen
+
         if isinstance(self.screen, HealthScreen):
             return
         self.push_screen(HealthScreen(self.snapshot, self.visible_gpus()))
 
     def help_sections(self) -> list[tuple[str, HelpRows]]:
         """The help: the bindings by :attr:`HELP_SECTIONS`, and the keys that are no binding of the app."""
+        from .screens import help_keys, help_sections
+
         table_keys = " ".join(
             help_keys(b, self.get_key_display) for b in ProcessTable.BINDINGS if isinstance(b, Binding) and b.tooltip
         )
@@ -1056,6 +1072,8 @@ class NvtopyApp(App[None]):
         def answered(confirmed: bool | None) -> None:
             if confirmed:
                 self.run_worker(self._send(targets, name), exclusive=False)
+
+        from .screens import ConfirmSignalScreen
 
         self.push_screen(ConfirmSignalScreen(targets, name, group=group), answered)
 
