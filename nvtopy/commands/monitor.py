@@ -255,9 +255,11 @@ def _run_interactive(args: argparse.Namespace) -> int:
         if app is not None:  # alerts are sent from the app's snapshots: it exists by then
             app.notify(safe_text(f"alert channel {channel}: {text}"), severity="warning", timeout=15, markup=False)
 
-    from .watch import CLOSE_TIMEOUT, channels_notifier
+    dispatcher = None
+    if alerts.channels:  # none configured, the usual: nvtopy watch's module (and json) is not imported
+        from .watch import channels_notifier
 
-    dispatcher = channels_notifier(alerts, channel_trouble)  # a bad channel entry: one line, exit 2, before drawing
+        dispatcher = channels_notifier(alerts, channel_trouble)  # a bad entry: one line, exit 2, before drawing
     gc.disable()  # until the first frame is out: the imports and the first poll, uninterrupted (see settle)
     poller = Poller.for_monitor(
         None,
@@ -286,6 +288,8 @@ def _run_interactive(args: argparse.Namespace) -> int:
             gc.enable()
         poller.stop(timeout=0.0)  # the app stopped it on quit; never waits for a driver call in progress
         if dispatcher is not None:
+            from .watch import CLOSE_TIMEOUT
+
             dispatcher.close(timeout=CLOSE_TIMEOUT)  # what is queued goes out; a hung channel is left behind
     for warning in warnings:
         warn_user(warning)
