@@ -123,6 +123,11 @@ def build_parser(command: str = "monitor") -> argparse.ArgumentParser:
     return parser
 
 
+HEAD_START_WAIT_S = 0.15
+"""The longest the monitor waits for its poller's first snapshot before it imports the UI (fake driver, 8 GPUs x 64
+processes: 50-150 ms, the longer on a busy VM). Past it the UI loads beside the poller, which says what it waits for:
+a slow driver holds the monitor's start this long at most (``--once``'s head start waits 0.1 s)."""
+
 # The Config fields the monitor has flags for (besides the health thresholds, options.HEALTH_FLAGS).
 CONFIG_FLAGS = ("interval", "view", "theme")
 
@@ -206,11 +211,17 @@ def _printer(args: argparse.Namespace) -> Callable[[Snapshot, int], None]:
 def _run_interactive(args: argparse.Namespace) -> int:
     """The monitor. It draws at once: the backend is opened and the GPUs selected on its poller thread.
 
-    The poller is started before Textual and the app's modules are imported: the driver is
-    opened and the first poll taken while they load (on the fake driver, 8 GPUs x 64
-    processes, about 70 ms that came after them), so the first frame shows the GPUs and
-    their processes instead of a "starting" screen. The selection's warnings said on the
-    poller's thread before the app has mounted wait for it (:mod:`nvtopy.tui.notices`).
+    The poller is started before Textual and the app's modules are imported, and the main
+    thread waits for its first snapshot (at most :data:`HEAD_START_WAIT_S`) before importing
+    them, so the first frame shows the GPUs and their processes instead of a "starting"
+    screen followed by the poll. Why wait rather than import beside it: both threads need the
+    GIL, and the poller's hundreds of NVML and ``/proc`` calls each hand it back and may wait
+    up to a switch interval (5 ms) for the importing thread to give it up (tried 2026-11-27:
+    first frame 0.52 s against 0.42 s on a quiet VM); alone, its open and first poll take
+    about 60 ms of the fake driver's 8 GPUs x 64 processes. A slower driver is waited for
+    that long at most, then the UI loads beside it and says what it waits for. The
+    selection's warnings said on the poller's thread before the app has mounted wait for it
+    (:mod:`nvtopy.tui.notices`).
 
     An error found there (no driver, --gpus naming a GPU that is not there) ends
     the app and is raised here, once the terminal is restored: the same one line
@@ -268,8 +279,10 @@ def _run_interactive(args: argparse.Namespace) -> int:
         waiting_for=waiting_for,
         interval=args.interval,
         thresholds=options.health_thresholds(args),
-    ).start()  # the head start: the driver opened and read while the UI's modules load
+    )
+    poller.start()  # the head start: the driver opened and read before the UI's modules load
     try:
+        poller.wait_for_first(HEAD_START_WAIT_S)  # alone: the UI's imports do not compete with it for the GIL
         NvtopyApp = _import_app_without_tls()  # noqa: N806 -- a class, imported late
         app = NvtopyApp(
             poller,

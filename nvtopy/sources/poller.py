@@ -226,6 +226,17 @@ class Poller(SnapshotSource):
             isolate=isolate,
         )
 
+    def wait_for_first(self, timeout: float) -> bool:
+        """Wait at most ``timeout`` s for the first snapshot, or for the thread to end (an open error); True once
+        there is a snapshot. Polled in short sleeps, so nothing is added to the poller's own work."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        while self.latest is None and self.open_error is None and self.running:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(0.002, left))
+        return self.latest is not None
+
     def set_interval(self, seconds: float) -> None:
         super().set_interval(max(MIN_INTERVAL, seconds))
 

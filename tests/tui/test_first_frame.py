@@ -90,19 +90,23 @@ def test_the_poller_starts_before_the_app_is_imported_and_the_collector_settles_
 
     def recorded_start(poller: Poller) -> Poller:
         order.append("poller started")
+        started_pollers.append(poller)
         return start(poller)
 
     def recorded_import() -> type[NvtopyApp]:
-        order.append(("app imported, collector on", gc.isenabled()))
+        (poller,) = started_pollers
+        order.append(("app imported, collector on", gc.isenabled(), "first snapshot", poller.latest is not None))
         return import_app()
 
+    started_pollers: list[Poller] = []
     monkeypatch.setattr(Poller, "start", recorded_start)
     monkeypatch.setattr(monitor, "_import_app_without_tls", recorded_import)
+    monkeypatch.setattr(monitor, "HEAD_START_WAIT_S", 20.0)  # a loaded test machine: the bound, never the wait
     seen: dict[str, object] = {}
     _run_in_pilot(monkeypatch, seen)
     gc.unfreeze()  # the count below is this run's freeze, not an earlier test's
     assert dispatch.main(["--demo", "--demo-gpus", "2"]) == 0
-    assert order[:2] == ["poller started", ("app imported, collector on", False)]
+    assert order[:2] == ["poller started", ("app imported, collector on", False, "first snapshot", True)]
     assert seen["threshold"] == MONITOR_THRESHOLDS
     assert isinstance(seen["frozen"], int) and seen["frozen"] > 1000, "settled: what was alive then frozen"
     assert gc.isenabled()
@@ -132,3 +136,40 @@ def test_a_selection_warning_said_before_the_app_mounted_is_a_toast_and_a_line_a
     assert dispatch.main(["--demo", "--demo-gpus", "2", "--only-visible"]) == 0
     assert seen["notifications"] == [TWICE]
     assert capsys.readouterr().err == f"nvtopy: warning: {TWICE}\n"
+
+
+class _SlowOpen:
+    """An opener that takes ``seconds`` (or fails after them): what a slow driver's ``nvmlInit`` does."""
+
+    def __init__(self, backend, seconds: float, error: Exception | None = None) -> None:
+        self.backend, self.seconds, self.error = backend, seconds, error
+
+    def __call__(self):
+        time.sleep(self.seconds)
+        if self.error is not None:
+            raise self.error
+        return self.backend
+
+
+def test_waiting_for_the_first_snapshot_is_bounded_and_ends_with_it_or_an_open_error(sim):
+    """The monitor's wait before it imports the UI: the snapshot once there, never longer than asked, at once on an
+    open error."""
+    quick = Poller.for_monitor(None, opener=_SlowOpen(sim(gpus=1), 0.0), events=False).start()
+    try:
+        assert quick.wait_for_first(20.0) and quick.latest is not None
+    finally:
+        quick.stop()
+    slow = Poller.for_monitor(None, opener=_SlowOpen(sim(gpus=1), 3.0), events=False).start()
+    try:
+        began = time.monotonic()
+        assert not slow.wait_for_first(0.1)
+        assert time.monotonic() - began < 2.0, "the bound, not the driver"
+    finally:
+        slow.stop(timeout=0.0)
+    failing = Poller.for_monitor(None, opener=_SlowOpen(None, 0.05, RuntimeError("no driver")), events=False).start()
+    try:
+        began = time.monotonic()
+        assert not failing.wait_for_first(20.0)
+        assert time.monotonic() - began < 10.0 and isinstance(failing.open_error, RuntimeError)
+    finally:
+        failing.stop()
