@@ -123,6 +123,11 @@ def build_parser(command: str = "monitor") -> argparse.ArgumentParser:
     return parser
 
 
+HEAD_START_WAIT_S = 0.15
+"""The longest the monitor waits for its poller's first snapshot before it imports the UI (fake driver, 8 GPUs x 64
+processes: 50-150 ms, the longer on a busy VM). Past it the UI loads beside the poller, which says what it waits for:
+a slow driver holds the monitor's start this long at most (``--once``'s head start waits 0.1 s)."""
+
 # The Config fields the monitor has flags for (besides the health thresholds, options.HEALTH_FLAGS).
 CONFIG_FLAGS = ("interval", "view", "theme")
 
@@ -206,51 +211,98 @@ def _printer(args: argparse.Namespace) -> Callable[[Snapshot, int], None]:
 def _run_interactive(args: argparse.Namespace) -> int:
     """The monitor. It draws at once: the backend is opened and the GPUs selected on its poller thread.
 
+    The poller is started before Textual and the app's modules are imported, and the main
+    thread waits for its first snapshot (at most :data:`HEAD_START_WAIT_S`) before importing
+    them, so the first frame shows the GPUs and their processes instead of a "starting"
+    screen followed by the poll. Why wait rather than import beside it: both threads need the
+    GIL, and the poller's hundreds of NVML and ``/proc`` calls each hand it back and may wait
+    up to a switch interval (5 ms) for the importing thread to give it up (tried 2026-11-27:
+    first frame 0.52 s against 0.42 s on a quiet VM); alone, its open and first poll take
+    about 60 ms of the fake driver's 8 GPUs x 64 processes. A slower driver is waited for
+    that long at most, then the UI loads beside it and says what it waits for. The
+    selection's warnings said on the poller's thread before the app has mounted wait for it
+    (:mod:`nvtopy.tui.notices`).
+
     An error found there (no driver, --gpus naming a GPU that is not there) ends
     the app and is raised here, once the terminal is restored: the same one line
     and exit code as when it is found before the app starts. Quitting never
     waits for the driver (see :mod:`nvtopy.tui.app`), so the backend is not closed
     here: its poller thread closes it if the driver lets it before the process exits.
     """
+    import gc
+
+    from ..sources.gc_policy import MONITOR_THRESHOLDS, settle_for_monitor
+    from ..sources.poller import Poller
+    from ..tui.notices import LateNotices
+
+    collecting, settled = gc.isenabled(), False
+
+    def settle() -> None:
+        """After the first frame: the collector settled for the long run, and collecting again.
+
+        Why not before: Textual's imports and the first poll set off collections that walk every
+        object alive (about 15 ms of the start), and the settling collection itself took 8-30 ms
+        before the first frame; none of it frees anything the first frame needs.
+        """
+        nonlocal settled
+        settled = True
+        settle_for_monitor()  # the collector ran about a tenth of the monitor's CPU at CPython's thresholds
+        if collecting:
+            gc.enable()
+
     waiting_for, opener = backend_opener(args, close_at_exit=False)  # usage errors: now, before drawing
     alerts = monitor_alerts(args)  # a bad [alerts] entry too
-    NvtopyApp = _import_app_without_tls()  # noqa: N806 -- a class, imported late
-
+    app: NvtopyApp | None = None  # once made: what channel_trouble tells
     warnings: list[str] = []
+    notices = LateNotices()
 
     def warn(text: str) -> None:
-        """A selection warning (why no GPU is shown, CUDA's MIG rule): in the monitor now, on stderr after it."""
+        """A selection warning (why no GPU is shown, CUDA's MIG rule): in the monitor, on stderr after it."""
         warnings.append(text)
-        app.notify(safe_text(text), severity="warning", timeout=15, markup=False)  # thread-safe: posts a message
+        notices.say(text)  # thread-safe; held until the app has mounted
 
     def channel_trouble(channel: str, text: str) -> None:
         """A channel failing, back, dropping alerts (once each, from the dispatcher's thread): a toast."""
-        app.notify(safe_text(f"alert channel {channel}: {text}"), severity="warning", timeout=15, markup=False)
+        if app is not None:  # alerts are sent from the app's snapshots: it exists by then
+            app.notify(safe_text(f"alert channel {channel}: {text}"), severity="warning", timeout=15, markup=False)
 
-    from .watch import CLOSE_TIMEOUT, channels_notifier
+    dispatcher = None
+    if alerts.channels:  # none configured, the usual: nvtopy watch's module (and json) is not imported
+        from .watch import channels_notifier
 
-    dispatcher = channels_notifier(alerts, channel_trouble)  # a bad channel entry: one line, exit 2, before drawing
-
-    app = NvtopyApp.for_backend(
+        dispatcher = channels_notifier(alerts, channel_trouble)  # a bad entry: one line, exit 2, before drawing
+    gc.disable()  # until the first frame is out: the imports and the first poll, uninterrupted (see settle)
+    poller = Poller.for_monitor(
         None,
         opener=opener,
         select=lambda collector: resolve_selection(args, collector, warn=warn),
         waiting_for=waiting_for,
         interval=args.interval,
-        readonly=args.readonly,
-        layout=args.view,
         thresholds=options.health_thresholds(args),
-        alerts=alerts,
-        notify=None if dispatcher is None else dispatcher.send,
     )
-    _configure(app, args, options.user_config(args, *CONFIG_FLAGS))
-    from ..sources.gc_policy import settle_for_monitor
-
-    settle_for_monitor()  # the collector ran about a tenth of the monitor's CPU at CPython's thresholds (gc_policy)
+    poller.start()  # the head start: the driver opened and read before the UI's modules load
     try:
+        poller.wait_for_first(HEAD_START_WAIT_S)  # alone: the UI's imports do not compete with it for the GIL
+        NvtopyApp = _import_app_without_tls()  # noqa: N806 -- a class, imported late
+        app = NvtopyApp(
+            poller,
+            readonly=args.readonly,
+            layout=args.view,
+            alerts=alerts,
+            notify=None if dispatcher is None else dispatcher.send,
+            notices=notices,
+            after_first_frame=settle,
+        )
+        _configure(app, args, options.user_config(args, *CONFIG_FLAGS))
+        gc.set_threshold(*MONITOR_THRESHOLDS)  # the monitor's from the start; collected and frozen by settle()
         app.run()
     finally:
+        if collecting and not settled:  # the app never drew (an error, a quit at once): as before the start
+            gc.enable()
+        poller.stop(timeout=0.0)  # the app stopped it on quit; never waits for a driver call in progress
         if dispatcher is not None:
+            from .watch import CLOSE_TIMEOUT
+
             dispatcher.close(timeout=CLOSE_TIMEOUT)  # what is queued goes out; a hung channel is left behind
     for warning in warnings:
         warn_user(warning)

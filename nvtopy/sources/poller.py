@@ -194,6 +194,49 @@ class Poller(SnapshotSource):
         self.polls = 0
         self._gpus_found: int | None = None if backend is None else backend.device_count()
 
+    @classmethod
+    def for_monitor(
+        cls,
+        backend: Backend | None,
+        *,
+        interval: float = DEFAULT_INTERVAL,
+        opener: Callable[[], Backend] | None = None,
+        select: SelectGpus | None = None,
+        waiting_for: str | None = None,
+        events: bool = True,
+        thresholds: HealthThresholds | None = None,
+        isolate: bool = True,
+    ) -> Poller:
+        """The interactive monitor's poller: the field groups its panels show (:data:`MONITOR_GROUPS`).
+
+        Why here, not in the app: the CLI makes and starts it before Textual is imported, so the
+        driver is opened and the first poll taken while the UI's modules load (the first frame
+        then shows the GPUs and their processes at once); the app's ``for_backend`` makes the
+        same one for a caller that starts it with the app.
+        """
+        return cls(
+            backend,
+            interval=interval,
+            groups=MONITOR_GROUPS,  # what the panels show (see MONITOR_GROUPS)
+            opener=opener,
+            select=select,
+            waiting_for=waiting_for,
+            events=events,
+            thresholds=thresholds,
+            isolate=isolate,
+        )
+
+    def wait_for_first(self, timeout: float) -> bool:
+        """Wait at most ``timeout`` s for the first snapshot, or for the thread to end (an open error); True once
+        there is a snapshot. Polled in short sleeps, so nothing is added to the poller's own work."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        while self.latest is None and self.open_error is None and self.running:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(0.002, left))
+        return self.latest is not None
+
     def set_interval(self, seconds: float) -> None:
         super().set_interval(max(MIN_INTERVAL, seconds))
 

@@ -56,7 +56,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual import on
@@ -96,34 +96,29 @@ from ..render.processes import (
 )
 from ..render.tree import AncestorRow
 from ..sources.base import SnapshotSource
-from ..sources.poller import MONITOR_GROUPS, Poller, SelectGpus
+from ..sources.poller import Poller, SelectGpus
 from ..textsafe import safe_text
 from .alert_feed import AlertFeed, Notify, Toast
-from .alerts_screen import AlertsScreen
 from .charts import ChartView, spare_rows
-from .columns_screen import ColumnsScreen
 from .gpu_view import MODES, GpuView, host_groups, plan_layout
 from .header import STARTING, HeaderBar, HostBar, KeyFooter, header_pieces, waiting_text, with_stall_notice
-from .health_screen import HealthScreen
 from .messages import SnapshotReady, SourceFailed
+from .notices import LateNotices
 from .plain import honour_terminal
 from .preferences import chosen_columns, remember_columns
 from .process_screen import ProcessHistory, ProcessScreen
 from .process_table import ProcessTable
-from .screens import (
-    ConfirmSignalScreen,
-    GpuChoice,
-    GpuPickerScreen,
-    HelpRows,
-    HelpScreen,
-    SortByScreen,
-    help_keys,
-    help_sections,
-)
 from .terminal_driver import prompt_driver
 from .themes import apply_palette, known_theme, register_themes
 from .truecolor import FastTruecolor, fast_filters
 from .view_state import ViewState
+
+if TYPE_CHECKING:
+    from .screens import GpuChoice, HelpRows
+
+# The dialogs and screens a key opens (help, health, alerts, columns, sort by, GPU picker, confirm) are imported when
+# first opened, not with the app: about 5 ms of the start (their modules and Textual's SelectionList) that the first
+# frame does not show.
 
 __all__ = ["INTERVALS", "NvtopyApp"]
 
@@ -291,12 +286,18 @@ class NvtopyApp(App[None]):
         poll: bool = True,
         alerts: AlertSettings | None = None,
         notify: Notify | None = None,
+        notices: LateNotices | None = None,
+        after_first_frame: Callable[[], object] | None = None,
     ) -> None:
         """Show ``source``; ``poll=False``: its thread is not started (the caller has it publish).
 
         Read-only with ``readonly`` (``--readonly``) or when the source cannot signal. ``alerts``: the
         local alert rules to evaluate (None: no alerts); ``notify``: called with every transition
-        (FIRING, CLEARED) of a live source, on the UI thread -- it must not block.
+        (FIRING, CLEARED) of a live source, on the UI thread -- it must not block. ``notices``: warnings
+        said on another thread, perhaps before the app runs (a source started before it): shown as
+        toasts from the mount on (:mod:`.notices`). ``after_first_frame``: called once on the UI thread
+        when the first frame with a snapshot has been drawn, or at the first half-second tick without one
+        (the CLI settles the garbage collector there: work the first frame need not wait for).
         """
         super().__init__()
         self._fast_filters: dict[int, FastTruecolor] = {}  # get_line_filters' wrappers, by wrapped filter
@@ -324,6 +325,8 @@ class NvtopyApp(App[None]):
         # alerts are listed and toasted, never sent out.
         self.alerts = None if alerts is None else AlertFeed(alerts, notify, live=not source.can_step)
         self._toast_timer: Timer | None = None
+        self._late_notices = notices
+        self._after_first_frame = after_first_frame
 
     @classmethod
     def for_backend(
@@ -353,10 +356,9 @@ class NvtopyApp(App[None]):
         turn on the polling thread, as pictures need: no timing may enter them); ``alerts``, ``notify``: as
         :class:`NvtopyApp` has them. See :class:`~nvtopy.sources.poller.Poller`.
         """
-        poller = Poller(
+        poller = Poller.for_monitor(
             backend,
             interval=interval,
-            groups=MONITOR_GROUPS,  # what the panels show (sources.poller says why)
             opener=opener,
             select=select,
             waiting_for=waiting_for,
@@ -385,6 +387,8 @@ class NvtopyApp(App[None]):
         self.theme_changed_signal.subscribe(self, self._theme_changed)
         for warning in self.startup_warnings:  # a bad config file: also on stderr, before and after the app
             self.notify(safe_text(warning), severity="warning", timeout=15, markup=False)
+        if self._late_notices is not None:  # said on the source's thread, perhaps before the app ran
+            self._late_notices.show_with(self._warning_toast)
         self.source.subscribe(self._from_source)
         self.source.subscribe_failure(self._failed_in_source)
         # A source started before the app (a replay indexing its file has a head start) may have published or
@@ -411,6 +415,10 @@ class NvtopyApp(App[None]):
                 loop.add_signal_handler(signum, self.exit)
         except (NotImplementedError, RuntimeError, ValueError, AttributeError):
             pass  # not the main thread (an embedding), or a platform without them: the default stands
+
+    def _warning_toast(self, text: str) -> None:
+        """A warning from outside (a driver's or a config's words): a toast, never markup; thread-safe."""
+        self.notify(safe_text(text), severity="warning", timeout=15, markup=False)
 
     def _show_notice(self) -> None:
         """The source's startup notice, once, as soon as it has one (a replay's once its file is indexed)."""
@@ -460,8 +468,15 @@ class NvtopyApp(App[None]):
             waited = stalled if waited is None else max(waited, stalled)
         return waited
 
+    def _first_frame_drawn(self) -> None:
+        """The first frame is out (or half a second has passed): what was left until then runs, once."""
+        callback, self._after_first_frame = self._after_first_frame, None
+        if callback is not None:
+            callback()
+
     def _show_waiting(self) -> None:
         """Twice a second: say so when the driver keeps the monitor waiting (before the first sample, or stuck)."""
+        self._first_frame_drawn()  # at the latest now, with or without a snapshot
         waited = self._waited()
         if self.snapshot is not None:
             waited = self._stuck_for()
@@ -492,13 +507,23 @@ class NvtopyApp(App[None]):
         self.process_history.add(message.snapshot)
         self._alerts_from(message.snapshot)  # before the redraw: the header counts what fires
         self.refresh_view()  # new data, same view
+        if self._after_first_frame is not None:
+            self.call_after_refresh(self._first_frame_drawn)
+        if len(self.screen_stack) > 1:  # a screen over the monitor: one that follows the snapshots?
+            self._show_on_screens(message.snapshot)
+
+    def _show_on_screens(self, snapshot: Snapshot) -> None:
+        """The open health, process and alerts screens (perhaps under the help) follow the live snapshots."""
+        from .alerts_screen import AlertsScreen
+        from .health_screen import HealthScreen
+
         for screen in self.screen_stack:
             if isinstance(screen, HealthScreen):  # open (perhaps under the help): it follows the live snapshots
-                screen.show(message.snapshot, self.visible_gpus())
+                screen.show(snapshot, self.visible_gpus())
             elif isinstance(screen, ProcessScreen):
-                screen.show(message.snapshot)
+                screen.show(snapshot)
             elif isinstance(screen, AlertsScreen) and self.alerts is not None:
-                screen.show(self.alerts.firing(), self.alerts.history, message.snapshot.timestamp)
+                screen.show(self.alerts.firing(), self.alerts.history, snapshot.timestamp)
 
     # ----------------------------------------------------------------- alerts
 
@@ -539,6 +564,8 @@ class NvtopyApp(App[None]):
 
     def action_alerts(self) -> None:
         """Open the alerts screen on what the feed holds (never waits for the source: it follows later snapshots)."""
+        from .alerts_screen import AlertsScreen
+
         if isinstance(self.screen, AlertsScreen):
             return
         feed = self.alerts
@@ -755,6 +782,8 @@ class NvtopyApp(App[None]):
         self.set_filter(flag=following)  # the header's filter names it
 
     def action_pick_gpus(self) -> None:
+        from .screens import GpuPickerScreen
+
         if self.snapshot is None:
             return
         statics = [g.static for g in self.snapshot.gpus]
@@ -774,6 +803,8 @@ class NvtopyApp(App[None]):
 
     def action_sort_by(self) -> None:
         """``o``, then a column's letter (nvitop's ``op``, ``og``, ``oS``...): sort by that column."""
+        from .screens import SortByScreen
+
         if isinstance(self.screen, SortByScreen):
             return
         shown = (*(("host",) if self.hosts_shown() else ()), *(("mig",) if self.mig_shown() else ()))
@@ -844,6 +875,8 @@ class NvtopyApp(App[None]):
 
     def action_choose_columns(self) -> None:
         """The column chooser; what it applies is remembered in the config file (``columns``)."""
+        from .columns_screen import ColumnsScreen
+
         if isinstance(self.screen, ColumnsScreen):
             return
         table = self.query_one(ProcessTable)
@@ -898,16 +931,22 @@ class NvtopyApp(App[None]):
         self.refresh_view()  # the source's state, not the view: the header says "⟳ 2s"
 
     def action_help(self) -> None:
+        from .screens import HelpScreen
+
         self.push_screen(HelpScreen(self.help_sections()))
 
     def action_health(self) -> None:
         """Open the health screen on the snapshot at hand (never waits for the source: it follows later ones)."""
+        from .health_screen import HealthScreen
+
         if isinstance(self.screen, HealthScreen):
             return
         self.push_screen(HealthScreen(self.snapshot, self.visible_gpus()))
 
     def help_sections(self) -> list[tuple[str, HelpRows]]:
         """The help: the bindings by :attr:`HELP_SECTIONS`, and the keys that are no binding of the app."""
+        from .screens import help_keys, help_sections
+
         table_keys = " ".join(
             help_keys(b, self.get_key_display) for b in ProcessTable.BINDINGS if isinstance(b, Binding) and b.tooltip
         )
@@ -1033,6 +1072,8 @@ class NvtopyApp(App[None]):
         def answered(confirmed: bool | None) -> None:
             if confirmed:
                 self.run_worker(self._send(targets, name), exclusive=False)
+
+        from .screens import ConfirmSignalScreen
 
         self.push_screen(ConfirmSignalScreen(targets, name, group=group), answered)
 
