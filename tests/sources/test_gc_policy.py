@@ -63,10 +63,11 @@ def test_settle_for_the_monitor_freezes_what_is_alive_and_raises_the_young_thres
     assert gc.get_freeze_count() > 1000
 
 
-def test_the_local_monitor_settles_the_collector_before_it_runs_and_a_one_shot_does_not(
+def test_the_local_monitor_sets_its_thresholds_before_it_runs_and_a_one_shot_does_not(
     collector_restored, monkeypatch, capsys
 ):
-    """The program's monitor runs with the monitor's thresholds; ``--once`` (and so a caller of ``main`` for a
+    """The program's monitor runs with the monitor's thresholds (its collection and freeze wait for the first frame:
+    tests/tui/test_first_frame.py); ``--once`` (and so a caller of ``main`` for a
     snapshot) leaves the process's collector as it found it."""
     from nvtopy.commands import dispatch
     from nvtopy.tui.app import NvtopyApp
