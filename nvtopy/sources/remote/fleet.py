@@ -586,18 +586,17 @@ def _scrape(
             scrape.health[index] = gpu.health
     said_now: ProcessesSaid = {}
     before = said_before or {}
-    for (index, pid), said in sorted(host.processes.items()):
-        if index not in host.gpus:
+    labels_of, gpus, rows = host.process_labels.get, host.gpus, scrape.processes
+    for key, said in sorted(host.processes.items()):
+        index, pid = key
+        if index not in gpus:
             continue  # a process of a GPU without GPU series has nowhere to be shown
-        labels = host.process_labels.get((index, pid))
-        last = before.get((index, pid))
-        if last is not None and last[0] == labels:
-            identity = last[1]
-        else:
-            identity = process_from_labels(labels.as_dict() if labels is not None else {})
-        said_now[(index, pid)] = (labels, identity)
-        row = {"pid": pid, **identity, **said}
-        scrape.processes.setdefault(index, []).append(row)
+        labels = labels_of(key)
+        last = before.get(key)
+        if last is None or last[0] != labels:
+            last = (labels, process_from_labels(labels.as_dict() if labels is not None else {}))
+        said_now[key] = last  # the very pair while its labels are the same: no new object a process
+        rows.setdefault(index, []).append({"pid": pid, **last[1], **said})
     notes = []
     reported = len(host.gpus_reported | {str(index) for index in host.gpus})
     if reported > len(shown):
