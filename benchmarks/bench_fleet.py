@@ -10,7 +10,7 @@ child process, one port per host, and scraped by Debian's ``prometheus`` on loop
   the JSON decode and the snapshot build -- the server's evaluation is not in it;
 - **wall** time of the refresh (both queries, the server's evaluation included);
 - **queries**: HTTP requests the refresh made; **bytes**: the answers as received
-  (gzip) and their JSON.
+  (gzip) and their JSON; **rows**: the answers' rows (series), what the refresh decodes and reads.
 
 Medians over ``--refreshes`` refreshes after a first (full) one.
 
@@ -69,6 +69,10 @@ def _json(client: object) -> int:
     return getattr(client, "json_bytes", 0)
 
 
+def _rows(client: object) -> int:
+    return getattr(client, "rows_received", 0)  # 0 on a version that does not count
+
+
 def measure(hosts: int, refreshes: int, profile: bool, history: int) -> dict[str, float]:
     from nvtopy.sources.remote.fleet import PrometheusFleet
     from tests.prometheus_fixtures import DATA_S, prometheus, scrape_config, targets_up, wait
@@ -99,7 +103,7 @@ def measure(hosts: int, refreshes: int, profile: bool, history: int) -> dict[str
                     for n in range(history):
                         buffer._ring.append(n - history, (None,) * 7)
                 shown = len(fleet.latest.gpus) if fleet.latest else 0
-                rows: list[tuple[float, float, int, int, int, int]] = []
+                rows: list[tuple[float, float, int, int, int, int, int]] = []
                 profiler = cProfile.Profile() if profile else None
                 for _ in range(refreshes):
                     time.sleep(1.0)
@@ -107,7 +111,7 @@ def measure(hosts: int, refreshes: int, profile: bool, history: int) -> dict[str
                         for known in fleet._known.values():
                             known.newest = None
                     client = fleet.client
-                    queries, sent, decoded = client.queries, _received(client), _json(client)
+                    queries, sent, decoded, series = client.queries, _received(client), _json(client), _rows(client)
                     if profiler is not None:
                         profiler.enable()
                     fleet.poll_once()
@@ -121,6 +125,7 @@ def measure(hosts: int, refreshes: int, profile: bool, history: int) -> dict[str
                             _received(client) - sent,
                             _json(client) - decoded,
                             fleet.hosts_read,
+                            _rows(client) - series,
                         )
                     )
     finally:
@@ -131,11 +136,11 @@ def measure(hosts: int, refreshes: int, profile: bool, history: int) -> dict[str
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
-    cpu, wall, queries, sent, decoded, read = (statistics.median(column) for column in zip(*rows, strict=True))
+    cpu, wall, queries, sent, decoded, read, series = (statistics.median(column) for column in zip(*rows, strict=True))
     print(
         f"{hosts:4d} hosts x {GPUS_PER_HOST} = {gpus:5d} GPUs ({'1 s scrape' if live else '10 s scrape, all read'}): "
         f"CPU {cpu:6.1f} ms (max {max(r[0] for r in rows):.1f}), wall {wall:6.1f} ms, "
-        f"{queries:.0f} queries, {sent / 1024:.0f} KiB received ({decoded / 1024:.0f} KiB JSON), "
+        f"{queries:.0f} queries, {sent / 1024:.0f} KiB received ({decoded / 1024:.0f} KiB JSON, {series:.0f} rows), "
         f"hosts read {read:.0f}, GPUs shown {shown}; first refresh {first[1] * 1000:.0f} ms CPU, "
         f"{first[0] * 1000:.0f} ms wall"
     )
@@ -151,6 +156,7 @@ def measure(hosts: int, refreshes: int, profile: bool, history: int) -> dict[str
         "bytes_received": sent,
         "json_bytes": decoded,
         "hosts_read": read,
+        "rows": series,
     }
 
 

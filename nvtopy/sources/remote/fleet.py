@@ -31,9 +31,11 @@ once, with the same figures whichever exporter it has.
 
 A host with nothing new keeps the lines it had: a refresh costs in proportion to the
 hosts that were scraped since the last one, not to the fleet. The counters and static
-values (ECC, row remapping, PCIe link, energy, MIG mode: :data:`SLOW_GROUPS`) are a
+values (ECC, row remapping, PCIe link, energy, MIG mode, a GPU's memory total: :data:`SLOW_GROUPS`) are a
 third of the series and change slowly: a host read again is asked for one group of
-them, in turn (all of them the first time), and keeps the others' last values. What the local monitor
+them, in turn (all of them the first time, and at the read after one where a GPU came or went), and keeps the
+others' last values (at most four reads old; a GPU instance's memory total, one of its own series, is read at
+every refresh: :data:`INSTANCE_LIVE_NAMES`). What the local monitor
 reads at a cadence of its own (:data:`TIMED_GROUPS`: temperature, clocks and throttle reasons every 2 s, the
 P-state and NVLink 5 s, codecs 10 s, the power limit 15 s, PCIe throughput 20 s, the fan 30 s) is asked of a
 host when that cadence has passed on the host's clock (its newest sample's time since they were last read),
@@ -138,6 +140,7 @@ from .prometheus import (
 
 __all__ = [
     "GONE_AFTER",
+    "INSTANCE_LIVE_NAMES",
     "LIVE_NAMES",
     "MAX_QUERIES_PER_REFRESH",
     "SLOW_GROUPS",
@@ -175,6 +178,13 @@ _GPU_READS: dict[str, tuple[str, Callable[[float], Any]]] = {
         for new, (legacy, _) in READ_ALIASES.items()
     },
 }
+
+
+def _legacy(name: str) -> str:
+    """A series' legacy name (a 4.9 series' READ_ALIASES entry; any other its own)."""
+    return READ_ALIASES.get(name, (name,))[0]
+
+
 # Counters and static values: a host read again is asked for one group, in turn (the others keep their last values).
 _SLOW_ATTRIBUTES = (
     ("ecc_corrected_volatile", "ecc_uncorrected_volatile", "ecc_corrected_aggregate", "ecc_uncorrected_aggregate"),
@@ -183,6 +193,7 @@ _SLOW_ATTRIBUTES = (
     (
         "pcie_link_gen",
         "pcie_link_width",
+        "static.memory_total_bytes",
         "static.pcie_link_gen_max",
         "static.pcie_link_width_max",
         "static.temperature_slowdown_c",
@@ -194,6 +205,10 @@ SLOW_GROUPS: tuple[tuple[str, ...], ...] = tuple(
     tuple(name for name, (attribute, _) in _GPU_READS.items() if attribute in group) for group in _SLOW_ATTRIBUTES
 )
 _SLOW = {name for group in SLOW_GROUPS for name in group}
+# A GPU instance's own series among the slow ones (its memory total: a GPU's is a static value, an instance's one
+# of INSTANCE_FIELDS, read at every refresh): asked of the instances (GPU_I_ID!="") at every refresh, of the GPUs
+# in their group's turn.
+INSTANCE_LIVE_NAMES = tuple(name for name in _GPU_READS if name in _SLOW and _legacy(name) in INSTANCE_FIELDS)
 
 
 def _timed_groups() -> tuple[tuple[float, tuple[str, ...]], ...]:
@@ -224,7 +239,7 @@ LIVE_NAMES: tuple[str, ...] = (
     "nvtopy_xid_events_total",
     *_MIG_DEVICE_NAMES,
 )
-assert not {READ_ALIASES.get(name, (name,))[0] for name in _SLOW} & set(INSTANCE_FIELDS), (
+assert {name for name in _SLOW if _legacy(name) in INSTANCE_FIELDS} == set(INSTANCE_LIVE_NAMES), (
     "a GPU instance's own series are read at every refresh"
 )
 
@@ -324,7 +339,8 @@ def read_query(
     - the GPUs' values: for each part (metric names, the instances to ask them of), ``max by`` the
       labels that tell one GPU (or GPU instance, MIG device, Xid) from another, the parts or-ed ``on`` those
       labels and ``__name__`` (a plain ``or`` matches rows on their labels but ``__name__``: a later part's rows
-      of a GPU an earlier part has would be dropped);
+      of a GPU an earlier part has would be dropped); and a part of the GPU instances' own series among the slow
+      ones (:data:`INSTANCE_LIVE_NAMES`, ``GPU_I_ID!=""``), asked of every host read whatever the parts ask;
     - each GPU's identity and pod, by its labels (no ``pid``): ``max by`` them of ``nvtopy_gpu_lost``, named
       :data:`GPU_LOST` (whether the GPU is lost is the row's value, not a row of its own), or where the GPU has
       none (dcgm-exporter's), ``count by`` them of its memory used, named :data:`GPU_IDENTITY`;
@@ -352,8 +368,10 @@ def read_query(
 
     # The value terms or-ed `on` every label they keep, __name__ too: a plain `or` drops the right side's rows whose
     # labels but __name__ are the left's, every row of a GPU asked of its host in a later term.
+    instance_only = (INSTANCE_LIVE_NAMES, (*where, Matcher("GPU_I_ID", "!=", "")), instances)
     values = f" or on({by(_VALUE_LABELS)}) ".join(
-        f"max by ({by(_VALUE_LABELS)}) ({_selector(names, where, of)})" for names, of in parts
+        f"max by ({by(_VALUE_LABELS)}) ({_selector(names, matchers, of)})"
+        for names, matchers, of in [*((names, where, of) for names, of in parts), instance_only]
     )
     terms = [values]
     terms.append(f"max by ({by(_PROCESS_VALUE_LABELS)}) ({_selector(_PROCESS_VALUE_NAMES, where, instances)})")
@@ -568,18 +586,17 @@ def _scrape(
             scrape.health[index] = gpu.health
     said_now: ProcessesSaid = {}
     before = said_before or {}
-    for (index, pid), said in sorted(host.processes.items()):
-        if index not in host.gpus:
+    labels_of, gpus, rows = host.process_labels.get, host.gpus, scrape.processes
+    for key, said in sorted(host.processes.items()):
+        index, pid = key
+        if index not in gpus:
             continue  # a process of a GPU without GPU series has nowhere to be shown
-        labels = host.process_labels.get((index, pid))
-        last = before.get((index, pid))
-        if last is not None and last[0] == labels:
-            identity = last[1]
-        else:
-            identity = process_from_labels(labels.as_dict() if labels is not None else {})
-        said_now[(index, pid)] = (labels, identity)
-        row = {"pid": pid, **identity, **said}
-        scrape.processes.setdefault(index, []).append(row)
+        labels = labels_of(key)
+        last = before.get(key)
+        if last is None or last[0] != labels:
+            last = (labels, process_from_labels(labels.as_dict() if labels is not None else {}))
+        said_now[key] = last  # the very pair while its labels are the same: no new object a process
+        rows.setdefault(index, []).append({"pid": pid, **last[1], **said})
     notes = []
     reported = len(host.gpus_reported | {str(index) for index in host.gpus})
     if reported > len(shown):
@@ -634,6 +651,7 @@ class _Known:
     slow: list[dict[int, Kept]] = field(default_factory=lambda: [{} for _ in _KEPT_GROUPS])
     read_at: dict[int, float | None] = field(default_factory=dict)  # a timed group -> its newest sample when read
     gpus_read: frozenset[int] = frozenset()  # the GPUs of its last read
+    every_group: bool = False  # a GPU came or went at its last read: every kept group asked at the next
     built: list[GpuState] | None = None  # its GPU lines of the last snapshot, while nothing new came
     processes_said: ProcessesSaid = field(default_factory=dict)  # its processes' identities as last read
     statics: dict[int, tuple[dict[str, Any], GpuStatic]] = field(default_factory=dict)  # _scrape's, by GPU index
@@ -814,7 +832,7 @@ class PrometheusFleet(SnapshotSource):
         asked: dict[tuple[str, str], tuple[int, ...]] = {}  # host -> the slow and timed groups asked of it
         for key in changed:
             known = self._known.get(key)
-            if everything or known is None or known.built is None:  # a first read: every group
+            if everything or known is None or known.built is None or known.every_group:  # every group
                 asked[key] = tuple(range(len(_KEPT_GROUPS)))
             else:
                 asked[key] = (known.reads % len(SLOW_GROUPS), *self._due(known, hosts[key].newest))
@@ -999,7 +1017,9 @@ class PrometheusFleet(SnapshotSource):
                     read_at[group] = host.newest
             if known is not None:
                 known.reads += 1
-                if known.gpus_read != host.gpus.keys():  # a GPU came or went: its timed values, at the next read
+                # A GPU came or went: its kept values (slow and timed), at the next read.
+                known.every_group = known.gpus_read != host.gpus.keys()
+                if known.every_group:
                     read_at.clear()
                 known.gpus_read = frozenset(host.gpus)
             host.slow = slow

@@ -307,6 +307,7 @@ class PrometheusClient:
         self.queries = 0  # HTTP requests made so far
         self.bytes_received = 0  # bytes of answers' bodies read so far, as sent (gzip-compressed where it was)
         self.json_bytes = 0  # the same answers' JSON, gzip undone
+        self.rows_received = 0  # instant query answers' rows (series) read so far: what a fleet refresh decodes
         self.warnings: list[str] = []  # Prometheus's warnings in the last answer (a partial answer)
         self.evaluated_at: float | None = None  # the server's evaluation time of the last instant query
         self._https = parts.scheme == "https"
@@ -376,6 +377,7 @@ class PrometheusClient:
             except VECTOR_ERRORS:
                 raise self.malformed() from None
         self.evaluated_at = evaluated
+        self.rows_received += len(result)
         return result
 
     def _rows(self, result: list[Any], rows: VectorRows) -> list[Any]:

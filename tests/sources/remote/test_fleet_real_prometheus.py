@@ -298,3 +298,32 @@ def _queries(fleet: PrometheusFleet) -> int:
     before = fleet.client.queries
     fleet.poll_once()
     return fleet.client.queries - before
+
+
+def test_the_real_server_answers_a_gpu_instances_memory_total_at_every_refresh(tmp_path: Path):
+    """A GPU's memory total is in the static slow group, a GPU instance's (``GPU_I_ID``, one of its own series) in a
+    part of its own at every refresh: Prometheus's answer to a read that asks no slow group has the instances'
+    totals and no GPU's (the ``GPU_I_ID!=""`` matcher), and a fleet shows the instance's total at every refresh
+    as the server holds it, and the GPU's as read at the first refresh."""
+    from .test_fleet_memory_total import _exposition
+
+    logs: list[Path] = []
+    with (
+        served_expositions([_exposition(0, ("0", "1")).encode()]) as targets,
+        prometheus(tmp_path, scrape_config(targets), targets, logs) as server,
+    ):
+        wait("the target scraped", DATA_S, lambda: targets_up(server), logs)
+        wait("two instances' totals", DATA_S, lambda: server.values("count(DCGM_FI_DEV_FB_TOTAL)") == [4.0], logs)
+        client = PrometheusFleet(server.url).client
+        live = client.query(read_query(parts=((fleet_module.LIVE_NAMES, None),), hostname=False))
+        totals = {(m["gpu"], m.get("GPU_I_ID")): v for m, v in live if m.get("__name__") == "DCGM_FI_DEV_FB_TOTAL"}
+        assert totals == {("0", "1"): 40000.0, ("1", "1"): 40000.0}, "the instances' totals, not the GPUs'"
+        used = {(m["gpu"], m.get("GPU_I_ID")) for m, _ in live if m.get("__name__") == "DCGM_FI_DEV_FB_USED"}
+        assert used == {("0", None), ("1", None), ("0", "1"), ("1", "1")}, "every part's rows kept"
+        fleet = PrometheusFleet(server.url, interval=1.0)
+        for _ in range(3):
+            for known in fleet._known.values():
+                known.newest = None  # read as new: the second and third reads ask the first two slow groups
+            gpus = fleet.poll_once().gpus
+            assert [g.static.memory_total_bytes for g in gpus] == [80000 * MIB] * 2
+            assert [g.static.mig_instances[0].memory_total_bytes for g in gpus] == [40000 * MIB] * 2

@@ -423,3 +423,6 @@ def test_query_items_are_the_answers_items_as_decoded_with_the_time_it_was_evalu
     client = PrometheusClient(serve(lambda handler: send(handler, 200, body)).url)
     assert client.query_items("x") == items
     assert client.evaluated_at == 1795000000.5
+    assert client.rows_received == 2
+    client.query("x")
+    assert client.rows_received == 4, "every instant query's rows counted (bench_fleet's rows a refresh)"
