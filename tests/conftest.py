@@ -6,6 +6,7 @@ import contextlib
 import ctypes
 import fcntl
 import hashlib
+import itertools
 import os
 import shutil
 import signal
@@ -116,14 +117,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = [pair for item in slow for pair in (item, next(rest, None)) if pair is not None] + list(rest)
 
 
+@pytest.fixture(scope="session")
+def xdg_config_homes(tmp_path_factory) -> Iterator[Path]:
+    """Fresh empty directories, one a ``next``, in one folder of this process's: each test's XDG config home.
+
+    Not ``tmp_path_factory.mktemp`` a test: it finds its next number by listing the whole base folder, which
+    grows by a folder or two a test (the autouse fixture below cost 1.7 ms of CPU a test, 0.4 ms now).
+    """
+    folder = tmp_path_factory.mktemp("xdg-config")
+
+    def fresh() -> Iterator[Path]:
+        for number in itertools.count():
+            home = folder / str(number)
+            home.mkdir()  # never there before: an error, not a shared directory, if it were
+            yield home
+
+    return fresh()
+
+
 @pytest.fixture(autouse=True)
-def isolated_preferences(tmp_path_factory, monkeypatch):
+def isolated_preferences(xdg_config_homes, monkeypatch):
     """No test sees the developer's own preferences: an empty XDG config directory of its own (so no
     ~/.config/nvtopy/config.toml, and the column chooser writes there), no $NVTOPY_CONFIG, no NO_COLOR; and
     the default cell palette again after the test (a colour-blind theme switches it for the process)."""
     from nvtopy.render.cells import use_palette
 
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(next(xdg_config_homes)))
     monkeypatch.delenv("NVTOPY_CONFIG", raising=False)
     monkeypatch.delenv("NO_COLOR", raising=False)
     # The terminal's size is the test's own too: pytest-xdist's workers inherit COLUMNS=80 (and LINES) from
