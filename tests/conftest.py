@@ -6,6 +6,7 @@ import contextlib
 import ctypes
 import fcntl
 import hashlib
+import itertools
 import os
 import shutil
 import signal
@@ -61,33 +62,87 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     shutdown()
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Order and group the run for pytest-xdist (the tests themselves are unchanged).
+# The longest tests, in seconds (make test's --durations, 2-core machine, 2026-11-30): the slow tests start longest
+# first. A name not here (or no longer a test's) only orders less well: the order is all it changes.
+LONGEST_S = {
+    "test_64_hosts_x_8_gpus": 40,
+    "test_health_before_the_first_collection_then_a_hung_driver_and_its_recovery": 23,
+    "test_report_against_a_real_prometheus": 20,
+    "test_faults_reach_the_webhook_as_readable_alerts_and_nothing_else": 17,
+    "test_the_queries_per_refresh_do_not_grow_with_hosts": 15,
+    "test_one_hung_gpu_keeps_health_200_and_is_named": 12,
+    "test_fake_driver_0_2_s_per_call_quit_is_prompt_after_the_first_frame": 8,
+}
 
-    The ``slow`` tests (mostly waiting: a Prometheus scraping, a player filling its bound) go first, so that
-    their waits overlap the rest of the run instead of being its tail. And the tests of a module that use a
-    module- or class-scoped fixture (a real Prometheus with three exporters, a compiled capture set) form one
-    ``xdist_group``: with ``--dist loadgroup`` the fixture is set up once, not once per worker.
+# `make test`'s timing pass collects only the files that say "mark.timing" (a grep, in the Makefile).
+TIMING_SPELLING = "mark.timing"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Iterator[None]:
+    """Group, check, then order the run for pytest-xdist (the tests themselves are unchanged).
+
+    Before the other plugins: the tests of a module that use a module- or class-scoped fixture (a real
+    Prometheus with three exporters, a compiled capture set) form one ``xdist_group`` (xdist reads it next):
+    with ``--dist loadgroup`` the fixture is set up once, not once per worker. And a timing test whose file
+    does not spell ``mark.timing`` stops the run: the timing pass would not collect it, the main pass leaves
+    it out.
+
+    After them (``-m`` has deselected what the pass does not run): the ``slow`` tests (mostly waiting: a
+    Prometheus scraping, a player filling its bound) go first, longest first (``LONGEST_S``), so that their
+    waits overlap the rest of the run instead of being its tail; each is followed by a quicker test, as xdist's
+    first hand-out gives each worker two tests in a row: two slow ones on one worker (the two exporter
+    readiness tests, 37 s in all; the sshd test then the 64 hosts) made the timing pass's tail.
     """
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: the rest keep their order
+    spelled: dict[Path, bool] = {}
     for item in items:
+        if item.get_closest_marker("timing") is not None:
+            if item.path not in spelled:
+                spelled[item.path] = TIMING_SPELLING in item.path.read_text(encoding="utf-8")
+            if not spelled[item.path]:
+                raise pytest.UsageError(
+                    f"{item.nodeid} is a timing test but its file never says {TIMING_SPELLING!r}: "
+                    "make test's timing pass collects only the files that do (Makefile)"
+                )
         info = getattr(item, "_fixtureinfo", None)
         if info is None or item.get_closest_marker("xdist_group"):
             continue
         scopes = {d.scope for defs in info.name2fixturedefs.values() for d in defs}
         if scopes & {"module", "class", "package"}:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    yield
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    slow.sort(key=lambda item: -LONGEST_S.get(getattr(item, "originalname", item.name), 0))  # stable
+    rest = iter([item for item in items if item.get_closest_marker("slow") is None])
+    items[:] = [pair for item in slow for pair in (item, next(rest, None)) if pair is not None] + list(rest)
+
+
+@pytest.fixture(scope="session")
+def xdg_config_homes(tmp_path_factory) -> Iterator[Path]:
+    """Fresh empty directories, one a ``next``, in one folder of this process's: each test's XDG config home.
+
+    Not ``tmp_path_factory.mktemp`` a test: it finds its next number by listing the whole base folder, which
+    grows by a folder or two a test (the autouse fixture below cost 1.7 ms of CPU a test, 0.4 ms now).
+    """
+    folder = tmp_path_factory.mktemp("xdg-config")
+
+    def fresh() -> Iterator[Path]:
+        for number in itertools.count():
+            home = folder / str(number)
+            home.mkdir()  # never there before: an error, not a shared directory, if it were
+            yield home
+
+    return fresh()
 
 
 @pytest.fixture(autouse=True)
-def isolated_preferences(tmp_path_factory, monkeypatch):
+def isolated_preferences(xdg_config_homes, monkeypatch):
     """No test sees the developer's own preferences: an empty XDG config directory of its own (so no
     ~/.config/nvtopy/config.toml, and the column chooser writes there), no $NVTOPY_CONFIG, no NO_COLOR; and
     the default cell palette again after the test (a colour-blind theme switches it for the process)."""
     from nvtopy.render.cells import use_palette
 
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(next(xdg_config_homes)))
     monkeypatch.delenv("NVTOPY_CONFIG", raising=False)
     monkeypatch.delenv("NO_COLOR", raising=False)
     # The terminal's size is the test's own too: pytest-xdist's workers inherit COLUMNS=80 (and LINES) from

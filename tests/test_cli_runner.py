@@ -22,6 +22,7 @@ import pytest
 
 from . import cli_runner
 from .cli_runner import run_command, run_module, run_nvtopy, spawn_nvtopy, startup_key
+from .waiting import until
 
 PROBE = """\
 import atexit, json, os, sys, threading, time
@@ -206,15 +207,25 @@ def test_a_run_interrupted_in_the_test_is_ended_and_the_next_run_gets_a_fresh_se
     assert (done.returncode, done.stderr) == (5, "to stderr\n"), "a reply owed to the interrupted run came instead"
 
 
+# The first run's hang in the two-threads test ends at this timeout: the second run (a spawn, 0.03-0.05 s on the
+# 2-core machine under load 7) must end before it. It was 10 s, a worker held for the whole of it.
+HANG_S = 3.0
+
+
 def test_two_runs_at_once_from_threads_both_run(probe_dir):
-    """A test may run nvtopy from two threads at once: the second does not wait for the first to end."""
+    """A test may run nvtopy from two threads at once: the second does not wait for the first to end.
+
+    Proven by the order the two end in: the second ends while the first still hangs (its timeout ends it,
+    ``HANG_S`` after it started); a second run that waited for the server could only end after the first's
+    TimeoutExpired. The server is started by a run before, so the first's timeout counts its hang alone.
+    """
+    assert run_module("probe", "facts", "0", cwd=probe_dir).returncode == 0  # this environment's server, ready
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        hanging = pool.submit(run_module, "probe", "hang", cwd=probe_dir, timeout=10)
-        deadline = time.monotonic() + 10
-        while not _running_in(probe_dir) and time.monotonic() < deadline:  # the first run has the server
-            time.sleep(0.05)
+        hanging = pool.submit(run_module, "probe", "hang", cwd=probe_dir, timeout=HANG_S)
+        until(lambda: _running_in(probe_dir), 10, "the first run to start")  # it has the server now
         quick = pool.submit(run_module, "probe", "facts", "0", cwd=probe_dir, timeout=60)
-        assert quick.result(timeout=8).returncode == 0, "the second run waited for the first"
+        assert quick.result(timeout=60).returncode == 0
+        assert not hanging.done(), "the second run waited for the first"
         with pytest.raises(subprocess.TimeoutExpired):
             hanging.result()
 

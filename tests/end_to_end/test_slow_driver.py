@@ -30,12 +30,28 @@ from nvtopy.tui.app import STALL_AFTER, NvtopyApp
 
 from ..conftest import needs_fake_nvml, without_nvml_driver
 from ..tui_helpers import header_line, started, wait_until, widget_lines
+from ..waiting import until
 
 PROMPT = 1.0  # seconds from q to the end of the process (measured: about 0.35 s, most of it Textual's own exit)
 ALT_SCREEN_OFF = b"\x1b[?1049l"
 CSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 pytestmark = pytest.mark.timing  # a driver that answers slowly, and quits measured against the clock
+
+
+@pytest.fixture(autouse=True)
+def threads_end_before_the_next_test():
+    """A test here may quit while a driver call is stuck (what it proves): the stuck poller's threads end
+    seconds later. They end before the next test, which may count the process's threads: the timing pass
+    runs its quick tests one after another on one worker, and the 256 ssh hosts' test, next, counted one
+    that ended during it (tests/sources/remote/ssh/test_ssh_hosts.py)."""
+    before = set(threading.enumerate())
+    yield
+    until(
+        lambda: not [thread for thread in threading.enumerate() if thread not in before],
+        30,
+        lambda: f"this test's threads to end: {[t.name for t in threading.enumerate() if t not in before]}",
+    )
 
 
 def lines_after_the_tui(out: bytes) -> list[str]:
