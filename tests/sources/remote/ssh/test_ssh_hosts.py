@@ -176,20 +176,22 @@ def test_stop_ends_every_ssh_at_once(tmp_path: Path):
 
 @pytest.mark.timing  # a bound on the clock (quit within 0.5 s): run apart from the loaded pass
 def test_256_hosts_cost_one_thread_and_two_descriptors_each(tmp_path: Path):
-    threads_before = threading.active_count()
+    # Threads counted by who they are, not how many: an earlier test's thread ending meanwhile must not count.
+    threads_before = set(threading.enumerate())
     fds_before = len(os.listdir("/proc/self/fd"))
     source = hosts(tmp_path, ",".join(f"hang{n}" for n in range(256)), max_connecting=256)
     source.streams.start()
     try:
         until(lambda: len(source.streams.children()) == 256, 30.0, "256 ssh processes")
-        assert threading.active_count() - threads_before == 1  # the one I/O thread
+        started = set(threading.enumerate()) - threads_before
+        assert len(started) == 1, started  # the one I/O thread
         assert len(os.listdir("/proc/self/fd")) - fds_before <= 2 * 256 + 8
     finally:
         began = time.monotonic()
         source.stop()
         took = time.monotonic() - began
     assert took < 2.0, f"stopping 256 sessions took {took:.2f} s"
-    assert threading.active_count() == threads_before
+    assert not set(threading.enumerate()) - threads_before  # the I/O thread has ended
 
 
 def test_hosts_connect_in_waves_of_at_most_max_connecting(tmp_path: Path):
@@ -255,7 +257,9 @@ def test_a_host_due_again_while_others_take_every_connection_slot_does_not_spin_
         assert hang.status.state is State.CONNECTING and exits.status.state is State.LOST  # held back
         held = [now for now in looks if retry_at <= now <= retry_at + 1.0]
         assert len(held) <= 3 / TIMER_STEP, f"{len(held)} looks in the second it was held back"
-        until(lambda: exits.status.attempts == 2 and exits.process is not None, 8.0, "asked again once hang lost")
+        # Asked again: its second attempt (counted as its ssh starts). Not "and its process is alive": that one
+        # exits at once, a window a loaded machine's polls can miss.
+        until(lambda: exits.status.attempts >= 2, 8.0, "asked again once hang lost")
         assert hang.status.state is State.LOST
     finally:
         source.stop()
