@@ -253,7 +253,12 @@ def exporter(sim) -> Iterator[Callable[..., Exporter]]:
         if faults is not None:
             kwargs["faults"] = parse_fault_specs(faults)
         backend = sim(**kwargs)
-        poller = Poller(backend, interval=1.0, groups=EXPORTER_GROUPS, collector=Collector(backend, history=1))
+        # isolate=False: the snapshot is read on this thread with no deadline, so every GPU is in it however loaded
+        # the machine (a GPU read past the 0.8 s share on a busy CI left one GPU's series out). No test here hangs a
+        # GPU (a stuck GPU under the exporter: test_exporter_readiness.py, test_exporter_readiness_fake_nvml.py).
+        poller = Poller(
+            backend, interval=1.0, groups=EXPORTER_GROUPS, collector=Collector(backend, history=1), isolate=False
+        )
         pollers.append(poller)
         if poll:
             poller.poll_once()
