@@ -30,16 +30,22 @@ def sleeper():
     process.wait()
 
 
-@pytest.mark.timeout(60)
-def test_the_inspector_opens_a_new_processs_status_once(sleeper, monkeypatch):
-    opened: list[str] = []
+@pytest.fixture
+def opened(monkeypatch) -> list[str]:
+    """Every path ``os.open`` is asked for while the test runs, in order."""
+    paths: list[str] = []
     real_open = os.open
 
     def counting(path, *args, **kwargs):
-        opened.append(os.fspath(path))
+        paths.append(os.fspath(path))
         return real_open(path, *args, **kwargs)
 
     monkeypatch.setattr(os, "open", counting)
+    return paths
+
+
+@pytest.mark.timeout(60)
+def test_the_inspector_opens_a_new_processs_status_once(sleeper, opened):
     info = PsutilInspector(resolver=OwnerResolver()).inspect([sleeper])[sleeper]
     assert info is not None and info.command
     assert opened.count(f"/proc/{sleeper}/status") == 1, opened
@@ -94,16 +100,8 @@ def test_a_resolver_of_another_proc_root_reads_its_own_status(tmp_path):
 
 
 @pytest.mark.timeout(60)
-def test_the_first_sight_opens_the_files_the_refreshes_read(sleeper, monkeypatch):
+def test_the_first_sight_opens_the_files_the_refreshes_read(sleeper, opened):
     """``stat`` and ``statm`` are opened at a new process's first sight and kept: the next refresh only reads them."""
-    opened: list[str] = []
-    real_open = os.open
-
-    def counting(path, *args, **kwargs):
-        opened.append(os.fspath(path))
-        return real_open(path, *args, **kwargs)
-
-    monkeypatch.setattr(os, "open", counting)
     inspector = PsutilInspector(resolver=OwnerResolver())
     first = inspector.inspect([sleeper])[sleeper]
     second = inspector.inspect([sleeper])[sleeper]
