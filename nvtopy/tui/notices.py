@@ -14,7 +14,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-__all__ = ["LateNotices"]
+__all__ = ["MAX_HELD", "LateNotices"]
+
+MAX_HELD = 32  # texts held before the app shows them; past it one line says how many more (they go to stderr after)
 
 
 class LateNotices:
@@ -23,6 +25,7 @@ class LateNotices:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._held: list[str] = []
+        self._dropped = 0
         self._show: Callable[[str], object] | None = None
 
     def say(self, text: str) -> None:
@@ -30,7 +33,10 @@ class LateNotices:
         with self._lock:
             show = self._show
             if show is None:
-                self._held.append(text)
+                if len(self._held) < MAX_HELD:
+                    self._held.append(text)
+                else:
+                    self._dropped += 1
                 return
         show(text)
 
@@ -38,6 +44,9 @@ class LateNotices:
         """From now on ``show`` shows each text; the held ones first (under the lock: none overtakes them)."""
         with self._lock:
             held, self._held = self._held, []
+            if self._dropped:
+                held.append(f"and {self._dropped} more warnings (listed after the monitor ends)")
+                self._dropped = 0
             for text in held:
                 show(text)
             self._show = show

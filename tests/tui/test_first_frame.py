@@ -19,8 +19,9 @@ import pytest
 from nvtopy.commands import dispatch, monitor
 from nvtopy.sources.gc_policy import MONITOR_THRESHOLDS
 from nvtopy.sources.poller import Poller
+from nvtopy.tui import notices as notices_module
 from nvtopy.tui.app import NvtopyApp
-from nvtopy.tui.notices import LateNotices
+from nvtopy.tui.notices import MAX_HELD, LateNotices
 
 from ..tui_helpers import started, wait_until
 
@@ -49,7 +50,18 @@ def test_late_notices_are_held_until_shown_then_pass_straight_through():
     assert shown == ["one", "two", "three"], "after show_with: at once"
 
 
-def test_late_notices_from_many_threads_lose_none_and_show_each_once():
+def test_late_notices_hold_a_bounded_number_and_say_how_many_more():
+    notices, shown = LateNotices(), []
+    for n in range(MAX_HELD + 5):
+        notices.say(f"w{n}")
+    notices.show_with(shown.append)
+    assert shown == [f"w{n}" for n in range(MAX_HELD)] + ["and 5 more warnings (listed after the monitor ends)"]
+    notices.say("later")
+    assert shown[-1] == "later"
+
+
+def test_late_notices_from_many_threads_lose_none_and_show_each_once(monkeypatch):
+    monkeypatch.setattr(notices_module, "MAX_HELD", 10_000)  # the bound is tested above; here, the lock
     notices, shown = LateNotices(), []
     threads = [threading.Thread(target=lambda n=n: [notices.say(f"{n}-{i}") for i in range(200)]) for n in range(4)]
     for thread in threads[:2]:
