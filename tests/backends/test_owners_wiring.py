@@ -13,8 +13,6 @@ import csv
 import dataclasses
 import io
 import json
-import subprocess
-import sys
 import unicodedata
 from pathlib import Path
 
@@ -47,14 +45,6 @@ def _visible(text: str) -> None:
     text.encode("utf-8")
     bad = [c for c in text if unicodedata.category(c) in ("Cc", "Cf", "Cs") and c != "\n"]
     assert not bad, f"unescaped characters {bad!r} in output"
-
-
-@pytest.fixture
-def sleeper():
-    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    yield process.pid
-    process.kill()
-    process.wait()
 
 
 def _proc_tree(root: Path, pid: int, *, cgroup: str | None, environ: bytes | None, status: str | None) -> None:

@@ -12,22 +12,12 @@ only for this ``/proc``, and closed again for a pid psutil answers for.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 
 from nvtopy.backends.host import owners
 from nvtopy.backends.host.owners import PROC_READ_LIMIT, OwnerResolver
 from nvtopy.backends.host.processes import PsutilInspector
-
-
-@pytest.fixture
-def sleeper():
-    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    yield process.pid
-    process.kill()
-    process.wait()
 
 
 @pytest.fixture
