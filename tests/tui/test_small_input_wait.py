@@ -76,6 +76,7 @@ async def test_the_input_thread_sleeps_while_nothing_is_typed(driver: tuple[_Dri
     """Idle for 0.35 s: one unbounded wait (Textual's loop woke every 0.1 s: four times here)."""
     made, waits = driver
     made.thread.start()
+    _until(lambda: waits, timeout=5.0)  # the thread is in its first wait (a loaded machine may take a while)
     time.sleep(0.35)  # the time the thread is given to wake needlessly: what is measured, not a wait for luck
     assert waits == [None], f"the input thread waited {waits}"
     made.driver.disable_input()
