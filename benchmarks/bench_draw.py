@@ -131,6 +131,8 @@ def main() -> int:
     parser.add_argument("-d", "--duration", type=float, default=15.0, help="seconds measured per run")
     parser.add_argument("-w", "--warmup", type=float, default=5.0, help="seconds before measuring")
     parser.add_argument("--floor", action="store_true", help="add Textual's floor and the collection alone")
+    parser.add_argument("--gpus", type=int, default=8, help="simulated GPUs (1 with --pids 1: a small machine)")
+    parser.add_argument("--pids", type=int, default=64, help="GPU processes (real sleeps) the fake driver reports")
     args = parser.parse_args()
 
     python = ROOT / ".venv" / "bin" / "python"
@@ -147,10 +149,10 @@ def main() -> int:
         tools["collection"] = f"{python} {ROOT / 'benchmarks' / 'collect_only.py'} --interval 1"
 
     build = fake_library()
-    sleepers = [subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL) for _ in range(64)]
+    sleepers = [subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL) for _ in range(args.pids)]
     env = {
         "LD_LIBRARY_PATH": str(build),
-        "FAKE_NVML_GPUS": "8",
+        "FAKE_NVML_GPUS": str(args.gpus),
         "FAKE_NVML_PIDS": ",".join(str(s.pid) for s in sleepers),
     }
     out = RESULTS / "draw"
@@ -179,7 +181,8 @@ def main() -> int:
     def median(name: str, key: str) -> float:
         return statistics.median(float(run[key]) for run in runs[name])  # type: ignore[arg-type]
 
-    print(f"\n# tmux 200x50, fake driver 8 GPUs x 64 processes, 1 s; median of {args.repeat} interleaved runs")
+    size = f"{args.gpus} GPUs x {args.pids} processes"
+    print(f"\n# tmux 200x50, fake driver {size}, 1 s; median of {args.repeat} interleaved runs")
     print("| tool | UI thread ms/s | other threads ms/s | CPU % | / nvitop | peak RSS MiB |")
     print("|---|---:|---:|---:|---:|---:|")
     nvitop = median("nvitop", "cpu_pct") if "nvitop" in runs else None
@@ -204,6 +207,13 @@ def main() -> int:
         ]
         summary["ui_ratio_paired"] = statistics.median(pairs)
         print(f"\nUI thread, this / other: {statistics.median(pairs):.2f}x (median of paired runs)")
+        whole = [
+            float(a["cpu_pct"]) / float(b["cpu_pct"])  # type: ignore[arg-type]
+            for a, b in zip(runs["this"], runs["other"], strict=True)
+            if float(b["cpu_pct"]) > 0  # type: ignore[arg-type]
+        ]
+        summary["cpu_ratio_paired"] = statistics.median(whole)
+        print(f"Whole process, this / other: {statistics.median(whole):.2f}x (median of paired runs)")
     (out / "draw.json").write_text(json.dumps(summary, indent=2))
     print(f"details: {out / 'draw.json'}")
     return 0

@@ -138,11 +138,17 @@ def first_frames(fake: Path, venv: Path, nvtopy: str, repeats: int) -> dict[str,
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def fake_env(fake: Path, pids: list[int]) -> dict[str, str]:
-    return {"LD_LIBRARY_PATH": str(fake / "build"), "FAKE_NVML_GPUS": "8", "FAKE_NVML_PIDS": ",".join(map(str, pids))}
+def fake_env(fake: Path, pids: list[int], gpus: int = 8) -> dict[str, str]:
+    return {
+        "LD_LIBRARY_PATH": str(fake / "build"),
+        "FAKE_NVML_GPUS": str(gpus),
+        "FAKE_NVML_PIDS": ",".join(map(str, pids)),
+    }
 
 
-def thread_cpu(fake: Path, nvtopy: str, window_s: float = THREAD_WINDOW_S) -> dict[str, float]:
+def thread_cpu(
+    fake: Path, nvtopy: str, window_s: float = THREAD_WINDOW_S, gpus: int = 8, pids: int = 64
+) -> dict[str, float]:
     """nvtopy's CPU per thread (ms per second) over ``window_s`` of steady refresh: the UI's, the others', the top four.
 
     From ``/proc/PID/task/TID/schedstat`` (nanoseconds on CPU), read at both ends of the
@@ -150,8 +156,8 @@ def thread_cpu(fake: Path, nvtopy: str, window_s: float = THREAD_WINDOW_S) -> di
     with the same fake GPUs and processes as the monitor runs. Says where the steady CPU
     goes (UI thread, poller, GPU readers, event thread) without a profiler's overhead.
     """
-    sleepers = [subprocess.Popen(["sleep", "600"]) for _ in range(64)]
-    run_ = PtyRun([nvtopy, "--interval", "1"], env=fake_env(fake, [p.pid for p in sleepers]))
+    sleepers = [subprocess.Popen(["sleep", "600"]) for _ in range(pids)]
+    run_ = PtyRun([nvtopy, "--interval", "1"], env=fake_env(fake, [p.pid for p in sleepers], gpus))
 
     def sample() -> dict[int, int]:
         threads = {}
@@ -228,11 +234,77 @@ def lower_bound(by_tool: dict[str, dict[str, object]]) -> float | None:
     return (floor + collection) / nvitop if nvitop > 0 else None
 
 
+def small_machine(fake: Path, venv: Path, nvtopy: str, args: argparse.Namespace) -> int:
+    """``--gpus/--pids`` other than 8x64: the steady CPU of nvtopy and nvitop at that size, and nothing else.
+
+    A one-GPU workstation is the most common user, and there Textual's fixed redraw cost,
+    not the collection, is most of nvtopy's CPU (issue 27: 1.19x nvitop on a real H200 with
+    one process). Beside the two: Textual's floor with every line redrawn each second and
+    with none (Textual idle), the collection alone, and nvtopy's CPU per thread.
+    """
+    size = f"{args.gpus} GPU{'s' if args.gpus != 1 else ''} x {args.pids} process{'es' if args.pids != 1 else ''}"
+    # A session held for the whole run keeps peer_overhead.py's tmux server up: one that quits as its last
+    # session ends can refuse the next monitor's new session (it did, at 1x1). peer_overhead ends the server.
+    hold = ["tmux", "-L", "fake-nvml-bench", "new-session", "-d", "-s", f"hold-{os.getpid()}", "sleep 86400"]
+    subprocess.run(hold, check=False, capture_output=True)
+    monitors = peer_overhead(
+        fake,
+        venv,
+        *("-g", str(args.gpus), "-p", str(args.pids), "-s", "200x50"),
+        *("-d", str(args.duration), "-r", str(args.repeat), "-o", str(RESULTS / "peers-small")),
+        "nvitop",
+        "--cmd",
+        f"nvtopy={nvtopy} --interval 1",
+        "--cmd",
+        f"textual-floor={sys.executable} {FLOOR} --serve --dirty all",
+        "--cmd",
+        f"textual-idle={sys.executable} {FLOOR} --serve --dirty none",
+        "--cmd",
+        f"collection={sys.executable} {COLLECT} --interval 1",
+    )
+    screens = sorted((RESULTS / "peers-small").glob("rep*/nvtopy.screen.txt"))
+    if not screens or any(CHART_MARK not in screen.read_text() for screen in screens):
+        print(f"bench-peers: no chart on nvtopy's screen in {RESULTS / 'peers-small'}: not the figure 'with charts'")
+        return 1
+    threads = thread_cpu(fake, nvtopy, gpus=args.gpus, pids=args.pids)
+    by_tool = {str(r["tool"]): r for r in monitors}
+    print(f"# small machine: {size}, 1 s refresh, tmux 200x50, median of {args.repeat} interleaved runs")
+    print("| tool | steady CPU % | runs | peak RSS MiB | NVML calls/s |")
+    print("|---|---:|---|---:|---:|")
+    for name, result in by_tool.items():
+        runs = result.get("cpu_pct_steady_runs", [result["cpu_pct_steady"]])
+        print(
+            f"| {name} | {result['cpu_pct_steady']} | {' / '.join(map(str, runs))} "
+            f"| {result['peak_rss_mib']} | {result['nvml_calls_per_s']} |"
+        )
+    print(f"\n# nvtopy's CPU per thread, ms per second over {THREAD_WINDOW_S:g} s (charts on screen, 200x50)")
+    print("  " + ", ".join(f"{name} {ms:g}" for name, ms in threads.items()))
+    mine, nvitop = float(by_tool["nvtopy"]["cpu_pct_steady"]), float(by_tool["nvitop"]["cpu_pct_steady"])
+    ratio = mine / max(nvitop, 1e-9)
+    bound = lower_bound(by_tool)
+    print(
+        f"\n  small machine ({size}): nvtopy {mine:g} % / nvitop {nvitop:g} % steady CPU = {ratio:.2f}x "
+        f"(target <= 1x)  {'ok' if ratio <= 1 else 'MISSED'}"
+        + (f"; steady_cpu_bound {bound:.2f}x" if bound is not None else "")
+    )
+    summary = {
+        "size": {"gpus": args.gpus, "pids": args.pids},
+        "monitors": monitors,
+        "thread_cpu_ms_per_s": threads,
+        "steady_cpu_ratio": ratio,
+    }
+    (RESULTS / "peers-small.json").write_text(json.dumps(summary, indent=2))
+    print(f"\n  details: {RESULTS / 'peers-small.json'}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-r", "--repeat", type=int, default=3, help="interleaved repetitions (medians)")
     parser.add_argument("-d", "--duration", type=float, default=20.0, help="seconds per monitor run")
     parser.add_argument("--oneshot", type=int, default=10, help="runs per one-shot command")
+    parser.add_argument("--gpus", type=int, default=8, help="simulated GPUs (other than 8x64: the small-machine run)")
+    parser.add_argument("--pids", type=int, default=64, help="GPU processes (real sleeps) reported by the fake driver")
     args = parser.parse_args()
     skipped = why_skip() or (None if shutil.which("tmux") else "'tmux' is not installed")
     if skipped:
@@ -245,6 +317,8 @@ def main() -> int:
     run([sys.executable, "-m", "compileall", "-q", str(ROOT / "nvtopy")])
     nvtopy = str(Path(sys.executable).with_name("nvtopy"))
     RESULTS.mkdir(parents=True, exist_ok=True)
+    if (args.gpus, args.pids) != (8, 64):
+        return small_machine(fake, venv, nvtopy, args)
     common = ["-g", "8", "-p", "64", "-s", "200x50"]
     started = time.time()
     monitors = peer_overhead(

@@ -124,7 +124,7 @@ async def refresh_costs(gpus: int, processes: int, samples: int) -> dict[str, fl
     }
 
 
-async def fixed_refreshes(count: int, warm: int = 30) -> None:
+async def fixed_refreshes(count: int, warm: int = 30, gpus: int = 8, processes: int = 8) -> None:
     """``count`` refreshes after ``warm`` of the headless 200x50 monitor (simulated 8 GPUs x 8 processes, seed 1,
     charts on screen), each a new second on a manual clock, the garbage collector settled as the monitor settles
     it: the same work on every run, for an instruction count (``--refreshes``)::
@@ -133,6 +133,7 @@ async def fixed_refreshes(count: int, warm: int = 30) -> None:
             .venv/bin/python benchmarks/bench_tui.py --refreshes 42   # and --refreshes 2: (a - b) / 40 a refresh
 
     Python's clocks move a second a refresh too (the charts' window and the process table's TIME follow them).
+    ``--gpus 1 --procs 1``: a small machine's refresh (one GPU, one process).
     """
     from nvtopy.backends.simulated.backend import SimulatedBackend
     from nvtopy.sources.gc_policy import settle_for_monitor
@@ -142,7 +143,7 @@ async def fixed_refreshes(count: int, warm: int = 30) -> None:
     time.monotonic = lambda: monotonic() + ahead[0]  # type: ignore[assignment]
     time.time = lambda: wall() + ahead[0]  # type: ignore[assignment]
     now = [1_764_500_000.0]
-    backend = SimulatedBackend(gpus=8, seed=1, clock=lambda: now[0], processes_per_gpu=8, viewer="alice")
+    backend = SimulatedBackend(gpus=gpus, seed=1, clock=lambda: now[0], processes_per_gpu=processes, viewer="alice")
     app = NvtopyApp.for_backend(backend, poll=False, isolate=False, events=False)
     settle_for_monitor()
     try:
@@ -166,9 +167,11 @@ def main() -> int:
     parser.add_argument(
         "--refreshes", type=int, metavar="N", help="only N fixed refreshes, headless, for callgrind (fixed_refreshes)"
     )
+    parser.add_argument("--gpus", type=int, default=8, help="with --refreshes: simulated GPUs (default 8)")
+    parser.add_argument("--procs", type=int, default=8, help="with --refreshes: processes a GPU (default 8)")
     args = parser.parse_args()
     if args.refreshes is not None:
-        asyncio.run(fixed_refreshes(args.refreshes))
+        asyncio.run(fixed_refreshes(args.refreshes, gpus=args.gpus, processes=args.procs))
         return 0
     samples = 10 if args.quick else 30
     results: dict[str, object] = {
