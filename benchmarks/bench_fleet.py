@@ -3,7 +3,11 @@
 Hosts of 8 simulated GPUs each (``nvtopy exporter --demo``'s exposition, the names
 dcgm-exporter and nvtopy's exporter use, about 1,100 samples a host) are served from a
 child process, one port per host, and scraped by Debian's ``prometheus`` on loopback
-(the helpers of ``tests/prometheus_fixtures.py``). Measured, per refresh of a
+(the helpers of ``tests/prometheus_fixtures.py``). Each host serves its GPUs at
+:data:`TICKS` successive seconds in turn, one a scrape, so its values move between reads as
+a busy fleet's do (about a sixth of the series a second: utilisation, power, memory, the
+profiling ratios, the processes'); until 2026-11-30 every scrape served the same text, and
+every value's text was one the fleet's reading had seen before. Measured, per refresh of a
 :class:`~nvtopy.sources.remote.fleet.PrometheusFleet` at a 1 s interval:
 
 - **CPU**: the refreshing thread's own CPU time (``time.thread_time``) of the fetch,
@@ -29,7 +33,8 @@ refresh, so every refresh reads every host. 512 hosts (4,096 GPUs) at 1 s would 
 with other work keeps up with (scrapes time out), so they are scraped every 10 s and
 each measured refresh is made to read every host as a 1 s scrape would (each host's
 newest sample is forgotten before it, so it counts as new): the same two queries, the
-same answer, the same decoding and building.
+same answer, the same decoding and building. The measured refreshes are a scrape apart
+(10 s), so each reads every host's next values.
 
 ``--profile`` adds a cProfile of the refreshes at the larger size (top functions by
 own time). Run: ``.venv/bin/python benchmarks/bench_fleet.py [--sizes 64,512]``.
@@ -55,17 +60,20 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 GPUS_PER_HOST = 8
+TICKS = 3  # the seconds of values each host serves in turn
 
 
 def serve(hosts: int) -> None:
     """Child process: one exposition per host, each on a port of its own; prints the ports, serves until stdin ends."""
     import http.server
 
-    from tests.prometheus_fixtures import served_expositions, simulated_exposition
+    from tests.prometheus_fixtures import served_expositions, simulated_expositions
 
     # A scrape that Prometheus gives up on (its timeout) resets the connection: not worth a traceback here.
     http.server.ThreadingHTTPServer.handle_error = lambda self, request, address: None  # type: ignore[method-assign]
-    bodies = [simulated_exposition(f"node{n:03d}", n, GPUS_PER_HOST).encode() for n in range(hosts)]
+    bodies = [
+        [body.encode() for body in simulated_expositions(f"node{n:03d}", n, GPUS_PER_HOST, TICKS)] for n in range(hosts)
+    ]
     with served_expositions(bodies) as targets:
         print(json.dumps(targets), flush=True)
         sys.stdin.read()
@@ -141,7 +149,7 @@ def measure(hosts: int, refreshes: int, profile: bool, history: int, python_gc: 
                 collections = _Collections()
                 gc.callbacks.append(collections)
                 for _ in range(refreshes):
-                    time.sleep(1.0)
+                    time.sleep(1.0 if live else 10.0)  # at 10 s: every host scraped again, its next values
                     if not live:  # as a 1 s scrape would have it: every host has a sample newer than the last read
                         for known in fleet._known.values():
                             known.newest = None
