@@ -3,7 +3,11 @@
 Hosts of 8 simulated GPUs each (``nvtopy exporter --demo``'s exposition, the names
 dcgm-exporter and nvtopy's exporter use, about 1,100 samples a host) are served from a
 child process, one port per host, and scraped by Debian's ``prometheus`` on loopback
-(the helpers of ``tests/prometheus_fixtures.py``). Measured, per refresh of a
+(the helpers of ``tests/prometheus_fixtures.py``). Each host serves its GPUs at
+:data:`TICKS` successive seconds in turn, one a scrape, so its values move between reads as
+a busy fleet's do (about a sixth of the series a second: utilisation, power, memory, the
+profiling ratios, the processes'); until 2026-11-30 every scrape served the same text, and
+every value's text was one the fleet's reading had seen before. Measured, per refresh of a
 :class:`~nvtopy.sources.remote.fleet.PrometheusFleet` at a 1 s interval:
 
 - **CPU**: the refreshing thread's own CPU time (``time.thread_time``) of the fetch,
@@ -12,7 +16,16 @@ child process, one port per host, and scraped by Debian's ``prometheus`` on loop
 - **queries**: HTTP requests the refresh made; **bytes**: the answers as received
   (gzip) and their JSON; **rows**: the answers' rows (series), what the refresh decodes and reads.
 
-Medians over ``--refreshes`` refreshes after a first (full) one.
+Medians over ``--refreshes`` refreshes after a first (full) one, and their mean.
+
+The garbage collector is set as ``nvtopy --prometheus`` sets it before its first refresh
+(``gc_policy.settle_for_fleet``: what is alive frozen, a young collection every 50,000 new
+objects), as ``bench_ssh.py`` does for ``--ssh``. Until 2026-11-30 this benchmark left CPython's
+default (a young collection every 700): each refresh then paid a collection over the ~55,000
+objects it keeps, and older-generation ones over everything alive, which the monitor does not.
+A refresh that sets off the monitor's collection (about one in four at 4,096 GPUs) pays it in
+its measured CPU, so the mean is printed beside the median, with the collections counted and
+timed on the refreshing thread. ``--python-gc`` measures with CPython's default, as before.
 
 64 hosts (512 GPUs) are scraped every 1 s: every host has a new sample at every
 refresh, so every refresh reads every host. 512 hosts (4,096 GPUs) at 1 s would be
@@ -20,7 +33,8 @@ refresh, so every refresh reads every host. 512 hosts (4,096 GPUs) at 1 s would 
 with other work keeps up with (scrapes time out), so they are scraped every 10 s and
 each measured refresh is made to read every host as a 1 s scrape would (each host's
 newest sample is forgotten before it, so it counts as new): the same two queries, the
-same answer, the same decoding and building.
+same answer, the same decoding and building. The measured refreshes are a scrape apart
+(10 s), so each reads every host's next values.
 
 ``--profile`` adds a cProfile of the refreshes at the larger size (top functions by
 own time). Run: ``.venv/bin/python benchmarks/bench_fleet.py [--sizes 64,512]``.
@@ -30,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import json
 import os
 import pstats
@@ -37,6 +52,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -44,17 +60,20 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 GPUS_PER_HOST = 8
+TICKS = 3  # the seconds of values each host serves in turn
 
 
 def serve(hosts: int) -> None:
     """Child process: one exposition per host, each on a port of its own; prints the ports, serves until stdin ends."""
     import http.server
 
-    from tests.prometheus_fixtures import served_expositions, simulated_exposition
+    from tests.prometheus_fixtures import served_expositions, simulated_expositions
 
     # A scrape that Prometheus gives up on (its timeout) resets the connection: not worth a traceback here.
     http.server.ThreadingHTTPServer.handle_error = lambda self, request, address: None  # type: ignore[method-assign]
-    bodies = [simulated_exposition(f"node{n:03d}", n, GPUS_PER_HOST).encode() for n in range(hosts)]
+    bodies = [
+        [body.encode() for body in simulated_expositions(f"node{n:03d}", n, GPUS_PER_HOST, TICKS)] for n in range(hosts)
+    ]
     with served_expositions(bodies) as targets:
         print(json.dumps(targets), flush=True)
         sys.stdin.read()
@@ -73,7 +92,27 @@ def _rows(client: object) -> int:
     return getattr(client, "rows_received", 0)  # 0 on a version that does not count
 
 
-def measure(hosts: int, refreshes: int, profile: bool, history: int) -> dict[str, float]:
+class _Collections:
+    """The garbage collector's runs on one thread (``gc.callbacks``): how many, and their CPU time."""
+
+    def __init__(self) -> None:
+        self.thread = threading.get_ident()
+        self.count = 0
+        self.seconds = 0.0
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if threading.get_ident() != self.thread:
+            return
+        if phase == "start":
+            self._started = time.thread_time()
+        else:
+            self.count += 1
+            self.seconds += time.thread_time() - self._started
+
+
+def measure(hosts: int, refreshes: int, profile: bool, history: int, python_gc: bool = False) -> dict[str, float]:
+    from nvtopy.sources.gc_policy import settle_for_fleet
     from nvtopy.sources.remote.fleet import PrometheusFleet
     from tests.prometheus_fixtures import DATA_S, prometheus, scrape_config, targets_up, wait
 
@@ -97,6 +136,8 @@ def measure(hosts: int, refreshes: int, profile: bool, history: int) -> dict[str
                     logs,
                 )
                 fleet = PrometheusFleet(server.url, interval=1.0, timeout=30.0)
+                if not python_gc:
+                    settle_for_fleet()  # as nvtopy --prometheus does before its first refresh (monitor.py)
                 fleet.poll_once()
                 first = (fleet.refresh_seconds or 0.0, fleet.refresh_cpu_seconds or 0.0)
                 for buffer in fleet._mapper._history.values():  # every sparkline as full as after its minutes
@@ -105,8 +146,10 @@ def measure(hosts: int, refreshes: int, profile: bool, history: int) -> dict[str
                 shown = len(fleet.latest.gpus) if fleet.latest else 0
                 rows: list[tuple[float, float, int, int, int, int, int]] = []
                 profiler = cProfile.Profile() if profile else None
+                collections = _Collections()
+                gc.callbacks.append(collections)
                 for _ in range(refreshes):
-                    time.sleep(1.0)
+                    time.sleep(1.0 if live else 10.0)  # at 10 s: every host scraped again, its next values
                     if not live:  # as a 1 s scrape would have it: every host has a sample newer than the last read
                         for known in fleet._known.values():
                             known.newest = None
@@ -128,6 +171,7 @@ def measure(hosts: int, refreshes: int, profile: bool, history: int) -> dict[str
                             _rows(client) - series,
                         )
                     )
+                gc.callbacks.remove(collections)
     finally:
         if child.stdin is not None:
             child.stdin.close()
@@ -137,9 +181,12 @@ def measure(hosts: int, refreshes: int, profile: bool, history: int) -> dict[str
             child.kill()
             child.wait()
     cpu, wall, queries, sent, decoded, read, series = (statistics.median(column) for column in zip(*rows, strict=True))
+    mean = statistics.mean(r[0] for r in rows)
     print(
         f"{hosts:4d} hosts x {GPUS_PER_HOST} = {gpus:5d} GPUs ({'1 s scrape' if live else '10 s scrape, all read'}): "
-        f"CPU {cpu:6.1f} ms (max {max(r[0] for r in rows):.1f}), wall {wall:6.1f} ms, "
+        f"CPU {cpu:6.1f} ms (mean {mean:.1f}, max {max(r[0] for r in rows):.1f}; collector "
+        f"{'CPython default' if python_gc else 'as the monitor sets it'}: {collections.count} collections, "
+        f"{collections.seconds * 1000:.0f} ms in {len(rows)} refreshes), wall {wall:6.1f} ms, "
         f"{queries:.0f} queries, {sent / 1024:.0f} KiB received ({decoded / 1024:.0f} KiB JSON, {series:.0f} rows), "
         f"hosts read {read:.0f}, GPUs shown {shown}; first refresh {first[1] * 1000:.0f} ms CPU, "
         f"{first[0] * 1000:.0f} ms wall"
@@ -151,6 +198,9 @@ def measure(hosts: int, refreshes: int, profile: bool, history: int) -> dict[str
         "hosts": hosts,
         "gpus": gpus,
         "cpu_ms": cpu,
+        "cpu_mean_ms": mean,
+        "collections": collections.count,
+        "collection_ms": collections.seconds * 1000,
         "wall_ms": wall,
         "queries": queries,
         "bytes_received": sent,
@@ -165,6 +215,11 @@ def main() -> int:
     parser.add_argument("--sizes", default="64,512", help="hosts of 8 GPUs, comma-separated")
     parser.add_argument("--refreshes", type=int, default=10)
     parser.add_argument("--profile", action="store_true", help="cProfile the refreshes at the largest size")
+    parser.add_argument(
+        "--python-gc",
+        action="store_true",
+        help="leave CPython's default collector (before 2026-11-30's benchmark) rather than the monitor's",
+    )
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     parser.add_argument(
         "--history",
@@ -182,7 +237,10 @@ def main() -> int:
         print("bench_fleet skipped: no prometheus on PATH (apt-get install prometheus)")
         return 0
     sizes = [int(size) for size in args.sizes.split(",")]
-    results = [measure(hosts, args.refreshes, args.profile and hosts == max(sizes), args.history) for hosts in sizes]
+    results = [
+        measure(hosts, args.refreshes, args.profile and hosts == max(sizes), args.history, args.python_gc)
+        for hosts in sizes
+    ]
     out = ROOT / "benchmarks" / "results"
     out.mkdir(parents=True, exist_ok=True)
     (out / "fleet.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")

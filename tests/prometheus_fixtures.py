@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import itertools
 import json
 import math
 import os
@@ -420,12 +421,14 @@ def three_exporter_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[F
 
 
 class _Expositions(http.server.BaseHTTPRequestHandler):
-    """``GET /metrics``: the text this port's server was given (``server.body``)."""
+    """``GET /metrics``: the text this port's server was given, or each of its texts in turn
+    (``server.bodies``, one a scrape, round and round)."""
 
     protocol_version = "HTTP/1.1"
 
     def do_GET(self) -> None:
-        body: bytes = self.server.body  # type: ignore[attr-defined]
+        bodies: Sequence[bytes] = self.server.bodies  # type: ignore[attr-defined]
+        body = bodies[next(self.server.turns) % len(bodies)]  # type: ignore[attr-defined]
         self.send_response(200)
         self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
         self.send_header("Content-Length", str(len(body)))
@@ -437,8 +440,9 @@ class _Expositions(http.server.BaseHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def served_expositions(bodies: Sequence[bytes]) -> Iterator[list[str]]:
-    """Each body on a port of its own (``/metrics``), from threads of this process: one exporter per port.
+def served_expositions(bodies: Sequence[bytes | Sequence[bytes]]) -> Iterator[list[str]]:
+    """Each body on a port of its own (``/metrics``), from threads of this process: one exporter per port. A
+    sequence of bodies is served one a request, in turn (an exporter whose values move between scrapes).
 
     Yields each server's host:port; shut down afterwards.
     """
@@ -447,7 +451,8 @@ def served_expositions(bodies: Sequence[bytes]) -> Iterator[list[str]]:
         for body in bodies:
             server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Expositions)
             server.daemon_threads = True
-            server.body = body  # type: ignore[attr-defined]
+            server.bodies = [body] if isinstance(body, bytes) else list(body)  # type: ignore[attr-defined]
+            server.turns = itertools.count()  # type: ignore[attr-defined]
             servers.append(server)
             threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
         yield [f"127.0.0.1:{server.server_address[1]}" for server in servers]
@@ -909,6 +914,15 @@ def _value_text(value: float) -> str:
 
 def simulated_exposition(hostname: str, seed: int, gpus: int = 8, *, faults: Sequence[str] = (), **options: Any) -> str:
     """What ``nvtopy exporter --demo`` serves for simulated GPUs at a fixed time (the same text every call)."""
+    return simulated_expositions(hostname, seed, gpus, faults=faults, **options)[0]
+
+
+def simulated_expositions(
+    hostname: str, seed: int, gpus: int = 8, ticks: int = 1, *, faults: Sequence[str] = (), **options: Any
+) -> list[str]:
+    """What ``nvtopy exporter --demo`` serves at ``ticks`` successive seconds from a fixed time: the same GPUs and
+    processes, their utilisation, power, memory, clocks and counters moving as a busy GPU's do (a benchmark whose
+    values never change would find every value's text read before)."""
     from prometheus_client import CollectorRegistry, generate_latest
 
     from nvtopy.backends.open import open_backend, simulated_spec
@@ -916,21 +930,26 @@ def simulated_exposition(hostname: str, seed: int, gpus: int = 8, *, faults: Seq
     from nvtopy.sources.collector import Collector
     from nvtopy.sources.poller import Poller
 
+    now = [1_795_000_000.0]
     spec = simulated_spec(
         gpus,
         seed=seed,
         faults=list(faults),
         hostname=hostname,
-        clock=lambda: 1_795_000_000.0,
+        clock=lambda: now[0],
         viewer="alice",
         **options,
     )
     backend = open_backend(spec)
     poller = Poller(backend, collector=Collector(backend, history=1))
-    poller.poll_once()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(poller))
-    return generate_latest(registry).decode("utf-8")
+    bodies = []
+    for _ in range(ticks):
+        poller.poll_once()
+        bodies.append(generate_latest(registry).decode("utf-8"))
+        now[0] += 1.0
+    return bodies
 
 
 def shutdown_server(server: Any) -> None:

@@ -12,11 +12,18 @@ from __future__ import annotations
 
 import json
 import math
+import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from .prometheus_fixtures import _plain_samples, exposition_samples, simulated_exposition
+from .prometheus_fixtures import (
+    _plain_samples,
+    exposition_samples,
+    served_expositions,
+    simulated_exposition,
+    simulated_expositions,
+)
 
 
 def parsed(text: str) -> list[tuple[str, dict[str, str], float]]:
@@ -145,3 +152,22 @@ def test_the_fake_prometheus_ors_as_prometheus_does():
         assert names(f"{util} or {temp}") == [("temp", "1"), ("util", "0")]
         assert names(f"{util} or on(__name__, instance, gpu) {temp}") == [("temp", "0"), ("temp", "1"), ("util", "0")]
         assert names(f"{util} or on(instance) {temp}") == [("util", "0")]
+
+
+@pytest.mark.timeout(30)
+def test_an_exporters_successive_seconds_move_and_are_served_in_turn():
+    """bench_fleet's hosts: the same GPUs and processes a second apart, some values moved; one text a scrape."""
+    first, second = simulated_expositions("node007", 7, 2, ticks=2)
+    assert first == simulated_exposition("node007", 7, 2)
+
+    def values(text: str) -> dict[str, float]:
+        return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line[:1] != "#"}
+
+    before, after = values(first), values(second)
+    assert before.keys() == after.keys()  # the same series: GPUs, processes, labels
+    moved = {key.split("{")[0] for key in before if before[key] != after[key]}
+    assert {"DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_FB_USED", "nvtopy_process_gpu_memory_bytes"} <= moved
+    with served_expositions([[b"one", b"two"], b"only"]) as (turning, fixed):
+        seen = [urllib.request.urlopen(f"http://{turning}/metrics", timeout=5).read() for _ in range(3)]
+        assert seen == [b"one", b"two", b"one"]
+        assert urllib.request.urlopen(f"http://{fixed}/metrics", timeout=5).read() == b"only"

@@ -115,6 +115,7 @@ class HostGpus:
         self._timelines: dict[Hashable, Timeline] = {}  # the charts' long history
         self._xid_seen: dict[Hashable, tuple[int, float]] = {}  # -> (last Xid, when first seen)
         self._statics: dict[Hashable, tuple[tuple[Any, ...], GpuStatic]] = {}  # -> (what it was made of, it)
+        self._healths: dict[Hashable, tuple[int, dict[str, Any], GpuHealth]] = {}  # -> (index, what was said, it)
 
     def gpus(
         self,
@@ -179,10 +180,18 @@ class HostGpus:
         A last Xid of 0 is "none happened" unless the host counted Xid 0 events
         (``nvtopy_xid_events_total{xid="0"}``: an nvtopy exporter after an Xid 0); dcgm-exporter
         counts none, and its 0 is "none".
+
+        The same GPU (and index) said the same as at the last refresh (a C-level comparison of two small dicts):
+        the very GpuHealth made then, its Xid's date included. Health changes rarely, and a fleet reads 4,096
+        GPUs a refresh.
         """
         if not said:
             self._xid_seen.pop(key, None)
+            self._healths.pop(key, None)
             return OK_HEALTH
+        last_made = self._healths.get(key)
+        if last_made is not None and last_made[0] == index and last_made[1] == said:
+            return last_made[2]
         last = said.get("last_xid")
         counts = said.get("xid_counts") or {}
         events: tuple[GpuEvent, ...] = ()
@@ -194,7 +203,7 @@ class HostGpus:
         else:
             self._xid_seen.pop(key, None)
         responding = said.get("responding")
-        return GpuHealth(
+        made = GpuHealth(
             verdict=said.get("verdict") or Severity.OK,
             events=events,
             xid_counts=tuple(sorted(counts.items())),
@@ -203,10 +212,12 @@ class HostGpus:
             idle_held_bytes=said.get("idle_held_bytes"),
             suspected_hang_seconds=said.get("suspected_hang_seconds"),
         )
+        self._healths[key] = (index, said, made)
+        return made
 
     def forget(self, keep: Callable[[Hashable], bool]) -> None:
         """Drop what is kept of every GPU whose key ``keep`` refuses (a host gone for good)."""
-        for kept in (self._history, self._timelines, self._xid_seen, self._statics):
+        for kept in (self._history, self._timelines, self._xid_seen, self._statics, self._healths):
             for gpu_key in [k for k in kept if not keep(k)]:
                 del kept[gpu_key]
 
