@@ -140,7 +140,9 @@ async def test_signal_key_kills_a_real_process(sim, spawn, key, signum):
     app = NvtopyApp.for_backend(backend, interval=INTERVAL)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
-        assert pids(app) == {child.pid, bystander.pid}
+        # Both listed: the first snapshot may miss a GPU whose read passed its deadline on a loaded machine (the
+        # bystander is on the second GPU), so wait for a snapshot that has both.
+        await wait_until(pilot, lambda: pids(app) == {child.pid, bystander.pid}, timeout=10, message="both listed")
         await select(pilot, app, lambda p: p.pid == child.pid)
         target = table_of(app).selected
         dialog = await confirm_dialog(pilot, app, key)
@@ -166,7 +168,9 @@ async def test_tagged_processes_all_get_the_signal_after_one_confirmation(sim, s
     app = NvtopyApp.for_backend(backend, interval=INTERVAL)
     async with app.run_test(size=SIZE) as pilot:
         await started(pilot, app)
-        assert pids(app) == {first.pid, second.pid, third.pid}
+        await wait_until(
+            pilot, lambda: pids(app) == {first.pid, second.pid, third.pid}, timeout=10, message="all listed"
+        )
         await select(pilot, app, lambda p: p.pid == first.pid)
         await pilot.press("space")
         await select(pilot, app, lambda p: p.pid == second.pid)
