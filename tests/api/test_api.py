@@ -24,6 +24,7 @@ from nvtopy.selection import SelectionWarning
 from ..builders import gpu_static, mig_instances
 from ..fake_torch import FakeDevice, fake_torch
 from ..import_probe import modules_loaded
+from .sampling import sampled_more
 
 GIB = 1 << 30
 
@@ -216,9 +217,7 @@ def test_job_gpus_fall_back_to_cuda_visible_devices(cvd, expected):
 def test_track_context_manager_report_structure(api_sim):
     with nvtopy.track("block", interval=0.02, callback=lambda r: None) as t:
         time.sleep(0.15)  # the block's own length: its report's wall time is held to it below
-        deadline = time.monotonic() + 5.0  # two background samples at least (a loaded machine may be late)
-        while t._accumulator.samples < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        sampled_more(t, 2 - t._accumulator.samples)  # two background samples at least (a loaded machine is late)
     report = t.report
     assert report is not None and report.name == "block" and report.error is None
     assert 0.14 < report.wall_seconds < 6
@@ -239,9 +238,9 @@ def test_track_sees_a_peak_that_was_raised_then_lowered(api_sim):
     api_sim.set_process_memory(me, 1 * GIB)
     with nvtopy.track("spike", interval=0.02, callback=lambda r: None) as t:
         api_sim.set_process_memory(me, 20 * GIB)
-        time.sleep(0.2)
+        sampled_more(t)  # the peak seen by a background sample
         api_sim.set_process_memory(me, 2 * GIB)
-        time.sleep(0.1)
+        sampled_more(t)
     (gpu,) = t.report.gpus
     assert gpu.process_memory_start_bytes == 1 * GIB
     assert gpu.process_memory_end_bytes == 2 * GIB
@@ -259,6 +258,13 @@ def test_track_exception_propagates_and_still_reports(api_sim):
     assert not track_threads() or _eventually_no_track_thread()
 
 
+def _until(condition, what: str, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
 def _eventually_no_track_thread() -> bool:
     deadline = time.monotonic() + 5
     while track_threads() and time.monotonic() < deadline:
@@ -272,9 +278,9 @@ def test_nested_tracks(api_sim):
     reports = []
     with nvtopy.track("outer", interval=0.02, callback=reports.append):
         time.sleep(0.05)
-        with nvtopy.track("inner", interval=0.02, callback=reports.append):
+        with nvtopy.track("inner", interval=0.02, callback=reports.append) as inner_track:
             api_sim.set_process_memory(me, 9 * GIB)
-            time.sleep(0.12)
+            sampled_more(inner_track)  # the peak seen by the one sampler both tracks share
             api_sim.set_process_memory(me, 3 * GIB)
         time.sleep(0.05)
     inner, outer = reports
@@ -379,7 +385,7 @@ def test_sampler_start_stop_idempotent_no_thread_left(api_sim):
     assert sampler.start() is sampler.start()
     thread = sampler.thread
     assert thread is not None and thread.is_alive()
-    time.sleep(0.1)
+    _until(lambda: received, "a first sample")
     sampler.stop()
     sampler.stop()
     assert not thread.is_alive() and not sampler.running
@@ -389,8 +395,8 @@ def test_sampler_start_stop_idempotent_no_thread_left(api_sim):
     time.sleep(0.1)
     assert len(received) == count, "no samples after stop"
     with sampler:  # restartable
-        time.sleep(0.05)
-    assert len(received) > count and not sampler.running
+        _until(lambda: len(received) > count, "a sample after the restart")
+    assert not sampler.running
 
 
 # --------------------------------------------------------------------------- imports

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 import warnings
 
 import pytest
@@ -26,6 +25,7 @@ from nvtopy.selection import Selection, SelectionWarning
 
 from ..builders import gpu_static, mig_instances
 from ..fake_torch import FakeDevice, fake_torch
+from .sampling import sampled_more
 
 GIB = 1 << 30
 
@@ -194,7 +194,7 @@ def test_track_reports_the_instance(mig_api):
     mine = my_instance(mig_api)
     with nvtopy.track("slice", interval=0.02, callback=lambda r: None) as t:
         mig_api.set_process_memory(os.getpid(), 5 * GIB)
-        time.sleep(0.1)
+        sampled_more(t)  # the peak seen by a background sample
         mig_api.set_process_memory(os.getpid(), 4 * GIB)
     (gpu,) = t.report.gpus
     assert gpu.index == 0 and gpu.mig_uuid == mine.uuid

@@ -23,6 +23,8 @@ from nvtopy.backends.simulated.backend import SimulatedBackend
 from nvtopy.backends.simulated.faults import parse_fault_specs
 from nvtopy.backends.simulated.mig import instance_of
 
+from .sampling import sampled_more
+
 A100 = "NVIDIA A100-SXM4-80GB"
 
 
@@ -54,7 +56,7 @@ def sampled(sampler: nvtopy.Sampler, count: int = 4) -> nvtopy.Sampler:
 
 def tracked(**kwargs) -> tracking.TrackReport:
     with nvtopy.track("block", interval=0.02, callback=lambda r: None, **kwargs) as t:
-        time.sleep(0.1)
+        sampled_more(t, 3)
     assert t.report is not None
     return t.report
 
