@@ -259,6 +259,14 @@ def _discard(zygote: _Zygote, pid: int | None) -> None:
     if pid is not None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+    # The pid can be lost: an interrupt between the reply's recv and its return took it with it. The server runs
+    # one run at a time, so every process under it is this run's: ended before the server, never left running.
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process(zygote.process.pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                child.kill()
     zygote.control.close()
     zygote.process.kill()
     zygote.process.wait()

@@ -207,6 +207,28 @@ def test_a_run_interrupted_in_the_test_is_ended_and_the_next_run_gets_a_fresh_se
     assert (done.returncode, done.stderr) == (5, "to stderr\n"), "a reply owed to the interrupted run came instead"
 
 
+def test_a_run_whose_pid_reply_the_interrupt_took_is_still_ended(probe_dir, monkeypatch):
+    """The interrupt lands after the server's pid reply was read and before it was returned: the pid is lost with
+    it, and the run (under the server, which serves one at a time) is ended all the same."""
+    real_receive = cli_runner._Zygote.receive
+    calls = []
+
+    def receive(self, deadline):
+        calls.append(deadline)
+        if len(calls) == 1:
+            real_receive(self, deadline)  # the pid's reply, read ...
+            raise KeyboardInterrupt  # ... and lost
+        raise TimeoutError  # no second reply comes: the run hangs (at once here, not after _discard's 5 s)
+
+    assert run_module("probe", "facts", "0", cwd=probe_dir).returncode == 0  # a server ready, before the patch
+    monkeypatch.setattr(cli_runner._Zygote, "receive", receive)
+    with pytest.raises(KeyboardInterrupt):
+        run_module("probe", "hang", cwd=probe_dir, timeout=60)
+    monkeypatch.undo()
+    until(lambda: _running_in(probe_dir) == [], 10, "the run whose pid was lost to end")
+    assert run_module("probe", "facts", "5", cwd=probe_dir).returncode == 5, "a fresh server runs the next"
+
+
 # The first run's hang in the two-threads test ends at this timeout: the second run (a spawn, 0.03-0.05 s on the
 # 2-core machine under load 7) must end before it. It was 10 s, a worker held for the whole of it.
 HANG_S = 3.0
