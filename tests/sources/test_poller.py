@@ -134,7 +134,9 @@ def test_poller_pause_resume_and_refresh(sim):
             time.sleep(0.01)
         assert poller.polls == paused_at + 1, "refresh while paused takes exactly one snapshot"
         poller.resume()
-        time.sleep(0.4)
+        deadline = time.monotonic() + 5  # polling again at its 0.1 s interval (a loaded machine may be late)
+        while poller.polls <= paused_at + 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert poller.polls > paused_at + 2
     finally:
         poller.stop()
