@@ -78,6 +78,21 @@ LONGEST_S = {
 TIMING_SPELLING = "mark.timing"
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A test's captured output with its lone surrogates written as escapes (``\\udcff``).
+
+    Why: hostile text (undecodable bytes read with ``surrogateescape``) can reach a captured log line, and xdist
+    cannot send such a string from a worker (execnet encodes strictly): the whole run stopped with an
+    INTERNALERROR after a passing test (tests/end_to_end/test_text_policy.py, a fresh clone, 2026-11-30).
+    """
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    report.sections = [
+        (name, content.encode("utf-8", "backslashreplace").decode("utf-8")) for name, content in report.sections
+    ]
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Iterator[None]:
     """Group, check, then order the run for pytest-xdist (the tests themselves are unchanged).
