@@ -200,20 +200,18 @@ def main() -> int:
         print(f"| floor (textual-floor + collection) | | | | {floor:.2f}x | |")
     if "other" in runs:
         # Paired per repeat: the runs of one repeat share the machine's load of the moment.
-        pairs = [
-            float(a["ui_ms_s"]) / float(b["ui_ms_s"])  # type: ignore[arg-type]
-            for a, b in zip(runs["this"], runs["other"], strict=True)
-            if float(b["ui_ms_s"]) > 0  # type: ignore[arg-type]
-        ]
-        summary["ui_ratio_paired"] = statistics.median(pairs)
-        print(f"\nUI thread, this / other: {statistics.median(pairs):.2f}x (median of paired runs)")
-        whole = [
-            float(a["cpu_pct"]) / float(b["cpu_pct"])  # type: ignore[arg-type]
-            for a, b in zip(runs["this"], runs["other"], strict=True)
-            if float(b["cpu_pct"]) > 0  # type: ignore[arg-type]
-        ]
-        summary["cpu_ratio_paired"] = statistics.median(whole)
-        print(f"Whole process, this / other: {statistics.median(whole):.2f}x (median of paired runs)")
+        print()
+        for key, figure, label in (
+            ("ui_ms_s", "ui_ratio_paired", "UI thread"),
+            ("cpu_pct", "cpu_ratio_paired", "Whole process"),
+        ):
+            pairs = [
+                float(a[key]) / float(b[key])  # type: ignore[arg-type]
+                for a, b in zip(runs["this"], runs["other"], strict=True)
+                if float(b[key]) > 0  # type: ignore[arg-type]
+            ]
+            summary[figure] = statistics.median(pairs)
+            print(f"{label}, this / other: {statistics.median(pairs):.2f}x (median of paired runs)")
     (out / "draw.json").write_text(json.dumps(summary, indent=2))
     print(f"details: {out / 'draw.json'}")
     return 0
