@@ -15,7 +15,7 @@ from nvtopy.render.processes import ProcessFilter
 from nvtopy.tui.app import NvtopyApp
 from nvtopy.tui.screens import GpuPickerScreen
 
-from ..tui_helpers import header_line, more_snapshots, started, table_of, widget_lines
+from ..tui_helpers import header_line, more_snapshots, started, table_of, wait_until, widget_lines
 
 INTERVAL = 0.2
 MIG_NODE = ["mig=3@1", "mig=7@2", "mig=pending@3"]
@@ -56,6 +56,12 @@ async def test_compact_view_indents_instances_under_their_gpu(sim):
     app = mig_app(sim, "compact")
     async with app.run_test(size=(100, 40)) as pilot:
         await started(pilot, app)
+        # Every GPU's instances read: a loaded machine's first snapshot may miss one GPU's read past its deadline.
+        await wait_until(
+            pilot,
+            lambda: sum(1 for line in widget_lines(app.query_one("#gpus")) if line.startswith((" ├ ", " └ "))) == 10,
+            message="both MIG GPUs' instances drawn",
+        )
         lines = widget_lines(app.query_one("#gpus"))
         gpu1 = next(i for i, line in enumerate(lines) if line.startswith(" 1 "))
         assert [line[:9] for line in lines[gpu1 + 1 : gpu1 + 4]] == [" ├ 1/1/0 ", " ├ 1/2/0 ", " └ 1/3/0 "]
