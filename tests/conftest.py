@@ -78,16 +78,15 @@ LONGEST_S = {
 TIMING_SPELLING = "mark.timing"
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """A test's captured output with its lone surrogates written as escapes (``\\udcff``).
 
     Why: hostile text (undecodable bytes read with ``surrogateescape``) can reach a captured log line, and xdist
     cannot send such a string from a worker (execnet encodes strictly): the whole run stopped with an
-    INTERNALERROR after a passing test (tests/end_to_end/test_text_policy.py, a fresh clone, 2026-11-30).
+    INTERNALERROR after a passing test (tests/end_to_end/test_text_policy.py, a fresh clone, 2026-11-30). First
+    (tryfirst), before xdist's own logreport sends the report.
     """
-    outcome = yield
-    report = outcome.get_result()  # type: ignore[attr-defined]
     report.sections = [
         (name, content.encode("utf-8", "backslashreplace").decode("utf-8")) for name, content in report.sections
     ]
