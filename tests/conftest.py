@@ -78,18 +78,29 @@ LONGEST_S = {
 TIMING_SPELLING = "mark.timing"
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """A test's captured output with its lone surrogates written as escapes (``\\udcff``).
+def _encodable(value: object) -> object:
+    """``value`` with every string's lone surrogates written as escapes (``\\udcff``), through dicts and lists."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_encodable(k): _encodable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_encodable(v) for v in value)
+    return value
 
-    Why: hostile text (undecodable bytes read with ``surrogateescape``) can reach a captured log line, and xdist
-    cannot send such a string from a worker (execnet encodes strictly): the whole run stopped with an
-    INTERNALERROR after a passing test (tests/end_to_end/test_text_policy.py, a fresh clone, 2026-11-30). First
-    (tryfirst), before xdist's own logreport sends the report.
+
+@pytest.hookimpl(wrapper=True)
+def pytest_report_to_serializable(config: pytest.Config, report: object) -> Iterator[dict | None]:
+    """A report as xdist sends it, with lone surrogates written as escapes in every string.
+
+    Why: hostile text (undecodable bytes read with ``surrogateescape``) reaches a failing assertion's message
+    (``assert command == expected``, where ``expected`` is a hostile argv) and captured output, and execnet
+    encodes strictly: a worker could not send the report, so a *failed* test became an INTERNALERROR that
+    stopped the whole run and hid the failure (tests/end_to_end/test_text_policy.py, fresh clones,
+    2026-11-30: the crash was in ``longrepr.reprcrash.message``, not in the captured sections).
     """
-    report.sections = [
-        (name, content.encode("utf-8", "backslashreplace").decode("utf-8")) for name, content in report.sections
-    ]
+    data = yield
+    return None if data is None else _encodable(data)  # type: ignore[return-value]
 
 
 @pytest.hookimpl(wrapper=True)

