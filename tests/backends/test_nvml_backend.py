@@ -15,6 +15,7 @@ from nvtopy.model import ALL_GROUPS, GPM_FIELDS, SAMPLE_FIELDS, SAMPLE_GROUPS, S
 from nvtopy.sources.collector import Collector
 
 from ..fake_pynvml import FakeGpu, FakeNvml, FakeProcess, FakeSample, now_us
+from ..waiting import exec_shown
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -120,7 +121,9 @@ def fake() -> FakeNvml:
 
 @pytest.fixture
 def sleeper():
+    """``sleep 30``, once the kernel shows its argv (a row read before has the name, not the command)."""
     proc = subprocess.Popen(["sleep", "30"])
+    exec_shown(proc.pid)
     yield proc
     proc.kill()
     proc.wait()

@@ -21,6 +21,7 @@ from nvtopy.backends.nvml.events import (
 from nvtopy.model import GpuEvent
 
 from ..fake_pynvml import XID, FakeGpu, FakeNvml
+from ..waiting import until
 
 NO_XID = pynvml.nvmlEventTypePState | pynvml.nvmlEventTypeSingleBitEccError
 
@@ -229,7 +230,7 @@ def test_a_waiting_thread_stops_within_half_a_second(make_backend):
     while not fake.event_sets and time.monotonic() < deadline:
         time.sleep(0.01)
     fake.post_event(0, 43)
-    time.sleep(0.1)
+    until(lambda: seen, 5.0, "the Xid 43 seen by the waiting thread")  # then stopped in its next wait
     stop.set()
     started = time.monotonic()
     thread.join(1)

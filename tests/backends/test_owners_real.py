@@ -66,6 +66,7 @@ from nvtopy.model import OwnerKind
 
 from ..builders import run_nvtopy
 from ..conftest import needs_fake_nvml
+from ..waiting import exec_shown
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="cgroups are Linux only")
 
@@ -279,6 +280,7 @@ def placed(request):
         for env, directory in leaves:
             proc = subprocess.Popen(["sleep", "600"], env=env, stdin=subprocess.DEVNULL)
             procs.append(proc)
+            exec_shown(proc.pid, environ=True)  # the owner is read once, its SLURM_JOB_NAME from the environment
             try:
                 (directory / "cgroup.procs").write_text(str(proc.pid))
             except OSError as error:

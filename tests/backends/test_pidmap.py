@@ -24,6 +24,7 @@ from nvtopy.sources.replay import load_recording
 from ..builders import GIB, gpu_process
 from ..conftest import needs_fake_nvml
 from ..fake_pynvml import FakeGpu, FakeNvml, FakeProcess
+from ..waiting import exec_shown
 
 BTIME = 1_700_000_000
 SELF = 1
@@ -172,7 +173,10 @@ def test_hint_names_unmapped_gpu_memory():
 
 @pytest.fixture
 def sleepers():
+    """Two ``sleep 30``, once the kernel shows their argv (a row read before has the name, not the command)."""
     procs = [subprocess.Popen(["sleep", "30"]) for _ in range(2)]
+    for proc in procs:
+        exec_shown(proc.pid)
     yield procs
     for p in procs:
         p.kill()

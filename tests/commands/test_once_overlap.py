@@ -21,6 +21,7 @@ from nvtopy.errors import BackendUnavailableError
 from ..builders import fake_nvml_env
 from ..conftest import needs_fake_nvml
 from ..import_probe import modules_loaded, once_code
+from ..waiting import exec_shown
 
 
 def _args(*argv: str):
@@ -105,6 +106,7 @@ def test_once_on_nvml_imports_none_of_the_modules_it_never_uses(mode, fake_lib):
     ended.wait()
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
+        exec_shown(sleeper.pid)  # a first sight mid-exec (no argv yet) is psutil's: it would import psutil
         env = fake_nvml_env(fake_lib, FAKE_NVML_GPUS="2", FAKE_NVML_PIDS=f"{sleeper.pid},{ended.pid}")
         result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     finally:

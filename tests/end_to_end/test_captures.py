@@ -29,6 +29,7 @@ from nvtopy.model import THROTTLE_REASON_BITS, GpuStatic
 
 from ..builders import run_nvtopy
 from ..conftest import FAKE_NVML_SRC, needs_fake_nvml
+from ..waiting import exec_shown
 
 CAPTURES = FAKE_NVML_SRC.parent / "nvidia-smi-captures"
 needs_captures = pytest.mark.skipif(not CAPTURES.is_dir(), reason="../shared/nvidia-smi-captures is not available")
@@ -331,6 +332,7 @@ def live_pids():
     while len(standing_in) < LIVE_WORKERS:
         proc = subprocess.Popen(["sleep", "300"])
         procs.append(proc)
+        exec_shown(proc.pid)  # a live row's command is compared with its argv
         if proc.pid not in taken:
             standing_in.append(proc.pid)
     yield standing_in

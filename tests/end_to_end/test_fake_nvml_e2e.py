@@ -15,14 +15,16 @@ import pytest
 from ..builders import fake_nvml_env, run_nvtopy
 from ..commands.test_cli import check_contract
 from ..conftest import FAKE_NVML_SRC, needs_fake_nvml
+from ..waiting import exec_shown
 
 pytestmark = needs_fake_nvml
 
 
 @pytest.fixture
 def workers():
+    """Four ``sleep 120``, once the kernel shows their argv (the rows' command is compared with it)."""
     procs = [subprocess.Popen(["sleep", "120"]) for _ in range(4)]
-    yield [p.pid for p in procs]
+    yield [exec_shown(p.pid) for p in procs]
     for proc in procs:
         proc.kill()
         proc.wait()

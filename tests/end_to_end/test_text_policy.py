@@ -20,7 +20,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -50,6 +49,7 @@ from ..builders import (
 )
 from ..conftest import needs_fake_nvml
 from ..tui_helpers import screen_text, started, widget_strips
+from ..waiting import exec_shown
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -103,25 +103,18 @@ def hostile_backend(real_pids=(), *, gpus: int = 2, name: str = GPU_NAME, clock=
 def spawn_sleep(argv0: str | bytes) -> subprocess.Popen:
     """``sleep 600`` under the argv0 ``argv0`` (as ``exec -a`` makes), once the kernel shows its new argv.
 
-    Why wait: ``Popen`` returns when the child's exec has closed its descriptors, before the kernel has set the
-    new program's argv; until then ``/proc/<pid>/cmdline`` is empty (right after ``Popen`` in 47,895 of 50,628
-    spawns on a loaded 2-core VM). A read in that window saw no command, so the comparison with the hostile
-    argv failed (fresh clones, 2026-11-30). Bounded: 10 s.
+    Why wait (:func:`tests.waiting.exec_shown`): ``Popen`` returns before the kernel has set the new program's
+    argv; a read in that window saw no command, so the comparison with the hostile argv failed (fresh clones,
+    2026-11-30).
     """
     proc = subprocess.Popen([argv0, b"600" if isinstance(argv0, bytes) else "600"], executable=shutil.which("sleep"))
-    deadline = time.monotonic() + 10.0
-    while True:
-        try:
-            with open(f"/proc/{proc.pid}/cmdline", "rb") as file:
-                if file.read():
-                    return proc
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            proc.kill()
-            proc.wait(timeout=10)
-            raise AssertionError(f"sleep (pid {proc.pid}) showed no argv within 10 s")
-        time.sleep(0.005)
+    try:
+        exec_shown(proc.pid)
+    except AssertionError:
+        proc.kill()
+        proc.wait(timeout=10)
+        raise
+    return proc
 
 
 @pytest.fixture

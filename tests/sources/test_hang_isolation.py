@@ -24,6 +24,7 @@ from nvtopy.sources.workers import GpuWorkers
 
 from ..builders import run_command
 from ..conftest import ManualClock
+from ..waiting import until
 
 pytestmark = pytest.mark.timing  # a GPU that hangs, and how soon each command goes on without it
 
@@ -57,6 +58,17 @@ class Stuck(SimulatedBackend):
         self.process_reads[index] = self.process_reads.get(index, 0) + 1
         self._block(index)
         return super().read_processes(index, utilization=utilization)
+
+
+def answered(collector: Collector, index: int) -> None:
+    """Wait (bounded) until GPU ``index``'s released read has answered: its worker holds no job.
+
+    Why: a collect started while the released thread has not yet run finds the GPU still busy, starts no read of
+    it and shows it stalled; a fixed sleep (0.2 s) hoped the thread had run by then.
+    """
+    workers = collector._workers
+    assert workers is not None
+    until(lambda: workers.busy_since(index) is None, 10.0, f"GPU {index}'s late answer")
 
 
 @pytest.fixture
@@ -144,7 +156,7 @@ def test_a_stuck_gpu_gets_no_second_call_and_comes_back_with_its_late_answer(stu
     assert not second.gpu(1).health.responding
     assert second.gpu(1).health.stalled_seconds > first.gpu(1).health.stalled_seconds
     backend.release.set()
-    time.sleep(0.2)
+    answered(collector, 1)
     third = collector.collect(deadline=2.0, stall_after=0.0)
     assert third.gpu(1).health.responding
     assert third.gpu(1).sample.utilization_gpu_percent is not None
@@ -199,7 +211,7 @@ def test_static_fields_of_a_stuck_gpu_do_not_hold_up_the_selection(stuck_backend
     snapshot = collector.collect(deadline=0.2, stall_after=0.0)
     assert not snapshot.gpu(2).health.responding
     backend.release.set()
-    time.sleep(0.2)
+    answered(collector, 2)
     later = collector.collect(deadline=2.0)
     assert later.gpu(2).static.uuid, "the real static fields arrive with the late answer"
     assert later.gpu(2).health.responding

@@ -806,8 +806,11 @@ async def test_a_snapshot_arriving_after_the_widgets_are_gone_is_ignored(sim):
 
     async def close_then_poll() -> None:  # the window of that race, made certain
         await close_all()
+        before = app.snapshots_applied
         app.source.poll_once()
-        await asyncio.sleep(0.05)  # the app's message loop still runs: it handles the snapshot
+        deadline = time.monotonic() + 5.0  # the app's message loop still runs: it handles the snapshot
+        while app.snapshots_applied == before and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
 
     app._close_all = close_then_poll
     async with app.run_test(size=SIZE) as pilot:

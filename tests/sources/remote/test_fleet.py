@@ -27,6 +27,7 @@ from nvtopy.tui.app import NvtopyApp
 from ...builders import run_nvtopy as run_cli
 from ...prometheus_fixtures import FakePrometheus, Series, exposition_series, simulated_exposition
 from ...tui_helpers import started
+from ...waiting import until
 
 NOW = 1_795_000_000.0
 
@@ -299,10 +300,12 @@ def test_a_server_that_hangs_never_holds_a_refresh_past_its_deadline(fake):
 
 def test_stop_does_not_wait_for_a_query_in_progress(fake):
     release = threading.Event()
-    fake.reply = lambda handler, query: release.wait(30) or True
+    asked = threading.Event()
+    fake.reply = lambda handler, query: asked.set() or release.wait(30) or True
     fleet = fleet_of(fake, timeout=20, interval=60)
     fleet.start()
-    time.sleep(0.3)  # the first query is under way
+    # The first query under way (the server holds it): a stop before it would have nothing to cut off.
+    until(asked.is_set, 10.0, "the first query at the server")
     started_at = time.monotonic()
     fleet.stop()
     assert time.monotonic() - started_at < 1.5 and not fleet.running

@@ -42,7 +42,8 @@ from nvtopy.sources.remote.exporters import RemoteHosts
 from nvtopy.tui.app import NvtopyApp
 
 from ...builders import run_nvtopy
-from ...tui_helpers import started
+from ...tui_helpers import started, wait_until
+from ...waiting import until
 
 TIMEOUT = 1.0  # the scrape deadline these tests give RemoteHosts
 CLI_DEADLINE = 1.0  # what `nvtopy --remote ... --once` uses at the default interval
@@ -630,8 +631,13 @@ async def test_the_monitor_draws_good_hosts_while_a_slowloris_is_connected(good)
             assert "node-good/0" in text and "node-good/1" in text
             assert f"{slow.address}: answer not complete within" in text
             assert source.status_line().startswith("REMOTE 1/4")
+            asked = [len(p.requests) for p in (slow, slower, mute)]
             source.refresh()  # a second scrape is under way (the peers are still connected) when q comes
-            await pilot.pause(0.2)
+            await wait_until(
+                pilot,
+                lambda: all(len(p.requests) > n for p, n in zip((slow, slower, mute), asked, strict=True)),
+                message="the second scrape's requests at the slow peers",
+            )
             await pilot.press("q")
             quit_began = time.monotonic()
         took = time.monotonic() - quit_began
@@ -668,7 +674,13 @@ def test_the_monitor_process_quits_at_once_with_a_slowloris_connected(good):
                     with contextlib.suppress(OSError):
                         seen += os.read(leader, 65536)
             assert b"node-good/1" in seen, "the good host is drawn while the slow ones are connected"
-            time.sleep(TIMEOUT + 0.5)  # a second scrape is under way, stuck on the slow peers
+            asked = len(slow.requests), len(mute.requests)
+            # A later scrape under way, stuck on the slow peers (each holds a new request): what q must not wait for.
+            until(
+                lambda: len(slow.requests) > asked[0] and len(mute.requests) > asked[1],
+                15.0,
+                "a later scrape's requests at the slow peers",
+            )
             os.write(leader, b"q")
             quit_began = time.monotonic()
             while process.poll() is None and time.monotonic() - quit_began < 15:
