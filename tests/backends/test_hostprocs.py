@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -17,6 +19,8 @@ from nvtopy.backends.host import procstat
 from nvtopy.backends.host.processes import PsutilInspector, in_foreign_pid_namespace, username_for_uid
 from nvtopy.backends.host.signals import send_signal_checked
 from nvtopy.model import HostProcess, Reason
+
+from ..waiting import exec_shown
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -526,6 +530,46 @@ def test_username_for_uid_unknown_uid_is_numeric():
         assert username_for_uid(uid) == str(uid)
     finally:
         hostprocs._USERNAMES.pop(uid, None)
+
+
+def test_a_process_seen_during_its_exec_gets_its_name_and_environment_on_the_next_look(monkeypatch, tmp_path):
+    """Seen mid-exec (no argv, no environment yet): the next look completes the long name and the owner's
+    environment (``CUDA_VISIBLE_DEVICES``), not only the command (they were wrong for the process's life)."""
+    program = tmp_path / "a-rather-long-sleeper-name"  # over the kernel's 15 characters
+    program.symlink_to(shutil.which("sleep"))
+    child = subprocess.Popen([str(program), "30"], env={**os.environ, "CUDA_VISIBLE_DEVICES": "1"})
+    try:
+        exec_shown(child.pid, environ=True)
+        mid_exec = [True]  # what /proc showed in that instant, replayed for the first look only
+        original_cmdline, original_name = psutil.Process.cmdline, psutil.Process.name
+
+        def cmdline(self):
+            return [] if self.pid == child.pid and mid_exec[0] else original_cmdline(self)
+
+        def name(self):
+            return original_name(self)[:15] if self.pid == child.pid and mid_exec[0] else original_name(self)
+
+        _patch(monkeypatch, "cmdline", cmdline)
+        _patch(monkeypatch, "name", name)
+        inspector = PsutilInspector()
+        read_owner = inspector.resolver._resolve  # what reads /proc (its answer is then cached)
+
+        def read_owner_mid_exec(pid, *args):
+            found = read_owner(pid, *args)
+            if pid == child.pid and mid_exec[0]:
+                return dataclasses.replace(found, cuda_visible_devices=None)  # no environment yet
+            return found
+
+        monkeypatch.setattr(inspector.resolver, "_resolve", read_owner_mid_exec)
+        first = inspector.inspect([child.pid])[child.pid]
+        assert (first.name, first.command, first.cuda_visible_devices) == ("a-rather-long-s",) * 2 + (None,)
+        mid_exec[0] = False
+        again = inspector.inspect([child.pid])[child.pid]
+        assert again.name == "a-rather-long-sleeper-name"
+        assert again.command == f"{program} 30"
+        assert again.cuda_visible_devices == "1"
+    finally:
+        _reap(child)
 
 
 def test_a_process_seen_during_its_exec_gets_its_command_on_the_next_look(monkeypatch, spawn):

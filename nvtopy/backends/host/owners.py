@@ -326,19 +326,23 @@ class OwnerResolver:
 
     # --- the cache -------------------------------------------------------------------------------
 
-    def resolve(self, pid: int, create_time: float | None, *, status: bytes | None = None) -> ResolvedOwner:
+    def resolve(
+        self, pid: int, create_time: float | None, *, status: bytes | None = None, again: bool = False
+    ) -> ResolvedOwner:
         """The owner of ``pid``; read once per (pid, create time), then from the cache.
 
         Without a create time a reused pid cannot be told apart, so nothing is cached. ``status``:
         ``/proc/<pid>/status`` as the caller has just read it under ``/proc`` (the inspector's first
-        sight), taken instead of reading it again where this resolver reads ``/proc`` too.
+        sight), taken instead of reading it again where this resolver reads ``/proc`` too. ``again``: read it
+        afresh and replace what is cached (a process first seen in the middle of its exec, before the kernel
+        had set its new environment, where the Slurm job and ``CUDA_VISIBLE_DEVICES`` are read).
         """
         if status is not None and self.proc_root != "/proc":
             status = None
         if create_time is None:
             return self._resolve(pid, status)
         key = (pid, create_time)
-        found = self._cache.get(key)
+        found = None if again else self._cache.get(key)
         if found is not None:
             self._cache.move_to_end(key)
             return found

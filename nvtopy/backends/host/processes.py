@@ -19,6 +19,7 @@ PID namespace and must never be joined with (or signalled as) local processes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -345,9 +346,14 @@ class PsutilInspector:
             self.resolver.forget((pid, entry.create_time) for pid, entry in self._entries.items())
         return result
 
-    @staticmethod
-    def _reread_command(entry: _Entry, now: float) -> None:
-        """The argv of a process first seen with none (see ``_Entry.retry_command``)."""
+    def _reread_command(self, entry: _Entry, pid: int, now: float) -> None:
+        """The argv of a process first seen with none (see ``_Entry.retry_command``), and what came with it.
+
+        Seen in the middle of its exec, a process had no argv and no environment yet: its name was the kernel's
+        15 characters (psutil completes a longer one from the argv) and its owner's environment facts (the Slurm
+        job, ``CUDA_VISIBLE_DEVICES``) were missing. The owner is read once per process, so without this both
+        stayed wrong for the process's whole life; they are read again with the argv, once.
+        """
         if entry.create_time is None or now - entry.create_time > _EXEC_WINDOW_S:
             entry.retry_command = False
             return
@@ -357,10 +363,15 @@ class PsutilInspector:
             return  # read from /proc, which gave a command line: no retry is ever set
         try:
             cmdline = entry.process.cmdline()
+            name = entry.process.name() if cmdline else None
         except psutil.Error:
             return
         if cmdline:
             entry.command, entry.retry_command = _join_cmdline(cmdline), False
+            entry.name = name
+            # The resolver never raises; if it did, the owner read at first sight is kept.
+            with contextlib.suppress(Exception):
+                entry.owned = self.resolver.resolve(pid, entry.create_time, again=True)
 
     def _inspect_one(self, pid: int, now: float, ancestors: dict[int, _Ancestor]) -> HostProcess | None:
         entry = self._entries.get(pid)
@@ -384,7 +395,7 @@ class PsutilInspector:
             self._resolve_owner(entry, pid)
             self._entries[pid] = entry
         elif entry.retry_command:
-            self._reread_command(entry, now)
+            self._reread_command(entry, pid, now)
         reasons = dict(entry.reasons)
         cpu_percent: float | None = None
         rss: int | None = None
