@@ -111,10 +111,16 @@ def test_a_pid_reused_with_the_same_labels_shows_its_new_start(fake):
         if s.labels.get("pid") == str(pid) and s.labels["__name__"] == "nvtopy_process_start_time_seconds":
             s.value = NOW - 1.25
 
-    _, _, third, _ = _three_reads(fake, fleet, restarted)
+    _, _, third, scrapes = _three_reads(fake, fleet, restarted)
     shown = [p for p in third.processes if p.pid == pid]
     assert shown and all(p.create_time == NOW - 1.25 for p in shown)
     assert _identities_in_last_answer(fake, fake.queries[-1]) == len(shown)
+    for at in (NOW, NOW + 1):  # and kept as it is now: at the read whose T is past the restart, not asked
+        scrapes.append(_scrape(at, restarted))
+        _scrapes(fake, scrapes)
+        later = fleet.poll_once()
+    assert _identities_in_last_answer(fake, fake.queries[-1]) == 0
+    assert [p.create_time for p in later.processes if p.pid == pid] == [NOW - 1.25] * len(shown)
 
 
 def test_a_process_the_fleet_never_kept_is_read_whole_at_the_next_read(fake):
