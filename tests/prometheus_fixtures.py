@@ -731,8 +731,8 @@ class FakePrometheus:
 
     It stores :class:`Series` (newest value of each) and evaluates ``or``, ``unless``, ``==``, ``max by``,
     ``count by``, ``timestamp()``, ``label_replace()`` and selectors (``=``, ``!=``, ``=~``, ``!~``) over
-    them, at :attr:`now`. A selector ``@ T`` reads :attr:`history` (earlier scrapes, oldest first) and the
-    series, each dated in the :data:`LOOKBACK_S` up to T (of one series' samples, the last so dated).
+    them, at :attr:`now`. A selector ``@ T`` reads :attr:`history` (earlier scrapes) and the series: of
+    each instance, its last scrape by T (within :data:`LOOKBACK_S`), the series that scrape lacks ended.
     ``reply``: a function ``(handler, query) -> bool`` that may answer instead (an error, a hang,
     garbage) by returning True. Each query's text is kept in :attr:`queries`. Answers are cached per
     query text until the series change. Change them through :meth:`set_series` or :meth:`add_exposition` (or append to
@@ -840,12 +840,19 @@ class FakePrometheus:
 
     def evaluate(self, tree: Any) -> dict[tuple[tuple[str, str], ...], tuple[dict[str, str], float]]:
         kind = tree[0]
-        if kind == "selector" and tree[2] is not None:  # `@ T`: each series' newest sample by T, history too
-            at, found = tree[2], {}
-            for s in (*self.history, *self.series):
-                if at - LOOKBACK_S < s.timestamp <= at and _matches(s.labels, tree[1]):
-                    found[_key(s.labels)] = (dict(s.labels), s.value)
-            return found
+        if kind == "selector" and tree[2] is not None:  # `@ T`: each instance's last scrape by T, history too
+            at = tree[2]
+            dated = [s for s in (*self.history, *self.series) if at - LOOKBACK_S < s.timestamp <= at]
+            last: dict[str, float] = {}
+            for s in dated:
+                instance = s.labels.get("instance", "")
+                last[instance] = max(last.get(instance, s.timestamp), s.timestamp)
+            # A series its instance's last scrape by then lacks has ended (Prometheus's staleness marker).
+            return {
+                _key(s.labels): (dict(s.labels), s.value)
+                for s in dated
+                if s.timestamp == last[s.labels.get("instance", "")] and _matches(s.labels, tree[1])
+            }
         if kind == "selector":
             return {
                 c.key: (dict(c.series.labels), c.series.value)

@@ -497,7 +497,6 @@ class _Host:
     gpus_reported: set[str] = field(default_factory=set)
     slow: list[dict[int, Kept]] | None = None  # per slow and timed group: per GPU, its last values
     read_at: dict[int, float | None] = field(default_factory=dict)  # _Known.read_at as read now
-    read_evaluated: float | None = None  # _Known.read_evaluated as read now
 
     def gpu(self, index: int) -> _Gpu:
         gpu = self.gpus.get(index)
@@ -682,7 +681,7 @@ class _Known:
     # _identity's, by GPU index: its identity row's labels, and what they said (uuid, bus id, name; pod; driver)
     identities: dict[int, tuple[Any, dict[str, str | None], dict[str, str], str | None]] = field(default_factory=dict)
     gpu_count: int = 0
-    read_evaluated: float | None = None  # the server's evaluation time of its last read (the read query's)
+    read_newest: float | None = None  # its newest sample when its values were last read (the server's clock)
     identities_due: bool = False  # a process without a kept identity was read: every identity at the next read
 
 
@@ -864,7 +863,7 @@ class PrometheusFleet(SnapshotSource):
                 asked[key] = tuple(range(len(_KEPT_GROUPS)))
             else:
                 asked[key] = (known.reads % len(SLOW_GROUPS), *self._due(known, hosts[key].newest))
-                if self._identities_filter and not known.identities_due and known.read_evaluated is not None:
+                if self._identities_filter and not known.identities_due and known.read_newest is not None:
                     steady[key] = known
         # One selector per set of instances: the live series of every host read, with the groups asked
         # of the same hosts (all of them at the first read of a fleet), each other group on its own.
@@ -881,11 +880,10 @@ class PrometheusFleet(SnapshotSource):
         client = self.client
         since = None
         if steady:
-            # At or before each steady host's last read, less a scrape interval: a scrape's samples are stored
-            # when it ends, dated when it began, so some dated before that read were not there yet when it ran.
-            late = max([known.interval or DEFAULT_SCRAPE_INTERVAL for known in steady.values()] + [self._interval])
-            oldest = min(known.read_evaluated for known in steady.values() if known.read_evaluated is not None)
-            since = (None if len(steady) == len(changed) else sorted({key[0] for key in steady}), oldest - late)
+            # T: the oldest of the steady hosts' newest samples at their last read. Prometheus stores a scrape's
+            # samples in one commit, so what a host had at its newest sample then is what that read was answered.
+            oldest = min(known.read_newest for known in steady.values() if known.read_newest is not None)
+            since = (None if len(steady) == len(changed) else sorted({key[0] for key in steady}), oldest)
         query = read_query(self.where, parts, instances, hostname=not one_name, identities_since=since)
         try:
             items = client.query_items(query, rows=_ROWS)
@@ -893,7 +891,6 @@ class PrometheusFleet(SnapshotSource):
             if since is not None and exc.kind == "query":  # a server without `@` (Prometheus before 2.25, or off)
                 self._identities_filter = False  # every identity asked from the next refresh on, as before
             raise
-        evaluated = client.evaluated_at
         notes.extend(f"partial answer: {w}" for w in client.warnings)
         fresh: dict[tuple[str, str], list[dict[int, Kept]]] = {key: [{} for _ in _KEPT_GROUPS] for key in changed}
         # Some 50 rows a GPU (200,000 at 4,096 GPUs): each is read in this one loop, the common row (a GPU's
@@ -1056,9 +1053,8 @@ class PrometheusFleet(SnapshotSource):
             self._kept_identities(hosts[key], known)
         for key in changed:  # the groups not asked this time: their last values
             known = self._known.get(key)
-            hosts[key].read_evaluated = evaluated
             if known is not None:
-                known.read_evaluated = evaluated
+                known.read_newest = hosts[key].newest
                 if key not in steady:
                     known.identities_due = False
             slow = known.slow if known is not None else [{} for _ in _KEPT_GROUPS]
@@ -1190,7 +1186,7 @@ class PrometheusFleet(SnapshotSource):
                 known.slow = host.slow or known.slow
                 known.read_at = host.read_at
                 known.gpus_read = frozenset(host.gpus)
-                known.read_evaluated = host.read_evaluated
+                known.read_newest = host.newest
             if host.newest is not None and known.newest is not None and host.newest > known.newest:
                 step = host.newest - known.newest
                 known.interval = step if known.interval is None else min(known.interval, step)

@@ -28,9 +28,9 @@ INSTANCE = "10.0.0.1:9400"
 TEXT = simulated_exposition("node", 1, 2)
 
 
-def fleet_of(fake):
-    """A fleet refreshing every second, as its hosts are scraped: T is a scrape before its last read."""
-    return any_fleet_of(fake, interval=1.0)
+def fleet_of(fake, **kwargs):
+    """A fleet refreshing every second, as its hosts are scraped."""
+    return any_fleet_of(fake, interval=1.0, **kwargs)
 
 
 def _scrapes(fake, scrapes: list[list[Series]]) -> None:
@@ -58,13 +58,13 @@ def _shown(snapshot) -> list[tuple]:
 
 
 def _three_reads(fake, fleet, third=None):
-    """Three refreshes of 1 s scrapes: the third is the first whose identities were kept at its T."""
+    """Three refreshes of 1 s scrapes (T of the second and third: the scrape the refresh before read)."""
     scrapes = [_scrape(NOW - 3)]
     _scrapes(fake, scrapes)
     first = fleet.poll_once()
     scrapes.append(_scrape(NOW - 2))
     _scrapes(fake, scrapes)
-    second = fleet.poll_once()  # its interval learned (1 s): T of the next read is a scrape before this one
+    second = fleet.poll_once()
     scrapes.append(_scrape(NOW - 1, third))
     _scrapes(fake, scrapes)
     return first, second, fleet.poll_once(), scrapes
@@ -78,7 +78,8 @@ def test_a_steady_read_asks_no_identity_it_kept_and_shows_the_same_processes(fak
     read = fake.queries[-1]
     assert " @ " in read and " unless on(" in read
     assert _identities_in_last_answer(fake, read) == 0, "every identity was kept: none asked again"
-    assert _identities_in_last_answer(fake, fake.queries[-3]) == len(first.processes), "T before any kept one"
+    assert _identities_in_last_answer(fake, fake.queries[-3]) == 0
+    assert _identities_in_last_answer(fake, fake.queries[-5]) == len(first.processes), "the first read: all"
 
 
 def test_a_new_process_shows_its_identity_at_once(fake):
@@ -124,29 +125,28 @@ def test_a_pid_reused_with_the_same_labels_shows_its_new_start(fake):
 
 
 def test_a_process_the_fleet_never_kept_is_read_whole_at_the_next_read(fake):
-    """Present at T with the same identity, so left out of the answer, but absent from the read before (a gap in
-    its series): no identity kept. Shown without one this once; the host's every identity asked at the next read."""
-    fleet = fleet_of(fake)
+    """A host shown stale at a read keeps no process of it (its lines are the stale ones): at the next read its
+    processes the same as at T are left out of the answer with nothing kept. Shown without an identity this
+    once; the host's every identity asked at the read after."""
+    fleet = fleet_of(fake, stale_after=5.0)
     scrapes = [_scrape(NOW - 3)]
     _scrapes(fake, scrapes)
     first = fleet.poll_once()
-    pid = str(first.processes[0].pid)
-    scrapes.append(_scrape(NOW - 2, lambda s: s.labels.get("pid") != pid))  # a scrape without it
+    scrapes.append(_scrape(NOW - 2))
     _scrapes(fake, scrapes)
-    second = fleet.poll_once()
-    assert int(pid) not in {p.pid for p in second.processes}
-    scrapes.append(_scrape(NOW - 1))
+    fake.now = NOW + 60  # the scrape read 62 s old: stale
+    stale = fleet.poll_once()
+    assert not stale.processes and "stale" in (stale.gpus[0].note or "")
+    scrapes.append(_scrape(NOW + 60))
     _scrapes(fake, scrapes)
     third = fleet.poll_once()
-    assert " @ " in fake.queries[-1]
-    back = [p for p in third.processes if p.pid == int(pid)]
-    assert back and all(p.command is None and p.create_time is None for p in back), "nothing kept, nothing read"
-    scrapes.append(_scrape(NOW))
+    assert " @ " in fake.queries[-1] and _identities_in_last_answer(fake, fake.queries[-1]) == 0
+    assert third.processes and all(p.command is None and p.create_time is None for p in third.processes)
+    scrapes.append(_scrape(NOW + 61))
     _scrapes(fake, scrapes)
-    fourth = fleet.poll_once()
+    assert _shown(fleet.poll_once()) == _shown(first)
     assert " @ " not in fake.queries[-1], "the host's every identity asked"
-    assert _shown(fourth) == _shown(first)
-    scrapes.append(_scrape(NOW + 1))
+    scrapes.append(_scrape(NOW + 62))
     _scrapes(fake, scrapes)
     assert _shown(fleet.poll_once()) == _shown(first)
     assert " @ " in fake.queries[-1], "then only the new ones again"
