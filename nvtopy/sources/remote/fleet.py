@@ -888,8 +888,8 @@ class PrometheusFleet(SnapshotSource):
         try:
             items = client.query_items(query, rows=_ROWS)
         except PrometheusError as exc:
-            if since is not None and exc.kind == "query":  # a server without `@` (Prometheus before 2.25, or off)
-                self._identities_filter = False  # every identity asked from the next refresh on, as before
+            if since is not None and exc.kind == "query" and exc.error_type == "bad_data":  # a server without `@`
+                self._identities_filter = False  # (before 2.25, or off): every identity asked from now on, as before
             raise
         notes.extend(f"partial answer: {w}" for w in client.warnings)
         fresh: dict[tuple[str, str], list[dict[int, Kept]]] = {key: [{} for _ in _KEPT_GROUPS] for key in changed}
