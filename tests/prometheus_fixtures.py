@@ -563,8 +563,7 @@ _ALLOWED = {"summary": ("_count", "_sum", ""), "histogram": ("_count", "_sum", "
 
 
 _TOKEN = re.compile(
-    r'\s*(?:(?P<string>"(?:[^"\\]|\\.)*")|(?P<op>==|=~|!~|!=|=)|(?P<word>[A-Za-z_][A-Za-z0-9_]*)'
-    r"|(?P<number>[0-9]+(?:\.[0-9]*)?)|(?P<punct>[(){},@]))"
+    r'\s*(?:(?P<string>"(?:[^"\\]|\\.)*")|(?P<op>=~|!~|!=|=)|(?P<word>[A-Za-z_][A-Za-z0-9_]*)|(?P<punct>[(){},]))'
 )
 _ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[0-7]{3}|.)")
 _SIMPLE = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v"}
@@ -585,8 +584,8 @@ def _unquote(quoted: str) -> str:
 
 
 class _Query:
-    """The PromQL nvtopy's fleet sends, and no more: ``or``, ``unless``, ``==`` (each with ``on``), ``max by``/``count
-    by``, ``timestamp()``, ``label_replace()``, selectors (with ``@``)."""
+    """The PromQL nvtopy's fleet sends, and no more: ``or``, ``max by``/``count by``, ``timestamp()``,
+    ``label_replace()``, selectors."""
 
     def __init__(self, text: str) -> None:
         self.tokens: list[tuple[str, str]] = []
@@ -616,11 +615,10 @@ class _Query:
             raise ValueError(f"expected {value!r}, got {got!r}")
 
     def parse(self) -> Any:
-        """An expression: a tree of tuples. Binary operators (``or``, ``unless``, ``==``) left to right, of one
-        precedence: nvtopy's queries put every mixed operand in parentheses."""
+        """An expression: a tree of tuples."""
         left = self.term()
-        while self.peek() in (("word", "or"), ("word", "unless"), ("op", "==")):
-            _, operator = self.next()
+        while self.peek() == ("word", "or"):
+            self.next()
             on = None  # or on(labels): rows told apart by those (__name__ too, where named)
             if self.peek() == ("word", "on"):
                 self.next()
@@ -632,7 +630,7 @@ class _Query:
                         break
                     if label != ",":
                         on.append(label)
-            left = (operator, left, self.term(), None if on is None else tuple(on))
+            left = ("or", left, self.term(), None if on is None else tuple(on))
         return left
 
     def term(self) -> Any:
@@ -685,21 +683,12 @@ class _Query:
                 if op in ("=~", "!~"):
                     re.compile(value)  # Prometheus refuses a bad regex when it parses the query
                 matchers.append((name, op, value))
-            if self.peek() == ("punct", "@"):  # the series as they were at that time (Prometheus's `@`)
-                self.next()
-                kind, number = self.next()
-                if kind != "number":
-                    raise ValueError(f"@: expected a time, got {number!r}")
-                return ("selector", tuple(matchers), float(number))
-            return ("selector", tuple(matchers), None)
+            return ("selector", tuple(matchers))
         if value == "(":
             inner = self.parse()
             self.expect(")")
             return inner
         raise ValueError(f"unexpected {value!r}")
-
-
-LOOKBACK_S = 300.0  # Prometheus's lookback: a series' newest sample at most this old at a query's time (`@`)
 
 
 def _matches(labels: dict[str, str], matchers: Sequence[tuple[str, str, str]]) -> bool:
@@ -729,20 +718,18 @@ def _key(labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
 class FakePrometheus:
     """A tiny server answering ``POST /api/v1/query`` as Prometheus does, for the queries nvtopy's fleet sends.
 
-    It stores :class:`Series` (newest value of each) and evaluates ``or``, ``unless``, ``==``, ``max by``,
+    It stores :class:`Series` (newest value of each) and evaluates ``or``, ``max by``,
     ``count by``, ``timestamp()``, ``label_replace()`` and selectors (``=``, ``!=``, ``=~``, ``!~``) over
-    them, at :attr:`now`. A selector ``@ T`` reads :attr:`history` (earlier scrapes) and the series: of
-    each instance, its last scrape by T (within :data:`LOOKBACK_S`), the series that scrape lacks ended.
-    ``reply``: a function ``(handler, query) -> bool`` that may answer instead (an error, a hang,
-    garbage) by returning True. Each query's text is kept in :attr:`queries`. Answers are cached per
-    query text until the series change. Change them through :meth:`set_series` or :meth:`add_exposition` (or append to
+    them, at :attr:`now`. ``reply``: a function ``(handler, query) -> bool`` that may
+    answer instead (an error, a hang, garbage) by returning True. Each query's text is
+    kept in :attr:`queries`. Answers are cached per query text until the series change.
+    Change them through :meth:`set_series` or :meth:`add_exposition` (or append to
     :attr:`series`): the series are indexed by metric name, and each one's sorted labels
     kept, until then (64 hosts x 8 GPUs: 70,000 series, each selector read them all).
     """
 
     def __init__(self) -> None:
         self.series: list[Series] = []
-        self.history: list[Series] = []  # what a selector `@ T` reads besides the series (set before set_series)
         self.now: float | None = None  # None: the wall clock
         self.reply: Callable[[http.server.BaseHTTPRequestHandler, str], bool] | None = None
         self.warnings: list[str] = []
@@ -840,19 +827,6 @@ class FakePrometheus:
 
     def evaluate(self, tree: Any) -> dict[tuple[tuple[str, str], ...], tuple[dict[str, str], float]]:
         kind = tree[0]
-        if kind == "selector" and tree[2] is not None:  # `@ T`: each instance's last scrape by T, history too
-            at = tree[2]
-            dated = [s for s in (*self.history, *self.series) if at - LOOKBACK_S < s.timestamp <= at]
-            last: dict[str, float] = {}
-            for s in dated:
-                instance = s.labels.get("instance", "")
-                last[instance] = max(last.get(instance, s.timestamp), s.timestamp)
-            # A series its instance's last scrape by then lacks has ended (Prometheus's staleness marker).
-            return {
-                _key(s.labels): (dict(s.labels), s.value)
-                for s in dated
-                if s.timestamp == last[s.labels.get("instance", "")] and _matches(s.labels, tree[1])
-            }
         if kind == "selector":
             return {
                 c.key: (dict(c.series.labels), c.series.value)
@@ -894,18 +868,6 @@ class FakePrometheus:
                 if signature(item[0]) not in taken:
                     left.setdefault(key, item)
             return left
-        if kind in ("unless", "=="):  # the left's rows with (unless: without) a right row of the same on() labels
-            left, right, on = self.evaluate(tree[1]), self.evaluate(tree[2]), tree[3]
-
-            def matching(labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
-                return _key({k: v for k, v in labels.items() if (k in on if on is not None else k != "__name__")})
-
-            others = {matching(labels): value for labels, value in right.values()}
-            if kind == "unless":
-                return {key: item for key, item in left.items() if matching(item[0]) not in others}
-            if len(others) != len(right):
-                raise ValueError("found duplicate series for the match group on the right hand-side of the operation")
-            return {key: item for key, item in left.items() if others.get(matching(item[0])) == item[1]}
         if kind in ("max", "count"):
             groups: dict[tuple[tuple[str, str], ...], tuple[dict[str, str], float]] = {}
             for labels, value in self.evaluate(tree[2]).values():

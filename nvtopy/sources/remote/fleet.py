@@ -333,7 +333,6 @@ def read_query(
     instances: Sequence[str] | None = None,
     *,
     hostname: bool = True,
-    identities_since: tuple[Sequence[str] | None, float] | None = None,
 ) -> str:
     """The second query, for the hosts with new samples (``instances``; None: all), one answer ``or``-ed of:
 
@@ -359,13 +358,6 @@ def read_query(
     ``hostname`` False: no host label (``Hostname`` nor ``hostname``) in the answer, where every ``instance``
     has one host name (the first query says so) and a row's ``instance`` names its host: some 20 bytes less
     of each of the answer's 50 rows a GPU, for the server to write and this process to decode.
-
-    ``identities_since`` (the instances whose processes' identities the caller keeps, None: every one read; and
-    a time T on the server's clock, at or before its last read of each of them): of those instances, only the
-    process identity rows that are new since T, ``P unless on(<identity>) ((P @ T) == on(<identity>) P)``: a
-    process whose identity labels and start time (the row's value) are as they were at T is left out (the
-    caller lays what it kept under its value rows). The ``==`` is needed: a pid reused with the same labels
-    has a new start time. At 4,096 GPUs some 8,000 rows a refresh, the answer's largest (a command line each).
     """
 
     def by(labels: tuple[str, ...]) -> str:
@@ -390,23 +382,11 @@ def read_query(
         f" or on({gpu}) {named(GPU_IDENTITY, f'count by ({gpu}) ({memory})')})"
     )
     identity = by(_PROCESS_IDENTITY_LABELS)
-
-    def identities(matchers: Sequence[Matcher], at: str = "") -> str:  # each process's identity row, as at `at`
-        started, other = (f"{_selector((source,), matchers, instances)}{at}" for source in _PROCESS_IDENTITY_SOURCES)
-        return (
-            f"({named(PROCESS_STARTED, f'max by ({identity}) ({started})')}"
-            f" or on({identity}) {named(PROCESS_IDENTITY, f'count by ({identity}) ({other})')})"
-        )
-
-    if identities_since is None:
-        processes = identities(where)
-    else:
-        kept, since = identities_since
-        steady = [*where] if kept is None else [*where, Matcher("instance", "=~", _regex(kept))]
-        now = identities(steady)
-        processes = f"({now} unless on({identity}) ({identities(steady, f' @ {since:.3f}')} == on({identity}) {now}))"
-        if kept is not None:  # the other hosts read: every identity
-            processes = f"({identities([*where, Matcher('instance', '!~', _regex(kept))])} or {processes})"
+    started, other = (_selector((source,), where, instances) for source in _PROCESS_IDENTITY_SOURCES)
+    processes = (
+        f"({named(PROCESS_STARTED, f'max by ({identity}) ({started})')}"
+        f" or on({identity}) {named(PROCESS_IDENTITY, f'count by ({identity}) ({other})')})"
+    )
     return " or ".join(terms) + f" or on(__name__) {gpus} or on(__name__) {processes}"
 
 
@@ -561,9 +541,9 @@ def _later_start(row: dict[str, Any], said: Any) -> bool:
     return last is _UNSEEN or last is None or (said is not None and said > last)
 
 
-ProcessesSaid = dict[tuple[int, int], tuple[Any, dict[str, Any], Any]]
+ProcessesSaid = dict[tuple[int, int], tuple[Any, dict[str, Any]]]
 """A host's processes as last read: (GPU index, pid) -> their identity labels (a row's, :data:`_ROWS`; None:
-none read), what those say, and the start time read with them (``_UNSEEN``: none)."""
+none read), and what those say."""
 
 
 def _scrape(
@@ -613,12 +593,9 @@ def _scrape(
             continue  # a process of a GPU without GPU series has nowhere to be shown
         labels = labels_of(key)
         last = before.get(key)
-        started = said.get("start_time_seconds", _UNSEEN)
         if last is None or last[0] != labels:
-            last = (labels, process_from_labels(labels.as_dict() if labels is not None else {}), started)
-        elif last[2] is not started and last[2] != started:  # a pid reused with the same labels
-            last = (labels, last[1], started)
-        said_now[key] = last  # the very triple while its labels and start are the same: no new object a process
+            last = (labels, process_from_labels(labels.as_dict() if labels is not None else {}))
+        said_now[key] = last  # the very pair while its labels are the same: no new object a process
         rows.setdefault(index, []).append({"pid": pid, **last[1], **said})
     notes = []
     reported = len(host.gpus_reported | {str(index) for index in host.gpus})
@@ -681,8 +658,6 @@ class _Known:
     # _identity's, by GPU index: its identity row's labels, and what they said (uuid, bus id, name; pod; driver)
     identities: dict[int, tuple[Any, dict[str, str | None], dict[str, str], str | None]] = field(default_factory=dict)
     gpu_count: int = 0
-    read_newest: float | None = None  # its newest sample when its values were last read (the server's clock)
-    identities_due: bool = False  # a process without a kept identity was read: every identity at the next read
 
 
 class PrometheusFleet(SnapshotSource):
@@ -738,7 +713,6 @@ class PrometheusFleet(SnapshotSource):
         self._sequence = 0
         self._status = "connecting"
         self._failure: PrometheusError | None = None  # why the last refresh read no GPU at all
-        self._identities_filter = True  # read_query's identities_since (False: the server refused `@` once)
 
     # ----------------------------------------------------------------- what the monitor shows
 
@@ -856,15 +830,12 @@ class PrometheusFleet(SnapshotSource):
         every = every_host and len(changed) == len(hosts)
         instances = None if every else sorted({key[0] for key in changed})
         asked: dict[tuple[str, str], tuple[int, ...]] = {}  # host -> the slow and timed groups asked of it
-        steady: dict[tuple[str, str], _Known] = {}  # hosts whose processes' identities are asked only where new
         for key in changed:
             known = self._known.get(key)
             if everything or known is None or known.built is None or known.every_group:  # every group
                 asked[key] = tuple(range(len(_KEPT_GROUPS)))
             else:
                 asked[key] = (known.reads % len(SLOW_GROUPS), *self._due(known, hosts[key].newest))
-                if self._identities_filter and not known.identities_due and known.read_newest is not None:
-                    steady[key] = known
         # One selector per set of instances: the live series of every host read, with the groups asked
         # of the same hosts (all of them at the first read of a fleet), each other group on its own.
         by_instances: dict[tuple[str, ...] | None, list[str]] = {None if instances is None else tuple(instances): []}
@@ -875,22 +846,8 @@ class PrometheusFleet(SnapshotSource):
                 chosen = None if every_host and len(of) == len(hosts) else tuple(sorted({key[0] for key in of}))
                 by_instances.setdefault(chosen, []).extend(names)
         parts: list[Part] = [(names, chosen) for chosen, names in by_instances.items()]
-        mixed = {key[0] for key in changed if key not in steady}  # an instance of a host asked every identity
-        steady = {key: known for key, known in steady.items() if key[0] not in mixed}
         client = self.client
-        since = None
-        if steady:
-            # T: the oldest of the steady hosts' newest samples at their last read. Prometheus stores a scrape's
-            # samples in one commit, so what a host had at its newest sample then is what that read was answered.
-            oldest = min(known.read_newest for known in steady.values() if known.read_newest is not None)
-            since = (None if len(steady) == len(changed) else sorted({key[0] for key in steady}), oldest)
-        query = read_query(self.where, parts, instances, hostname=not one_name, identities_since=since)
-        try:
-            items = client.query_items(query, rows=_ROWS)
-        except PrometheusError as exc:
-            if since is not None and exc.kind == "query" and exc.error_type == "bad_data":  # a server without `@`
-                self._identities_filter = False  # (before 2.25, or off): every identity asked from now on, as before
-            raise
+        items = client.query_items(read_query(self.where, parts, instances, hostname=not one_name), rows=_ROWS)
         notes.extend(f"partial answer: {w}" for w in client.warnings)
         fresh: dict[tuple[str, str], list[dict[int, Kept]]] = {key: [{} for _ in _KEPT_GROUPS] for key in changed}
         # Some 50 rows a GPU (200,000 at 4,096 GPUs): each is read in this one loop, the common row (a GPU's
@@ -1049,14 +1006,8 @@ class PrometheusFleet(SnapshotSource):
                 of_group = route[3] if route is not None else None
                 slow_kept = None if of_group is None else kept[of_group].setdefault(index, {})
                 _route(host.gpu(index), name, metric, value, slow_kept)
-        for key, known in steady.items():  # the identities not asked this time: as last read
-            self._kept_identities(hosts[key], known)
         for key in changed:  # the groups not asked this time: their last values
             known = self._known.get(key)
-            if known is not None:
-                known.read_newest = hosts[key].newest
-                if key not in steady:
-                    known.identities_due = False
             slow = known.slow if known is not None else [{} for _ in _KEPT_GROUPS]
             read_at = known.read_at if known is not None else {}
             host = hosts[key]
@@ -1083,27 +1034,6 @@ class PrometheusFleet(SnapshotSource):
                     for (kind, attribute), said in values.items():
                         target = gpu.static if kind == "static" else gpu.health if kind == "health" else gpu.values
                         target.setdefault(attribute, said)
-
-    @staticmethod
-    def _kept_identities(host: _Host, known: _Known) -> None:
-        """A host whose processes' identity rows were asked only where new (:func:`read_query`'s
-        ``identities_since``): each process read without one takes the labels and start time of its last read.
-
-        A process without an identity row read now nor kept (one present at that time but not read then: back
-        after a gap in its series, or past :data:`MAX_PROCESSES_PER_HOST` then) is shown without its user and
-        command this once, and the host's every identity is asked at its next read.
-        """
-        labels_now, said, gpus = host.process_labels, known.processes_said, host.gpus
-        for key, row in host.processes.items():
-            if key in labels_now or key[0] not in gpus:  # (a GPU without GPU series: not shown, nothing kept)
-                continue
-            last = said.get(key)
-            if last is None:
-                known.identities_due = True
-                continue
-            labels_now[key] = last[0]
-            if last[2] is not _UNSEEN:
-                row.setdefault("start_time_seconds", last[2])
 
     def _due(self, known: _Known, newest: float | None) -> tuple[int, ...]:
         """The timed groups (by their index among the kept ones) whose cadence has passed since a host's last read
@@ -1186,7 +1116,6 @@ class PrometheusFleet(SnapshotSource):
                 known.slow = host.slow or known.slow
                 known.read_at = host.read_at
                 known.gpus_read = frozenset(host.gpus)
-                known.read_newest = host.newest
             if host.newest is not None and known.newest is not None and host.newest > known.newest:
                 step = host.newest - known.newest
                 known.interval = step if known.interval is None else min(known.interval, step)
@@ -1243,7 +1172,6 @@ class PrometheusFleet(SnapshotSource):
                 ]
                 if key in changed or not known.built:
                     known.built = lines  # not read again until a new sample comes
-                    known.processes_said = {}  # not its processes of this read: none kept for the next
                 gpus.extend(lines)
                 stale_hosts += 1
                 continue

@@ -24,7 +24,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -174,43 +173,6 @@ def test_the_real_servers_read_answer_fits_a_row_type_per_series(three_exporter_
     gpus = sum(GPUS.values())
     assert len({s for s in shown if s[0] == "DCGM_FI_DEV_FB_USED"}) == gpus
     assert len({s for s in shown if s[0] == "DCGM_FI_DEV_GPU_TEMP"}) == gpus
-
-
-def test_a_steady_read_asks_the_real_server_only_new_identities(three_exporter_fleet: Fleet):
-    """A host read again is asked its processes' identity rows only where new since its last read (``@ T``,
-    ``unless``, ``==``): Prometheus takes the query, leaves out the processes it held the same at T, and the
-    fleet shows every process as a full read of the same server does (each with its user, command and start)."""
-    fleet = PrometheusFleet(three_exporter_fleet.url, interval=1.0)
-    complete(fleet, sum(GPUS.values()))
-    asked: list[tuple[str, int]] = []
-    query_items = fleet.client.query_items
-
-    def counted(expr: str, *args: Any, **kwargs: Any) -> Any:
-        items = query_items(expr, *args, **kwargs)
-        if kwargs.get("rows") is not None:  # the read query's rows (the first query's are dicts)
-            asked.append((expr, sum(1 for item in items if item.metric.name == fleet_module.PROCESS_STARTED)))
-        return items
-
-    fleet.client.query_items = counted  # type: ignore[method-assign]
-
-    def steady_and_as_read_whole() -> tuple[list[tuple[Any, ...]], int] | None:
-        asked.clear()
-        steady = fleet.poll_once()
-        if not asked or " @ " not in asked[-1][0]:
-            return None  # nothing new on the server yet, or no identity kept yet
-        identities = asked[-1][1]
-        whole = fleet.read_once()  # every identity asked (no `@`)
-        if " @ " in asked[-1][0] or fleet.client.evaluated_at is None:
-            return None
-
-        def shown(snapshot: Snapshot) -> list[tuple[Any, ...]]:
-            return sorted((p.host, p.pid, p.user, p.command, p.owner, p.create_time) for p in snapshot.processes)
-
-        return (shown(steady), identities) if shown(steady) == shown(whole) else None  # a process came in between
-
-    processes, identities = until(steady_and_as_read_whole, DATA_S, "a steady read and a full one alike", step=0.5)
-    assert processes and all(user and command and started for _, _, user, command, _, started in processes)
-    assert identities < len(processes), f"{identities} identity rows for {len(processes)} processes: none kept"
 
 
 def test_once_json_and_text_show_the_fleet(three_exporter_fleet: Fleet):
