@@ -34,7 +34,13 @@ with other work keeps up with (scrapes time out), so they are scraped every 10 s
 each measured refresh is made to read every host as a 1 s scrape would (each host's
 newest sample is forgotten before it, so it counts as new): the same two queries, the
 same answer, the same decoding and building. The measured refreshes are a scrape apart
-(10 s), so each reads every host's next values.
+(10 s), so each reads every host's next values; and each host's clock since each timed
+group was last read is set 1 s on, not 10 s, so the groups are asked as at a 1 s scrape
+(``fleet.TIMED_GROUPS``: the 2 s group at every other refresh, the 5 s one at every fifth,
+the rarer ones later; a host whose clock moved 20 s, two scrapes, is asked more). With
+``--every-group-due`` every timed group is asked at every refresh, as a refresh 10 s
+after the last asks them: about a sixth more rows than a 1 s scrape's average (this
+benchmark's pacing from h-fleet9's change until h-fleet10's, both 2026-11-30).
 
 ``--profile`` adds a cProfile of the refreshes at the larger size (top functions by
 own time). Run: ``.venv/bin/python benchmarks/bench_fleet.py [--sizes 64,512]``.
@@ -61,6 +67,7 @@ sys.path.insert(0, str(ROOT))
 
 GPUS_PER_HOST = 8
 TICKS = 3  # the seconds of values each host serves in turn
+SCRAPE_S = 10.0  # Prometheus's scrape interval of the 512 hosts (4,096 GPUs), and the measured refreshes' spacing
 
 
 def serve(hosts: int) -> None:
@@ -111,13 +118,15 @@ class _Collections:
             self.seconds += time.thread_time() - self._started
 
 
-def measure(hosts: int, refreshes: int, profile: bool, history: int, python_gc: bool = False) -> dict[str, float]:
+def measure(
+    hosts: int, refreshes: int, profile: bool, history: int, *, python_gc: bool = False, every_group_due: bool = False
+) -> dict[str, float | str]:
     from nvtopy.sources.gc_policy import settle_for_fleet
     from nvtopy.sources.remote.fleet import PrometheusFleet
     from tests.prometheus_fixtures import DATA_S, prometheus, scrape_config, targets_up, wait
 
     live = hosts <= 64
-    interval = "1s" if live else "10s"
+    interval = "1s" if live else f"{SCRAPE_S:g}s"
     child = subprocess.Popen(
         [sys.executable, __file__, "--serve", str(hosts)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
@@ -149,10 +158,15 @@ def measure(hosts: int, refreshes: int, profile: bool, history: int, python_gc: 
                 collections = _Collections()
                 gc.callbacks.append(collections)
                 for _ in range(refreshes):
-                    time.sleep(1.0 if live else 10.0)  # at 10 s: every host scraped again, its next values
+                    time.sleep(1.0 if live else SCRAPE_S)  # at 10 s: every host scraped again, its next values
                     if not live:  # as a 1 s scrape would have it: every host has a sample newer than the last read
                         for known in fleet._known.values():
                             known.newest = None
+                            if not every_group_due:  # and its clock 1 s on since each group was read, not 10 s
+                                known.read_at = {
+                                    group: None if at is None else at + SCRAPE_S - 1.0
+                                    for group, at in known.read_at.items()
+                                }
                     client = fleet.client
                     queries, sent, decoded, series = client.queries, _received(client), _json(client), _rows(client)
                     if profiler is not None:
@@ -183,7 +197,7 @@ def measure(hosts: int, refreshes: int, profile: bool, history: int, python_gc: 
     cpu, wall, queries, sent, decoded, read, series = (statistics.median(column) for column in zip(*rows, strict=True))
     mean = statistics.mean(r[0] for r in rows)
     print(
-        f"{hosts:4d} hosts x {GPUS_PER_HOST} = {gpus:5d} GPUs ({'1 s scrape' if live else '10 s scrape, all read'}): "
+        f"{hosts:4d} hosts x {GPUS_PER_HOST} = {gpus:5d} GPUs ({_mode(live, every_group_due)}): "
         f"CPU {cpu:6.1f} ms (mean {mean:.1f}, max {max(r[0] for r in rows):.1f}; collector "
         f"{'CPython default' if python_gc else 'as the monitor sets it'}: {collections.count} collections, "
         f"{collections.seconds * 1000:.0f} ms in {len(rows)} refreshes), wall {wall:6.1f} ms, "
@@ -191,6 +205,7 @@ def measure(hosts: int, refreshes: int, profile: bool, history: int, python_gc: 
         f"hosts read {read:.0f}, GPUs shown {shown}; first refresh {first[1] * 1000:.0f} ms CPU, "
         f"{first[0] * 1000:.0f} ms wall"
     )
+    print("  each refresh, CPU ms / rows: " + ", ".join(f"{r[0]:.0f}/{r[6]:,}" for r in rows))
     if profiler is not None:
         stats = pstats.Stats(profiler)
         stats.sort_stats("tottime").print_stats(25)
@@ -199,6 +214,7 @@ def measure(hosts: int, refreshes: int, profile: bool, history: int, python_gc: 
         "gpus": gpus,
         "cpu_ms": cpu,
         "cpu_mean_ms": mean,
+        "pacing": _mode(live, every_group_due),
         "collections": collections.count,
         "collection_ms": collections.seconds * 1000,
         "wall_ms": wall,
@@ -210,6 +226,12 @@ def measure(hosts: int, refreshes: int, profile: bool, history: int, python_gc: 
     }
 
 
+def _mode(live: bool, every_group_due: bool) -> str:
+    if live:
+        return "1 s scrape"
+    return "10 s scrape, all read, every timed group due" if every_group_due else "10 s scrape, all read as at 1 s"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="64,512", help="hosts of 8 GPUs, comma-separated")
@@ -219,6 +241,12 @@ def main() -> int:
         "--python-gc",
         action="store_true",
         help="leave CPython's default collector (before 2026-11-30's benchmark) rather than the monitor's",
+    )
+    parser.add_argument(
+        "--every-group-due",
+        action="store_true",
+        help="at 4,096 GPUs, ask every timed group at every refresh (a refresh 10 s after the last, as before "
+        "2026-11-30's pacing) rather than as a 1 s scrape paces them",
     )
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     parser.add_argument(
@@ -238,7 +266,14 @@ def main() -> int:
         return 0
     sizes = [int(size) for size in args.sizes.split(",")]
     results = [
-        measure(hosts, args.refreshes, args.profile and hosts == max(sizes), args.history, args.python_gc)
+        measure(
+            hosts,
+            args.refreshes,
+            args.profile and hosts == max(sizes),
+            args.history,
+            python_gc=args.python_gc,
+            every_group_due=args.every_group_due,
+        )
         for hosts in sizes
     ]
     out = ROOT / "benchmarks" / "results"
