@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 from ..errors import BackendUnavailableError, NvtopyError
 from ..formats.stream import StreamWriter, error_line, hello_line
 from . import options
+from .signals import stop_on_signals
 
 if TYPE_CHECKING:
     from ..sources.collector import Collector
@@ -139,18 +140,15 @@ def _fail(exc: Exception) -> None:
 @contextmanager
 def _stop_requests() -> Iterator[threading.Event]:
     """An event set by a stop signal or the end of stdin; once set, the process has :data:`GRACE_S` to finish."""
-    stop = threading.Event()
     finished = threading.Event()
-    handlers = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in _STOP_SIGNALS}
-    threading.Thread(target=_watch_stdin, args=(stop,), name="nvtopy-stdin", daemon=True).start()
-    threading.Thread(target=_exit_after_grace, args=(stop, finished), name="nvtopy-grace", daemon=True).start()
-    try:
-        yield stop
-    finally:
-        finished.set()
-        stop.set()  # the grace thread ends too
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
+    with stop_on_signals(_STOP_SIGNALS) as stop:  # the handler takes no lock (see there)
+        threading.Thread(target=_watch_stdin, args=(stop,), name="nvtopy-stdin", daemon=True).start()
+        threading.Thread(target=_exit_after_grace, args=(stop, finished), name="nvtopy-grace", daemon=True).start()
+        try:
+            yield stop
+        finally:
+            finished.set()
+            stop.set()  # the grace thread ends too
 
 
 def _watch_stdin(stop: threading.Event) -> None:

@@ -715,6 +715,7 @@ def _cli(*args: str) -> list[str]:
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "NVTOPY_DEBUG"}
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONFAULTHANDLER"] = "1"  # an exporter that does not stop is made to say where each thread stands
     return env
 
 
@@ -752,7 +753,16 @@ def _wait_for_metrics(
 def _stop(proc: subprocess.Popen[str]) -> tuple[int, str]:
     started = time.monotonic()
     proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=5)
+    try:
+        _, stderr = proc.communicate(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)  # faulthandler (PYTHONFAULTHANDLER): every thread's stack on stderr
+        try:
+            _, stderr = proc.communicate(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, stderr = proc.communicate(timeout=5)
+        raise AssertionError(f"the exporter did not stop within 5 s of SIGTERM; it said: {stderr[-6000:]}") from None
     assert time.monotonic() - started < 5
     return proc.returncode, stderr
 

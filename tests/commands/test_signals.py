@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from pathlib import Path
 
 from nvtopy.commands.signals import stop_on_signals
 
@@ -38,3 +39,15 @@ def test_a_real_signal_sets_the_event_and_the_handlers_come_back():
         os.kill(os.getpid(), signal.SIGINT)
         assert stop.wait(5)
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_only_the_commands_signal_module_sets_a_handler():
+    """Every stop handler of nvtopy's is this module's (one home): a lambda that sets an event from the handler
+    hung the exporter on a SIGTERM right after its port opened (a fresh clone's CI run, 2026-11-30)."""
+    root = Path(__file__).resolve().parents[2] / "nvtopy"
+    setters = sorted(
+        str(path.relative_to(root))
+        for path in root.rglob("*.py")
+        if "signal.signal(" in path.read_text(encoding="utf-8")
+    )
+    assert setters == ["commands/signals.py"]

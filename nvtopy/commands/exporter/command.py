@@ -41,13 +41,13 @@ import ipaddress
 import logging
 import signal
 import sys
-import threading
 from typing import TYPE_CHECKING
 
 from ...errors import UsageError
 from ...formats.dcgm_naming import DEFAULT_NAMING, NAMINGS
 from ...model import ALL_GROUPS
 from .. import options
+from ..signals import stop_on_signals
 from .server import serve
 
 if TYPE_CHECKING:
@@ -170,46 +170,43 @@ def run(command: str, args: argparse.Namespace) -> int:
     collector = None
     server = None
     # SIGTERM stops cleanly from the start: once the port answers, a stop must not kill the process.
-    stop = threading.Event()
-    previous: signal._HANDLER = None  # SIGTERM's handler before ours, put back at the end
     try:
-        previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        collector = Collector(backend, history=1, thresholds=options.health_thresholds(args), timeline=False)
-        options.open_selection(args, collector)
-        poller = Poller(
-            backend,
-            interval=args.interval,
-            groups=EXPORTER_GROUPS,
-            collector=collector,
-            events=True,
-            stall_after=args.timeout,
-        )
-        server, _ = serve(poller, host, port, tls=tls, naming=naming, self_metrics=config.exporter_self_metrics)
-        poller.start()
-        bound = server.server_address[1]
-        scheme = "http" if tls is None else "https"
-        mutual = " (clients need a certificate signed by --tls-client-ca)" if args.tls_client_ca else ""
-        print(
-            f"nvtopy exporter: serving {scheme}://{host}:{bound}/metrics{mutual}, {naming.key} names (Ctrl-C stops)",
-            file=sys.stderr,
-            flush=True,
-        )
-        if not is_loopback(host) and not args.tls_client_ca:
+        with stop_on_signals((signal.SIGTERM,)) as stop:
+            collector = Collector(backend, history=1, thresholds=options.health_thresholds(args), timeline=False)
+            options.open_selection(args, collector)
+            poller = Poller(
+                backend,
+                interval=args.interval,
+                groups=EXPORTER_GROUPS,
+                collector=collector,
+                events=True,
+                stall_after=args.timeout,
+            )
+            server, _ = serve(poller, host, port, tls=tls, naming=naming, self_metrics=config.exporter_self_metrics)
+            poller.start()
+            bound = server.server_address[1]
+            scheme = "http" if tls is None else "https"
+            mutual = " (clients need a certificate signed by --tls-client-ca)" if args.tls_client_ca else ""
+            served = f"{scheme}://{host}:{bound}/metrics{mutual}"
             print(
-                f"nvtopy: warning: listening on {host}: "
-                "anyone who can reach this port can read GPU and process metrics"
-                + ("" if tls is None else " (--tls-client-ca restricts it to clients with a certificate)"),
+                f"nvtopy exporter: serving {served}, {naming.key} names (Ctrl-C stops)",
                 file=sys.stderr,
                 flush=True,
             )
-        # No timeout: SIGTERM's handler sets it, Ctrl-C raises here (a signal interrupts the wait); a wait of 0.5 s
-        # at a time woke this thread twice a second for nothing (about 1 % of the exporter's steady CPU).
-        with contextlib.suppress(KeyboardInterrupt):
-            stop.wait()
+            if not is_loopback(host) and not args.tls_client_ca:
+                print(
+                    f"nvtopy: warning: listening on {host}: "
+                    "anyone who can reach this port can read GPU and process metrics"
+                    + ("" if tls is None else " (--tls-client-ca restricts it to clients with a certificate)"),
+                    file=sys.stderr,
+                    flush=True,
+                )
+            # No timeout: SIGTERM sets it, Ctrl-C raises here (a signal interrupts the wait); a wait of 0.5 s at a
+            # time woke this thread twice a second for nothing (about 1 % of the exporter's steady CPU).
+            with contextlib.suppress(KeyboardInterrupt):
+                stop.wait()
         return 0
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
         if server is not None:
             server.shutdown()
             server.server_close()
