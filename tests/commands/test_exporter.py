@@ -1048,3 +1048,35 @@ def test_the_server_is_module_level_classes_and_its_source_a_protocol():
                 assert ast.unparse(node.annotation) not in ("Any", "object"), f"{module.__name__}: source is typed"
     assert inspect.signature(server.serve).parameters["source"].annotation == "SnapshotHolder"
     assert issubclass(server.MetricsServer, server.WSGIServer)
+
+
+def test_a_shutdown_before_the_serving_thread_has_run_waits_for_it_and_leaves_no_traceback(monkeypatch, sim):
+    """A stop right after the port opened, before the serving thread's first step (a loaded machine): ``shutdown``
+    waits for that thread, so the socket is closed only after it has let go of it (it once registered the closed
+    socket and died with a traceback)."""
+    from nvtopy.commands.exporter.server import MetricsServer
+
+    gate = threading.Event()
+    served = MetricsServer.serve_forever
+
+    def late_serve_forever(self, poll_interval=None):
+        gate.wait(10)  # the thread scheduled late
+        served(self, poll_interval)
+
+    errors: list[BaseException] = []
+    monkeypatch.setattr(threading, "excepthook", lambda hook: errors.append(hook.exc_value))
+    monkeypatch.setattr(MetricsServer, "serve_forever", late_serve_forever)
+    backend = sim(gpus=1)
+    collector = Collector(backend, history=1)
+    try:
+        poller = Poller(backend, interval=60, groups=EXPORTER_GROUPS, collector=collector)
+        server, thread = serve(poller, "127.0.0.1", 0)
+        threading.Timer(0.2, gate.set).start()
+        server.shutdown()  # returns once the thread has run and stopped
+        assert gate.is_set(), "shutdown returned before the serving thread had run"
+        server.server_close()
+        thread.join(5)
+        assert not thread.is_alive() and errors == []
+    finally:
+        gate.set()
+        collector.close()

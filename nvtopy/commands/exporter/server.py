@@ -260,6 +260,18 @@ class MetricsServer(WSGIServer):
 
     # ------------------------------------------------------------- the dispatcher
 
+    def start(self) -> threading.Thread:
+        """:meth:`serve_forever` in a thread of its own, marked busy before that thread's first step.
+
+        Why before: a :meth:`shutdown` that came before the thread had run (a SIGTERM right after the port
+        opened, on a loaded machine) found the server idle, returned at once, and the socket was closed; the
+        thread then registered a closed socket and died with a traceback on stderr.
+        """
+        self._idle.clear()
+        thread = threading.Thread(target=self.serve_forever, name="nvtopy-exporter", daemon=True)
+        thread.start()
+        return thread
+
     def serve_forever(self, poll_interval: float | None = None) -> None:
         """Accept, read and hand over requests until :meth:`shutdown`.
 
@@ -550,6 +562,4 @@ def serve(
     if isinstance(source, SnapshotSource):  # a poller: render each snapshot as it is published (text, then gzip)
         source.subscribe(exposition.prerender)
         source.subscribe(body.prerender)
-    thread = threading.Thread(target=server.serve_forever, name="nvtopy-exporter", daemon=True)
-    thread.start()
-    return server, thread
+    return server, server.start()
