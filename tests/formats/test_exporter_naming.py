@@ -204,3 +204,16 @@ def test_what_nvtopy_writes_in_either_naming_reads_back_the_same():
     assert new.health == legacy.health and new.processes == legacy.processes
     values = legacy.gpus[0][1]
     assert values["clock_sm_mhz"] < 10_000 and 0 <= values["utilization_gpu_percent"] <= 100
+
+
+def test_a_gpus_lost_flag_has_the_very_labels_of_its_value_series():
+    """A reader that groups a GPU's series by their labels finds one GPU, also one a pod holds (its pod labels on
+    every series of it): the fleet's read took such a GPU for two, its lost flag without the pod labels (a real
+    Prometheus's test in CI, 2e5e441)."""
+    text = b"".join(Exposition(LatestSource(every_field_snapshot())).chunks()).decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    lost = {s.labels["gpu"]: s.labels for s in families["nvtopy_gpu_lost"].samples}
+    used = {s.labels["gpu"]: s.labels for s in families["DCGM_FI_DEV_FB_USED"].samples if not s.labels.get("GPU_I_ID")}
+    assert any("pod" in labels for labels in used.values()), "the snapshot has a GPU one pod holds"
+    assert set(used) <= set(lost)
+    assert {gpu: lost[gpu] for gpu in used} == used

@@ -201,13 +201,19 @@ def _info_family(version: str, backend: str) -> Any:
     return info
 
 
-def _lost_family(labels: list[tuple[GpuState, dict[str, str]]], gpu_labels: tuple[str, ...]) -> Any:
-    """``nvtopy_gpu_lost``: 1 for a GPU that fell off the bus, else 0."""
+def _lost_family(gpus: list[GpuState], series_of: list[dict[str, str]], gpu_labels: tuple[str, ...]) -> Any:
+    """``nvtopy_gpu_lost``: 1 for a GPU that fell off the bus, else 0.
+
+    Under each GPU's very labels of its value series (``series_of``: its pod's too, where one pod holds it), so
+    that a reader that groups a GPU's series by their labels finds one GPU: the fleet's read took a GPU one pod
+    held for two (its lost flag without the pod labels, its memory with them).
+    """
     from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.samples import Sample
 
     lost = GaugeMetricFamily("nvtopy_gpu_lost", "1 when the GPU fell off the bus (GpuIsLost).", labels=list(gpu_labels))
-    for gpu, gpu_label in labels:
-        lost.add_metric([gpu_label[name] for name in gpu_labels], 1.0 if gpu.lost else 0.0)
+    for gpu, series in zip(gpus, series_of, strict=True):
+        lost.samples.append(Sample("nvtopy_gpu_lost", series, 1.0 if gpu.lost else 0.0))
     return lost
 
 
@@ -344,8 +350,8 @@ class SnapshotCollector:
         head.extend(self._reuse(previous, reused, " xids", xids, lambda: [*self._xid_counts(labels, gpu_labels)]))
         links = (label_key, lost_flags, tuple(gpu.sample.nvlinks for gpu in gpus))
         head.extend(self._reuse(previous, reused, " nvlinks", links, lambda: [*self._nvlinks(labels, naming)]))
-        lost = (label_key, lost_flags)
-        head.append(self._reuse(previous, reused, " lost", lost, lambda: _lost_family(labels, gpu_labels)))
+        lost = (tuple(series_of), lost_flags)
+        head.append(self._reuse(previous, reused, " lost", lost, lambda: _lost_family(gpus, series_of, gpu_labels)))
         self._reused = reused
         return head, list(self._processes(snapshot))
 
