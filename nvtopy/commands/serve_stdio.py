@@ -141,7 +141,7 @@ def _fail(exc: Exception) -> None:
 def _stop_requests() -> Iterator[threading.Event]:
     """An event set by a stop signal or the end of stdin; once set, the process has :data:`GRACE_S` to finish."""
     finished = threading.Event()
-    with stop_on_signals(_STOP_SIGNALS) as stop:  # the handler takes no lock (see there)
+    with stop_on_signals(_STOP_SIGNALS) as stop:  # the event set from a thread of the handler's (see there)
         threading.Thread(target=_watch_stdin, args=(stop,), name="nvtopy-stdin", daemon=True).start()
         threading.Thread(target=_exit_after_grace, args=(stop, finished), name="nvtopy-grace", daemon=True).start()
         try:

@@ -28,8 +28,9 @@ def stop_on_signals(signals: tuple[signal.Signals, ...] = STOP_SIGNALS) -> Itera
     thread between two of its steps, and when that step was inside ``stop.wait()`` holding the event's
     lock (``Condition._is_owned`` takes it for an instant), ``stop.set()`` waited for that lock forever --
     ``nvtopy watch`` hung on SIGTERM, once in some twenty test runs, until faulthandler showed where. The exporter
-    and ``serve-stdio`` set their event in the handler still, and the exporter hung alike on a SIGTERM right after
-    its port opened (a fresh clone's CI run, 2026-11-30): they take this handler now.
+    and ``serve-stdio`` still set their event in the handler, and could hang alike (a fresh clone's CI run,
+    2026-11-30, saw the exporter not stop within 5 s of a SIGTERM right after its port opened; not reproduced in
+    150 runs): they take this handler now.
     """
     stop = threading.Event()
 

@@ -19,7 +19,6 @@ PID namespace and must never be joined with (or signalled as) local processes.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import time
@@ -205,11 +204,12 @@ class PsutilInspector:
     def resolver(self, resolver: OwnerResolver) -> None:
         self._resolver = resolver
 
-    def _resolve_owner(self, entry: _Entry, pid: int) -> None:
-        """Read ``entry``'s owner once; a failure leaves ``None`` fields, never an exception."""
+    def _resolve_owner(self, entry: _Entry, pid: int, *, again: bool = False) -> None:
+        """Read ``entry``'s owner once (``again``: afresh, see :meth:`_reread_command`); a failure leaves ``None``
+        fields, never an exception."""
         status, entry.first_status = entry.first_status, None
         try:
-            entry.owned = self.resolver.resolve(pid, entry.create_time, status=status)
+            entry.owned = self.resolver.resolve(pid, entry.create_time, status=status, again=again)
         except Exception:  # noqa: BLE001 -- the resolver never raises; a monitor keeps the row if it did
             from .owners import ResolvedOwner
 
@@ -369,9 +369,7 @@ class PsutilInspector:
         if cmdline:
             entry.command, entry.retry_command = _join_cmdline(cmdline), False
             entry.name = name
-            # The resolver never raises; if it did, the owner read at first sight is kept.
-            with contextlib.suppress(Exception):
-                entry.owned = self.resolver.resolve(pid, entry.create_time, again=True)
+            self._resolve_owner(entry, pid, again=True)
 
     def _inspect_one(self, pid: int, now: float, ancestors: dict[int, _Ancestor]) -> HostProcess | None:
         entry = self._entries.get(pid)
