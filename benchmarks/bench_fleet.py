@@ -35,12 +35,16 @@ each measured refresh is made to read every host as a 1 s scrape would (each hos
 newest sample is forgotten before it, so it counts as new): the same two queries, the
 same answer, the same decoding and building. The measured refreshes are a scrape apart
 (10 s), so each reads every host's next values; and each host's clock since each timed
-group was last read is set 1 s on, not 10 s, so the groups are asked as at a 1 s scrape
-(``fleet.TIMED_GROUPS``: the 2 s group at every other refresh, the 5 s one at every fifth,
-the rarer ones later; a host whose clock moved 20 s, two scrapes, is asked more). With
-``--every-group-due`` every timed group is asked at every refresh, as a refresh 10 s
-after the last asks them: about a sixth more rows than a 1 s scrape's average (this
-benchmark's pacing from h-fleet9's change until h-fleet10's, both 2026-11-30).
+group was last read is set 1 s on, however far its newest sample moved (the server's
+newest samples are asked before each measured refresh, outside its measure), so the groups
+are asked as at a 1 s scrape (``fleet.TIMED_GROUPS``: the 2 s group at every other
+refresh of a host, the 5 s one at every fifth, the rarer ones later, each host at its
+phase). Until 2026-11-30 evening the clock was set 9 s on whatever the host's newest
+sample had moved: a host scraped twice since (the refreshes are some 14 s apart with
+their own time) was 11 s on and asked every group of 10 s or less, one not scraped again
+-9 s (a clock gone back: every group). With ``--every-group-due`` every timed group is
+asked at every refresh, as a refresh 10 s after the last asks them (this benchmark's
+pacing from h-fleet9's change until h-fleet10's, both 2026-11-30).
 
 ``--profile`` adds a cProfile of the refreshes at the larger size (top functions by
 own time). Run: ``.venv/bin/python benchmarks/bench_fleet.py [--sizes 64,512]``.
@@ -160,13 +164,16 @@ def measure(
                 for _ in range(refreshes):
                     time.sleep(1.0 if live else SCRAPE_S)  # at 10 s: every host scraped again, its next values
                     if not live:  # as a 1 s scrape would have it: every host has a sample newer than the last read
-                        for known in fleet._known.values():
-                            known.newest = None
-                            if not every_group_due:  # and its clock 1 s on since each group was read, not 10 s
+                        now_newest = {} if every_group_due else fleet._newest(fleet._host_list())[0]
+                        for key, known in fleet._known.items():
+                            host = now_newest.get(key)
+                            if host is not None and host.newest is not None and known.newest is not None:
+                                moved = host.newest - known.newest  # and its clock 1 s on since each group was read
                                 known.read_at = {
-                                    group: None if at is None else at + SCRAPE_S - 1.0
+                                    group: None if at is None else at + moved - 1.0
                                     for group, at in known.read_at.items()
                                 }
+                            known.newest = None
                     client = fleet.client
                     queries, sent, decoded, series = client.queries, _received(client), _json(client), _rows(client)
                     if profiler is not None:

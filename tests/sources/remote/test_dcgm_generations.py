@@ -259,8 +259,8 @@ def test_two_generations_behind_one_instance_stay_two_hosts(fake):
         assert_reads_as([g for g in snapshot.gpus if g.static.host == host], expected(generation), host)
 
 
-def test_a_4_9_host_is_refreshed_with_its_slow_groups_in_turn(fake):
-    """Later refreshes ask for one slow group at a time: the 4.9 counters (energy, replays, rows) keep their values."""
+def test_a_4_9_host_is_refreshed_with_its_timed_groups_kept(fake):
+    """Later refreshes ask for the timed groups due only: the 4.9 counters (energy, replays, rows) keep their values."""
     fake.set_series(stored(capture("4.9"), "10.0.0.7:9400", NOW - 1))
     fleet = PrometheusFleet(fake.url, timeout=5.0)
     want = expected("4.9")

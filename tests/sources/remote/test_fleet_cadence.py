@@ -1,13 +1,15 @@
 """The fleet's timed groups: a host read again is asked for a series the local monitor reads at a cadence of its own
-(``poller.CADENCE``: temperature, clocks and throttle reasons every 2 s, the P-state and NVLink 5 s, codecs 10 s,
-the power limit 15 s, PCIe throughput 20 s, the fan 30 s) only when that cadence has passed on the host's clock,
-and keeps the last values in between.
+(``poller.CADENCE``: temperature, clocks and throttle reasons every 2 s, the P-state, NVLink and energy 5 s, codecs
+and ECC 10 s, the power limit 15 s, PCIe throughput 20 s, the fan and PCIe link 30 s, row remapping and retired
+pages 60 s; a static value at ``STATIC_CADENCE``) only when that cadence has passed on the host's clock, and keeps
+the last values in between; each host's first re-read of a group at a phase of its own.
 
-Why: at 1 s a refresh these are a fifth of the read answer's value rows (issue 27: decoding and reading the rows
-are most of a fleet refresh). What must hold: each such value is exactly as old as the cadence says (never older,
-never read more often), the values every refresh asks for are the newest, and a fleet that keeps them shows what a
-fleet reading everything afresh shows -- values out of range, NaN, negative zero and hosts behind one instance
-included -- as the slow groups already did.
+Why: at 1 s a refresh these are nearly half of the read answer's value rows (issue 27: decoding and reading the
+rows are most of a fleet refresh). What must hold: each such value is exactly as old as the cadence and the host's
+phase say (never older, never read more often after its first re-read), the values every refresh asks for are the
+newest, a fleet whose hosts were first read at once reads about a cadence's share of them a refresh (not all at
+one refresh), and a fleet that keeps them shows what a fleet reading everything afresh shows -- values out of
+range, NaN, negative zero and hosts behind one instance included.
 """
 
 # ruff: noqa: F811 -- the fixture fake is imported from the module that defines it
@@ -21,7 +23,7 @@ from nvtopy.formats.dcgm_naming import READ_ALIASES
 from nvtopy.model import GROUP_OF_FIELD
 from nvtopy.sources.poller import CADENCE
 from nvtopy.sources.remote import fleet as fleet_module
-from nvtopy.sources.remote.fleet import LIVE_NAMES, SLOW_GROUPS, TIMED_GROUPS
+from nvtopy.sources.remote.fleet import LIVE_NAMES, STATIC_CADENCE, TIMED_GROUPS, PrometheusFleet
 
 from ...prometheus_fixtures import exposition_series
 from .test_fleet import DCGM, NOW, fake, fleet_of  # noqa: F401
@@ -31,17 +33,26 @@ from .test_fleet_runs import _hostile_fleet, _shown
 # refresh asked for shows in the values it shows.
 _LABELS = 'gpu="0",UUID="GPU-cccc",modelName="NVIDIA H100 80GB HBM3",Hostname="dgx-9"'
 _MOVING = {  # series -> (model attribute, its value at a step, the cadence it is read at: 0 every refresh)
-    "DCGM_FI_DEV_GPU_UTIL": ("utilization_gpu_percent", lambda t: t, 0),
+    "DCGM_FI_DEV_GPU_UTIL": ("utilization_gpu_percent", lambda t: t % 100, 0),
     "DCGM_FI_DEV_POWER_USAGE": ("power_draw_w", lambda t: 100.0 + t, 0),
     "DCGM_FI_DEV_FB_USED": ("memory_used_bytes", lambda t: 1000 + t, 0),
     "DCGM_FI_DEV_GPU_TEMP": ("temperature_c", lambda t: 40 + t, 2),
     "DCGM_FI_DEV_SM_CLOCK": ("clock_sm_mhz", lambda t: 1000 + t, 2),
     "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": ("throttle_reasons", lambda t: t % 4, 2),
     "DCGM_FI_DEV_PSTATE": ("pstate", lambda t: t % 8, 5),
-    "DCGM_FI_DEV_ENC_UTIL": ("encoder_percent", lambda t: t, 10),
+    "DCGM_FI_DEV_ENC_UTIL": ("encoder_percent", lambda t: t % 100, 10),
     "DCGM_FI_DEV_POWER_MGMT_LIMIT": ("power_limit_w", lambda t: 300.0 + t, 15),
-    "DCGM_FI_DEV_FAN_SPEED": ("fan_percent", lambda t: 10 + t, 30),
+    "DCGM_FI_DEV_FAN_SPEED": ("fan_percent", lambda t: 10 + t % 90, 30),
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": ("ecc_corrected_volatile", lambda t: t, 10),
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": ("remapped_rows_corrected", lambda t: t, 60),
 }
+_KEY = ("10.0.0.9:9400", "dgx-9")  # _LABELS' host, as the fleet keys it
+
+
+def _zero_phase(monkeypatch) -> None:
+    """Every host's phase 0 (its groups next asked a whole cadence after its first read), for a test of another
+    rule than the phase."""
+    monkeypatch.setattr(PrometheusFleet, "_phase", lambda self, key, group: 0.0)
 
 
 def _reads(name: str, value: float):
@@ -55,19 +66,25 @@ def _scrape(fake, step: int, when: float, labels: str = _LABELS) -> None:
 
 
 def test_the_timed_groups_are_the_local_monitors_cadences():
-    """Each series in exactly one of: every refresh, a slow group, a timed group; a timed one at its field's
-    cadence in the local poller; never a GPU instance's own series (read at every refresh)."""
+    """Each series in exactly one of: every refresh, a timed group; a timed one at its field's cadence in the local
+    poller (a static value's at STATIC_CADENCE: the local monitor reads it once); of a GPU instance's own series
+    only the memory total, a static value of a GPU (an instance's is read at every refresh)."""
     timed = [name for _, names in TIMED_GROUPS for name in names]
-    slow = [name for names in SLOW_GROUPS for name in names]
     every = [name for name in LIVE_NAMES if name in fleet_module._GPU_READS]
-    assert sorted(timed + slow + every) == sorted(fleet_module._GPU_READS), "each series read in one way"
-    assert [cadence for cadence, _ in TIMED_GROUPS] == [2.0, 5.0, 10.0, 15.0, 20.0, 30.0]
+    assert sorted(timed + every) == sorted(fleet_module._GPU_READS), "each series read in one way"
+    assert [cadence for cadence, _ in TIMED_GROUPS] == [2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0]
     for cadence, names in TIMED_GROUPS:
         for name in names:
             attribute = fleet_module._GPU_READS[name][0]
-            assert CADENCE[GROUP_OF_FIELD[attribute]] == cadence, name
-            assert READ_ALIASES.get(name, (name,))[0] not in INSTANCE_FIELDS, name
+            if attribute.startswith("static."):
+                assert cadence == STATIC_CADENCE, name
+            else:
+                assert CADENCE[GROUP_OF_FIELD[attribute]] == cadence, name
+                assert READ_ALIASES.get(name, (name,))[0] not in INSTANCE_FIELDS, name
+    for name in every:
+        assert CADENCE.get(GROUP_OF_FIELD.get(fleet_module._GPU_READS[name][0], ""), 0.0) == 0.0, name
     assert "DCGM_FI_DEV_POWER_USAGE" in LIVE_NAMES and "DCGM_FI_DEV_GPU_TEMP" not in LIVE_NAMES
+    assert "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS" in timed and "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL" in timed
 
 
 @pytest.mark.parametrize("interval", [1.0, 2.0])
@@ -75,12 +92,16 @@ def test_each_timed_value_is_as_old_as_its_cadence_and_no_older(fake, interval):
     """Scraped every ``interval`` seconds (a few ms of jitter either way), refreshed after each scrape: a value read
     every refresh is the newest; a timed one is the value of the last scrape at which its cadence had passed (with
     half a step of slack, as the local poller: a 2 s group at every second refresh of a 1 s scrape, at every
-    refresh of a 2 s one)."""
+    refresh of a 2 s one), the cadence counted from the host's phase after the first read."""
     fleet = fleet_of(fake, interval=1.0)
-    read_at: dict[int, float] = {}  # cadence -> the scrape time it was last read at
+    group_of = {cadence: group for group, (cadence, _) in enumerate(TIMED_GROUPS)}
+    phases = {cadence: fleet._phase(_KEY, group) for cadence, group in group_of.items()}
+    assert any(phases.values()), "this host has a phase for some group: the test sees phases at work"
+    read_at: dict[int, float] = {}  # cadence -> the time its cadence counts from
+    read_step: dict[int, int] = {}  # cadence -> the step whose value it was last read at
     learned = None  # the host's scrape interval as the fleet learns it: the shortest step of its newest sample yet
     before = None
-    for n in range(34):
+    for n in range(70):
         step = int(n * interval)
         when = NOW + step + (0.004, 0.0, -0.004)[n % 3]  # a step 4 ms short of the cadence now and then
         fake.now = when + 0.5
@@ -90,22 +111,25 @@ def test_each_timed_value_is_as_old_as_its_cadence_and_no_older(fake, interval):
         for name, (attribute, value, cadence) in _MOVING.items():
             last = read_at.get(cadence)
             if not cadence or last is None or when - last >= cadence - slack:
-                read_at[cadence] = when
-            expected = _reads(name, value(round(read_at[cadence] - NOW)))
+                read_at[cadence] = when - (phases[cadence] if cadence and last is None else 0.0)
+                read_step[cadence] = step
+            expected = _reads(name, value(read_step[cadence]))
             assert getattr(gpu.sample, attribute) == expected, (n, name)
             assert attribute not in gpu.sample.unavailable, (n, name)
+            assert step - read_step[cadence] < max(cadence, interval), (n, name, "older than its cadence")
         if before is not None:
             learned = when - before if learned is None else min(learned, when - before)
         before = when
-    assert len(fake.queries) == 2 * 34, "two queries a refresh"
+    assert len(fake.queries) == 2 * 70, "two queries a refresh"
 
 
-def test_hosts_at_different_phases_each_get_their_timed_values(fake):
+def test_hosts_at_different_phases_each_get_their_timed_values(fake, monkeypatch):
     """Two hosts scraped at different phases: a timed group due for one of them only is a term of the read query of
     its own (that host's instance), or-ed with the every-refresh term of both. Prometheus's ``or`` drops the rows
     of its right side whose labels but ``__name__`` are the left side's (a GPU's value rows: ``instance`` and
     ``gpu``, the same for every series of a GPU), so the terms are or-ed ``on`` their names too; else the host's
     timed values were never read (None, until asked again at every one of its cadences)."""
+    _zero_phase(monkeypatch)
     fleet = fleet_of(fake, interval=1.0)
     hosts = {"10.0.0.1:9400": _LABELS.replace("dgx-9", "dgx-1"), "10.0.0.2:9400": _LABELS.replace("dgx-9", "dgx-2")}
     steps = {"10.0.0.1:9400": (0, 2, 4), "10.0.0.2:9400": (0, 1, 2)}  # the first due for its 2 s group, the other not
@@ -179,9 +203,10 @@ def test_a_fleet_keeping_timed_values_shows_what_a_fresh_read_shows(fake, shared
     assert dgx[1].sample.fan_percent is None and dgx[0].sample.encoder_percent is None
 
 
-def test_a_gpu_that_comes_has_its_timed_values_from_the_next_refresh(fake):
+def test_a_gpu_that_comes_has_its_timed_values_from_the_next_refresh(fake, monkeypatch):
     """A GPU that appears on a host read before (hot-plugged, back on the bus) has no kept timed values: it shows
-    them from the refresh after (every timed group asked again), not after the longest cadence (the fan's 30 s)."""
+    them from the refresh after (every timed group asked again), not after the longest cadence (60 s)."""
+    _zero_phase(monkeypatch)
     fleet = fleet_of(fake, interval=1.0)
     for step in range(6):
         fake.now = NOW + step + 0.5
@@ -195,3 +220,30 @@ def test_a_gpu_that_comes_has_its_timed_values_from_the_next_refresh(fake):
     assert gpu.static.host_index == 1
     for name, (attribute, value, cadence) in _MOVING.items():  # every timed group read at step 4, none since
         assert getattr(gpu.sample, attribute) == _reads(name, value(4 if cadence else 5)), name
+
+
+def test_hosts_first_read_at_once_are_asked_a_group_a_cadences_share_at_a_time(fake):
+    """30 hosts, first read at one refresh (every group asked of all of them), then scraped and refreshed every
+    second: the 10 s group (ECC) is next asked of each host at a phase of its own, so a refresh asks it of about a
+    tenth of the hosts, each host once in each 10 s, and no value is ever older than the cadence. With one phase for
+    all (every host's group due at the same refresh) a refresh in ten read everything again: a 4,096-GPU fleet's
+    60 s group alone a third more rows at that refresh."""
+    fleet = fleet_of(fake, interval=1.0)
+    hosts = {f"10.0.1.{n}:9400": f"node{n}" for n in range(30)}
+    asked_at: dict[int, int] = {}
+    for step in range(21):
+        when = NOW + step
+        for instance, name in hosts.items():
+            labels = f'gpu="0",UUID="GPU-{name}",Hostname="{name}"'
+            text = f"DCGM_FI_DEV_FB_USED{{{labels}}} 1000\nDCGM_FI_DEV_ECC_SBE_VOL_TOTAL{{{labels}}} {step}\n"
+            fake.add_exposition(text, instance, timestamp=when)
+        fake.now = when + 0.5
+        gpus = fleet.poll_once().gpus
+        assert len(gpus) == len(hosts)
+        shown = [gpu.sample.ecc_corrected_volatile for gpu in gpus]
+        assert all(step - value < 10 for value in shown), (step, "a value older than its cadence")
+        asked_at[step] = shown.count(step)
+    assert asked_at[0] == len(hosts), "every group of every host at its first read"
+    assert sum(asked_at[step] for step in range(1, 11)) == len(hosts), "each host asked once in its first 10 s"
+    assert sum(asked_at[step] for step in range(11, 21)) == len(hosts), "and once in each 10 s since"
+    assert max(asked_at[step] for step in range(1, 21)) <= 9, f"not spread over the cadence: {asked_at}"

@@ -316,7 +316,7 @@ def _queries(fleet: PrometheusFleet) -> int:
 
 
 def test_the_real_server_answers_a_gpu_instances_memory_total_at_every_refresh(tmp_path: Path):
-    """A GPU's memory total is in the static slow group, a GPU instance's (``GPU_I_ID``, one of its own series) in a
+    """A GPU's memory total is in the static timed group, a GPU instance's (``GPU_I_ID``, one of its own series) in a
     part of its own at every refresh: Prometheus's answer to a read that asks no slow group has the instances'
     totals and no GPU's (the ``GPU_I_ID!=""`` matcher), and a fleet shows the instance's total at every refresh
     as the server holds it, and the GPU's as read at the first refresh."""
@@ -338,7 +338,7 @@ def test_the_real_server_answers_a_gpu_instances_memory_total_at_every_refresh(t
         fleet = PrometheusFleet(server.url, interval=1.0)
         for _ in range(3):
             for known in fleet._known.values():
-                known.newest = None  # read as new: the second and third reads ask the first two slow groups
+                known.newest = None  # read as new: the second and third reads ask the groups due (not the static)
             gpus = fleet.poll_once().gpus
             assert [g.static.memory_total_bytes for g in gpus] == [80000 * MIB] * 2
             assert [g.static.mig_instances[0].memory_total_bytes for g in gpus] == [40000 * MIB] * 2

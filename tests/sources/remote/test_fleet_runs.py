@@ -163,7 +163,7 @@ def test_rows_in_any_order_read_as_rows_looked_up_one_by_one(fake, shared):
 
 
 def test_a_refresh_after_another_reads_the_same_in_runs(fake):
-    """Refresh after refresh (the slow groups asked in turn, kept values laid under the new), sorted rows read as
+    """Refresh after refresh (the timed groups asked when due, kept values laid under the new), sorted rows read as
     dealt ones do."""
     _hostile_fleet(fake, shared=True)
     fleets = {arrange: fleet_of(fake) for arrange in (_dealt, _sorted)}
