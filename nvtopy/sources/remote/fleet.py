@@ -221,6 +221,10 @@ _KEPT_GROUPS: tuple[tuple[str, ...], ...] = tuple(names for _, names in TIMED_GR
 # of INSTANCE_FIELDS, read at every refresh): asked of the instances (GPU_I_ID!="") at every refresh, of the GPUs
 # at their group's cadence.
 INSTANCE_LIVE_NAMES = tuple(name for name in _GPU_READS if name in _TIMED and _legacy(name) in INSTANCE_FIELDS)
+# The timed group a process's utilisation is asked with (_PROCESS_TIMED_NAMES): the one of its local cadence.
+_PROCESS_TIMED_GROUP = next(
+    group for group, (cadence, _) in enumerate(TIMED_GROUPS) if cadence == CADENCE["process_utilization"]
+)
 _MIG_DEVICE_NAMES = ("nvtopy_mig_device_info", *(name for name, _, _ in MIG_DEVICE_SERIES))
 # Every refresh: what the views show, the GPU instances' series (INSTANCE_FIELDS), Xid counts, MIG devices (and
 # whether a GPU is lost: the value of its identity row, GPU_LOST).
@@ -272,6 +276,13 @@ _IDENTITY_LABELS = (
 )
 PROCESS_NAMES = tuple(f"nvtopy_process_{name}" for name in PROCESS_VALUES)
 _PROCESS_VALUE_NAMES = tuple(name for name in PROCESS_NAMES if name != _START_TIME)  # asked as value rows
+# A process's utilisation, which the local monitor reads every 2 s (CADENCE["process_utilization"]: NVML averages it
+# over the time since the last read; nvtopy's exporter serves what its poller read, the same value at the scrapes in
+# between): asked of a host with the timed group of that cadence, kept in between for the very process (its pid and
+# start time), and N/A for a process that came since (as on the local monitor) until the group's next read.
+_PROCESS_TIMED_READINGS = ("sm_utilization_percent", "memory_utilization_percent")
+_PROCESS_TIMED_NAMES = tuple(f"nvtopy_process_{reading}" for reading in _PROCESS_TIMED_READINGS)
+_PROCESS_LIVE_NAMES = tuple(name for name in _PROCESS_VALUE_NAMES if name not in _PROCESS_TIMED_NAMES)
 # The names read_query gives the identity rows (aggregations, of no series): each its own row type (_ROWS).
 GPU_IDENTITY = "nvtopy_fleet_gpu_identity"  # a GPU without nvtopy_gpu_lost (dcgm-exporter's): its identity alone
 GPU_LOST = "nvtopy_fleet_gpu_lost"  # a GPU's identity, its value nvtopy_gpu_lost's (1: lost)
@@ -323,6 +334,7 @@ def read_query(
     instances: Sequence[str] | None = None,
     *,
     hostname: bool = True,
+    process_parts: Sequence[Part] | None = None,
 ) -> str:
     """The second query, for the hosts with new samples (``instances``; None: all), one answer ``or``-ed of:
 
@@ -334,7 +346,9 @@ def read_query(
     - each GPU's identity and pod, by its labels (no ``pid``): ``max by`` them of ``nvtopy_gpu_lost``, named
       :data:`GPU_LOST` (whether the GPU is lost is the row's value, not a row of its own), or where the GPU has
       none (dcgm-exporter's), ``count by`` them of its memory used, named :data:`GPU_IDENTITY`;
-    - each process's values but its start time, ``max by`` its host, GPU and pid;
+    - each process's values but its start time, ``max by`` its host, GPU and pid: for each of ``process_parts``
+      (metric names, the instances to ask them of; None: every value of ``instances``), or-ed ``on`` those labels
+      and ``__name__`` (as the value terms);
     - each process's identity (user, command, owner), by its labels (a ``pid``): ``max by`` them of its start
       time, named :data:`PROCESS_STARTED` (the start time is the row's value, not a row of its own: a constant of
       the process, one row a process fewer), or where it has none, ``count by`` them of its GPU memory, named
@@ -364,7 +378,15 @@ def read_query(
         for names, matchers, of in [*((names, where, of) for names, of in parts), instance_only]
     )
     terms = [values]
-    terms.append(f"max by ({by(_PROCESS_VALUE_LABELS)}) ({_selector(_PROCESS_VALUE_NAMES, where, instances)})")
+    process = by(_PROCESS_VALUE_LABELS)
+    terms.append(
+        "("
+        + f" or on({process}) ".join(
+            f"max by ({process}) ({_selector(names, where, of)})"
+            for names, of in (process_parts or ((_PROCESS_VALUE_NAMES, instances),))
+        )
+        + ")"
+    )
     gpu = by(_IDENTITY_LABELS)
     lost, memory = _selector(_NEWEST_SOURCES[:1], where, instances), _selector(_NEWEST_SOURCES[1:], where, instances)
     gpus = (
@@ -451,6 +473,9 @@ class _Gpu:
 
 Kept = dict[tuple[str, str], Any]
 """One GPU's last values of a timed group: (part, attribute) -> value, part "static", "health" or "values"."""
+ProcessesKept = dict[tuple[int, int], tuple[Any, tuple[Any, ...]]]
+"""A host's processes' utilisation as last read (_PROCESS_TIMED_READINGS): (GPU index, pid) -> (its start time,
+the readings in that order; _UNSEEN: none read)."""
 
 
 @dataclass
@@ -467,6 +492,7 @@ class _Host:
     gpus_reported: set[str] = field(default_factory=set)
     slow: list[dict[int, Kept]] | None = None  # per timed group: per GPU, its last values
     read_at: dict[int, float | None] = field(default_factory=dict)  # _Known.read_at as read now
+    process_kept: ProcessesKept | None = None  # _Known.process_kept as read now
 
     def gpu(self, index: int) -> _Gpu:
         gpu = self.gpus.get(index)
@@ -639,6 +665,7 @@ class _Known:
     interval: float | None = None  # the shortest step of its newest sample seen so far: its scrape interval
     slow: list[dict[int, Kept]] = field(default_factory=lambda: [{} for _ in _KEPT_GROUPS])
     read_at: dict[int, float | None] = field(default_factory=dict)  # a timed group -> its newest sample when read
+    process_kept: ProcessesKept = field(default_factory=dict)  # its processes' utilisation as last read
     gpus_read: frozenset[int] = frozenset()  # the GPUs of its last read
     every_group: bool = False  # a GPU came or went at its last read: every kept group asked at the next
     built: list[GpuState] | None = None  # its GPU lines of the last snapshot, while nothing new came
@@ -835,8 +862,14 @@ class PrometheusFleet(SnapshotSource):
                 chosen = None if every_host and len(of) == len(hosts) else tuple(sorted({key[0] for key in of}))
                 by_instances.setdefault(chosen, []).extend(names)
         parts: list[Part] = [(names, chosen) for chosen, names in by_instances.items()]
+        process_parts: list[Part] = [(_PROCESS_LIVE_NAMES, instances)]
+        of = [key for key in changed if _PROCESS_TIMED_GROUP in asked[key]]
+        if of:
+            chosen = None if every_host and len(of) == len(hosts) else tuple(sorted({key[0] for key in of}))
+            process_parts.append((_PROCESS_TIMED_NAMES, chosen))
         client = self.client
-        items = client.query_items(read_query(self.where, parts, instances, hostname=not one_name), rows=_ROWS)
+        query = read_query(self.where, parts, instances, hostname=not one_name, process_parts=process_parts)
+        items = client.query_items(query, rows=_ROWS)
         notes.extend(f"partial answer: {w}" for w in client.warnings)
         fresh: dict[tuple[str, str], list[dict[int, Kept]]] = {key: [{} for _ in _KEPT_GROUPS] for key in changed}
         # Some 50 rows a GPU (200,000 at 4,096 GPUs): each is read in this one loop, the common row (a GPU's
@@ -1015,6 +1048,9 @@ class PrometheusFleet(SnapshotSource):
                 known.gpus_read = frozenset(host.gpus)
             host.slow = slow
             host.read_at = read_at
+            host.process_kept = self._process_kept(host, known, _PROCESS_TIMED_GROUP in asked[key])
+            if known is not None:
+                known.process_kept = host.process_kept
             for group, last in enumerate(slow):
                 if group in asked[key]:
                     continue
@@ -1025,6 +1061,26 @@ class PrometheusFleet(SnapshotSource):
                     for (kind, attribute), said in values.items():
                         target = gpu.static if kind == "static" else gpu.health if kind == "health" else gpu.values
                         target.setdefault(attribute, said)
+
+    @staticmethod
+    def _process_kept(host: _Host, known: _Known | None, asked: bool) -> ProcessesKept:
+        """A host's processes' utilisation (:data:`_PROCESS_TIMED_NAMES`) as read now, when it was ``asked``;
+        else the last read's laid under each process that was there then (the same pid with the same start time:
+        a pid reused since is another process, its utilisation N/A until the next read), and kept."""
+        processes = host.processes
+        if asked or known is None:
+            return {
+                key: (row.get("start_time_seconds"), tuple(row.get(r, _UNSEEN) for r in _PROCESS_TIMED_READINGS))
+                for key, row in processes.items()
+            }
+        kept = known.process_kept
+        for key, row in processes.items():
+            last = kept.get(key)
+            if last is not None and last[0] == row.get("start_time_seconds"):
+                for reading, said in zip(_PROCESS_TIMED_READINGS, last[1], strict=True):
+                    if said is not _UNSEEN:
+                        row.setdefault(reading, said)
+        return kept
 
     def _due(self, known: _Known, newest: float | None) -> tuple[int, ...]:
         """The timed groups (by their index among the kept ones) whose cadence has passed since a host's last read
@@ -1117,6 +1173,7 @@ class PrometheusFleet(SnapshotSource):
             if known is None:
                 known = self._known[key] = _Known(key)
                 known.slow = host.slow or known.slow
+                known.process_kept = host.process_kept or known.process_kept
                 known.read_at = host.read_at
                 known.gpus_read = frozenset(host.gpus)
             if host.newest is not None and known.newest is not None and host.newest > known.newest:

@@ -181,6 +181,17 @@ def test_the_real_servers_read_answer_fits_a_row_type_per_series(three_exporter_
     gpus = sum(GPUS.values())
     assert len({s for s in shown if s[0] == "DCGM_FI_DEV_FB_USED"}) == gpus
     assert len({s for s in shown if s[0] == "DCGM_FI_DEV_GPU_TEMP"}) == gpus
+    # The same for two parts of process values (a process's utilisation asked of some hosts: a term of its own).
+    memory, utilisation = "nvtopy_process_gpu_memory_bytes", "nvtopy_process_sm_utilization_percent"
+    both = read_query(parts=((["DCGM_FI_DEV_FB_USED"], None),), process_parts=(([memory], None), ([utilisation], None)))
+    read = {
+        (labels.get("__name__"), labels["instance"], labels["gpu"], labels["pid"])
+        for labels, _ in fleet.client.query(both, at=at)
+        if "pid" in labels and labels.get("__name__") in (memory, utilisation)
+    }
+    for name in (memory, utilisation):
+        held_now = {(m["instance"], m["gpu"], m["pid"]) for m, _ in fleet.client.query(name, at=at)}
+        assert held_now and {r[1:] for r in read if r[0] == name} == held_now, name
 
 
 def test_once_json_and_text_show_the_fleet(three_exporter_fleet: Fleet):
