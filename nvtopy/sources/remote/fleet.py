@@ -90,7 +90,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ...formats.dcgm import FIELDS, INSTANCE_FIELDS
 from ...formats.dcgm_naming import (
@@ -195,7 +195,7 @@ board swapped under the same index, within this (a GPU that came or went has the
 def _cadence(attribute: str) -> float:
     """Seconds between two reads of a sample's attribute on the local monitor (0: every refresh); a static value's
     :data:`STATIC_CADENCE`."""
-    if attribute.startswith("static."):
+    if field_part(attribute)[0] == "static":
         return STATIC_CADENCE
     return CADENCE.get(GROUP_OF_FIELD.get(attribute, ""), 0.0)
 
@@ -852,20 +852,26 @@ class PrometheusFleet(SnapshotSource):
                 asked[key] = tuple(range(len(_KEPT_GROUPS)))
             else:
                 asked[key] = self._due(known, hosts[key].newest)
+
+        def asked_of(group: int) -> tuple[str, ...] | Literal[False] | None:
+            """The instances of the hosts ``group`` is asked of (None: every host the server has; False: none)."""
+            of = [key for key in changed if group in asked[key]]
+            if not of:
+                return False
+            return None if every_host and len(of) == len(hosts) else tuple(sorted({key[0] for key in of}))
+
         # One selector per set of instances: the live series of every host read, with the groups asked
         # of the same hosts (all of them at the first read of a fleet), each other group on its own.
         by_instances: dict[tuple[str, ...] | None, list[str]] = {None if instances is None else tuple(instances): []}
         by_instances[next(iter(by_instances))].extend(LIVE_NAMES)
         for group, names in enumerate(_KEPT_GROUPS):
-            of = [key for key in changed if group in asked[key]]
-            if of:
-                chosen = None if every_host and len(of) == len(hosts) else tuple(sorted({key[0] for key in of}))
+            chosen = asked_of(group)
+            if chosen is not False:
                 by_instances.setdefault(chosen, []).extend(names)
         parts: list[Part] = [(names, chosen) for chosen, names in by_instances.items()]
         process_parts: list[Part] = [(_PROCESS_LIVE_NAMES, instances)]
-        of = [key for key in changed if _PROCESS_TIMED_GROUP in asked[key]]
-        if of:
-            chosen = None if every_host and len(of) == len(hosts) else tuple(sorted({key[0] for key in of}))
+        chosen = asked_of(_PROCESS_TIMED_GROUP)
+        if chosen is not False:
             process_parts.append((_PROCESS_TIMED_NAMES, chosen))
         client = self.client
         query = read_query(self.where, parts, instances, hostname=not one_name, process_parts=process_parts)
@@ -1103,7 +1109,7 @@ class PrometheusFleet(SnapshotSource):
         cadence after the first read (never later: the values are never older than the cadence), and a fleet whose
         hosts were all first read at once is asked about a cadence's share of its hosts for the group each refresh,
         not every host's at one refresh (a 60 s group's values of 4,096 GPUs: a refresh of a third more rows)."""
-        steps = int(TIMED_GROUPS[group][0] / self._interval + 0.5)
+        steps = int(TIMED_GROUPS[group][0] / max(self._interval, 0.001) + 0.5)
         if steps <= 1:
             return 0.0
         return (zlib.crc32(f"{key[0]}\0{key[1]}\0{group}".encode("utf-8", "surrogatepass")) % steps) * self._interval

@@ -20,6 +20,7 @@ import pytest
 
 from nvtopy.formats.dcgm import INSTANCE_FIELDS
 from nvtopy.formats.dcgm_naming import READ_ALIASES
+from nvtopy.formats.fields import field_part
 from nvtopy.model import GROUP_OF_FIELD
 from nvtopy.sources.poller import CADENCE
 from nvtopy.sources.remote import fleet as fleet_module
@@ -76,7 +77,7 @@ def test_the_timed_groups_are_the_local_monitors_cadences():
     for cadence, names in TIMED_GROUPS:
         for name in names:
             attribute = fleet_module._GPU_READS[name][0]
-            if attribute.startswith("static."):
+            if field_part(attribute)[0] == "static":
                 assert cadence == STATIC_CADENCE, name
             else:
                 assert CADENCE[GROUP_OF_FIELD[attribute]] == cadence, name
