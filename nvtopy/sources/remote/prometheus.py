@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from ..._version import __version__
 from ...boundedfile import size_text
 from ...errors import NvtopyError, UsageError
-from ...jsondecode import JsonRefusedError, VectorRows, decode_json
+from ...jsondecode import ChunkedRows, JsonRefusedError, TaggedRows, VectorRows, decode_json
 from ...textsafe import excerpt
 from ..gc_policy import paused_gc
 from .fetch import GRACE, Exchange, basic_authorization, failure, read_body
@@ -345,7 +345,7 @@ class PrometheusClient:
 
     def query_items(
         self, expr: str, at: float | None = None, *, max_bytes: int | None = None, rows: VectorRows | None = None
-    ) -> list[Any]:
+    ) -> list[Any] | ChunkedRows:
         """An instant query's result as decoded, each item not yet checked: ``{"metric": {...}, "value": [t, "v"]}``.
 
         Why: a fleet's answer is some 50 series a GPU (200,000 at 4,096 GPUs), and a caller
@@ -357,7 +357,11 @@ class PrometheusClient:
         ``rows``: the items as its rows instead (``.metric`` of its labels as attributes, ``.value``), each
         checked here but for its value's text (the caller's ``float()``): decoded straight into them where
         the answer fits them exactly, else decoded as any JSON, checked item by item as :meth:`query`
-        does (:meth:`malformed`) and made into them, the labels the rows do not name left out.
+        does (:meth:`malformed`) and made into them, the labels the rows do not name left out. ``rows`` a
+        :class:`~nvtopy.jsondecode.TaggedRows`: the rows of a well-formed answer come as
+        :class:`~nvtopy.jsondecode.ChunkedRows`, decoded a chunk at a time as the caller iterates them (each
+        chunk's rows read while still in the caches), a chunk that does not fit them as any JSON, checked item by
+        item; :attr:`rows_received` counts each chunk's rows as it is decoded.
         """
         form = {"query": expr, "timeout": f"{self.timeout:g}s"}
         if at is not None:
@@ -366,6 +370,16 @@ class PrometheusClient:
         if data.get("resultType") != "vector":
             raise self._error(f"answered a {_shown_type(data)} where a vector was asked for", "result")
         result = data.get("result")
+        if isinstance(result, ChunkedRows):
+            first = result.first()
+            evaluated = at
+            if first is not None:
+                try:
+                    evaluated = float(first.value[0])
+                except VECTOR_ERRORS:
+                    raise self.malformed() from None
+            self.evaluated_at = evaluated
+            return result
         if not isinstance(result, list):
             raise self._error("answered a malformed result", "result")
         if rows is not None and not isinstance(result, _Decoded):
@@ -393,6 +407,22 @@ class PrometheusClient:
         except VECTOR_ERRORS:
             raise self.malformed() from None
         return out
+
+    def _chunk_rows(self, chunk: bytes, rows: VectorRows) -> list[Any]:
+        """A chunk of an answer's rows (:class:`~nvtopy.jsondecode.ChunkedRows`) that does not fit the typed rows:
+        decoded as any JSON and checked item by item, with the errors a whole answer read so gets."""
+        try:
+            items = decode_json(chunk)
+        except JsonRefusedError as exc:
+            if not exc.syntax:
+                raise self._error(f"answered JSON that cannot be read ({exc})", "json") from None
+            raise self._error("answered something that is not Prometheus's JSON", "json") from None
+        if not isinstance(items, list):
+            raise self.malformed()
+        return self._rows(items, rows)
+
+    def _count_rows(self, count: int) -> None:
+        self.rows_received += count
 
     def malformed(self) -> PrometheusError:
         """The error of an instant query's result with an item of the wrong shape."""
@@ -474,6 +504,21 @@ class PrometheusClient:
         self.json_bytes += len(raw)
         refused: JsonRefusedError | None = None
         with paused_gc():
+            if isinstance(rows, TaggedRows) and status == 200:
+                envelope = rows.envelope(raw)
+                if envelope is not None and envelope.status == "success":
+                    body = bytes(envelope.data.result).strip()  # well-formed JSON: msgspec checked it
+                    if body[:1] == b"[":
+                        if isinstance(envelope.warnings, list):
+                            self.warnings = [_one_line(w, MAX_ERROR) for w in envelope.warnings[:10]]
+                        tagged = rows
+                        chunked = ChunkedRows(
+                            body[1:-1],
+                            tagged.decode_rows,
+                            lambda chunk: self._chunk_rows(chunk, tagged),
+                            self._count_rows,
+                        )
+                        return {"resultType": envelope.data.resultType, "result": chunked}
             typed = rows.decode(raw) if rows is not None and status == 200 else None
             if typed is not None and typed.status == "success":
                 if isinstance(typed.warnings, list):

@@ -11,7 +11,10 @@ way, and the fast path must really be the one taken where the answer fits.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+
+import pytest
 
 from nvtopy.formats.prometheus.parse import parse_exposition
 from nvtopy.sources.remote import fleet as fleet_module
@@ -244,3 +247,130 @@ def _reads_as_remote(fake, text: str, want: list, carried: str, not_asked: str) 
             got = [comparable(g) for g in snapshot.gpus if g.static.host == "node-a"]
             assert got == want, (hosts_behind_one_instance, change)
             fake.reply = None
+
+
+# ----------------------------------------------------------------- the read answer decoded a chunk at a time
+
+
+def _compact(fake, change=None, warnings=None) -> None:
+    """The fake answers the read query as Prometheus writes JSON (no spaces: ``},{"metric":`` between rows), each
+    row changed by ``change``, with ``warnings`` after the data."""
+
+    def reply(handler, query: str) -> bool:
+        if query.startswith("max by (instance, hostname, Hostname) (timestamp("):
+            return False
+        data = json.loads(fake.answer(query))
+        for n, item in enumerate(data["data"]["result"]):
+            if change is not None:
+                change(n, item)
+        if warnings is not None:
+            data["warnings"] = warnings
+        send(handler, 200, json.dumps(data, separators=(",", ":")).encode(), Content_Type="application/json")
+        return True
+
+    fake.reply = reply
+
+
+def _processes(snapshot) -> list[str]:
+    """The snapshot's processes, but how long each has run (a function of when it was read)."""
+    return sorted(repr(dataclasses.replace(p, running_seconds=None)) for p in snapshot.processes)
+
+
+def _chunked(monkeypatch, size: int) -> list[int]:
+    """Chunks of ``size`` bytes from now on; the rows of each chunk decoded, as a list."""
+    from nvtopy import jsondecode
+
+    monkeypatch.setattr(jsondecode, "CHUNK_BYTES", size)
+    counts: list[int] = []
+    real = jsondecode.ChunkedRows._rows
+
+    def rows(self, chunk):
+        made = real(self, chunk)
+        counts.append(len(made))
+        return made
+
+    monkeypatch.setattr(jsondecode.ChunkedRows, "_rows", rows)
+    return counts
+
+
+@pytest.mark.parametrize("compact", [True, False], ids=["prometheus-json", "spaced-json"])
+def test_the_read_answer_in_chunks_reads_as_the_whole_answer(fake, monkeypatch, compact):
+    """Hostile hosts (values out of range, a MIG GPU, hosts behind one instance) read with the answer cut into chunks
+    of a row each, of a few rows, and whole: the same GPUs and processes; every row counted once as read."""
+    from .test_fleet_runs import _hostile_fleet, _shown
+
+    _hostile_fleet(fake, shared=True)
+    if compact:
+        _compact(fake)
+    expected = fleet_of(fake).read_once()
+    want = ([_shown(g) for g in expected.gpus], _processes(expected))
+    total = None
+    for size in (1 << 30, 1, 300):
+        counts = _chunked(monkeypatch, size)
+        fleet = fleet_of(fake)
+        snapshot = fleet.read_once()
+        assert ([_shown(g) for g in snapshot.gpus], _processes(snapshot)) == want, size
+        total = total or sum(counts)
+        assert sum(counts) == total, "each row decoded once"
+        assert total == fleet.client.rows_received - len(fleet._known), "each row counted once, as read"
+        if size == 1 and compact:
+            assert set(counts) == {1}, "a chunk a row"
+        elif size == 1:
+            assert len(counts) > 50, "spaced JSON is cut too"
+        if size == 1 << 30:
+            assert len(counts) == 1
+
+
+def test_a_chunk_the_rows_do_not_fit_is_read_as_any_json_and_the_others_as_rows(fake, monkeypatch):
+    """One row in the middle with a label no row type has: its chunk is read as any JSON (checked item by item), the
+    chunks before and after it straight into rows; the same GPUs as the whole answer read as any JSON."""
+    add_hosts(fake, 3)
+
+    def one_extra_label(n: int, item: dict) -> None:
+        if n == 100:
+            item["metric"]["job"] = "dcgm"
+
+    _compact(fake, one_extra_label)
+    expected = [comparable(g) for g in fleet_of(fake).read_once().gpus]
+    _chunked(monkeypatch, 2000)
+    sizes = _counting_json(monkeypatch)
+    snapshot = fleet_of(fake).read_once()
+    assert [comparable(g) for g in snapshot.gpus] == expected
+    assert len(sizes) == 2 and sizes[1] < 2100, f"one chunk read as any JSON (and the list of hosts): {sizes}"
+
+
+def test_a_malformed_row_in_a_later_chunk_fails_the_refresh_in_one_line(fake, monkeypatch):
+    add_hosts(fake, 3)
+
+    def broken(n: int, item: dict) -> None:
+        if n == 60:
+            item["value"] = [item["value"][0]]  # not a [time, "value"] pair
+
+    _compact(fake, broken)
+    _chunked(monkeypatch, 500)
+    fleet = fleet_of(fake)
+    snapshot = fleet.poll_once()
+    assert "answered a malformed vector" in str(fleet._failure), fleet._failure
+    assert [g.note for g in snapshot.gpus if g.note] and not [g for g in snapshot.gpus if not g.note]
+    with pytest.raises(prometheus_module.PrometheusError, match="answered a malformed vector"):
+        fleet.read_once()
+
+
+def test_a_label_with_a_rows_start_in_it_and_warnings_after_the_result(fake, monkeypatch):
+    """A process whose command is ``x},{"metric":{`` (a row's start, as text: JSON escapes its quotes, so no chunk
+    is cut there) and warnings after the data (the end of the result is where msgspec says, not a search's)."""
+    hostile = 'python x},{"metric":{"__name__":"DCGM_FI_DEV_GPU_UTIL"},"value":[1,"99"]},{"metric":'
+    add_hosts(fake, 2)
+    escaped = hostile.replace("\\", "\\\\").replace('"', '\\"')
+    line = f'nvtopy_process_start_time_seconds{{Hostname="node0",gpu="0",pid="4242",type="C",command="{escaped}"}} 1\n'
+    fake.add_exposition(line, "10.0.0.0:9400", timestamp=NOW - 0.5)
+    _compact(fake, warnings=["a partial answer, say"])
+    counts = _chunked(monkeypatch, 1)
+    fleet = fleet_of(fake)
+    snapshot = fleet.poll_once()
+    assert len(counts) > 50 and set(counts) == {1}
+    assert [p.command for p in snapshot.processes if p.pid == 4242] == [hostile]
+    assert [g.sample.utilization_gpu_percent for g in snapshot.gpus] == [
+        g.sample.utilization_gpu_percent for g in fleet_of(fake).read_once().gpus
+    ]
+    assert fleet.client.warnings == ["a partial answer, say"]
