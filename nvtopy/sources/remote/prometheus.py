@@ -421,6 +421,11 @@ class PrometheusClient:
             raise self.malformed()
         return self._rows(items, rows)
 
+    def _keep_warnings(self, warnings: object) -> None:
+        """An answer's warnings (a partial answer), at most 10, each one line of at most MAX_ERROR characters."""
+        if isinstance(warnings, list):
+            self.warnings = [_one_line(w, MAX_ERROR) for w in warnings[:10]]
+
     def _count_rows(self, count: int) -> None:
         self.rows_received += count
 
@@ -509,8 +514,7 @@ class PrometheusClient:
                 if envelope is not None and envelope.status == "success":
                     body = bytes(envelope.data.result).strip()  # well-formed JSON: msgspec checked it
                     if body[:1] == b"[":
-                        if isinstance(envelope.warnings, list):
-                            self.warnings = [_one_line(w, MAX_ERROR) for w in envelope.warnings[:10]]
+                        self._keep_warnings(envelope.warnings)
                         tagged = rows
                         chunked = ChunkedRows(
                             body[1:-1],
@@ -521,8 +525,7 @@ class PrometheusClient:
                         return {"resultType": envelope.data.resultType, "result": chunked}
             typed = rows.decode(raw) if rows is not None and status == 200 else None
             if typed is not None and typed.status == "success":
-                if isinstance(typed.warnings, list):
-                    self.warnings = [_one_line(w, MAX_ERROR) for w in typed.warnings[:10]]
+                self._keep_warnings(typed.warnings)
                 return {"resultType": typed.data.resultType, "result": _Decoded(typed.data.result)}
             try:
                 answer = decode_json(raw)
@@ -538,9 +541,7 @@ class PrometheusClient:
             if status != 200:
                 raise self._error(f"answered HTTP {status}", "http")
             raise self._error("answered something that is not Prometheus's JSON", "json")
-        warnings = answer.get("warnings")
-        if isinstance(warnings, list):
-            self.warnings = [_one_line(w, MAX_ERROR) for w in warnings[:10]]
+        self._keep_warnings(answer.get("warnings"))
         data = answer.get("data")
         if not isinstance(data, dict):
             raise self._error("answered without data", "result")
