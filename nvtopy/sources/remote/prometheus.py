@@ -510,19 +510,20 @@ class PrometheusClient:
         refused: JsonRefusedError | None = None
         with paused_gc():
             if isinstance(rows, TaggedRows) and status == 200:
-                envelope = rows.envelope(raw)
-                if envelope is not None and envelope.status == "success":
-                    body = bytes(envelope.data.result).strip()  # well-formed JSON: msgspec checked it
-                    if body[:1] == b"[":
-                        self._keep_warnings(envelope.warnings)
-                        tagged = rows
-                        chunked = ChunkedRows(
-                            body[1:-1],
-                            tagged.decode_rows,
-                            lambda chunk: self._chunk_rows(chunk, tagged),
-                            self._count_rows,
-                        )
-                        return {"resultType": envelope.data.resultType, "result": chunked}
+                found = rows.answer(raw)
+                if found is not None:
+                    self._keep_warnings(found.envelope.warnings)
+                    tagged = rows
+                    chunked = ChunkedRows(
+                        found.buffer,
+                        tagged.decode_rows,
+                        lambda chunk: self._chunk_rows(chunk, tagged),
+                        self._count_rows,
+                        start=found.start,
+                        end=found.end,
+                        last=found.last,
+                    )
+                    return {"resultType": found.envelope.data.resultType, "result": chunked}
             typed = rows.decode(raw) if rows is not None and status == 200 else None
             if typed is not None and typed.status == "success":
                 self._keep_warnings(typed.warnings)

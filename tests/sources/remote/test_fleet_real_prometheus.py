@@ -121,25 +121,30 @@ def test_the_real_servers_read_answer_fits_a_row_type_per_series(three_exporter_
     fleet = PrometheusFleet(three_exporter_fleet.url, interval=1.0)
     complete(fleet, sum(GPUS.values()))
     answers: list[bytes] = []
-    envelope, decode = fleet_module._ROWS.envelope, fleet_module._ROWS.decode
+    found: list[object] = []
+    answer, decode = fleet_module._ROWS.answer, fleet_module._ROWS.decode
     as_any_json: list[bytes] = []
 
     def kept(raw: bytes) -> object:
         answers.append(raw)
-        return envelope(raw)
+        found.append(answer(raw))
+        return found[-1]
 
     def counted(chunk: bytes, rows: object) -> object:
         as_any_json.append(chunk)
         return type(fleet.client)._chunk_rows(fleet.client, chunk, rows)
 
-    fleet_module._ROWS.envelope = kept  # type: ignore[method-assign]
+    fleet_module._ROWS.answer = kept  # type: ignore[method-assign]
     fleet.client._chunk_rows = counted  # type: ignore[method-assign]
     try:
         snapshot = fleet.read_once()  # the snapshot of this very answer: fleet.latest is an earlier refresh's
     finally:
-        del fleet_module._ROWS.envelope
+        del fleet_module._ROWS.answer
         del fleet.client._chunk_rows
     assert len(answers) == 1
+    # Read from its end (TaggedRows.answer): the real server's answer begins as _ANSWER_HEAD says, so its rows
+    # were never skipped over whole by msgspec nor copied out.
+    assert getattr(found[0], "last", None) is not None, "the real server's answer was not read from its end"
     assert not as_any_json, "a chunk of the read answer did not fit the row types"
     rows = decode(answers[0])
     assert rows is not None, "the read answer does not fit the row types"

@@ -317,8 +317,8 @@ def test_the_read_answer_in_chunks_reads_as_the_whole_answer(fake, monkeypatch, 
             assert set(counts) == {1}, "a chunk a row"
         elif size == 1:
             assert len(counts) > 50, "spaced JSON is cut too"
-        if size == 1 << 30:
-            assert len(counts) == 1
+        if size == 1 << 30:  # one chunk; Prometheus's compact answer is read from its end: its last row on its own
+            assert len(counts) == (2 if compact else 1) and (counts[-1] == 1 or not compact)
 
 
 def test_a_chunk_the_rows_do_not_fit_is_read_as_any_json_and_the_others_as_rows(fake, monkeypatch):
