@@ -10,8 +10,11 @@ profiling ratios, the processes'); until 2026-11-30 every scrape served the same
 every value's text was one the fleet's reading had seen before. Measured, per refresh of a
 :class:`~nvtopy.sources.remote.fleet.PrometheusFleet` at a 1 s interval:
 
-- **CPU**: the refreshing thread's own CPU time (``time.thread_time``) of the fetch,
-  the JSON decode and the snapshot build -- the server's evaluation is not in it;
+- **CPU**: the refresh's own CPU time (``PrometheusFleet.refresh_cpu_seconds``): the refreshing
+  thread's (``time.thread_time``: the JSON decode and the snapshot build) and that of each query's
+  own thread (asking, reading the answer, undoing its gzip) -- the server's evaluation is not in it.
+  Until 2026-12-01 the query threads' CPU was left out (some 30-40 ms a refresh at 4,096 GPUs,
+  most of it undoing the gzip of a 21 MB answer): the figures before then are that much low;
 - **wall** time of the refresh (both queries, the server's evaluation included);
 - **queries**: HTTP requests the refresh made; **bytes**: the answers as received
   (gzip) and their JSON; **rows**: the answers' rows (series), what the refresh decodes and reads.

@@ -706,7 +706,8 @@ class PrometheusFleet(SnapshotSource):
         self.client = client or PrometheusClient(url, timeout=timeout, ca_file=ca_file)
         self.stale_after = stale_after  # None: three of each host's scrape intervals
         self.refresh_seconds: float | None = None  # how long the last refresh took (its queries and the build)
-        # The CPU this process spent on it (decoding the answers, building the snapshot): the server's time not in it.
+        # The CPU this process spent on it (asking, reading and decoding the answers, building the snapshot): the
+        # server's time not in it.
         self.refresh_cpu_seconds: float | None = None
         self.hosts_read = 0  # hosts whose values the last refresh read (the others had no new sample)
         self._mapper = HostGpus()
@@ -746,11 +747,13 @@ class PrometheusFleet(SnapshotSource):
 
     def poll_once(self) -> Snapshot:
         """Read what is new and publish the snapshot (unless stopping). Never raises for what the server does."""
-        started, cpu = time.monotonic(), time.thread_time()
+        started, cpu, asked = time.monotonic(), time.thread_time(), self.client.exchange_cpu_seconds
         with paused_gc():  # the answers and the model made of them: no cycles, many objects
             snapshot = self._refresh()
         self.refresh_seconds = time.monotonic() - started
-        self.refresh_cpu_seconds = time.thread_time() - cpu
+        # This thread's CPU and the queries' threads' (each answer asked, read and its gzip undone on a thread of
+        # its own, so that a stuck server can be cut off): all of the refresh's own work.
+        self.refresh_cpu_seconds = time.thread_time() - cpu + (self.client.exchange_cpu_seconds - asked)
         if not self._stopping:
             self._publish(snapshot)
         return snapshot

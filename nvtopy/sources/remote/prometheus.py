@@ -308,6 +308,7 @@ class PrometheusClient:
         self.bytes_received = 0  # bytes of answers' bodies read so far, as sent (gzip-compressed where it was)
         self.json_bytes = 0  # the same answers' JSON, gzip undone
         self.rows_received = 0  # instant query answers' rows (series) read so far: what a fleet refresh decodes
+        self.exchange_cpu_seconds = 0.0  # the CPU time of the threads that asked and read the answers so far
         self.warnings: list[str] = []  # Prometheus's warnings in the last answer (a partial answer)
         self.evaluated_at: float | None = None  # the server's evaluation time of the last instant query
         self._https = parts.scheme == "https"
@@ -499,6 +500,7 @@ class PrometheusClient:
         if not call.done.wait(self.timeout + GRACE):
             call.abort(release=True)  # its thread ends as soon as the socket says so; a name lookup ends by itself
             raise self._error(f"no answer within {self.timeout:g} s", "timeout")
+        self.exchange_cpu_seconds += call.cpu_seconds  # set before done was: the exchange's thread has ended
         if call.aborted:  # abort() from another thread (the source stopping): whatever the socket said after
             raise self._error("request cut off", "timeout")
         if call.error is not None:
