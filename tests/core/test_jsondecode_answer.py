@@ -7,6 +7,7 @@ what it accepts must be exactly what the standard library accepts, here checked 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import pytest
@@ -50,7 +51,8 @@ def _read(raw: bytes, size: int = 200) -> list[tuple[dict[str, str], list[Any]]]
 
 
 def _whole(raw: bytes) -> list[tuple[dict[str, str], list[Any]]]:
-    return [(item["metric"], item["value"]) for item in json.loads(raw)["data"]["result"]]
+    """The rows as the standard library reads them, each value's text read by float()."""
+    return [(item["metric"], [item["value"][0], float(item["value"][1])]) for item in json.loads(raw)["data"]["result"]]
 
 
 @pytest.mark.parametrize("count", [1, 2, 7, 60])
@@ -114,3 +116,31 @@ def test_a_malformed_answer_is_never_rows(raw):
     except ValueError:
         return
     assert rows is None, f"rows of a malformed answer: {rows}"
+
+
+@pytest.mark.parametrize(
+    "texts",
+    [
+        ["0", "-0", "0.0", "1", "39739.2733335495", "1e-7", "2.5E+3", "123456789012345678901234567890", "NaN", "-Inf"],
+        ["0.1", "0.30000000000000004", "1.7976931348623157e308", "5e-324", "4.9e-324", "2.2250738585072011e-308"],
+        ["+Inf", "1e400", "-1e400", "Infinity", "nan", "inf", "1.0000000000000000000000001", "00012"],
+    ],
+)
+def test_each_value_is_float_of_its_text(texts):
+    """Read as the rows' numbers (msgspec, not strict), or -- a text msgspec does not read -- as any JSON with
+    float(): the very float float() gives, NaN as NaN (the sign of a zero aside: msgspec reads "-0" as 0.0; the
+    fleet reads every zero as 0.0)."""
+    raw = _answer([{**_row(n), "value": [1.5, text]} for n, text in enumerate(texts)])
+    rows = _read(raw, size=60)
+    assert rows is not None
+    for (_, (_, got)), text in zip(rows, texts, strict=True):
+        want = float(text)
+        assert type(got) is float
+        assert got == want or (math.isnan(got) and math.isnan(want)), text
+
+
+@pytest.mark.parametrize("text", ["abc", "0x10", "", "--1", "1,5"])
+def test_a_value_not_a_number_is_never_a_row(text):
+    raw = _answer([_row(1), {**_row(2), "value": [1.5, text]}, _row(3)])
+    with pytest.raises((ValueError, TypeError)):
+        _read(raw, size=1)

@@ -131,7 +131,6 @@ from ..gc_policy import paused_gc
 from ..poller import CADENCE
 from .hostscrape import HostGpus
 from .prometheus import (
-    VECTOR_ERRORS,
     Matcher,
     PrometheusClient,
     PrometheusError,
@@ -711,10 +710,10 @@ class PrometheusFleet(SnapshotSource):
         self.refresh_cpu_seconds: float | None = None
         self.hosts_read = 0  # hosts whose values the last refresh read (the others had no new sample)
         self._mapper = HostGpus()
-        # _read's routes of a GPU's value series and of a process's, each with its memo: a value's text -> what
-        # it reads as (range-checked, converted). A fleet's 200,000 values a refresh at 4,096 GPUs are mostly
-        # texts seen before (utilizations, clocks, temperatures, memory sizes), and the reading is a function
-        # of the text alone: a look-up rather than a call. At most MEMO_VALUES texts a series name.
+        # _read's routes of a GPU's value series and of a process's, each with its memo: a value -> what it reads
+        # as (range-checked, converted). A fleet's 145,000 values a refresh at 4,096 GPUs are mostly values seen
+        # before (utilizations, clocks, temperatures, memory sizes), and the reading is a function of the value
+        # alone: a look-up rather than a call. At most MEMO_VALUES values a series name.
         # Each with the key of its value among a timed group's kept ones ((part, attribute)), made once here.
         self._routes: dict[str, tuple[int, str, Callable[[float], Any], int | None, dict[Any, Any], Any]] = {
             name: (_PARTS.index(part), attribute, convert, group, {}, (part, attribute))
@@ -883,12 +882,12 @@ class PrometheusFleet(SnapshotSource):
         fresh: dict[tuple[str, str], list[dict[int, Kept]]] = {key: [{} for _ in _KEPT_GROUPS] for key in changed}
         # Some 50 rows a GPU (200,000 at 4,096 GPUs): each is read in this one loop, the common row (a GPU's
         # own value series) without a call, the others by the functions the rest of nvtopy reads a scrape
-        # with. The rows' labels were checked as text by query_items (as it decoded them, or item by item);
-        # each value's text is checked as a number here, where it is read.
+        # with. The rows' labels were checked as text by query_items (as it decoded them, or item by item), and
+        # each value's text read as a number there (TaggedRows: msgspec's float, exactly float()'s).
         reading: dict[str | tuple[str, str], tuple[_Host, list[dict[int, Kept]]]] = {
             key[0] if one_name else key: (hosts[key], fresh[key]) for key in changed
         }
-        routes, process_routes, index_of = self._routes, self._process_routes, _INDEX_CACHE.get
+        routes, process_routes, index_of, isnan = self._routes, self._process_routes, _INDEX_CACHE.get, math.isnan
         pids: dict[str, int] = {}  # a pid's text -> its number (0: none), as scraped_whole reads it
         # The run of rows of one GPU: the answer's rows come sorted by their labels, a GPU's some 13 in a row. A row
         # whose host and GPU labels are the very texts of the row before has its host and index (functions of those
@@ -904,7 +903,7 @@ class PrometheusFleet(SnapshotSource):
         run_said: _Gpu | None = None  # the run's GPU, once a row of it made it (only a GPU value row makes one)
         for item in items:
             metric = item.metric  # the row's labels, each an attribute: None where the row has none
-            _, text = item.value
+            _, value = item.value  # a float (TaggedRows read the number's text)
             instance = metric.instance
             gpu_label = metric.gpu
             if (
@@ -924,19 +923,15 @@ class PrometheusFleet(SnapshotSource):
             name = metric.name
             route = routes.get(name)
             if found is not None and index is not None and route is not None and not metric.GPU_I_ID:
-                # The common row, a GPU's own value (as _route reads it): a value's text seen before is a look-up,
-                # checked as a number when it was first read (the memo keeps only texts that float() read).
+                # The common row, a GPU's own value (as _route reads it): a value seen before is a look-up of what
+                # it read as. Not a NaN (no two are equal: each would take a place of its own). A zero reads as 0.0
+                # whatever its sign (-0.0 == 0.0: one memo entry; msgspec reads the text "-0" as 0.0 anyway).
                 part, attribute, convert, of_group, memo, kept_as = route
-                try:
-                    said = memo.get(text, _UNSEEN)
-                    if said is _UNSEEN:
-                        value = float(text)
-                except VECTOR_ERRORS:
-                    raise client.malformed() from None
+                said = memo.get(value, _UNSEEN)
                 if said is _UNSEEN:
-                    said = convert(value)  # None: not finite, or out of the field's range
-                    if len(memo) < MEMO_VALUES:
-                        memo[text] = said
+                    said = convert(value or 0.0)  # None: not finite, or out of the field's range
+                    if len(memo) < MEMO_VALUES and not isnan(value):
+                        memo[value] = said
                 said_of = run_said
                 if said_of is None:
                     said_of = run_said = found[0].gpu(index)
@@ -950,14 +945,9 @@ class PrometheusFleet(SnapshotSource):
                 continue
             read_as = process_routes.get(name) if route is None else None
             if found is not None and index is not None and read_as is not None:
-                # A process's value (at most MAX_PROCESSES_PER_HOST a host): the same look-up of a value's text.
+                # A process's value (at most MAX_PROCESSES_PER_HOST a host): the same look-up of a value.
                 reading_of, memo, started = read_as
-                try:
-                    said = memo.get(text, _UNSEEN)
-                    if said is _UNSEEN:
-                        value = float(text)
-                except VECTOR_ERRORS:
-                    raise client.malformed() from None
+                said = memo.get(value, _UNSEEN)
                 pid_text = metric.pid
                 number = pids.get(pid_text)
                 if number is None:
@@ -974,20 +964,17 @@ class PrometheusFleet(SnapshotSource):
                         continue
                     row = host.processes[(index, number)] = {}
                 if said is _UNSEEN:
-                    said = process_value(reading_of, value)
-                    if len(memo) < MEMO_VALUES:
-                        memo[text] = said
+                    said = process_value(reading_of, value or 0.0)
+                    if len(memo) < MEMO_VALUES and not isnan(value):
+                        memo[value] = said
                 if started and not _later_start(row, said):
                     continue
                 row[reading_of] = said
                 continue
-            try:
-                value = float(text)  # every row's value is a number's text, whatever else it is
-            except VECTOR_ERRORS:
-                raise client.malformed() from None
             if found is None:
                 continue  # another host behind the same instance, with nothing new
             host, kept = found
+            value = value or 0.0  # a zero as 0.0 whatever its sign, as above
             if index is None:
                 gpu_text = metric.gpu
                 index = scraped_whole(gpu_text, MAX_GPU_INDEX)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import pytest
 
@@ -83,11 +84,13 @@ def _label_outside_its_type(item: dict) -> None:
 def test_an_answer_the_rows_do_not_fit_shows_the_same_gpus(fake, monkeypatch):
     add_hosts(fake, 3)
     expected = [comparable(g) for g in fleet_of(fake).read_once().gpus]
-    for change in (_extra_label, _value_as_number, _label_outside_its_type):
+    # A value given as a JSON number fits the rows (a row's value is read as a number either way): only the list
+    # of hosts is read as any JSON.
+    for change, as_any_json in ((_extra_label, 2), (_value_as_number, 1), (_label_outside_its_type, 2)):
         _reading(fake, change)
         sizes = _counting_json(monkeypatch)
         snapshot = fleet_of(fake).read_once()
-        assert len(sizes) == 2, f"{change.__name__}: not read as any JSON"
+        assert len(sizes) == as_any_json, f"{change.__name__}: {sizes}"
         assert [comparable(g) for g in snapshot.gpus] == expected, change.__name__
 
 
@@ -374,3 +377,38 @@ def test_a_label_with_a_rows_start_in_it_and_warnings_after_the_result(fake, mon
         g.sample.utilization_gpu_percent for g in fleet_of(fake).read_once().gpus
     ]
     assert fleet.client.warnings == ["a partial answer, say"]
+
+
+def _power_texts(texts_of: dict[str, str]):
+    """Each host's GPUs' DCGM_FI_DEV_POWER_USAGE said as ``texts_of[instance]`` (the others as they are)."""
+
+    def change(item: dict) -> None:
+        said = texts_of.get(item["metric"].get("instance", ""))
+        if said is not None and item["metric"].get("__name__") == "DCGM_FI_DEV_POWER_USAGE":
+            item["value"][1] = said
+
+    return change
+
+
+@pytest.mark.parametrize("first", ["-0", "-0.0", "0"])
+def test_a_zero_reads_as_zero_whatever_its_sign_or_which_came_first(fake, first):
+    """A value's reading is kept by the value (-0.0 == 0.0): were -0.0's kept, every GPU saying 0 after it would
+    read as -0.0 (shown "-0"). Each zero reads as 0.0."""
+    texts = add_hosts(fake, 2)
+    second = "0" if first != "0" else "-0.0"
+    instances = sorted(texts)
+    _reading(fake, _power_texts({instances[0]: first, instances[1]: second}))
+    snapshot = fleet_of(fake).read_once()
+    powers = [g.sample.power_draw_w for g in snapshot.gpus]
+    assert len(powers) == 4 and all(p == 0.0 and math.copysign(1.0, p) > 0 for p in powers), powers
+
+
+def test_a_nan_never_takes_a_place_among_the_kept_readings(fake):
+    """No two NaNs are equal: each kept would take a place of the MEMO_VALUES a series has, and none be found."""
+    texts = add_hosts(fake, 3)
+    _reading(fake, _power_texts(dict.fromkeys(texts, "NaN")))
+    fleet = fleet_of(fake)
+    snapshot = fleet.read_once()
+    assert all(g.sample.power_draw_w is None for g in snapshot.gpus)  # not finite: N/A (out of range)
+    memo = fleet._routes["DCGM_FI_DEV_POWER_USAGE"][4]
+    assert not any(math.isnan(value) for value in memo), memo
