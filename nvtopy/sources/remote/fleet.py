@@ -420,6 +420,7 @@ _FAST_ROUTES: dict[str, tuple[str, str, Callable[[float], Any], int | None]] = {
 # them has ECC on. A set, tested in C, rather than each of a GPU's 40 keys tested in Python.
 _ECC_VALUES = frozenset(a for part, a, _ in _ROUTES.values() if part == "values" and a.startswith("ecc_"))
 _PARTS = ("static", "health", "values")  # where a GPU's value goes: _Gpu.parts, in this order
+MAX_PID_TEXTS = 1 << 16  # pids' texts whose number _read keeps between reads (8,239 processes at 4,096 GPUs)
 MEMO_VALUES = 4096  # a field's values whose reading is kept (PrometheusFleet._memos), the first come
 _UNSEEN = object()
 # The read answer's rows (PrometheusClient.query_items): a row type per series name (TaggedRows), each of the labels
@@ -726,6 +727,7 @@ class PrometheusFleet(SnapshotSource):
         }
         self._process_routes[PROCESS_STARTED] = ("start_time_seconds", {}, True)
         self._known: dict[tuple[str, str], _Known] = {}
+        self._pids: dict[str, int] = {}  # _read's: a pid's text -> its number, the same at every read of it
         self._sequence = 0
         self._status = "connecting"
         self._failure: PrometheusError | None = None  # why the last refresh read no GPU at all
@@ -888,7 +890,9 @@ class PrometheusFleet(SnapshotSource):
             key[0] if one_name else key: (hosts[key], fresh[key]) for key in changed
         }
         routes, process_routes, index_of, isnan = self._routes, self._process_routes, _INDEX_CACHE.get, math.isnan
-        pids: dict[str, int] = {}  # a pid's text -> its number (0: none), as scraped_whole reads it
+        pids = self._pids  # a pid's text -> its number (0: none), as scraped_whole reads it: kept between reads
+        if len(pids) > MAX_PID_TEXTS:  # processes that come and go by the million: bounded
+            pids.clear()
         # The run of rows of one GPU: the answer's rows come sorted by their labels, a GPU's some 13 in a row. A row
         # whose host and GPU labels are the very texts of the row before has its host and index (functions of those
         # texts alone) and the GPU's _Gpu (once one of its rows made it) as that row had them: two text comparisons

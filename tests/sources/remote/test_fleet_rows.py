@@ -412,3 +412,17 @@ def test_a_nan_never_takes_a_place_among_the_kept_readings(fake):
     assert all(g.sample.power_draw_w is None for g in snapshot.gpus)  # not finite: N/A (out of range)
     memo = fleet._routes["DCGM_FI_DEV_POWER_USAGE"][4]
     assert not any(math.isnan(value) for value in memo), memo
+
+
+def test_the_pids_read_are_kept_between_reads_and_bounded(fake, monkeypatch):
+    """A pid's text is read as a number once, not at every read (8,239 processes a refresh at 4,096 GPUs); the texts
+    kept are bounded (processes that come and go by the million): past the bound they are forgotten at the next read."""
+    add_hosts(fake, 3)
+    fleet = fleet_of(fake)
+    shown = _processes(fleet.read_once())
+    kept = dict(fleet._pids)
+    assert kept and all(type(n) is int for n in kept.values())
+    monkeypatch.setattr(fleet_module, "MAX_PID_TEXTS", len(kept) + 10)
+    fleet._pids.update({str(4_000_000 + n): 0 for n in range(20)})  # gone processes' texts, past the bound
+    assert _processes(fleet.read_once()) == shown
+    assert fleet._pids == kept, "forgotten past the bound, then the read's own pids again"
