@@ -82,10 +82,13 @@ _SAMPLE_ORDER = operator.itemgetter(*_SAMPLE_FIELDS)
 # values name sample fields only (anything else: the dataclass, whose TypeError says so).
 _SAMPLE_BY_POSITION = all(default is not MISSING for default in _SAMPLE_DEFAULTS.values())
 _SAMPLE_SETTABLE = frozenset(_SAMPLE_DEFAULTS)
-_SAID_OR_NOT = frozenset(SAID_OR_NOT_AVAILABLE)
-# The "not available" reasons of a host that leaves out these fields: one frozen map per set left out (a fleet has
-# a handful of kinds of host), in SAID_OR_NOT_AVAILABLE's order, as built one by one.
-_NOT_SAID: dict[frozenset[str], Reasons] = {}
+# The "not available" reasons of a host's values, by the names they say in their order (a fleet has a handful of
+# kinds of host, each naming the same in the same order every refresh): one frozen map each, in
+# SAID_OR_NOT_AVAILABLE's order, as built one by one; _UNSETTABLE where the fast way cannot take those names. Why
+# by the names, not by the set left out: one look-up of a tuple a GPU (its names the very strings a read routes
+# to: compared by identity), not a set test, a set difference and a frozenset (4,096 GPUs a refresh, issue 27).
+_NOT_SAID: dict[tuple[str, ...], Reasons] = {}
+_UNSETTABLE: Reasons = freeze({"": Reason.NOT_AVAILABLE})  # a marker, never a sample's reasons
 # GpuProcess's fields in their order, as process() fills them positionally (checked at import: another order, a
 # field added or removed, and process() builds by keyword as before).
 _PROCESS_FIELDS_ORDER = (
@@ -252,17 +255,15 @@ def _sample(values: dict[str, Any], lost: bool, now: float) -> GpuSample:
     Not said by the host: fan and power (a board without them), the real work (no GPM there, or an exporter
     without profiling fields): "not available". Said and None: "out of range".
     """
-    if None in values.values() or not _SAMPLE_BY_POSITION or not _SAMPLE_SETTABLE.issuperset(values):
+    said = tuple(values)  # the names said, in order: a fleet has a handful of kinds of host, each its own
+    unavailable = _NOT_SAID.get(said)
+    if unavailable is None:
+        unavailable = _not_said(said)
+    if None in values.values() or unavailable is _UNSETTABLE:
         # said, out of range (a C-level test first: rare, and 40 values a GPU); or values the fast way cannot take
         reasons = {k: Reason.NOT_AVAILABLE for k in SAID_OR_NOT_AVAILABLE if k not in values}
         reasons.update({k: Reason.OUT_OF_RANGE for k, v in values.items() if v is None})
         return GpuSample(now, lost=lost, unavailable=freeze(reasons), **values)
-    not_said = frozenset(_SAID_OR_NOT.difference(values))
-    unavailable = _NOT_SAID.get(not_said)
-    if unavailable is None:
-        unavailable = freeze({k: Reason.NOT_AVAILABLE for k in SAID_OR_NOT_AVAILABLE if k in not_said})
-        if len(_NOT_SAID) < 256:  # bounded: a hostile fleet of every combination builds its own each time
-            _NOT_SAID[not_said] = unavailable
     full = _SAMPLE_DEFAULTS.copy()
     full.update(values)
     full["timestamp"] = now
@@ -334,6 +335,19 @@ def _processes(
             )
         )
     return tuple(made)
+
+
+def _not_said(said: tuple[str, ...]) -> Reasons:
+    """The "not available" reasons of a host's values that name ``said`` (:data:`_UNSETTABLE`: values the fast
+    way cannot take), kept for the next GPU that names the same (at most 256 kinds: a hostile fleet of every
+    combination builds its own each time)."""
+    if not _SAMPLE_BY_POSITION or not _SAMPLE_SETTABLE.issuperset(said):
+        unavailable = _UNSETTABLE
+    else:
+        unavailable = freeze({k: Reason.NOT_AVAILABLE for k in SAID_OR_NOT_AVAILABLE if k not in said})
+    if len(_NOT_SAID) < 256:
+        _NOT_SAID[said] = unavailable
+    return unavailable
 
 
 def process(row: dict[str, Any], index: int, uuid: str | None, now: float, host: str | None = None) -> GpuProcess:

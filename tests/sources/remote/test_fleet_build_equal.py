@@ -1,5 +1,8 @@
 """The fleet's building takes short cuts (issue 27); each must build the very GpuStates the general path builds.
 
+(And a GPU's sample, whose "not available" reasons are kept by the names its host says: the oracle there is the
+former way, by keyword through the dataclass.)
+
 The short cuts: ``HostGpus.gpus`` keeps a GPU's GpuStatic without gathering its figures again when ``_scrape``
 hands it the very (frozen) GpuStatic of the last refresh; ``_scrape`` hands the process rows over in parts (pid,
 identity, values) that ``HostGpus.gpus`` builds directly, rather than as one merged dict a row. The oracle is the
@@ -11,16 +14,17 @@ over refreshes where a GPU's static changes, a host is renamed and moved, a row 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from typing import Any
 
 import pytest
 
 from nvtopy.formats.prometheus.parse import HostScrape
-from nvtopy.model import GpuState, ProcessType, Reason
+from nvtopy.model import GpuSample, GpuState, ProcessType, Reason, freeze
 from nvtopy.sources.remote import fleet as fleet_module
 from nvtopy.sources.remote import hostscrape
-from nvtopy.sources.remote.hostscrape import HostGpus
+from nvtopy.sources.remote.hostscrape import SAID_OR_NOT_AVAILABLE, HostGpus
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -235,3 +239,52 @@ def test_parts_unlike_the_fleets_are_built_as_the_merged_row(identity, values):
 
 def shown_process(made: Any) -> tuple[Any, ...]:
     return made, repr(made), list(made.unavailable.items()), type(made.type)
+
+
+def former_sample(values: dict[str, Any], lost: bool, now: float) -> GpuSample:
+    """A GPU's sample as built before the fast constructors: by keyword, the dataclass checking."""
+    reasons = {k: Reason.NOT_AVAILABLE for k in SAID_OR_NOT_AVAILABLE if k not in values}
+    reasons.update({k: Reason.OUT_OF_RANGE for k, v in values.items() if v is None})
+    return GpuSample(now, lost=lost, unavailable=freeze(reasons), **values)
+
+
+def test_hosts_of_every_kind_in_turn_get_each_their_own_reasons(monkeypatch):
+    """The "not available" reasons are kept by the names a host's values say, in their order: hosts that say
+    other names, the same names in another order, or as many names, each get the reasons of their own."""
+    monkeypatch.setattr(hostscrape, "_NOT_SAID", {})
+    kinds = [
+        dict(VALUES),
+        {"power_draw_w": 300.0, "temperature_c": 55, "utilization_gpu_percent": 40, "memory_used_bytes": 1},
+        {**VALUES, "fan_percent": 30, "sm_active_percent": 12.0},
+        {**VALUES, "fan_percent": 30, "tensor_active_percent": 12.0},  # as many names as the kind before
+        {k: v for k, v in VALUES.items() if k != "power_draw_w"},
+        {},
+        {**VALUES, "fan_percent": None},  # said out of range
+    ]
+    worked_out: list[tuple[str, ...]] = []
+    real = hostscrape._not_said
+    monkeypatch.setattr(hostscrape, "_not_said", lambda said: worked_out.append(said) or real(said))
+    for n in range(3):
+        assert len(worked_out) == (0 if n == 0 else len(kinds)), "each kind's reasons worked out once, then kept"
+        for values in kinds:
+            made = hostscrape._sample(values, n == 1, NOW + n)
+            want = former_sample(values, n == 1, NOW + n)
+            assert (made, repr(made), list(made.unavailable.items())) == (
+                want,
+                repr(want),
+                list(want.unavailable.items()),
+            )
+
+
+def test_the_kinds_of_host_kept_are_bounded(monkeypatch):
+    """A hostile fleet of every order of names: 256 kinds kept, the others' reasons built each time, rightly."""
+    monkeypatch.setattr(hostscrape, "_NOT_SAID", {})
+    said = {**VALUES, "fan_percent": 30, "sm_active_percent": 12.0}
+    for names in itertools.islice(itertools.permutations(said), 300):
+        values = {name: said[name] for name in names}
+        made = hostscrape._sample(values, False, NOW)
+        assert (made, list(made.unavailable.items())) == (
+            former_sample(values, False, NOW),
+            list(former_sample(values, False, NOW).unavailable.items()),
+        )
+    assert len(hostscrape._NOT_SAID) == 256
