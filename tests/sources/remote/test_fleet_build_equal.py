@@ -21,10 +21,13 @@ from typing import Any
 import pytest
 
 from nvtopy.formats.prometheus.parse import HostScrape
-from nvtopy.model import GpuSample, GpuState, ProcessType, Reason, freeze
+from nvtopy.model import GpuState, ProcessType, Reason
 from nvtopy.sources.remote import fleet as fleet_module
 from nvtopy.sources.remote import hostscrape
-from nvtopy.sources.remote.hostscrape import SAID_OR_NOT_AVAILABLE, HostGpus
+from nvtopy.sources.remote.hostscrape import HostGpus
+
+from ...builders import gpu_static
+from .test_hostscrape_building import Former, former_gpus
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -241,11 +244,10 @@ def shown_process(made: Any) -> tuple[Any, ...]:
     return made, repr(made), list(made.unavailable.items()), type(made.type)
 
 
-def former_sample(values: dict[str, Any], lost: bool, now: float) -> GpuSample:
-    """A GPU's sample as built before the fast constructors: by keyword, the dataclass checking."""
-    reasons = {k: Reason.NOT_AVAILABLE for k in SAID_OR_NOT_AVAILABLE if k not in values}
-    reasons.update({k: Reason.OUT_OF_RANGE for k, v in values.items() if v is None})
-    return GpuSample(now, lost=lost, unavailable=freeze(reasons), **values)
+def former_sample(values: dict[str, Any], lost: bool, now: float) -> Any:
+    """A GPU's sample as built before the fast constructors (test_hostscrape_building's oracle: by keyword)."""
+    scrape = HostScrape(url="http://h", hostname="h", gpus=[(gpu_static(0, bare=True), values, lost)])
+    return former_gpus(scrape, 0, now, Former())[0].sample
 
 
 def test_hosts_of_every_kind_in_turn_get_each_their_own_reasons(monkeypatch):
