@@ -129,7 +129,7 @@ from ...model import GROUP_OF_FIELD, GpuSample, GpuState, GpuStatic, HostInfo, S
 from ..base import SnapshotSource
 from ..gc_policy import paused_gc
 from ..poller import CADENCE
-from .hostscrape import HostGpus
+from .hostscrape import HostGpus, ProcessParts
 from .prometheus import (
     Matcher,
     PrometheusClient,
@@ -567,9 +567,13 @@ def _scrape(
     name: str,
     said_before: ProcessesSaid | None = None,
     statics: dict[int, tuple[dict[str, Any], GpuStatic]] | None = None,
-) -> tuple[HostScrape, ProcessesSaid]:
-    """A host's HostScrape, as :func:`~nvtopy.formats.prometheus.parse.parse_exposition` would make it; and its
-    processes' identities as read, for the next time.
+) -> tuple[HostScrape, ProcessesSaid, dict[int, list[ProcessParts]]]:
+    """A host's HostScrape, as :func:`~nvtopy.formats.prometheus.parse.parse_exposition` would make it; its
+    processes' identities as read, for the next time; and its process rows in parts, by GPU index.
+
+    The process rows are not in the HostScrape: each is handed to :meth:`HostGpus.gpus` as its parts (pid,
+    identity, values: :data:`~nvtopy.sources.remote.hostscrape.ProcessParts`) rather than merged into one
+    dict a row that is read back key by key (8,000 rows a refresh at 4,096 GPUs).
 
     ``statics``: each GPU's static values as last read and the GpuStatic made of them, kept by the caller (and
     updated here): the same values again are the very same (frozen) GpuStatic, not one made and checked again.
@@ -602,7 +606,8 @@ def _scrape(
             scrape.health[index] = gpu.health
     said_now: ProcessesSaid = {}
     before = said_before or {}
-    labels_of, gpus, rows = host.process_labels.get, host.gpus, scrape.processes
+    rows: dict[int, list[ProcessParts]] = {}
+    labels_of, gpus = host.process_labels.get, host.gpus
     for key, said in sorted(host.processes.items()):
         index, pid = key
         if index not in gpus:
@@ -612,7 +617,7 @@ def _scrape(
         if last is None or last[0] != labels:
             last = (labels, process_from_labels(labels.as_dict() if labels is not None else {}))
         said_now[key] = last  # the very pair while its labels are the same: no new object a process
-        rows.setdefault(index, []).append({"pid": pid, **last[1], **said})
+        rows.setdefault(index, []).append((pid, last[1], said))
     notes = []
     reported = len(host.gpus_reported | {str(index) for index in host.gpus})
     if reported > len(shown):
@@ -622,7 +627,7 @@ def _scrape(
         total = len(host.processes) + host.processes_left_out
         notes.append(f"host reported {total} processes; showing {len(host.processes)}")
     scrape.note = "; ".join(notes) or None
-    return scrape, said_now
+    return scrape, said_now, rows
 
 
 def _pod_hint(pod: dict[str, str]) -> str | None:
@@ -1236,10 +1241,10 @@ class PrometheusFleet(SnapshotSource):
                 stale_hosts += 1
                 continue
             if key in changed or known.built is None:
-                scrape, known.processes_said = _scrape(seen, known.name, known.processes_said, known.statics)
+                scrape, known.processes_said, parts = _scrape(seen, known.name, known.processes_said, known.statics)
                 # Dated when measured (its newest sample, on this clock): a view tells old values by their age.
                 taken = now - max(0.0, age or 0.0)
-                made = self._mapper.gpus(scrape, len(gpus), taken, key=functools.partial(_gpu_key, key))
+                made = self._mapper.gpus(scrape, len(gpus), taken, key=functools.partial(_gpu_key, key), parts=parts)
                 known.built = [_with_pod(gpu, seen) for gpu in made]
             elif known.built and known.built[0].index != len(gpus):  # a seen came or went before it
                 known.built = [_reindexed(gpu, len(gpus) + n) for n, gpu in enumerate(known.built)]

@@ -45,7 +45,7 @@ from ...model import (
 )
 from ..timeline import Timeline
 
-__all__ = ["SAID_OR_NOT_AVAILABLE", "HostGpus", "process"]
+__all__ = ["SAID_OR_NOT_AVAILABLE", "HostGpus", "ProcessParts", "process"]
 
 # Sample fields whose absence from a host's answer is "not available" (its board or exporter has none), not a gap.
 SAID_OR_NOT_AVAILABLE = ("fan_percent", "power_draw_w", *GPM_FIELDS)
@@ -82,10 +82,13 @@ _SAMPLE_ORDER = operator.itemgetter(*_SAMPLE_FIELDS)
 # values name sample fields only (anything else: the dataclass, whose TypeError says so).
 _SAMPLE_BY_POSITION = all(default is not MISSING for default in _SAMPLE_DEFAULTS.values())
 _SAMPLE_SETTABLE = frozenset(_SAMPLE_DEFAULTS)
-_SAID_OR_NOT = frozenset(SAID_OR_NOT_AVAILABLE)
-# The "not available" reasons of a host that leaves out these fields: one frozen map per set left out (a fleet has
-# a handful of kinds of host), in SAID_OR_NOT_AVAILABLE's order, as built one by one.
-_NOT_SAID: dict[frozenset[str], Reasons] = {}
+# The "not available" reasons of a host's values, by the names they say in their order (a fleet has a handful of
+# kinds of host, each naming the same in the same order every refresh): one frozen map each, in
+# SAID_OR_NOT_AVAILABLE's order, as built one by one; _UNSETTABLE where the fast way cannot take those names. Why
+# by the names, not by the set left out: one look-up of a tuple a GPU (its names the very strings a read routes
+# to: compared by identity), not a set test, a set difference and a frozenset (4,096 GPUs a refresh, issue 27).
+_NOT_SAID: dict[tuple[str, ...], Reasons] = {}
+_UNSETTABLE: Reasons = freeze({"": Reason.NOT_AVAILABLE})  # a marker, never a sample's reasons
 # GpuProcess's fields in their order, as process() fills them positionally (checked at import: another order, a
 # field added or removed, and process() builds by keyword as before).
 _PROCESS_FIELDS_ORDER = (
@@ -100,6 +103,12 @@ _PROCESS_BY_POSITION = tuple(GpuProcess.__dataclass_fields__) == _PROCESS_FIELDS
 # said out of range.
 _RANGED_METRICS = (tuple(PROCESS_FIELDS), (0,) * len(PROCESS_FIELDS))
 _PROCESS_TYPES = {member.value: member for member in ProcessType}  # ProcessType(value), a dict look-up
+ProcessParts = tuple[int, dict[str, Any], dict[str, Any]]
+"""A process row in parts: its pid, its identity (what ``process_from_labels`` makes of its labels) and its
+values (each ranged metric said, :data:`PROCESS_FIELDS`' names; None: said out of range)."""
+# The identity a row's parts are built from directly (_processes): these keys exactly; values of ranged metrics only
+_IDENTITY_KEYS = frozenset(("user", "command", "type", "owner", "gpu_instance_id", "compute_instance_id"))
+_RANGED_KEYS = frozenset(PROCESS_FIELDS)
 # GpuState's fields in their order, as HostGpus.gpus fills them positionally (else by keyword, as before).
 _STATE_BY_POSITION = tuple(GpuState.__dataclass_fields__) == (
     *("static", "sample", "processes", "processes_unavailable", "history", "note", "processes_hint", "health"),
@@ -114,7 +123,8 @@ class HostGpus:
         self._history: dict[Hashable, HistoryBuffer] = {}
         self._timelines: dict[Hashable, Timeline] = {}  # the charts' long history
         self._xid_seen: dict[Hashable, tuple[int, float]] = {}  # -> (last Xid, when first seen)
-        self._statics: dict[Hashable, tuple[tuple[Any, ...], GpuStatic]] = {}  # -> (what it was made of, it)
+        # -> (what it was made of, it, the host's GpuStatic it was made from)
+        self._statics: dict[Hashable, tuple[tuple[Any, ...], GpuStatic, GpuStatic]] = {}
         self._healths: dict[Hashable, tuple[int, dict[str, Any], GpuHealth]] = {}  # -> (index, what was said, it)
 
     def gpus(
@@ -123,11 +133,15 @@ class HostGpus:
         first: int,
         now: float,
         key: Callable[[int], Hashable] | None = None,
+        parts: dict[int, list[ProcessParts]] | None = None,
     ) -> list[GpuState]:
         """One host's GPUs, numbered from ``first``, then a line saying what was left out (if anything).
 
         ``key(index)`` names the host's GPU ``index`` for the history kept here (default
         ``(scrape.url, index)``). The GPUs and process rows carry ``scrape.hostname``.
+
+        ``parts``: the process rows in parts (:data:`ProcessParts`), in place of ``scrape.processes``: each row
+        the dict ``{"pid": pid, **identity, **values}`` would be, built without merging it first.
         """
         gpus: list[GpuState] = []
         host = scrape.hostname
@@ -136,23 +150,32 @@ class HostGpus:
             gpu_key = (scrape.url, remote_static.index) if key is None else key(remote_static.index)
             # The same GPU as last time, the same figures: the very same (frozen) GpuStatic, not a new one checked
             # again (4,096 of them a refresh in a fleet).
-            said = (index, host, remote_static.index, *_STATIC_SAID(remote_static))
             last = self._statics.get(gpu_key)
-            if last is not None and last[0] == said:
+            if last is not None and last[2] is remote_static and last[0][0] == index and last[0][1] == host:
+                # the very (frozen) GpuStatic the host's figures were read into last time (a fleet's, kept by
+                # _scrape while they are the same): its figures cannot differ, so they are not gathered again
                 static = last[1]
             else:
-                static = GpuStatic(
-                    index=index,
-                    host=host,
-                    host_index=remote_static.index,
-                    **dict(zip(_STATIC_COPIED, said[3:], strict=True)),
-                )
-                self._statics[gpu_key] = (said, static)
+                said = (index, host, remote_static.index, *_STATIC_SAID(remote_static))
+                if last is not None and last[0] == said:
+                    static = last[1]
+                else:
+                    static = GpuStatic(
+                        index=index,
+                        host=host,
+                        host_index=remote_static.index,
+                        **dict(zip(_STATIC_COPIED, said[3:], strict=True)),
+                    )
+                self._statics[gpu_key] = (said, static, remote_static)
             # Not said by the host: fan and power (a board without them), the real work (no GPM there, or an
             # exporter without profiling fields).
             sample = _sample(values, lost, now)
-            rows = scrape.processes.get(remote_static.index)
-            processes = tuple([process(row, index, static.uuid, now, host) for row in rows]) if rows else ()
+            if parts is None:
+                rows = scrape.processes.get(remote_static.index)
+                processes = tuple([process(row, index, static.uuid, now, host) for row in rows]) if rows else ()
+            else:
+                of_gpu = parts.get(remote_static.index)
+                processes = _processes(of_gpu, index, static.uuid, now, host) if of_gpu else ()
             history = self._history.get(gpu_key)
             if history is None:
                 history = self._history[gpu_key] = HistoryBuffer()
@@ -232,23 +255,99 @@ def _sample(values: dict[str, Any], lost: bool, now: float) -> GpuSample:
     Not said by the host: fan and power (a board without them), the real work (no GPM there, or an exporter
     without profiling fields): "not available". Said and None: "out of range".
     """
-    if None in values.values() or not _SAMPLE_BY_POSITION or not _SAMPLE_SETTABLE.issuperset(values):
+    said = tuple(values)  # the names said, in order: a fleet has a handful of kinds of host, each its own
+    unavailable = _NOT_SAID.get(said)
+    if unavailable is None:
+        unavailable = _not_said(said)
+    if None in values.values() or unavailable is _UNSETTABLE:
         # said, out of range (a C-level test first: rare, and 40 values a GPU); or values the fast way cannot take
         reasons = {k: Reason.NOT_AVAILABLE for k in SAID_OR_NOT_AVAILABLE if k not in values}
         reasons.update({k: Reason.OUT_OF_RANGE for k, v in values.items() if v is None})
         return GpuSample(now, lost=lost, unavailable=freeze(reasons), **values)
-    not_said = frozenset(_SAID_OR_NOT.difference(values))
-    unavailable = _NOT_SAID.get(not_said)
-    if unavailable is None:
-        unavailable = freeze({k: Reason.NOT_AVAILABLE for k in SAID_OR_NOT_AVAILABLE if k in not_said})
-        if len(_NOT_SAID) < 256:  # bounded: a hostile fleet of every combination builds its own each time
-            _NOT_SAID[not_said] = unavailable
     full = _SAMPLE_DEFAULTS.copy()
     full.update(values)
     full["timestamp"] = now
     full["lost"] = lost
     full["unavailable"] = unavailable
     return _NEW_SAMPLE(*_SAMPLE_ORDER(full))
+
+
+def _processes(
+    parts: list[ProcessParts], index: int, uuid: str | None, now: float, host: str | None
+) -> tuple[GpuProcess, ...]:
+    """A GPU's process rows from their parts: each the GpuProcess :func:`process` makes of the merged row.
+
+    Why not merge them: a fleet has ~8,000 process rows a refresh (issue 27); the merged dict, a call of
+    :func:`process` a row and its look-ups in a row of 14 keys were most of their building. Here, the common
+    row (its identity as :func:`~nvtopy.formats.prometheus.parse.process_from_labels` makes one, its values
+    ranged metrics only, none said out of range) is built in this one loop; any other goes to
+    :func:`process` merged, as before.
+    """
+    made = []
+    for pid, identity, values in parts:
+        said_type = identity.get("type")
+        kind = _PROCESS_TYPES.get(said_type) if type(said_type) is str else None
+        if (
+            kind is None
+            or not _PROCESS_BY_POSITION
+            or None in values.values()
+            or identity.keys() != _IDENTITY_KEYS
+            or not values.keys() <= _RANGED_KEYS
+        ):
+            made.append(process({"pid": pid, **identity, **values}, index, uuid, now, host))
+            continue
+        get = values.get
+        started = get("start_time_seconds")
+        # GpuProcess's fields in order (_PROCESS_FIELDS_ORDER), as process() fills them for the merged row
+        made.append(
+            _NEW_PROCESS(
+                index,
+                uuid,
+                pid,
+                kind,
+                get("gpu_memory_bytes"),
+                get("sm_utilization_percent"),
+                get("memory_utilization_percent"),
+                None,
+                None,
+                identity["user"],
+                None,
+                None,
+                identity["command"],
+                get("cpu_percent"),
+                get("host_memory_bytes"),
+                started,
+                None if started is None else max(0.0, now - started),
+                "running",
+                False,
+                EMPTY_REASONS,
+                identity["owner"],
+                None,
+                None,
+                None,
+                (),
+                get("idle_held_seconds"),
+                identity["gpu_instance_id"],
+                identity["compute_instance_id"],
+                None,
+                (),
+                host,
+            )
+        )
+    return tuple(made)
+
+
+def _not_said(said: tuple[str, ...]) -> Reasons:
+    """The "not available" reasons of a host's values that name ``said`` (:data:`_UNSETTABLE`: values the fast
+    way cannot take), kept for the next GPU that names the same (at most 256 kinds: a hostile fleet of every
+    combination builds its own each time)."""
+    if not _SAMPLE_BY_POSITION or not _SAMPLE_SETTABLE.issuperset(said):
+        unavailable = _UNSETTABLE
+    else:
+        unavailable = freeze({k: Reason.NOT_AVAILABLE for k in SAID_OR_NOT_AVAILABLE if k not in said})
+    if len(_NOT_SAID) < 256:
+        _NOT_SAID[said] = unavailable
+    return unavailable
 
 
 def process(row: dict[str, Any], index: int, uuid: str | None, now: float, host: str | None = None) -> GpuProcess:
