@@ -88,6 +88,7 @@ _SAMPLE_SETTABLE = frozenset(_SAMPLE_DEFAULTS)
 # by the names, not by the set left out: one look-up of a tuple a GPU (its names the very strings a read routes
 # to: compared by identity), not a set test, a set difference and a frozenset (4,096 GPUs a refresh, issue 27).
 _NOT_SAID: dict[tuple[str, ...], Reasons] = {}
+NOT_SAID_KINDS = 256  # _NOT_SAID's bound
 _UNSETTABLE: Reasons = freeze({"": Reason.NOT_AVAILABLE})  # a marker, never a sample's reasons
 # GpuProcess's fields in their order, as process() fills them positionally (checked at import: another order, a
 # field added or removed, and process() builds by keyword as before).
@@ -339,14 +340,17 @@ def _processes(
 
 def _not_said(said: tuple[str, ...]) -> Reasons:
     """The "not available" reasons of a host's values that name ``said`` (:data:`_UNSETTABLE`: values the fast
-    way cannot take), kept for the next GPU that names the same (at most 256 kinds: a hostile fleet of every
-    combination builds its own each time)."""
+    way cannot take), kept for the next GPU that names the same. At most :data:`NOT_SAID_KINDS`: a fleet's hosts
+    name their values in a few dozen orders (which of the timed groups a read asked, the board: 59 in the
+    benchmark's 13 refreshes at 4,096 GPUs), but more may come over days or from a hostile fleet, so a full cache
+    is emptied and filled again, never left full for good (where every GPU would pay this again)."""
     if not _SAMPLE_BY_POSITION or not _SAMPLE_SETTABLE.issuperset(said):
         unavailable = _UNSETTABLE
     else:
         unavailable = freeze({k: Reason.NOT_AVAILABLE for k in SAID_OR_NOT_AVAILABLE if k not in said})
-    if len(_NOT_SAID) < 256:
-        _NOT_SAID[said] = unavailable
+    if len(_NOT_SAID) >= NOT_SAID_KINDS:
+        _NOT_SAID.clear()
+    _NOT_SAID[said] = unavailable
     return unavailable
 
 

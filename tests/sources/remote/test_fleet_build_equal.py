@@ -279,7 +279,8 @@ def test_hosts_of_every_kind_in_turn_get_each_their_own_reasons(monkeypatch):
 
 
 def test_the_kinds_of_host_kept_are_bounded(monkeypatch):
-    """A hostile fleet of every order of names: 256 kinds kept, the others' reasons built each time, rightly."""
+    """A hostile fleet of every order of names: at most NOT_SAID_KINDS kinds kept (a full cache is emptied and filled
+    again, never left full for good), each GPU's reasons right."""
     monkeypatch.setattr(hostscrape, "_NOT_SAID", {})
     said = {**VALUES, "fan_percent": 30, "sm_active_percent": 12.0}
     for names in itertools.islice(itertools.permutations(said), 300):
@@ -289,4 +290,5 @@ def test_the_kinds_of_host_kept_are_bounded(monkeypatch):
             former_sample(values, False, NOW),
             list(former_sample(values, False, NOW).unavailable.items()),
         )
-    assert len(hostscrape._NOT_SAID) == 256
+    assert len(hostscrape._NOT_SAID) == 300 - hostscrape.NOT_SAID_KINDS, "emptied when full, then filled again"
+    assert hostscrape._NOT_SAID[tuple(values)] is made.unavailable, "the newest kind kept"
