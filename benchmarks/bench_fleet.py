@@ -102,6 +102,12 @@ def _json(client: object) -> int:
     return getattr(client, "json_bytes", 0)
 
 
+def _exchange_cpu(client: object) -> float:
+    """The CPU seconds of the client's query threads so far (asking, reading, undoing the gzip); 0 on a version
+    that does not count them (and left them out of the refresh's CPU)."""
+    return float(getattr(client, "exchange_cpu_seconds", 0.0))
+
+
 def _rows(client: object) -> int:
     return getattr(client, "rows_received", 0)  # 0 on a version that does not count
 
@@ -160,7 +166,7 @@ def measure(
                     for n in range(history):
                         buffer._ring.append(n - history, (None,) * 7)
                 shown = len(fleet.latest.gpus) if fleet.latest else 0
-                rows: list[tuple[float, float, int, int, int, int, int]] = []
+                rows: list[tuple[float, float, int, int, int, int, int, float]] = []
                 profiler = cProfile.Profile() if profile else None
                 collections = _Collections()
                 gc.callbacks.append(collections)
@@ -179,6 +185,7 @@ def measure(
                             known.newest = None
                     client = fleet.client
                     queries, sent, decoded, series = client.queries, _received(client), _json(client), _rows(client)
+                    asked = _exchange_cpu(client)
                     if profiler is not None:
                         profiler.enable()
                     fleet.poll_once()
@@ -193,6 +200,7 @@ def measure(
                             _json(client) - decoded,
                             fleet.hosts_read,
                             _rows(client) - series,
+                            (_exchange_cpu(client) - asked) * 1000,
                         )
                     )
                 gc.callbacks.remove(collections)
@@ -204,11 +212,14 @@ def measure(
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
-    cpu, wall, queries, sent, decoded, read, series = (statistics.median(column) for column in zip(*rows, strict=True))
+    cpu, wall, queries, sent, decoded, read, series, exchanges = (
+        statistics.median(column) for column in zip(*rows, strict=True)
+    )
     mean = statistics.mean(r[0] for r in rows)
     print(
         f"{hosts:4d} hosts x {GPUS_PER_HOST} = {gpus:5d} GPUs ({_mode(live, every_group_due)}): "
-        f"CPU {cpu:6.1f} ms (mean {mean:.1f}, max {max(r[0] for r in rows):.1f}; collector "
+        f"CPU {cpu:6.1f} ms (mean {mean:.1f}, max {max(r[0] for r in rows):.1f}; the queries' threads "
+        f"{exchanges:.1f} ms of it; collector "
         f"{'CPython default' if python_gc else 'as the monitor sets it'}: {collections.count} collections, "
         f"{collections.seconds * 1000:.0f} ms in {len(rows)} refreshes), wall {wall:6.1f} ms, "
         f"{queries:.0f} queries, {sent / 1024:.0f} KiB received ({decoded / 1024:.0f} KiB JSON, {series:.0f} rows), "
@@ -224,6 +235,7 @@ def measure(
         "gpus": gpus,
         "cpu_ms": cpu,
         "cpu_mean_ms": mean,
+        "exchange_cpu_ms": exchanges,
         "pacing": _mode(live, every_group_due),
         "collections": collections.count,
         "collection_ms": collections.seconds * 1000,
