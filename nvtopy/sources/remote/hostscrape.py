@@ -297,43 +297,8 @@ def _processes(
         ):
             made.append(process({"pid": pid, **identity, **values}, index, uuid, now, host))
             continue
-        get = values.get
-        started = get("start_time_seconds")
-        # GpuProcess's fields in order (_PROCESS_FIELDS_ORDER), as process() fills them for the merged row
         made.append(
-            _NEW_PROCESS(
-                index,
-                uuid,
-                pid,
-                kind,
-                get("gpu_memory_bytes"),
-                get("sm_utilization_percent"),
-                get("memory_utilization_percent"),
-                None,
-                None,
-                identity["user"],
-                None,
-                None,
-                identity["command"],
-                get("cpu_percent"),
-                get("host_memory_bytes"),
-                started,
-                None if started is None else max(0.0, now - started),
-                "running",
-                False,
-                EMPTY_REASONS,
-                identity["owner"],
-                None,
-                None,
-                None,
-                (),
-                get("idle_held_seconds"),
-                identity["gpu_instance_id"],
-                identity["compute_instance_id"],
-                None,
-                (),
-                host,
-            )
+            _positional(index, uuid, pid, kind, value=values.get, identity=identity.__getitem__, now=now, host=host)
         )
     return tuple(made)
 
@@ -354,49 +319,67 @@ def _not_said(said: tuple[str, ...]) -> Reasons:
     return unavailable
 
 
+def _positional(
+    index: int,
+    uuid: str | None,
+    pid: int,
+    kind: ProcessType,
+    *,
+    value: Callable[[str], Any],
+    identity: Callable[[str], Any],
+    now: float,
+    host: str | None,
+) -> GpuProcess:
+    """A common process row's GpuProcess, its fields in order (_PROCESS_FIELDS_ORDER), each ranged value already
+    checked (none said out of range): ``value(name)`` a ranged metric (None: not said), ``identity(name)`` what its
+    labels say. The one place of the positional order, for :func:`process`'s merged row and :func:`_processes`'
+    parts; the defaults of the fields a remote row never fills."""
+    started = value("start_time_seconds")
+    return _NEW_PROCESS(
+        index,
+        uuid,
+        pid,
+        kind,
+        value("gpu_memory_bytes"),
+        value("sm_utilization_percent"),
+        value("memory_utilization_percent"),
+        None,
+        None,
+        identity("user"),
+        None,
+        None,
+        identity("command"),
+        value("cpu_percent"),
+        value("host_memory_bytes"),
+        started,
+        None if started is None else max(0.0, now - started),
+        "running",
+        False,
+        EMPTY_REASONS,
+        identity("owner"),
+        None,
+        None,
+        None,
+        (),
+        value("idle_held_seconds"),
+        identity("gpu_instance_id"),
+        identity("compute_instance_id"),
+        None,
+        (),
+        host,
+    )
+
+
 def process(row: dict[str, Any], index: int, uuid: str | None, now: float, host: str | None = None) -> GpuProcess:
     """A process row of another host's GPU; its values were range-checked when read (None, "out of range", where
     a series said one outside its range)."""
     started = row.get("start_time_seconds")
     if _PROCESS_BY_POSITION and (None not in row.values() or None not in list(map(row.get, *_RANGED_METRICS))):
         # the common row: no ranged metric said out of range (a row's MIG ids may be None: said as none)
-        get = row.get
         said_type = row["type"]
         kind = _PROCESS_TYPES.get(said_type) if type(said_type) is str else None
-        # GpuProcess's fields in order (_PROCESS_FIELDS_ORDER); the defaults of those a remote row never fills
-        return _NEW_PROCESS(
-            index,
-            uuid,
-            row["pid"],
-            ProcessType(said_type) if kind is None else kind,
-            get("gpu_memory_bytes"),
-            get("sm_utilization_percent"),
-            get("memory_utilization_percent"),
-            None,
-            None,
-            get("user"),
-            None,
-            None,
-            get("command"),
-            get("cpu_percent"),
-            get("host_memory_bytes"),
-            started,
-            None if started is None else max(0.0, now - started),
-            "running",
-            False,
-            EMPTY_REASONS,
-            get("owner"),
-            None,
-            None,
-            None,
-            (),
-            get("idle_held_seconds"),
-            get("gpu_instance_id"),
-            get("compute_instance_id"),
-            None,
-            (),
-            host,
-        )
+        kind = ProcessType(said_type) if kind is None else kind
+        return _positional(index, uuid, row["pid"], kind, value=row.get, identity=row.get, now=now, host=host)
     said_out_of_range = [field for metric, field in PROCESS_FIELDS.items() if metric in row and row[metric] is None]
     if started is None and "start_time_seconds" in row:
         said_out_of_range.append("running_seconds")
