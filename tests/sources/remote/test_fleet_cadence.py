@@ -204,6 +204,25 @@ def test_a_fleet_keeping_timed_values_shows_what_a_fresh_read_shows(fake, shared
     assert dgx[1].sample.fan_percent is None and dgx[0].sample.encoder_percent is None
 
 
+def test_a_timed_series_gone_is_na_from_its_groups_next_read(fake, monkeypatch):
+    """A timed series its exporter stops sending (a field the driver no longer reads): its last value stands while
+    its group is not asked, and it is N/A from the group's next read on -- the values read then replace the kept
+    ones, never lie under them -- while the group's other series read their new values."""
+    _zero_phase(monkeypatch)
+    fleet = fleet_of(fake, interval=1.0)
+    gone = "DCGM_FI_DEV_GPU_TEMP"  # of the 2 s group, with the SM clock
+    for step in range(5):
+        fake.set_series([])
+        fake.now = NOW + step + 0.5
+        series = {name: value for name, (_, value, _) in _MOVING.items() if step == 0 or name != gone}
+        text = "".join(f"{name}{{{_LABELS}}} {value(step)}\n" for name, value in series.items())
+        fake.add_exposition(text, "10.0.0.9:9400", timestamp=NOW + step)
+        sample = fleet.poll_once().gpus[0].sample
+        due = step % 2 == 0  # the 2 s group: asked at steps 0, 2 and 4 (phase 0)
+        assert sample.temperature_c == (_reads(gone, _MOVING[gone][1](0)) if step < 2 else None), step
+        assert sample.clock_sm_mhz == _reads("DCGM_FI_DEV_SM_CLOCK", 1000 + (step if due else step - 1)), step
+
+
 def test_a_gpu_that_comes_has_its_timed_values_from_the_next_refresh(fake, monkeypatch):
     """A GPU that appears on a host read before (hot-plugged, back on the bus) has no kept timed values: it shows
     them from the refresh after (every timed group asked again), not after the longest cadence (60 s)."""
