@@ -16,6 +16,8 @@ every value's text was one the fleet's reading had seen before. Measured, per re
   Until 2026-12-01 the query threads' CPU was left out (some 30-40 ms a refresh at 4,096 GPUs,
   most of it undoing the gzip of a 21 MB answer): the figures before then are that much low;
 - **wall** time of the refresh (both queries, the server's evaluation included);
+- **page faults** a refresh (the process's minor faults, every thread's: pages taken from the kernel afresh) and
+  the process's **peak RSS** (since 2026-12-01: ``gc_policy.keep_freed_blocks`` keeps freed large blocks);
 - **queries**: HTTP requests the refresh made; **bytes**: the answers as received
   (gzip) and their JSON; **rows**: the answers' rows (series), what the refresh decodes and reads.
 
@@ -61,6 +63,7 @@ import gc
 import json
 import os
 import pstats
+import resource
 import statistics
 import subprocess
 import sys
@@ -166,7 +169,7 @@ def measure(
                     for n in range(history):
                         buffer._ring.append(n - history, (None,) * 7)
                 shown = len(fleet.latest.gpus) if fleet.latest else 0
-                rows: list[tuple[float, float, int, int, int, int, int, float]] = []
+                rows: list[tuple[float, float, int, int, int, int, int, float, int]] = []
                 profiler = cProfile.Profile() if profile else None
                 collections = _Collections()
                 gc.callbacks.append(collections)
@@ -186,6 +189,7 @@ def measure(
                     client = fleet.client
                     queries, sent, decoded, series = client.queries, _received(client), _json(client), _rows(client)
                     asked = _exchange_cpu(client)
+                    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt  # every thread's: pages taken fresh
                     if profiler is not None:
                         profiler.enable()
                     fleet.poll_once()
@@ -201,6 +205,7 @@ def measure(
                             fleet.hosts_read,
                             _rows(client) - series,
                             (_exchange_cpu(client) - asked) * 1000,
+                            resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults,
                         )
                     )
                 gc.callbacks.remove(collections)
@@ -212,7 +217,7 @@ def measure(
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
-    cpu, wall, queries, sent, decoded, read, series, exchanges = (
+    cpu, wall, queries, sent, decoded, read, series, exchanges, faults = (
         statistics.median(column) for column in zip(*rows, strict=True)
     )
     mean = statistics.mean(r[0] for r in rows)
@@ -224,7 +229,8 @@ def measure(
         f"{collections.seconds * 1000:.0f} ms in {len(rows)} refreshes), wall {wall:6.1f} ms, "
         f"{queries:.0f} queries, {sent / 1024:.0f} KiB received ({decoded / 1024:.0f} KiB JSON, {series:.0f} rows), "
         f"hosts read {read:.0f}, GPUs shown {shown}; first refresh {first[1] * 1000:.0f} ms CPU, "
-        f"{first[0] * 1000:.0f} ms wall"
+        f"{first[0] * 1000:.0f} ms wall; {faults:.0f} page faults a refresh, peak RSS "
+        f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB"
     )
     print("  each refresh, CPU ms / rows: " + ", ".join(f"{r[0]:.0f}/{r[6]:,}" for r in rows))
     if profiler is not None:
@@ -236,6 +242,7 @@ def measure(
         "cpu_ms": cpu,
         "cpu_mean_ms": mean,
         "exchange_cpu_ms": exchanges,
+        "page_faults": faults,
         "pacing": _mode(live, every_group_due),
         "collections": collections.count,
         "collection_ms": collections.seconds * 1000,
