@@ -523,11 +523,20 @@ def test_cli_replay_draws_while_indexing_and_says_then_that_there_is_nothing(rec
 
 def test_cli_replay_quits_while_indexing(recording, tmp_path, monkeypatch):
     from nvtopy.commands import dispatch
+    from nvtopy.commands import replay as replay_command
 
     _path, lines = recording
     path = tmp_path / "long.jsonl"
     _long_recording(path, lines, 100)
     gate = _Gate(monkeypatch, at=10)
+    players: list[ReplayPlayer] = []
+
+    class Kept(ReplayPlayer):  # the CLI's player, to wait for its thread here
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            players.append(self)
+
+    monkeypatch.setattr(replay_command, "ReplayPlayer", Kept)
 
     async def session(pilot, app) -> None:
         await wait_until(pilot, lambda: "to be indexed" in header_line(app), message="the progress")
@@ -536,6 +545,10 @@ def test_cli_replay_quits_while_indexing(recording, tmp_path, monkeypatch):
     _replay_in_a_pilot(monkeypatch, session)
     assert dispatch.main(["replay", str(path)]) == 0
     gate.opened.set()
+    # The held line is read once opened (its charts' records), then the indexing stops: waited for here, so none of
+    # it runs into the next test of this worker (it once did: three records in a test that counts them).
+    players[0].thread.join(10)
+    assert not players[0].thread.is_alive() and gate.parsed == 10, "stopped at the line after the gate"
 
 
 def test_the_indexing_progress_names_the_file_safely():
