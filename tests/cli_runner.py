@@ -213,14 +213,16 @@ def _run(
     err_r, err_w = os.pipe()
     in_r, in_w = os.pipe() if input is not None else (_own_stdin(), -1)
     request = json.dumps({"module": argv[2], "argv": argv[3:], "env": env, "cwd": cwd}).encode()
-    try:
-        socket.send_fds(zygote.control, [request], [in_r, out_w, err_w])
-    finally:
-        for fd in (in_r, out_w, err_w):
-            os.close(fd)
     pid = None
     writer = None
     try:
+        # The request is sent inside the try: an interrupt landing as it returns (the server already forking the
+        # run) is discarded like any other, not raised past a run left hanging under the server.
+        try:
+            socket.send_fds(zygote.control, [request], [in_r, out_w, err_w])
+        finally:
+            for fd in (in_r, out_w, err_w):
+                os.close(fd)
         pid = zygote.receive(deadline)["pid"]
         if input is not None:
             writer = threading.Thread(target=_feed, args=(in_w, input.encode(locale.getpreferredencoding(False))))

@@ -229,6 +229,25 @@ def test_a_run_whose_pid_reply_the_interrupt_took_is_still_ended(probe_dir, monk
     assert run_module("probe", "facts", "5", cwd=probe_dir).returncode == 5, "a fresh server runs the next"
 
 
+def test_a_run_interrupted_as_its_request_is_sent_is_still_ended(probe_dir, monkeypatch):
+    """The interrupt lands as the request's send returns (the main thread waiting for the GIL while the server
+    forks the run: seen once in CI): the run is ended and the server discarded, not left hanging under it."""
+    real_send = cli_runner.socket.send_fds
+
+    def send_fds(*args, **kwargs):
+        real_send(*args, **kwargs)
+        until(lambda: _running_in(probe_dir) != [], 30, "the run to start")
+        raise KeyboardInterrupt
+
+    assert run_module("probe", "facts", "0", cwd=probe_dir).returncode == 0  # a server ready, before the patch
+    monkeypatch.setattr(cli_runner.socket, "send_fds", send_fds)
+    with pytest.raises(KeyboardInterrupt):
+        run_module("probe", "hang", cwd=probe_dir, timeout=60)
+    monkeypatch.undo()
+    until(lambda: _running_in(probe_dir) == [], 10, "the interrupted run to end")
+    assert run_module("probe", "facts", "5", cwd=probe_dir).returncode == 5, "a fresh server runs the next"
+
+
 # The first run's hang in the two-threads test ends at this timeout: the second run (a spawn, 0.03-0.05 s on the
 # 2-core machine under load 7) must end before it. It was 10 s, a worker held for the whole of it.
 HANG_S = 3.0
