@@ -467,8 +467,11 @@ class ReplayPlayer(SnapshotSource):
         if self.recording is None and not self._index():
             return
         self.position = max(0, self.position)
-        self._show(self.position)
         last = len(self.snapshots) - 1
+        # At the end the player pauses before the last snapshot is published, never after: whatever draws it (the
+        # header's status line) says paused with it, not playing until the next refresh.
+        self._paused = self._paused or self.position >= last
+        self._show(self.position)
         while not self._stopping:
             if self._paused or self.position >= last:
                 self._paused = self._paused or self.position >= last
@@ -481,4 +484,5 @@ class ReplayPlayer(SnapshotSource):
                 continue  # paused, stepped or re-timed: decide again
             if not self._paused and not self._stopping:
                 self.position += 1
+                self._paused = self.position >= last
                 self._show(self.position)

@@ -105,12 +105,37 @@ def test_nothing_to_replay_is_one_line_exit_1(tmp_path):
     assert bad_speed.returncode == 2 and "--speed" in bad_speed.stderr
 
 
+def test_the_player_pauses_at_the_end_before_the_last_snapshot_is_published(recording):
+    """Whatever a snapshot's publication draws (the header's status line) sees the player paused with the last one and
+    playing with each before it: the pause at the end is not a moment after the last snapshot is shown."""
+    path, _lines = recording
+    player = ReplayPlayer(load_recording(str(path)), speed=1000.0)
+    seen: list[tuple[int, bool]] = []
+    done = threading.Event()
+
+    def published(snapshot) -> None:
+        seen.append((player.position, player.paused))
+        if player.position == len(player.snapshots) - 1:
+            done.set()
+
+    player.subscribe(published)
+    player.start()
+    try:
+        assert done.wait(30), "the recording played to its end"
+    finally:
+        player.stop()
+    assert seen[-1] == (11, True)
+    assert all(not paused for position, paused in seen[:-1]), seen
+
+
 async def test_replay_in_the_monitor_pause_step_speed(recording):
     path, lines = recording
     player = ReplayPlayer(load_recording(str(path)), speed=64.0)
     app = NvtopyApp(player)
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_until(pilot, lambda: player.position == 11 and app.snapshot is player.snapshots[11])
+        # Paused before the last snapshot is published (it once was just after: seen once in CI, the app already
+        # showing the last snapshot with the player still playing).
         assert player.paused, "stops at the end of the recording"
         shown = app.snapshot.gpus[0].sample.utilization_gpu_percent
         assert shown == json.loads(lines[-1])["gpus"][0]["utilization_gpu_percent"]
