@@ -207,6 +207,18 @@ def test_a_run_interrupted_in_the_test_is_ended_and_the_next_run_gets_a_fresh_se
     assert (done.returncode, done.stderr) == (5, "to stderr\n"), "a reply owed to the interrupted run came instead"
 
 
+def _interrupted_hang_is_ended(probe_dir, monkeypatch, owner, name: str, patched) -> None:
+    """With a server ready, ``owner.name`` patched (where the interrupt lands) for one hanging run: it raises the
+    interrupt, the run is then ended, and a fresh server runs the next."""
+    assert run_module("probe", "facts", "0", cwd=probe_dir).returncode == 0  # a server ready, before the patch
+    monkeypatch.setattr(owner, name, patched)
+    with pytest.raises(KeyboardInterrupt):
+        run_module("probe", "hang", cwd=probe_dir, timeout=60)
+    monkeypatch.undo()
+    until(lambda: _running_in(probe_dir) == [], 10, "the interrupted run to end")
+    assert run_module("probe", "facts", "5", cwd=probe_dir).returncode == 5, "a fresh server runs the next"
+
+
 def test_a_run_whose_pid_reply_the_interrupt_took_is_still_ended(probe_dir, monkeypatch):
     """The interrupt lands after the server's pid reply was read and before it was returned: the pid is lost with
     it, and the run (under the server, which serves one at a time) is ended all the same."""
@@ -220,13 +232,7 @@ def test_a_run_whose_pid_reply_the_interrupt_took_is_still_ended(probe_dir, monk
             raise KeyboardInterrupt  # ... and lost
         raise TimeoutError  # no second reply comes: the run hangs (at once here, not after _discard's 5 s)
 
-    assert run_module("probe", "facts", "0", cwd=probe_dir).returncode == 0  # a server ready, before the patch
-    monkeypatch.setattr(cli_runner._Zygote, "receive", receive)
-    with pytest.raises(KeyboardInterrupt):
-        run_module("probe", "hang", cwd=probe_dir, timeout=60)
-    monkeypatch.undo()
-    until(lambda: _running_in(probe_dir) == [], 10, "the run whose pid was lost to end")
-    assert run_module("probe", "facts", "5", cwd=probe_dir).returncode == 5, "a fresh server runs the next"
+    _interrupted_hang_is_ended(probe_dir, monkeypatch, cli_runner._Zygote, "receive", receive)
 
 
 def test_a_run_interrupted_as_its_request_is_sent_is_still_ended(probe_dir, monkeypatch):
@@ -239,13 +245,7 @@ def test_a_run_interrupted_as_its_request_is_sent_is_still_ended(probe_dir, monk
         until(lambda: _running_in(probe_dir) != [], 30, "the run to start")
         raise KeyboardInterrupt
 
-    assert run_module("probe", "facts", "0", cwd=probe_dir).returncode == 0  # a server ready, before the patch
-    monkeypatch.setattr(cli_runner.socket, "send_fds", send_fds)
-    with pytest.raises(KeyboardInterrupt):
-        run_module("probe", "hang", cwd=probe_dir, timeout=60)
-    monkeypatch.undo()
-    until(lambda: _running_in(probe_dir) == [], 10, "the interrupted run to end")
-    assert run_module("probe", "facts", "5", cwd=probe_dir).returncode == 5, "a fresh server runs the next"
+    _interrupted_hang_is_ended(probe_dir, monkeypatch, cli_runner.socket, "send_fds", send_fds)
 
 
 # The first run's hang in the two-threads test ends at this timeout: the second run (a spawn, 0.03-0.05 s on the
